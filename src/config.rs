@@ -1,0 +1,600 @@
+//! The one typed configuration of an eosflow instance.
+//!
+//! Sources, later ones winning: built-in defaults → a TOML file (`--config`) → `EOSFLOW_*`
+//! environment variables. Every key has an environment name derived from its path:
+//! `kafka.bootstrap` ↔ `EOSFLOW_KAFKA_BOOTSTRAP`, `processor.commit_interval_ms` ↔
+//! `EOSFLOW_PROCESSOR_COMMIT_INTERVAL_MS`. Unknown keys and bad values are rejected at start
+//! with the key's name, so a typo never silently falls back to a default.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// Why a configuration could not be loaded: always names the key and the source.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        /// The file named by `--config`.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The file or an environment variable did not parse, or a key is unknown.
+    #[error("invalid configuration ({origin}): {message}")]
+    Parse {
+        /// The file or variable the value came from.
+        origin: String,
+        /// What is wrong, naming the key.
+        message: String,
+    },
+    /// A value parsed but is outside what the runtime accepts.
+    #[error("invalid value for `{key}` (env {env}): {reason}")]
+    Invalid {
+        /// The dotted key, e.g. `processor.commit_interval_ms`.
+        key: &'static str,
+        /// The environment variable that sets it.
+        env: String,
+        /// What is accepted instead.
+        reason: String,
+    },
+}
+
+/// Identity of the application and of this instance.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct AppConfig {
+    /// Names the consumer group, the changelog topics and the `transactional.id` prefix.
+    pub id: String,
+    /// Stable per instance (the pod name): suffix of `transactional.id`, and the state sub-directory.
+    /// Empty means `$POD_NAME`, then `$HOSTNAME`, then `instance-0`.
+    pub instance_id: String,
+}
+
+impl Default for AppConfig {
+    fn default() -> Self {
+        Self {
+            id: "eosflow".into(),
+            instance_id: String::new(),
+        }
+    }
+}
+
+/// How to reach Kafka.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct KafkaConfig {
+    /// `bootstrap.servers`.
+    pub bootstrap: String,
+    /// Passed to librdkafka as they are (security.protocol, sasl.*, ssl.*): the escape hatch for
+    /// whatever a cluster needs that eosflow does not model.
+    pub properties: BTreeMap<String, String>,
+}
+
+impl Default for KafkaConfig {
+    fn default() -> Self {
+        Self {
+            bootstrap: "127.0.0.1:19092".into(),
+            properties: BTreeMap::new(),
+        }
+    }
+}
+
+/// The exactly-once loop's knobs (Kafka Streams names where they exist).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ProcessorConfig {
+    /// Input topics, co-partitioned (same partition count, keyed by aggregate id).
+    pub input_topics: Vec<String>,
+    /// Longest a batch stays open before its transaction commits (`commit.interval.ms`).
+    pub commit_interval_ms: u64,
+    /// Most records in one transaction.
+    pub max_batch_records: usize,
+    /// `transaction.timeout.ms`: how long a dead instance's open transaction blocks its partitions.
+    pub transaction_timeout_ms: u64,
+    /// `session.timeout.ms` of the consumer group.
+    pub session_timeout_ms: u64,
+    /// Deadline for restoring one partition's store from its changelog.
+    pub restore_timeout_ms: u64,
+}
+
+impl Default for ProcessorConfig {
+    fn default() -> Self {
+        Self {
+            input_topics: vec![],
+            commit_interval_ms: 100,
+            max_batch_records: 2000,
+            transaction_timeout_ms: 10_000,
+            session_timeout_ms: 10_000,
+            restore_timeout_ms: 120_000,
+        }
+    }
+}
+
+/// Local state (RocksDB) and the dedup window.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct StateConfig {
+    /// Root of the per-instance, per-partition stores.
+    pub dir: PathBuf,
+    /// RocksDB block cache shared by all stores of the instance: the memory budget.
+    pub block_cache_bytes: u64,
+    /// How long a processed message id is remembered (the worst redelivery age).
+    pub dedup_retention_secs: u64,
+    /// How often expired dedup entries are purged (tombstoned in the changelog).
+    pub dedup_purge_interval_secs: u64,
+}
+
+impl Default for StateConfig {
+    fn default() -> Self {
+        Self {
+            dir: PathBuf::from("/var/lib/eosflow"),
+            block_cache_bytes: 64 * 1024 * 1024,
+            dedup_retention_secs: 7 * 24 * 3600,
+            dedup_purge_interval_secs: 60,
+        }
+    }
+}
+
+/// The outbox's database.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct PostgresConfig {
+    /// libpq-style URL; the password may also come from `EOSFLOW_POSTGRES_URL`.
+    pub url: String,
+}
+
+impl Default for PostgresConfig {
+    fn default() -> Self {
+        Self {
+            url: "postgres://eosflow:eosflow@127.0.0.1:15432/eosflow".into(),
+        }
+    }
+}
+
+/// The Confluent-compatible schema registry.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct SchemaRegistryConfig {
+    /// Base URL of the Confluent API (Apicurio: `…/apis/ccompat/v7`).
+    pub url: String,
+}
+
+impl Default for SchemaRegistryConfig {
+    fn default() -> Self {
+        Self {
+            url: "http://127.0.0.1:18081/apis/ccompat/v7".into(),
+        }
+    }
+}
+
+/// The Prometheus endpoint.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct MetricsConfig {
+    /// `host:port` for `/metrics`; empty disables the listener.
+    pub listen: String,
+}
+
+/// Everything an instance needs, validated as a whole at start.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// Identity.
+    pub app: AppConfig,
+    /// Broker connection.
+    pub kafka: KafkaConfig,
+    /// Exactly-once loop.
+    pub processor: ProcessorConfig,
+    /// RocksDB and dedup.
+    pub state: StateConfig,
+    /// Outbox database.
+    pub postgres: PostgresConfig,
+    /// Schema registry.
+    pub schema_registry: SchemaRegistryConfig,
+    /// Metrics endpoint.
+    pub metrics: MetricsConfig,
+}
+
+/// Environment variable for a dotted key: `kafka.bootstrap` → `EOSFLOW_KAFKA_BOOTSTRAP`.
+pub fn env_name(key: &str) -> String {
+    format!("EOSFLOW_{}", key.replace('.', "_").to_uppercase())
+}
+
+impl Config {
+    /// Loads defaults, then `file` (if any), then the process environment.
+    pub fn load(file: Option<&Path>) -> Result<Self, ConfigError> {
+        let vars: Vec<(String, String)> = std::env::vars()
+            .filter(|(k, _)| k.starts_with("EOSFLOW_"))
+            .collect();
+        let text = match file {
+            Some(path) => {
+                Some(
+                    std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+                        path: path.to_path_buf(),
+                        source,
+                    })?,
+                )
+            }
+            None => None,
+        };
+        let origin = file.map(|p| p.display().to_string());
+        Self::from_sources(text.as_deref(), origin.as_deref(), &vars)
+    }
+
+    /// The pure part of [`Config::load`], so tests need not touch the process environment.
+    pub fn from_sources(
+        toml_text: Option<&str>,
+        origin: Option<&str>,
+        env: &[(String, String)],
+    ) -> Result<Self, ConfigError> {
+        let defaults =
+            toml::Value::try_from(Config::default()).map_err(|e| ConfigError::Parse {
+                origin: "defaults".into(),
+                message: e.to_string(),
+            })?;
+        let mut merged = defaults.clone();
+        if let Some(text) = toml_text {
+            let origin = origin.unwrap_or("config file");
+            let file: toml::Value = toml::from_str(text).map_err(|e| ConfigError::Parse {
+                origin: origin.to_string(),
+                message: e.to_string(),
+            })?;
+            // Type-check the file alone first, so its errors name the file, not the env.
+            Config::deserialize(file.clone()).map_err(|e| ConfigError::Parse {
+                origin: origin.to_string(),
+                message: e.to_string(),
+            })?;
+            merge(&mut merged, file);
+        }
+        for (name, raw) in env {
+            apply_env(&mut merged, &defaults, name, raw)?;
+        }
+        let config = Config::deserialize(merged).map_err(|e| ConfigError::Parse {
+            origin: "environment".into(),
+            message: e.to_string(),
+        })?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Range checks serde cannot express.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        fn bad(key: &'static str, reason: impl Into<String>) -> ConfigError {
+            ConfigError::Invalid {
+                key,
+                env: env_name(key),
+                reason: reason.into(),
+            }
+        }
+        if self.app.id.is_empty()
+            || !self
+                .app
+                .id
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
+        {
+            return Err(bad(
+                "app.id",
+                format!(
+                    "{:?}: use letters, digits, '.', '_' or '-' (it names topics and the group)",
+                    self.app.id
+                ),
+            ));
+        }
+        if self.kafka.bootstrap.trim().is_empty() {
+            return Err(bad("kafka.bootstrap", "empty: give host:port[,host:port]"));
+        }
+        for server in self.kafka.bootstrap.split(',') {
+            let ok = server
+                .trim()
+                .rsplit_once(':')
+                .is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok());
+            if !ok {
+                return Err(bad(
+                    "kafka.bootstrap",
+                    format!("{server:?} is not host:port"),
+                ));
+            }
+        }
+        for key in self.kafka.properties.keys() {
+            if RESERVED_KAFKA_PROPERTIES.contains(&key.as_str()) {
+                return Err(bad(
+                    "kafka.properties",
+                    format!("`{key}` is set by eosflow itself (its exactly-once guarantee depends on it); remove it"),
+                ));
+            }
+        }
+        let p = &self.processor;
+        if !(1..=60_000).contains(&p.commit_interval_ms) {
+            return Err(bad(
+                "processor.commit_interval_ms",
+                format!("{} is outside 1..=60000", p.commit_interval_ms),
+            ));
+        }
+        if p.max_batch_records == 0 {
+            return Err(bad("processor.max_batch_records", "must be at least 1"));
+        }
+        if p.transaction_timeout_ms < 1000 || p.transaction_timeout_ms <= p.commit_interval_ms {
+            return Err(bad(
+                "processor.transaction_timeout_ms",
+                format!(
+                    "{} must be ≥ 1000 and larger than processor.commit_interval_ms",
+                    p.transaction_timeout_ms
+                ),
+            ));
+        }
+        if p.session_timeout_ms < 1000 {
+            return Err(bad("processor.session_timeout_ms", "must be ≥ 1000"));
+        }
+        if self.state.block_cache_bytes < 1024 * 1024 {
+            return Err(bad("state.block_cache_bytes", "must be ≥ 1 MiB (1048576)"));
+        }
+        if self.state.dedup_retention_secs == 0 {
+            return Err(bad(
+                "state.dedup_retention_secs",
+                "must be ≥ 1 (dedup cannot be switched off by a zero window)",
+            ));
+        }
+        if !self.metrics.listen.is_empty()
+            && self.metrics.listen.parse::<std::net::SocketAddr>().is_err()
+        {
+            return Err(bad(
+                "metrics.listen",
+                format!(
+                    "{:?} is not ip:port (e.g. 0.0.0.0:9464)",
+                    self.metrics.listen
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// This instance's id: the configured one, else the pod name or host name.
+    pub fn instance_id(&self) -> String {
+        if !self.app.instance_id.is_empty() {
+            return self.app.instance_id.clone();
+        }
+        for var in ["POD_NAME", "HOSTNAME"] {
+            if let Ok(v) = std::env::var(var) {
+                if !v.is_empty() {
+                    return v;
+                }
+            }
+        }
+        "instance-0".into()
+    }
+}
+
+/// librdkafka properties whose values the exactly-once guarantee depends on.
+const RESERVED_KAFKA_PROPERTIES: &[&str] = &[
+    "bootstrap.servers",
+    "group.id",
+    "transactional.id",
+    "isolation.level",
+    "enable.auto.commit",
+    "enable.auto.offset.store",
+    "enable.idempotence",
+    "partition.assignment.strategy",
+];
+
+fn merge(into: &mut toml::Value, from: toml::Value) {
+    match (into, from) {
+        (toml::Value::Table(a), toml::Value::Table(b)) => {
+            for (k, v) in b {
+                match a.get_mut(&k) {
+                    Some(slot) if slot.is_table() && v.is_table() => merge(slot, v),
+                    _ => {
+                        a.insert(k, v);
+                    }
+                }
+            }
+        }
+        (slot, v) => *slot = v,
+    }
+}
+
+/// Sets the key named by an `EOSFLOW_*` variable, typed like the default of that key.
+fn apply_env(
+    merged: &mut toml::Value,
+    defaults: &toml::Value,
+    name: &str,
+    raw: &str,
+) -> Result<(), ConfigError> {
+    let Some(sections) = defaults.as_table() else {
+        return Ok(());
+    };
+    for (section, fields) in sections {
+        let Some(fields) = fields.as_table() else {
+            continue;
+        };
+        for (field, default) in fields {
+            if env_name(&format!("{section}.{field}")) != name {
+                continue;
+            }
+            let key = format!("{section}.{field}");
+            let value = typed_env_value(default, raw).map_err(|reason| ConfigError::Parse {
+                origin: format!("env {name}"),
+                message: format!("`{key}`: {reason}"),
+            })?;
+            if let Some(t) = merged
+                .as_table_mut()
+                .and_then(|t| t.get_mut(section))
+                .and_then(|s| s.as_table_mut())
+            {
+                t.insert(field.clone(), value);
+            }
+            return Ok(());
+        }
+    }
+    // `EOSFLOW_KAFKA_PROPERTY_<NAME>` sets a librdkafka property (`_` → `.`), e.g. secrets.
+    if let Some(prop) = name.strip_prefix("EOSFLOW_KAFKA_PROPERTY_") {
+        let prop = prop.to_lowercase().replace('_', ".");
+        if let Some(t) = merged
+            .get_mut("kafka")
+            .and_then(|k| k.get_mut("properties"))
+            .and_then(|p| p.as_table_mut())
+        {
+            t.insert(prop, toml::Value::String(raw.to_string()));
+        }
+        return Ok(());
+    }
+    if ENV_NOT_CONFIG.iter().any(|p| name.starts_with(p)) {
+        return Ok(());
+    }
+    Err(ConfigError::Parse {
+        origin: format!("env {name}"),
+        message: format!(
+            "no configuration key is named by {name}; known keys: {}",
+            known_keys(defaults).join(", ")
+        ),
+    })
+}
+
+/// `EOSFLOW_*` variables that steer tools and tests rather than an instance.
+/// Matched as prefixes: `EOSFLOW_STACK_*` belong to dev/stack, `EOSFLOW_TEST_*` to the tests.
+const ENV_NOT_CONFIG: &[&str] = &[
+    "EOSFLOW_STACK_",
+    "EOSFLOW_TEST_",
+    "EOSFLOW_CACHE_DIR",
+    "EOSFLOW_RUN_DIR",
+    "EOSFLOW_CONFIG_FILE",
+    "EOSFLOW_APICURIO_VERSION",
+];
+
+fn known_keys(defaults: &toml::Value) -> Vec<String> {
+    let mut keys = vec![];
+    if let Some(t) = defaults.as_table() {
+        for (s, f) in t {
+            if let Some(f) = f.as_table() {
+                keys.extend(f.keys().map(|k| env_name(&format!("{s}.{k}"))));
+            }
+        }
+    }
+    keys
+}
+
+fn typed_env_value(default: &toml::Value, raw: &str) -> Result<toml::Value, String> {
+    Ok(match default {
+        toml::Value::String(_) => toml::Value::String(raw.to_string()),
+        toml::Value::Integer(_) => toml::Value::Integer(
+            raw.trim()
+                .parse::<i64>()
+                .map_err(|_| format!("{raw:?} is not an integer"))?,
+        ),
+        toml::Value::Boolean(_) => toml::Value::Boolean(match raw.trim() {
+            "true" | "1" => true,
+            "false" | "0" => false,
+            _ => return Err(format!("{raw:?} is not true/false")),
+        }),
+        toml::Value::Array(_) => toml::Value::Array(
+            raw.split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(|s| toml::Value::String(s.to_string()))
+                .collect(),
+        ),
+        toml::Value::Table(_) => {
+            return Err("set table entries with their own variables".into());
+        }
+        other => return Err(format!("unsupported type {}", other.type_str())),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn env_overrides_file_and_file_overrides_defaults() {
+        let c = Config::from_sources(
+            Some("[processor]\ncommit_interval_ms = 250\ninput_topics = [\"a\"]\n"),
+            Some("f.toml"),
+            &env(&[
+                ("EOSFLOW_KAFKA_BOOTSTRAP", "broker:9092"),
+                ("EOSFLOW_PROCESSOR_INPUT_TOPICS", "x, y"),
+            ]),
+        )
+        .expect("valid");
+        assert_eq!(c.processor.commit_interval_ms, 250);
+        assert_eq!(c.kafka.bootstrap, "broker:9092");
+        assert_eq!(c.processor.input_topics, vec!["x", "y"]);
+        assert_eq!(c.processor.max_batch_records, 2000);
+    }
+
+    #[test]
+    fn unknown_key_in_file_is_named() {
+        let err = Config::from_sources(
+            Some("[processor]\ncommit_intervall_ms = 5\n"),
+            Some("f.toml"),
+            &[],
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("commit_intervall_ms"), "{err}");
+        assert!(err.contains("f.toml"), "{err}");
+    }
+
+    #[test]
+    fn bad_env_value_names_key_and_variable() {
+        let err = Config::from_sources(
+            None,
+            None,
+            &env(&[("EOSFLOW_PROCESSOR_COMMIT_INTERVAL_MS", "fast")]),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("processor.commit_interval_ms"), "{err}");
+        assert!(
+            err.contains("EOSFLOW_PROCESSOR_COMMIT_INTERVAL_MS"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn out_of_range_value_names_key() {
+        let err = Config::from_sources(Some("[processor]\ncommit_interval_ms = 0\n"), None, &[])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("`processor.commit_interval_ms`"), "{err}");
+        let err = Config::from_sources(None, None, &env(&[("EOSFLOW_KAFKA_BOOTSTRAP", "nohost")]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("kafka.bootstrap") && err.contains("nohost"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn misspelt_env_variable_is_rejected() {
+        let err = Config::from_sources(None, None, &env(&[("EOSFLOW_KAFKA_BOOTSTRAPS", "a:1")]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("EOSFLOW_KAFKA_BOOTSTRAPS"), "{err}");
+        assert!(err.contains("EOSFLOW_KAFKA_BOOTSTRAP,"), "{err}");
+    }
+
+    #[test]
+    fn kafka_property_from_env() {
+        let c = Config::from_sources(
+            None,
+            None,
+            &env(&[("EOSFLOW_KAFKA_PROPERTY_SASL_PASSWORD", "s3cret")]),
+        )
+        .expect("valid");
+        assert_eq!(
+            c.kafka.properties.get("sasl.password").map(String::as_str),
+            Some("s3cret")
+        );
+    }
+}

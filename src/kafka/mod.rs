@@ -1,0 +1,10 @@
+//! Everything that talks to the broker: client settings, topic declarations and the admin API.
+//!
+//! The transactional producer and the group consumer are configured here so every part of
+//! eosflow (processors, outbox router, verifier, tools) connects the same way.
+
+pub mod client;
+pub mod reader;
+pub mod topics;
+
+pub use client::{ClientRole, KafkaClients};

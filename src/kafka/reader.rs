@@ -1,0 +1,197 @@
+//! Reading partitions to their end with `read_committed`: changelog restore, the verifier and
+//! the tools all need "everything committed so far", which is subtler than the high watermark.
+//!
+//! Transaction markers and aborted records occupy offsets but are never delivered, so progress
+//! is tracked by the consumer's position, and the end is re-read while an open transaction
+//! holds the last stable offset below it (a dead producer's transaction is waited out until
+//! `transaction.timeout.ms` aborts it, never skipped).
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
+use rdkafka::message::BorrowedMessage;
+use rdkafka::{Offset, TopicPartitionList};
+
+use super::{ClientRole, KafkaClients};
+
+/// Why a read did not reach the end.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    /// The broker refused a request.
+    #[error("{topic}: {source}")]
+    Kafka {
+        /// The topic.
+        topic: String,
+        /// librdkafka's error.
+        source: KafkaError,
+    },
+    /// The end was not reached in time.
+    #[error("{topic}[{partition}] at offset {position} did not reach {end} within {seconds}s: an open transaction holds it (it ends by transaction.timeout.ms)")]
+    Timeout {
+        /// The topic.
+        topic: String,
+        /// The partition still behind.
+        partition: i32,
+        /// Where it got to.
+        position: i64,
+        /// Where it had to get.
+        end: i64,
+        /// The deadline.
+        seconds: u64,
+    },
+    /// A start offset lies past the partition's end: the topic was deleted and recreated.
+    #[error("{topic}[{partition}]: start offset {start} is beyond the end {end} (was the topic recreated?)")]
+    BeyondEnd {
+        /// The topic.
+        topic: String,
+        /// The partition.
+        partition: i32,
+        /// The requested start.
+        start: i64,
+        /// The partition's end.
+        end: i64,
+    },
+    /// The callback refused a record.
+    #[error("{0}")]
+    Callback(String),
+}
+
+/// Reads `topic`'s `partitions`, each from its start offset (`None` = log start), to the high
+/// watermark, calling `on_record` for every committed record. Returns the end offsets reached.
+pub fn read_to_end<F>(
+    clients: &KafkaClients,
+    topic: &str,
+    starts: &BTreeMap<i32, Option<i64>>,
+    timeout: Duration,
+    mut on_record: F,
+) -> Result<BTreeMap<i32, i64>, ReadError>
+where
+    F: FnMut(&BorrowedMessage<'_>) -> Result<(), String>,
+{
+    let kerr = |source: KafkaError| ReadError::Kafka {
+        topic: topic.to_string(),
+        source,
+    };
+    let deadline = Instant::now() + timeout;
+    let consumer: BaseConsumer = clients.config(ClientRole::Reader).create().map_err(kerr)?;
+    let mut next: BTreeMap<i32, i64> = BTreeMap::new();
+    let mut end: BTreeMap<i32, i64> = BTreeMap::new();
+    let mut tpl = TopicPartitionList::new();
+    for (&p, start) in starts {
+        let (low, high) = consumer
+            .fetch_watermarks(topic, p, Duration::from_secs(10))
+            .map_err(kerr)?;
+        if let Some(s) = start {
+            if *s > high {
+                return Err(ReadError::BeyondEnd {
+                    topic: topic.to_string(),
+                    partition: p,
+                    start: *s,
+                    end: high,
+                });
+            }
+        }
+        let from = start.unwrap_or(low).max(low);
+        next.insert(p, from);
+        end.insert(p, high);
+        if from < high {
+            tpl.add_partition_offset(topic, p, Offset::Offset(from))
+                .map_err(kerr)?;
+        }
+    }
+    if tpl.count() == 0 {
+        return Ok(next);
+    }
+    consumer.assign(&tpl).map_err(kerr)?;
+    let mut last_refresh = Instant::now();
+    loop {
+        let behind: Vec<i32> = next
+            .iter()
+            .filter(|(p, n)| **n < end.get(p).copied().unwrap_or(0))
+            .map(|(p, _)| *p)
+            .collect();
+        if behind.is_empty() {
+            return Ok(next);
+        }
+        if Instant::now() >= deadline {
+            let p = behind[0];
+            return Err(ReadError::Timeout {
+                topic: topic.to_string(),
+                partition: p,
+                position: next.get(&p).copied().unwrap_or_default(),
+                end: end.get(&p).copied().unwrap_or_default(),
+                seconds: timeout.as_secs(),
+            });
+        }
+        match consumer.poll(Duration::from_millis(200)) {
+            Some(Ok(m)) => {
+                use rdkafka::Message;
+                on_record(&m).map_err(ReadError::Callback)?;
+                let slot = next.entry(m.partition()).or_default();
+                *slot = (*slot).max(m.offset() + 1);
+            }
+            Some(Err(KafkaError::PartitionEOF(_))) | None => {
+                if let Ok(pos) = consumer.position() {
+                    for e in pos.elements_for_topic(topic) {
+                        if let Offset::Offset(o) = e.offset() {
+                            let slot = next.entry(e.partition()).or_default();
+                            *slot = (*slot).max(o);
+                        }
+                    }
+                }
+                if last_refresh.elapsed() > Duration::from_secs(1) {
+                    for p in &behind {
+                        if let Ok((_, h)) =
+                            consumer.fetch_watermarks(topic, *p, Duration::from_secs(5))
+                        {
+                            end.insert(*p, h);
+                        }
+                    }
+                    last_refresh = Instant::now();
+                }
+            }
+            Some(Err(e)) => return Err(kerr(e)),
+        }
+    }
+}
+
+/// Partition count of `topic`.
+pub fn partition_count(
+    clients: &KafkaClients,
+    topic: &str,
+    timeout: Duration,
+) -> Result<i32, ReadError> {
+    let kerr = |source: KafkaError| ReadError::Kafka {
+        topic: topic.to_string(),
+        source,
+    };
+    let consumer: BaseConsumer = clients.config(ClientRole::Reader).create().map_err(kerr)?;
+    let md = consumer
+        .fetch_metadata(Some(topic), timeout)
+        .map_err(kerr)?;
+    let n = md
+        .topics()
+        .iter()
+        .find(|t| t.name() == topic)
+        .map(|t| t.partitions().len() as i32)
+        .unwrap_or(0);
+    Ok(n)
+}
+
+/// Reads every committed record of `topic` (all partitions, from the start).
+pub fn read_all<F>(
+    clients: &KafkaClients,
+    topic: &str,
+    timeout: Duration,
+    on_record: F,
+) -> Result<(), ReadError>
+where
+    F: FnMut(&BorrowedMessage<'_>) -> Result<(), String>,
+{
+    let n = partition_count(clients, topic, timeout)?;
+    let starts: BTreeMap<i32, Option<i64>> = (0..n).map(|p| (p, None)).collect();
+    read_to_end(clients, topic, &starts, timeout, on_record)?;
+    Ok(())
+}

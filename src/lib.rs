@@ -1,0 +1,25 @@
+//! eosflow: Kafka-native, exactly-once stream processing.
+//!
+//! The data path, in folder order:
+//! - `outbox` (source, to come): Postgres WAL → Kafka;
+//! - [`processor`] (transform) — the Processor API and the exactly-once loop;
+//! - [`state`] — RocksDB stores, changelog, checkpoint, restore;
+//! - [`retry`] — dead-letter topics (and the retry ladder);
+//! - [`sink`] — the transactional producer everything commits through;
+//! - [`kafka`] — client settings, topic declarations, committed reads;
+//! - [`codec`] — schema registry and Avro;
+//! - [`telemetry`] — metrics;
+//! - [`app`] — topologies that ship with eosflow; [`verify`] — the exactly-once verifier.
+
+pub mod app;
+pub mod codec;
+pub mod config;
+pub mod kafka;
+pub mod processor;
+pub mod retry;
+pub mod sink;
+pub mod state;
+pub mod telemetry;
+pub mod verify;
+
+pub use config::Config;

@@ -1,0 +1,312 @@
+//! The `eosflow` command line: parses arguments, loads the config, and hands over to the library.
+//! Errors are reported here, with context, and turned into exit codes.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context as _, Result};
+use clap::{Parser, Subcommand};
+
+use eosflow::app::count::CountProcessor;
+use eosflow::kafka::topics::{self, TopicOutcome};
+use eosflow::kafka::KafkaClients;
+use eosflow::processor::Runtime;
+use eosflow::verify::{self, VerifyOptions, Workload};
+use eosflow::Config;
+
+#[derive(Parser)]
+#[command(
+    name = "eosflow",
+    version,
+    about = "Exactly-once stream processing on Kafka"
+)]
+struct Cli {
+    /// TOML config file; every key can also be set as EOSFLOW_<SECTION>_<KEY>.
+    #[arg(long, global = true, env = "EOSFLOW_CONFIG_FILE")]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a processor instance (a consumer-group member) until SIGTERM/SIGINT.
+    Run {
+        /// Which topology: `count` (per-key count and sum; the verifier's and benchmark's).
+        #[arg(long, default_value = "count")]
+        topology: String,
+        /// Output topic of the topology.
+        #[arg(long)]
+        output: String,
+    },
+    /// Declared topics (`topics/*.toml`).
+    Topics {
+        #[command(subcommand)]
+        action: TopicsAction,
+    },
+    /// Prove exactly-once: workload in, processes kill -9'ed, committed output checked.
+    Verify(VerifyArgs),
+    /// Smoke pipeline: produce → process (2 instances, exactly-once) → consume, with a summary.
+    Demo {
+        /// Records to push through.
+        #[arg(long, default_value_t = 20_000)]
+        records: u64,
+    },
+    /// Print the effective configuration (secrets redacted) or the first error in it.
+    Config,
+}
+
+#[derive(Subcommand)]
+enum TopicsAction {
+    /// Create missing topics and report drift (exit 3 on drift; nothing existing is changed).
+    Apply {
+        /// Folder of declarations.
+        #[arg(long, default_value = "topics")]
+        dir: PathBuf,
+    },
+}
+
+#[derive(clap::Args)]
+struct VerifyArgs {
+    /// Distinct input records.
+    #[arg(long, default_value_t = 200_000)]
+    records: u64,
+    /// Distinct keys.
+    #[arg(long, default_value_t = 1_000)]
+    keys: u64,
+    /// Partitions of every topic.
+    #[arg(long, default_value_t = 8)]
+    partitions: i32,
+    /// Processor processes.
+    #[arg(long, default_value_t = 2)]
+    instances: usize,
+    /// kill -9s during the run.
+    #[arg(long, default_value_t = 10)]
+    kills: u32,
+    /// Seconds over which the workload is produced (kills are spread over them).
+    #[arg(long, default_value_t = 40)]
+    duration_secs: u64,
+    /// Every n-th record is re-sent with the same id (0 = none).
+    #[arg(long, default_value_t = 50)]
+    duplicate_every: u64,
+    /// Commit interval of the instances.
+    #[arg(long, default_value_t = 100)]
+    commit_interval_ms: u64,
+    /// Where instance stores and logs go.
+    #[arg(long, default_value = "target/verify")]
+    work_dir: PathBuf,
+    /// Seconds allowed for the lag to drain after the workload is in.
+    #[arg(long, default_value_t = 180)]
+    drain_timeout_secs: u64,
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    init_logging();
+    match dispatch(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::from(1)
+        }
+    }
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,rdkafka=warn"));
+    let json = std::env::var("RUST_LOG_FORMAT").is_ok_and(|v| v == "json");
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if json {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
+fn dispatch(cli: Cli) -> Result<std::process::ExitCode> {
+    let config = Config::load(cli.config.as_deref()).context("loading configuration")?;
+    match cli.command {
+        Command::Run { topology, output } => run(&config, &topology, &output),
+        Command::Topics {
+            action: TopicsAction::Apply { dir },
+        } => topics_apply(&config, &dir),
+        Command::Verify(args) => verify_cmd(&config, args),
+        Command::Demo { records } => demo(&config, records),
+        Command::Config => {
+            let mut shown = config.clone();
+            for (k, v) in shown.kafka.properties.iter_mut() {
+                if k.contains("password") || k.contains("secret") || k.contains("key") {
+                    *v = "***".into();
+                }
+            }
+            if let Some((head, tail)) = shown.postgres.url.split_once('@') {
+                if let Some((user, _)) = head.rsplit_once(':') {
+                    shown.postgres.url = format!("{user}:***@{tail}");
+                }
+            }
+            println!(
+                "{}",
+                toml::to_string_pretty(&shown).context("rendering the config")?
+            );
+            Ok(std::process::ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn run(config: &Config, topology: &str, output: &str) -> Result<std::process::ExitCode> {
+    if topology != "count" {
+        bail!("unknown topology {topology:?}: the only one shipped is `count`");
+    }
+    if !config.metrics.listen.is_empty() {
+        eosflow::telemetry::install_prometheus(&config.metrics.listen)
+            .map_err(anyhow::Error::msg)?;
+    }
+    let runtime =
+        Runtime::new(config, CountProcessor::new(output)).context("starting the runtime")?;
+    let shutdown = Arc::new(AtomicBool::new(false));
+    let worker = {
+        let shutdown = shutdown.clone();
+        std::thread::Builder::new()
+            .name("eos-loop".into())
+            .spawn(move || runtime.run(shutdown))
+            .context("spawning the processing thread")?
+    };
+    let signals = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("building the signal runtime")?;
+    signals.block_on(async {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        loop {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => break,
+                _ = term.recv() => break,
+                _ = tokio::time::sleep(Duration::from_millis(200)) => {
+                    if worker.is_finished() { break; }
+                }
+            }
+        }
+        Ok::<_, std::io::Error>(())
+    })?;
+    shutdown.store(true, Ordering::Relaxed);
+    let summary = worker
+        .join()
+        .map_err(|_| anyhow::anyhow!("the processing thread panicked"))?
+        .context("processing")?;
+    tracing::info!(
+        records = summary.records,
+        commits = summary.commits,
+        aborts = summary.aborts,
+        dedup_hits = summary.dedup_hits,
+        dead_lettered = summary.dead_lettered,
+        "stopped"
+    );
+    Ok(std::process::ExitCode::SUCCESS)
+}
+
+fn topics_apply(config: &Config, dir: &std::path::Path) -> Result<std::process::ExitCode> {
+    let specs = topics::load_dir(dir, &config.app.id).context("reading topic declarations")?;
+    let clients = KafkaClients::new(config.kafka.clone());
+    let rt = tokio::runtime::Runtime::new().context("tokio")?;
+    let outcomes = rt
+        .block_on(topics::apply(&clients, &specs, Duration::from_secs(30)))
+        .with_context(|| format!("applying topics at {}", clients.bootstrap()))?;
+    let mut drift = false;
+    for (name, outcome) in &outcomes {
+        match outcome {
+            TopicOutcome::Created => println!("created   {name}"),
+            TopicOutcome::Unchanged => println!("ok        {name}"),
+            TopicOutcome::Drift(diffs) => {
+                drift = true;
+                for d in diffs {
+                    println!("DRIFT     {name}: {d}");
+                }
+            }
+        }
+    }
+    Ok(if drift {
+        std::process::ExitCode::from(3)
+    } else {
+        std::process::ExitCode::SUCCESS
+    })
+}
+
+fn verify_options(args: &VerifyArgs) -> Result<VerifyOptions> {
+    Ok(VerifyOptions {
+        workload: Workload {
+            records: args.records,
+            keys: args.keys,
+            duplicate_every: args.duplicate_every,
+        },
+        partitions: args.partitions,
+        instances: args.instances.max(1),
+        kills: args.kills,
+        duration: Duration::from_secs(args.duration_secs),
+        commit_interval_ms: args.commit_interval_ms,
+        exe: std::env::current_exe().context("locating the eosflow binary")?,
+        work_dir: args.work_dir.clone(),
+        drain_timeout: Duration::from_secs(args.drain_timeout_secs),
+    })
+}
+
+fn verify_cmd(config: &Config, args: VerifyArgs) -> Result<std::process::ExitCode> {
+    let opts = verify_options(&args)?;
+    let report = verify::run(config, &opts).map_err(anyhow::Error::msg)?;
+    println!("{}", report.line());
+    Ok(if report.verdict.ok() {
+        std::process::ExitCode::SUCCESS
+    } else {
+        std::process::ExitCode::from(2)
+    })
+}
+
+fn demo(config: &Config, records: u64) -> Result<std::process::ExitCode> {
+    let args = VerifyArgs {
+        records,
+        keys: 100,
+        partitions: 4,
+        instances: 2,
+        kills: 1,
+        duration_secs: 8,
+        duplicate_every: 100,
+        commit_interval_ms: 100,
+        work_dir: PathBuf::from("target/demo"),
+        drain_timeout_secs: 120,
+    };
+    let opts = verify_options(&args)?;
+    println!(
+        "eosflow demo: {records} records over {} keys → 2 exactly-once instances (one kill -9 midway) → read_committed",
+        args.keys
+    );
+    let report = verify::run(config, &opts).map_err(anyhow::Error::msg)?;
+    let v = &report.verdict;
+    let rate = report.produced as f64 / report.elapsed.as_secs_f64().max(0.001);
+    println!();
+    println!("  {:<28} {:>10}", "input topic", report.input_topic);
+    println!("  {:<28} {:>10}", "output topic", report.output_topic);
+    println!("  {:<28} {:>10}", "records produced", report.produced);
+    println!(
+        "  {:<28} {:>10}",
+        "  of which re-sent ids",
+        opts.workload.duplicates()
+    );
+    println!("  {:<28} {:>10}", "records processed (outputs)", v.outputs);
+    println!("  {:<28} {:>10}", "lost", v.lost);
+    println!("  {:<28} {:>10}", "duplicated", v.duplicated);
+    println!("  {:<28} {:>10}", "state mismatches", v.state_mismatches);
+    println!("  {:<28} {:>10}", "kill -9", report.kills);
+    println!("  {:<28} {:>10.1}", "seconds", report.elapsed.as_secs_f64());
+    println!("  {:<28} {:>10.0}", "records/s (end to end)", rate);
+    println!();
+    println!("{}", report.line());
+    Ok(if v.ok() {
+        std::process::ExitCode::SUCCESS
+    } else {
+        std::process::ExitCode::from(2)
+    })
+}

@@ -1,0 +1,12 @@
+//! The Processor API (what users implement) and the exactly-once runtime that drives it.
+//!
+//! A [`Processor`] sees one [`Record`] at a time with a [`Context`] giving read-your-writes
+//! access to the state of the record's partition and a way to emit records. Everything a call
+//! does — state writes, emitted records, the dedup mark — commits in one Kafka transaction with
+//! the record's input offset, or not at all.
+
+mod api;
+pub mod runtime;
+
+pub use api::{Context, Emit, ProcessError, Processor, Record};
+pub use runtime::{RunSummary, Runtime, RuntimeError, RuntimeOptions};

@@ -1,0 +1,656 @@
+//! The exactly-once read-process-write loop (KIP-447).
+//!
+//! One consumer-group member and one transactional producer per instance. Each turn:
+//! poll a batch (bounded by records and by the commit interval) with no transaction open →
+//! begin → process every record (state into the partition's overlay, emits sent pipelined) →
+//! changelog records → input offsets with the group's metadata → commit → apply the overlays
+//! to RocksDB with the changelog offsets reached. Any failure aborts, drops the overlays and
+//! seeks back to the batch's first offsets. Transactions open and close between two polls, so
+//! none ever spans a rebalance (rebalance callbacks only run inside `poll`).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance};
+use rdkafka::error::KafkaError;
+use rdkafka::message::{Headers, OwnedMessage};
+use rdkafka::producer::DeliveryFuture;
+use rdkafka::{ClientContext, Message, Offset, TopicPartitionList};
+
+use super::{Context, ProcessError, Processor, Record};
+use crate::config::Config;
+use crate::kafka::{ClientRole, KafkaClients};
+use crate::retry::dlt;
+use crate::sink::{SinkError, TxnSink};
+use crate::state::{restore, Column, Overlay, RestoreStats, StateError, Store, StoreCache};
+use crate::telemetry;
+
+/// Why the runtime stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    /// The consumer could not be created or subscribed.
+    #[error("kafka consumer: {0}")]
+    Consumer(#[from] KafkaError),
+    /// The producer failed in a way that ends this instance.
+    #[error(transparent)]
+    Sink(#[from] SinkError),
+    /// A store could not be opened, restored or written.
+    #[error(transparent)]
+    State(#[from] StateError),
+    /// The configuration cannot run a processor.
+    #[error("configuration: {0}")]
+    Config(String),
+}
+
+/// Everything the loop needs, derived from [`Config`].
+#[derive(Debug, Clone)]
+pub struct RuntimeOptions {
+    /// Consumer group and topic prefix.
+    pub app_id: String,
+    /// Stable instance id: suffix of `transactional.id`.
+    pub instance_id: String,
+    /// Inputs (co-partitioned).
+    pub input_topics: Vec<String>,
+    /// Longest a batch stays open.
+    pub commit_interval: Duration,
+    /// Most records per transaction.
+    pub max_batch_records: usize,
+    /// `transaction.timeout.ms`.
+    pub transaction_timeout: Duration,
+    /// `session.timeout.ms`.
+    pub session_timeout: Duration,
+    /// Deadline for one partition's restore.
+    pub restore_timeout: Duration,
+    /// Root of this instance's stores.
+    pub state_dir: PathBuf,
+    /// RocksDB block cache for all stores.
+    pub block_cache_bytes: u64,
+    /// Dedup window.
+    pub dedup_retention: Duration,
+    /// How often expired dedup ids are purged.
+    pub dedup_purge_interval: Duration,
+}
+
+impl RuntimeOptions {
+    /// Reads the options from a validated config.
+    pub fn from_config(config: &Config) -> Result<Self, RuntimeError> {
+        if config.processor.input_topics.is_empty() {
+            return Err(RuntimeError::Config(
+                "`processor.input_topics` (EOSFLOW_PROCESSOR_INPUT_TOPICS) is empty: name at least one input topic".into(),
+            ));
+        }
+        let instance_id = config.instance_id();
+        Ok(Self {
+            app_id: config.app.id.clone(),
+            state_dir: config.state.dir.join(&config.app.id).join(&instance_id),
+            instance_id,
+            input_topics: config.processor.input_topics.clone(),
+            commit_interval: Duration::from_millis(config.processor.commit_interval_ms),
+            max_batch_records: config.processor.max_batch_records,
+            transaction_timeout: Duration::from_millis(config.processor.transaction_timeout_ms),
+            session_timeout: Duration::from_millis(config.processor.session_timeout_ms),
+            restore_timeout: Duration::from_millis(config.processor.restore_timeout_ms),
+            block_cache_bytes: config.state.block_cache_bytes,
+            dedup_retention: Duration::from_secs(config.state.dedup_retention_secs),
+            dedup_purge_interval: Duration::from_secs(config.state.dedup_purge_interval_secs),
+        })
+    }
+
+    /// `transactional.id` of this instance.
+    pub fn transactional_id(&self) -> String {
+        format!("{}-{}", self.app_id, self.instance_id)
+    }
+}
+
+/// Counters of one run, returned when the loop stops.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RunSummary {
+    /// Records handled (processed, dead-lettered or deduplicated) in committed transactions.
+    pub records: u64,
+    /// Records skipped as already-seen ids.
+    pub dedup_hits: u64,
+    /// Records sent to a dead-letter topic.
+    pub dead_lettered: u64,
+    /// Transactions committed.
+    pub commits: u64,
+    /// Transactions aborted.
+    pub aborts: u64,
+    /// Partition restores and what they replayed.
+    pub restores: Vec<(i32, RestoreStats)>,
+}
+
+#[derive(Debug)]
+enum GroupEvent {
+    Assigned(Vec<(String, i32)>),
+    Revoked(Vec<(String, i32)>),
+}
+
+/// Records rebalances as they happen inside `poll`; the loop acts on them right after.
+#[derive(Default)]
+struct GroupContext {
+    events: Mutex<Vec<GroupEvent>>,
+}
+
+fn tpl_pairs(tpl: &TopicPartitionList) -> Vec<(String, i32)> {
+    tpl.elements()
+        .iter()
+        .map(|e| (e.topic().to_string(), e.partition()))
+        .collect()
+}
+
+impl GroupContext {
+    fn push(&self, e: GroupEvent) {
+        if let Ok(mut events) = self.events.lock() {
+            events.push(e);
+        }
+    }
+    fn take(&self) -> Vec<GroupEvent> {
+        self.events
+            .lock()
+            .map(|mut e| std::mem::take(&mut *e))
+            .unwrap_or_default()
+    }
+}
+
+impl ClientContext for GroupContext {}
+
+impl ConsumerContext for GroupContext {
+    fn pre_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        if let Rebalance::Revoke(tpl) = rebalance {
+            self.push(GroupEvent::Revoked(tpl_pairs(tpl)));
+        }
+    }
+    fn post_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        match rebalance {
+            Rebalance::Assign(tpl) => self.push(GroupEvent::Assigned(tpl_pairs(tpl))),
+            Rebalance::Error(e) => tracing::warn!(error = %e, "rebalance error"),
+            Rebalance::Revoke(_) => {}
+        }
+    }
+}
+
+/// One assigned partition number: its store and the open batch's writes.
+struct Task {
+    store: Store,
+    overlay: Overlay,
+    last_purge: Instant,
+}
+
+/// The exactly-once runtime of one instance.
+pub struct Runtime<P: Processor> {
+    opts: RuntimeOptions,
+    clients: KafkaClients,
+    processor: P,
+    consumer: BaseConsumer<GroupContext>,
+    sink: TxnSink,
+    cache: StoreCache,
+    changelog: String,
+    tasks: BTreeMap<i32, Task>,
+    assigned: BTreeSet<(String, i32)>,
+    summary: RunSummary,
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or_default()
+}
+
+impl<P: Processor> Runtime<P> {
+    /// Connects: creates the transactional producer (fencing a previous incarnation of this
+    /// instance) and subscribes the group consumer.
+    pub fn new(config: &Config, processor: P) -> Result<Self, RuntimeError> {
+        let opts = RuntimeOptions::from_config(config)?;
+        let clients = KafkaClients::new(config.kafka.clone());
+        let changelog = format!("{}-{}-changelog", opts.app_id, processor.store_name());
+        let sink = TxnSink::new(&clients, &opts.transactional_id(), opts.transaction_timeout)?;
+        let consumer: BaseConsumer<GroupContext> = clients
+            .config(ClientRole::GroupConsumer {
+                group: &opts.app_id,
+                session_timeout: opts.session_timeout,
+                instance: None,
+            })
+            .create_with_context(GroupContext::default())?;
+        let topics: Vec<&str> = opts.input_topics.iter().map(String::as_str).collect();
+        consumer.subscribe(&topics)?;
+        std::fs::create_dir_all(&opts.state_dir).map_err(|source| StateError::Io {
+            path: opts.state_dir.display().to_string(),
+            source,
+        })?;
+        tracing::info!(
+            transactional_id = %opts.transactional_id(),
+            group = %opts.app_id,
+            inputs = ?opts.input_topics,
+            changelog = %changelog,
+            "runtime started"
+        );
+        Ok(Self {
+            cache: StoreCache::new(opts.block_cache_bytes),
+            opts,
+            clients,
+            processor,
+            consumer,
+            sink,
+            changelog,
+            tasks: BTreeMap::new(),
+            assigned: BTreeSet::new(),
+            summary: RunSummary::default(),
+        })
+    }
+
+    /// The changelog topic this runtime writes.
+    pub fn changelog_topic(&self) -> &str {
+        &self.changelog
+    }
+
+    /// Runs until `shutdown` is set (the open batch is committed first) or a fatal error.
+    pub fn run(mut self, shutdown: Arc<AtomicBool>) -> Result<RunSummary, RuntimeError> {
+        let result = self.run_loop(&shutdown);
+        self.consumer.unsubscribe();
+        self.tasks.clear();
+        match result {
+            Ok(()) => Ok(self.summary),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn run_loop(&mut self, shutdown: &AtomicBool) -> Result<(), RuntimeError> {
+        while !shutdown.load(Ordering::Relaxed) {
+            let batch = self.poll_batch(shutdown)?;
+            if batch.is_empty() {
+                continue;
+            }
+            self.commit_batch(batch)?;
+        }
+        Ok(())
+    }
+
+    /// Collects records until the batch is full or the commit interval has passed.
+    fn poll_batch(&mut self, shutdown: &AtomicBool) -> Result<Vec<OwnedMessage>, RuntimeError> {
+        let deadline = Instant::now() + self.opts.commit_interval;
+        let mut batch: Vec<OwnedMessage> = Vec::new();
+        while batch.len() < self.opts.max_batch_records && !shutdown.load(Ordering::Relaxed) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            let polled = self.consumer.poll(left).map(|r| r.map(|m| m.detach()));
+            // Rebalances happened inside poll: drop records of revoked partitions (they were not
+            // processed; their new owner reads them from the committed offset) and restore new ones.
+            let events = self.consumer.context().take();
+            if !events.is_empty() {
+                self.on_group_events(events, &mut batch)?;
+            }
+            match polled {
+                Some(Ok(m))
+                    if self
+                        .assigned
+                        .contains(&(m.topic().to_string(), m.partition())) =>
+                {
+                    batch.push(m);
+                }
+                Some(Ok(_)) => {}
+                Some(Err(e)) => {
+                    tracing::warn!(error = %e, "consumer error");
+                    telemetry::consumer_error();
+                }
+                None => {}
+            }
+        }
+        Ok(batch)
+    }
+
+    fn on_group_events(
+        &mut self,
+        events: Vec<GroupEvent>,
+        batch: &mut Vec<OwnedMessage>,
+    ) -> Result<(), RuntimeError> {
+        for event in events {
+            match event {
+                GroupEvent::Revoked(parts) => {
+                    tracing::info!(partitions = ?parts, "partitions revoked");
+                    telemetry::rebalance("revoke");
+                    for p in &parts {
+                        self.assigned.remove(p);
+                    }
+                    batch.retain(|m| {
+                        self.assigned
+                            .contains(&(m.topic().to_string(), m.partition()))
+                    });
+                    let live: BTreeSet<i32> = self.assigned.iter().map(|(_, p)| *p).collect();
+                    self.tasks.retain(|p, _| live.contains(p));
+                }
+                GroupEvent::Assigned(parts) => {
+                    tracing::info!(partitions = ?parts, "partitions assigned");
+                    telemetry::rebalance("assign");
+                    let numbers: BTreeSet<i32> = parts.iter().map(|(_, p)| *p).collect();
+                    for p in numbers {
+                        if !self.tasks.contains_key(&p) {
+                            self.open_task(p)?;
+                        }
+                    }
+                    self.assigned.extend(parts);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Opens partition `p`'s store and replays its changelog tail before any record is processed.
+    fn open_task(&mut self, p: i32) -> Result<(), RuntimeError> {
+        let path = self.opts.state_dir.join(format!("{}-{p}", self.changelog));
+        let source = format!("{}[{p}]", self.changelog);
+        let (mut store, mut rebuilt) = Store::open(&path, &source, &self.cache)?;
+        let stats = match restore(
+            &self.clients,
+            &store,
+            &self.changelog,
+            p,
+            self.opts.restore_timeout,
+        ) {
+            Err(e @ StateError::CheckpointAhead { .. }) => {
+                tracing::warn!(partition = p, error = %e, "rebuilding the store from the changelog alone");
+                drop(store);
+                Store::wipe(&path)?;
+                (store, _) = Store::open(&path, &source, &self.cache)?;
+                rebuilt = true;
+                restore(
+                    &self.clients,
+                    &store,
+                    &self.changelog,
+                    p,
+                    self.opts.restore_timeout,
+                )?
+            }
+            other => other?,
+        };
+        let keys = store.count(Column::State)?;
+        tracing::info!(
+            partition = p,
+            rebuilt,
+            from = stats.from_offset,
+            to = stats.to_offset,
+            replayed = stats.records,
+            store_keys = keys,
+            millis = stats.millis,
+            "restored partition={p} replayed={} store_keys={keys} from={} to={}",
+            stats.records,
+            stats.from_offset,
+            stats.to_offset
+        );
+        telemetry::restored(p, &stats);
+        self.summary.restores.push((p, stats));
+        self.tasks.insert(
+            p,
+            Task {
+                store,
+                overlay: Overlay::default(),
+                last_purge: Instant::now(),
+            },
+        );
+        Ok(())
+    }
+
+    fn commit_batch(&mut self, batch: Vec<OwnedMessage>) -> Result<(), RuntimeError> {
+        let started = Instant::now();
+        match self.try_commit_batch(&batch) {
+            Ok(changelog_ends) => {
+                for (p, task) in self.tasks.iter_mut() {
+                    if task.overlay.is_empty() {
+                        continue;
+                    }
+                    let next = changelog_ends.get(p).map(|o| o + 1);
+                    task.store.apply(&task.overlay, next)?;
+                    task.overlay.clear();
+                }
+                self.summary.commits += 1;
+                self.summary.records += batch.len() as u64;
+                telemetry::committed(batch.len(), started.elapsed());
+                Ok(())
+            }
+            Err(e) => {
+                for task in self.tasks.values_mut() {
+                    task.overlay.clear();
+                }
+                self.summary.aborts += 1;
+                telemetry::aborted();
+                match &e {
+                    SinkError::Fenced { .. } => return Err(e.into()),
+                    SinkError::Abortable(_) | SinkError::NoGroupMetadata => {
+                        tracing::warn!(error = %e, records = batch.len(), "aborting batch");
+                        if let Err(abort_err) = self.sink.abort() {
+                            tracing::warn!(error = %abort_err, "abort failed; recreating the producer");
+                            self.reset_sink()?;
+                        }
+                    }
+                    SinkError::Fatal(err) => {
+                        tracing::warn!(error = %err, "producer unusable; recreating it");
+                        self.reset_sink()?;
+                    }
+                }
+                self.seek_back(&batch)?;
+                Ok(())
+            }
+        }
+    }
+
+    fn reset_sink(&mut self) -> Result<(), RuntimeError> {
+        match self.sink.reset() {
+            Ok(()) => Ok(()),
+            Err(e @ SinkError::Fenced { .. }) => Err(e.into()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Rewinds every partition of an aborted batch to its first record.
+    fn seek_back(&mut self, batch: &[OwnedMessage]) -> Result<(), RuntimeError> {
+        let mut first: HashMap<(String, i32), i64> = HashMap::new();
+        for m in batch {
+            first
+                .entry((m.topic().to_string(), m.partition()))
+                .and_modify(|o| *o = (*o).min(m.offset()))
+                .or_insert(m.offset());
+        }
+        let mut tpl = TopicPartitionList::new();
+        for ((t, p), o) in &first {
+            if self.assigned.contains(&(t.clone(), *p)) {
+                tpl.add_partition_offset(t, *p, Offset::Offset(*o))?;
+            }
+        }
+        if tpl.count() > 0 {
+            self.consumer
+                .seek_partitions(tpl, Duration::from_secs(10))?;
+        }
+        Ok(())
+    }
+
+    /// The transaction of one batch; returns the last changelog offset written per partition.
+    fn try_commit_batch(&mut self, batch: &[OwnedMessage]) -> Result<HashMap<i32, i64>, SinkError> {
+        self.sink.begin()?;
+        let mut next_offsets: BTreeMap<(String, i32), i64> = BTreeMap::new();
+        let now = now_ms();
+        for m in batch {
+            next_offsets.insert((m.topic().to_string(), m.partition()), m.offset() + 1);
+            self.handle(m, now)?;
+        }
+        self.purge_expired_dedup(now);
+        let mut last_changelog: HashMap<i32, DeliveryFuture> = HashMap::new();
+        for (p, task) in &self.tasks {
+            for (col, key, value) in task.overlay.iter() {
+                let k = col.changelog_key(key);
+                let f = self
+                    .sink
+                    .send(&self.changelog, Some(*p), Some(&k), value, &[])?;
+                last_changelog.insert(*p, f);
+            }
+        }
+        let mut offsets = TopicPartitionList::new();
+        for ((t, p), o) in &next_offsets {
+            offsets
+                .add_partition_offset(t, *p, Offset::Offset(*o))
+                .map_err(SinkError::Abortable)?;
+        }
+        let group = self
+            .consumer
+            .group_metadata()
+            .ok_or(SinkError::NoGroupMetadata)?;
+        self.sink.send_offsets(&offsets, &group)?;
+        self.sink.commit()?;
+        let mut ends = HashMap::new();
+        for (p, f) in last_changelog {
+            match self.sink.delivered(f) {
+                Some((_, offset)) => {
+                    ends.insert(p, offset);
+                }
+                None => tracing::warn!(partition = p, "no delivery report for a committed changelog record; the next restore replays more"),
+            }
+        }
+        Ok(ends)
+    }
+
+    /// Processes one record inside the open transaction.
+    fn handle(&mut self, m: &OwnedMessage, now: i64) -> Result<(), SinkError> {
+        let Some(task) = self.tasks.get_mut(&m.partition()) else {
+            return Ok(());
+        };
+        let headers: Vec<(String, Vec<u8>)> = m
+            .headers()
+            .map(|hs| {
+                hs.iter()
+                    .map(|h| {
+                        (
+                            h.key.to_string(),
+                            h.value.map(<[u8]>::to_vec).unwrap_or_default(),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let record = Record {
+            topic: m.topic(),
+            partition: m.partition(),
+            offset: m.offset(),
+            timestamp: m.timestamp().to_millis(),
+            key: m.key(),
+            value: m.payload(),
+            headers: &headers,
+        };
+        let id = self.processor.message_id(&record);
+        if let Some(id) = &id {
+            let seen = match task.overlay.get(Column::Dedup, id) {
+                Some(v) => v.is_some(),
+                None => task.store.get(Column::Dedup, id).ok().flatten().is_some(),
+            };
+            if seen {
+                self.summary.dedup_hits += 1;
+                telemetry::dedup_hit(m.topic());
+                tracing::debug!(
+                    topic = m.topic(),
+                    partition = m.partition(),
+                    offset = m.offset(),
+                    "duplicate id skipped"
+                );
+                return Ok(());
+            }
+        }
+        let processor = &mut self.processor;
+        let outcome = {
+            let mut ctx = Context::new(&task.store, &task.overlay, id.as_deref());
+            let r = catch_unwind(AssertUnwindSafe(|| processor.process(&mut ctx, &record)));
+            match r {
+                Ok(Ok(())) => Ok(ctx.into_parts()),
+                Ok(Err(e)) => Err(e),
+                Err(panic) => Err(ProcessError::permanent(format!(
+                    "handler panicked: {}",
+                    panic_message(&panic)
+                ))),
+            }
+        };
+        match outcome {
+            Ok((writes, emits)) => {
+                task.overlay.absorb(writes);
+                for e in emits {
+                    self.sink.send(
+                        &e.topic,
+                        None,
+                        e.key.as_deref(),
+                        e.value.as_deref(),
+                        &e.headers,
+                    )?;
+                }
+                telemetry::processed(m.topic());
+            }
+            Err(err) => {
+                tracing::warn!(
+                    topic = m.topic(),
+                    partition = m.partition(),
+                    offset = m.offset(),
+                    class = err.class(),
+                    error = err.message(),
+                    "record failed; dead-lettering it"
+                );
+                let dlt_headers = dlt::headers(&record, &self.opts.app_id, &err, now);
+                self.sink.send(
+                    &dlt::topic_for(m.topic()),
+                    None,
+                    record.key,
+                    record.value,
+                    &dlt_headers,
+                )?;
+                self.summary.dead_lettered += 1;
+                telemetry::dead_lettered(m.topic());
+            }
+        }
+        if let Some(id) = id {
+            task.overlay
+                .put(Column::Dedup, &id, now.to_be_bytes().to_vec());
+        }
+        Ok(())
+    }
+
+    /// Tombstones dedup ids older than the retention window, a bounded number per batch.
+    fn purge_expired_dedup(&mut self, now: i64) {
+        const MAX_PER_BATCH: usize = 10_000;
+        let retention = self.opts.dedup_retention.as_millis() as i64;
+        for task in self.tasks.values_mut() {
+            if task.last_purge.elapsed() < self.opts.dedup_purge_interval {
+                continue;
+            }
+            task.last_purge = Instant::now();
+            let Ok(entries) = task.store.entries(Column::Dedup) else {
+                continue;
+            };
+            let mut purged = 0;
+            for (id, ts) in entries {
+                let seen_at = <[u8; 8]>::try_from(ts.as_slice())
+                    .map(i64::from_be_bytes)
+                    .unwrap_or(0);
+                if now - seen_at > retention && task.overlay.get(Column::Dedup, &id).is_none() {
+                    task.overlay.delete(Column::Dedup, &id);
+                    purged += 1;
+                    if purged >= MAX_PER_BATCH {
+                        break;
+                    }
+                }
+            }
+            if purged > 0 {
+                tracing::debug!(purged, "expired dedup ids tombstoned");
+            }
+        }
+    }
+}
+
+fn panic_message(p: &Box<dyn std::any::Any + Send>) -> String {
+    if let Some(s) = p.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = p.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "non-string panic payload".into()
+    }
+}

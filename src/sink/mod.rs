@@ -1,0 +1,6 @@
+//! Where records leave eosflow: the transactional producer that commits outputs, changelog
+//! records, dead letters and input offsets as one unit.
+
+pub mod transactional;
+
+pub use transactional::{SinkError, TxnSink};

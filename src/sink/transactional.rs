@@ -1,0 +1,232 @@
+//! One transactional producer per instance (`transactional.id = <app>-<instance>`), with
+//! librdkafka's transaction errors sorted into what the runtime must do: retry the call,
+//! abort the batch, or stop because another instance took over (fenced).
+
+use std::time::{Duration, Instant};
+
+use futures::FutureExt;
+use rdkafka::consumer::ConsumerGroupMetadata;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
+use rdkafka::TopicPartitionList;
+
+use crate::kafka::{ClientRole, KafkaClients};
+
+/// What went wrong with a transaction, by what the caller must do about it.
+#[derive(Debug, thiserror::Error)]
+pub enum SinkError {
+    /// Another producer with our `transactional.id` (or a newer epoch) exists: stop, do not retry.
+    #[error("fenced: transactional.id {id} is now used by another instance ({source})")]
+    Fenced {
+        /// Our transactional.id.
+        id: String,
+        /// librdkafka's error.
+        source: KafkaError,
+    },
+    /// The batch cannot commit: abort it and process it again.
+    #[error("transaction must be aborted: {0}")]
+    Abortable(KafkaError),
+    /// The consumer has no group metadata (not in a group right now): abort and poll again.
+    #[error("the consumer is not in a group generation; the batch cannot commit its offsets")]
+    NoGroupMetadata,
+    /// The producer is unusable (e.g. a timed-out transaction): recreate it.
+    #[error("producer must be recreated: {0}")]
+    Fatal(KafkaError),
+}
+
+/// The transactional producer and its settings (to recreate it).
+pub struct TxnSink {
+    producer: FutureProducer,
+    clients: KafkaClients,
+    id: String,
+    timeout: Duration,
+}
+
+impl std::fmt::Debug for TxnSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TxnSink").field("id", &self.id).finish()
+    }
+}
+
+fn is_fencing(code: RDKafkaErrorCode) -> bool {
+    matches!(
+        code,
+        RDKafkaErrorCode::ProducerFenced
+            | RDKafkaErrorCode::InvalidProducerEpoch
+            | RDKafkaErrorCode::Fenced
+            | RDKafkaErrorCode::TransactionalIdAuthorizationFailed
+    )
+}
+
+impl TxnSink {
+    /// Creates the producer and calls `init_transactions`, fencing any previous instance with the
+    /// same id and aborting its open transaction.
+    pub fn new(clients: &KafkaClients, id: &str, timeout: Duration) -> Result<Self, SinkError> {
+        let producer = Self::create(clients, id, timeout)?;
+        Ok(Self {
+            producer,
+            clients: clients.clone(),
+            id: id.to_string(),
+            timeout,
+        })
+    }
+
+    fn create(
+        clients: &KafkaClients,
+        id: &str,
+        timeout: Duration,
+    ) -> Result<FutureProducer, SinkError> {
+        let producer: FutureProducer = clients
+            .config(ClientRole::Transactional { id, timeout })
+            .create()
+            .map_err(SinkError::Fatal)?;
+        let deadline = Instant::now() + timeout * 3;
+        loop {
+            match producer.init_transactions(timeout) {
+                Ok(()) => return Ok(producer),
+                Err(e) => match classify(id, e) {
+                    // The coordinator may still be loading or the previous epoch aborting.
+                    SinkError::Abortable(e) if Instant::now() < deadline => {
+                        tracing::warn!(error = %e, "init_transactions failed; retrying");
+                        std::thread::sleep(Duration::from_millis(500));
+                    }
+                    other => return Err(other),
+                },
+            }
+        }
+    }
+
+    /// Replaces the producer after a fatal error (same id, new epoch).
+    pub fn reset(&mut self) -> Result<(), SinkError> {
+        self.producer = Self::create(&self.clients, &self.id, self.timeout)?;
+        Ok(())
+    }
+
+    /// The `transactional.id`.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Opens a transaction.
+    pub fn begin(&self) -> Result<(), SinkError> {
+        self.producer
+            .begin_transaction()
+            .map_err(|e| classify(&self.id, e))
+    }
+
+    /// Queues a record in the open transaction without waiting for it (sends are pipelined;
+    /// the commit is the only sync point). Waits while librdkafka's queue is full.
+    pub fn send(
+        &self,
+        topic: &str,
+        partition: Option<i32>,
+        key: Option<&[u8]>,
+        value: Option<&[u8]>,
+        headers: &[(String, Vec<u8>)],
+    ) -> Result<DeliveryFuture, SinkError> {
+        let mut h = OwnedHeaders::new_with_capacity(headers.len());
+        for (k, v) in headers {
+            h = h.insert(Header {
+                key: k,
+                value: Some(v.as_slice()),
+            });
+        }
+        let mut record: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(topic).headers(h);
+        if let Some(p) = partition {
+            record = record.partition(p);
+        }
+        if let Some(k) = key {
+            record = record.key(k);
+        }
+        if let Some(v) = value {
+            record = record.payload(v);
+        }
+        let deadline = Instant::now() + self.timeout;
+        loop {
+            match self.producer.send_result(record) {
+                Ok(f) => return Ok(f),
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r))
+                    if Instant::now() < deadline =>
+                {
+                    record = r;
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+                Err((e, _)) => return Err(classify(&self.id, e)),
+            }
+        }
+    }
+
+    /// Adds the consumer's next offsets to the transaction, bound to its group generation
+    /// (KIP-447: a zombie from an older generation is rejected here).
+    pub fn send_offsets(
+        &self,
+        offsets: &TopicPartitionList,
+        group: &ConsumerGroupMetadata,
+    ) -> Result<(), SinkError> {
+        self.producer
+            .send_offsets_to_transaction(offsets, group, self.timeout)
+            .map_err(|e| classify(&self.id, e))
+    }
+
+    /// Commits; retries a retriable failure until the transaction timeout.
+    pub fn commit(&self) -> Result<(), SinkError> {
+        let deadline = Instant::now() + self.timeout;
+        loop {
+            match self.producer.commit_transaction(self.timeout) {
+                Ok(()) => return Ok(()),
+                Err(KafkaError::Transaction(e))
+                    if e.is_retriable() && Instant::now() < deadline =>
+                {
+                    tracing::warn!(error = %e, "commit failed with a retriable error; retrying");
+                }
+                Err(e) => return Err(classify(&self.id, e)),
+            }
+        }
+    }
+
+    /// Aborts the open transaction: none of its records become visible to `read_committed`.
+    pub fn abort(&self) -> Result<(), SinkError> {
+        self.producer
+            .abort_transaction(self.timeout)
+            .map_err(|e| classify(&self.id, e))
+    }
+
+    /// Waits for a delivery the committed transaction already guarantees; `(partition, offset)`.
+    pub fn delivered(&self, future: DeliveryFuture) -> Option<(i32, i64)> {
+        let deadline = Instant::now() + self.timeout;
+        let mut future = future;
+        loop {
+            match (&mut future).now_or_never() {
+                Some(Ok(Ok(d))) => return Some((d.partition, d.offset)),
+                Some(_) => return None,
+                None if Instant::now() >= deadline => return None,
+                None => std::thread::sleep(Duration::from_micros(200)),
+            }
+        }
+    }
+}
+
+fn classify(id: &str, e: KafkaError) -> SinkError {
+    match &e {
+        KafkaError::Transaction(t) => {
+            if is_fencing(t.code()) {
+                SinkError::Fenced {
+                    id: id.to_string(),
+                    source: e,
+                }
+            } else if t.is_fatal() {
+                SinkError::Fatal(e)
+            } else {
+                SinkError::Abortable(e)
+            }
+        }
+        other => match other.rdkafka_error_code() {
+            Some(code) if is_fencing(code) => SinkError::Fenced {
+                id: id.to_string(),
+                source: e,
+            },
+            _ => SinkError::Abortable(e),
+        },
+    }
+}

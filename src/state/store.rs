@@ -1,0 +1,324 @@
+//! One partition's RocksDB store: column families `state`, `dedup` and `meta`, the last holding
+//! the changelog checkpoint written atomically with the data it covers.
+
+use std::path::{Path, PathBuf};
+
+use rocksdb::{
+    BlockBasedOptions, Cache, ColumnFamilyDescriptor, DBCompressionType, IteratorMode, Options,
+    WriteBatch, WriteOptions, DB,
+};
+
+use super::{Column, Overlay, StateError};
+
+const META: &str = "meta";
+const CHECKPOINT_KEY: &[u8] = b"changelog.next_offset";
+const SOURCE_KEY: &[u8] = b"changelog.source";
+
+/// The block cache all stores of an instance share: the RocksDB memory budget.
+#[derive(Clone)]
+pub struct StoreCache {
+    cache: Cache,
+    bytes: usize,
+}
+
+impl std::fmt::Debug for StoreCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoreCache")
+            .field("bytes", &self.bytes)
+            .finish()
+    }
+}
+
+impl StoreCache {
+    /// A shared LRU cache of `bytes`.
+    pub fn new(bytes: u64) -> Self {
+        let bytes = usize::try_from(bytes).unwrap_or(usize::MAX);
+        Self {
+            cache: Cache::new_lru_cache(bytes),
+            bytes,
+        }
+    }
+
+    /// Bytes held in the cache now, for the memory report.
+    pub fn usage(&self) -> usize {
+        self.cache.get_usage()
+    }
+}
+
+/// A committed key and value.
+pub type Entry = (Vec<u8>, Vec<u8>);
+
+/// A partition's store.
+pub struct Store {
+    db: DB,
+    path: PathBuf,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store").field("path", &self.path).finish()
+    }
+}
+
+fn options(cache: &StoreCache) -> Options {
+    let mut block = BlockBasedOptions::default();
+    block.set_block_cache(&cache.cache);
+    block.set_bloom_filter(10.0, false);
+    block.set_cache_index_and_filter_blocks(true);
+    let mut o = Options::default();
+    o.create_if_missing(true);
+    o.create_missing_column_families(true);
+    o.set_compression_type(DBCompressionType::Lz4);
+    o.set_block_based_table_factory(&block);
+    // Small memtables: many partitions share one process, and the changelog is the durable copy.
+    o.set_write_buffer_size(8 * 1024 * 1024);
+    o.set_max_write_buffer_number(2);
+    o.set_max_open_files(256);
+    o
+}
+
+impl Store {
+    /// Opens (or creates) the store at `path` for `source` (changelog topic and partition).
+    ///
+    /// A store that cannot be opened (corrupt), or that was built from another changelog,
+    /// is deleted and recreated empty: the changelog alone rebuilds it.
+    pub fn open(path: &Path, source: &str, cache: &StoreCache) -> Result<(Self, bool), StateError> {
+        std::fs::create_dir_all(path).map_err(|source| StateError::Io {
+            path: path.display().to_string(),
+            source,
+        })?;
+        match Self::open_raw(path, cache) {
+            Ok(store) => {
+                let same_source = match store.meta(SOURCE_KEY)? {
+                    None => store.checkpoint()?.is_none(),
+                    Some(s) => s == source.as_bytes(),
+                };
+                if same_source {
+                    store.set_meta(SOURCE_KEY, source.as_bytes())?;
+                    return Ok((store, false));
+                }
+                tracing::warn!(path = %path.display(), source, "store belongs to another changelog; rebuilding it");
+                drop(store);
+            }
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %e, "store cannot be opened; rebuilding it from the changelog");
+            }
+        }
+        Self::wipe(path)?;
+        let store = Self::open_raw(path, cache)?;
+        store.set_meta(SOURCE_KEY, source.as_bytes())?;
+        Ok((store, true))
+    }
+
+    fn open_raw(path: &Path, cache: &StoreCache) -> Result<Self, StateError> {
+        let opts = options(cache);
+        let cfs = [Column::State.cf(), Column::Dedup.cf(), META]
+            .into_iter()
+            .map(|n| ColumnFamilyDescriptor::new(n, options(cache)));
+        let db = DB::open_cf_descriptors(&opts, path, cfs).map_err(|source| StateError::Rocks {
+            path: path.display().to_string(),
+            source,
+        })?;
+        Ok(Self {
+            db,
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// Deletes the store's directory.
+    pub fn wipe(path: &Path) -> Result<(), StateError> {
+        match std::fs::remove_dir_all(path) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(source) => Err(StateError::Io {
+                path: path.display().to_string(),
+                source,
+            }),
+        }
+    }
+
+    fn err(&self, source: rocksdb::Error) -> StateError {
+        StateError::Rocks {
+            path: self.path.display().to_string(),
+            source,
+        }
+    }
+
+    fn cf(&self, name: &str) -> Result<&rocksdb::ColumnFamily, StateError> {
+        self.db
+            .cf_handle(name)
+            .ok_or_else(|| StateError::Changelog {
+                topic: self.path.display().to_string(),
+                partition: -1,
+                message: format!("column family {name} missing"),
+            })
+    }
+
+    fn meta(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StateError> {
+        self.db.get_cf(self.cf(META)?, key).map_err(|e| self.err(e))
+    }
+
+    fn set_meta(&self, key: &[u8], value: &[u8]) -> Result<(), StateError> {
+        self.db
+            .put_cf(self.cf(META)?, key, value)
+            .map_err(|e| self.err(e))
+    }
+
+    /// Reads a committed value.
+    pub fn get(&self, col: Column, key: &[u8]) -> Result<Option<Vec<u8>>, StateError> {
+        self.db
+            .get_cf(self.cf(col.cf())?, key)
+            .map_err(|e| self.err(e))
+    }
+
+    /// The next changelog offset to replay from, if the store has ever been checkpointed.
+    pub fn checkpoint(&self) -> Result<Option<i64>, StateError> {
+        Ok(self.meta(CHECKPOINT_KEY)?.and_then(|v| {
+            let bytes: [u8; 8] = v.as_slice().try_into().ok()?;
+            Some(i64::from_be_bytes(bytes))
+        }))
+    }
+
+    /// Applies a committed overlay and the changelog offset it reached, atomically.
+    pub fn apply(
+        &self,
+        overlay: &Overlay,
+        next_changelog_offset: Option<i64>,
+    ) -> Result<(), StateError> {
+        let mut batch = WriteBatch::default();
+        for (col, key, value) in overlay.iter() {
+            let cf = self.cf(col.cf())?;
+            match value {
+                Some(v) => batch.put_cf(cf, key, v),
+                None => batch.delete_cf(cf, key),
+            }
+        }
+        if let Some(next) = next_changelog_offset {
+            batch.put_cf(self.cf(META)?, CHECKPOINT_KEY, next.to_be_bytes());
+        }
+        self.write(batch)
+    }
+
+    /// Applies raw changelog records (restore) and the offset after them, atomically.
+    pub fn apply_changelog<'a>(
+        &self,
+        records: impl IntoIterator<Item = (&'a [u8], Option<&'a [u8]>)>,
+        next_changelog_offset: i64,
+    ) -> Result<usize, StateError> {
+        let mut batch = WriteBatch::default();
+        let mut n = 0;
+        for (k, v) in records {
+            let Some((col, key)) = Column::parse_changelog_key(k) else {
+                continue;
+            };
+            let cf = self.cf(col.cf())?;
+            match v {
+                Some(v) => batch.put_cf(cf, key, v),
+                None => batch.delete_cf(cf, key),
+            }
+            n += 1;
+        }
+        batch.put_cf(
+            self.cf(META)?,
+            CHECKPOINT_KEY,
+            next_changelog_offset.to_be_bytes(),
+        );
+        self.write(batch)?;
+        Ok(n)
+    }
+
+    fn write(&self, batch: WriteBatch) -> Result<(), StateError> {
+        let mut wo = WriteOptions::default();
+        // No fsync: the changelog is the durable copy and replay from the checkpoint is idempotent.
+        wo.set_sync(false);
+        self.db.write_opt(batch, &wo).map_err(|e| self.err(e))
+    }
+
+    /// Every committed entry of a column, in key order (dedup purge, tests, state dumps).
+    pub fn entries(&self, col: Column) -> Result<Vec<Entry>, StateError> {
+        let mut out = Vec::new();
+        for item in self.db.iterator_cf(self.cf(col.cf())?, IteratorMode::Start) {
+            let (k, v) = item.map_err(|e| self.err(e))?;
+            out.push((k.into_vec(), v.into_vec()));
+        }
+        Ok(out)
+    }
+
+    /// Number of committed keys in a column (an estimate is not enough for tests).
+    pub fn count(&self, col: Column) -> Result<usize, StateError> {
+        let mut n = 0;
+        for item in self.db.iterator_cf(self.cf(col.cf())?, IteratorMode::Start) {
+            item.map_err(|e| self.err(e))?;
+            n += 1;
+        }
+        Ok(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tmp() -> PathBuf {
+        std::env::temp_dir().join(format!("eosflow-store-{}", uuid::Uuid::new_v4()))
+    }
+
+    #[test]
+    fn overlay_and_checkpoint_apply_together_and_survive_reopen() {
+        let dir = tmp();
+        let cache = StoreCache::new(8 << 20);
+        {
+            let (s, rebuilt) = Store::open(&dir, "cl[0]", &cache).expect("open");
+            assert!(!rebuilt);
+            assert_eq!(s.checkpoint().expect("cp"), None);
+            let mut o = Overlay::default();
+            o.put(Column::State, b"a", b"1".to_vec());
+            o.put(Column::Dedup, b"id", b"t".to_vec());
+            s.apply(&o, Some(42)).expect("apply");
+        }
+        let (s, rebuilt) = Store::open(&dir, "cl[0]", &cache).expect("reopen");
+        assert!(!rebuilt);
+        assert_eq!(s.checkpoint().expect("cp"), Some(42));
+        assert_eq!(
+            s.get(Column::State, b"a").expect("get"),
+            Some(b"1".to_vec())
+        );
+        assert_eq!(s.count(Column::Dedup).expect("count"), 1);
+        drop(s);
+        // The same directory opened for another changelog is rebuilt, never mixed.
+        let (s, rebuilt) = Store::open(&dir, "other[3]", &cache).expect("open other");
+        assert!(rebuilt);
+        assert_eq!(s.checkpoint().expect("cp"), None);
+        assert_eq!(s.get(Column::State, b"a").expect("get"), None);
+        drop(s);
+        Store::wipe(&dir).expect("wipe");
+    }
+
+    #[test]
+    fn corrupt_store_is_rebuilt_empty() {
+        let dir = tmp();
+        let cache = StoreCache::new(8 << 20);
+        {
+            let (s, _) = Store::open(&dir, "cl[0]", &cache).expect("open");
+            let mut o = Overlay::default();
+            o.put(Column::State, b"a", b"1".to_vec());
+            s.apply(&o, Some(1)).expect("apply");
+        }
+        // Destroy the manifest: RocksDB cannot open this any more.
+        for entry in std::fs::read_dir(&dir).expect("dir") {
+            let p = entry.expect("entry").path();
+            let name = p
+                .file_name()
+                .map(|n| n.to_string_lossy().to_string())
+                .unwrap_or_default();
+            if name.starts_with("MANIFEST") || name == "CURRENT" {
+                std::fs::write(&p, b"garbage").expect("corrupt");
+            }
+        }
+        let (s, rebuilt) = Store::open(&dir, "cl[0]", &cache).expect("reopen");
+        assert!(rebuilt);
+        assert_eq!(s.checkpoint().expect("cp"), None);
+        drop(s);
+        Store::wipe(&dir).expect("wipe");
+    }
+}

@@ -1,0 +1,65 @@
+//! Every metric eosflow emits goes through one function here (Vector's "internal event"
+//! shape), so names and labels live in one place. `/metrics` is served by
+//! metrics-exporter-prometheus when `metrics.listen` is set.
+
+use std::time::Duration;
+
+use crate::state::RestoreStats;
+
+/// Installs the Prometheus exporter listening on `listen` (e.g. `0.0.0.0:9464`).
+pub fn install_prometheus(listen: &str) -> Result<(), String> {
+    let addr: std::net::SocketAddr = listen
+        .parse()
+        .map_err(|e| format!("metrics.listen {listen:?}: {e}"))?;
+    metrics_exporter_prometheus::PrometheusBuilder::new()
+        .with_http_listener(addr)
+        .install()
+        .map_err(|e| format!("starting the metrics listener on {listen}: {e}"))
+}
+
+/// A transaction committed `records` input records after `elapsed`.
+pub fn committed(records: usize, elapsed: Duration) {
+    metrics::counter!("eosflow_transactions_committed_total").increment(1);
+    metrics::counter!("eosflow_records_committed_total").increment(records as u64);
+    metrics::histogram!("eosflow_batch_records").record(records as f64);
+    metrics::histogram!("eosflow_batch_seconds").record(elapsed.as_secs_f64());
+}
+
+/// A transaction was aborted.
+pub fn aborted() {
+    metrics::counter!("eosflow_transactions_aborted_total").increment(1);
+}
+
+/// A record was processed by the handler.
+pub fn processed(topic: &str) {
+    metrics::counter!("eosflow_records_processed_total", "topic" => topic.to_string()).increment(1);
+}
+
+/// A record was skipped as an already-processed id.
+pub fn dedup_hit(topic: &str) {
+    metrics::counter!("eosflow_dedup_hits_total", "topic" => topic.to_string()).increment(1);
+}
+
+/// A record went to its dead-letter topic.
+pub fn dead_lettered(topic: &str) {
+    metrics::counter!("eosflow_dlt_records_total", "topic" => topic.to_string()).increment(1);
+}
+
+/// A partition's store was restored.
+pub fn restored(partition: i32, stats: &RestoreStats) {
+    let p = partition.to_string();
+    metrics::counter!("eosflow_restore_records_total", "partition" => p.clone())
+        .increment(stats.records);
+    metrics::histogram!("eosflow_restore_seconds", "partition" => p)
+        .record(stats.millis as f64 / 1000.0);
+}
+
+/// The group rebalanced (`assign` or `revoke`).
+pub fn rebalance(kind: &'static str) {
+    metrics::counter!("eosflow_rebalances_total", "kind" => kind).increment(1);
+}
+
+/// The consumer reported an error.
+pub fn consumer_error() {
+    metrics::counter!("eosflow_consumer_errors_total").increment(1);
+}

@@ -1,0 +1,440 @@
+//! The exactly-once runtime against the real broker: commit/abort, dedup, restore after an
+//! instance is replaced, rebalancing between instances, and crash recovery from the checkpoint.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use eosflow::app::count::CountProcessor;
+use eosflow::config::Config;
+use eosflow::kafka::reader::read_all;
+use eosflow::processor::{Context, ProcessError, Processor, Record, RunSummary, Runtime};
+use eosflow::verify::check::{read_state, verify};
+use eosflow::verify::{group_lag, Workload};
+use rdkafka::Message;
+
+/// Topics of one test pipeline.
+struct Pipeline {
+    app: String,
+    input: String,
+    output: String,
+    changelog: String,
+    dlt: String,
+    partitions: i32,
+    state_root: PathBuf,
+}
+
+impl Pipeline {
+    fn new(name: &str, partitions: i32) -> Self {
+        let app = support::unique(name);
+        let p = Self {
+            input: format!("{app}.input"),
+            output: format!("{app}.output"),
+            changelog: format!("{app}-count-changelog"),
+            dlt: format!("{app}.input.DLT"),
+            state_root: std::env::temp_dir().join(format!("eosflow-test-{app}")),
+            app,
+            partitions,
+        };
+        support::create_topics(&[&p.input, &p.output, &p.changelog, &p.dlt], partitions);
+        p
+    }
+
+    fn config(&self, instance: &str) -> Config {
+        let mut c = support::config();
+        c.app.id = self.app.clone();
+        c.app.instance_id = instance.into();
+        c.processor.input_topics = vec![self.input.clone()];
+        c.processor.session_timeout_ms = 6000;
+        c.state.dir = self.state_root.clone();
+        c
+    }
+
+    fn lag(&self) -> i64 {
+        group_lag(&support::clients(), &self.app, &self.input, self.partitions).expect("lag")
+    }
+
+    fn wait_drained(&self, timeout: Duration) {
+        support::wait_for("the group's lag to reach 0", timeout, || {
+            (self.lag() == 0).then_some(())
+        });
+    }
+
+    fn count(&self, topic: &str) -> usize {
+        let mut n = 0;
+        read_all(&support::clients(), topic, Duration::from_secs(60), |_| {
+            n += 1;
+            Ok(())
+        })
+        .expect("read");
+        n
+    }
+}
+
+/// An in-process instance.
+struct Instance {
+    stop: Arc<AtomicBool>,
+    handle: JoinHandle<RunSummary>,
+}
+
+impl Instance {
+    fn start<P: Processor + 'static>(config: &Config, processor: P) -> Self {
+        let runtime = Runtime::new(config, processor).expect("runtime starts");
+        let stop = Arc::new(AtomicBool::new(false));
+        let s = stop.clone();
+        let handle =
+            std::thread::spawn(move || runtime.run(s).expect("runtime runs without error"));
+        Self { stop, handle }
+    }
+
+    fn stop(self) -> RunSummary {
+        self.stop.store(true, Ordering::Relaxed);
+        self.handle.join().expect("runtime thread")
+    }
+}
+
+#[test]
+fn aborted_batches_leave_no_trace_and_are_processed_again_exactly_once() {
+    /// Fails the transaction the first time it meets "boom" (an oversize emit the producer
+    /// refuses after other records of the batch were sent), then dead-letters it.
+    struct AbortOnce {
+        inner: CountProcessor,
+        failed: bool,
+    }
+    impl Processor for AbortOnce {
+        fn process(&mut self, ctx: &mut Context<'_>, r: &Record<'_>) -> Result<(), ProcessError> {
+            if r.value == Some(b"boom") && !self.failed {
+                self.failed = true;
+                ctx.emit("nowhere", None, Some(vec![0u8; 8 * 1024 * 1024]), vec![]);
+                return Ok(());
+            }
+            self.inner.process(ctx, r)
+        }
+        fn store_name(&self) -> &str {
+            "count"
+        }
+    }
+
+    let p = Pipeline::new("rt-abort", 2);
+    let w = Workload {
+        records: 400,
+        keys: 10,
+        duplicate_every: 0,
+    };
+    w.produce(&support::clients(), &p.input, Duration::ZERO)
+        .expect("produce");
+    produce_raw(&p.input, "k1", "boom");
+    let mut cfg = p.config("a");
+    cfg.processor.commit_interval_ms = 500;
+    let inst = Instance::start(
+        &cfg,
+        AbortOnce {
+            inner: CountProcessor::new(&p.output),
+            failed: false,
+        },
+    );
+    p.wait_drained(Duration::from_secs(90));
+    let summary = inst.stop();
+    assert!(
+        summary.aborts >= 1,
+        "the oversize emit must abort a transaction: {summary:?}"
+    );
+    assert_eq!(summary.dead_lettered, 1, "{summary:?}");
+
+    let verdict = verify(
+        &support::clients(),
+        &w,
+        &p.output,
+        &p.changelog,
+        Duration::from_secs(60),
+    )
+    .expect("verify");
+    assert!(verdict.ok(), "{verdict}");
+    assert_eq!(verdict.outputs, 400, "{verdict}");
+    let mut dlt_reason = String::new();
+    read_all(&support::clients(), &p.dlt, Duration::from_secs(30), |m| {
+        use rdkafka::message::Headers;
+        if let Some(h) = m.headers() {
+            for h in h.iter() {
+                if h.key == "eosflow.dlt.error.message" {
+                    dlt_reason = String::from_utf8_lossy(h.value.unwrap_or_default()).to_string();
+                }
+            }
+        }
+        Ok(())
+    })
+    .expect("read DLT");
+    assert!(
+        dlt_reason.contains("not a decimal integer"),
+        "DLT reason: {dlt_reason:?}"
+    );
+}
+
+fn produce_raw(topic: &str, key: &str, value: &str) {
+    use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+    let producer: ThreadedProducer<DefaultProducerContext> = support::clients()
+        .config(eosflow::kafka::ClientRole::Idempotent)
+        .set("partitioner", "murmur2_random")
+        .create()
+        .expect("producer");
+    producer
+        .send(BaseRecord::to(topic).key(key).payload(value).headers(
+            rdkafka::message::OwnedHeaders::new().insert(rdkafka::message::Header {
+                key: "id",
+                value: Some(format!("raw-{value}").as_bytes()),
+            }),
+        ))
+        .map_err(|(e, _)| e)
+        .expect("send");
+    producer.flush(Duration::from_secs(30)).expect("flush");
+}
+
+#[test]
+fn resent_ids_are_processed_once() {
+    let p = Pipeline::new("rt-dedup", 3);
+    let w = Workload {
+        records: 300,
+        keys: 7,
+        duplicate_every: 10,
+    };
+    let sent = w
+        .produce(&support::clients(), &p.input, Duration::ZERO)
+        .expect("produce");
+    assert_eq!(sent, 330);
+    let inst = Instance::start(&p.config("a"), CountProcessor::new(&p.output));
+    p.wait_drained(Duration::from_secs(90));
+    let summary = inst.stop();
+    assert_eq!(summary.dedup_hits, 30, "{summary:?}");
+    let verdict = verify(
+        &support::clients(),
+        &w,
+        &p.output,
+        &p.changelog,
+        Duration::from_secs(60),
+    )
+    .expect("verify");
+    assert!(verdict.ok(), "{verdict}");
+    assert_eq!(verdict.outputs, 300);
+}
+
+#[test]
+fn a_replacement_instance_restores_state_from_the_changelog() {
+    let p = Pipeline::new("rt-restore", 2);
+    let w = Workload {
+        records: 600,
+        keys: 12,
+        duplicate_every: 0,
+    };
+    // First half by instance a.
+    let first = Workload { records: 300, ..w };
+    first
+        .produce(&support::clients(), &p.input, Duration::ZERO)
+        .expect("produce");
+    let a = Instance::start(&p.config("a"), CountProcessor::new(&p.output));
+    p.wait_drained(Duration::from_secs(90));
+    a.stop();
+    // Instance b on another machine: empty state dir, must rebuild from the changelog.
+    let mut cfg_b = p.config("b");
+    cfg_b.state.dir = p.state_root.join("elsewhere");
+    // Second half: records 300..600 of the same workload (ids, keys and amounts continue).
+    produce_range(&p.input, &w, 300..600);
+    let b = Instance::start(&cfg_b, CountProcessor::new(&p.output));
+    p.wait_drained(Duration::from_secs(90));
+    let summary = b.stop();
+    let replayed: u64 = summary.restores.iter().map(|(_, s)| s.records).sum();
+    assert!(
+        replayed > 0,
+        "b started empty and must have replayed the changelog: {summary:?}"
+    );
+    assert!(
+        summary.restores.iter().all(|(_, s)| s.from_offset == 0),
+        "{summary:?}"
+    );
+    // Counts continue where a stopped: per key 1..=n with no restart at 1.
+    let verdict = verify(
+        &support::clients(),
+        &w,
+        &p.output,
+        &p.changelog,
+        Duration::from_secs(60),
+    )
+    .expect("verify");
+    assert!(verdict.ok(), "{verdict}");
+}
+
+fn produce_range(topic: &str, w: &Workload, range: std::ops::Range<u64>) {
+    use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+    let producer: ThreadedProducer<DefaultProducerContext> = support::clients()
+        .config(eosflow::kafka::ClientRole::Idempotent)
+        .set("partitioner", "murmur2_random")
+        .create()
+        .expect("producer");
+    for i in range {
+        let key = w.key(i);
+        let value = Workload::amount(i).to_string();
+        let id = Workload::id(i);
+        producer
+            .send(
+                BaseRecord::to(topic)
+                    .key(key.as_bytes())
+                    .payload(value.as_bytes())
+                    .headers(rdkafka::message::OwnedHeaders::new().insert(
+                        rdkafka::message::Header {
+                            key: "id",
+                            value: Some(id.as_bytes()),
+                        },
+                    )),
+            )
+            .map_err(|(e, _)| e)
+            .expect("send");
+    }
+    producer.flush(Duration::from_secs(30)).expect("flush");
+}
+
+#[test]
+fn partitions_move_between_two_instances_without_loss_or_duplicates() {
+    let p = Pipeline::new("rt-rebalance", 6);
+    let w = Workload {
+        records: 6000,
+        keys: 60,
+        duplicate_every: 0,
+    };
+    let producer = {
+        let input = p.input.clone();
+        std::thread::spawn(move || w.produce(&support::clients(), &input, Duration::from_secs(12)))
+    };
+    let a = Instance::start(&p.config("a"), CountProcessor::new(&p.output));
+    std::thread::sleep(Duration::from_secs(3));
+    // b joins: the group splits the partitions (and a's stores move to b through the changelog).
+    let b = Instance::start(&p.config("b"), CountProcessor::new(&p.output));
+    std::thread::sleep(Duration::from_secs(4));
+    // a leaves cleanly: all partitions move to b.
+    let sa = a.stop();
+    producer.join().expect("producer thread").expect("produce");
+    p.wait_drained(Duration::from_secs(120));
+    let sb = b.stop();
+    assert!(
+        sa.records > 0 && sb.records > 0,
+        "both instances must have worked: a={sa:?} b={sb:?}"
+    );
+    assert!(!sb.restores.is_empty());
+    let verdict = verify(
+        &support::clients(),
+        &w,
+        &p.output,
+        &p.changelog,
+        Duration::from_secs(60),
+    )
+    .expect("verify");
+    assert!(verdict.ok(), "{verdict}");
+    assert_eq!(verdict.outputs, 6000);
+}
+
+fn spawn_instance(p: &Pipeline, instance: &str, log: &Path) -> Child {
+    let out = std::fs::File::create(log).expect("log file");
+    let err = out.try_clone().expect("log file");
+    Command::new(env!("CARGO_BIN_EXE_eosflow"))
+        .args(["run", "--topology", "count", "--output", &p.output])
+        .env("EOSFLOW_KAFKA_BOOTSTRAP", support::bootstrap())
+        .env("EOSFLOW_APP_ID", &p.app)
+        .env("EOSFLOW_APP_INSTANCE_ID", instance)
+        .env("EOSFLOW_PROCESSOR_INPUT_TOPICS", &p.input)
+        .env("EOSFLOW_PROCESSOR_SESSION_TIMEOUT_MS", "6000")
+        .env("EOSFLOW_STATE_DIR", &p.state_root)
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err)
+        .spawn()
+        .expect("spawn eosflow run")
+}
+
+/// `(partition, replayed, store_keys)` from the runtime's "restored" log lines.
+fn restore_lines(log: &Path) -> Vec<(i32, u64, u64)> {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    text.lines()
+        .filter_map(|l| {
+            let field = |name: &str| -> Option<u64> {
+                let start = l.find(&format!("{name}="))? + name.len() + 1;
+                l[start..]
+                    .split(|c: char| !c.is_ascii_digit())
+                    .next()?
+                    .parse()
+                    .ok()
+            };
+            if !l.contains("restored partition=") {
+                return None;
+            }
+            Some((
+                field("restored partition")? as i32,
+                field("replayed")?,
+                field("store_keys")?,
+            ))
+        })
+        .collect()
+}
+
+#[test]
+fn after_kill_9_only_the_changelog_tail_is_replayed() {
+    let p = Pipeline::new("rt-crash", 2);
+    let w = Workload {
+        records: 4000,
+        keys: 200,
+        duplicate_every: 0,
+    };
+    std::fs::create_dir_all(&p.state_root).expect("state root");
+    let log1 = p.state_root.join("first.log");
+    let log2 = p.state_root.join("second.log");
+    let producer = {
+        let input = p.input.clone();
+        std::thread::spawn(move || w.produce(&support::clients(), &input, Duration::from_secs(6)))
+    };
+    let mut first = spawn_instance(&p, "a", &log1);
+    // Let it commit some batches, then kill it mid-stream: no shutdown, no commit, no leave.
+    support::wait_for(
+        "the first incarnation to commit output",
+        Duration::from_secs(60),
+        || (p.count(&p.output) > 1000).then_some(()),
+    );
+    first.kill().expect("kill -9");
+    first.wait().expect("reap");
+    producer.join().expect("producer thread").expect("produce");
+    let changelog_total = p.count(&p.changelog) as u64;
+
+    let mut second = spawn_instance(&p, "a", &log2);
+    p.wait_drained(Duration::from_secs(120));
+    second.kill().expect("stop");
+    second.wait().expect("reap");
+
+    let restores = restore_lines(&log2);
+    assert_eq!(
+        restores.len(),
+        2,
+        "one restore per partition; log: {}",
+        log2.display()
+    );
+    let replayed: u64 = restores.iter().map(|r| r.1).sum();
+    let store_keys: u64 = restores.iter().map(|r| r.2).sum();
+    assert!(store_keys > 0, "{restores:?}");
+    assert!(
+        replayed * 5 < changelog_total,
+        "the restart must replay only the tail after the checkpoint: replayed {replayed} of {changelog_total} changelog records ({restores:?})"
+    );
+    let verdict = verify(
+        &support::clients(),
+        &w,
+        &p.output,
+        &p.changelog,
+        Duration::from_secs(60),
+    )
+    .expect("verify");
+    assert!(verdict.ok(), "{verdict}");
+    let state =
+        read_state(&support::clients(), &p.changelog, Duration::from_secs(60)).expect("state");
+    assert_eq!(state.len(), 200);
+}

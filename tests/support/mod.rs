@@ -1,0 +1,168 @@
+//! What integration tests share: finding the real broker, database and registry, fresh topic
+//! names, and waits that always end.
+//!
+//! A broker is found in this order: `EOSFLOW_KAFKA_BOOTSTRAP`; else Redpanda through
+//! testcontainers where a Docker engine answers; else the local stack's default address
+//! (`dev/stack up`). Exactly-once tests need Apache Kafka (some compatible brokers let
+//! `read_committed` readers see aborted records), which is what `make test` provides.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use eosflow::config::Config;
+use eosflow::kafka::topics::{self, TopicSpec};
+use eosflow::kafka::KafkaClients;
+
+/// The broker's bootstrap address for this test process.
+pub fn bootstrap() -> String {
+    static BOOTSTRAP: OnceLock<String> = OnceLock::new();
+    BOOTSTRAP
+        .get_or_init(|| {
+            if let Ok(b) = std::env::var("EOSFLOW_KAFKA_BOOTSTRAP") {
+                if !b.is_empty() {
+                    return b;
+                }
+            }
+            if let Some(b) = redpanda::start() {
+                return b;
+            }
+            let local = "127.0.0.1:19092".to_string();
+            if std::net::TcpStream::connect_timeout(
+                &local.parse().expect("literal address"),
+                Duration::from_secs(2),
+            )
+            .is_err()
+            {
+                panic!(
+                    "no Kafka broker: set EOSFLOW_KAFKA_BOOTSTRAP, start Docker, or run `dev/stack up` (make test does)"
+                );
+            }
+            local
+        })
+        .clone()
+}
+
+/// Postgres URL of the local stack (or `EOSFLOW_POSTGRES_URL`).
+pub fn postgres_url() -> String {
+    std::env::var("EOSFLOW_POSTGRES_URL")
+        .unwrap_or_else(|_| "postgres://eosflow:eosflow@127.0.0.1:15432/eosflow".into())
+}
+
+/// Schema registry URL of the local stack (or `EOSFLOW_SCHEMA_REGISTRY_URL`).
+pub fn registry_url() -> String {
+    std::env::var("EOSFLOW_SCHEMA_REGISTRY_URL")
+        .unwrap_or_else(|_| "http://127.0.0.1:18081/apis/ccompat/v7".into())
+}
+
+/// A config pointing at the test broker, with defaults for everything else.
+pub fn config() -> Config {
+    let mut c = Config::default();
+    c.kafka.bootstrap = bootstrap();
+    c
+}
+
+/// Clients for the test broker.
+pub fn clients() -> KafkaClients {
+    KafkaClients::new(config().kafka)
+}
+
+/// A name no other test (or earlier run) uses.
+pub fn unique(prefix: &str) -> String {
+    format!(
+        "{prefix}-{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..10]
+    )
+}
+
+/// Creates topics with `partitions` each (`compact` when the name ends in `-changelog`).
+pub fn create_topics(names: &[&str], partitions: i32) {
+    let specs: Vec<TopicSpec> = names
+        .iter()
+        .map(|n| TopicSpec {
+            name: n.to_string(),
+            partitions,
+            replication: 1,
+            cleanup_policy: if n.ends_with("-changelog") {
+                "compact"
+            } else {
+                "delete"
+            }
+            .into(),
+            retention_ms: None,
+            config: BTreeMap::new(),
+        })
+        .collect();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    rt.block_on(topics::apply(&clients(), &specs, Duration::from_secs(30)))
+        .expect("creating topics");
+}
+
+/// Polls `f` every 100 ms until it returns `Some`, failing the test after `timeout`.
+pub fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+mod redpanda {
+    //! Redpanda through testcontainers, only where a Docker engine answers.
+    use std::sync::OnceLock;
+
+    use testcontainers::core::{IntoContainerPort, WaitFor};
+    use testcontainers::runners::SyncRunner;
+    use testcontainers::{Container, GenericImage, ImageExt};
+
+    const HOST_PORT: u16 = 29092;
+
+    static CONTAINER: OnceLock<Container<GenericImage>> = OnceLock::new();
+
+    fn docker_answers() -> bool {
+        std::path::Path::new("/var/run/docker.sock").exists()
+            && std::process::Command::new("docker")
+                .args(["info", "--format", "{{.ServerVersion}}"])
+                .output()
+                .is_ok_and(|o| o.status.success())
+    }
+
+    pub fn start() -> Option<String> {
+        if !docker_answers() {
+            return None;
+        }
+        let container = GenericImage::new("docker.redpanda.com/redpandadata/redpanda", "v25.3.9")
+            .with_wait_for(WaitFor::message_on_stderr("Successfully started Redpanda!"))
+            .with_mapped_port(HOST_PORT, 9092.tcp())
+            .with_cmd(
+                [
+                    "redpanda",
+                    "start",
+                    "--mode",
+                    "dev-container",
+                    "--smp",
+                    "1",
+                    "--kafka-addr",
+                    "0.0.0.0:9092",
+                    "--advertise-kafka-addr",
+                ]
+                .into_iter()
+                .map(String::from)
+                .chain([format!("127.0.0.1:{HOST_PORT}")]),
+            )
+            .start()
+            .ok()?;
+        let _ = CONTAINER.set(container);
+        Some(format!("127.0.0.1:{HOST_PORT}"))
+    }
+}
