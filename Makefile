@@ -21,7 +21,7 @@ stack-down:
 	@dev/stack down
 
 build: deps
-	$(CARGO) build --locked --bin eosflow
+	$(CARGO) build --locked --all-targets
 
 ## The main job end to end: topics, a produce → process → consume pipeline, a summary.
 demo: stack-up build

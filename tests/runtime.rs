@@ -179,7 +179,6 @@ fn produce_raw(topic: &str, key: &str, value: &str) {
     use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
     let producer: ThreadedProducer<DefaultProducerContext> = support::clients()
         .config(eosflow::kafka::ClientRole::Idempotent)
-        .set("partitioner", "murmur2_random")
         .create()
         .expect("producer");
     producer
@@ -271,7 +270,6 @@ fn produce_range(topic: &str, w: &Workload, range: std::ops::Range<u64>) {
     use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
     let producer: ThreadedProducer<DefaultProducerContext> = support::clients()
         .config(eosflow::kafka::ClientRole::Idempotent)
-        .set("partitioner", "murmur2_random")
         .create()
         .expect("producer");
     for i in range {
@@ -437,4 +435,59 @@ fn after_kill_9_only_the_changelog_tail_is_replayed() {
     let state =
         read_state(&support::clients(), &p.changelog, Duration::from_secs(60)).expect("state");
     assert_eq!(state.len(), 200);
+}
+
+#[test]
+fn reading_to_the_end_waits_for_an_open_transaction_instead_of_skipping_it() {
+    // Regression: the end used to be asked of a read_committed client, which answers the last
+    // stable offset. A restore that started while the previous owner's commit markers were in
+    // flight ended early and missed committed state (found by `eosflow verify`).
+    let topic = support::unique("rt-open-txn");
+    support::create_topics(&[&topic], 1);
+    let clients = support::clients();
+    let sink = eosflow::sink::TxnSink::new(
+        &clients,
+        &support::unique("rt-open-txn"),
+        Duration::from_secs(20),
+    )
+    .expect("init_transactions");
+    sink.begin().expect("begin");
+    for v in ["a", "b", "c"] {
+        sink.send(&topic, Some(0), Some(b"k"), Some(v.as_bytes()), &[])
+            .expect("send");
+    }
+    // Make sure the records are in the log (high watermark 3) while the transaction is open.
+    support::wait_for(
+        "the open transaction's records to reach the log",
+        Duration::from_secs(20),
+        || {
+            let c: rdkafka::consumer::BaseConsumer = clients
+                .config(eosflow::kafka::ClientRole::Reader)
+                .set("isolation.level", "read_uncommitted")
+                .create()
+                .ok()?;
+            use rdkafka::consumer::Consumer;
+            let (_, high) = c.fetch_watermarks(&topic, 0, Duration::from_secs(5)).ok()?;
+            (high >= 3).then_some(())
+        },
+    );
+    let reader = {
+        let topic = topic.clone();
+        std::thread::spawn(move || {
+            let mut got = Vec::new();
+            read_all(&support::clients(), &topic, Duration::from_secs(60), |m| {
+                got.push(String::from_utf8_lossy(m.payload().unwrap_or_default()).to_string());
+                Ok(())
+            })
+            .map(|_| got)
+        })
+    };
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(
+        !reader.is_finished(),
+        "the read must not end below an open transaction"
+    );
+    sink.commit().expect("commit");
+    let got = reader.join().expect("reader thread").expect("read");
+    assert_eq!(got, vec!["a", "b", "c"]);
 }

@@ -92,7 +92,9 @@ impl KafkaClients {
                     .set("fetch.wait.max.ms", "50");
             }
             ClientRole::Transactional { id, timeout } => {
-                c.set("transactional.id", id)
+                // Java clients' partitioner: a key lands where Kafka Streams would put it.
+                c.set("partitioner", "murmur2_random")
+                    .set("transactional.id", id)
                     .set("transaction.timeout.ms", timeout.as_millis().to_string())
                     .set("enable.idempotence", "true")
                     .set("acks", "all")
@@ -101,7 +103,8 @@ impl KafkaClients {
                     .set("message.timeout.ms", timeout.as_millis().to_string());
             }
             ClientRole::Idempotent => {
-                c.set("enable.idempotence", "true")
+                c.set("partitioner", "murmur2_random")
+                    .set("enable.idempotence", "true")
                     .set("acks", "all")
                     .set("linger.ms", "5")
                     .set("compression.type", "lz4");

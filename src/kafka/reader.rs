@@ -1,20 +1,37 @@
 //! Reading partitions to their end with `read_committed`: changelog restore, the verifier and
 //! the tools all need "everything committed so far", which is subtler than the high watermark.
 //!
+//! "The end" is the high watermark, not the last stable offset: a transaction that committed a
+//! moment ago may still have its markers in flight, and one left open by a dead producer may
+//! still commit (it is waited out until `transaction.timeout.ms` aborts it, never skipped).
 //! Transaction markers and aborted records occupy offsets but are never delivered, so progress
-//! is tracked by the consumer's position, and the end is re-read while an open transaction
-//! holds the last stable offset below it (a dead producer's transaction is waited out until
-//! `transaction.timeout.ms` aborts it, never skipped).
+//! is tracked by the consumer's position.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::error::KafkaError;
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::BorrowedMessage;
-use rdkafka::{Offset, TopicPartitionList};
+use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
 use super::{ClientRole, KafkaClients};
+
+/// A reader's client context: reaching a partition's end is how a read finishes, not an error
+/// worth a log line.
+#[derive(Debug, Default)]
+pub struct ReaderContext;
+
+impl ClientContext for ReaderContext {
+    fn error(&self, error: KafkaError, reason: &str) {
+        if error.rdkafka_error_code() == Some(RDKafkaErrorCode::PartitionEOF) {
+            return;
+        }
+        tracing::warn!(target: "librdkafka", "librdkafka: {error}: {reason}");
+    }
+}
+
+impl ConsumerContext for ReaderContext {}
 
 /// Why a read did not reach the end.
 #[derive(Debug, thiserror::Error)]
@@ -75,12 +92,23 @@ where
         source,
     };
     let deadline = Instant::now() + timeout;
-    let consumer: BaseConsumer = clients.config(ClientRole::Reader).create().map_err(kerr)?;
+    let consumer: BaseConsumer<ReaderContext> = clients
+        .config(ClientRole::Reader)
+        .create_with_context(ReaderContext)
+        .map_err(kerr)?;
+    // Watermarks must come from a read_uncommitted client: asked by a read_committed one, the
+    // broker answers the last stable offset, which stops *before* a transaction whose markers
+    // are still being written — and a restore that ended there would miss committed writes.
+    let watermarks: BaseConsumer<ReaderContext> = clients
+        .config(ClientRole::Reader)
+        .set("isolation.level", "read_uncommitted")
+        .create_with_context(ReaderContext)
+        .map_err(kerr)?;
     let mut next: BTreeMap<i32, i64> = BTreeMap::new();
     let mut end: BTreeMap<i32, i64> = BTreeMap::new();
     let mut tpl = TopicPartitionList::new();
     for (&p, start) in starts {
-        let (low, high) = consumer
+        let (low, high) = watermarks
             .fetch_watermarks(topic, p, Duration::from_secs(10))
             .map_err(kerr)?;
         if let Some(s) = start {
@@ -144,7 +172,7 @@ where
                 if last_refresh.elapsed() > Duration::from_secs(1) {
                     for p in &behind {
                         if let Ok((_, h)) =
-                            consumer.fetch_watermarks(topic, *p, Duration::from_secs(5))
+                            watermarks.fetch_watermarks(topic, *p, Duration::from_secs(5))
                         {
                             end.insert(*p, h);
                         }
