@@ -491,3 +491,48 @@ fn reading_to_the_end_waits_for_an_open_transaction_instead_of_skipping_it() {
     let got = reader.join().expect("reader thread").expect("read");
     assert_eq!(got, vec!["a", "b", "c"]);
 }
+
+#[test]
+fn a_fenced_instance_stops_with_an_error_instead_of_spinning() {
+    let p = Pipeline::new("rt-fenced", 1);
+    let cfg = p.config("x");
+    let runtime = Runtime::new(&cfg, CountProcessor::new(&p.output)).expect("runtime starts");
+    let stop = Arc::new(AtomicBool::new(false));
+    let handle = {
+        let stop = stop.clone();
+        std::thread::spawn(move || runtime.run(stop))
+    };
+    let first = Workload {
+        records: 50,
+        keys: 5,
+        duplicate_every: 0,
+    };
+    first
+        .produce(&support::clients(), &p.input, Duration::ZERO)
+        .expect("produce");
+    p.wait_drained(Duration::from_secs(60));
+    // Another process claims the same transactional.id (a second pod with the same name).
+    let usurper = eosflow::sink::TxnSink::new(
+        &support::clients(),
+        &format!("{}-x", p.app),
+        Duration::from_secs(10),
+    )
+    .expect("the usurper's init_transactions fences the running instance");
+    produce_range(&p.input, &first, 50..60);
+    let result = support::wait_for(
+        "the fenced runtime to stop by itself",
+        Duration::from_secs(60),
+        || handle.is_finished().then_some(()),
+    );
+    let _ = result;
+    let outcome = handle.join().expect("runtime thread");
+    let err = outcome.expect_err("a fenced runtime must return an error");
+    assert!(err.to_string().contains("fenced"), "{err}");
+    assert!(
+        !stop.load(Ordering::Relaxed),
+        "it stopped on its own, not because it was asked to"
+    );
+    // Nothing of the fenced attempt is visible: 50 outputs from before the fencing only.
+    assert_eq!(p.count(&p.output), 50);
+    drop(usurper);
+}
