@@ -519,12 +519,11 @@ fn a_fenced_instance_stops_with_an_error_instead_of_spinning() {
     )
     .expect("the usurper's init_transactions fences the running instance");
     produce_range(&p.input, &first, 50..60);
-    let result = support::wait_for(
+    support::wait_for(
         "the fenced runtime to stop by itself",
         Duration::from_secs(60),
         || handle.is_finished().then_some(()),
     );
-    let _ = result;
     let outcome = handle.join().expect("runtime thread");
     let err = outcome.expect_err("a fenced runtime must return an error");
     assert!(err.to_string().contains("fenced"), "{err}");
