@@ -346,6 +346,23 @@ impl Run<'_> {
     }
 }
 
+fn is_retriable(e: &rdkafka::error::KafkaError) -> bool {
+    use rdkafka::types::RDKafkaErrorCode as C;
+    matches!(
+        e.rdkafka_error_code(),
+        Some(
+            C::NotCoordinator
+                | C::CoordinatorLoadInProgress
+                | C::CoordinatorNotAvailable
+                | C::RequestTimedOut
+                | C::OperationTimedOut
+                | C::UnstableOffsetCommit
+                | C::BrokerTransportFailure
+                | C::AllBrokersDown
+        )
+    )
+}
+
 /// Records of `topic` not yet covered by `group`'s committed offsets.
 pub fn group_lag(
     clients: &KafkaClients,
@@ -362,9 +379,19 @@ pub fn group_lag(
     for p in 0..partitions {
         tpl.add_partition(topic, p);
     }
-    let committed = consumer
-        .committed_offsets(tpl, Duration::from_secs(10))
-        .map_err(|e| format!("committed offsets of {group}: {e}"))?;
+    // A coordinator that is loading or moving (a fresh or restarted broker) answers with a
+    // retriable error: ask again until the deadline rather than fail the caller.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let committed = loop {
+        match consumer.committed_offsets(tpl.clone(), Duration::from_secs(10)) {
+            Ok(c) => break c,
+            Err(e) if Instant::now() < deadline && is_retriable(&e) => {
+                tracing::debug!(error = %e, "committed offsets not available yet; retrying");
+                std::thread::sleep(Duration::from_millis(250));
+            }
+            Err(e) => return Err(format!("committed offsets of {group}: {e}")),
+        }
+    };
     let mut lag = 0;
     for p in 0..partitions {
         let (_, high) = consumer
