@@ -138,6 +138,52 @@ impl Default for StateConfig {
     }
 }
 
+/// The retry ladder of every input topic.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct RetryConfig {
+    /// Delay before each level: its length is the number of `<topic>.retry.<n>` levels.
+    pub delays_ms: Vec<u64>,
+    /// ± random jitter on each delay, in percent.
+    pub jitter_percent: u64,
+    /// Cap on any delay.
+    pub max_delay_ms: u64,
+    /// `continue` (the key's next record goes on) or `park` (the key waits for a redrive)
+    /// when a key's head record is dead-lettered.
+    pub on_dead_letter: String,
+}
+
+impl Default for RetryConfig {
+    fn default() -> Self {
+        Self {
+            delays_ms: vec![1_000, 10_000, 60_000],
+            jitter_percent: 20,
+            max_delay_ms: 3_600_000,
+            on_dead_letter: "continue".into(),
+        }
+    }
+}
+
+impl RetryConfig {
+    /// The policy the runtime applies.
+    pub fn policy(&self) -> crate::retry::RetryPolicy {
+        crate::retry::RetryPolicy {
+            delays: self
+                .delays_ms
+                .iter()
+                .map(|d| std::time::Duration::from_millis(*d))
+                .collect(),
+            jitter: self.jitter_percent as f64 / 100.0,
+            max_delay: std::time::Duration::from_millis(self.max_delay_ms),
+            on_dead_letter: if self.on_dead_letter == "park" {
+                crate::retry::OnDeadLetter::Park
+            } else {
+                crate::retry::OnDeadLetter::Continue
+            },
+        }
+    }
+}
+
 /// The outbox's database.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
@@ -190,6 +236,8 @@ pub struct Config {
     pub processor: ProcessorConfig,
     /// RocksDB and dedup.
     pub state: StateConfig,
+    /// Retry ladder and dead letters.
+    pub retry: RetryConfig,
     /// Outbox database.
     pub postgres: PostgresConfig,
     /// Schema registry.
@@ -336,6 +384,18 @@ impl Config {
             return Err(bad(
                 "state.dedup_retention_secs",
                 "must be ≥ 1 (dedup cannot be switched off by a zero window)",
+            ));
+        }
+        if self.retry.delays_ms.len() > 10 {
+            return Err(bad("retry.delays_ms", "at most 10 levels"));
+        }
+        if self.retry.jitter_percent > 100 {
+            return Err(bad("retry.jitter_percent", "must be 0..=100"));
+        }
+        if !["continue", "park"].contains(&self.retry.on_dead_letter.as_str()) {
+            return Err(bad(
+                "retry.on_dead_letter",
+                format!("{:?}: use `continue` or `park`", self.retry.on_dead_letter),
             ));
         }
         if !self.metrics.listen.is_empty()
@@ -489,13 +549,21 @@ fn typed_env_value(default: &toml::Value, raw: &str) -> Result<toml::Value, Stri
             "false" | "0" => false,
             _ => return Err(format!("{raw:?} is not true/false")),
         }),
-        toml::Value::Array(_) => toml::Value::Array(
-            raw.split(',')
-                .map(str::trim)
-                .filter(|s| !s.is_empty())
-                .map(|s| toml::Value::String(s.to_string()))
-                .collect(),
-        ),
+        toml::Value::Array(items) => {
+            let integers = items.first().is_some_and(toml::Value::is_integer);
+            let mut out = Vec::new();
+            for s in raw.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+                out.push(if integers {
+                    toml::Value::Integer(
+                        s.parse::<i64>()
+                            .map_err(|_| format!("{s:?} in {raw:?} is not an integer"))?,
+                    )
+                } else {
+                    toml::Value::String(s.to_string())
+                });
+            }
+            toml::Value::Array(out)
+        }
         toml::Value::Table(_) => {
             return Err("set table entries with their own variables".into());
         }
@@ -582,6 +650,28 @@ mod tests {
             .to_string();
         assert!(err.contains("EOSFLOW_KAFKA_BOOTSTRAPS"), "{err}");
         assert!(err.contains("EOSFLOW_KAFKA_BOOTSTRAP,"), "{err}");
+    }
+
+    #[test]
+    fn integer_lists_from_env() {
+        let c = Config::from_sources(None, None, &env(&[("EOSFLOW_RETRY_DELAYS_MS", "5, 50")]))
+            .expect("valid");
+        assert_eq!(c.retry.delays_ms, vec![5, 50]);
+        let err = Config::from_sources(None, None, &env(&[("EOSFLOW_RETRY_DELAYS_MS", "5,soon")]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("retry.delays_ms") && err.contains("soon"),
+            "{err}"
+        );
+        let err = Config::from_sources(
+            None,
+            None,
+            &env(&[("EOSFLOW_RETRY_ON_DEAD_LETTER", "drop")]),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("retry.on_dead_letter"), "{err}");
     }
 
     #[test]

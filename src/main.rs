@@ -56,6 +56,96 @@ enum Command {
     },
     /// Print the effective configuration (secrets redacted) or the first error in it.
     Config,
+    /// Dead letters: list, show, redrive, purge.
+    Dlt {
+        #[command(subcommand)]
+        action: DltAction,
+    },
+}
+
+#[derive(clap::Args, Clone)]
+struct DltSelect {
+    /// Only records with this key.
+    #[arg(long)]
+    key: Option<String>,
+    /// Only the record with this `id` header.
+    #[arg(long)]
+    id: Option<String>,
+    /// Only DLT offsets in this range, `FROM..TO` (inclusive).
+    #[arg(long, value_parser = parse_range)]
+    offsets: Option<(i64, i64)>,
+    /// Only failures in this time range, `FROM..TO` in ms since the epoch (inclusive).
+    #[arg(long, value_parser = parse_range)]
+    time: Option<(i64, i64)>,
+}
+
+fn parse_range(s: &str) -> std::result::Result<(i64, i64), String> {
+    let (a, b) = s
+        .split_once("..")
+        .ok_or_else(|| format!("{s:?}: expected FROM..TO"))?;
+    let a = a
+        .trim()
+        .parse()
+        .map_err(|_| format!("{a:?} is not an integer"))?;
+    let b = b
+        .trim()
+        .parse()
+        .map_err(|_| format!("{b:?} is not an integer"))?;
+    Ok((a, b))
+}
+
+impl From<DltSelect> for eosflow::retry::tooling::Selector {
+    fn from(s: DltSelect) -> Self {
+        Self {
+            key: s.key,
+            id: s.id,
+            offsets: s.offsets,
+            time: s.time,
+        }
+    }
+}
+
+#[derive(Subcommand)]
+enum DltAction {
+    /// Counts by error class and the oldest failure.
+    List {
+        /// The input topic or its DLT (`orders` or `orders.DLT`).
+        topic: String,
+    },
+    /// Records with their error headers.
+    Show {
+        /// The input topic or its DLT.
+        topic: String,
+        #[command(flatten)]
+        select: DltSelect,
+        /// At most this many records.
+        #[arg(long, default_value_t = 20)]
+        limit: usize,
+    },
+    /// Send selected records back to their original topic (ids kept: dedup holds).
+    Redrive {
+        /// The input topic or its DLT.
+        topic: String,
+        #[command(flatten)]
+        select: DltSelect,
+        /// Recorded in the audit topic.
+        #[arg(long)]
+        reason: String,
+        /// Print what would be redriven, send nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// Delete records before an offset (all when omitted); the reason is audited.
+    Purge {
+        /// The input topic or its DLT.
+        topic: String,
+        /// Recorded in the audit topic; required.
+        #[arg(long)]
+        reason: String,
+        /// Delete records below this offset in every partition.
+        #[arg(long)]
+        before_offset: Option<i64>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -91,6 +181,9 @@ struct VerifyArgs {
     /// Every n-th record is re-sent with the same id (0 = none).
     #[arg(long, default_value_t = 50)]
     duplicate_every: u64,
+    /// Every n-th record fails transiently once and succeeds on retry level 1 (0 = none).
+    #[arg(long, default_value_t = 0)]
+    transient_every: u64,
     /// Commit interval of the instances.
     #[arg(long, default_value_t = 100)]
     commit_interval_ms: u64,
@@ -137,6 +230,7 @@ fn dispatch(cli: Cli) -> Result<std::process::ExitCode> {
         } => topics_apply(&config, &dir),
         Command::Verify(args) => verify_cmd(&config, args),
         Command::Demo { records } => demo(&config, records),
+        Command::Dlt { action } => dlt_cmd(&config, action),
         Command::Config => {
             let mut shown = config.clone();
             for (k, v) in shown.kafka.properties.iter_mut() {
@@ -242,6 +336,7 @@ fn verify_options(args: &VerifyArgs) -> Result<VerifyOptions> {
             records: args.records,
             keys: args.keys,
             duplicate_every: args.duplicate_every,
+            transient_every: args.transient_every,
         },
         partitions: args.partitions,
         instances: args.instances.max(1),
@@ -274,6 +369,7 @@ fn demo(config: &Config, records: u64) -> Result<std::process::ExitCode> {
         kills: 1,
         duration_secs: 8,
         duplicate_every: 100,
+        transient_every: 0,
         commit_interval_ms: 100,
         work_dir: PathBuf::from("target/demo"),
         drain_timeout_secs: 120,
@@ -311,4 +407,134 @@ fn demo(config: &Config, records: u64) -> Result<std::process::ExitCode> {
     } else {
         std::process::ExitCode::from(2)
     })
+}
+
+fn dlt_topic(topic: &str) -> String {
+    if topic.ends_with(".DLT") {
+        topic.to_string()
+    } else {
+        eosflow::retry::dlt::topic_for(topic)
+    }
+}
+
+fn dlt_cmd(config: &Config, action: DltAction) -> Result<std::process::ExitCode> {
+    use eosflow::retry::tooling::{self, Selector};
+    let clients = KafkaClients::new(config.kafka.clone());
+    match action {
+        DltAction::List { topic } => {
+            let t = dlt_topic(&topic);
+            let letters = tooling::read(&clients, &t, &Selector::default())
+                .with_context(|| format!("reading {t}"))?;
+            let s = tooling::summarize(&letters);
+            println!("{t}: {} records", letters.len());
+            for (class, n) in &s.by_class {
+                println!("  {class:<28} {n:>8}");
+            }
+            if let Some(oldest) = s.oldest {
+                let age = (chrono::Utc::now().timestamp_millis() - oldest).max(0) / 1000;
+                println!("  oldest failure {age} s ago");
+            }
+        }
+        DltAction::Show {
+            topic,
+            select,
+            limit,
+        } => {
+            let t = dlt_topic(&topic);
+            let letters = tooling::read(&clients, &t, &select.into())
+                .with_context(|| format!("reading {t}"))?;
+            for d in letters.iter().take(limit) {
+                println!(
+                    "--- {t}[{}]@{}  key={}",
+                    d.partition,
+                    d.offset,
+                    d.key.as_deref().unwrap_or("(none)")
+                );
+                let value = d
+                    .value
+                    .as_deref()
+                    .map(String::from_utf8_lossy)
+                    .unwrap_or_default();
+                let shown: String = value.chars().take(200).collect();
+                println!("    value: {shown}");
+                for (k, v) in &d.headers {
+                    println!("    {k}: {v}");
+                }
+            }
+            println!(
+                "{} of {} selected records shown",
+                letters.len().min(limit),
+                letters.len()
+            );
+        }
+        DltAction::Redrive {
+            topic,
+            select,
+            reason,
+            dry_run,
+        } => {
+            let t = dlt_topic(&topic);
+            let letters = tooling::read(&clients, &t, &select.into())
+                .with_context(|| format!("reading {t}"))?;
+            if dry_run {
+                for d in &letters {
+                    println!(
+                        "would redrive {t}[{}]@{} key={:?} id={:?}",
+                        d.partition,
+                        d.offset,
+                        d.key,
+                        d.header("id")
+                    );
+                }
+                println!("{} records selected (dry run: nothing sent)", letters.len());
+                return Ok(std::process::ExitCode::SUCCESS);
+            }
+            let total = letters.len();
+            let n = tooling::redrive(&clients, &config.app.id, &t, &letters, &reason, |i| {
+                progress("redrive", i, total)
+            })
+            .with_context(|| format!("redriving from {t}"))?;
+            eprintln!();
+            println!("redriven {n} records from {t} (ids kept; a second redrive is deduplicated)");
+        }
+        DltAction::Purge {
+            topic,
+            reason,
+            before_offset,
+        } => {
+            if reason.trim().is_empty() {
+                bail!("--reason must say why the records are purged (it is audited)");
+            }
+            let t = dlt_topic(&topic);
+            let rt = tokio::runtime::Runtime::new().context("tokio")?;
+            let n = rt
+                .block_on(tooling::purge(
+                    &clients,
+                    &config.app.id,
+                    &t,
+                    before_offset,
+                    &reason,
+                ))
+                .with_context(|| format!("purging {t}"))?;
+            println!(
+                "purged {n} records from {t}; audited in {}",
+                tooling::AUDIT_TOPIC
+            );
+        }
+    }
+    Ok(std::process::ExitCode::SUCCESS)
+}
+
+/// A one-line progress bar on stderr for long operations.
+fn progress(what: &str, done: usize, total: usize) {
+    if total == 0 || (!done.is_multiple_of(100) && done != total) {
+        return;
+    }
+    let width = 30;
+    let filled = done * width / total;
+    eprint!(
+        "\r{what} [{}{}] {done}/{total}",
+        "#".repeat(filled),
+        "-".repeat(width - filled)
+    );
 }

@@ -3,100 +3,20 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
+use support::pipeline::{produce_range, produce_raw, Instance, Pipeline};
+
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use eosflow::app::count::CountProcessor;
-use eosflow::config::Config;
 use eosflow::kafka::reader::read_all;
-use eosflow::processor::{Context, ProcessError, Processor, Record, RunSummary, Runtime};
+use eosflow::processor::{Context, ProcessError, Processor, Record, Runtime};
 use eosflow::verify::check::{read_state, verify};
-use eosflow::verify::{group_lag, Workload};
+use eosflow::verify::Workload;
 use rdkafka::Message;
-
-/// Topics of one test pipeline.
-struct Pipeline {
-    app: String,
-    input: String,
-    output: String,
-    changelog: String,
-    dlt: String,
-    partitions: i32,
-    state_root: PathBuf,
-}
-
-impl Pipeline {
-    fn new(name: &str, partitions: i32) -> Self {
-        let app = support::unique(name);
-        let p = Self {
-            input: format!("{app}.input"),
-            output: format!("{app}.output"),
-            changelog: format!("{app}-count-changelog"),
-            dlt: format!("{app}.input.DLT"),
-            state_root: std::env::temp_dir().join(format!("eosflow-test-{app}")),
-            app,
-            partitions,
-        };
-        support::create_topics(&[&p.input, &p.output, &p.changelog, &p.dlt], partitions);
-        p
-    }
-
-    fn config(&self, instance: &str) -> Config {
-        let mut c = support::config();
-        c.app.id = self.app.clone();
-        c.app.instance_id = instance.into();
-        c.processor.input_topics = vec![self.input.clone()];
-        c.processor.session_timeout_ms = 6000;
-        c.state.dir = self.state_root.clone();
-        c
-    }
-
-    fn lag(&self) -> i64 {
-        group_lag(&support::clients(), &self.app, &self.input, self.partitions).expect("lag")
-    }
-
-    fn wait_drained(&self, timeout: Duration) {
-        support::wait_for("the group's lag to reach 0", timeout, || {
-            (self.lag() == 0).then_some(())
-        });
-    }
-
-    fn count(&self, topic: &str) -> usize {
-        let mut n = 0;
-        read_all(&support::clients(), topic, Duration::from_secs(60), |_| {
-            n += 1;
-            Ok(())
-        })
-        .expect("read");
-        n
-    }
-}
-
-/// An in-process instance.
-struct Instance {
-    stop: Arc<AtomicBool>,
-    handle: JoinHandle<RunSummary>,
-}
-
-impl Instance {
-    fn start<P: Processor + 'static>(config: &Config, processor: P) -> Self {
-        let runtime = Runtime::new(config, processor).expect("runtime starts");
-        let stop = Arc::new(AtomicBool::new(false));
-        let s = stop.clone();
-        let handle =
-            std::thread::spawn(move || runtime.run(s).expect("runtime runs without error"));
-        Self { stop, handle }
-    }
-
-    fn stop(self) -> RunSummary {
-        self.stop.store(true, Ordering::Relaxed);
-        self.handle.join().expect("runtime thread")
-    }
-}
 
 #[test]
 fn aborted_batches_leave_no_trace_and_are_processed_again_exactly_once() {
@@ -125,6 +45,7 @@ fn aborted_batches_leave_no_trace_and_are_processed_again_exactly_once() {
         records: 400,
         keys: 10,
         duplicate_every: 0,
+        transient_every: 0,
     };
     w.produce(&support::clients(), &p.input, Duration::ZERO)
         .expect("produce");
@@ -175,24 +96,6 @@ fn aborted_batches_leave_no_trace_and_are_processed_again_exactly_once() {
     );
 }
 
-fn produce_raw(topic: &str, key: &str, value: &str) {
-    use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
-    let producer: ThreadedProducer<DefaultProducerContext> = support::clients()
-        .config(eosflow::kafka::ClientRole::Idempotent)
-        .create()
-        .expect("producer");
-    producer
-        .send(BaseRecord::to(topic).key(key).payload(value).headers(
-            rdkafka::message::OwnedHeaders::new().insert(rdkafka::message::Header {
-                key: "id",
-                value: Some(format!("raw-{value}").as_bytes()),
-            }),
-        ))
-        .map_err(|(e, _)| e)
-        .expect("send");
-    producer.flush(Duration::from_secs(30)).expect("flush");
-}
-
 #[test]
 fn resent_ids_are_processed_once() {
     let p = Pipeline::new("rt-dedup", 3);
@@ -200,6 +103,7 @@ fn resent_ids_are_processed_once() {
         records: 300,
         keys: 7,
         duplicate_every: 10,
+        transient_every: 0,
     };
     let sent = w
         .produce(&support::clients(), &p.input, Duration::ZERO)
@@ -228,6 +132,7 @@ fn a_replacement_instance_restores_state_from_the_changelog() {
         records: 600,
         keys: 12,
         duplicate_every: 0,
+        transient_every: 0,
     };
     // First half by instance a.
     let first = Workload { records: 300, ..w };
@@ -266,34 +171,6 @@ fn a_replacement_instance_restores_state_from_the_changelog() {
     assert!(verdict.ok(), "{verdict}");
 }
 
-fn produce_range(topic: &str, w: &Workload, range: std::ops::Range<u64>) {
-    use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
-    let producer: ThreadedProducer<DefaultProducerContext> = support::clients()
-        .config(eosflow::kafka::ClientRole::Idempotent)
-        .create()
-        .expect("producer");
-    for i in range {
-        let key = w.key(i);
-        let value = Workload::amount(i).to_string();
-        let id = Workload::id(i);
-        producer
-            .send(
-                BaseRecord::to(topic)
-                    .key(key.as_bytes())
-                    .payload(value.as_bytes())
-                    .headers(rdkafka::message::OwnedHeaders::new().insert(
-                        rdkafka::message::Header {
-                            key: "id",
-                            value: Some(id.as_bytes()),
-                        },
-                    )),
-            )
-            .map_err(|(e, _)| e)
-            .expect("send");
-    }
-    producer.flush(Duration::from_secs(30)).expect("flush");
-}
-
 #[test]
 fn partitions_move_between_two_instances_without_loss_or_duplicates() {
     let p = Pipeline::new("rt-rebalance", 6);
@@ -301,6 +178,7 @@ fn partitions_move_between_two_instances_without_loss_or_duplicates() {
         records: 6000,
         keys: 60,
         duplicate_every: 0,
+        transient_every: 0,
     };
     let producer = {
         let input = p.input.clone();
@@ -384,6 +262,7 @@ fn after_kill_9_only_the_changelog_tail_is_replayed() {
         records: 4000,
         keys: 200,
         duplicate_every: 0,
+        transient_every: 0,
     };
     std::fs::create_dir_all(&p.state_root).expect("state root");
     let log1 = p.state_root.join("first.log");
@@ -506,6 +385,7 @@ fn a_fenced_instance_stops_with_an_error_instead_of_spinning() {
         records: 50,
         keys: 5,
         duplicate_every: 0,
+        transient_every: 0,
     };
     first
         .produce(&support::clients(), &p.input, Duration::ZERO)
@@ -546,6 +426,7 @@ fn dedup_ids_expire_after_the_retention_window_with_changelog_tombstones() {
         records: 20,
         keys: 4,
         duplicate_every: 0,
+        transient_every: 0,
     };
     w.produce(&support::clients(), &p.input, Duration::ZERO)
         .expect("produce");

@@ -68,15 +68,36 @@ impl Processor for CountProcessor {
         let raw = record.value.ok_or_else(|| {
             ProcessError::permanent("record has no value (tombstone): nothing to count")
         })?;
-        let amount: i64 = std::str::from_utf8(raw)
-            .ok()
-            .and_then(|s| s.trim().parse().ok())
-            .ok_or_else(|| {
-                ProcessError::permanent(format!(
-                    "value is not a decimal integer (first bytes: {:?})",
-                    String::from_utf8_lossy(&raw[..raw.len().min(32)])
-                ))
-            })?;
+        let text = std::str::from_utf8(raw).map_err(|_| {
+            ProcessError::permanent(format!(
+                "value is not a decimal integer (not UTF-8; first bytes: {:?})",
+                &raw[..raw.len().min(16)]
+            ))
+        })?;
+        // `transient:<k>:<amount>` fails transiently on its first k attempts: the retry ladder's
+        // test input (and the fault suite's "transient-then-success").
+        let text = match text.strip_prefix("transient:") {
+            Some(rest) => {
+                let (k, amount) = rest.split_once(':').unwrap_or((rest, "0"));
+                let k: i64 = k.parse().unwrap_or(i64::MAX);
+                let attempt =
+                    crate::retry::headers::int(record, crate::retry::headers::ATTEMPT).unwrap_or(0);
+                if attempt < k {
+                    return Err(ProcessError::transient(format!(
+                        "simulated dependency outage (attempt {} of the {k} that fail)",
+                        attempt + 1
+                    )));
+                }
+                amount
+            }
+            None => text,
+        };
+        let amount: i64 = text.trim().parse().map_err(|_| {
+            ProcessError::permanent(format!(
+                "value is not a decimal integer (first bytes: {:?})",
+                &text[..text.len().min(32)]
+            ))
+        })?;
         if amount == i64::MIN + 1 {
             // A deliberate trigger for tests of the panic path.
             panic!("amount {amount} is the panic trigger");

@@ -92,6 +92,12 @@ pub trait Processor: Send {
         record.header("id").map(<[u8]>::to_vec)
     }
 
+    /// Whether a key's later records must wait behind one in the retry ladder. Handlers whose
+    /// records commute (idempotent upserts, counters) return `false` and skip the parked set.
+    fn ordered(&self) -> bool {
+        true
+    }
+
     /// Names the store and so its changelog topic, `<app>-<store>-changelog`.
     fn store_name(&self) -> &str {
         "state"

@@ -6,6 +6,7 @@
 //! the record's input offset, or not at all.
 
 mod api;
+mod handle;
 pub mod runtime;
 
 pub use api::{Context, Emit, ProcessError, Processor, Record};

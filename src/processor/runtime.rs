@@ -9,7 +9,6 @@
 //! none ever spans a rebalance (rebalance callbacks only run inside `poll`).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -21,10 +20,10 @@ use rdkafka::message::{Headers, OwnedMessage};
 use rdkafka::producer::DeliveryFuture;
 use rdkafka::{ClientContext, Message, Offset, TopicPartitionList};
 
-use super::{Context, ProcessError, Processor, Record};
+use super::Processor;
 use crate::config::Config;
 use crate::kafka::{ClientRole, KafkaClients};
-use crate::retry::dlt;
+use crate::retry::{headers as retry_headers, ladder_topics, RetryPolicy};
 use crate::sink::{SinkError, TxnSink};
 use crate::state::{restore, Column, Overlay, RestoreStats, StateError, Store, StoreCache};
 use crate::telemetry;
@@ -73,6 +72,8 @@ pub struct RuntimeOptions {
     pub dedup_retention: Duration,
     /// How often expired dedup ids are purged.
     pub dedup_purge_interval: Duration,
+    /// The retry ladder of every input.
+    pub retry: RetryPolicy,
 }
 
 impl RuntimeOptions {
@@ -97,6 +98,7 @@ impl RuntimeOptions {
             block_cache_bytes: config.state.block_cache_bytes,
             dedup_retention: Duration::from_secs(config.state.dedup_retention_secs),
             dedup_purge_interval: Duration::from_secs(config.state.dedup_purge_interval_secs),
+            retry: config.retry.policy(),
         })
     }
 
@@ -115,6 +117,10 @@ pub struct RunSummary {
     pub dedup_hits: u64,
     /// Records sent to a dead-letter topic.
     pub dead_lettered: u64,
+    /// Records forwarded up the retry ladder after a transient failure.
+    pub retried: u64,
+    /// Records forwarded behind their key's head instead of being processed.
+    pub parked_followers: u64,
     /// Transactions committed.
     pub commits: u64,
     /// Transactions aborted.
@@ -174,27 +180,48 @@ impl ConsumerContext for GroupContext {
 }
 
 /// One assigned partition number: its store and the open batch's writes.
-struct Task {
-    store: Store,
-    overlay: Overlay,
+pub(super) struct Task {
+    pub(super) store: Store,
+    pub(super) overlay: Overlay,
     last_purge: Instant,
 }
 
 /// The exactly-once runtime of one instance.
 pub struct Runtime<P: Processor> {
-    opts: RuntimeOptions,
+    pub(super) opts: RuntimeOptions,
     clients: KafkaClients,
-    processor: P,
+    pub(super) processor: P,
     consumer: BaseConsumer<GroupContext>,
-    sink: TxnSink,
+    pub(super) sink: TxnSink,
     cache: StoreCache,
     changelog: String,
-    tasks: BTreeMap<i32, Task>,
+    pub(super) tasks: BTreeMap<i32, Task>,
     assigned: BTreeSet<(String, i32)>,
-    summary: RunSummary,
+    /// Retry-level partitions paused until their head record is due (ms).
+    paused: BTreeMap<(String, i32), i64>,
+    pub(super) summary: RunSummary,
 }
 
-fn now_ms() -> i64 {
+/// Which of `topics` the broker does not know.
+fn missing_topics(
+    consumer: &BaseConsumer<GroupContext>,
+    topics: &[String],
+) -> Result<Vec<String>, KafkaError> {
+    let md = consumer.fetch_metadata(None, Duration::from_secs(30))?;
+    let known: BTreeSet<&str> = md
+        .topics()
+        .iter()
+        .filter(|t| t.error().is_none())
+        .map(|t| t.name())
+        .collect();
+    Ok(topics
+        .iter()
+        .filter(|t| !known.contains(t.as_str()))
+        .cloned()
+        .collect())
+}
+
+pub(super) fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
@@ -216,7 +243,22 @@ impl<P: Processor> Runtime<P> {
                 instance: None,
             })
             .create_with_context(GroupContext::default())?;
-        let topics: Vec<&str> = opts.input_topics.iter().map(String::as_str).collect();
+        let mut needed = ladder_topics(&opts.input_topics, opts.retry.levels());
+        needed.push(changelog.clone());
+        let missing = missing_topics(&consumer, &needed)?;
+        if !missing.is_empty() {
+            return Err(RuntimeError::Config(format!(
+                "topics missing on {}: {}; declare them in topics/ and run `eosflow topics apply` (inputs, their .retry.<n> levels and .DLT, and the changelog share one partition count)",
+                clients.bootstrap(),
+                missing.join(", ")
+            )));
+        }
+        let subscribed: Vec<String> = needed
+            .iter()
+            .filter(|t| !t.ends_with(".DLT") && **t != changelog)
+            .cloned()
+            .collect();
+        let topics: Vec<&str> = subscribed.iter().map(String::as_str).collect();
         consumer.subscribe(&topics)?;
         std::fs::create_dir_all(&opts.state_dir).map_err(|source| StateError::Io {
             path: opts.state_dir.display().to_string(),
@@ -239,6 +281,7 @@ impl<P: Processor> Runtime<P> {
             changelog,
             tasks: BTreeMap::new(),
             assigned: BTreeSet::new(),
+            paused: BTreeMap::new(),
             summary: RunSummary::default(),
         })
     }
@@ -279,6 +322,7 @@ impl<P: Processor> Runtime<P> {
             if left.is_zero() {
                 break;
             }
+            self.resume_due()?;
             let polled = self.consumer.poll(left).map(|r| r.map(|m| m.detach()));
             // Rebalances happened inside poll: drop records of revoked partitions (they were not
             // processed; their new owner reads them from the committed offset) and restore new ones.
@@ -287,14 +331,14 @@ impl<P: Processor> Runtime<P> {
                 self.on_group_events(events, &mut batch)?;
             }
             match polled {
-                Some(Ok(m))
-                    if self
+                Some(Ok(m)) => {
+                    let mine = self
                         .assigned
-                        .contains(&(m.topic().to_string(), m.partition())) =>
-                {
-                    batch.push(m);
+                        .contains(&(m.topic().to_string(), m.partition()));
+                    if mine && !self.hold_if_not_due(&m)? {
+                        batch.push(m);
+                    }
                 }
-                Some(Ok(_)) => {}
                 Some(Err(e)) => {
                     tracing::warn!(error = %e, "consumer error");
                     telemetry::consumer_error();
@@ -317,6 +361,7 @@ impl<P: Processor> Runtime<P> {
                     telemetry::rebalance("revoke");
                     for p in &parts {
                         self.assigned.remove(p);
+                        self.paused.remove(p);
                     }
                     batch.retain(|m| {
                         self.assigned
@@ -334,10 +379,70 @@ impl<P: Processor> Runtime<P> {
                             self.open_task(p)?;
                         }
                     }
+                    // librdkafka keeps a partition's pause across a rebalance: a retry level this
+                    // instance paused before must not stay paused when it comes back.
+                    let mut tpl = TopicPartitionList::new();
+                    for (t, p) in &parts {
+                        tpl.add_partition(t, *p);
+                        self.paused.remove(&(t.clone(), *p));
+                    }
+                    if let Err(e) = self.consumer.resume(&tpl) {
+                        tracing::warn!(error = %e, "resuming newly assigned partitions");
+                    }
                     self.assigned.extend(parts);
                 }
             }
         }
+        Ok(())
+    }
+
+    /// A retry-level record that is not due yet: pause its partition and rewind to it, so the
+    /// consumer keeps serving every other partition. Returns whether the record was held.
+    fn hold_if_not_due(&mut self, m: &OwnedMessage) -> Result<bool, RuntimeError> {
+        let tp = (m.topic().to_string(), m.partition());
+        if self.paused.contains_key(&tp) {
+            // Fetched before the pause took effect: it is read again after the resume.
+            return Ok(true);
+        }
+        if crate::retry::base_and_level(m.topic()).1 == 0 {
+            return Ok(false);
+        }
+        let due_at = m.headers().and_then(|hs| {
+            hs.iter()
+                .find(|h| h.key == retry_headers::DUE_AT)
+                .and_then(|h| std::str::from_utf8(h.value?).ok()?.parse::<i64>().ok())
+        });
+        let Some(due_at) = due_at.filter(|d| *d > now_ms()) else {
+            return Ok(false);
+        };
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition_offset(&tp.0, tp.1, Offset::Offset(m.offset()))?;
+        self.consumer.pause(&tpl)?;
+        self.consumer
+            .seek_partitions(tpl, Duration::from_secs(10))?;
+        tracing::debug!(topic = %tp.0, partition = tp.1, offset = m.offset(), due_at, "retry level paused until due");
+        self.paused.insert(tp, due_at);
+        Ok(true)
+    }
+
+    /// Resumes retry-level partitions whose head record is now due.
+    fn resume_due(&mut self) -> Result<(), RuntimeError> {
+        let now = now_ms();
+        let due: Vec<(String, i32)> = self
+            .paused
+            .iter()
+            .filter(|(_, d)| **d <= now)
+            .map(|(tp, _)| tp.clone())
+            .collect();
+        if due.is_empty() {
+            return Ok(());
+        }
+        let mut tpl = TopicPartitionList::new();
+        for (t, p) in &due {
+            tpl.add_partition(t, *p);
+            self.paused.remove(&(t.clone(), *p));
+        }
+        self.consumer.resume(&tpl)?;
         Ok(())
     }
 
@@ -513,106 +618,6 @@ impl<P: Processor> Runtime<P> {
         Ok(ends)
     }
 
-    /// Processes one record inside the open transaction.
-    fn handle(&mut self, m: &OwnedMessage, now: i64) -> Result<(), SinkError> {
-        let Some(task) = self.tasks.get_mut(&m.partition()) else {
-            return Ok(());
-        };
-        let headers: Vec<(String, Vec<u8>)> = m
-            .headers()
-            .map(|hs| {
-                hs.iter()
-                    .map(|h| {
-                        (
-                            h.key.to_string(),
-                            h.value.map(<[u8]>::to_vec).unwrap_or_default(),
-                        )
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
-        let record = Record {
-            topic: m.topic(),
-            partition: m.partition(),
-            offset: m.offset(),
-            timestamp: m.timestamp().to_millis(),
-            key: m.key(),
-            value: m.payload(),
-            headers: &headers,
-        };
-        let id = self.processor.message_id(&record);
-        if let Some(id) = &id {
-            let seen = match task.overlay.get(Column::Dedup, id) {
-                Some(v) => v.is_some(),
-                None => task.store.get(Column::Dedup, id).ok().flatten().is_some(),
-            };
-            if seen {
-                self.summary.dedup_hits += 1;
-                telemetry::dedup_hit(m.topic());
-                tracing::debug!(
-                    topic = m.topic(),
-                    partition = m.partition(),
-                    offset = m.offset(),
-                    "duplicate id skipped"
-                );
-                return Ok(());
-            }
-        }
-        let processor = &mut self.processor;
-        let outcome = {
-            let mut ctx = Context::new(&task.store, &task.overlay, id.as_deref());
-            let r = catch_unwind(AssertUnwindSafe(|| processor.process(&mut ctx, &record)));
-            match r {
-                Ok(Ok(())) => Ok(ctx.into_parts()),
-                Ok(Err(e)) => Err(e),
-                Err(panic) => Err(ProcessError::permanent(format!(
-                    "handler panicked: {}",
-                    panic_message(&panic)
-                ))),
-            }
-        };
-        match outcome {
-            Ok((writes, emits)) => {
-                task.overlay.absorb(writes);
-                for e in emits {
-                    self.sink.send(
-                        &e.topic,
-                        None,
-                        e.key.as_deref(),
-                        e.value.as_deref(),
-                        &e.headers,
-                    )?;
-                }
-                telemetry::processed(m.topic());
-            }
-            Err(err) => {
-                tracing::warn!(
-                    topic = m.topic(),
-                    partition = m.partition(),
-                    offset = m.offset(),
-                    class = err.class(),
-                    error = err.message(),
-                    "record failed; dead-lettering it"
-                );
-                let dlt_headers = dlt::headers(&record, &self.opts.app_id, &err, now);
-                self.sink.send(
-                    &dlt::topic_for(m.topic()),
-                    None,
-                    record.key,
-                    record.value,
-                    &dlt_headers,
-                )?;
-                self.summary.dead_lettered += 1;
-                telemetry::dead_lettered(m.topic());
-            }
-        }
-        if let Some(id) = id {
-            task.overlay
-                .put(Column::Dedup, &id, now.to_be_bytes().to_vec());
-        }
-        Ok(())
-    }
-
     /// Tombstones dedup ids older than the retention window, a bounded number per batch.
     fn purge_expired_dedup(&mut self, now: i64) {
         const MAX_PER_BATCH: usize = 10_000;
@@ -642,15 +647,5 @@ impl<P: Processor> Runtime<P> {
                 tracing::debug!(purged, "expired dedup ids tombstoned");
             }
         }
-    }
-}
-
-fn panic_message(p: &Box<dyn std::any::Any + Send>) -> String {
-    if let Some(s) = p.downcast_ref::<&str>() {
-        (*s).to_string()
-    } else if let Some(s) = p.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "non-string panic payload".into()
     }
 }

@@ -1,52 +1,74 @@
 //! Dead-letter topic naming and the headers that tell an operator what failed, where and why.
 
+use super::headers::{bound_message, user_headers, History};
 use crate::processor::{ProcessError, Record};
 
-/// Longest error message kept in a header.
-const MAX_ERROR_LEN: usize = 2048;
+/// `eosflow.dlt.*` header prefix.
+pub const PREFIX: &str = "eosflow.dlt.";
+
+/// Why a record is in the DLT.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DltClass {
+    /// Retrying cannot help (decode, validation, panic).
+    Permanent,
+    /// Every retry level failed.
+    TransientExhausted,
+    /// Its key was parked behind a dead-lettered record (policy `park`).
+    ParkedBehindDeadLetter,
+}
+
+impl DltClass {
+    /// As written in `eosflow.dlt.error.class`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Permanent => "permanent",
+            Self::TransientExhausted => "transient-exhausted",
+            Self::ParkedBehindDeadLetter => "parked-behind-dead-letter",
+        }
+    }
+}
 
 /// `<topic>.DLT`; a retry level's records go to their base topic's DLT.
 pub fn topic_for(topic: &str) -> String {
-    let base = match topic.rsplit_once(".retry.") {
-        Some((base, n)) if n.chars().all(|c| c.is_ascii_digit()) => base,
-        _ => topic,
-    };
-    format!("{base}.DLT")
+    format!("{}.DLT", super::base_and_level(topic).0)
 }
 
 /// The original headers plus the `eosflow.dlt.*` headers describing the failure.
 pub fn headers(
     record: &Record<'_>,
+    history: &History,
     group: &str,
-    err: &ProcessError,
+    class: DltClass,
+    err: Option<&ProcessError>,
     now_ms: i64,
 ) -> Vec<(String, Vec<u8>)> {
-    let mut h: Vec<(String, Vec<u8>)> = record
-        .headers
-        .iter()
-        .filter(|(k, _)| !k.starts_with("eosflow.dlt."))
-        .cloned()
-        .collect();
-    let mut message = err.message().to_string();
-    if message.len() > MAX_ERROR_LEN {
-        let mut cut = MAX_ERROR_LEN;
-        while !message.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        message.truncate(cut);
-    }
-    let mut add = |k: &str, v: String| h.push((format!("eosflow.dlt.{k}"), v.into_bytes()));
-    add("original.topic", record.topic.to_string());
-    add("original.partition", record.partition.to_string());
-    add("original.offset", record.offset.to_string());
+    let mut h = user_headers(record);
+    let mut add = |k: &str, v: String| h.push((format!("{PREFIX}{k}"), v.into_bytes()));
+    let (t, p, o, ts) = &history.original;
+    add("original.topic", t.clone());
+    add("original.partition", p.to_string());
+    add("original.offset", o.to_string());
     add(
         "original.timestamp",
-        record.timestamp.map(|t| t.to_string()).unwrap_or_default(),
+        ts.map(|t| t.to_string()).unwrap_or_default(),
     );
     add("group", group.to_string());
-    add("error.class", err.class().to_string());
-    add("error.message", message);
-    add("failed.at", now_ms.to_string());
+    add("error.class", class.as_str().to_string());
+    let message = match err {
+        Some(e) => e.message().to_string(),
+        None => record
+            .header(super::headers::ERROR_MESSAGE)
+            .map(|m| String::from_utf8_lossy(m).to_string())
+            .unwrap_or_default(),
+    };
+    add("error.message", bound_message(&message));
+    let attempts = history.attempt + u32::from(err.is_some());
+    add("attempts", attempts.to_string());
+    add(
+        "first.failure.at",
+        history.first_failure.unwrap_or(now_ms).to_string(),
+    );
+    add("last.failure.at", now_ms.to_string());
     h
 }
 
@@ -63,30 +85,56 @@ mod tests {
 
     #[test]
     fn headers_name_origin_and_bound_the_message() {
-        let hs = vec![("id".to_string(), b"m1".to_vec())];
+        let hs = vec![
+            ("id".to_string(), b"m1".to_vec()),
+            ("eosflow.retry.attempt".to_string(), b"3".to_vec()),
+            ("eosflow.original.topic".to_string(), b"orders".to_vec()),
+            ("eosflow.original.offset".to_string(), b"7".to_vec()),
+            ("eosflow.failure.first_at".to_string(), b"100".to_vec()),
+        ];
         let r = Record {
-            topic: "t",
+            topic: "orders.retry.3",
             partition: 3,
-            offset: 7,
+            offset: 70,
             timestamp: Some(5),
             key: None,
             value: None,
             headers: &hs,
         };
-        let h = headers(&r, "g", &ProcessError::permanent("é".repeat(3000)), 9);
+        let e = ProcessError::transient("é".repeat(3000));
+        let h = headers(
+            &r,
+            &History::of(&r),
+            "g",
+            DltClass::TransientExhausted,
+            Some(&e),
+            900,
+        );
         let get = |k: &str| {
             h.iter()
                 .find(|(n, _)| n == k)
                 .map(|(_, v)| String::from_utf8_lossy(v).to_string())
         };
         assert_eq!(get("id").as_deref(), Some("m1"));
+        assert_eq!(
+            get("eosflow.retry.attempt"),
+            None,
+            "ladder headers are not copied"
+        );
+        assert_eq!(get("eosflow.dlt.original.topic").as_deref(), Some("orders"));
         assert_eq!(get("eosflow.dlt.original.offset").as_deref(), Some("7"));
-        assert_eq!(get("eosflow.dlt.error.class").as_deref(), Some("permanent"));
+        assert_eq!(
+            get("eosflow.dlt.error.class").as_deref(),
+            Some("transient-exhausted")
+        );
+        assert_eq!(get("eosflow.dlt.attempts").as_deref(), Some("4"));
+        assert_eq!(get("eosflow.dlt.first.failure.at").as_deref(), Some("100"));
+        assert_eq!(get("eosflow.dlt.last.failure.at").as_deref(), Some("900"));
         assert!(
             get("eosflow.dlt.error.message")
                 .map(|m| m.len())
                 .unwrap_or(0)
-                <= MAX_ERROR_LEN
+                <= 2048
         );
     }
 }

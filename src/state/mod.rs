@@ -12,7 +12,7 @@ pub mod store;
 
 pub use changelog::{restore, RestoreStats};
 pub use overlay::{Column, Overlay};
-pub use store::{Store, StoreCache};
+pub use store::{Entry, Store, StoreCache};
 
 /// Why a state operation failed.
 #[derive(Debug, thiserror::Error)]

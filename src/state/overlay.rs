@@ -10,6 +10,8 @@ pub enum Column {
     State,
     /// Processed message ids with the time they were processed.
     Dedup,
+    /// Keys with a record waiting in the retry ladder (per-key order).
+    Parked,
 }
 
 impl Column {
@@ -18,6 +20,7 @@ impl Column {
         match self {
             Column::State => "state",
             Column::Dedup => "dedup",
+            Column::Parked => "parked",
         }
     }
 
@@ -25,6 +28,7 @@ impl Column {
         match self {
             Column::State => b's',
             Column::Dedup => b'd',
+            Column::Parked => b'p',
         }
     }
 
@@ -41,6 +45,7 @@ impl Column {
         match k.split_first()? {
             (b's', rest) => Some((Column::State, rest)),
             (b'd', rest) => Some((Column::Dedup, rest)),
+            (b'p', rest) => Some((Column::Parked, rest)),
             _ => None,
         }
     }

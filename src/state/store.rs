@@ -112,9 +112,14 @@ impl Store {
 
     fn open_raw(path: &Path, cache: &StoreCache) -> Result<Self, StateError> {
         let opts = options(cache);
-        let cfs = [Column::State.cf(), Column::Dedup.cf(), META]
-            .into_iter()
-            .map(|n| ColumnFamilyDescriptor::new(n, options(cache)));
+        let cfs = [
+            Column::State.cf(),
+            Column::Dedup.cf(),
+            Column::Parked.cf(),
+            META,
+        ]
+        .into_iter()
+        .map(|n| ColumnFamilyDescriptor::new(n, options(cache)));
         let db = DB::open_cf_descriptors(&opts, path, cfs).map_err(|source| StateError::Rocks {
             path: path.display().to_string(),
             source,

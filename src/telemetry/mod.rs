@@ -45,6 +45,16 @@ pub fn dead_lettered(topic: &str) {
     metrics::counter!("eosflow_dlt_records_total", "topic" => topic.to_string()).increment(1);
 }
 
+/// A record went up to retry `level` of `topic`'s ladder.
+pub fn retried(topic: &str, level: u32) {
+    metrics::counter!("eosflow_retries_total", "topic" => topic.to_string(), "level" => level.to_string()).increment(1);
+}
+
+/// A record of a parked key was forwarded behind its key's head.
+pub fn parked_follower(topic: &str) {
+    metrics::counter!("eosflow_parked_followers_total", "topic" => topic.to_string()).increment(1);
+}
+
 /// A partition's store was restored.
 pub fn restored(partition: i32, stats: &RestoreStats) {
     let p = partition.to_string();

@@ -30,6 +30,10 @@ pub struct Verdict {
     pub state_mismatches: u64,
     /// Output records that could not be parsed.
     pub malformed: u64,
+    /// Records found on the retry levels.
+    pub forwarded: u64,
+    /// Records found twice on one retry level (a forward committed twice).
+    pub forward_duplicates: u64,
 }
 
 impl Verdict {
@@ -40,6 +44,7 @@ impl Verdict {
             && self.state_mismatches == 0
             && self.sequence_breaks == 0
             && self.malformed == 0
+            && self.forward_duplicates == 0
     }
 }
 
@@ -47,8 +52,16 @@ impl fmt::Display for Verdict {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "records={} outputs={} lost={} duplicated={} state_mismatches={} sequence_breaks={} malformed={}",
-            self.records, self.outputs, self.lost, self.duplicated, self.state_mismatches, self.sequence_breaks, self.malformed
+            "records={} outputs={} lost={} duplicated={} state_mismatches={} sequence_breaks={} malformed={} forwarded={} forward_duplicates={}",
+            self.records,
+            self.outputs,
+            self.lost,
+            self.duplicated,
+            self.state_mismatches,
+            self.sequence_breaks,
+            self.malformed,
+            self.forwarded,
+            self.forward_duplicates
         )
     }
 }
@@ -101,6 +114,38 @@ pub fn verify(
         }
     }
     Ok(v)
+}
+
+/// Counts the records on each retry level and the ids found twice on one level. Valid for
+/// workloads whose transient records heal on level 1 (nothing is re-forwarded legitimately).
+pub fn check_ladder(
+    clients: &KafkaClients,
+    levels: &[String],
+    timeout: Duration,
+) -> Result<(u64, u64), ReadError> {
+    let (mut forwarded, mut duplicates) = (0, 0);
+    for topic in levels {
+        let mut ids: HashMap<Vec<u8>, u32> = HashMap::new();
+        read_all(clients, topic, timeout, |m| {
+            use rdkafka::message::Headers;
+            forwarded += 1;
+            let id = m
+                .headers()
+                .and_then(|h| {
+                    h.iter()
+                        .find(|h| h.key == "id")
+                        .and_then(|h| h.value.map(<[u8]>::to_vec))
+                })
+                .unwrap_or_default();
+            *ids.entry(id).or_default() += 1;
+            Ok(())
+        })?;
+        duplicates += ids
+            .values()
+            .map(|n| u64::from(n.saturating_sub(1)))
+            .sum::<u64>();
+    }
+    Ok((forwarded, duplicates))
 }
 
 /// The committed per-key state of the counting topology, rebuilt from its changelog.

@@ -133,22 +133,21 @@ pub fn run(config: &Config, opts: &VerifyOptions) -> Result<VerifyReport, String
     let input = format!("verify-{run_id}.input");
     let output = format!("verify-{run_id}.output");
     let changelog = format!("{app_id}-count-changelog");
-    let specs: Vec<TopicSpec> = [
-        (input.clone(), "delete"),
-        (output.clone(), "delete"),
-        (format!("{input}.DLT"), "delete"),
-        (changelog.clone(), "compact"),
-    ]
-    .into_iter()
-    .map(|(name, policy)| TopicSpec {
-        name,
-        partitions: opts.partitions,
-        replication: 1,
-        cleanup_policy: policy.into(),
-        retention_ms: None,
-        config: BTreeMap::new(),
-    })
-    .collect();
+    let levels = config.retry.policy().levels();
+    let specs: Vec<TopicSpec> = crate::retry::ladder_topics(std::slice::from_ref(&input), levels)
+        .into_iter()
+        .chain([output.clone()])
+        .map(|t| (t, "delete"))
+        .chain([(changelog.clone(), "compact")])
+        .map(|(name, policy)| TopicSpec {
+            name,
+            partitions: opts.partitions,
+            replication: 1,
+            cleanup_policy: policy.into(),
+            retention_ms: None,
+            config: BTreeMap::new(),
+        })
+        .collect();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -231,6 +230,13 @@ pub fn run(config: &Config, opts: &VerifyOptions) -> Result<VerifyReport, String
         .map_err(|_| "the workload producer panicked".to_string())?
         .map_err(|e| format!("producing the workload: {e}"))?;
     let run = Run {
+        ladder: crate::retry::ladder_topics(
+            std::slice::from_ref(&input),
+            config.retry.policy().levels(),
+        )
+        .into_iter()
+        .filter(|t| !t.ends_with(".DLT"))
+        .collect(),
         clients: &clients,
         opts,
         input: &input,
@@ -265,6 +271,8 @@ fn check_alive(instances: &mut [Instance]) -> Result<(), String> {
 }
 
 struct Run<'a> {
+    /// The input and its retry levels: the group's lag is zero only when all are drained.
+    ladder: Vec<String>,
     clients: &'a KafkaClients,
     opts: &'a VerifyOptions,
     input: &'a str,
@@ -305,7 +313,10 @@ impl Run<'_> {
         let opts = self.opts;
         loop {
             check_alive(instances)?;
-            let lag = group_lag(self.clients, self.group, self.input, opts.partitions)?;
+            let mut lag = 0;
+            for t in &self.ladder {
+                lag += group_lag(self.clients, self.group, t, opts.partitions)?;
+            }
             if lag == 0 {
                 break;
             }
@@ -327,7 +338,7 @@ impl Run<'_> {
         for inst in instances.iter_mut() {
             inst.kill9();
         }
-        let verdict = check::verify(
+        let mut verdict = check::verify(
             self.clients,
             &opts.workload,
             self.output,
@@ -335,6 +346,15 @@ impl Run<'_> {
             Duration::from_secs(120),
         )
         .map_err(|e| format!("reading the results: {e}"))?;
+        let levels: Vec<String> = self
+            .ladder
+            .iter()
+            .filter(|t| *t != self.input)
+            .cloned()
+            .collect();
+        (verdict.forwarded, verdict.forward_duplicates) =
+            check::check_ladder(self.clients, &levels, Duration::from_secs(120))
+                .map_err(|e| format!("reading the retry levels: {e}"))?;
         Ok(VerifyReport {
             verdict,
             produced,
@@ -401,7 +421,21 @@ pub fn group_lag(
             Some(Offset::Offset(o)) => o,
             _ => 0,
         };
-        lag += (high - at).max(0);
+        let raw = (high - at).max(0);
+        if raw == 0 || raw > 1000 {
+            lag += raw;
+            continue;
+        }
+        // On a transactional topic the last offsets may be commit markers, which a consumer
+        // never "consumes": count the committed records actually left instead.
+        let mut left = 0;
+        let starts = std::collections::BTreeMap::from([(p, Some(at))]);
+        crate::kafka::reader::read_to_end(clients, topic, &starts, Duration::from_secs(30), |_| {
+            left += 1;
+            Ok(())
+        })
+        .map_err(|e| format!("reading {topic}[{p}] from {at}: {e}"))?;
+        lag += left;
     }
     Ok(lag)
 }

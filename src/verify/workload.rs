@@ -40,6 +40,9 @@ pub struct Workload {
     pub keys: u64,
     /// Every n-th record is sent a second time (same id, key, value); 0 = none.
     pub duplicate_every: u64,
+    /// Every n-th record fails transiently once (`transient:1:<amount>`) and succeeds from
+    /// retry level 1; 0 = none.
+    pub transient_every: u64,
 }
 
 impl Workload {
@@ -124,7 +127,12 @@ impl Workload {
         i: u64,
     ) -> Result<(), String> {
         let key = self.key(i);
-        let value = Self::amount(i).to_string();
+        let value =
+            if self.transient_every > 0 && i % self.transient_every == self.transient_every - 1 {
+                format!("transient:1:{}", Self::amount(i))
+            } else {
+                Self::amount(i).to_string()
+            };
         let id = Self::id(i);
         let deadline = Instant::now() + Duration::from_secs(60);
         let mut record = BaseRecord::to(topic)

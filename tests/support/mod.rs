@@ -7,6 +7,8 @@
 //! `read_committed` readers see aborted records), which is what `make test` provides.
 #![allow(dead_code)]
 
+pub mod pipeline;
+
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};

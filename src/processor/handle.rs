@@ -1,0 +1,308 @@
+//! One record inside the open transaction: dedup, per-key order behind the retry ladder, the
+//! handler call (panics caught), and routing a failure up the ladder or to the DLT.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use rdkafka::message::{Headers, OwnedMessage};
+use rdkafka::Message;
+
+use super::runtime::{Runtime, Task};
+use super::{Context, ProcessError, Processor, Record};
+use crate::retry::dlt::{self, DltClass};
+use crate::retry::headers::{self as rh, History};
+use crate::retry::parked::{Follower, HeadAt};
+use crate::retry::{base_and_level, retry_topic, OnDeadLetter, Parked};
+use crate::sink::SinkError;
+use crate::state::Column;
+use crate::telemetry;
+
+/// What became of a failed record's key.
+enum AfterFailure {
+    /// The key is settled (not parked, or parked and saved).
+    Settled,
+    /// The head was dead-lettered under `continue`: the key's followers go on.
+    DrainFollowers(Parked),
+}
+
+/// The record's Kafka headers as owned pairs (a header without a value becomes empty).
+fn owned_headers(m: &OwnedMessage) -> Vec<(String, Vec<u8>)> {
+    m.headers()
+        .map(|hs| {
+            hs.iter()
+                .map(|h| {
+                    (
+                        h.key.to_string(),
+                        h.value.map(<[u8]>::to_vec).unwrap_or_default(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn load_parked(task: &Task, key: &[u8]) -> Option<Parked> {
+    let bytes = match task.overlay.get(Column::Parked, key) {
+        Some(v) => v.map(<[u8]>::to_vec),
+        None => task.store.get(Column::Parked, key).ok().flatten(),
+    }?;
+    Parked::decode(&bytes)
+}
+
+fn save_parked(task: &mut Task, key: &[u8], parked: Option<&Parked>) {
+    match parked {
+        Some(p) => task.overlay.put(Column::Parked, key, p.encode()),
+        None => task.overlay.delete(Column::Parked, key),
+    }
+}
+
+fn seen(task: &Task, id: &[u8]) -> bool {
+    match task.overlay.get(Column::Dedup, id) {
+        Some(v) => v.is_some(),
+        None => task.store.get(Column::Dedup, id).ok().flatten().is_some(),
+    }
+}
+
+impl<P: Processor> Runtime<P> {
+    /// Processes one record inside the open transaction.
+    pub(super) fn handle(&mut self, m: &OwnedMessage, now: i64) -> Result<(), SinkError> {
+        let headers = owned_headers(m);
+        let record = Record {
+            topic: m.topic(),
+            partition: m.partition(),
+            offset: m.offset(),
+            timestamp: m.timestamp().to_millis(),
+            key: m.key(),
+            value: m.payload(),
+            headers: &headers,
+        };
+        let ordered = self.processor.ordered() && record.key.is_some();
+        let key = record.key.unwrap_or_default();
+        let Some(task) = self.tasks.get_mut(&record.partition) else {
+            return Ok(());
+        };
+        let parked = if ordered {
+            load_parked(task, key)
+        } else {
+            None
+        };
+        let history = History::of(&record);
+        if let Some(mut p) = parked {
+            let unparks = history.redriven && p.head_at == HeadAt::DeadLetter;
+            if !unparks && !p.is_head(history.seq) {
+                // A later record of a key whose head is in the ladder (or the DLT): it waits.
+                p.followers.push_back(Follower::of(&record));
+                save_parked(task, key, Some(&p));
+                self.summary.parked_followers += 1;
+                telemetry::parked_follower(base_and_level(record.topic).0);
+                return Ok(());
+            }
+            return match self.attempt(&record, now)? {
+                Some(Ok(())) | None => self.drain(key, record.partition, p, now),
+                Some(Err(err)) => match self.fail(&record, &history, err, Some(p), ordered, now)? {
+                    AfterFailure::Settled => Ok(()),
+                    AfterFailure::DrainFollowers(p) => self.drain(key, record.partition, p, now),
+                },
+            };
+        }
+        match self.attempt(&record, now)? {
+            Some(Ok(())) | None => Ok(()),
+            Some(Err(err)) => match self.fail(&record, &history, err, None, ordered, now)? {
+                AfterFailure::Settled => Ok(()),
+                AfterFailure::DrainFollowers(p) => self.drain(key, record.partition, p, now),
+            },
+        }
+    }
+
+    /// Runs the handler on one record: `None` if its id was already processed (skipped),
+    /// `Some(Ok)` with its writes, dedup mark and emits in the transaction, `Some(Err)` untouched.
+    fn attempt(
+        &mut self,
+        record: &Record<'_>,
+        now: i64,
+    ) -> Result<Option<Result<(), ProcessError>>, SinkError> {
+        let id = self.processor.message_id(record);
+        let Some(task) = self.tasks.get_mut(&record.partition) else {
+            return Ok(None);
+        };
+        if let Some(id) = &id {
+            if seen(task, id) {
+                self.summary.dedup_hits += 1;
+                telemetry::dedup_hit(record.topic);
+                tracing::debug!(
+                    topic = record.topic,
+                    partition = record.partition,
+                    offset = record.offset,
+                    "duplicate id skipped"
+                );
+                return Ok(None);
+            }
+        }
+        let processor = &mut self.processor;
+        let outcome = {
+            let mut ctx = Context::new(&task.store, &task.overlay, id.as_deref());
+            match catch_unwind(AssertUnwindSafe(|| processor.process(&mut ctx, record))) {
+                Ok(Ok(())) => Ok(ctx.into_parts()),
+                Ok(Err(e)) => Err(e),
+                Err(panic) => Err(ProcessError::permanent(format!(
+                    "handler panicked: {}",
+                    panic_message(&panic)
+                ))),
+            }
+        };
+        let (writes, emits) = match outcome {
+            Ok(parts) => parts,
+            Err(e) => return Ok(Some(Err(e))),
+        };
+        task.overlay.absorb(writes);
+        if let Some(id) = &id {
+            task.overlay
+                .put(Column::Dedup, id, now.to_be_bytes().to_vec());
+        }
+        for e in emits {
+            self.sink.send(
+                &e.topic,
+                None,
+                e.key.as_deref(),
+                e.value.as_deref(),
+                &e.headers,
+            )?;
+        }
+        telemetry::processed(record.topic);
+        Ok(Some(Ok(())))
+    }
+
+    /// The key's head is done: its followers are processed in order until one fails (and
+    /// becomes the new head) or none is left (the key is free).
+    fn drain(
+        &mut self,
+        key: &[u8],
+        partition: i32,
+        mut p: Parked,
+        now: i64,
+    ) -> Result<(), SinkError> {
+        loop {
+            let Some(f) = p.followers.pop_front() else {
+                if let Some(task) = self.tasks.get_mut(&partition) {
+                    save_parked(task, key, None);
+                }
+                return Ok(());
+            };
+            let record = f.record(key);
+            let history = History::of(&record);
+            match self.attempt(&record, now)? {
+                Some(Ok(())) | None => {}
+                Some(Err(err)) => {
+                    match self.fail(&record, &history, err, Some(p.clone()), true, now)? {
+                        AfterFailure::Settled => return Ok(()),
+                        AfterFailure::DrainFollowers(rest) => p = rest,
+                    }
+                }
+            }
+        }
+    }
+
+    /// A failed record goes up the ladder (transient, levels left) or to the DLT; its key is
+    /// parked behind it when order matters.
+    fn fail(
+        &mut self,
+        record: &Record<'_>,
+        history: &History,
+        err: ProcessError,
+        parked: Option<Parked>,
+        ordered: bool,
+        now: i64,
+    ) -> Result<AfterFailure, SinkError> {
+        let (base, _) = base_and_level(record.topic);
+        let key = record.key.unwrap_or_default();
+        let next = history.attempt + 1;
+        let delay = match &err {
+            ProcessError::Transient(_) => self.opts.retry.delay(next),
+            ProcessError::Permanent(_) => None,
+        };
+        if let Some(delay) = delay {
+            let due_at = now + delay.as_millis() as i64;
+            let seq = if ordered {
+                let (p, seq) = match parked {
+                    Some(mut p) => {
+                        let s = p.new_head();
+                        (p, s)
+                    }
+                    None => Parked::behind_ladder(0),
+                };
+                if let Some(task) = self.tasks.get_mut(&record.partition) {
+                    save_parked(task, key, Some(&p));
+                }
+                Some(seq)
+            } else {
+                None
+            };
+            tracing::info!(
+                topic = record.topic,
+                partition = record.partition,
+                offset = record.offset,
+                level = next,
+                delay_ms = delay.as_millis() as u64,
+                error = err.message(),
+                "transient failure; retrying"
+            );
+            let h = rh::forward(record, history, next, due_at, seq, Some((&err, now)));
+            self.sink.send(
+                &retry_topic(base, next),
+                Some(record.partition),
+                record.key,
+                record.value,
+                &h,
+            )?;
+            self.summary.retried += 1;
+            telemetry::retried(base, next);
+            return Ok(AfterFailure::Settled);
+        }
+        let class = match err {
+            ProcessError::Transient(_) => DltClass::TransientExhausted,
+            ProcessError::Permanent(_) => DltClass::Permanent,
+        };
+        tracing::warn!(
+            topic = record.topic,
+            partition = record.partition,
+            offset = record.offset,
+            class = class.as_str(),
+            error = err.message(),
+            "record dead-lettered"
+        );
+        let h = dlt::headers(record, history, &self.opts.app_id, class, Some(&err), now);
+        self.sink.send(
+            &dlt::topic_for(base),
+            Some(record.partition),
+            record.key,
+            record.value,
+            &h,
+        )?;
+        self.summary.dead_lettered += 1;
+        telemetry::dead_lettered(base);
+        if !ordered {
+            return Ok(AfterFailure::Settled);
+        }
+        match (self.opts.retry.on_dead_letter, parked) {
+            (OnDeadLetter::Continue, Some(p)) => Ok(AfterFailure::DrainFollowers(p)),
+            (OnDeadLetter::Continue, None) => Ok(AfterFailure::Settled),
+            (OnDeadLetter::Park, parked) => {
+                let mut p = parked.unwrap_or_else(|| Parked::behind_ladder(0).0);
+                p.head_at = HeadAt::DeadLetter;
+                if let Some(task) = self.tasks.get_mut(&record.partition) {
+                    save_parked(task, key, Some(&p));
+                }
+                Ok(AfterFailure::Settled)
+            }
+        }
+    }
+}
+
+fn panic_message(p: &Box<dyn std::any::Any + Send>) -> String {
+    if let Some(s) = p.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = p.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "non-string panic payload".into()
+    }
+}

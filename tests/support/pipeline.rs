@@ -1,0 +1,159 @@
+//! A test pipeline: the counting topology's topics (input with its retry ladder and DLT,
+//! output, changelog), in-process instances, and producers of known records.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use eosflow::config::Config;
+use eosflow::kafka::reader::read_all;
+use eosflow::processor::{Processor, RunSummary, Runtime};
+use eosflow::verify::{group_lag, Workload};
+
+/// Topics of one test pipeline.
+pub struct Pipeline {
+    pub app: String,
+    pub input: String,
+    pub output: String,
+    pub changelog: String,
+    pub dlt: String,
+    pub partitions: i32,
+    pub state_root: PathBuf,
+}
+
+impl Pipeline {
+    pub fn new(name: &str, partitions: i32) -> Self {
+        let app = super::unique(name);
+        let p = Self {
+            input: format!("{app}.input"),
+            output: format!("{app}.output"),
+            changelog: format!("{app}-count-changelog"),
+            dlt: format!("{app}.input.DLT"),
+            state_root: std::env::temp_dir().join(format!("eosflow-test-{app}")),
+            app,
+            partitions,
+        };
+        let mut topics = eosflow::retry::ladder_topics(std::slice::from_ref(&p.input), 3);
+        topics.extend([p.output.clone(), p.changelog.clone()]);
+        let names: Vec<&str> = topics.iter().map(String::as_str).collect();
+        super::create_topics(&names, partitions);
+        p
+    }
+
+    pub fn config(&self, instance: &str) -> Config {
+        let mut c = super::config();
+        c.app.id = self.app.clone();
+        c.app.instance_id = instance.into();
+        c.processor.input_topics = vec![self.input.clone()];
+        c.processor.session_timeout_ms = 6000;
+        c.state.dir = self.state_root.clone();
+        c
+    }
+
+    /// Records not yet committed by the group, on the input and every retry level.
+    pub fn lag(&self) -> i64 {
+        eosflow::retry::ladder_topics(std::slice::from_ref(&self.input), 3)
+            .iter()
+            .filter(|t| !t.ends_with(".DLT"))
+            .map(|t| group_lag(&super::clients(), &self.app, t, self.partitions).expect("lag"))
+            .sum()
+    }
+
+    pub fn wait_drained(&self, timeout: Duration) {
+        super::wait_for("the group's lag to reach 0", timeout, || {
+            (self.lag() == 0).then_some(())
+        });
+    }
+
+    pub fn count(&self, topic: &str) -> usize {
+        let mut n = 0;
+        read_all(&super::clients(), topic, Duration::from_secs(60), |_| {
+            n += 1;
+            Ok(())
+        })
+        .expect("read");
+        n
+    }
+}
+
+/// An in-process instance.
+pub struct Instance {
+    stop: Arc<AtomicBool>,
+    handle: JoinHandle<RunSummary>,
+}
+
+impl Instance {
+    pub fn start<P: Processor + 'static>(config: &Config, processor: P) -> Self {
+        // `EOSFLOW_TEST_LOG=eosflow=debug cargo test …` shows the runtime's logs per test.
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_env("EOSFLOW_TEST_LOG"))
+            .with_test_writer()
+            .try_init();
+        let runtime = Runtime::new(config, processor).expect("runtime starts");
+        let stop = Arc::new(AtomicBool::new(false));
+        let s = stop.clone();
+        let handle =
+            std::thread::spawn(move || runtime.run(s).expect("runtime runs without error"));
+        Self { stop, handle }
+    }
+
+    pub fn stop(self) -> RunSummary {
+        self.stop.store(true, Ordering::Relaxed);
+        self.handle.join().expect("runtime thread")
+    }
+}
+
+/// Produces one record with an `id` header of `raw-<value>`.
+pub fn produce_raw(topic: &str, key: &str, value: &str) {
+    produce(topic, key, value, &format!("raw-{value}"));
+}
+
+/// Produces one record with the given `id` header.
+pub fn produce(topic: &str, key: &str, value: &str, id: &str) {
+    use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+    let producer: ThreadedProducer<DefaultProducerContext> = super::clients()
+        .config(eosflow::kafka::ClientRole::Idempotent)
+        .create()
+        .expect("producer");
+    producer
+        .send(BaseRecord::to(topic).key(key).payload(value).headers(
+            rdkafka::message::OwnedHeaders::new().insert(rdkafka::message::Header {
+                key: "id",
+                value: Some(id.as_bytes()),
+            }),
+        ))
+        .map_err(|(e, _)| e)
+        .expect("send");
+    producer.flush(Duration::from_secs(30)).expect("flush");
+}
+
+/// Produces records `range` of a workload (same ids, keys and amounts as `Workload::produce`).
+pub fn produce_range(topic: &str, w: &Workload, range: std::ops::Range<u64>) {
+    use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+    let producer: ThreadedProducer<DefaultProducerContext> = super::clients()
+        .config(eosflow::kafka::ClientRole::Idempotent)
+        .create()
+        .expect("producer");
+    for i in range {
+        let key = w.key(i);
+        let value = Workload::amount(i).to_string();
+        let id = Workload::id(i);
+        producer
+            .send(
+                BaseRecord::to(topic)
+                    .key(key.as_bytes())
+                    .payload(value.as_bytes())
+                    .headers(rdkafka::message::OwnedHeaders::new().insert(
+                        rdkafka::message::Header {
+                            key: "id",
+                            value: Some(id.as_bytes()),
+                        },
+                    )),
+            )
+            .map_err(|(e, _)| e)
+            .expect("send");
+    }
+    producer.flush(Duration::from_secs(30)).expect("flush");
+}
