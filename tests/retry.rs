@@ -379,7 +379,8 @@ fn redriving_a_dead_letter_twice_yields_one_output() {
         Duration::from_secs(30),
         |m| {
             if m.payload()
-                .is_some_and(|v| String::from_utf8_lossy(v).contains("payment service is back"))
+                .map(|v| String::from_utf8_lossy(v).to_string())
+                .is_some_and(|v| v.contains("payment service is back") && v.contains(&p.dlt))
             {
                 audit += 1;
             }
