@@ -14,7 +14,7 @@ use std::time::Duration;
 use eosflow::app::count::CountProcessor;
 use eosflow::kafka::reader::read_all;
 use eosflow::processor::{Context, ProcessError, Processor, Record, Runtime};
-use eosflow::verify::check::{read_state, verify};
+use eosflow::verify::check::read_state;
 use eosflow::verify::Workload;
 use rdkafka::Message;
 
@@ -67,15 +67,7 @@ fn aborted_batches_leave_no_trace_and_are_processed_again_exactly_once() {
     );
     assert_eq!(summary.dead_lettered, 1, "{summary:?}");
 
-    let verdict = verify(
-        &support::clients(),
-        &w,
-        &p.output,
-        &p.changelog,
-        Duration::from_secs(60),
-    )
-    .expect("verify");
-    assert!(verdict.ok(), "{verdict}");
+    let verdict = p.assert_exactly_once(&w);
     assert_eq!(verdict.outputs, 400, "{verdict}");
     let mut dlt_reason = String::new();
     read_all(&support::clients(), &p.dlt, Duration::from_secs(30), |m| {
@@ -113,15 +105,7 @@ fn resent_ids_are_processed_once() {
     p.wait_drained(Duration::from_secs(90));
     let summary = inst.stop();
     assert_eq!(summary.dedup_hits, 30, "{summary:?}");
-    let verdict = verify(
-        &support::clients(),
-        &w,
-        &p.output,
-        &p.changelog,
-        Duration::from_secs(60),
-    )
-    .expect("verify");
-    assert!(verdict.ok(), "{verdict}");
+    let verdict = p.assert_exactly_once(&w);
     assert_eq!(verdict.outputs, 300);
 }
 
@@ -160,15 +144,7 @@ fn a_replacement_instance_restores_state_from_the_changelog() {
         "{summary:?}"
     );
     // Counts continue where a stopped: per key 1..=n with no restart at 1.
-    let verdict = verify(
-        &support::clients(),
-        &w,
-        &p.output,
-        &p.changelog,
-        Duration::from_secs(60),
-    )
-    .expect("verify");
-    assert!(verdict.ok(), "{verdict}");
+    p.assert_exactly_once(&w);
 }
 
 #[test]
@@ -199,15 +175,7 @@ fn partitions_move_between_two_instances_without_loss_or_duplicates() {
         "both instances must have worked: a={sa:?} b={sb:?}"
     );
     assert!(!sb.restores.is_empty());
-    let verdict = verify(
-        &support::clients(),
-        &w,
-        &p.output,
-        &p.changelog,
-        Duration::from_secs(60),
-    )
-    .expect("verify");
-    assert!(verdict.ok(), "{verdict}");
+    let verdict = p.assert_exactly_once(&w);
     assert_eq!(verdict.outputs, 6000);
 }
 
@@ -302,15 +270,7 @@ fn after_kill_9_only_the_changelog_tail_is_replayed() {
         replayed * 5 < changelog_total,
         "the restart must replay only the tail after the checkpoint: replayed {replayed} of {changelog_total} changelog records ({restores:?})"
     );
-    let verdict = verify(
-        &support::clients(),
-        &w,
-        &p.output,
-        &p.changelog,
-        Duration::from_secs(60),
-    )
-    .expect("verify");
-    assert!(verdict.ok(), "{verdict}");
+    p.assert_exactly_once(&w);
     let state =
         read_state(&support::clients(), &p.changelog, Duration::from_secs(60)).expect("state");
     assert_eq!(state.len(), 200);

@@ -81,6 +81,19 @@ struct TopicFile {
 }
 
 impl TopicSpec {
+    /// A topic with `partitions` and `cleanup_policy`, replication 3 (capped on small clusters)
+    /// and the broker's default retention: what tools and tests create on the fly.
+    pub fn new(name: impl Into<String>, partitions: i32, cleanup_policy: &str) -> Self {
+        Self {
+            name: name.into(),
+            partitions,
+            replication: default_replication(),
+            cleanup_policy: cleanup_policy.into(),
+            retention_ms: None,
+            config: BTreeMap::new(),
+        }
+    }
+
     /// Broker configs this declaration sets.
     pub fn configs(&self) -> BTreeMap<String, String> {
         let mut c = self.config.clone();
@@ -278,6 +291,22 @@ pub async fn apply(
         }
     }
     Ok(outcomes)
+}
+
+/// [`apply`] from synchronous code (tools, the verifier, tests), on a private runtime.
+pub fn apply_blocking(
+    clients: &KafkaClients,
+    specs: &[TopicSpec],
+    timeout: Duration,
+) -> Result<Vec<(String, TopicOutcome)>, TopicsError> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|source| TopicsError::Read {
+            path: "tokio runtime".into(),
+            source,
+        })?
+        .block_on(apply(clients, specs, timeout))
 }
 
 #[cfg(test)]

@@ -267,14 +267,8 @@ pub fn redrive(
 
 /// Creates the audit topic if it is missing (it is declared in `topics/dlt.toml` too).
 async fn ensure_audit_topic(clients: &KafkaClients) -> Result<(), DltError> {
-    let spec = crate::kafka::topics::TopicSpec {
-        name: AUDIT_TOPIC.into(),
-        partitions: 1,
-        replication: 3,
-        cleanup_policy: "delete".into(),
-        retention_ms: Some(-1),
-        config: BTreeMap::new(),
-    };
+    let mut spec = crate::kafka::topics::TopicSpec::new(AUDIT_TOPIC, 1, "delete");
+    spec.retention_ms = Some(-1);
     crate::kafka::topics::apply(clients, &[spec], Duration::from_secs(30)).await?;
     Ok(())
 }

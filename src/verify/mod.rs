@@ -6,7 +6,6 @@
 pub mod check;
 pub mod workload;
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -137,23 +136,14 @@ pub fn run(config: &Config, opts: &VerifyOptions) -> Result<VerifyReport, String
     let specs: Vec<TopicSpec> = crate::retry::ladder_topics(std::slice::from_ref(&input), levels)
         .into_iter()
         .chain([output.clone()])
-        .map(|t| (t, "delete"))
-        .chain([(changelog.clone(), "compact")])
-        .map(|(name, policy)| TopicSpec {
-            name,
-            partitions: opts.partitions,
-            replication: 1,
-            cleanup_policy: policy.into(),
-            retention_ms: None,
-            config: BTreeMap::new(),
-        })
+        .map(|t| TopicSpec::new(t, opts.partitions, "delete"))
+        .chain([TopicSpec::new(
+            changelog.clone(),
+            opts.partitions,
+            "compact",
+        )])
         .collect();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| e.to_string())?;
-    let outcomes = rt
-        .block_on(topics::apply(&clients, &specs, Duration::from_secs(30)))
+    let outcomes = topics::apply_blocking(&clients, &specs, Duration::from_secs(30))
         .map_err(|e| format!("creating the run's topics: {e}"))?;
     if let Some((t, o)) = outcomes.iter().find(|(_, o)| *o != TopicOutcome::Created) {
         return Err(format!(

@@ -9,7 +9,6 @@
 
 pub mod pipeline;
 
-use std::collections::BTreeMap;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -82,26 +81,16 @@ pub fn unique(prefix: &str) -> String {
 pub fn create_topics(names: &[&str], partitions: i32) {
     let specs: Vec<TopicSpec> = names
         .iter()
-        .map(|n| TopicSpec {
-            name: n.to_string(),
-            partitions,
-            replication: 1,
-            cleanup_policy: if n.ends_with("-changelog") {
+        .map(|n| {
+            let policy = if n.ends_with("-changelog") {
                 "compact"
             } else {
                 "delete"
-            }
-            .into(),
-            retention_ms: None,
-            config: BTreeMap::new(),
+            };
+            TopicSpec::new(*n, partitions, policy)
         })
         .collect();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
-    rt.block_on(topics::apply(&clients(), &specs, Duration::from_secs(30)))
-        .expect("creating topics");
+    topics::apply_blocking(&clients(), &specs, Duration::from_secs(30)).expect("creating topics");
 }
 
 /// Polls `f` every 100 ms until it returns `Some`, failing the test after `timeout`.

@@ -67,6 +67,20 @@ impl Pipeline {
         });
     }
 
+    /// Judges the output and changelog against `w` and fails the test unless exactly-once holds.
+    pub fn assert_exactly_once(&self, w: &Workload) -> eosflow::verify::Verdict {
+        let v = eosflow::verify::check::verify(
+            &super::clients(),
+            w,
+            &self.output,
+            &self.changelog,
+            Duration::from_secs(60),
+        )
+        .expect("reading output and changelog");
+        assert!(v.ok(), "{v}");
+        v
+    }
+
     pub fn count(&self, topic: &str) -> usize {
         let mut n = 0;
         read_all(&super::clients(), topic, Duration::from_secs(60), |_| {
