@@ -98,6 +98,13 @@ pub struct ProcessorConfig {
     pub session_timeout_ms: u64,
     /// Deadline for restoring one partition's store from its changelog.
     pub restore_timeout_ms: u64,
+    /// `group.instance.id` = the instance id: a restart within the session timeout keeps the
+    /// assignment (no rebalance). On in Kubernetes (stable pod names).
+    pub static_membership: bool,
+    /// Longest a SIGTERM/SIGINT shutdown may take (commit the open batch, leave) before exiting.
+    pub shutdown_timeout_ms: u64,
+    /// `/healthz` fails when the loop has not turned for this long (restores excepted).
+    pub stuck_after_ms: u64,
 }
 
 impl Default for ProcessorConfig {
@@ -109,6 +116,9 @@ impl Default for ProcessorConfig {
             transaction_timeout_ms: 10_000,
             session_timeout_ms: 10_000,
             restore_timeout_ms: 120_000,
+            static_membership: false,
+            shutdown_timeout_ms: 30_000,
+            stuck_after_ms: 60_000,
         }
     }
 }

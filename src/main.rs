@@ -13,6 +13,7 @@ use eosflow::app::count::CountProcessor;
 use eosflow::kafka::topics::{self, TopicOutcome};
 use eosflow::kafka::KafkaClients;
 use eosflow::processor::Runtime;
+use eosflow::telemetry::{http, Health};
 use eosflow::verify::{self, VerifyOptions, Workload};
 use eosflow::Config;
 
@@ -256,12 +257,12 @@ fn run(config: &Config, topology: &str, output: &str) -> Result<std::process::Ex
     if topology != "count" {
         bail!("unknown topology {topology:?}: the only one shipped is `count`");
     }
-    if !config.metrics.listen.is_empty() {
-        eosflow::telemetry::install_prometheus(&config.metrics.listen)
-            .map_err(anyhow::Error::msg)?;
-    }
-    let runtime =
-        Runtime::new(config, CountProcessor::new(output)).context("starting the runtime")?;
+    let health = Arc::new(Health::new(Duration::from_millis(
+        config.processor.stuck_after_ms,
+    )));
+    let runtime = Runtime::new(config, CountProcessor::new(output))
+        .context("starting the runtime")?
+        .with_health(health.clone());
     let shutdown = Arc::new(AtomicBool::new(false));
     let worker = {
         let shutdown = shutdown.clone();
@@ -270,24 +271,55 @@ fn run(config: &Config, topology: &str, output: &str) -> Result<std::process::Ex
             .spawn(move || runtime.run(shutdown))
             .context("spawning the processing thread")?
     };
-    let signals = tokio::runtime::Builder::new_current_thread()
+    let io = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .context("building the signal runtime")?;
-    signals.block_on(async {
+        .context("building the signal and endpoint runtime")?;
+    let signal = io.block_on(async {
+        if !config.metrics.listen.is_empty() {
+            let addr: std::net::SocketAddr = config
+                .metrics
+                .listen
+                .parse()
+                .context("metrics.listen (EOSFLOW_METRICS_LISTEN)")?;
+            let handle = http::install_recorder()?;
+            let health = health.clone();
+            tokio::spawn(async move {
+                if let Err(e) = http::serve(addr, handle, health).await {
+                    tracing::error!(error = %e, "operations endpoints stopped");
+                }
+            });
+            tracing::info!(%addr, "serving /metrics, /healthz and /readyz");
+        }
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-        loop {
+        let signal = loop {
             tokio::select! {
-                _ = tokio::signal::ctrl_c() => break,
-                _ = term.recv() => break,
+                _ = tokio::signal::ctrl_c() => break Some("SIGINT"),
+                _ = term.recv() => break Some("SIGTERM"),
                 _ = tokio::time::sleep(Duration::from_millis(200)) => {
-                    if worker.is_finished() { break; }
+                    if worker.is_finished() { break None; }
                 }
             }
-        }
-        Ok::<_, std::io::Error>(())
+        };
+        Ok::<_, anyhow::Error>(signal)
     })?;
     shutdown.store(true, Ordering::Relaxed);
+    if let Some(signal) = signal {
+        // The loop commits its open batch, then leaves the group (or, with static membership,
+        // keeps its assignment for a restart within the session timeout).
+        let deadline =
+            std::time::Instant::now() + Duration::from_millis(config.processor.shutdown_timeout_ms);
+        tracing::info!(signal, "shutting down");
+        while !worker.is_finished() {
+            if std::time::Instant::now() >= deadline {
+                bail!(
+                    "shutdown did not finish within processor.shutdown_timeout_ms ({} ms); exiting: the open transaction is aborted when this instance restarts",
+                    config.processor.shutdown_timeout_ms
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
     let summary = worker
         .join()
         .map_err(|_| anyhow::anyhow!("the processing thread panicked"))?
@@ -298,6 +330,7 @@ fn run(config: &Config, topology: &str, output: &str) -> Result<std::process::Ex
         aborts = summary.aborts,
         dedup_hits = summary.dedup_hits,
         dead_lettered = summary.dead_lettered,
+        retried = summary.retried,
         "stopped"
     );
     Ok(std::process::ExitCode::SUCCESS)

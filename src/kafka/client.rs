@@ -77,7 +77,9 @@ impl KafkaClients {
                         (session_timeout.as_millis() / 5).max(100).to_string(),
                     )
                     .set("enable.partition.eof", "false")
-                    .set("fetch.wait.max.ms", "50");
+                    .set("fetch.wait.max.ms", "50")
+                    // Feeds eosflow_consumer_lag_records (high watermark minus position).
+                    .set("statistics.interval.ms", "5000");
                 if let Some(i) = instance {
                     c.set("group.instance.id", i);
                 }

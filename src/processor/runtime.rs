@@ -26,7 +26,7 @@ use crate::kafka::{ClientRole, KafkaClients};
 use crate::retry::{headers as retry_headers, ladder_topics, RetryPolicy};
 use crate::sink::{SinkError, TxnSink};
 use crate::state::{restore, Column, Overlay, RestoreStats, StateError, Store, StoreCache};
-use crate::telemetry;
+use crate::telemetry::{self, Health};
 
 /// Why the runtime stopped.
 #[derive(Debug, thiserror::Error)]
@@ -64,6 +64,8 @@ pub struct RuntimeOptions {
     pub session_timeout: Duration,
     /// Deadline for one partition's restore.
     pub restore_timeout: Duration,
+    /// Join with `group.instance.id` = instance id.
+    pub static_membership: bool,
     /// Root of this instance's stores.
     pub state_dir: PathBuf,
     /// RocksDB block cache for all stores.
@@ -95,6 +97,7 @@ impl RuntimeOptions {
             transaction_timeout: Duration::from_millis(config.processor.transaction_timeout_ms),
             session_timeout: Duration::from_millis(config.processor.session_timeout_ms),
             restore_timeout: Duration::from_millis(config.processor.restore_timeout_ms),
+            static_membership: config.processor.static_membership,
             block_cache_bytes: config.state.block_cache_bytes,
             dedup_retention: Duration::from_secs(config.state.dedup_retention_secs),
             dedup_purge_interval: Duration::from_secs(config.state.dedup_purge_interval_secs),
@@ -162,7 +165,17 @@ impl GroupContext {
     }
 }
 
-impl ClientContext for GroupContext {}
+impl ClientContext for GroupContext {
+    fn stats(&self, stats: rdkafka::Statistics) {
+        for (topic, t) in &stats.topics {
+            for (id, part) in &t.partitions {
+                if *id >= 0 && part.consumer_lag >= 0 {
+                    telemetry::consumer_lag(topic, *id, part.consumer_lag);
+                }
+            }
+        }
+    }
+}
 
 impl ConsumerContext for GroupContext {
     fn pre_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
@@ -199,6 +212,7 @@ pub struct Runtime<P: Processor> {
     assigned: BTreeSet<(String, i32)>,
     /// Retry-level partitions paused until their head record is due (ms).
     paused: BTreeMap<(String, i32), i64>,
+    health: Arc<Health>,
     pub(super) summary: RunSummary,
 }
 
@@ -240,7 +254,7 @@ impl<P: Processor> Runtime<P> {
             .config(ClientRole::GroupConsumer {
                 group: &opts.app_id,
                 session_timeout: opts.session_timeout,
-                instance: None,
+                instance: opts.static_membership.then_some(opts.instance_id.as_str()),
             })
             .create_with_context(GroupContext::default())?;
         let mut needed = ladder_topics(&opts.input_topics, opts.retry.levels());
@@ -282,8 +296,15 @@ impl<P: Processor> Runtime<P> {
             tasks: BTreeMap::new(),
             assigned: BTreeSet::new(),
             paused: BTreeMap::new(),
+            health: Arc::new(Health::new(Duration::from_secs(60))),
             summary: RunSummary::default(),
         })
+    }
+
+    /// Reports liveness and readiness to `health` (served on `/healthz` and `/readyz`).
+    pub fn with_health(mut self, health: Arc<Health>) -> Self {
+        self.health = health;
+        self
     }
 
     /// The changelog topic this runtime writes.
@@ -323,6 +344,7 @@ impl<P: Processor> Runtime<P> {
                 break;
             }
             self.resume_due()?;
+            self.health.beat();
             let polled = self.consumer.poll(left).map(|r| r.map(|m| m.detach()));
             // Rebalances happened inside poll: drop records of revoked partitions (they were not
             // processed; their new owner reads them from the committed offset) and restore new ones.
@@ -354,6 +376,7 @@ impl<P: Processor> Runtime<P> {
         events: Vec<GroupEvent>,
         batch: &mut Vec<OwnedMessage>,
     ) -> Result<(), RuntimeError> {
+        self.health.set_ready(false);
         for event in events {
             match event {
                 GroupEvent::Revoked(parts) => {
@@ -393,6 +416,7 @@ impl<P: Processor> Runtime<P> {
                 }
             }
         }
+        self.health.set_ready(true);
         Ok(())
     }
 
@@ -450,30 +474,10 @@ impl<P: Processor> Runtime<P> {
     fn open_task(&mut self, p: i32) -> Result<(), RuntimeError> {
         let path = self.opts.state_dir.join(format!("{}-{p}", self.changelog));
         let source = format!("{}[{p}]", self.changelog);
-        let (mut store, mut rebuilt) = Store::open(&path, &source, &self.cache)?;
-        let stats = match restore(
-            &self.clients,
-            &store,
-            &self.changelog,
-            p,
-            self.opts.restore_timeout,
-        ) {
-            Err(e @ StateError::CheckpointAhead { .. }) => {
-                tracing::warn!(partition = p, error = %e, "rebuilding the store from the changelog alone");
-                drop(store);
-                Store::wipe(&path)?;
-                (store, _) = Store::open(&path, &source, &self.cache)?;
-                rebuilt = true;
-                restore(
-                    &self.clients,
-                    &store,
-                    &self.changelog,
-                    p,
-                    self.opts.restore_timeout,
-                )?
-            }
-            other => other?,
-        };
+        self.health.set_restoring(true);
+        let restored = self.open_and_restore(p, &path, &source);
+        self.health.set_restoring(false);
+        let (store, rebuilt, stats) = restored?;
         let keys = store.count(Column::State)?;
         tracing::info!(
             partition = p,
@@ -501,6 +505,39 @@ impl<P: Processor> Runtime<P> {
         Ok(())
     }
 
+    fn open_and_restore(
+        &self,
+        p: i32,
+        path: &std::path::Path,
+        source: &str,
+    ) -> Result<(Store, bool, RestoreStats), RuntimeError> {
+        let (mut store, mut rebuilt) = Store::open(path, source, &self.cache)?;
+        let stats = match restore(
+            &self.clients,
+            &store,
+            &self.changelog,
+            p,
+            self.opts.restore_timeout,
+        ) {
+            Err(e @ StateError::CheckpointAhead { .. }) => {
+                tracing::warn!(partition = p, error = %e, "rebuilding the store from the changelog alone");
+                drop(store);
+                Store::wipe(path)?;
+                (store, _) = Store::open(path, source, &self.cache)?;
+                rebuilt = true;
+                restore(
+                    &self.clients,
+                    &store,
+                    &self.changelog,
+                    p,
+                    self.opts.restore_timeout,
+                )?
+            }
+            other => other?,
+        };
+        Ok((store, rebuilt, stats))
+    }
+
     fn commit_batch(&mut self, batch: Vec<OwnedMessage>) -> Result<(), RuntimeError> {
         let started = Instant::now();
         match self.try_commit_batch(&batch) {
@@ -515,6 +552,13 @@ impl<P: Processor> Runtime<P> {
                 }
                 self.summary.commits += 1;
                 self.summary.records += batch.len() as u64;
+                let mut per_partition: BTreeMap<(&str, i32), u64> = BTreeMap::new();
+                for m in &batch {
+                    *per_partition.entry((m.topic(), m.partition())).or_default() += 1;
+                }
+                for ((t, p), n) in per_partition {
+                    telemetry::consumed(t, p, n);
+                }
                 telemetry::committed(batch.len(), started.elapsed());
                 Ok(())
             }
@@ -605,7 +649,9 @@ impl<P: Processor> Runtime<P> {
             .group_metadata()
             .ok_or(SinkError::NoGroupMetadata)?;
         self.sink.send_offsets(&offsets, &group)?;
+        let committing = Instant::now();
         self.sink.commit()?;
+        telemetry::commit_latency(committing.elapsed());
         let mut ends = HashMap::new();
         for (p, f) in last_changelog {
             match self.sink.delivered(f) {

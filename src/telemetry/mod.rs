@@ -6,16 +6,10 @@ use std::time::Duration;
 
 use crate::state::RestoreStats;
 
-/// Installs the Prometheus exporter listening on `listen` (e.g. `0.0.0.0:9464`).
-pub fn install_prometheus(listen: &str) -> Result<(), String> {
-    let addr: std::net::SocketAddr = listen
-        .parse()
-        .map_err(|e| format!("metrics.listen {listen:?}: {e}"))?;
-    metrics_exporter_prometheus::PrometheusBuilder::new()
-        .with_http_listener(addr)
-        .install()
-        .map_err(|e| format!("starting the metrics listener on {listen}: {e}"))
-}
+mod health;
+pub mod http;
+
+pub use health::Health;
 
 /// A transaction committed `records` input records after `elapsed`.
 pub fn committed(records: usize, elapsed: Duration) {
@@ -67,6 +61,23 @@ pub fn restored(partition: i32, stats: &RestoreStats) {
 /// The group rebalanced (`assign` or `revoke`).
 pub fn rebalance(kind: &'static str) {
     metrics::counter!("eosflow_rebalances_total", "kind" => kind).increment(1);
+}
+
+/// librdkafka's view of one partition's lag (high watermark minus position), from its stats.
+pub fn consumer_lag(topic: &str, partition: i32, lag: i64) {
+    metrics::gauge!("eosflow_consumer_lag_records", "topic" => topic.to_string(), "partition" => partition.to_string())
+        .set(lag as f64);
+}
+
+/// Records consumed from a partition (its position moved by `n`).
+pub fn consumed(topic: &str, partition: i32, n: u64) {
+    metrics::counter!("eosflow_records_consumed_total", "topic" => topic.to_string(), "partition" => partition.to_string())
+        .increment(n);
+}
+
+/// Time from a batch's begin to its commit returning.
+pub fn commit_latency(elapsed: Duration) {
+    metrics::histogram!("eosflow_commit_seconds").record(elapsed.as_secs_f64());
 }
 
 /// The consumer reported an error.

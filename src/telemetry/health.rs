@@ -1,0 +1,64 @@
+//! Liveness and readiness, shared by the processing loop (which reports) and the HTTP
+//! endpoints (which answer the orchestrator).
+
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::time::Duration;
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or_default()
+}
+
+/// What `/healthz` and `/readyz` report.
+#[derive(Debug)]
+pub struct Health {
+    last_beat_ms: AtomicI64,
+    ready: AtomicBool,
+    restoring: AtomicBool,
+    stuck_after: Duration,
+}
+
+impl Health {
+    /// The loop counts as stuck when it has not beaten for `stuck_after`.
+    pub fn new(stuck_after: Duration) -> Self {
+        Self {
+            last_beat_ms: AtomicI64::new(now_ms()),
+            ready: AtomicBool::new(false),
+            restoring: AtomicBool::new(false),
+            stuck_after,
+        }
+    }
+
+    /// The loop is turning.
+    pub fn beat(&self) {
+        self.last_beat_ms.store(now_ms(), Ordering::Relaxed);
+    }
+
+    /// Every assigned partition is restored and processing (or not, during a rebalance).
+    pub fn set_ready(&self, ready: bool) {
+        self.ready.store(ready, Ordering::Relaxed);
+    }
+
+    /// A restore is running: it has its own deadline, and a liveness probe must not kill a pod
+    /// for a long restore.
+    pub fn set_restoring(&self, restoring: bool) {
+        self.restoring.store(restoring, Ordering::Relaxed);
+        self.beat();
+    }
+
+    /// Alive: the loop beat within the deadline (or a restore is running).
+    pub fn healthy(&self) -> bool {
+        self.restoring.load(Ordering::Relaxed)
+            || now_ms() - self.last_beat_ms.load(Ordering::Relaxed)
+                <= self.stuck_after.as_millis() as i64
+    }
+
+    /// Ready for traffic: alive and every assigned partition restored.
+    pub fn ready(&self) -> bool {
+        self.ready.load(Ordering::Relaxed)
+            && !self.restoring.load(Ordering::Relaxed)
+            && self.healthy()
+    }
+}
