@@ -56,6 +56,24 @@ enum Command {
     },
     /// Print the effective configuration (secrets redacted) or the first error in it.
     Config,
+    /// Outbox router: Postgres outbox table → Kafka (Debezium Outbox Event Router semantics).
+    Outbox(OutboxArgs),
+}
+
+#[derive(clap::Args)]
+#[command(args_conflicts_with_subcommands = true)]
+struct OutboxArgs {
+    /// `cdc` (logical replication, exactly-once) or `poll` (at-least-once); overrides outbox.mode.
+    #[arg(long)]
+    mode: Option<String>,
+    #[command(subcommand)]
+    action: Option<OutboxAction>,
+}
+
+#[derive(Subcommand)]
+enum OutboxAction {
+    /// Create the outbox table and its index of unsent rows if absent (migrations/).
+    Migrate,
 }
 
 #[derive(Subcommand)]
@@ -137,6 +155,7 @@ fn dispatch(cli: Cli) -> Result<std::process::ExitCode> {
         } => topics_apply(&config, &dir),
         Command::Verify(args) => verify_cmd(&config, args),
         Command::Demo { records } => demo(&config, records),
+        Command::Outbox(args) => outbox_cmd(config, args),
         Command::Config => {
             let mut shown = config.clone();
             for (k, v) in shown.kafka.properties.iter_mut() {
@@ -207,6 +226,65 @@ fn run(config: &Config, topology: &str, output: &str) -> Result<std::process::Ex
         "stopped"
     );
     Ok(std::process::ExitCode::SUCCESS)
+}
+
+fn outbox_cmd(mut config: Config, args: OutboxArgs) -> Result<std::process::ExitCode> {
+    if let Some(mode) = args.mode {
+        config.outbox.mode = mode;
+        config.validate().context("--mode")?;
+    }
+    if let Some(OutboxAction::Migrate) = args.action {
+        let created = eosflow::outbox::migrate_cmd(&config).context("migrating the outbox")?;
+        println!(
+            "{} {}",
+            if created { "created" } else { "ok     " },
+            config.outbox.table
+        );
+        return Ok(std::process::ExitCode::SUCCESS);
+    }
+    if !config.metrics.listen.is_empty() {
+        eosflow::telemetry::install_prometheus(&config.metrics.listen)
+            .map_err(anyhow::Error::msg)?;
+    }
+    let shutdown = Arc::new(AtomicBool::new(false));
+    let worker = {
+        let shutdown = shutdown.clone();
+        let config = config.clone();
+        std::thread::Builder::new()
+            .name("outbox".into())
+            .spawn(move || eosflow::outbox::run(&config, shutdown))
+            .context("spawning the outbox thread")?
+    };
+    wait_for_signal_or(&worker)?;
+    shutdown.store(true, Ordering::Relaxed);
+    let summary = worker
+        .join()
+        .map_err(|_| anyhow::anyhow!("the outbox thread panicked"))?
+        .context("outbox router")?;
+    tracing::info!(%summary, "outbox router stopped");
+    Ok(std::process::ExitCode::SUCCESS)
+}
+
+/// Blocks until SIGTERM/SIGINT or until `worker` ends by itself.
+fn wait_for_signal_or<T>(worker: &std::thread::JoinHandle<T>) -> Result<()> {
+    let signals = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("building the signal runtime")?;
+    signals.block_on(async {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        loop {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => break,
+                _ = term.recv() => break,
+                _ = tokio::time::sleep(Duration::from_millis(200)) => {
+                    if worker.is_finished() { break; }
+                }
+            }
+        }
+        Ok::<_, std::io::Error>(())
+    })?;
+    Ok(())
 }
 
 fn topics_apply(config: &Config, dir: &std::path::Path) -> Result<std::process::ExitCode> {
