@@ -284,6 +284,12 @@ impl Session<'_> {
         if end_lsn <= self.committed {
             // Already in Kafka: a replay after a restart.
             if !rows.is_empty() {
+                tracing::info!(
+                    rows = rows.len(),
+                    lsn = %lsn_text(end_lsn),
+                    committed = %lsn_text(self.committed),
+                    "skipped a replayed transaction already in Kafka"
+                );
                 telemetry::skipped_replayed(rows.len());
                 summary.skipped += rows.len() as u64;
             }
@@ -338,7 +344,7 @@ async fn session(
 ) -> Result<(), OutboxError> {
     let o = &config.outbox;
     let pg = super::connect(&config.postgres.url).await?;
-    if migrate::migrate(&pg, o).await? {
+    if migrate::ensure(&pg, o).await? {
         tracing::info!(table = %o.table, "created the outbox table");
     }
     ensure_publication_and_slot(&pg, config).await?;

@@ -54,6 +54,18 @@ pub async fn migrate(
     Ok(!existed)
 }
 
+/// Applies the migration only when the table is absent (what the router does at start, so an
+/// existing table is never touched). Returns whether it was created.
+pub async fn ensure(
+    client: &tokio_postgres::Client,
+    cfg: &OutboxConfig,
+) -> Result<bool, OutboxError> {
+    if table_exists(client, cfg).await? {
+        return Ok(false);
+    }
+    migrate(client, cfg).await
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

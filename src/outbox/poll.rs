@@ -64,7 +64,7 @@ async fn session(
 ) -> Result<(), OutboxError> {
     let o = &config.outbox;
     let mut pg = super::connect(&config.postgres.url).await?;
-    migrate::migrate(&pg, o).await?;
+    migrate::ensure(&pg, o).await?;
     let clients = KafkaClients::new(config.kafka.clone());
     let producer: FutureProducer = clients
         .config(ClientRole::Idempotent)
