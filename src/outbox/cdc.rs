@@ -222,7 +222,31 @@ struct Session<'a> {
     committed: u64,
 }
 
-impl Session<'_> {
+impl<'a> Session<'a> {
+    fn new(config: &'a Config, committed: u64) -> Self {
+        let o = &config.outbox;
+        Session {
+            config,
+            router: EventRouter::new(o),
+            table: bare_table(o).to_string(),
+            relations: HashMap::new(),
+            open_tx: vec![],
+            open_ignored: 0,
+            open_commit_micros: 0,
+            batch: vec![],
+            batch_end: None,
+            batch_oldest_commit: None,
+            batch_since: Instant::now(),
+            committed,
+        }
+    }
+
+    fn on_begin(&mut self, commit_time_micros: i64) {
+        self.open_tx.clear();
+        self.open_ignored = 0;
+        self.open_commit_micros = commit_time_micros;
+    }
+
     fn on_change(&mut self, data: &[u8]) -> Result<(), OutboxError> {
         match pgoutput::decode(data)? {
             Message::Relation(r) => {
@@ -315,7 +339,9 @@ impl Session<'_> {
             return Ok(());
         };
         if !self.batch.is_empty() {
+            let kafka_started = Instant::now();
             publisher.publish(&self.batch, end).await?;
+            let kafka_ms = kafka_started.elapsed().as_millis() as u64;
             let rows = self.batch.len();
             let latency = self
                 .batch_oldest_commit
@@ -325,7 +351,13 @@ impl Session<'_> {
             telemetry::committed(rows, latency);
             summary.rows += rows as u64;
             summary.commits += 1;
-            tracing::debug!(rows, lsn = %lsn_text(end), "published");
+            tracing::debug!(
+                rows,
+                lsn = %lsn_text(end),
+                since_commit_ms = latency.as_millis() as u64,
+                kafka_ms,
+                "published"
+            );
         }
         self.committed = end;
         summary.committed_lsn = end;
@@ -377,27 +409,14 @@ async fn session(
     repl.wait_started()
         .await
         .map_err(|e| OutboxError::Replication(e.to_string()))?;
-    let mut s = Session {
-        config,
-        router: EventRouter::new(o),
-        table: bare_table(o).to_string(),
-        relations: HashMap::new(),
-        open_tx: vec![],
-        open_ignored: 0,
-        open_commit_micros: 0,
-        batch: vec![],
-        batch_end: None,
-        batch_oldest_commit: None,
-        batch_since: Instant::now(),
-        committed,
-    };
+    let mut s = Session::new(config, committed);
     let commit_interval = Duration::from_millis(o.commit_interval_ms);
     let heartbeat_every = Duration::from_millis(o.heartbeat_interval_ms);
     let mut last_heartbeat = Instant::now();
     let prune_every = Duration::from_secs(o.prune_interval_secs);
     let mut last_prune = Instant::now();
     let mut last_commit_micros: Option<i64> = None;
-    let tick = commit_interval.min(Duration::from_millis(100));
+    let tick = Duration::from_millis(100);
     loop {
         if shutdown.load(Ordering::Relaxed) {
             // Finish what is complete; an open Postgres transaction is re-sent next time.
@@ -406,7 +425,14 @@ async fn session(
             let _ = repl.shutdown().await;
             return Ok(());
         }
-        match tokio::time::timeout(tick, repl.recv()).await {
+        // Wake exactly when the pending batch is due, else every `tick` (heartbeat, shutdown).
+        let wait = match s.batch_end {
+            Some(_) => commit_interval
+                .saturating_sub(s.batch_since.elapsed())
+                .max(Duration::from_millis(1)),
+            None => tick,
+        };
+        match tokio::time::timeout(wait, repl.recv()).await {
             Err(_elapsed) => {}
             Ok(Err(e)) => return Err(OutboxError::Replication(e.to_string())),
             Ok(Ok(None)) => {
@@ -417,17 +443,18 @@ async fn session(
             Ok(Ok(Some(ev))) => match ev {
                 ReplicationEvent::Begin {
                     commit_time_micros, ..
-                } => {
-                    s.open_tx.clear();
-                    s.open_ignored = 0;
-                    s.open_commit_micros = commit_time_micros;
-                }
+                } => s.on_begin(commit_time_micros),
                 ReplicationEvent::XLogData { data, .. } => s.on_change(&data)?,
                 ReplicationEvent::Commit {
                     end_lsn,
                     commit_time_micros,
                     ..
                 } => {
+                    tracing::trace!(
+                        lsn = %lsn_text(end_lsn.as_u64()),
+                        since_commit_ms = since_pg_micros(commit_time_micros).as_millis() as u64,
+                        "commit received"
+                    );
                     s.on_commit(end_lsn.as_u64(), summary);
                     last_commit_micros = Some(commit_time_micros);
                     if s.batch.len() >= o.batch_size {
@@ -492,4 +519,75 @@ pub async fn prune(pg: &tokio_postgres::Client, config: &Config) -> Result<u64, 
         tracing::info!(rows = n, "pruned old outbox rows");
     }
     Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Feeds the captured real pgoutput stream (see pgoutput's tests) through a session, the
+    /// way the replication loop does (Begin/Commit arrive as their own events).
+    fn feed(committed: u64) -> (Vec<RoutedRecord>, CdcSummary) {
+        let mut config = Config::default();
+        config.outbox.table = "cap_outbox".into();
+        let mut s = Session::new(&config, committed);
+        let mut summary = CdcSummary::default();
+        for line in include_str!("testdata/pgoutput_v1.hex").lines() {
+            let bytes: Vec<u8> = (0..line.trim().len())
+                .step_by(2)
+                .map(|i| u8::from_str_radix(&line.trim()[i..i + 2], 16).expect("hex"))
+                .collect();
+            match pgoutput::decode(&bytes).expect("decodes") {
+                Message::Begin {
+                    commit_time_micros, ..
+                } => s.on_begin(commit_time_micros),
+                Message::Commit { end_lsn, .. } => s.on_commit(end_lsn, &mut summary),
+                _ => s.on_change(&bytes).expect("change"),
+            }
+        }
+        (s.batch, summary)
+    }
+
+    fn first_commit_end() -> u64 {
+        include_str!("testdata/pgoutput_v1.hex")
+            .lines()
+            .filter_map(|l| {
+                let b: Vec<u8> = (0..l.trim().len())
+                    .step_by(2)
+                    .map(|i| u8::from_str_radix(&l.trim()[i..i + 2], 16).expect("hex"))
+                    .collect();
+                match pgoutput::decode(&b) {
+                    Ok(Message::Commit { end_lsn, .. }) => Some(end_lsn),
+                    _ => None,
+                }
+            })
+            .next()
+            .expect("a commit")
+    }
+
+    #[test]
+    fn inserts_are_routed_and_updates_deletes_are_ignored() {
+        let (batch, summary) = feed(0);
+        let ids: Vec<&str> = batch.iter().map(|r| r.id.as_str()).collect();
+        assert_eq!(
+            ids,
+            [
+                "11111111-1111-1111-1111-111111111111",
+                "22222222-2222-2222-2222-222222222222"
+            ]
+        );
+        assert_eq!(batch[0].topic, "outbox.event.Order");
+        assert_eq!(batch[0].key.as_deref(), Some(&b"order-1"[..]));
+        assert_eq!(batch[1].value, None, "NULL payload: tombstone");
+        assert_eq!(summary.ignored, 2, "one UPDATE, one DELETE");
+        assert_eq!(summary.skipped, 0);
+    }
+
+    #[test]
+    fn replayed_transactions_at_or_below_the_committed_lsn_are_skipped() {
+        let (batch, summary) = feed(first_commit_end());
+        let ids: Vec<&str> = batch.iter().map(|r| r.id.as_str()).collect();
+        assert_eq!(ids, ["22222222-2222-2222-2222-222222222222"]);
+        assert_eq!(summary.skipped, 1);
+    }
 }

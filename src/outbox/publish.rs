@@ -8,6 +8,7 @@
 use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
+use rdkafka::error::KafkaError;
 use rdkafka::Message;
 use serde::{Deserialize, Serialize};
 
@@ -186,22 +187,34 @@ impl Publisher {
 
     fn attempt(&self, records: &[RoutedRecord], checkpoint: &[u8]) -> Result<(), SinkError> {
         self.sink.begin()?;
+        let mut deliveries = Vec::with_capacity(records.len() + 1);
         for r in records {
-            self.sink.send(
+            deliveries.push(self.sink.send(
                 &r.topic,
                 None,
                 r.key.as_deref(),
                 r.value.as_deref(),
                 &r.headers,
-            )?;
+            )?);
         }
-        self.sink.send(
+        deliveries.push(self.sink.send(
             &self.offsets_topic,
             Some(0),
             Some(self.slot.as_bytes()),
             Some(checkpoint),
             &[],
-        )?;
+        )?);
+        // Wait for the acknowledgments here rather than in commit: rust-rdkafka's
+        // commit_transaction flushes by polling in 100 ms steps while anything is in flight
+        // (the events go to FutureProducer's own thread), which put a floor of ~100 ms on
+        // every transaction. With nothing in flight, its flush returns at once.
+        for d in futures::executor::block_on(futures::future::join_all(deliveries)) {
+            match d {
+                Ok(Ok(_)) => {}
+                Ok(Err((e, _))) => return Err(SinkError::Abortable(e)),
+                Err(_) => return Err(SinkError::Abortable(KafkaError::Canceled)),
+            }
+        }
         self.sink.commit()
     }
 }
