@@ -311,7 +311,11 @@ fn a_committed_transaction_is_routed_with_topic_key_value_and_headers_and_a_roll
     let _shared = PG_RESTART.read().unwrap_or_else(|e| e.into_inner());
     let mut o = Outbox::new("outbox-route");
     o.migrate();
-    o.spawn("cdc", &[]);
+    let metrics_addr = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("free port");
+        l.local_addr().expect("addr").to_string()
+    };
+    o.spawn("cdc", &[("EOSFLOW_METRICS_LISTEN", &metrics_addr)]);
     o.wait_streaming();
     // A rolled-back transaction, an UPDATE and a DELETE produce nothing.
     let rolled_back = uuid::Uuid::new_v4().to_string();
@@ -390,6 +394,29 @@ fn a_committed_transaction_is_routed_with_topic_key_value_and_headers_and_a_roll
         .map(|s| s.headers["type"].as_str())
         .collect();
     assert_eq!(order, ["Order.Created", "Order.Paid"]);
+    // The router's metrics: rows routed, ignored changes, replication lag.
+    let text = support::wait_for("the outbox metrics", Duration::from_secs(30), || {
+        use std::io::{Read, Write};
+        let mut c = std::net::TcpStream::connect(&metrics_addr).ok()?;
+        c.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
+            .ok()?;
+        let mut body = String::new();
+        c.read_to_string(&mut body).ok()?;
+        body.contains("eosflow_outbox_replication_lag_bytes")
+            .then_some(body)
+    });
+    let value = |name: &str| -> f64 {
+        text.lines()
+            .filter(|l| l.starts_with(name))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    assert_eq!(value("eosflow_outbox_rows_routed_total"), 5.0, "{text}");
+    assert_eq!(value("eosflow_outbox_changes_ignored_total"), 2.0, "{text}");
+    assert!(
+        text.contains("eosflow_outbox_commit_to_kafka_seconds"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -790,4 +817,64 @@ fn backlog_throughput() {
         "backlog of {ROWS} rows (≈300 B payload) drained in {secs:.1}s: {:.0} rows/s (router start-up included)",
         ROWS as f64 / secs
     );
+}
+
+#[test]
+fn a_zombie_publisher_is_fenced_by_its_successor_with_the_same_transactional_id() {
+    use eosflow::outbox::publish::{read_committed_lsn, Publisher};
+    use eosflow::outbox::router::RoutedRecord;
+    use eosflow::outbox::OutboxError;
+    use eosflow::sink::SinkError;
+    let app = support::unique("outbox-zombie");
+    let topic = format!("{app}.Order");
+    let offsets = eosflow::outbox::offsets_topic(&app);
+    let id = eosflow::outbox::transactional_id(&app, "slot_z");
+    let record = |i: u8| RoutedRecord {
+        topic: topic.clone(),
+        key: Some(b"k".to_vec()),
+        value: Some(vec![b'0' + i]),
+        headers: vec![("id".into(), vec![b'0' + i])],
+        id: i.to_string(),
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio");
+    rt.block_on(async {
+        let clients = support::clients();
+        let t = Duration::from_secs(10);
+        let mut zombie = Publisher::new(&clients, &id, t, &offsets, "slot_z", 1)
+            .await
+            .expect("first");
+        zombie
+            .publish(&[record(1)], 100)
+            .await
+            .expect("first publishes");
+        let mut successor = Publisher::new(&clients, &id, t, &offsets, "slot_z", 1)
+            .await
+            .expect("second");
+        let err = zombie.publish(&[record(2)], 200).await.unwrap_err();
+        assert!(
+            matches!(err, OutboxError::Sink(SinkError::Fenced { .. })),
+            "{err}"
+        );
+        assert!(!err.is_transient(), "fencing stops the router");
+        successor
+            .publish(&[record(3)], 300)
+            .await
+            .expect("successor publishes");
+        let lsn = tokio::task::block_in_place(|| {
+            read_committed_lsn(&clients, &offsets, "slot_z", Duration::from_secs(30))
+        })
+        .expect("offsets");
+        assert_eq!(lsn, Some(300));
+    });
+    let mut values = vec![];
+    read_all(&support::clients(), &topic, Duration::from_secs(30), |m| {
+        values.push(m.payload().map(|p| p.to_vec()));
+        Ok(())
+    })
+    .expect("read");
+    assert_eq!(values, vec![Some(b"1".to_vec()), Some(b"3".to_vec())]);
 }

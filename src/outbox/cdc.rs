@@ -220,6 +220,8 @@ struct Session<'a> {
     batch_oldest_commit: Option<i64>,
     batch_since: Instant,
     committed: u64,
+    /// Commit time of the newest transaction received (Postgres epoch µs).
+    last_commit_micros: Option<i64>,
 }
 
 impl<'a> Session<'a> {
@@ -238,6 +240,7 @@ impl<'a> Session<'a> {
             batch_oldest_commit: None,
             batch_since: Instant::now(),
             committed,
+            last_commit_micros: None,
         }
     }
 
@@ -362,6 +365,13 @@ impl<'a> Session<'a> {
         self.committed = end;
         summary.committed_lsn = end;
         repl.update_applied_lsn(Lsn::from_u64(end));
+        let server_end = repl.metrics().last_wal_end().as_u64();
+        telemetry::replication_lag(
+            server_end.saturating_sub(end),
+            self.last_commit_micros
+                .map(|m| since_pg_micros(m).as_secs_f64())
+                .unwrap_or(0.0),
+        );
         self.batch.clear();
         self.batch_end = None;
         self.batch_oldest_commit = None;
@@ -415,7 +425,6 @@ async fn session(
     let mut last_heartbeat = Instant::now();
     let prune_every = Duration::from_secs(o.prune_interval_secs);
     let mut last_prune = Instant::now();
-    let mut last_commit_micros: Option<i64> = None;
     let tick = Duration::from_millis(100);
     loop {
         if shutdown.load(Ordering::Relaxed) {
@@ -456,17 +465,18 @@ async fn session(
                         "commit received"
                     );
                     s.on_commit(end_lsn.as_u64(), summary);
-                    last_commit_micros = Some(commit_time_micros);
+                    s.last_commit_micros = Some(commit_time_micros);
                     if s.batch.len() >= o.batch_size {
                         s.flush(&mut publisher, &repl, summary).await?;
                     }
                 }
                 ReplicationEvent::KeepAlive { wal_end, .. } => {
                     let bytes = wal_end.as_u64().saturating_sub(s.committed);
+                    // Nothing pending: caught up. Else as old as the newest commit received.
                     let secs = if s.batch_end.is_none() && s.open_tx.is_empty() {
                         0.0
                     } else {
-                        last_commit_micros
+                        s.last_commit_micros
                             .map(|m| since_pg_micros(m).as_secs_f64())
                             .unwrap_or(0.0)
                     };

@@ -100,6 +100,15 @@ pub fn read_committed_lsn(
     Ok(last)
 }
 
+/// Whether a delivery failed because a newer producer with our `transactional.id` exists.
+fn is_fencing(e: &KafkaError) -> bool {
+    use rdkafka::error::RDKafkaErrorCode as C;
+    matches!(
+        e.rdkafka_error_code(),
+        Some(C::ProducerFenced | C::InvalidProducerEpoch | C::Fenced)
+    )
+}
+
 /// The router's transactional producer plus the topics it has made sure exist.
 #[derive(Debug)]
 pub struct Publisher {
@@ -176,9 +185,15 @@ impl Publisher {
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, attempt, "outbox transaction aborted; retrying");
-                    if let Err(e) = self.sink.abort() {
-                        tracing::warn!(error = %e, "abort failed; recreating the producer");
-                        tokio::task::block_in_place(|| self.sink.reset())?;
+                    match self.sink.abort() {
+                        Ok(()) => {}
+                        // Never recreate the producer of a fenced instance: a new epoch would
+                        // fence the successor that legitimately took over.
+                        Err(e @ SinkError::Fenced { .. }) => return Err(e.into()),
+                        Err(e) => {
+                            tracing::warn!(error = %e, "abort failed; recreating the producer");
+                            tokio::task::block_in_place(|| self.sink.reset())?;
+                        }
                     }
                 }
             }
@@ -211,6 +226,12 @@ impl Publisher {
         for d in futures::executor::block_on(futures::future::join_all(deliveries)) {
             match d {
                 Ok(Ok(_)) => {}
+                Ok(Err((e, _))) if is_fencing(&e) => {
+                    return Err(SinkError::Fenced {
+                        id: self.sink.id().to_string(),
+                        source: e,
+                    })
+                }
                 Ok(Err((e, _))) => return Err(SinkError::Abortable(e)),
                 Err(_) => return Err(SinkError::Abortable(KafkaError::Canceled)),
             }
