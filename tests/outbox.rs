@@ -547,8 +547,27 @@ fn the_slot_confirms_after_the_kafka_commit_and_an_idle_slot_advances_by_heartbe
         "select confirmed_flush_lsn::text from pg_replication_slots where slot_name = '{}'",
         o.slot
     );
-    let ids = o.insert_tx(&[("a-1".into(), "Order.Created", "{}".into(), None)]);
-    let after_insert = o.pg.lsn("select pg_current_wal_lsn()::text");
+    // An LSN taken inside the transaction: its commit record ends after it (other tests'
+    // WAL may come between, so pg_current_wal_lsn() after the commit would not do).
+    let id = uuid::Uuid::new_v4().to_string();
+    let ids = vec![id.clone()];
+    let msgs = o
+        .pg
+        .rt
+        .block_on(o.pg.client.simple_query(&format!(
+            "begin; insert into {} (id, aggregate_id, type, payload) values ('{id}', 'a-1', 'Order.Created', '{{}}'); \
+             select pg_current_wal_insert_lsn()::text; commit",
+            o.table
+        )))
+        .expect("insert");
+    let after_insert = msgs
+        .iter()
+        .find_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(r) => r.get(0).map(str::to_string),
+            _ => None,
+        })
+        .and_then(|t| eosflow::outbox::publish::parse_lsn(&t))
+        .expect("an LSN inside the transaction");
     o.wait_for_ids(
         &["Order"],
         &ids.into_iter().collect(),
