@@ -494,6 +494,10 @@ fn kill_9_of_the_router_at_random_points_leaves_every_row_in_kafka_exactly_once(
     use rand::Rng;
     let mut rng = rand::thread_rng();
     let mut kills = 0;
+    // Two router processes: one streams, the other waits for the slot. Each round kills one
+    // of them at random (the active one or the standby) and starts a replacement.
+    o.spawn("cdc", &[]);
+    let mut live = [0usize, 1];
     let deadline = Instant::now() + Duration::from_secs(100);
     while kills < 6 || !writer.is_finished() {
         assert!(Instant::now() < deadline, "writer did not finish");
@@ -501,10 +505,11 @@ fn kill_9_of_the_router_at_random_points_leaves_every_row_in_kafka_exactly_once(
         // the slot may still look active from the predecessor's walsender).
         o.wait_streaming();
         std::thread::sleep(Duration::from_millis(rng.gen_range(50..1200)));
-        let last = o.routers.len() - 1;
-        o.kill(last);
+        let victim = rng.gen_range(0..live.len());
+        o.kill(live[victim]);
         kills += 1;
         o.spawn("cdc", &[]);
+        live[victim] = o.routers.len() - 1;
     }
     writer.join().expect("writer");
     let total: i64 =

@@ -119,6 +119,25 @@ pub async fn ensure_publication_and_slot(
         }
         tracing::info!(publication = %o.publication, table = %o.table, "created publication");
     }
+    let (schema, table) = o
+        .table
+        .split_once('.')
+        .unwrap_or(("public", o.table.as_str()));
+    let covers = pg
+        .query_opt(
+            "select 1 from pg_publication_tables where pubname = $1 and schemaname = $2 and tablename = $3",
+            &[&o.publication, &schema, &table],
+        )
+        .await
+        .map_err(pg_err("checking the publication's tables"))?
+        .is_some();
+    if !covers {
+        return Err(OutboxError::Config(format!(
+            "publication {} exists but does not publish {} (outbox.publication / outbox.table): \
+             ALTER PUBLICATION … ADD TABLE, or name another publication",
+            o.publication, o.table
+        )));
+    }
     let has_slot = pg
         .query_opt(
             "select 1 from pg_replication_slots where slot_name = $1",
