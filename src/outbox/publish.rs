@@ -220,10 +220,20 @@ impl Publisher {
             &[],
         )?);
         // Wait for the acknowledgments here rather than in commit: rust-rdkafka's
-        // commit_transaction flushes by polling in 100 ms steps while anything is in flight
-        // (the events go to FutureProducer's own thread), which put a floor of ~100 ms on
-        // every transaction. With nothing in flight, its flush returns at once.
-        for d in futures::executor::block_on(futures::future::join_all(deliveries)) {
+        // commit_transaction first flushes, and while rd_kafka_outq_len() > 0 its flush polls
+        // for a full 100 ms (the events go to FutureProducer's own thread) — a ~100 ms floor on
+        // every transaction. A delivery future completes a moment before its report leaves the
+        // out-queue, so wait for the queue to be empty too; then the flush returns at once.
+        let t0 = std::time::Instant::now();
+        let results = futures::executor::block_on(futures::future::join_all(deliveries));
+        let t1 = t0.elapsed();
+        let deadline = std::time::Instant::now() + Duration::from_millis(100);
+        while self.sink.in_flight() > 0 && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_micros(100));
+        }
+        let t2 = t0.elapsed();
+        let left = self.sink.in_flight();
+        for d in results {
             match d {
                 Ok(Ok(_)) => {}
                 Ok(Err((e, _))) if is_fencing(&e) => {
@@ -236,7 +246,15 @@ impl Publisher {
                 Err(_) => return Err(SinkError::Abortable(KafkaError::Canceled)),
             }
         }
-        self.sink.commit()
+        let r = self.sink.commit();
+        tracing::trace!(
+            delivered_us = t1.as_micros() as u64,
+            drained_us = t2.as_micros() as u64,
+            left,
+            committed_us = t0.elapsed().as_micros() as u64,
+            "txn timing"
+        );
+        r
     }
 }
 
