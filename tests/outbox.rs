@@ -349,6 +349,8 @@ fn a_committed_transaction_is_routed_with_topic_key_value_and_headers_and_a_roll
         ids[2],
         t = o.table
     ));
+    // A column added while the router runs: Postgres sends a new Relation message first.
+    o.pg.exec(&format!("alter table {} add column extra text", o.table));
     // With the aggregate_type column set, it routes (not the type's prefix).
     let invoice = o.insert_tx(&[("inv-1".into(), "Created", r#"{"n": 1}"#.into(), None)]);
     o.pg.exec(&format!(
@@ -605,6 +607,21 @@ fn the_slot_confirms_after_the_kafka_commit_and_an_idle_slot_advances_by_heartbe
     .expect("offsets topic")
     .expect("a checkpoint for the slot");
     assert!(committed >= after_insert);
+    // SIGTERM: the router finishes what is complete and exits 0.
+    let pid = o.routers[0].id().to_string();
+    let st = Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("kill -TERM");
+    assert!(st.success());
+    let status = support::wait_for(
+        "the router to exit on SIGTERM",
+        Duration::from_secs(30),
+        || o.routers[0].try_wait().ok().flatten(),
+    );
+    assert!(status.success(), "{status:?}");
+    let log = std::fs::read_to_string(o.logs.join("router-0.log")).unwrap_or_default();
+    assert!(log.contains("outbox router stopped"), "{log}");
 }
 
 #[test]
