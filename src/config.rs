@@ -234,6 +234,89 @@ pub struct MetricsConfig {
     pub listen: String,
 }
 
+/// The outbox router (`eosflow outbox`): which table, how rows map to records, how it runs.
+/// Column names are flat keys so each has an environment variable.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct OutboxConfig {
+    /// `cdc` (logical replication, exactly-once) or `poll` (`FOR UPDATE SKIP LOCKED`, at-least-once).
+    pub mode: String,
+    /// Outbox table (optionally `schema.table`).
+    pub table: String,
+    /// Event id column (uuid, primary key): the `id` header.
+    pub column_id: String,
+    /// Event time column: the `occurred_at` header.
+    pub column_occurred_at: String,
+    /// Optional aggregate type column: the default route when present and not NULL.
+    pub column_aggregate_type: String,
+    /// Aggregate id column: the record key (per-aggregate order).
+    pub column_aggregate_id: String,
+    /// Event type column: the `type` header; its prefix before `.` routes when there is no aggregate type.
+    pub column_type: String,
+    /// JSON payload column: the record value, as is.
+    pub column_payload: String,
+    /// JSON object column whose keys become Kafka headers.
+    pub column_headers: String,
+    /// Set by the polling publisher when a row is published; pruning uses it.
+    pub column_sent_at: String,
+    /// Column whose value routes the row; empty = aggregate type, else the `type` prefix.
+    pub route_by: String,
+    /// Topic name template; `${routedByValue}` is replaced by the route value.
+    pub topic_template: String,
+    /// Partitions of routed topics the router creates when they are missing.
+    pub topic_partitions: i32,
+    /// Logical replication slot (pgoutput); one active router per slot.
+    pub slot: String,
+    /// Publication on the outbox table.
+    pub publication: String,
+    /// Most rows in one Kafka transaction (a Postgres transaction is never split).
+    pub batch_size: usize,
+    /// Longest rows wait before their Kafka transaction commits.
+    pub commit_interval_ms: u64,
+    /// How often an idle router writes a WAL heartbeat so the slot keeps advancing (0 = never).
+    pub heartbeat_interval_ms: u64,
+    /// How often the confirmed LSN is reported to Postgres.
+    pub status_interval_ms: u64,
+    /// `transaction.timeout.ms` of the router's transactional producer.
+    pub transaction_timeout_ms: u64,
+    /// Polling mode: wait between empty polls.
+    pub poll_interval_ms: u64,
+    /// How often old rows are deleted (0 = never).
+    pub prune_interval_secs: u64,
+    /// Rows older than this (by `occurred_at`; in poll mode only sent ones) are pruned.
+    pub prune_after_secs: u64,
+}
+
+impl Default for OutboxConfig {
+    fn default() -> Self {
+        Self {
+            mode: "cdc".into(),
+            table: "outbox".into(),
+            column_id: "id".into(),
+            column_occurred_at: "occurred_at".into(),
+            column_aggregate_type: "aggregate_type".into(),
+            column_aggregate_id: "aggregate_id".into(),
+            column_type: "type".into(),
+            column_payload: "payload".into(),
+            column_headers: "headers".into(),
+            column_sent_at: "sent_at".into(),
+            route_by: String::new(),
+            topic_template: "outbox.event.${routedByValue}".into(),
+            topic_partitions: 8,
+            slot: "eosflow_outbox".into(),
+            publication: "eosflow_outbox".into(),
+            batch_size: 1000,
+            commit_interval_ms: 100,
+            heartbeat_interval_ms: 10_000,
+            status_interval_ms: 1000,
+            transaction_timeout_ms: 10_000,
+            poll_interval_ms: 200,
+            prune_interval_secs: 3600,
+            prune_after_secs: 7 * 24 * 3600,
+        }
+    }
+}
+
 /// Everything an instance needs, validated as a whole at start.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
@@ -254,6 +337,8 @@ pub struct Config {
     pub schema_registry: SchemaRegistryConfig,
     /// Metrics endpoint.
     pub metrics: MetricsConfig,
+    /// Outbox router.
+    pub outbox: OutboxConfig,
 }
 
 /// Environment variable for a dotted key: `kafka.bootstrap` → `EOSFLOW_KAFKA_BOOTSTRAP`.
@@ -417,6 +502,118 @@ impl Config {
                     "{:?} is not ip:port (e.g. 0.0.0.0:9464)",
                     self.metrics.listen
                 ),
+            ));
+        }
+        self.validate_outbox()
+    }
+
+    fn validate_outbox(&self) -> Result<(), ConfigError> {
+        fn bad(key: &'static str, reason: impl Into<String>) -> ConfigError {
+            ConfigError::Invalid {
+                key,
+                env: env_name(key),
+                reason: reason.into(),
+            }
+        }
+        fn ident(s: &str) -> bool {
+            let mut chars = s.chars();
+            chars
+                .next()
+                .is_some_and(|c| c.is_ascii_lowercase() || c == '_')
+                && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+                && s.len() <= 63
+        }
+        let o = &self.outbox;
+        if o.mode != "cdc" && o.mode != "poll" {
+            return Err(bad(
+                "outbox.mode",
+                format!("{:?}: use `cdc` or `poll`", o.mode),
+            ));
+        }
+        let table_ok = match o.table.split_once('.') {
+            Some((schema, table)) => ident(schema) && ident(table),
+            None => ident(&o.table),
+        };
+        if !table_ok {
+            return Err(bad(
+                "outbox.table",
+                format!(
+                    "{:?}: use a lower-case identifier, optionally schema.table",
+                    o.table
+                ),
+            ));
+        }
+        let columns: [(&'static str, &str); 9] = [
+            ("outbox.column_id", &o.column_id),
+            ("outbox.column_occurred_at", &o.column_occurred_at),
+            ("outbox.column_aggregate_type", &o.column_aggregate_type),
+            ("outbox.column_aggregate_id", &o.column_aggregate_id),
+            ("outbox.column_type", &o.column_type),
+            ("outbox.column_payload", &o.column_payload),
+            ("outbox.column_headers", &o.column_headers),
+            ("outbox.column_sent_at", &o.column_sent_at),
+            ("outbox.slot", &o.slot),
+        ];
+        for (key, value) in columns {
+            if !ident(value) {
+                return Err(bad(
+                    key,
+                    format!("{value:?}: use a lower-case identifier (letters, digits, '_', ≤ 63)"),
+                ));
+            }
+        }
+        if !ident(&o.publication) {
+            return Err(bad(
+                "outbox.publication",
+                format!("{:?}: use a lower-case identifier", o.publication),
+            ));
+        }
+        if !o.route_by.is_empty() && !ident(&o.route_by) {
+            return Err(bad(
+                "outbox.route_by",
+                format!(
+                    "{:?}: a column name, or empty for the aggregate type",
+                    o.route_by
+                ),
+            ));
+        }
+        if !o.topic_template.contains("${routedByValue}") {
+            return Err(bad(
+                "outbox.topic_template",
+                format!("{:?} must contain ${{routedByValue}}", o.topic_template),
+            ));
+        }
+        if !(1..=10_000).contains(&o.topic_partitions) {
+            return Err(bad("outbox.topic_partitions", "must be in 1..=10000"));
+        }
+        if !(1..=100_000).contains(&o.batch_size) {
+            return Err(bad("outbox.batch_size", "must be in 1..=100000"));
+        }
+        if !(1..=60_000).contains(&o.commit_interval_ms) {
+            return Err(bad("outbox.commit_interval_ms", "must be in 1..=60000"));
+        }
+        if !(100..=60_000).contains(&o.status_interval_ms) {
+            return Err(bad("outbox.status_interval_ms", "must be in 100..=60000"));
+        }
+        if o.heartbeat_interval_ms != 0 && o.heartbeat_interval_ms < 100 {
+            return Err(bad(
+                "outbox.heartbeat_interval_ms",
+                "must be 0 (off) or ≥ 100",
+            ));
+        }
+        if o.transaction_timeout_ms < 1000 || o.transaction_timeout_ms <= o.commit_interval_ms {
+            return Err(bad(
+                "outbox.transaction_timeout_ms",
+                "must be ≥ 1000 and larger than outbox.commit_interval_ms",
+            ));
+        }
+        if o.poll_interval_ms == 0 {
+            return Err(bad("outbox.poll_interval_ms", "must be ≥ 1"));
+        }
+        if o.prune_interval_secs != 0 && o.prune_after_secs == 0 {
+            return Err(bad(
+                "outbox.prune_after_secs",
+                "must be ≥ 1 when pruning is on (0 would delete unsent rows at once)",
             ));
         }
         Ok(())
@@ -682,6 +879,32 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(err.contains("retry.on_dead_letter"), "{err}");
+    }
+
+    #[test]
+    fn outbox_keys_validate_and_come_from_env() {
+        let c = Config::from_sources(
+            None,
+            None,
+            &env(&[
+                ("EOSFLOW_OUTBOX_MODE", "poll"),
+                ("EOSFLOW_OUTBOX_COLUMN_AGGREGATE_ID", "agg"),
+            ]),
+        )
+        .expect("valid");
+        assert_eq!(c.outbox.mode, "poll");
+        assert_eq!(c.outbox.column_aggregate_id, "agg");
+        let err = Config::from_sources(None, None, &env(&[("EOSFLOW_OUTBOX_SLOT", "Bad-Slot")]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("outbox.slot") && err.contains("EOSFLOW_OUTBOX_SLOT"),
+            "{err}"
+        );
+        let err = Config::from_sources(Some("[outbox]\ntopic_template = \"x\"\n"), None, &[])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("outbox.topic_template"), "{err}");
     }
 
     #[test]

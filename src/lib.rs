@@ -1,7 +1,7 @@
 //! eosflow: Kafka-native, exactly-once stream processing.
 //!
 //! The data path, in folder order:
-//! - `outbox` (source, to come): Postgres WAL → Kafka;
+//! - [`outbox`] (source): Postgres WAL → Kafka, Debezium Outbox Event Router semantics;
 //! - [`processor`] (transform) — the Processor API and the exactly-once loop;
 //! - [`state`] — RocksDB stores, changelog, checkpoint, restore;
 //! - [`retry`] — dead-letter topics (and the retry ladder);
@@ -15,6 +15,7 @@ pub mod app;
 pub mod codec;
 pub mod config;
 pub mod kafka;
+pub mod outbox;
 pub mod processor;
 pub mod retry;
 pub mod sink;

@@ -62,6 +62,8 @@ enum Command {
         #[command(subcommand)]
         action: DltAction,
     },
+    /// Outbox router: Postgres outbox table → Kafka (Debezium Outbox Event Router semantics).
+    Outbox(OutboxArgs),
 }
 
 #[derive(clap::Args, Clone)]
@@ -149,6 +151,22 @@ enum DltAction {
     },
 }
 
+#[derive(clap::Args)]
+#[command(args_conflicts_with_subcommands = true)]
+struct OutboxArgs {
+    /// `cdc` (logical replication, exactly-once) or `poll` (at-least-once); overrides outbox.mode.
+    #[arg(long)]
+    mode: Option<String>,
+    #[command(subcommand)]
+    action: Option<OutboxAction>,
+}
+
+#[derive(Subcommand)]
+enum OutboxAction {
+    /// Create the outbox table and its index of unsent rows if absent (migrations/).
+    Migrate,
+}
+
 #[derive(Subcommand)]
 enum TopicsAction {
     /// Create missing topics and report drift (exit 3 on drift; nothing existing is changed).
@@ -232,6 +250,7 @@ fn dispatch(cli: Cli) -> Result<std::process::ExitCode> {
         Command::Verify(args) => verify_cmd(&config, args),
         Command::Demo { records } => demo(&config, records),
         Command::Dlt { action } => dlt_cmd(&config, action),
+        Command::Outbox(args) => outbox_cmd(config, args),
         Command::Config => {
             let mut shown = config.clone();
             for (k, v) in shown.kafka.properties.iter_mut() {
@@ -271,38 +290,8 @@ fn run(config: &Config, topology: &str, output: &str) -> Result<std::process::Ex
             .spawn(move || runtime.run(shutdown))
             .context("spawning the processing thread")?
     };
-    let io = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("building the signal and endpoint runtime")?;
-    let signal = io.block_on(async {
-        if !config.metrics.listen.is_empty() {
-            let addr: std::net::SocketAddr = config
-                .metrics
-                .listen
-                .parse()
-                .context("metrics.listen (EOSFLOW_METRICS_LISTEN)")?;
-            let handle = http::install_recorder()?;
-            let health = health.clone();
-            tokio::spawn(async move {
-                if let Err(e) = http::serve(addr, handle, health).await {
-                    tracing::error!(error = %e, "operations endpoints stopped");
-                }
-            });
-            tracing::info!(%addr, "serving /metrics, /healthz and /readyz");
-        }
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-        let signal = loop {
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => break Some("SIGINT"),
-                _ = term.recv() => break Some("SIGTERM"),
-                _ = tokio::time::sleep(Duration::from_millis(200)) => {
-                    if worker.is_finished() { break None; }
-                }
-            }
-        };
-        Ok::<_, anyhow::Error>(signal)
-    })?;
+    let _endpoints = start_endpoints(config, health.clone())?;
+    let signal = wait_for_signal_or(&worker)?;
     shutdown.store(true, Ordering::Relaxed);
     if let Some(signal) = signal {
         // The loop commits its open batch, then leaves the group (or, with static membership,
@@ -334,6 +323,93 @@ fn run(config: &Config, topology: &str, output: &str) -> Result<std::process::Ex
         "stopped"
     );
     Ok(std::process::ExitCode::SUCCESS)
+}
+
+fn outbox_cmd(mut config: Config, args: OutboxArgs) -> Result<std::process::ExitCode> {
+    if let Some(mode) = args.mode {
+        config.outbox.mode = mode;
+        config.validate().context("--mode")?;
+    }
+    if let Some(OutboxAction::Migrate) = args.action {
+        let created = eosflow::outbox::migrate_cmd(&config).context("migrating the outbox")?;
+        println!(
+            "{} {}",
+            if created { "created" } else { "ok     " },
+            config.outbox.table
+        );
+        return Ok(std::process::ExitCode::SUCCESS);
+    }
+    // The router's loop does not report to Health yet: its endpoints answer alive and ready.
+    let _endpoints = start_endpoints(&config, Arc::new(Health::always_ready()))?;
+    let shutdown = Arc::new(AtomicBool::new(false));
+    let worker = {
+        let shutdown = shutdown.clone();
+        let config = config.clone();
+        std::thread::Builder::new()
+            .name("outbox".into())
+            .spawn(move || eosflow::outbox::run(&config, shutdown))
+            .context("spawning the outbox thread")?
+    };
+    wait_for_signal_or(&worker)?;
+    shutdown.store(true, Ordering::Relaxed);
+    let summary = worker
+        .join()
+        .map_err(|_| anyhow::anyhow!("the outbox thread panicked"))?
+        .context("outbox router")?;
+    tracing::info!(%summary, "outbox router stopped");
+    Ok(std::process::ExitCode::SUCCESS)
+}
+
+/// Blocks until SIGTERM/SIGINT (returned) or until `worker` ends by itself (`None`).
+fn wait_for_signal_or<T>(worker: &std::thread::JoinHandle<T>) -> Result<Option<&'static str>> {
+    let signals = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("building the signal runtime")?;
+    let signal = signals.block_on(async {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        let signal = loop {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => break Some("SIGINT"),
+                _ = term.recv() => break Some("SIGTERM"),
+                _ = tokio::time::sleep(Duration::from_millis(200)) => {
+                    if worker.is_finished() { break None; }
+                }
+            }
+        };
+        Ok::<_, std::io::Error>(signal)
+    })?;
+    Ok(signal)
+}
+
+/// Serves `/metrics`, `/healthz` and `/readyz` on `metrics.listen` (if set) from a background
+/// runtime, which lives as long as the returned value.
+fn start_endpoints(
+    config: &Config,
+    health: Arc<Health>,
+) -> Result<Option<tokio::runtime::Runtime>> {
+    if config.metrics.listen.is_empty() {
+        return Ok(None);
+    }
+    let addr: std::net::SocketAddr = config
+        .metrics
+        .listen
+        .parse()
+        .context("metrics.listen (EOSFLOW_METRICS_LISTEN)")?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("endpoints")
+        .enable_all()
+        .build()
+        .context("building the endpoint runtime")?;
+    let handle = http::install_recorder()?;
+    rt.spawn(async move {
+        if let Err(e) = http::serve(addr, handle, health).await {
+            tracing::error!(error = %e, "operations endpoints stopped");
+        }
+    });
+    tracing::info!(%addr, "serving /metrics, /healthz and /readyz");
+    Ok(Some(rt))
 }
 
 fn topics_apply(config: &Config, dir: &std::path::Path) -> Result<std::process::ExitCode> {

@@ -192,6 +192,12 @@ impl TxnSink {
             .map_err(|e| classify(&self.id, e))
     }
 
+    /// Messages and delivery reports librdkafka still holds (`rd_kafka_outq_len`): zero means
+    /// a commit's flush returns at once instead of polling in 100 ms steps.
+    pub fn in_flight(&self) -> i32 {
+        self.producer.in_flight_count()
+    }
+
     /// Waits for a delivery the committed transaction already guarantees; `(partition, offset)`.
     pub fn delivered(&self, future: DeliveryFuture) -> Option<(i32, i64)> {
         let deadline = Instant::now() + self.timeout;

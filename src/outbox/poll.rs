@@ -1,0 +1,189 @@
+//! Polling mode, for databases without logical replication: at-least-once.
+//!
+//! Each turn, in one SQL transaction: `SELECT … WHERE sent_at IS NULL ORDER BY occurred_at
+//! LIMIT n FOR UPDATE SKIP LOCKED`, publish the rows with an idempotent producer and wait for
+//! every acknowledgment, `UPDATE … SET sent_at = now()`, `COMMIT`. Several instances can run:
+//! SKIP LOCKED hands each row to one of them at a time. A crash after the acknowledgments and
+//! before the COMMIT publishes those rows again: consumers dedup by the `id` header. Order per
+//! aggregate holds within an instance, not across instances that interleave.
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+
+use crate::config::Config;
+use crate::kafka::{ClientRole, KafkaClients};
+
+use super::publish::{ensure_topics, routed_topic_spec};
+use super::router::{EventRouter, Row};
+use super::{bare_table, migrate, pg_err, quote_ident, quoted_table, telemetry, OutboxError};
+
+/// What a polling run did.
+#[derive(Debug, Default, Clone)]
+pub struct PollSummary {
+    /// Rows published and marked sent.
+    pub rows: u64,
+    /// SQL transactions committed with rows.
+    pub batches: u64,
+}
+
+/// Runs the polling publisher until `shutdown` (reconnecting after Postgres errors).
+pub fn run(config: &Config, shutdown: Arc<AtomicBool>) -> Result<PollSummary, OutboxError> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| OutboxError::Other(format!("tokio runtime: {e}")))?;
+    rt.block_on(async {
+        let mut summary = PollSummary::default();
+        let mut backoff = Duration::from_millis(200);
+        while !shutdown.load(Ordering::Relaxed) {
+            match session(config, &shutdown, &mut summary).await {
+                Ok(()) => break,
+                Err(e) if e.is_transient() => {
+                    telemetry::reconnect();
+                    tracing::warn!(error = %e, "polling session ended; reconnecting");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(summary)
+    })
+}
+
+async fn session(
+    config: &Config,
+    shutdown: &AtomicBool,
+    summary: &mut PollSummary,
+) -> Result<(), OutboxError> {
+    let o = &config.outbox;
+    let mut pg = super::connect(&config.postgres.url).await?;
+    migrate::ensure(&pg, o).await?;
+    let clients = KafkaClients::new(config.kafka.clone());
+    let producer: FutureProducer = clients
+        .config(ClientRole::Idempotent)
+        .create()
+        .map_err(|e| OutboxError::Other(format!("creating the producer: {e}")))?;
+    let router = EventRouter::new(o);
+    // Every column, as text (the same text the CDC stream carries).
+    let (schema, table) = match o.table.split_once('.') {
+        Some((s, t)) => (s.to_string(), t.to_string()),
+        None => ("public".to_string(), bare_table(o).to_string()),
+    };
+    let columns: Vec<String> = pg
+        .query(
+            "select column_name::text from information_schema.columns \
+             where table_schema = $1 and table_name = $2 order by ordinal_position",
+            &[&schema, &table],
+        )
+        .await
+        .map_err(pg_err("reading the outbox columns"))?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let select = format!(
+        "select {} from {} where {} is null order by {} limit $1 for update skip locked",
+        columns
+            .iter()
+            .map(|c| format!("{}::text", quote_ident(c)))
+            .collect::<Vec<_>>()
+            .join(", "),
+        quoted_table(o),
+        quote_ident(&o.column_sent_at),
+        quote_ident(&o.column_occurred_at),
+    );
+    let mark = format!(
+        "update {} set {} = now() where {} = any($1::text[]::uuid[])",
+        quoted_table(o),
+        quote_ident(&o.column_sent_at),
+        quote_ident(&o.column_id),
+    );
+    let mut known: HashSet<String> = HashSet::new();
+    let prune_every = Duration::from_secs(o.prune_interval_secs);
+    let mut last_prune = Instant::now();
+    let timeout = Duration::from_millis(o.transaction_timeout_ms);
+    while !shutdown.load(Ordering::Relaxed) {
+        let tx = pg.transaction().await.map_err(pg_err("begin"))?;
+        let rows = tx
+            .query(&select, &[&(o.batch_size as i64)])
+            .await
+            .map_err(pg_err("selecting unsent rows"))?;
+        if rows.is_empty() {
+            tx.rollback().await.map_err(pg_err("rollback"))?;
+            if !prune_every.is_zero() && last_prune.elapsed() >= prune_every {
+                super::cdc::prune(&pg, config).await?;
+                last_prune = Instant::now();
+            }
+            tokio::time::sleep(Duration::from_millis(o.poll_interval_ms)).await;
+            continue;
+        }
+        let records: Vec<_> = rows
+            .iter()
+            .map(|r| {
+                let row: Row = columns
+                    .iter()
+                    .enumerate()
+                    .map(|(i, c)| (c.clone(), r.get::<_, Option<String>>(i)))
+                    .collect();
+                router.route(&row)
+            })
+            .collect();
+        let missing: Vec<_> = records
+            .iter()
+            .map(|r| r.topic.clone())
+            .filter(|t| !known.contains(t))
+            .collect::<HashSet<_>>()
+            .into_iter()
+            .collect();
+        if !missing.is_empty() {
+            ensure_topics(
+                &clients,
+                missing
+                    .iter()
+                    .map(|t| routed_topic_spec(t, o.topic_partitions))
+                    .collect(),
+            )
+            .await?;
+            known.extend(missing);
+        }
+        let mut deliveries = Vec::with_capacity(records.len());
+        for r in &records {
+            let mut h = OwnedHeaders::new_with_capacity(r.headers.len());
+            for (k, v) in &r.headers {
+                h = h.insert(Header {
+                    key: k,
+                    value: Some(v.as_slice()),
+                });
+            }
+            let mut rec: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(&r.topic).headers(h);
+            if let Some(k) = &r.key {
+                rec = rec.key(k.as_slice());
+            }
+            if let Some(v) = &r.value {
+                rec = rec.payload(v.as_slice());
+            }
+            deliveries.push(producer.send(rec, timeout));
+        }
+        for d in futures::future::join_all(deliveries).await {
+            if let Err((e, _)) = d {
+                // Nothing is marked: the rows are picked up again (at-least-once).
+                return Err(OutboxError::Other(format!("delivery failed: {e}")));
+            }
+        }
+        let ids: Vec<String> = records.iter().map(|r| r.id.clone()).collect();
+        tx.execute(&mark, &[&ids])
+            .await
+            .map_err(pg_err("marking rows sent"))?;
+        tx.commit().await.map_err(pg_err("commit"))?;
+        telemetry::routed(records.len(), "poll");
+        summary.rows += records.len() as u64;
+        summary.batches += 1;
+    }
+    Ok(())
+}

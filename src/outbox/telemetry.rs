@@ -1,0 +1,49 @@
+//! Every metric the outbox router emits, one function each (names and labels in one place).
+
+use std::time::Duration;
+
+/// Rows published to Kafka in a committed transaction.
+pub fn routed(rows: usize, mode: &'static str) {
+    metrics::counter!("eosflow_outbox_rows_routed_total", "mode" => mode).increment(rows as u64);
+}
+
+/// A Kafka transaction of the router committed after waiting `commit_to_kafka` since the
+/// oldest Postgres commit in it.
+pub fn committed(rows: usize, commit_to_kafka: Duration) {
+    metrics::counter!("eosflow_outbox_transactions_committed_total").increment(1);
+    metrics::histogram!("eosflow_outbox_batch_rows").record(rows as f64);
+    metrics::histogram!("eosflow_outbox_commit_to_kafka_seconds")
+        .record(commit_to_kafka.as_secs_f64());
+}
+
+/// Replication lag: WAL bytes the server has past our confirmed LSN, and the age of the
+/// newest commit we confirmed.
+pub fn replication_lag(bytes: u64, seconds: f64) {
+    metrics::gauge!("eosflow_outbox_replication_lag_bytes").set(bytes as f64);
+    metrics::gauge!("eosflow_outbox_replication_lag_seconds").set(seconds);
+}
+
+/// An UPDATE, DELETE or TRUNCATE on the outbox table was ignored (only INSERTs are routed).
+pub fn ignored(kind: &'static str, n: u64) {
+    metrics::counter!("eosflow_outbox_changes_ignored_total", "kind" => kind).increment(n);
+}
+
+/// A transaction at or below the committed LSN was skipped (replayed after a restart).
+pub fn skipped_replayed(rows: usize) {
+    metrics::counter!("eosflow_outbox_replayed_rows_skipped_total").increment(rows as u64);
+}
+
+/// A heartbeat was written to the WAL.
+pub fn heartbeat() {
+    metrics::counter!("eosflow_outbox_heartbeats_total").increment(1);
+}
+
+/// Old rows were pruned.
+pub fn pruned(rows: u64) {
+    metrics::counter!("eosflow_outbox_rows_pruned_total").increment(rows);
+}
+
+/// The router lost its Postgres session and reconnects.
+pub fn reconnect() {
+    metrics::counter!("eosflow_outbox_reconnects_total").increment(1);
+}
