@@ -172,6 +172,13 @@ impl TxnSink {
     /// Commits; retries a retriable failure until the transaction timeout.
     pub fn commit(&self) -> Result<(), SinkError> {
         let deadline = Instant::now() + self.timeout;
+        // rust-rdkafka's commit_transaction flushes first, and that flush polls in 100 ms steps
+        // while anything is in flight (the delivery events belong to FutureProducer's thread):
+        // a 100 ms floor on every transaction. Waiting for the out-queue to drain here, in
+        // fine steps, makes that flush return at once.
+        while self.producer.in_flight_count() > 0 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_micros(100));
+        }
         loop {
             match self.producer.commit_transaction(self.timeout) {
                 Ok(()) => return Ok(()),
