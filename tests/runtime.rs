@@ -6,7 +6,6 @@ mod support;
 use support::pipeline::{produce_range, produce_raw, Instance, Pipeline};
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -179,25 +178,6 @@ fn partitions_move_between_two_instances_without_loss_or_duplicates() {
     assert_eq!(verdict.outputs, 6000);
 }
 
-fn spawn_instance(p: &Pipeline, instance: &str, log: &Path) -> Child {
-    let out = std::fs::File::create(log).expect("log file");
-    let err = out.try_clone().expect("log file");
-    Command::new(env!("CARGO_BIN_EXE_eosflow"))
-        .args(["run", "--topology", "count", "--output", &p.output])
-        .env("EOSFLOW_KAFKA_BOOTSTRAP", support::bootstrap())
-        .env("EOSFLOW_APP_ID", &p.app)
-        .env("EOSFLOW_APP_INSTANCE_ID", instance)
-        .env("EOSFLOW_PROCESSOR_INPUT_TOPICS", &p.input)
-        .env("EOSFLOW_PROCESSOR_SESSION_TIMEOUT_MS", "6000")
-        .env("EOSFLOW_STATE_DIR", &p.state_root)
-        .env("RUST_LOG", "info")
-        .stdin(Stdio::null())
-        .stdout(out)
-        .stderr(err)
-        .spawn()
-        .expect("spawn eosflow run")
-}
-
 /// `(partition, replayed, store_keys)` from the runtime's "restored" log lines.
 fn restore_lines(log: &Path) -> Vec<(i32, u64, u64)> {
     let text = std::fs::read_to_string(log).unwrap_or_default();
@@ -239,7 +219,7 @@ fn after_kill_9_only_the_changelog_tail_is_replayed() {
         let input = p.input.clone();
         std::thread::spawn(move || w.produce(&support::clients(), &input, Duration::from_secs(6)))
     };
-    let mut first = spawn_instance(&p, "a", &log1);
+    let mut first = p.spawn("a", &log1, &[]);
     // Let it commit some batches, then kill it mid-stream: no shutdown, no commit, no leave.
     support::wait_for(
         "the first incarnation to commit output",
@@ -251,7 +231,7 @@ fn after_kill_9_only_the_changelog_tail_is_replayed() {
     producer.join().expect("producer thread").expect("produce");
     let changelog_total = p.count(&p.changelog) as u64;
 
-    let mut second = spawn_instance(&p, "a", &log2);
+    let mut second = p.spawn("a", &log2, &[]);
     p.wait_drained(Duration::from_secs(120));
     second.kill().expect("stop");
     second.wait().expect("reap");

@@ -142,6 +142,9 @@ enum GroupEvent {
 #[derive(Default)]
 struct GroupContext {
     events: Mutex<Vec<GroupEvent>>,
+    /// Next offsets this instance committed through its transactions: librdkafka's own
+    /// `consumer_lag` only knows offsets committed by the consumer, never transactional ones.
+    committed: Mutex<HashMap<(String, i32), i64>>,
 }
 
 fn tpl_pairs(tpl: &TopicPartitionList) -> Vec<(String, i32)> {
@@ -167,10 +170,18 @@ impl GroupContext {
 
 impl ClientContext for GroupContext {
     fn stats(&self, stats: rdkafka::Statistics) {
+        let Ok(committed) = self.committed.lock() else {
+            return;
+        };
         for (topic, t) in &stats.topics {
             for (id, part) in &t.partitions {
-                if *id >= 0 && part.consumer_lag >= 0 {
-                    telemetry::consumer_lag(topic, *id, part.consumer_lag);
+                if *id < 0 || part.hi_offset < 0 {
+                    continue;
+                }
+                let ours = committed.get(&(topic.clone(), *id)).copied().unwrap_or(-1);
+                let at = ours.max(part.committed_offset);
+                if at >= 0 {
+                    telemetry::consumer_lag(topic, *id, (part.hi_offset - at).max(0));
                 }
             }
         }
@@ -652,6 +663,9 @@ impl<P: Processor> Runtime<P> {
         let committing = Instant::now();
         self.sink.commit()?;
         telemetry::commit_latency(committing.elapsed());
+        if let Ok(mut c) = self.consumer.context().committed.lock() {
+            c.extend(next_offsets);
+        }
         let mut ends = HashMap::new();
         for (p, f) in last_changelog {
             match self.sink.delivered(f) {

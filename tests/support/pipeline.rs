@@ -81,6 +81,37 @@ impl Pipeline {
         v
     }
 
+    /// Starts `eosflow run` for this pipeline as a separate process (so it can be `kill -9`ed or
+    /// sent SIGTERM), appending its logs to `log`; `env` adds or overrides settings.
+    pub fn spawn(
+        &self,
+        instance: &str,
+        log: &std::path::Path,
+        env: &[(&str, &str)],
+    ) -> std::process::Child {
+        let out = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .expect("log file");
+        let err = out.try_clone().expect("log file");
+        std::process::Command::new(env!("CARGO_BIN_EXE_eosflow"))
+            .args(["run", "--topology", "count", "--output", &self.output])
+            .env("EOSFLOW_KAFKA_BOOTSTRAP", super::bootstrap())
+            .env("EOSFLOW_APP_ID", &self.app)
+            .env("EOSFLOW_APP_INSTANCE_ID", instance)
+            .env("EOSFLOW_PROCESSOR_INPUT_TOPICS", &self.input)
+            .env("EOSFLOW_PROCESSOR_SESSION_TIMEOUT_MS", "6000")
+            .env("EOSFLOW_STATE_DIR", &self.state_root)
+            .env("RUST_LOG", "info")
+            .envs(env.iter().copied())
+            .stdin(std::process::Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .expect("spawn eosflow run")
+    }
+
     pub fn count(&self, topic: &str) -> usize {
         let mut n = 0;
         read_all(&super::clients(), topic, Duration::from_secs(60), |_| {
