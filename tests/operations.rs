@@ -288,3 +288,41 @@ fn sigterm_commits_within_its_deadline_and_a_static_member_restarts_without_a_re
     );
     p.assert_exactly_once(&w);
 }
+
+#[test]
+fn outputs_join_the_inputs_trace_as_a_child_span() {
+    let p = Pipeline::new("ops-trace", 1);
+    let parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    support::pipeline::produce_with(&p.input, "k", "5", &[("id", "t1"), ("traceparent", parent)]);
+    let inst = Instance::start(&p.config("a"), CountProcessor::new(&p.output));
+    p.wait_drained(Duration::from_secs(60));
+    inst.stop();
+    let mut seen = Vec::new();
+    eosflow::kafka::reader::read_all(
+        &support::clients(),
+        &p.output,
+        Duration::from_secs(30),
+        |m| {
+            use rdkafka::message::{Headers, Message};
+            if let Some(h) = m.headers() {
+                for h in h.iter().filter(|h| h.key == "traceparent") {
+                    seen.push(String::from_utf8_lossy(h.value.unwrap_or_default()).to_string());
+                }
+            }
+            Ok(())
+        },
+    )
+    .expect("read output");
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert!(
+        seen[0].starts_with("00-4bf92f3577b34da6a3ce929d0e0e4736-"),
+        "same trace: {}",
+        seen[0]
+    );
+    assert!(seen[0].ends_with("-01"));
+    assert!(
+        !seen[0].contains("00f067aa0ba902b7"),
+        "a new span id: {}",
+        seen[0]
+    );
+}

@@ -158,7 +158,16 @@ impl<P: Processor> Runtime<P> {
             task.overlay
                 .put(Column::Dedup, id, now.to_be_bytes().to_vec());
         }
-        for e in emits {
+        let child_trace = record
+            .header("traceparent")
+            .and_then(telemetry::trace::child_traceparent);
+        for mut e in emits {
+            if let Some(t) = &child_trace {
+                if !e.headers.iter().any(|(k, _)| k == "traceparent") {
+                    e.headers
+                        .push(("traceparent".into(), t.clone().into_bytes()));
+                }
+            }
             self.sink.send(
                 &e.topic,
                 None,
@@ -240,6 +249,7 @@ impl<P: Processor> Runtime<P> {
                 topic = record.topic,
                 partition = record.partition,
                 offset = record.offset,
+                id = %message_id(record),
                 level = next,
                 delay_ms = delay.as_millis() as u64,
                 error = err.message(),
@@ -265,6 +275,7 @@ impl<P: Processor> Runtime<P> {
             topic = record.topic,
             partition = record.partition,
             offset = record.offset,
+            id = %message_id(record),
             class = class.as_str(),
             error = err.message(),
             "record dead-lettered"
@@ -295,6 +306,14 @@ impl<P: Processor> Runtime<P> {
             }
         }
     }
+}
+
+/// The `id` header for logs (never the payload).
+fn message_id(record: &Record<'_>) -> String {
+    record
+        .header("id")
+        .map(|i| String::from_utf8_lossy(i).to_string())
+        .unwrap_or_default()
 }
 
 fn panic_message(p: &Box<dyn std::any::Any + Send>) -> String {

@@ -8,6 +8,7 @@ use crate::state::RestoreStats;
 
 mod health;
 pub mod http;
+pub mod trace;
 
 pub use health::Health;
 

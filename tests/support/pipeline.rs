@@ -157,18 +157,25 @@ pub fn produce_raw(topic: &str, key: &str, value: &str) {
 
 /// Produces one record with the given `id` header.
 pub fn produce(topic: &str, key: &str, value: &str, id: &str) {
+    produce_with(topic, key, value, &[("id", id)]);
+}
+
+/// Produces one record with the given headers.
+pub fn produce_with(topic: &str, key: &str, value: &str, headers: &[(&str, &str)]) {
     use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
     let producer: ThreadedProducer<DefaultProducerContext> = super::clients()
         .config(eosflow::kafka::ClientRole::Idempotent)
         .create()
         .expect("producer");
+    let mut h = rdkafka::message::OwnedHeaders::new();
+    for (k, v) in headers {
+        h = h.insert(rdkafka::message::Header {
+            key: k,
+            value: Some(v.as_bytes()),
+        });
+    }
     producer
-        .send(BaseRecord::to(topic).key(key).payload(value).headers(
-            rdkafka::message::OwnedHeaders::new().insert(rdkafka::message::Header {
-                key: "id",
-                value: Some(id.as_bytes()),
-            }),
-        ))
+        .send(BaseRecord::to(topic).key(key).payload(value).headers(h))
         .map_err(|(e, _)| e)
         .expect("send");
     producer.flush(Duration::from_secs(30)).expect("flush");
