@@ -70,8 +70,8 @@ impl Processor for CountProcessor {
         })?;
         let text = std::str::from_utf8(raw).map_err(|_| {
             ProcessError::permanent(format!(
-                "value is not a decimal integer (not UTF-8; first bytes: {:?})",
-                &raw[..raw.len().min(16)]
+                "value is not a decimal integer (not UTF-8, {} bytes)",
+                raw.len()
             ))
         })?;
         // `transient:<k>:<amount>` fails transiently on its first k attempts: the retry ladder's
@@ -93,9 +93,10 @@ impl Processor for CountProcessor {
             None => text,
         };
         let amount: i64 = text.trim().parse().map_err(|_| {
+            // The payload itself stays out of the message: it reaches logs and DLT headers.
             ProcessError::permanent(format!(
-                "value is not a decimal integer (first bytes: {:?})",
-                &text[..text.len().min(32)]
+                "value is not a decimal integer ({} bytes)",
+                text.len()
             ))
         })?;
         if amount == i64::MIN + 1 {
