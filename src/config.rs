@@ -1309,7 +1309,7 @@ mod tests {
     }
 
     #[test]
-    fn password_file_is_read_and_a_missing_one_is_named() {
+    fn security_password_file_is_read_and_a_missing_one_is_named() {
         let dir = std::env::temp_dir().join(format!("eosflow-cfg-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("temp dir");
         let file = dir.join("password");
@@ -1341,7 +1341,7 @@ mod tests {
     }
 
     #[test]
-    fn sasl_needs_mechanism_user_and_password() {
+    fn security_sasl_needs_mechanism_user_and_password() {
         let err = Config::from_sources(None, None, &sasl_env(&[]))
             .unwrap_err()
             .to_string();

@@ -5,8 +5,9 @@ use std::time::{Duration, Instant};
 
 use rdkafka::client::ClientContext;
 use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::KafkaError;
+use rdkafka::message::DeliveryResult;
+use rdkafka::producer::{BaseProducer, Producer, ProducerContext};
 use rdkafka::types::RDKafkaErrorCode;
 
 use crate::config::KafkaConfig;
@@ -59,7 +60,11 @@ impl ClientContext for ErrorRecorder {
     }
 }
 
-impl ConsumerContext for ErrorRecorder {}
+impl ProducerContext for ErrorRecorder {
+    type DeliveryOpaque = ();
+
+    fn delivery(&self, _: &DeliveryResult<'_>, _: Self::DeliveryOpaque) {}
+}
 
 fn is_auth_error(code: Option<RDKafkaErrorCode>, text: &str) -> bool {
     matches!(
@@ -187,20 +192,20 @@ impl KafkaClients {
     /// Fetches cluster metadata once, within `timeout`: fails fast, and clearly, on a wrong
     /// password or an unreachable broker, where a consumer or producer would retry forever.
     pub fn check_connection(&self, timeout: Duration) -> Result<(), ConnectError> {
-        let consumer: BaseConsumer<ErrorRecorder> = self
-            .config(ClientRole::Reader)
+        // A producer, because its poll hands librdkafka's error events (with their reason) to
+        // the context; it never sends anything.
+        let probe: BaseProducer<ErrorRecorder> = self
+            .config(ClientRole::Admin)
             .create_with_context(ErrorRecorder::default())?;
         let deadline = Instant::now() + timeout;
         let security = &self.base.security;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
-            let attempt = consumer.fetch_metadata(None, left.min(Duration::from_millis(500)));
-            let recorded = consumer
-                .context()
-                .last
-                .lock()
-                .ok()
-                .and_then(|mut l| l.take());
+            let attempt = probe
+                .client()
+                .fetch_metadata(None, left.min(Duration::from_millis(500)));
+            probe.poll(Duration::ZERO);
+            let recorded = probe.context().last.lock().ok().and_then(|mut l| l.take());
             let (code, detail) = match (&attempt, recorded) {
                 (Ok(_), _) => return Ok(()),
                 (Err(_), Some(r)) => r,
