@@ -42,4 +42,3 @@ verify-long: stack-up build
 
 check-compose:
 	dev/check-compose
-	dev/check-k8s
