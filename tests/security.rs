@@ -280,13 +280,12 @@ fn security_authenticated_run_logs_no_password() {
         .env("EOSFLOW_STATE_DIR", &p.state_root);
     let mut child = cmd.spawn().expect("spawn eosflow run");
     let read = |path: &Path| std::fs::read_to_string(path).unwrap_or_default();
-    let assigned = support::wait_for("partitions assigned", Duration::from_secs(60), || {
+    support::wait_for("partitions assigned", Duration::from_secs(60), || {
         if let Ok(Some(status)) = child.try_wait() {
             panic!("eosflow run exited early ({status}):\n{}", read(&log));
         }
         read(&log).contains("partitions assigned").then_some(())
     });
-    let _ = assigned;
     // Let it process and commit at least one transaction through SCRAM.
     let reader = KafkaClients::new(sasl_config("SCRAM-SHA-512", &password).kafka);
     let consumer: BaseConsumer = reader
