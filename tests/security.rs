@@ -181,6 +181,17 @@ fn security_wrong_password_fails_fast_with_a_clear_error() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `eosflow config` succeeds, shows the password as `***`, and prints the secret nowhere.
+fn config_shows_no_secret(source: &str, env: &[(String, String)], secret: &str) {
+    let out = eosflow(&["config"], env);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stdout.contains("password = \"***\""), "{stdout}");
+    assert_no_secret(&format!("stdout ({source})"), &stdout, secret);
+    assert_no_secret(&format!("stderr ({source})"), &stderr, secret);
+}
+
 #[test]
 fn security_config_command_never_prints_the_password() {
     let secret = format!("cfg-secret-{}", uuid::Uuid::new_v4().simple());
@@ -192,13 +203,7 @@ fn security_config_command_never_prints_the_password() {
         secret.clone(),
     ));
     env[1].1 = "sasl_ssl".into();
-    let out = eosflow(&["config"], &env);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
-    assert!(stdout.contains("password = \"***\""), "{stdout}");
-    assert_no_secret("stdout (env)", &stdout, &secret);
-    assert_no_secret("stderr (env)", &stderr, &secret);
+    config_shows_no_secret("env", &env, &secret);
     // From a file.
     let dir = std::env::temp_dir().join(support::unique("sec-pw"));
     std::fs::create_dir_all(&dir).expect("temp dir");
@@ -209,13 +214,7 @@ fn security_config_command_never_prints_the_password() {
         "EOSFLOW_KAFKA_SECURITY_PASSWORD_FILE".into(),
         file.display().to_string(),
     ));
-    let out = eosflow(&["config"], &env);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
-    assert!(stdout.contains("password = \"***\""), "{stdout}");
-    assert_no_secret("stdout (file)", &stdout, &secret);
-    assert_no_secret("stderr (file)", &stderr, &secret);
+    config_shows_no_secret("file", &env, &secret);
     // A config error (both the password and its file) names keys, never the value.
     env.push(("EOSFLOW_KAFKA_SECURITY_PASSWORD".into(), secret.clone()));
     let out = eosflow(&["config"], &env);
