@@ -30,6 +30,19 @@ pub enum ConfigError {
         /// What is wrong, naming the key.
         message: String,
     },
+    /// A secret file named by the configuration could not be read (the path is shown, never
+    /// the contents).
+    #[error("cannot read `{key}` (env {env}) file {path}: {source}")]
+    SecretFile {
+        /// The dotted key, e.g. `kafka.security.password_file`.
+        key: &'static str,
+        /// The environment variable that sets it.
+        env: String,
+        /// The file it names.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
     /// A value parsed but is outside what the runtime accepts.
     #[error("invalid value for `{key}` (env {env}): {reason}")]
     Invalid {
@@ -68,8 +81,10 @@ impl Default for AppConfig {
 pub struct KafkaConfig {
     /// `bootstrap.servers`.
     pub bootstrap: String,
-    /// Passed to librdkafka as they are (security.protocol, sasl.*, ssl.*): the escape hatch for
-    /// whatever a cluster needs that eosflow does not model.
+    /// Authentication and encryption to the brokers (SASL, TLS), applied to every client role.
+    pub security: KafkaSecurityConfig,
+    /// Passed to librdkafka as they are: the escape hatch for whatever a cluster needs that
+    /// eosflow does not model (prefer `[kafka.security]` for SASL and TLS).
     pub properties: BTreeMap<String, String>,
 }
 
@@ -77,10 +92,149 @@ impl Default for KafkaConfig {
     fn default() -> Self {
         Self {
             bootstrap: "127.0.0.1:19092".into(),
+            security: KafkaSecurityConfig::default(),
             properties: BTreeMap::new(),
         }
     }
 }
+
+/// A secret value (password): never shown by `Debug`, `Display` or serialization (which writes
+/// `***`), so neither logs, error messages nor `eosflow config` can leak it.
+#[derive(Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(transparent)]
+pub struct Secret(String);
+
+impl Secret {
+    /// Wraps a secret read from a file or the environment.
+    pub fn new(value: impl Into<String>) -> Self {
+        Self(value.into())
+    }
+
+    /// The secret itself, for the one place that hands it to a client library.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+
+    /// Whether no secret was given (an empty password is treated as absent).
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_empty() { "\"\"" } else { "\"***\"" })
+    }
+}
+
+impl Serialize for Secret {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(if self.0.is_empty() { "" } else { "***" })
+    }
+}
+
+/// SASL and TLS settings for the brokers; mapped to librdkafka's `security.protocol`, `sasl.*`
+/// and `ssl.*` for every client role. Empty strings mean "not set".
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct KafkaSecurityConfig {
+    /// `plaintext`, `ssl`, `sasl_plaintext` or `sasl_ssl` (librdkafka's `security.protocol`).
+    pub protocol: String,
+    /// `PLAIN`, `SCRAM-SHA-256` or `SCRAM-SHA-512`; required by the `sasl_*` protocols.
+    pub sasl_mechanism: String,
+    /// SASL user name; required by the `sasl_*` protocols.
+    pub username: String,
+    /// SASL password; prefer `password_file` (a mounted Secret) or the environment variable.
+    pub password: Secret,
+    /// File holding the SASL password (read once at start; one trailing newline is dropped).
+    pub password_file: String,
+    /// CA bundle (PEM) that verifies the brokers' certificates (`ssl.ca.location`).
+    pub ssl_ca_location: String,
+    /// Client certificate (PEM) for mutual TLS (`ssl.certificate.location`).
+    pub ssl_certificate_location: String,
+    /// Client private key (PEM) for mutual TLS (`ssl.key.location`).
+    pub ssl_key_location: String,
+    /// Password of the client private key (`ssl.key.password`).
+    pub ssl_key_password: Secret,
+    /// File holding the private key's password (read once at start).
+    pub ssl_key_password_file: String,
+}
+
+impl Default for KafkaSecurityConfig {
+    fn default() -> Self {
+        Self {
+            protocol: "plaintext".into(),
+            sasl_mechanism: String::new(),
+            username: String::new(),
+            password: Secret::default(),
+            password_file: String::new(),
+            ssl_ca_location: String::new(),
+            ssl_certificate_location: String::new(),
+            ssl_key_location: String::new(),
+            ssl_key_password: Secret::default(),
+            ssl_key_password_file: String::new(),
+        }
+    }
+}
+
+/// The protocols `kafka.security.protocol` accepts.
+pub const KAFKA_SECURITY_PROTOCOLS: &[&str] = &["plaintext", "ssl", "sasl_plaintext", "sasl_ssl"];
+/// The mechanisms `kafka.security.sasl_mechanism` accepts.
+pub const KAFKA_SASL_MECHANISMS: &[&str] = &["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"];
+
+impl KafkaSecurityConfig {
+    /// Whether the protocol authenticates with SASL.
+    pub fn uses_sasl(&self) -> bool {
+        self.protocol.starts_with("sasl_")
+    }
+
+    /// Whether the protocol encrypts with TLS.
+    pub fn uses_tls(&self) -> bool {
+        self.protocol.ends_with("ssl")
+    }
+
+    /// The librdkafka properties these settings stand for (secrets included: for clients only).
+    pub fn librdkafka_properties(&self) -> Vec<(&'static str, String)> {
+        let mut props = vec![("security.protocol", self.protocol.clone())];
+        if self.uses_sasl() {
+            props.push(("sasl.mechanisms", self.sasl_mechanism.clone()));
+            props.push(("sasl.username", self.username.clone()));
+            props.push(("sasl.password", self.password.expose().to_string()));
+        }
+        if self.uses_tls() {
+            for (key, value) in [
+                ("ssl.ca.location", &self.ssl_ca_location),
+                ("ssl.certificate.location", &self.ssl_certificate_location),
+                ("ssl.key.location", &self.ssl_key_location),
+            ] {
+                if !value.is_empty() {
+                    props.push((key, value.clone()));
+                }
+            }
+            if !self.ssl_key_password.is_empty() {
+                props.push((
+                    "ssl.key.password",
+                    self.ssl_key_password.expose().to_string(),
+                ));
+            }
+        }
+        props
+    }
+}
+
+/// librdkafka properties `[kafka.security]` owns: setting them in `[kafka.properties]` too
+/// would leave two answers to one question.
+const SECURITY_KAFKA_PROPERTIES: &[&str] = &[
+    "security.protocol",
+    "sasl.mechanism",
+    "sasl.mechanisms",
+    "sasl.username",
+    "sasl.password",
+    "ssl.ca.location",
+    "ssl.certificate.location",
+    "ssl.key.location",
+    "ssl.key.password",
+];
 
 /// The exactly-once loop's knobs (Kafka Streams names where they exist).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -395,12 +549,171 @@ impl Config {
         for (name, raw) in env {
             apply_env(&mut merged, &defaults, name, raw)?;
         }
-        let config = Config::deserialize(merged).map_err(|e| ConfigError::Parse {
+        let mut config = Config::deserialize(merged).map_err(|e| ConfigError::Parse {
             origin: "environment".into(),
             message: e.to_string(),
         })?;
         config.validate()?;
+        config.read_secret_files()?;
+        config.validate_kafka_security()?;
         Ok(config)
+    }
+
+    /// Reads `*_password_file` keys into their secrets, once, at start.
+    fn read_secret_files(&mut self) -> Result<(), ConfigError> {
+        let s = &mut self.kafka.security;
+        let pairs: [(&'static str, &'static str, &str, &mut Secret); 2] = [
+            (
+                "kafka.security.password_file",
+                "kafka.security.password",
+                &s.password_file,
+                &mut s.password,
+            ),
+            (
+                "kafka.security.ssl_key_password_file",
+                "kafka.security.ssl_key_password",
+                &s.ssl_key_password_file,
+                &mut s.ssl_key_password,
+            ),
+        ];
+        for (key, inline_key, path, secret) in pairs {
+            if path.is_empty() {
+                continue;
+            }
+            if !secret.is_empty() {
+                return Err(ConfigError::Invalid {
+                    key,
+                    env: env_name(key),
+                    reason: format!("set either `{inline_key}` or `{key}`, not both"),
+                });
+            }
+            let text = std::fs::read_to_string(path).map_err(|source| ConfigError::SecretFile {
+                key,
+                env: env_name(key),
+                path: PathBuf::from(path),
+                source,
+            })?;
+            let value = text.strip_suffix('\n').unwrap_or(&text);
+            let value = value.strip_suffix('\r').unwrap_or(value);
+            *secret = Secret::new(value);
+        }
+        Ok(())
+    }
+
+    /// Checks `[kafka.security]` once its secret files are read.
+    fn validate_kafka_security(&self) -> Result<(), ConfigError> {
+        fn bad(key: &'static str, reason: impl Into<String>) -> ConfigError {
+            ConfigError::Invalid {
+                key,
+                env: env_name(key),
+                reason: reason.into(),
+            }
+        }
+        let s = &self.kafka.security;
+        if !KAFKA_SECURITY_PROTOCOLS.contains(&s.protocol.as_str()) {
+            return Err(bad(
+                "kafka.security.protocol",
+                format!(
+                    "{:?}: use one of {}",
+                    s.protocol,
+                    KAFKA_SECURITY_PROTOCOLS.join(", ")
+                ),
+            ));
+        }
+        if s.uses_sasl() {
+            if !KAFKA_SASL_MECHANISMS.contains(&s.sasl_mechanism.as_str()) {
+                return Err(bad(
+                    "kafka.security.sasl_mechanism",
+                    format!(
+                        "{:?}: protocol {} needs one of {}",
+                        s.sasl_mechanism,
+                        s.protocol,
+                        KAFKA_SASL_MECHANISMS.join(", ")
+                    ),
+                ));
+            }
+            if s.username.is_empty() {
+                return Err(bad(
+                    "kafka.security.username",
+                    format!("empty: protocol {} needs a user name", s.protocol),
+                ));
+            }
+            if s.password.is_empty() {
+                return Err(bad(
+                    "kafka.security.password",
+                    format!(
+                        "empty: protocol {} needs a password (or kafka.security.password_file, env {})",
+                        s.protocol,
+                        env_name("kafka.security.password_file")
+                    ),
+                ));
+            }
+        } else {
+            for (key, set) in [
+                (
+                    "kafka.security.sasl_mechanism",
+                    !s.sasl_mechanism.is_empty(),
+                ),
+                ("kafka.security.username", !s.username.is_empty()),
+                ("kafka.security.password", !s.password.is_empty()),
+            ] {
+                if set {
+                    return Err(bad(
+                        key,
+                        format!("is set but protocol {} does not use SASL (use sasl_plaintext or sasl_ssl)", s.protocol),
+                    ));
+                }
+            }
+        }
+        if !s.uses_tls() {
+            for (key, set) in [
+                (
+                    "kafka.security.ssl_ca_location",
+                    !s.ssl_ca_location.is_empty(),
+                ),
+                (
+                    "kafka.security.ssl_certificate_location",
+                    !s.ssl_certificate_location.is_empty(),
+                ),
+                (
+                    "kafka.security.ssl_key_location",
+                    !s.ssl_key_location.is_empty(),
+                ),
+                (
+                    "kafka.security.ssl_key_password",
+                    !s.ssl_key_password.is_empty(),
+                ),
+            ] {
+                if set {
+                    return Err(bad(
+                        key,
+                        format!(
+                            "is set but protocol {} does not use TLS (use ssl or sasl_ssl)",
+                            s.protocol
+                        ),
+                    ));
+                }
+            }
+        }
+        if s.ssl_certificate_location.is_empty() != s.ssl_key_location.is_empty() {
+            return Err(bad(
+                "kafka.security.ssl_key_location",
+                "mutual TLS needs both ssl_certificate_location and ssl_key_location",
+            ));
+        }
+        if s.protocol != "plaintext" {
+            for key in self.kafka.properties.keys() {
+                if SECURITY_KAFKA_PROPERTIES.contains(&key.as_str()) {
+                    return Err(bad(
+                        "kafka.properties",
+                        format!(
+                            "`{key}` is set by [kafka.security]; remove it from [kafka.properties]"
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Range checks serde cannot express.
@@ -670,31 +983,28 @@ fn apply_env(
     name: &str,
     raw: &str,
 ) -> Result<(), ConfigError> {
-    let Some(sections) = defaults.as_table() else {
-        return Ok(());
-    };
-    for (section, fields) in sections {
-        let Some(fields) = fields.as_table() else {
-            continue;
-        };
-        for (field, default) in fields {
-            if env_name(&format!("{section}.{field}")) != name {
-                continue;
-            }
-            let key = format!("{section}.{field}");
-            let value = typed_env_value(default, raw).map_err(|reason| ConfigError::Parse {
-                origin: format!("env {name}"),
-                message: format!("`{key}`: {reason}"),
-            })?;
-            if let Some(t) = merged
-                .as_table_mut()
-                .and_then(|t| t.get_mut(section))
-                .and_then(|s| s.as_table_mut())
-            {
-                t.insert(field.clone(), value);
-            }
+    if let Some(path) = find_key(defaults, &mut vec![], name) {
+        let key = path.join(".");
+        let Some(default) = lookup(defaults, &path) else {
             return Ok(());
+        };
+        let value = typed_env_value(default, raw).map_err(|reason| ConfigError::Parse {
+            origin: format!("env {name}"),
+            message: format!("`{key}`: {reason}"),
+        })?;
+        let Some((field, parents)) = path.split_last() else {
+            return Ok(());
+        };
+        let mut table = merged.as_table_mut();
+        for p in parents {
+            table = table
+                .and_then(|t| t.get_mut(p.as_str()))
+                .and_then(|v| v.as_table_mut());
         }
+        if let Some(t) = table {
+            t.insert(field.clone(), value);
+        }
+        return Ok(());
     }
     // `EOSFLOW_KAFKA_PROPERTY_<NAME>` sets a librdkafka property (`_` → `.`), e.g. secrets.
     if let Some(prop) = name.strip_prefix("EOSFLOW_KAFKA_PROPERTY_") {
@@ -731,15 +1041,49 @@ const ENV_NOT_CONFIG: &[&str] = &[
     "EOSFLOW_APICURIO_VERSION",
 ];
 
+/// The path of the key whose environment name is `name`: nested sections (`[kafka.security]`)
+/// are searched too; an empty table (`kafka.properties`) counts as a key.
+fn find_key(node: &toml::Value, path: &mut Vec<String>, name: &str) -> Option<Vec<String>> {
+    let table = node.as_table()?;
+    for (k, v) in table {
+        path.push(k.clone());
+        let nested = v.as_table().is_some_and(|t| !t.is_empty());
+        if path.len() > 1 && !nested && env_name(&path.join(".")) == name {
+            return Some(path.clone());
+        }
+        if nested {
+            if let Some(found) = find_key(v, path, name) {
+                return Some(found);
+            }
+        }
+        path.pop();
+    }
+    None
+}
+
+fn lookup<'a>(node: &'a toml::Value, path: &[String]) -> Option<&'a toml::Value> {
+    path.iter().try_fold(node, |n, k| n.get(k.as_str()))
+}
+
 fn known_keys(defaults: &toml::Value) -> Vec<String> {
-    let mut keys = vec![];
-    if let Some(t) = defaults.as_table() {
-        for (s, f) in t {
-            if let Some(f) = f.as_table() {
-                keys.extend(f.keys().map(|k| env_name(&format!("{s}.{k}"))));
+    fn walk(node: &toml::Value, prefix: &str, keys: &mut Vec<String>) {
+        if let Some(t) = node.as_table() {
+            for (k, v) in t {
+                let key = if prefix.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{prefix}.{k}")
+                };
+                if v.as_table().is_some_and(|t| !t.is_empty()) {
+                    walk(v, &key, keys);
+                } else if !prefix.is_empty() {
+                    keys.push(env_name(&key));
+                }
             }
         }
     }
+    let mut keys = vec![];
+    walk(defaults, "", &mut keys);
     keys
 }
 
@@ -919,5 +1263,121 @@ mod tests {
             c.kafka.properties.get("sasl.password").map(String::as_str),
             Some("s3cret")
         );
+    }
+
+    fn sasl_env(extra: &[(&str, &str)]) -> Vec<(String, String)> {
+        let mut e = env(&[
+            ("EOSFLOW_KAFKA_SECURITY_PROTOCOL", "sasl_plaintext"),
+            ("EOSFLOW_KAFKA_SECURITY_SASL_MECHANISM", "SCRAM-SHA-512"),
+            ("EOSFLOW_KAFKA_SECURITY_USERNAME", "alice"),
+        ]);
+        e.extend(env(extra));
+        e
+    }
+
+    #[test]
+    fn security_keys_come_from_env_and_secrets_are_redacted() {
+        let c = Config::from_sources(
+            None,
+            None,
+            &sasl_env(&[("EOSFLOW_KAFKA_SECURITY_PASSWORD", "hunter2-unit")]),
+        )
+        .expect("valid");
+        let s = &c.kafka.security;
+        assert_eq!(s.protocol, "sasl_plaintext");
+        assert_eq!(s.sasl_mechanism, "SCRAM-SHA-512");
+        assert_eq!(s.password.expose(), "hunter2-unit");
+        assert!(!format!("{c:?}").contains("hunter2-unit"));
+        let shown = toml::to_string(&c).expect("serializes");
+        assert!(!shown.contains("hunter2-unit"), "{shown}");
+        let props = s.librdkafka_properties();
+        assert!(props.contains(&("sasl.password", "hunter2-unit".into())));
+        assert!(props.contains(&("sasl.mechanisms", "SCRAM-SHA-512".into())));
+    }
+
+    #[test]
+    fn security_from_file_section() {
+        let c = Config::from_sources(
+            Some("[kafka.security]\nprotocol = \"sasl_ssl\"\nsasl_mechanism = \"PLAIN\"\nusername = \"u\"\npassword = \"p\"\nssl_ca_location = \"/ca.pem\"\n"),
+            Some("f.toml"),
+            &[],
+        )
+        .expect("valid");
+        let props = c.kafka.security.librdkafka_properties();
+        assert!(props.contains(&("ssl.ca.location", "/ca.pem".into())));
+        assert!(props.contains(&("security.protocol", "sasl_ssl".into())));
+    }
+
+    #[test]
+    fn security_password_file_is_read_and_a_missing_one_is_named() {
+        let dir = std::env::temp_dir().join(format!("eosflow-cfg-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let file = dir.join("password");
+        std::fs::write(&file, "from-file-secret\n").expect("write");
+        let c = Config::from_sources(
+            None,
+            None,
+            &sasl_env(&[(
+                "EOSFLOW_KAFKA_SECURITY_PASSWORD_FILE",
+                file.to_str().expect("utf-8 path"),
+            )]),
+        )
+        .expect("valid");
+        assert_eq!(c.kafka.security.password.expose(), "from-file-secret");
+        let err = Config::from_sources(
+            None,
+            None,
+            &sasl_env(&[("EOSFLOW_KAFKA_SECURITY_PASSWORD_FILE", "/nonexistent/pw")]),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("kafka.security.password_file")
+                && err.contains("EOSFLOW_KAFKA_SECURITY_PASSWORD_FILE")
+                && err.contains("/nonexistent/pw"),
+            "{err}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn security_sasl_needs_mechanism_user_and_password() {
+        let err = Config::from_sources(None, None, &sasl_env(&[]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("kafka.security.password"), "{err}");
+        let err = Config::from_sources(
+            None,
+            None,
+            &env(&[
+                ("EOSFLOW_KAFKA_SECURITY_PROTOCOL", "sasl_ssl"),
+                ("EOSFLOW_KAFKA_SECURITY_SASL_MECHANISM", "GSSAPI"),
+            ]),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("kafka.security.sasl_mechanism") && err.contains("GSSAPI"),
+            "{err}"
+        );
+        let err = Config::from_sources(
+            None,
+            None,
+            &env(&[("EOSFLOW_KAFKA_SECURITY_PROTOCOL", "tls")]),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("kafka.security.protocol"), "{err}");
+        let err = Config::from_sources(
+            None,
+            None,
+            &sasl_env(&[
+                ("EOSFLOW_KAFKA_SECURITY_PASSWORD", "x"),
+                ("EOSFLOW_KAFKA_PROPERTY_SASL_USERNAME", "bob"),
+            ]),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("sasl.username"), "{err}");
     }
 }

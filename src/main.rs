@@ -242,6 +242,12 @@ fn init_logging() {
 
 fn dispatch(cli: Cli) -> Result<std::process::ExitCode> {
     let config = Config::load(cli.config.as_deref()).context("loading configuration")?;
+    if !matches!(cli.command, Command::Config) {
+        // A wrong password or an unreachable broker fails here, clearly, instead of as retries.
+        KafkaClients::new(config.kafka.clone())
+            .check_connection(Duration::from_secs(30))
+            .context("connecting to Kafka")?;
+    }
     match cli.command {
         Command::Run { topology, output } => run(&config, &topology, &output),
         Command::Topics {

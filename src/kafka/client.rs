@@ -1,10 +1,77 @@
 //! librdkafka settings for each role eosflow plays, built from the one [`KafkaConfig`].
 
-use std::time::Duration;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
+use rdkafka::client::ClientContext;
 use rdkafka::config::ClientConfig;
+use rdkafka::error::KafkaError;
+use rdkafka::message::DeliveryResult;
+use rdkafka::producer::{BaseProducer, Producer, ProducerContext};
+use rdkafka::types::RDKafkaErrorCode;
 
 use crate::config::KafkaConfig;
+
+/// Why [`KafkaClients::check_connection`] failed: authentication is told apart from an
+/// unreachable broker so a wrong password is reported as such instead of as a hang.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    /// The broker rejected the SASL credentials.
+    #[error("Kafka authentication failed for user `{user}` with SASL mechanism {mechanism} at {bootstrap}: {detail}")]
+    Authentication {
+        /// `kafka.security.username`.
+        user: String,
+        /// `kafka.security.sasl_mechanism`.
+        mechanism: String,
+        /// `kafka.bootstrap`.
+        bootstrap: String,
+        /// librdkafka's reason (it never contains the password).
+        detail: String,
+    },
+    /// No broker answered (or the TLS handshake failed) before the deadline.
+    #[error("cannot reach Kafka at {bootstrap} (security.protocol {protocol}) within {timeout:?}: {detail}")]
+    Unreachable {
+        /// `kafka.bootstrap`.
+        bootstrap: String,
+        /// `kafka.security.protocol`.
+        protocol: String,
+        /// How long was waited.
+        timeout: Duration,
+        /// The last error librdkafka reported.
+        detail: String,
+    },
+    /// librdkafka refused the configuration.
+    #[error("cannot create a Kafka client: {0}")]
+    Client(#[from] KafkaError),
+}
+
+/// Keeps the last error librdkafka reports, so a failed metadata request can say why.
+#[derive(Default)]
+struct ErrorRecorder {
+    last: Mutex<Option<(Option<RDKafkaErrorCode>, String)>>,
+}
+
+impl ClientContext for ErrorRecorder {
+    fn error(&self, error: KafkaError, reason: &str) {
+        tracing::debug!(%error, reason, "librdkafka error during connection check");
+        if let Ok(mut last) = self.last.lock() {
+            *last = Some((error.rdkafka_error_code(), format!("{error}: {reason}")));
+        }
+    }
+}
+
+impl ProducerContext for ErrorRecorder {
+    type DeliveryOpaque = ();
+
+    fn delivery(&self, _: &DeliveryResult<'_>, _: Self::DeliveryOpaque) {}
+}
+
+fn is_auth_error(code: Option<RDKafkaErrorCode>, text: &str) -> bool {
+    matches!(
+        code,
+        Some(RDKafkaErrorCode::Authentication | RDKafkaErrorCode::SaslAuthenticationFailed)
+    ) || text.contains("Authentication failed")
+}
 
 /// Which client is being built: each role fixes the settings its guarantees depend on.
 #[derive(Debug, Clone)]
@@ -113,9 +180,53 @@ impl KafkaClients {
             }
             ClientRole::Admin => {}
         }
+        for (k, v) in self.base.security.librdkafka_properties() {
+            c.set(k, v);
+        }
         for (k, v) in &self.base.properties {
             c.set(k, v);
         }
         c
+    }
+
+    /// Fetches cluster metadata once, within `timeout`: fails fast, and clearly, on a wrong
+    /// password or an unreachable broker, where a consumer or producer would retry forever.
+    pub fn check_connection(&self, timeout: Duration) -> Result<(), ConnectError> {
+        // A producer, because its poll hands librdkafka's error events (with their reason) to
+        // the context; it never sends anything.
+        let probe: BaseProducer<ErrorRecorder> = self
+            .config(ClientRole::Admin)
+            .create_with_context(ErrorRecorder::default())?;
+        let deadline = Instant::now() + timeout;
+        let security = &self.base.security;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let attempt = probe
+                .client()
+                .fetch_metadata(None, left.min(Duration::from_millis(500)));
+            probe.poll(Duration::ZERO);
+            let recorded = probe.context().last.lock().ok().and_then(|mut l| l.take());
+            let (code, detail) = match (&attempt, recorded) {
+                (Ok(_), _) => return Ok(()),
+                (Err(_), Some(r)) => r,
+                (Err(e), None) => (e.rdkafka_error_code(), e.to_string()),
+            };
+            if security.uses_sasl() && is_auth_error(code, &detail) {
+                return Err(ConnectError::Authentication {
+                    user: security.username.clone(),
+                    mechanism: security.sasl_mechanism.clone(),
+                    bootstrap: self.base.bootstrap.clone(),
+                    detail,
+                });
+            }
+            if Instant::now() >= deadline {
+                return Err(ConnectError::Unreachable {
+                    bootstrap: self.base.bootstrap.clone(),
+                    protocol: security.protocol.clone(),
+                    timeout,
+                    detail,
+                });
+            }
+        }
     }
 }
