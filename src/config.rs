@@ -315,6 +315,9 @@ pub struct RetryConfig {
     /// `continue` (the key's next record goes on) or `park` (the key waits for a redrive)
     /// when a key's head record is dead-lettered.
     pub on_dead_letter: String,
+    /// Delays of one input topic's ladder, overriding `delays_ms` (TOML: `[retry.per_topic]`,
+    /// `"orders" = [500, 5000]`): a slow dependency gets a longer ladder than a flaky one.
+    pub per_topic: BTreeMap<String, Vec<u64>>,
 }
 
 impl Default for RetryConfig {
@@ -324,12 +327,25 @@ impl Default for RetryConfig {
             jitter_percent: 20,
             max_delay_ms: 3_600_000,
             on_dead_letter: "continue".into(),
+            per_topic: BTreeMap::new(),
         }
     }
 }
 
 impl RetryConfig {
-    /// The policy the runtime applies.
+    /// The policy of `topic`'s ladder (its `per_topic` delays, else the default ones).
+    pub fn policy_for(&self, topic: &str) -> crate::retry::RetryPolicy {
+        let mut p = self.policy();
+        if let Some(delays) = self.per_topic.get(topic) {
+            p.delays = delays
+                .iter()
+                .map(|d| std::time::Duration::from_millis(*d))
+                .collect();
+        }
+        p
+    }
+
+    /// The default policy.
     pub fn policy(&self) -> crate::retry::RetryPolicy {
         crate::retry::RetryPolicy {
             delays: self
@@ -797,6 +813,12 @@ impl Config {
         if self.retry.delays_ms.len() > 10 {
             return Err(bad("retry.delays_ms", "at most 10 levels"));
         }
+        if let Some((topic, _)) = self.retry.per_topic.iter().find(|(_, d)| d.len() > 10) {
+            return Err(bad(
+                "retry.per_topic",
+                format!("{topic:?}: at most 10 levels"),
+            ));
+        }
         if self.retry.jitter_percent > 100 {
             return Err(bad("retry.jitter_percent", "must be 0..=100"));
         }
@@ -1201,6 +1223,18 @@ mod tests {
             .to_string();
         assert!(err.contains("EOSFLOW_KAFKA_BOOTSTRAPS"), "{err}");
         assert!(err.contains("EOSFLOW_KAFKA_BOOTSTRAP,"), "{err}");
+    }
+
+    #[test]
+    fn per_topic_ladders_override_the_default() {
+        let c = Config::from_sources(
+            Some("[retry]\ndelays_ms = [100]\n[retry.per_topic]\n\"slow\" = [1000, 2000, 3000]\n"),
+            None,
+            &[],
+        )
+        .expect("valid");
+        assert_eq!(c.retry.policy_for("slow").levels(), 3);
+        assert_eq!(c.retry.policy_for("other").levels(), 1);
     }
 
     #[test]

@@ -79,7 +79,10 @@ fn an_always_failing_record_climbs_every_level_with_its_delays_then_lands_in_the
     let delays = [400u64, 800, 1200];
     produce(&p.input, "a", "transient:99:1", "t2");
     let started = Instant::now();
-    let inst = Instance::start(&config(&p, &delays), CountProcessor::new(&p.output));
+    // The input's own ladder (three levels) overrides the one-level default.
+    let mut cfg = config(&p, &[50]);
+    cfg.retry.per_topic.insert(p.input.clone(), delays.to_vec());
+    let inst = Instance::start(&cfg, CountProcessor::new(&p.output));
     let d = support::wait_for("the DLT record", Duration::from_secs(60), || {
         dead_letters(&p).into_iter().next()
     });

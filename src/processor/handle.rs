@@ -225,7 +225,7 @@ impl<P: Processor> Runtime<P> {
         let key = record.key.unwrap_or_default();
         let next = history.attempt + 1;
         let delay = match &err {
-            ProcessError::Transient(_) => self.opts.retry.delay(next),
+            ProcessError::Transient(_) => self.opts.retry_for(base).delay(next),
             ProcessError::Permanent(_) => None,
         };
         if let Some(delay) = delay {
@@ -293,7 +293,7 @@ impl<P: Processor> Runtime<P> {
         if !ordered {
             return Ok(AfterFailure::Settled);
         }
-        match (self.opts.retry.on_dead_letter, parked) {
+        match (self.opts.retry_for(base).on_dead_letter, parked) {
             (OnDeadLetter::Continue, Some(p)) => Ok(AfterFailure::DrainFollowers(p)),
             (OnDeadLetter::Continue, None) => Ok(AfterFailure::Settled),
             (OnDeadLetter::Park, parked) => {

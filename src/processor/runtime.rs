@@ -74,8 +74,8 @@ pub struct RuntimeOptions {
     pub dedup_retention: Duration,
     /// How often expired dedup ids are purged.
     pub dedup_purge_interval: Duration,
-    /// The retry ladder of every input.
-    pub retry: RetryPolicy,
+    /// The retry ladder of each input topic.
+    pub retry: BTreeMap<String, RetryPolicy>,
 }
 
 impl RuntimeOptions {
@@ -101,8 +101,21 @@ impl RuntimeOptions {
             block_cache_bytes: config.state.block_cache_bytes,
             dedup_retention: Duration::from_secs(config.state.dedup_retention_secs),
             dedup_purge_interval: Duration::from_secs(config.state.dedup_purge_interval_secs),
-            retry: config.retry.policy(),
+            retry: config
+                .processor
+                .input_topics
+                .iter()
+                .map(|t| (t.clone(), config.retry.policy_for(t)))
+                .collect(),
         })
+    }
+
+    /// The ladder of input topic `base` (the default policy for a topic not configured).
+    pub fn retry_for(&self, base: &str) -> &RetryPolicy {
+        static DEFAULT: std::sync::OnceLock<RetryPolicy> = std::sync::OnceLock::new();
+        self.retry
+            .get(base)
+            .unwrap_or_else(|| DEFAULT.get_or_init(RetryPolicy::default))
     }
 
     /// `transactional.id` of this instance.
@@ -268,7 +281,11 @@ impl<P: Processor> Runtime<P> {
                 instance: opts.static_membership.then_some(opts.instance_id.as_str()),
             })
             .create_with_context(GroupContext::default())?;
-        let mut needed = ladder_topics(&opts.input_topics, opts.retry.levels());
+        let mut needed: Vec<String> = opts
+            .input_topics
+            .iter()
+            .flat_map(|t| ladder_topics(std::slice::from_ref(t), opts.retry_for(t).levels()))
+            .collect();
         needed.push(changelog.clone());
         let missing = missing_topics(&consumer, &needed)?;
         if !missing.is_empty() {

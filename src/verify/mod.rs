@@ -132,7 +132,7 @@ pub fn run(config: &Config, opts: &VerifyOptions) -> Result<VerifyReport, String
     let input = format!("verify-{run_id}.input");
     let output = format!("verify-{run_id}.output");
     let changelog = format!("{app_id}-count-changelog");
-    let levels = config.retry.policy().levels();
+    let levels = config.retry.policy_for(&input).levels();
     let specs: Vec<TopicSpec> = crate::retry::ladder_topics(std::slice::from_ref(&input), levels)
         .into_iter()
         .chain([output.clone()])
@@ -222,7 +222,7 @@ pub fn run(config: &Config, opts: &VerifyOptions) -> Result<VerifyReport, String
     let run = Run {
         ladder: crate::retry::ladder_topics(
             std::slice::from_ref(&input),
-            config.retry.policy().levels(),
+            config.retry.policy_for(&input).levels(),
         )
         .into_iter()
         .filter(|t| !t.ends_with(".DLT"))
