@@ -64,6 +64,13 @@ impl Workload {
         self.records.checked_div(self.duplicate_every).unwrap_or(0)
     }
 
+    /// Whether record `i` fails once: spread by a hash, not by `i % n`, so that with K keys
+    /// a key is not made of failing records only (which would serialise it behind its ladder).
+    pub fn is_transient(&self, i: u64) -> bool {
+        self.transient_every > 0
+            && (i.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32).is_multiple_of(self.transient_every)
+    }
+
     /// Final per-key state if every distinct record is counted exactly once.
     pub fn expected_state(&self) -> BTreeMap<String, CountState> {
         let mut m: BTreeMap<String, CountState> = BTreeMap::new();
@@ -127,12 +134,11 @@ impl Workload {
         i: u64,
     ) -> Result<(), String> {
         let key = self.key(i);
-        let value =
-            if self.transient_every > 0 && i % self.transient_every == self.transient_every - 1 {
-                format!("transient:1:{}", Self::amount(i))
-            } else {
-                Self::amount(i).to_string()
-            };
+        let value = if self.is_transient(i) {
+            format!("transient:1:{}", Self::amount(i))
+        } else {
+            Self::amount(i).to_string()
+        };
         let id = Self::id(i);
         let deadline = Instant::now() + Duration::from_secs(60);
         let mut record = BaseRecord::to(topic)
