@@ -172,6 +172,11 @@ impl Processor for OrdersProbe {
         ctx.emit(&self.output, key, Some(format!("{} {order}", event.type_name).into_bytes()), vec![]);
         Ok(())
     }
+
+    /// The Pipeline helper declares `<app>-count-changelog`.
+    fn store_name(&self) -> &str {
+        "count"
+    }
 }
 
 fn produce_bytes(topic: &str, records: &[(Option<Vec<u8>>, Vec<u8>, Vec<(String, Vec<u8>)>)]) {
