@@ -503,7 +503,7 @@ pub fn encode_wire(id: u32, schema: &Schema, value: Value) -> Result<Vec<u8>, ap
 mod tests {
     use super::*;
 
-    fn placed_v1() -> Value {
+    pub(crate) fn placed_v1() -> Value {
         Value::Record(vec![
             ("order_id".into(), Value::String("o-1".into())),
             ("customer_id".into(), Value::String("c-1".into())),
@@ -599,5 +599,112 @@ mod tests {
             Err(ProcessError::Permanent(m)) => assert!(m.starts_with("unknown-type: x.Stranger"), "{m}"),
             other => panic!("{other:?}"),
         }
+    }
+}
+
+/// Randomized robustness of the wire-format decoder (the `cargo test` stand-in for
+/// `fuzz/fuzz_targets/wire_decoder.rs` where cargo-fuzz cannot run): mutated valid encodings
+/// and random bytes must decode or fail as bad input, never panic, hang or allocate wildly.
+#[cfg(test)]
+mod randomized {
+    use super::*;
+    use rand::{Rng, SeedableRng};
+
+    /// A decoder for ids 1..=3 (order placed v1 / cancelled / status changed), and valid
+    /// encodings of each to mutate.
+    pub(crate) fn fixture() -> (Decoder, Vec<Vec<u8>>) {
+        let cat = Catalog::builtin().expect("catalog");
+        let mut ids = HashMap::new();
+        let mut seeds = Vec::new();
+        let s = |t: &str| cat.get(t).expect("contract").text.clone();
+        let placed = s("orders.order-placed.v1");
+        let cancelled = s("orders.order-cancelled.v1");
+        let status = s("orders.order-status-changed.v1");
+        let str_ = |v: &str| Value::String(v.into());
+        let values = [
+            (1, &placed, super::tests::placed_v1()),
+            (
+                2,
+                &cancelled,
+                Value::Record(vec![
+                    ("order_id".into(), str_("o-1")),
+                    ("cancelled_at".into(), Value::TimestampMillis(1)),
+                    ("reason".into(), Value::Enum(2, "OUT_OF_STOCK".into())),
+                    ("note".into(), Value::Union(1, Box::new(str_("late")))),
+                ]),
+            ),
+            (
+                3,
+                &status,
+                Value::Record(vec![
+                    ("order_id".into(), str_("o-1")),
+                    ("changed_at".into(), Value::TimestampMillis(2)),
+                    ("from_status".into(), Value::Enum(0, "PLACED".into())),
+                    ("to_status".into(), Value::Enum(1, "PAID".into())),
+                ]),
+            ),
+        ];
+        for (id, text, v) in values {
+            let schema = Schema::parse_str(text).expect("schema");
+            seeds.push(encode_wire(id, &schema, v).expect("encode"));
+            ids.insert(id, text.clone());
+        }
+        (Decoder::new(FixedSource(ids), cat), seeds)
+    }
+
+    #[test]
+    fn mutated_and_random_wire_bytes_never_panic() {
+        let (mut d, seeds) = fixture();
+        for s in &seeds {
+            d.decode_avro(s).expect("seeds decode");
+        }
+        let mut rng = rand::rngs::StdRng::seed_from_u64(0x5eed_e05f);
+        let iterations = 200_000;
+        let (mut ok, mut bad) = (0u64, 0u64);
+        let started = std::time::Instant::now();
+        for i in 0..iterations {
+            let mut b = seeds[i % seeds.len()].clone();
+            match rng.gen_range(0..6) {
+                0 => {
+                    for _ in 0..rng.gen_range(1..4) {
+                        let at = rng.gen_range(0..b.len());
+                        b[at] ^= 1 << rng.gen_range(0..8);
+                    }
+                }
+                1 => b.truncate(rng.gen_range(0..b.len())),
+                2 => {
+                    let at = rng.gen_range(5..=b.len());
+                    let junk: Vec<u8> = (0..rng.gen_range(1..16)).map(|_| rng.gen()).collect();
+                    b.splice(at..at, junk);
+                }
+                3 => {
+                    // a varint-heavy byte (large lengths / counts) somewhere in the body
+                    let at = rng.gen_range(5..b.len());
+                    b[at] = [0x7f, 0xff, 0x80, 0x01, 0x81][rng.gen_range(0..5)];
+                }
+                4 => {
+                    b = (0..rng.gen_range(0..64)).map(|_| rng.gen()).collect();
+                    if rng.gen_bool(0.7) && b.len() >= 5 {
+                        b[0] = 0;
+                        b[1..5].copy_from_slice(&rng.gen_range(0u32..5).to_be_bytes());
+                    }
+                }
+                _ => {
+                    let at = rng.gen_range(5..b.len());
+                    b[at] = rng.gen();
+                }
+            }
+            match d.decode_avro(&b) {
+                Ok(_) => ok += 1,
+                Err(DecodeError::Bad(_)) => bad += 1,
+                Err(e @ DecodeError::Unavailable(_)) => panic!("{e} from a fixed source"),
+            }
+        }
+        eprintln!(
+            "{iterations} randomized decodes in {:?}: {ok} decoded, {bad} bad input",
+            started.elapsed()
+        );
+        assert_eq!(ok + bad, iterations as u64);
+        assert!(bad > iterations as u64 / 2);
     }
 }
