@@ -699,9 +699,10 @@ fn schemas_cmd(config: &Config, action: SchemasAction) -> Result<std::process::E
         SchemasAction::Register(a) => {
             let catalog = eosflow::codec::Catalog::from_dir(&a.dir)?;
             let done = rt
-                .block_on(registry.register_catalog(&catalog, a.strategy, |c| {
-                    check::topic_for(&a.topic, c)
-                }))
+                .block_on(
+                    registry
+                        .register_catalog(&catalog, a.strategy, |c| check::topic_for(&a.topic, c)),
+                )
                 .context("registering schemas")?;
             for (type_name, subject, id) in done {
                 println!("registered {type_name:<40} subject {subject} id {id}");
@@ -720,7 +721,9 @@ fn schemas_cmd(config: &Config, action: SchemasAction) -> Result<std::process::E
                 strategy: args.strategy,
                 topic_template: args.topic,
             };
-            let outcomes = rt.block_on(check::check(&opts)).context("checking schemas")?;
+            let outcomes = rt
+                .block_on(check::check(&opts))
+                .context("checking schemas")?;
             let failed = outcomes.iter().filter(|o| !o.problems.is_empty()).count();
             for o in &outcomes {
                 println!("{o}");

@@ -41,7 +41,10 @@ fn sample(schema: &Json, names: &mut HashMap<String, Json>, seed: i64) -> Value 
             "string" => Value::String(format!("s-{seed}")),
             named => {
                 let short = named.rsplit('.').next().unwrap_or(named).to_string();
-                let def = names.get(&short).cloned().expect("named type defined earlier");
+                let def = names
+                    .get(&short)
+                    .cloned()
+                    .expect("named type defined earlier");
                 sample(&def, names, seed)
             }
         },
@@ -51,10 +54,18 @@ fn sample(schema: &Json, names: &mut HashMap<String, Json>, seed: i64) -> Value 
         }
         Json::Object(o) => {
             if let Some(n) = o.get("name").and_then(Json::as_str) {
-                names.insert(n.rsplit('.').next().unwrap_or(n).to_string(), schema.clone());
+                names.insert(
+                    n.rsplit('.').next().unwrap_or(n).to_string(),
+                    schema.clone(),
+                );
             }
-            match (o.get("type").and_then(Json::as_str), o.get("logicalType").and_then(Json::as_str)) {
-                (Some("long"), Some("timestamp-millis")) => Value::TimestampMillis(1_700_000_000_000 + seed),
+            match (
+                o.get("type").and_then(Json::as_str),
+                o.get("logicalType").and_then(Json::as_str),
+            ) {
+                (Some("long"), Some("timestamp-millis")) => {
+                    Value::TimestampMillis(1_700_000_000_000 + seed)
+                }
                 (Some("record"), _) => Value::Record(
                     o["fields"]
                         .as_array()
@@ -74,7 +85,10 @@ fn sample(schema: &Json, names: &mut HashMap<String, Json>, seed: i64) -> Value 
                     Value::Enum(i as u32, s[i].as_str().expect("symbol").to_string())
                 }
                 (Some("array"), _) => Value::Array(vec![sample(&o["items"], names, seed)]),
-                (Some("map"), _) => Value::Map(HashMap::from([("k".to_string(), sample(&o["values"], names, seed))])),
+                (Some("map"), _) => Value::Map(HashMap::from([(
+                    "k".to_string(),
+                    sample(&o["values"], names, seed),
+                )])),
                 _ => sample(&o["type"], names, seed),
             }
         }
@@ -97,12 +111,18 @@ fn contracts_every_schema_round_trips_through_the_registry() {
     rt().block_on(async {
         for c in catalog.iter() {
             let value = sample_of(&c.text, 3);
-            let bytes = tokio::time::timeout(Duration::from_secs(30), registry.encode(&topic, &c.text, value.clone()))
-                .await
-                .expect("registry answers")
-                .unwrap_or_else(|e| panic!("{}: {e}", c.type_name));
+            let bytes = tokio::time::timeout(
+                Duration::from_secs(30),
+                registry.encode(&topic, &c.text, value.clone()),
+            )
+            .await
+            .expect("registry answers")
+            .unwrap_or_else(|e| panic!("{}: {e}", c.type_name));
             assert_eq!(bytes[0], 0);
-            let cold = Registry::new(&support::registry_url()).decode(&bytes).await.expect("decode");
+            let cold = Registry::new(&support::registry_url())
+                .decode(&bytes)
+                .await
+                .expect("decode");
             assert_eq!(cold, value, "{}", c.type_name);
             encoded.push((c.type_name.clone(), bytes, value));
         }
@@ -111,21 +131,33 @@ fn contracts_every_schema_round_trips_through_the_registry() {
     let source = RegistrySource::new(Registry::new(&support::registry_url())).expect("source");
     let mut d = Decoder::new(source, catalog.clone());
     for (type_name, bytes, value) in &encoded {
-        let (_, t, v) = d.decode_avro(bytes).unwrap_or_else(|e| panic!("{type_name}: {e}"));
+        let (_, t, v) = d
+            .decode_avro(bytes)
+            .unwrap_or_else(|e| panic!("{type_name}: {e}"));
         assert_eq!(&t, type_name);
         assert_eq!(&v, value);
     }
-    assert_eq!(d.fetches() as usize, encoded.len(), "one fetch per schema id");
+    assert_eq!(
+        d.fetches() as usize,
+        encoded.len(),
+        "one fetch per schema id"
+    );
 }
 
 #[test]
 fn contracts_v1_bytes_from_the_registry_are_upcast_to_v2_and_fetched_once() {
     let catalog = Catalog::builtin().expect("catalog");
     let v1 = catalog.get("orders.order-placed.v1").expect("v1");
-    let v2 = apache_avro::Schema::parse_str(&catalog.get("orders.order-placed.v2").expect("v2").text).expect("v2");
+    let v2 =
+        apache_avro::Schema::parse_str(&catalog.get("orders.order-placed.v2").expect("v2").text)
+            .expect("v2");
     let topic = support::unique("contracts-upcast");
     let bytes = rt()
-        .block_on(Registry::new(&support::registry_url()).encode(&topic, &v1.text, sample_of(&v1.text, 1)))
+        .block_on(Registry::new(&support::registry_url()).encode(
+            &topic,
+            &v1.text,
+            sample_of(&v1.text, 1),
+        ))
         .expect("encode v1");
     let source = RegistrySource::new(Registry::new(&support::registry_url())).expect("source");
     let mut d = Decoder::new(source, catalog.clone()).with_upcasters(Upcasters::orders());
@@ -142,8 +174,16 @@ fn contracts_v1_bytes_from_the_registry_are_upcast_to_v2_and_fetched_once() {
         let e = d.decode(&r).expect("decodes");
         assert_eq!(e.type_name, "orders.order-placed.v2");
         assert_eq!(e.upcast_from.as_deref(), Some("orders.order-placed.v1"));
-        let Payload::Avro(Value::Record(fields)) = &e.payload else { panic!("record") };
-        assert_eq!(fields.last(), Some(&("channel".to_string(), Value::Union(0, Box::new(Value::Null)))));
+        let Payload::Avro(Value::Record(fields)) = &e.payload else {
+            panic!("record")
+        };
+        assert_eq!(
+            fields.last(),
+            Some(&(
+                "channel".to_string(),
+                Value::Union(0, Box::new(Value::Null))
+            ))
+        );
         assert!(Value::Record(fields.clone()).validate(&v2));
     }
     assert_eq!(d.fetches(), 1, "50 decodes, one registry fetch");
@@ -169,7 +209,12 @@ impl Processor for OrdersProbe {
             })
             .unwrap_or_default();
         let key = r.key.map(<[u8]>::to_vec);
-        ctx.emit(&self.output, key, Some(format!("{} {order}", event.type_name).into_bytes()), vec![]);
+        ctx.emit(
+            &self.output,
+            key,
+            Some(format!("{} {order}", event.type_name).into_bytes()),
+            vec![],
+        );
         Ok(())
     }
 
@@ -179,7 +224,10 @@ impl Processor for OrdersProbe {
     }
 }
 
-fn produce_bytes(topic: &str, records: &[(Option<Vec<u8>>, Vec<u8>, Vec<(String, Vec<u8>)>)]) {
+/// A record to produce: key, value, headers.
+type Raw = (Option<Vec<u8>>, Vec<u8>, Vec<(String, Vec<u8>)>);
+
+fn produce_bytes(topic: &str, records: &[Raw]) {
     use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
     let producer: ThreadedProducer<DefaultProducerContext> = support::clients()
         .config(eosflow::kafka::ClientRole::Idempotent)
@@ -188,9 +236,13 @@ fn produce_bytes(topic: &str, records: &[(Option<Vec<u8>>, Vec<u8>, Vec<(String,
     for (key, value, headers) in records {
         let mut h = rdkafka::message::OwnedHeaders::new();
         for (k, v) in headers {
-            h = h.insert(rdkafka::message::Header { key: k, value: Some(v.as_slice()) });
+            h = h.insert(rdkafka::message::Header {
+                key: k,
+                value: Some(v.as_slice()),
+            });
         }
-        let mut rec: BaseRecord<'_, Vec<u8>, Vec<u8>> = BaseRecord::to(topic).payload(value).headers(h);
+        let mut rec: BaseRecord<'_, Vec<u8>, Vec<u8>> =
+            BaseRecord::to(topic).payload(value).headers(h);
         if let Some(k) = key {
             rec = rec.key(k);
         }
@@ -203,7 +255,11 @@ fn produce_bytes(topic: &str, records: &[(Option<Vec<u8>>, Vec<u8>, Vec<(String,
 fn contracts_each_bad_input_class_lands_in_the_dlt_with_its_reason_and_good_records_flow() {
     let p = Pipeline::new("contracts-bad", 1);
     let catalog = Catalog::builtin().expect("catalog");
-    let v1 = catalog.get("orders.order-placed.v1").expect("v1").text.clone();
+    let v1 = catalog
+        .get("orders.order-placed.v1")
+        .expect("v1")
+        .text
+        .clone();
     let stranger = r#"{"type":"record","name":"Stranger","namespace":"contracts.test","doc":"A type no consumer knows.","fields":[{"name":"a","type":"int","doc":"Anything."}]}"#;
     let registry = Registry::new(&support::registry_url());
     let (goods, stranger_bytes) = rt().block_on(async {
@@ -213,10 +269,19 @@ fn contracts_each_bad_input_class_lands_in_the_dlt_with_its_reason_and_good_reco
             if let Value::Record(f) = &mut v {
                 f[0].1 = Value::String(format!("o-{i}"));
             }
-            goods.push(registry.encode(&p.input, &v1, v).await.expect("encode good"));
+            goods.push(
+                registry
+                    .encode(&p.input, &v1, v)
+                    .await
+                    .expect("encode good"),
+            );
         }
         let s = registry
-            .encode(&p.input, stranger, Value::Record(vec![("a".into(), Value::Int(1))]))
+            .encode(
+                &p.input,
+                stranger,
+                Value::Record(vec![("a".into(), Value::Int(1))]),
+            )
             .await
             .expect("encode stranger");
         (goods, s)
@@ -230,17 +295,62 @@ fn contracts_each_bad_input_class_lands_in_the_dlt_with_its_reason_and_good_reco
     oversize.resize(8192, 0);
     let hdr = |k: &str, v: &[u8]| vec![(k.to_string(), v.to_vec())];
     // (key, value, headers, expected reason prefix)
-    type Bad = (Option<Vec<u8>>, Vec<u8>, Vec<(String, Vec<u8>)>, &'static str);
+    type Bad = (
+        Option<Vec<u8>>,
+        Vec<u8>,
+        Vec<(String, Vec<u8>)>,
+        &'static str,
+    );
     let bads: Vec<Bad> = vec![
-        (Some(b"bad-magic".to_vec()), b"\x01\0\0\0\x01hello".to_vec(), hdr("id", b"b-magic"), "unknown-magic-byte: 0x01"),
-        (Some(b"bad-id".to_vec()), unknown_id, hdr("id", b"b-id"), "unknown-schema-id: schema id 2147483632"),
-        (Some(b"bad-truncated".to_vec()), good[..good.len() - 4].to_vec(), hdr("id", b"b-trunc"), "truncated-avro:"),
-        (Some(b"bad-corrupt".to_vec()), trailing, hdr("id", b"b-corrupt"), "corrupt-avro:"),
-        (Some(b"bad-type".to_vec()), stranger_bytes, hdr("id", b"b-type"), "unknown-type: contracts.test.Stranger"),
-        (Some(b"bad-oversize".to_vec()), oversize, hdr("id", b"b-big"), "oversize: the value is 8192 bytes, the limit is 4096"),
+        (
+            Some(b"bad-magic".to_vec()),
+            b"\x01\0\0\0\x01hello".to_vec(),
+            hdr("id", b"b-magic"),
+            "unknown-magic-byte: 0x01",
+        ),
+        (
+            Some(b"bad-id".to_vec()),
+            unknown_id,
+            hdr("id", b"b-id"),
+            "unknown-schema-id: schema id 2147483632",
+        ),
+        (
+            Some(b"bad-truncated".to_vec()),
+            good[..good.len() - 4].to_vec(),
+            hdr("id", b"b-trunc"),
+            "truncated-avro:",
+        ),
+        (
+            Some(b"bad-corrupt".to_vec()),
+            trailing,
+            hdr("id", b"b-corrupt"),
+            "corrupt-avro:",
+        ),
+        (
+            Some(b"bad-type".to_vec()),
+            stranger_bytes,
+            hdr("id", b"b-type"),
+            "unknown-type: contracts.test.Stranger",
+        ),
+        (
+            Some(b"bad-oversize".to_vec()),
+            oversize,
+            hdr("id", b"b-big"),
+            "oversize: the value is 8192 bytes, the limit is 4096",
+        ),
         (None, good.clone(), hdr("id", b"b-nullkey"), "null-key:"),
-        (Some(b"bad-header-id".to_vec()), good.clone(), hdr("id", &[0xff, 0xfe, 0x00]), "bad-header: header `id` is not valid UTF-8"),
-        (Some(b"bad-header-type".to_vec()), good.clone(), hdr("type", &[0xc3, 0x28]), "bad-header: header `type` is not valid UTF-8"),
+        (
+            Some(b"bad-header-id".to_vec()),
+            good.clone(),
+            hdr("id", &[0xff, 0xfe, 0x00]),
+            "bad-header: header `id` is not valid UTF-8",
+        ),
+        (
+            Some(b"bad-header-type".to_vec()),
+            good.clone(),
+            hdr("type", &[0xc3, 0x28]),
+            "bad-header: header `type` is not valid UTF-8",
+        ),
     ];
     let mut records = Vec::new();
     for (i, (key, value, headers, _)) in bads.iter().enumerate() {
@@ -248,7 +358,10 @@ fn contracts_each_bad_input_class_lands_in_the_dlt_with_its_reason_and_good_reco
         records.push((
             Some(format!("good-{i}").into_bytes()),
             goods[i].clone(),
-            vec![("id".to_string(), format!("g-{i}").into_bytes()), ("type".into(), b"orders.order-placed.v1".to_vec())],
+            vec![
+                ("id".to_string(), format!("g-{i}").into_bytes()),
+                ("type".into(), b"orders.order-placed.v1".to_vec()),
+            ],
         ));
     }
     produce_bytes(&p.input, &records);
@@ -256,33 +369,64 @@ fn contracts_each_bad_input_class_lands_in_the_dlt_with_its_reason_and_good_reco
     let source = RegistrySource::new(Registry::new(&support::registry_url())).expect("source");
     let decoder = Decoder::new(source, catalog)
         .with_upcasters(Upcasters::orders())
-        .with_limits(Limits { max_value_bytes: 4096, ..Limits::default() });
+        .with_limits(Limits {
+            max_value_bytes: 4096,
+            ..Limits::default()
+        });
     let mut c = p.config("a");
     c.retry.delays_ms = vec![300, 300, 300];
     c.retry.jitter_percent = 0;
-    let inst = Instance::start(&c, OrdersProbe { decoder, output: p.output.clone() });
+    let inst = Instance::start(
+        &c,
+        OrdersProbe {
+            decoder,
+            output: p.output.clone(),
+        },
+    );
     let outputs = support::wait_for("9 good outputs", Duration::from_secs(60), || {
         let mut out = Vec::new();
-        read_all(&support::clients(), &p.output, Duration::from_secs(30), |m| {
-            out.push(String::from_utf8_lossy(m.payload().unwrap_or_default()).to_string());
-            Ok(())
-        })
+        read_all(
+            &support::clients(),
+            &p.output,
+            Duration::from_secs(30),
+            |m| {
+                out.push(String::from_utf8_lossy(m.payload().unwrap_or_default()).to_string());
+                Ok(())
+            },
+        )
         .expect("read output");
         (out.len() >= 9).then_some(out)
     });
     p.wait_drained(Duration::from_secs(60));
     let summary = inst.stop();
-    assert_eq!(summary.retried, 0, "bad input is permanent: nothing climbs the ladder");
-    let expected: Vec<String> = (0..9).map(|i| format!("orders.order-placed.v2 o-{i}")).collect();
-    assert_eq!(outputs, expected, "every good record, upcast to v2, in order");
+    assert_eq!(
+        summary.retried, 0,
+        "bad input is permanent: nothing climbs the ladder"
+    );
+    let expected: Vec<String> = (0..9)
+        .map(|i| format!("orders.order-placed.v2 o-{i}"))
+        .collect();
+    assert_eq!(
+        outputs, expected,
+        "every good record, upcast to v2, in order"
+    );
 
-    let letters = tooling::read(&support::clients(), &p.dlt, &Selector::default()).expect("read DLT");
-    assert_eq!(letters.len(), bads.len(), "one dead letter per bad record: {letters:#?}");
+    let letters =
+        tooling::read(&support::clients(), &p.dlt, &Selector::default()).expect("read DLT");
+    assert_eq!(
+        letters.len(),
+        bads.len(),
+        "one dead letter per bad record: {letters:#?}"
+    );
     for (letter, (key, _, _, reason)) in letters.iter().zip(&bads) {
         assert_eq!(letter.key.as_deref().map(str::as_bytes), key.as_deref());
         assert_eq!(letter.dlt("error.class"), Some("permanent"));
         let msg = letter.dlt("error.message").unwrap_or_default();
-        assert!(msg.starts_with(reason), "{:?}: expected {reason:?}, got {msg:?}", letter.key);
+        assert!(
+            msg.starts_with(reason),
+            "{:?}: expected {reason:?}, got {msg:?}",
+            letter.key
+        );
     }
 }
 
@@ -295,7 +439,11 @@ fn check_cli(dir: &Path, extra: &[&str]) -> (bool, String) {
         .env("EOSFLOW_SCHEMA_REGISTRY_URL", support::registry_url())
         .output()
         .expect("run eosflow schemas check");
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
     (out.status.success(), text)
 }
 
@@ -303,7 +451,9 @@ fn schema_dir(v1_fields: &str, v2_fields: &str, rules: Option<&str>) -> std::pat
     let dir = std::env::temp_dir().join(support::unique("contracts-schemas"));
     std::fs::create_dir_all(dir.join("shop")).expect("mkdir");
     let rec = |ns: &str, fields: &str| {
-        format!(r#"{{"type":"record","name":"Thing","namespace":"{ns}","doc":"A thing.","fields":[{fields}]}}"#)
+        format!(
+            r#"{{"type":"record","name":"Thing","namespace":"{ns}","doc":"A thing.","fields":[{fields}]}}"#
+        )
     };
     std::fs::write(dir.join("shop/thing.v1.avsc"), rec("shop.v1", v1_fields)).expect("write v1");
     std::fs::write(dir.join("shop/thing.v2.avsc"), rec("shop.v2", v2_fields)).expect("write v2");
@@ -319,7 +469,11 @@ const NO_REMOTE: &[&str] = &["--no-registry", "--no-git"];
 
 #[test]
 fn contracts_schemas_check_accepts_an_added_optional_field_with_a_default() {
-    let dir = schema_dir(A, &format!(r#"{A},{{"name":"c","type":["null","string"],"default":null,"doc":"c"}}"#), None);
+    let dir = schema_dir(
+        A,
+        &format!(r#"{A},{{"name":"c","type":["null","string"],"default":null,"doc":"c"}}"#),
+        None,
+    );
     let (ok, out) = check_cli(&dir, NO_REMOTE);
     assert!(ok, "{out}");
     assert!(out.contains("ok   shop.thing.v2 vs shop.thing.v1"), "{out}");
@@ -327,20 +481,38 @@ fn contracts_schemas_check_accepts_an_added_optional_field_with_a_default() {
 
 #[test]
 fn contracts_schemas_check_rejects_an_added_field_without_default() {
-    let dir = schema_dir(A, &format!(r#"{A},{{"name":"c","type":"long","doc":"c"}}"#), None);
+    let dir = schema_dir(
+        A,
+        &format!(r#"{A},{{"name":"c","type":"long","doc":"c"}}"#),
+        None,
+    );
     let (ok, out) = check_cli(&dir, NO_REMOTE);
     assert!(!ok, "{out}");
-    assert!(out.contains("Thing.c: field `c` (long) was added without a default"), "{out}");
+    assert!(
+        out.contains("Thing.c: field `c` (long) was added without a default"),
+        "{out}"
+    );
 }
 
 #[test]
 fn contracts_schemas_check_rejects_a_type_change() {
-    let dir = schema_dir(&format!("{A},{B}"), &format!(r#"{A},{{"name":"b","type":"string","doc":"b"}}"#), None);
+    let dir = schema_dir(
+        &format!("{A},{B}"),
+        &format!(r#"{A},{{"name":"b","type":"string","doc":"b"}}"#),
+        None,
+    );
     let (ok, out) = check_cli(&dir, NO_REMOTE);
     assert!(!ok, "{out}");
-    assert!(out.contains("Thing.b: type changed from int to string (not an Avro promotion)"), "{out}");
+    assert!(
+        out.contains("Thing.b: type changed from int to string (not an Avro promotion)"),
+        "{out}"
+    );
     // int → long is a promotion
-    let dir = schema_dir(&format!("{A},{B}"), &format!(r#"{A},{{"name":"b","type":"long","doc":"b"}}"#), None);
+    let dir = schema_dir(
+        &format!("{A},{B}"),
+        &format!(r#"{A},{{"name":"b","type":"long","doc":"b"}}"#),
+        None,
+    );
     assert!(check_cli(&dir, NO_REMOTE).0);
 }
 
@@ -350,7 +522,11 @@ fn contracts_schemas_check_field_removal_without_default_fails_under_full_not_ba
     let dir = schema_dir(&v1, A, None);
     let (ok, out) = check_cli(&dir, NO_REMOTE);
     assert!(ok, "BACKWARD: new readers ignore the removed field: {out}");
-    let dir = schema_dir(&v1, A, Some("default = \"BACKWARD\"\n[types]\n\"shop.thing\" = \"FULL\"\n"));
+    let dir = schema_dir(
+        &v1,
+        A,
+        Some("default = \"BACKWARD\"\n[types]\n\"shop.thing\" = \"FULL\"\n"),
+    );
     let (ok, out) = check_cli(&dir, NO_REMOTE);
     assert!(!ok, "{out}");
     assert!(out.contains("Thing.b: old readers cannot read new data: field `b` (int) was added without a default"), "{out}");
@@ -365,11 +541,23 @@ fn contracts_schemas_check_of_the_repo_passes_and_asks_the_registry() {
         .env("EOSFLOW_SCHEMA_REGISTRY_URL", support::registry_url())
         .output()
         .expect("register");
-    let reg_out = String::from_utf8_lossy(&reg.stdout).to_string() + &String::from_utf8_lossy(&reg.stderr);
+    let reg_out =
+        String::from_utf8_lossy(&reg.stdout).to_string() + &String::from_utf8_lossy(&reg.stderr);
     assert!(reg.status.success(), "{reg_out}");
-    assert!(reg_out.contains(&format!("subject {topic}-orders.v2.OrderPlaced")), "{reg_out}");
+    assert!(
+        reg_out.contains(&format!("subject {topic}-orders.v2.OrderPlaced")),
+        "{reg_out}"
+    );
     let (ok, out) = check_cli(&schemas_dir(), &["--topic", &topic]);
     assert!(ok, "{out}");
-    assert!(out.contains(&format!("ok   orders.order-placed.v2 vs registry subject {topic}-orders.v2.OrderPlaced")), "{out}");
-    assert!(out.contains("ok   orders.order-placed.v2 vs orders.order-placed.v1"), "{out}");
+    assert!(
+        out.contains(&format!(
+            "ok   orders.order-placed.v2 vs registry subject {topic}-orders.v2.OrderPlaced"
+        )),
+        "{out}"
+    );
+    assert!(
+        out.contains("ok   orders.order-placed.v2 vs orders.order-placed.v1"),
+        "{out}"
+    );
 }

@@ -244,7 +244,10 @@ mod tests {
         let b: Vec<_> = built.iter().map(|c| &c.type_name).collect();
         assert_eq!(a, b, "add new schemas to BUILTIN in src/codec/catalog.rs");
         let v2 = built.get("orders.order-placed.v2").expect("v2");
-        assert_eq!(v2.previous_type().as_deref(), Some("orders.order-placed.v1"));
+        assert_eq!(
+            v2.previous_type().as_deref(),
+            Some("orders.order-placed.v1")
+        );
         assert_eq!(
             SubjectStrategy::TopicRecord.subject("orders", v2),
             "orders-orders.v2.OrderPlaced"

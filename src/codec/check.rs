@@ -126,7 +126,11 @@ impl std::fmt::Display for Outcome {
         } else {
             "FAIL"
         };
-        write!(f, "{status:<5}{} vs {} [{:?}]", self.type_name, self.against, self.rule)?;
+        write!(
+            f,
+            "{status:<5}{} vs {} [{}]",
+            self.type_name, self.against, self.rule
+        )?;
         if let Some(s) = &self.skipped {
             write!(f, ": {s}")?;
         }
@@ -167,7 +171,10 @@ pub async fn check(opts: &CheckOptions) -> Result<Vec<Outcome>, CheckError> {
         if opts.git {
             if let Some(committed) = git_head_text(&c.path) {
                 if committed != c.text {
-                    out.push(compare(format!("git HEAD:{}", c.path.display()), &committed)?);
+                    out.push(compare(
+                        format!("git HEAD:{}", c.path.display()),
+                        &committed,
+                    )?);
                 }
             }
         }

@@ -35,6 +35,17 @@ impl std::str::FromStr for Rule {
     }
 }
 
+impl std::fmt::Display for Rule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Backward => "BACKWARD",
+            Self::Forward => "FORWARD",
+            Self::Full => "FULL",
+            Self::None => "NONE",
+        })
+    }
+}
+
 /// One reason a reader cannot read a writer's data.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Incompatibility {
@@ -81,7 +92,7 @@ pub fn can_read(reader: &Json, writer: &Json) -> Vec<Incompatibility> {
         out: Vec::new(),
     };
     let path = short(reader).unwrap_or_else(|| "<root>".into());
-    c.compare(reader, writer, &path, "", "");
+    c.compare(reader, writer, &path);
     c.out
 }
 
@@ -115,7 +126,10 @@ fn names(schema: &Json) -> HashMap<String, Json> {
                         } else {
                             format!("{ns}.{name}")
                         };
-                        ns = full.rsplit_once('.').map(|(n, _)| n.to_string()).unwrap_or_default();
+                        ns = full
+                            .rsplit_once('.')
+                            .map(|(n, _)| n.to_string())
+                            .unwrap_or_default();
                         let short = full.rsplit('.').next().unwrap_or(&full).to_string();
                         out.insert(full, v.clone());
                         out.entry(short).or_insert_with(|| v.clone());
@@ -170,7 +184,10 @@ fn kind(v: &Json) -> String {
 fn describe(v: &Json) -> String {
     match kind(v).as_str() {
         "record" | "enum" | "fixed" => format!("{} {}", kind(v), short(v).unwrap_or_default()),
-        "array" => format!("array<{}>", v.get("items").map(describe).unwrap_or_default()),
+        "array" => format!(
+            "array<{}>",
+            v.get("items").map(describe).unwrap_or_default()
+        ),
         "map" => format!("map<{}>", v.get("values").map(describe).unwrap_or_default()),
         "union" => {
             let parts: Vec<String> = v
@@ -231,14 +248,14 @@ impl Checker {
     fn quietly(&mut self, reader: &Json, writer: &Json, path: &str) -> bool {
         let before = self.out.len();
         let seen = self.seen.clone();
-        self.compare(reader, writer, path, "", "");
+        self.compare(reader, writer, path);
         let ok = self.out.len() == before;
         self.out.truncate(before);
         self.seen = seen;
         ok
     }
 
-    fn compare(&mut self, reader: &Json, writer: &Json, path: &str, _r: &str, _w: &str) {
+    fn compare(&mut self, reader: &Json, writer: &Json, path: &str) {
         let reader = Self::resolve(&self.reader_names, reader).clone();
         let writer = Self::resolve(&self.writer_names, writer).clone();
         let (rk, wk) = (kind(&reader), kind(&writer));
@@ -297,11 +314,11 @@ impl Checker {
             }
             ("array", "array") => {
                 let (r, w) = (reader["items"].clone(), writer["items"].clone());
-                self.compare(&r, &w, &format!("{path}[]"), "", "");
+                self.compare(&r, &w, &format!("{path}[]"));
             }
             ("map", "map") => {
                 let (r, w) = (reader["values"].clone(), writer["values"].clone());
-                self.compare(&r, &w, &format!("{path}{{}}"), "", "");
+                self.compare(&r, &w, &format!("{path}{{}}"));
             }
             ("fixed", "fixed") => {
                 if short(&reader) != short(&writer) {
@@ -352,12 +369,14 @@ impl Checker {
         if short(reader) != short(writer) {
             return self.renamed(path, reader, writer);
         }
+        // A pair of named records is compared once: this ends recursive types, and a type used in
+        // several fields reports its problems at the first of them.
         let key = (
-            format!("{path}:{}", short(reader).unwrap_or_default()),
+            short(reader).unwrap_or_default(),
             short(writer).unwrap_or_default(),
         );
         if !self.seen.insert(key) {
-            return; // recursive type already being compared
+            return;
         }
         let empty = Vec::new();
         let wfields = writer["fields"].as_array().unwrap_or(&empty).clone();
@@ -374,7 +393,7 @@ impl Checker {
                 n == name || aliases.contains(&n)
             });
             match wf {
-                Some(wf) => self.compare(&rf["type"], &wf["type"], &fpath, "", ""),
+                Some(wf) => self.compare(&rf["type"], &wf["type"], &fpath),
                 None if rf.get("default").is_some() => {}
                 None => self.fail(
                     &fpath,
@@ -428,7 +447,10 @@ mod tests {
         let new = rec(&format!(r#"{A},{{"name":"c","type":"long"}}"#));
         let r = reasons(Rule::Backward, &new, &old);
         assert_eq!(r.len(), 1, "{r:?}");
-        assert!(r[0].starts_with("R.c: field `c` (long) was added without a default"), "{r:?}");
+        assert!(
+            r[0].starts_with("R.c: field `c` (long) was added without a default"),
+            "{r:?}"
+        );
     }
 
     #[test]
@@ -437,7 +459,10 @@ mod tests {
         let new = rec(A);
         assert!(reasons(Rule::Backward, &new, &old).is_empty());
         let r = reasons(Rule::Full, &new, &old);
-        assert!(r.len() == 1 && r[0].starts_with("R.b: old readers cannot read new data: field `b`"), "{r:?}");
+        assert!(
+            r.len() == 1 && r[0].starts_with("R.b: old readers cannot read new data: field `b`"),
+            "{r:?}"
+        );
     }
 
     #[test]
@@ -456,7 +481,11 @@ mod tests {
         let b = rec(r#"{"name":"n","type":"bytes"}"#);
         assert!(reasons(Rule::Full, &s, &b).is_empty());
         let l = rec(r#"{"name":"n","type":"long"}"#);
-        assert_eq!(reasons(Rule::Backward, &old, &l).len(), 1, "long → int narrows");
+        assert_eq!(
+            reasons(Rule::Backward, &old, &l).len(),
+            1,
+            "long → int narrows"
+        );
     }
 
     #[test]
@@ -469,8 +498,14 @@ mod tests {
         let old = e(r#""A","B""#);
         let new = e(r#""A""#);
         let r = reasons(Rule::Backward, &new, &old);
-        assert!(r.len() == 1 && r[0].starts_with("R.lines[].s: enum symbol B was removed"), "{r:?}");
-        assert!(reasons(Rule::Backward, &old, &new).is_empty(), "adding a symbol is fine");
+        assert!(
+            r.len() == 1 && r[0].starts_with("R.lines[].s: enum symbol B was removed"),
+            "{r:?}"
+        );
+        assert!(
+            reasons(Rule::Backward, &old, &new).is_empty(),
+            "adding a symbol is fine"
+        );
     }
 
     #[test]
@@ -478,12 +513,31 @@ mod tests {
         let old = rec(r#"{"name":"n","type":["null","string"],"default":null}"#);
         let new = rec(r#"{"name":"n","type":"string"}"#);
         let r = reasons(Rule::Backward, &new, &old);
-        assert!(r.len() == 1 && r[0].contains("union branch 0 (null)"), "{r:?}");
+        assert!(
+            r.len() == 1 && r[0].contains("union branch 0 (null)"),
+            "{r:?}"
+        );
         assert!(reasons(Rule::Backward, &old, &new).is_empty());
         // a named type referenced by name in the second field
         let refd = r#"{"type":"record","name":"R","fields":[{"name":"a","type":{"type":"enum","name":"E","symbols":["X","Y"]}},{"name":"b","type":"E"}]}"#;
         let fewer = r#"{"type":"record","name":"R","fields":[{"name":"a","type":{"type":"enum","name":"E","symbols":["X"]}},{"name":"b","type":"E"}]}"#;
         assert_eq!(reasons(Rule::Backward, fewer, refd).len(), 2);
+    }
+
+    #[test]
+    fn recursive_types_terminate() {
+        let list = |extra: &str| {
+            format!(
+                r#"{{"type":"record","name":"Node","fields":[{{"name":"v","type":"int"}}{extra},{{"name":"next","type":["null","Node"],"default":null}}]}}"#
+            )
+        };
+        assert!(reasons(Rule::Full, &list(""), &list("")).is_empty());
+        let r = reasons(
+            Rule::Backward,
+            &list(r#",{"name":"w","type":"int"}"#),
+            &list(""),
+        );
+        assert_eq!(r.len(), 1, "{r:?}");
     }
 
     #[test]

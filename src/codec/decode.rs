@@ -183,10 +183,9 @@ impl RegistrySource {
 impl SchemaSource for RegistrySource {
     fn schema(&mut self, id: u32) -> Result<String, SourceError> {
         let fetch = self.registry.fetch(id);
-        match self
-            .rt
-            .block_on(async { tokio::time::timeout(std::time::Duration::from_secs(10), fetch).await })
-        {
+        match self.rt.block_on(async {
+            tokio::time::timeout(std::time::Duration::from_secs(10), fetch).await
+        }) {
             Err(_) => Err(SourceError::Unavailable("timed out after 10 s".into())),
             Ok(Ok(s)) => Ok(s),
             Ok(Err(CodecError::Registry {
@@ -460,7 +459,9 @@ impl Decoder {
         }
         self.fetches += 1;
         let text = self.source.schema(id).map_err(|e| match e {
-            SourceError::NotFound(detail) => DecodeError::Bad(BadInput::UnknownSchemaId { id, detail }),
+            SourceError::NotFound(detail) => {
+                DecodeError::Bad(BadInput::UnknownSchemaId { id, detail })
+            }
             SourceError::Unavailable(m) => DecodeError::Unavailable(m),
         })?;
         let schema = Schema::parse_str(&text).map_err(|e| BadInput::BadWriterSchema {
@@ -468,13 +469,13 @@ impl Decoder {
             error: e.to_string(),
         })?;
         let full_name = super::registry::record_name(&text).unwrap_or_default();
-        let contract = self
-            .catalog
-            .by_full_name(&full_name)
-            .ok_or_else(|| BadInput::UnknownType {
-                full_name: full_name.clone(),
-                id,
-            })?;
+        let contract =
+            self.catalog
+                .by_full_name(&full_name)
+                .ok_or_else(|| BadInput::UnknownType {
+                    full_name: full_name.clone(),
+                    id,
+                })?;
         let reader = Schema::parse_str(&contract.text).map_err(|e| BadInput::BadWriterSchema {
             id,
             error: format!("the consumer's own contract {}: {e}", contract.type_name),
@@ -507,7 +508,10 @@ mod tests {
         Value::Record(vec![
             ("order_id".into(), Value::String("o-1".into())),
             ("customer_id".into(), Value::String("c-1".into())),
-            ("placed_at".into(), Value::TimestampMillis(1_700_000_000_000)),
+            (
+                "placed_at".into(),
+                Value::TimestampMillis(1_700_000_000_000),
+            ),
             ("currency".into(), Value::String("EUR".into())),
             ("total_minor".into(), Value::Long(1250)),
             (
@@ -527,7 +531,10 @@ mod tests {
         let schema = Schema::parse_str(&text).expect("schema");
         let bytes = encode_wire(7, &schema, placed_v1()).expect("encode");
         let src = FixedSource(HashMap::from([(7, text)]));
-        (Decoder::new(src, cat).with_upcasters(Upcasters::orders()), bytes)
+        (
+            Decoder::new(src, cat).with_upcasters(Upcasters::orders()),
+            bytes,
+        )
     }
 
     fn record<'a>(value: &'a [u8], headers: &'a [(String, Vec<u8>)]) -> Record<'a> {
@@ -550,10 +557,16 @@ mod tests {
             assert_eq!(e.type_name, "orders.order-placed.v2");
             assert_eq!(e.upcast_from.as_deref(), Some("orders.order-placed.v1"));
             let v2 = Schema::parse_str(
-                &Catalog::builtin().expect("c").get("orders.order-placed.v2").expect("v2").text,
+                &Catalog::builtin()
+                    .expect("c")
+                    .get("orders.order-placed.v2")
+                    .expect("v2")
+                    .text,
             )
             .expect("v2");
-            let Payload::Avro(v) = e.payload else { panic!("avro") };
+            let Payload::Avro(v) = e.payload else {
+                panic!("avro")
+            };
             assert!(v.validate(&v2), "upcast value is a valid v2 record");
         }
         assert_eq!(d.fetches(), 1, "the schema is fetched once per id");
@@ -571,8 +584,11 @@ mod tests {
         assert!(perm(&mut d, r).starts_with("null-key:"));
         let bad_utf8 = [("id".to_string(), vec![0xff, 0xfe])];
         assert!(perm(&mut d, record(&good, &bad_utf8)).starts_with("bad-header: header `id`"));
-        assert!(perm(&mut d, record(b"\x01\0\0\0\x07", &[])).starts_with("unknown-magic-byte: 0x01"));
-        assert!(perm(&mut d, record(b"\0\0\0\0\x63\x02", &[])).starts_with("unknown-schema-id: schema id 99"));
+        assert!(
+            perm(&mut d, record(b"\x01\0\0\0\x07", &[])).starts_with("unknown-magic-byte: 0x01")
+        );
+        assert!(perm(&mut d, record(b"\0\0\0\0\x63\x02", &[]))
+            .starts_with("unknown-schema-id: schema id 99"));
         assert!(perm(&mut d, record(&good[..good.len() - 3], &[])).starts_with("truncated-avro:"));
         assert!(perm(&mut d, record(b"\0\0", &[])).starts_with("truncated-header:"));
         let mut trailing = good.clone();
@@ -584,7 +600,10 @@ mod tests {
         let t = [("type".to_string(), b"orders.order-paid.v1".to_vec())];
         assert!(perm(&mut d, record(&good, &t)).starts_with("type-mismatch:"));
         let json = d
-            .decode(&record(br#"{"a":1}"#, &[("type".to_string(), b"x.y.v1".to_vec())]))
+            .decode(&record(
+                br#"{"a":1}"#,
+                &[("type".to_string(), b"x.y.v1".to_vec())],
+            ))
             .expect("json");
         assert_eq!(json.payload, Payload::Json(serde_json::json!({"a": 1})));
     }
@@ -594,9 +613,16 @@ mod tests {
         let other = r#"{"type":"record","name":"Stranger","namespace":"x","fields":[{"name":"a","type":"int"}]}"#;
         let src = FixedSource(HashMap::from([(1, other.to_string())]));
         let mut d = Decoder::new(src, Catalog::builtin().expect("c"));
-        let bytes = encode_wire(1, &Schema::parse_str(other).expect("s"), Value::Record(vec![("a".into(), Value::Int(1))])).expect("e");
+        let bytes = encode_wire(
+            1,
+            &Schema::parse_str(other).expect("s"),
+            Value::Record(vec![("a".into(), Value::Int(1))]),
+        )
+        .expect("e");
         match d.decode(&record(&bytes, &[])) {
-            Err(ProcessError::Permanent(m)) => assert!(m.starts_with("unknown-type: x.Stranger"), "{m}"),
+            Err(ProcessError::Permanent(m)) => {
+                assert!(m.starts_with("unknown-type: x.Stranger"), "{m}")
+            }
             other => panic!("{other:?}"),
         }
     }

@@ -72,7 +72,9 @@ impl Envelope {
         Self {
             id: Some(uuid::Uuid::new_v4().to_string()),
             type_name: Some(type_name.to_string()),
-            occurred_at: Some(chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)),
+            occurred_at: Some(
+                chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+            ),
             aggregate_id: Some(aggregate_id.to_string()),
             ..Self::default()
         }
@@ -116,7 +118,10 @@ mod tests {
 
     #[test]
     fn parse_tolerates_missing_headers_and_rejects_bad_utf8() {
-        let h = vec![("id".to_string(), b"m-1".to_vec()), ("x".into(), vec![0xff])];
+        let h = vec![
+            ("id".to_string(), b"m-1".to_vec()),
+            ("x".into(), vec![0xff]),
+        ];
         let e = Envelope::parse(&h).expect("parses");
         assert_eq!(e.id.as_deref(), Some("m-1"));
         assert_eq!(e.tenant, None);
@@ -134,12 +139,18 @@ mod tests {
         input.tenant = Some("acme".into());
         let child = Envelope::child_of(&input, "orders.order-status-changed.v1", "o-1");
         assert_eq!(child.causation_id, input.id);
-        assert_eq!(child.correlation_id, input.id, "the input started the conversation");
+        assert_eq!(
+            child.correlation_id, input.id,
+            "the input started the conversation"
+        );
         assert_eq!(child.traceparent, input.traceparent);
         assert_eq!(child.tenant.as_deref(), Some("acme"));
         assert_ne!(child.id, input.id);
         let grandchild = Envelope::child_of(&child, "x.y.v1", "o-1");
-        assert_eq!(grandchild.correlation_id, input.id, "correlation is carried");
+        assert_eq!(
+            grandchild.correlation_id, input.id,
+            "correlation is carried"
+        );
         let round = Envelope::parse(&grandchild.to_headers()).expect("round trip");
         assert_eq!(round, grandchild);
     }

@@ -200,7 +200,11 @@ impl Registry {
             .as_array()
             .map(|a| {
                 a.iter()
-                    .map(|m| m.as_str().map(str::to_string).unwrap_or_else(|| m.to_string()))
+                    .map(|m| {
+                        m.as_str()
+                            .map(str::to_string)
+                            .unwrap_or_else(|| m.to_string())
+                    })
                     .collect()
             })
             .unwrap_or_default();
