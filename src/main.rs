@@ -697,15 +697,21 @@ fn schemas_cmd(config: &Config, action: SchemasAction) -> Result<std::process::E
     let registry = Registry::new(&config.schema_registry.url);
     match action {
         SchemasAction::Register(a) => {
-            let catalog = eosflow::codec::Catalog::from_dir(&a.dir)?;
+            let opts = CheckOptions {
+                dir: a.dir,
+                git: false,
+                registry: None,
+                strategy: a.strategy,
+                topic_template: a.topic,
+            };
             let done = rt
-                .block_on(
-                    registry
-                        .register_catalog(&catalog, a.strategy, |c| check::topic_for(&a.topic, c)),
-                )
+                .block_on(check::register(&opts, &registry))
                 .context("registering schemas")?;
-            for (type_name, subject, id) in done {
-                println!("registered {type_name:<40} subject {subject} id {id}");
+            for r in done {
+                println!(
+                    "registered {:<40} subject {} id {} rule {}",
+                    r.type_name, r.subject, r.id, r.rule
+                );
             }
             Ok(std::process::ExitCode::SUCCESS)
         }

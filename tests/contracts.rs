@@ -561,3 +561,45 @@ fn contracts_schemas_check_of_the_repo_passes_and_asks_the_registry() {
         "{out}"
     );
 }
+
+#[test]
+fn contracts_schemas_check_reports_what_the_registry_rejects() {
+    // Register the repo's schemas under a fresh topic (which also sets BACKWARD on each subject),
+    // then check a copy whose v1 gained a field without a default: only the registry has the old
+    // v1, so only the registry comparison can fail.
+    let topic = support::unique("contracts-reject");
+    let reg = std::process::Command::new(env!("CARGO_BIN_EXE_eosflow"))
+        .args(["schemas", "register", "--topic", &topic, "--dir"])
+        .arg(schemas_dir())
+        .env("EOSFLOW_SCHEMA_REGISTRY_URL", support::registry_url())
+        .output()
+        .expect("register");
+    assert!(
+        reg.status.success(),
+        "{}",
+        String::from_utf8_lossy(&reg.stderr)
+    );
+    assert!(String::from_utf8_lossy(&reg.stdout).contains("rule BACKWARD"));
+    let dir = std::env::temp_dir().join(support::unique("contracts-reject"));
+    std::fs::create_dir_all(dir.join("orders")).expect("mkdir");
+    let v1 =
+        std::fs::read_to_string(schemas_dir().join("orders/order-placed.v1.avsc")).expect("v1");
+    let mut json: Json = serde_json::from_str(&v1).expect("json");
+    json["fields"]
+        .as_array_mut()
+        .expect("fields")
+        .push(serde_json::json!({"name": "priority", "type": "int", "doc": "New, no default."}));
+    std::fs::write(dir.join("orders/order-placed.v1.avsc"), json.to_string()).expect("write");
+    let (ok, out) = check_cli(&dir, &["--topic", &topic, "--no-git"]);
+    assert!(!ok, "{out}");
+    assert!(
+        out.contains(&format!(
+            "FAIL orders.order-placed.v1 vs registry subject {topic}-orders.v1.OrderPlaced"
+        )),
+        "{out}"
+    );
+    assert!(
+        out.contains("OrderPlaced.priority: field `priority` (int) was added without a default"),
+        "{out}"
+    );
+}

@@ -102,6 +102,48 @@ pub fn topic_for(template: &str, c: &Contract) -> String {
     template.replace("${domain}", &c.domain)
 }
 
+/// One registered contract.
+#[derive(Debug, Clone)]
+pub struct Registered {
+    /// Its type name.
+    pub type_name: String,
+    /// The subject it is under.
+    pub subject: String,
+    /// Its schema id.
+    pub id: u32,
+    /// The rule set on the subject.
+    pub rule: Rule,
+}
+
+/// Registers every contract of `opts.dir` and sets each subject's rule from
+/// `compatibility.toml`, so the registry enforces what `schemas check` checks (the CLI's
+/// `schemas register`; services call `Registry::register_catalog` at start).
+pub async fn register(
+    opts: &CheckOptions,
+    registry: &Registry,
+) -> Result<Vec<Registered>, CheckError> {
+    let catalog = Catalog::from_dir(&opts.dir)?;
+    let rules = Rules::load(&opts.dir)?;
+    let mut out = Vec::new();
+    for c in catalog.iter() {
+        let subject = opts
+            .strategy
+            .subject(&topic_for(&opts.topic_template, c), c);
+        let id = registry.register(&subject, &c.text).await?;
+        let rule = rules.rule(c);
+        registry
+            .set_compatibility(&subject, &rule.to_string())
+            .await?;
+        out.push(Registered {
+            type_name: c.type_name.clone(),
+            subject,
+            id,
+            rule,
+        });
+    }
+    Ok(out)
+}
+
 /// One comparison and its outcome.
 #[derive(Debug, Clone)]
 pub struct Outcome {

@@ -147,6 +147,29 @@ impl Registry {
         }
     }
 
+    /// Sets the subject's compatibility rule (`BACKWARD`, …): Apicurio's default is no rule at
+    /// all, under which its compatibility endpoint answers "compatible" to anything.
+    pub async fn set_compatibility(&self, subject: &str, rule: &str) -> Result<(), CodecError> {
+        let url = format!(
+            "{}/config/{}",
+            self.url.trim_end_matches('/'),
+            urlencode(subject)
+        );
+        let resp = reqwest::Client::new()
+            .put(&url)
+            .header("Content-Type", "application/vnd.schemaregistry.v1+json")
+            .json(&serde_json::json!({ "compatibility": rule }))
+            .send()
+            .await
+            .map_err(|e| self.http_err(e))?;
+        let status = resp.status();
+        if !status.is_success() {
+            let body = resp.text().await.unwrap_or_default();
+            return Err(self.http_err(format!("PUT {url}: {status}: {body}")));
+        }
+        Ok(())
+    }
+
     /// The latest schema text under `subject`, or `None` when the subject does not exist.
     pub async fn latest(&self, subject: &str) -> Result<Option<String>, CodecError> {
         let url = format!(
@@ -187,7 +210,9 @@ impl Registry {
             .map_err(|e| self.http_err(e))?;
         let status = resp.status();
         let body: serde_json::Value = resp.json().await.unwrap_or(serde_json::Value::Null);
-        if status == reqwest::StatusCode::NOT_FOUND {
+        // Confluent answers 404 for an unknown subject; Apicurio answers "compatible", so the
+        // subject's existence is asked first.
+        if status == reqwest::StatusCode::NOT_FOUND || self.latest(subject).await?.is_none() {
             return Ok(RegistryVerdict::NoSubject);
         }
         if !status.is_success() {
