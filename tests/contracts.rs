@@ -532,18 +532,24 @@ fn contracts_schemas_check_field_removal_without_default_fails_under_full_not_ba
     assert!(out.contains("Thing.b: old readers cannot read new data: field `b` (int) was added without a default"), "{out}");
 }
 
-#[test]
-fn contracts_schemas_check_of_the_repo_passes_and_asks_the_registry() {
-    let topic = support::unique("contracts-check");
+/// Runs `eosflow schemas register` for the repo's schemas under `topic`; its output.
+fn register_cli(topic: &str) -> String {
     let reg = std::process::Command::new(env!("CARGO_BIN_EXE_eosflow"))
-        .args(["schemas", "register", "--topic", &topic, "--dir"])
+        .args(["schemas", "register", "--topic", topic, "--dir"])
         .arg(schemas_dir())
         .env("EOSFLOW_SCHEMA_REGISTRY_URL", support::registry_url())
         .output()
         .expect("register");
-    let reg_out =
+    let out =
         String::from_utf8_lossy(&reg.stdout).to_string() + &String::from_utf8_lossy(&reg.stderr);
-    assert!(reg.status.success(), "{reg_out}");
+    assert!(reg.status.success(), "{out}");
+    out
+}
+
+#[test]
+fn contracts_schemas_check_of_the_repo_passes_and_asks_the_registry() {
+    let topic = support::unique("contracts-check");
+    let reg_out = register_cli(&topic);
     assert!(
         reg_out.contains(&format!("subject {topic}-orders.v2.OrderPlaced")),
         "{reg_out}"
@@ -568,18 +574,7 @@ fn contracts_schemas_check_reports_what_the_registry_rejects() {
     // then check a copy whose v1 gained a field without a default: only the registry has the old
     // v1, so only the registry comparison can fail.
     let topic = support::unique("contracts-reject");
-    let reg = std::process::Command::new(env!("CARGO_BIN_EXE_eosflow"))
-        .args(["schemas", "register", "--topic", &topic, "--dir"])
-        .arg(schemas_dir())
-        .env("EOSFLOW_SCHEMA_REGISTRY_URL", support::registry_url())
-        .output()
-        .expect("register");
-    assert!(
-        reg.status.success(),
-        "{}",
-        String::from_utf8_lossy(&reg.stderr)
-    );
-    assert!(String::from_utf8_lossy(&reg.stdout).contains("rule BACKWARD"));
+    assert!(register_cli(&topic).contains("rule BACKWARD"));
     let dir = std::env::temp_dir().join(support::unique("contracts-reject"));
     std::fs::create_dir_all(dir.join("orders")).expect("mkdir");
     let v1 =
