@@ -34,6 +34,7 @@ test: stack-up
 	$(CARGO) clippy --locked --all-targets -- -D warnings
 	dev/check-compose
 	dev/check-k8s
+	@$(STACK_ENV) && $(CARGO) build --locked --all-targets --quiet && $(EOSFLOW) schemas check --dir schemas
 	@$(STACK_ENV) && $(CARGO) test --locked --all-targets -- --test-threads=2
 
 ## The full exactly-once proof (200k records, 8 partitions, 2 instances, ≥ 10 kill -9).

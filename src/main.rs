@@ -64,6 +64,41 @@ enum Command {
     },
     /// Outbox router: Postgres outbox table → Kafka (Debezium Outbox Event Router semantics).
     Outbox(OutboxArgs),
+    /// Event contracts (`schemas/`): register them, check their compatibility.
+    Schemas {
+        #[command(subcommand)]
+        action: SchemasAction,
+    },
+}
+
+#[derive(clap::Args, Clone)]
+struct SchemasArgs {
+    /// The schema directory (`<domain>/<event>.v<n>.avsc`).
+    #[arg(long, default_value = "schemas")]
+    dir: PathBuf,
+    /// Subject naming: topic-record (`<topic>-<record>`), topic (`<topic>-value`), record.
+    #[arg(long, default_value = "topic-record")]
+    strategy: eosflow::codec::SubjectStrategy,
+    /// The topic in subject names; `${domain}` is the schema's domain directory.
+    #[arg(long, default_value = "${domain}")]
+    topic: String,
+}
+
+#[derive(Subcommand)]
+enum SchemasAction {
+    /// Register every schema in the directory with the registry (idempotent).
+    Register(SchemasArgs),
+    /// Check every schema against its previous version (repo, git HEAD, registry); exit 1 on a break.
+    Check {
+        #[command(flatten)]
+        args: SchemasArgs,
+        /// Skip the registry comparison.
+        #[arg(long)]
+        no_registry: bool,
+        /// Skip the comparison with the last committed text.
+        #[arg(long)]
+        no_git: bool,
+    },
 }
 
 #[derive(clap::Args, Clone)]
@@ -242,7 +277,7 @@ fn init_logging() {
 
 fn dispatch(cli: Cli) -> Result<std::process::ExitCode> {
     let config = Config::load(cli.config.as_deref()).context("loading configuration")?;
-    if !matches!(cli.command, Command::Config) {
+    if !matches!(cli.command, Command::Config | Command::Schemas { .. }) {
         // A wrong password or an unreachable broker fails here, clearly, instead of as retries.
         KafkaClients::new(config.kafka.clone())
             .check_connection(Duration::from_secs(30))
@@ -257,6 +292,7 @@ fn dispatch(cli: Cli) -> Result<std::process::ExitCode> {
         Command::Demo { records } => demo(&config, records),
         Command::Dlt { action } => dlt_cmd(&config, action),
         Command::Outbox(args) => outbox_cmd(config, args),
+        Command::Schemas { action } => schemas_cmd(&config, action),
         Command::Config => {
             let mut shown = config.clone();
             for (k, v) in shown.kafka.properties.iter_mut() {
@@ -652,4 +688,58 @@ fn progress(what: &str, done: usize, total: usize) {
         "#".repeat(filled),
         "-".repeat(width - filled)
     );
+}
+
+fn schemas_cmd(config: &Config, action: SchemasAction) -> Result<std::process::ExitCode> {
+    use eosflow::codec::check::{self, CheckOptions};
+    use eosflow::codec::registry::Registry;
+    let rt = tokio::runtime::Runtime::new().context("tokio")?;
+    let registry = Registry::new(&config.schema_registry.url);
+    match action {
+        SchemasAction::Register(a) => {
+            let opts = CheckOptions {
+                dir: a.dir,
+                git: false,
+                registry: None,
+                strategy: a.strategy,
+                topic_template: a.topic,
+            };
+            let done = rt
+                .block_on(check::register(&opts, &registry))
+                .context("registering schemas")?;
+            for r in done {
+                println!(
+                    "registered {:<40} subject {} id {} rule {}",
+                    r.type_name, r.subject, r.id, r.rule
+                );
+            }
+            Ok(std::process::ExitCode::SUCCESS)
+        }
+        SchemasAction::Check {
+            args,
+            no_registry,
+            no_git,
+        } => {
+            let opts = CheckOptions {
+                dir: args.dir,
+                git: !no_git,
+                registry: (!no_registry).then_some(registry),
+                strategy: args.strategy,
+                topic_template: args.topic,
+            };
+            let outcomes = rt
+                .block_on(check::check(&opts))
+                .context("checking schemas")?;
+            let failed = outcomes.iter().filter(|o| !o.problems.is_empty()).count();
+            for o in &outcomes {
+                println!("{o}");
+            }
+            println!("{} comparisons, {failed} incompatible", outcomes.len());
+            Ok(if failed == 0 {
+                std::process::ExitCode::SUCCESS
+            } else {
+                std::process::ExitCode::from(1)
+            })
+        }
+    }
 }

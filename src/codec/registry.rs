@@ -110,8 +110,147 @@ impl Registry {
     }
 }
 
+/// What the registry says about a candidate schema for a subject.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RegistryVerdict {
+    /// The subject does not exist yet: nothing to be compatible with.
+    NoSubject,
+    /// Compatible with the latest version under the subject's rule.
+    Compatible,
+    /// Incompatible; the registry's messages (when it gives any).
+    Incompatible(Vec<String>),
+}
+
+impl Registry {
+    /// Registers every contract of `catalog` (a service calls this at start; `eosflow schemas
+    /// register` does it from the CLI), under the subject `strategy` names for `topic_of(contract)`.
+    pub async fn register_catalog(
+        &self,
+        catalog: &super::catalog::Catalog,
+        strategy: super::catalog::SubjectStrategy,
+        topic_of: impl Fn(&super::catalog::Contract) -> String,
+    ) -> Result<Vec<(String, String, u32)>, CodecError> {
+        let mut out = Vec::new();
+        for c in catalog.iter() {
+            let subject = strategy.subject(&topic_of(c), c);
+            let id = self.register(&subject, &c.text).await?;
+            out.push((c.type_name.clone(), subject, id));
+        }
+        Ok(out)
+    }
+
+    fn http_err(&self, e: impl std::fmt::Display) -> CodecError {
+        CodecError::Registry {
+            url: self.url.clone(),
+            error: e.to_string(),
+            retriable: true,
+        }
+    }
+
+    /// Sets the subject's compatibility rule (`BACKWARD`, …): Apicurio's default is no rule at
+    /// all, under which its compatibility endpoint answers "compatible" to anything.
+    pub async fn set_compatibility(&self, subject: &str, rule: &str) -> Result<(), CodecError> {
+        let url = format!(
+            "{}/config/{}",
+            self.url.trim_end_matches('/'),
+            urlencode(subject)
+        );
+        let resp = reqwest::Client::new()
+            .put(&url)
+            .header("Content-Type", "application/vnd.schemaregistry.v1+json")
+            .json(&serde_json::json!({ "compatibility": rule }))
+            .send()
+            .await
+            .map_err(|e| self.http_err(e))?;
+        let status = resp.status();
+        if !status.is_success() {
+            let body = resp.text().await.unwrap_or_default();
+            return Err(self.http_err(format!("PUT {url}: {status}: {body}")));
+        }
+        Ok(())
+    }
+
+    /// The latest schema text under `subject`, or `None` when the subject does not exist.
+    pub async fn latest(&self, subject: &str) -> Result<Option<String>, CodecError> {
+        let url = format!(
+            "{}/subjects/{}/versions/latest",
+            self.url.trim_end_matches('/'),
+            urlencode(subject)
+        );
+        let resp = reqwest::get(&url).await.map_err(|e| self.http_err(e))?;
+        if resp.status() == reqwest::StatusCode::NOT_FOUND {
+            return Ok(None);
+        }
+        let status = resp.status();
+        let body: serde_json::Value = resp.json().await.map_err(|e| self.http_err(e))?;
+        if !status.is_success() {
+            return Err(self.http_err(format!("GET {url}: {status}: {body}")));
+        }
+        Ok(body["schema"].as_str().map(str::to_string))
+    }
+
+    /// Asks the registry whether `schema` may follow the latest version of `subject` under the
+    /// subject's configured rule (Confluent `POST /compatibility/subjects/{s}/versions/latest`).
+    pub async fn check_compatibility(
+        &self,
+        subject: &str,
+        schema: &str,
+    ) -> Result<RegistryVerdict, CodecError> {
+        let url = format!(
+            "{}/compatibility/subjects/{}/versions/latest?verbose=true",
+            self.url.trim_end_matches('/'),
+            urlencode(subject)
+        );
+        let resp = reqwest::Client::new()
+            .post(&url)
+            .header("Content-Type", "application/vnd.schemaregistry.v1+json")
+            .json(&serde_json::json!({"schemaType": "AVRO", "schema": schema}))
+            .send()
+            .await
+            .map_err(|e| self.http_err(e))?;
+        let status = resp.status();
+        let body: serde_json::Value = resp.json().await.unwrap_or(serde_json::Value::Null);
+        // Confluent answers 404 for an unknown subject; Apicurio answers "compatible", so the
+        // subject's existence is asked first.
+        if status == reqwest::StatusCode::NOT_FOUND || self.latest(subject).await?.is_none() {
+            return Ok(RegistryVerdict::NoSubject);
+        }
+        if !status.is_success() {
+            return Err(self.http_err(format!("POST {url}: {status}: {body}")));
+        }
+        if body["is_compatible"].as_bool() == Some(true) {
+            return Ok(RegistryVerdict::Compatible);
+        }
+        let messages = body["messages"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|m| {
+                        m.as_str()
+                            .map(str::to_string)
+                            .unwrap_or_else(|| m.to_string())
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        Ok(RegistryVerdict::Incompatible(messages))
+    }
+}
+
+/// Percent-encodes a subject for a URL path segment.
+fn urlencode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
 /// The full name (`namespace.name`) of an Avro record schema, for subject naming.
-fn record_name(schema: &str) -> Option<String> {
+pub(crate) fn record_name(schema: &str) -> Option<String> {
     let v: serde_json::Value = serde_json::from_str(schema).ok()?;
     let name = v.get("name")?.as_str()?;
     match v.get("namespace").and_then(|n| n.as_str()) {
