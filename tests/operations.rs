@@ -290,7 +290,7 @@ fn sigterm_commits_within_its_deadline_and_a_static_member_restarts_without_a_re
 }
 
 #[test]
-fn outputs_join_the_inputs_trace_as_a_child_span() {
+fn outputs_carry_the_envelope_and_join_the_inputs_trace_as_a_child_span() {
     let p = Pipeline::new("ops-trace", 1);
     let parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
     support::pipeline::produce_with(&p.input, "k", "5", &[("id", "t1"), ("traceparent", parent)]);
@@ -298,6 +298,7 @@ fn outputs_join_the_inputs_trace_as_a_child_span() {
     p.wait_drained(Duration::from_secs(60));
     inst.stop();
     let mut seen = Vec::new();
+    let mut headers: Vec<(String, String)> = Vec::new();
     eosflow::kafka::reader::read_all(
         &support::clients(),
         &p.output,
@@ -305,14 +306,30 @@ fn outputs_join_the_inputs_trace_as_a_child_span() {
         |m| {
             use rdkafka::message::{Headers, Message};
             if let Some(h) = m.headers() {
-                for h in h.iter().filter(|h| h.key == "traceparent") {
-                    seen.push(String::from_utf8_lossy(h.value.unwrap_or_default()).to_string());
+                for h in h.iter() {
+                    let v = String::from_utf8_lossy(h.value.unwrap_or_default()).to_string();
+                    if h.key == "traceparent" {
+                        seen.push(v.clone());
+                    }
+                    headers.push((h.key.to_string(), v));
                 }
             }
             Ok(())
         },
     )
     .expect("read output");
+    let get = |k: &str| headers.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+    assert_eq!(get("causation_id").as_deref(), Some("t1"), "{headers:?}");
+    assert_eq!(get("correlation_id").as_deref(), Some("t1"), "{headers:?}");
+    assert_eq!(get("aggregate_id").as_deref(), Some("k"), "{headers:?}");
+    assert!(
+        get("id").is_some_and(|i| i.len() == 36 && i != "t1"),
+        "a fresh id: {headers:?}"
+    );
+    assert!(
+        get("occurred_at").is_some_and(|t| t.ends_with('Z')),
+        "{headers:?}"
+    );
     assert_eq!(seen.len(), 1, "{seen:?}");
     assert!(
         seen[0].starts_with("00-4bf92f3577b34da6a3ce929d0e0e4736-"),

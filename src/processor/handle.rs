@@ -8,6 +8,7 @@ use rdkafka::Message;
 
 use super::runtime::{Runtime, Task};
 use super::{Context, ProcessError, Processor, Record};
+use crate::codec::envelope::Envelope;
 use crate::retry::dlt::{self, DltClass};
 use crate::retry::headers::{self as rh, History};
 use crate::retry::parked::{Follower, HeadAt};
@@ -158,14 +159,29 @@ impl<P: Processor> Runtime<P> {
             task.overlay
                 .put(Column::Dedup, id, now.to_be_bytes().to_vec());
         }
+        // Every output carries the envelope (DESIGN §6): a fresh id, occurred_at, aggregate_id
+        // (its key), causation = the input's id, correlation/tenant carried, and the input's
+        // trace continued as a child span. Headers the handler set itself win.
+        let input_envelope = Envelope::parse(record.headers).unwrap_or_default();
         let child_trace = record
             .header("traceparent")
             .and_then(telemetry::trace::child_traceparent);
         for mut e in emits {
-            if let Some(t) = &child_trace {
-                if !e.headers.iter().any(|(k, _)| k == "traceparent") {
-                    e.headers
-                        .push(("traceparent".into(), t.clone().into_bytes()));
+            let aggregate = e
+                .key
+                .as_deref()
+                .map(String::from_utf8_lossy)
+                .unwrap_or_default()
+                .to_string();
+            let mut envelope = Envelope::child_of(&input_envelope, "", &aggregate);
+            envelope.type_name = None;
+            envelope.traceparent = child_trace.clone();
+            if aggregate.is_empty() {
+                envelope.aggregate_id = None;
+            }
+            for (k, v) in envelope.to_headers() {
+                if !e.headers.iter().any(|(name, _)| *name == k) {
+                    e.headers.push((k, v));
                 }
             }
             self.sink.send(
