@@ -88,7 +88,7 @@ impl Pipeline {
         instance: &str,
         log: &std::path::Path,
         env: &[(&str, &str)],
-    ) -> std::process::Child {
+    ) -> Running {
         let out = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -109,6 +109,7 @@ impl Pipeline {
             .stdout(out)
             .stderr(err)
             .spawn()
+            .map(Running)
             .expect("spawn eosflow run")
     }
 
@@ -208,4 +209,27 @@ pub fn produce_range(topic: &str, w: &Workload, range: std::ops::Range<u64>) {
             .expect("send");
     }
     producer.flush(Duration::from_secs(30)).expect("flush");
+}
+
+/// A spawned `eosflow run`, killed when dropped: a failing test never leaves a processor behind.
+pub struct Running(pub std::process::Child);
+
+impl std::ops::Deref for Running {
+    type Target = std::process::Child;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Running {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
