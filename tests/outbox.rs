@@ -88,6 +88,21 @@ struct Seen {
 }
 
 impl Outbox {
+    /// Every row id in the outbox table.
+    fn all_ids(&self) -> HashSet<String> {
+        self.pg
+            .rt
+            .block_on(
+                self.pg
+                    .client
+                    .query(&format!("select id::text from {}", self.table), &[]),
+            )
+            .expect("ids")
+            .iter()
+            .map(|r| r.get(0))
+            .collect()
+    }
+
     fn new(name: &str) -> Self {
         let app = support::unique(name);
         let base = app.replace('-', "_");
@@ -671,16 +686,7 @@ fn two_polling_instances_publish_every_row_at_least_once() {
             o.table
         ));
     }
-    let ids: HashSet<String> =
-        o.pg.rt
-            .block_on(
-                o.pg.client
-                    .query(&format!("select id::text from {}", o.table), &[]),
-            )
-            .expect("ids")
-            .iter()
-            .map(|r| r.get(0))
-            .collect();
+    let ids = o.all_ids();
     assert_eq!(ids.len(), 2000);
     let seen = o.wait_for_ids(&["Order"], &ids, Duration::from_secs(60));
     assert!(seen.len() >= 2000);
@@ -932,16 +938,7 @@ fn old_rows_are_pruned_on_schedule_and_their_deletes_are_not_routed() {
              from generate_series(1, 50) i",
             o.table
         ));
-        let ids: HashSet<String> =
-            o.pg.rt
-                .block_on(
-                    o.pg.client
-                        .query(&format!("select id::text from {}", o.table), &[]),
-                )
-                .expect("ids")
-                .iter()
-                .map(|r| r.get(0))
-                .collect();
+        let ids = o.all_ids();
         // CDC: the slot is created at start, so the rows inserted now are what it streams.
         o.spawn(
             mode,

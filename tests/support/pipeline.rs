@@ -83,12 +83,7 @@ impl Pipeline {
 
     /// Starts `eosflow run` for this pipeline as a separate process (so it can be `kill -9`ed or
     /// sent SIGTERM), appending its logs to `log`; `env` adds or overrides settings.
-    pub fn spawn(
-        &self,
-        instance: &str,
-        log: &std::path::Path,
-        env: &[(&str, &str)],
-    ) -> Running {
+    pub fn spawn(&self, instance: &str, log: &std::path::Path, env: &[(&str, &str)]) -> Running {
         let out = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
