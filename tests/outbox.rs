@@ -186,8 +186,12 @@ impl Outbox {
 
     /// Waits until the router created the publication and the slot, and streams from it.
     fn wait_streaming(&self) {
+        // `active` alone is also true while `pg_create_logical_replication_slot` runs in an
+        // ordinary backend; rows committed then precede the slot's consistent point and are
+        // never streamed. Only a walsender (pg_stat_replication) holding the slot streams.
         let q = format!(
-            "select active::text from pg_replication_slots where slot_name = '{}'",
+            "select 'true' from pg_replication_slots s \
+             join pg_stat_replication r on r.pid = s.active_pid where s.slot_name = '{}'",
             self.slot
         );
         support::wait_for(
