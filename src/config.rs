@@ -386,12 +386,24 @@ impl Default for PostgresConfig {
 pub struct SchemaRegistryConfig {
     /// Base URL of the Confluent API (Apicurio: `…/apis/ccompat/v7`).
     pub url: String,
+    /// CA bundle (PEM) that verifies an `https://` registry signed by a private CA.
+    pub ca_file: String,
+    /// HTTP basic-auth user (Confluent Cloud: the API key); empty = no authentication.
+    pub username: String,
+    /// Basic-auth password; prefer `password_file` (a mounted Secret) or the environment.
+    pub password: Secret,
+    /// File holding the basic-auth password (read once at start).
+    pub password_file: String,
 }
 
 impl Default for SchemaRegistryConfig {
     fn default() -> Self {
         Self {
             url: "http://127.0.0.1:18081/apis/ccompat/v7".into(),
+            ca_file: String::new(),
+            username: String::new(),
+            password: Secret::default(),
+            password_file: String::new(),
         }
     }
 }
@@ -455,6 +467,10 @@ pub struct OutboxConfig {
     pub prune_interval_secs: u64,
     /// Rows older than this (by `occurred_at`; in poll mode only sent ones) are pruned.
     pub prune_after_secs: u64,
+    /// `json` (payload as is) or `avro` (rows whose `type` has a contract become registered Avro).
+    pub payload_format: String,
+    /// Contracts for `avro`; empty = the `schemas/` compiled into the binary.
+    pub schemas_dir: String,
 }
 
 impl Default for OutboxConfig {
@@ -483,6 +499,8 @@ impl Default for OutboxConfig {
             poll_interval_ms: 200,
             prune_interval_secs: 3600,
             prune_after_secs: 7 * 24 * 3600,
+            payload_format: "json".into(),
+            schemas_dir: String::new(),
         }
     }
 }
@@ -578,7 +596,14 @@ impl Config {
     /// Reads `*_password_file` keys into their secrets, once, at start.
     fn read_secret_files(&mut self) -> Result<(), ConfigError> {
         let s = &mut self.kafka.security;
-        let pairs: [(&'static str, &'static str, &str, &mut Secret); 2] = [
+        let r = &mut self.schema_registry;
+        let pairs: [(&'static str, &'static str, &str, &mut Secret); 3] = [
+            (
+                "schema_registry.password_file",
+                "schema_registry.password",
+                &r.password_file,
+                &mut r.password,
+            ),
             (
                 "kafka.security.password_file",
                 "kafka.security.password",
@@ -839,7 +864,36 @@ impl Config {
                 ),
             ));
         }
+        self.validate_schema_registry()?;
         self.validate_outbox()
+    }
+
+    fn validate_schema_registry(&self) -> Result<(), ConfigError> {
+        let r = &self.schema_registry;
+        let bad = |key: &'static str, reason: String| ConfigError::Invalid {
+            key,
+            env: env_name(key),
+            reason,
+        };
+        if !(r.url.starts_with("http://") || r.url.starts_with("https://")) {
+            return Err(bad(
+                "schema_registry.url",
+                format!("{:?} is not an http:// or https:// URL", r.url),
+            ));
+        }
+        if !r.ca_file.is_empty() && !Path::new(&r.ca_file).is_file() {
+            return Err(bad(
+                "schema_registry.ca_file",
+                format!("{:?} is not a readable file (a PEM CA bundle)", r.ca_file),
+            ));
+        }
+        if r.username.is_empty() && !r.password.is_empty() {
+            return Err(bad(
+                "schema_registry.username",
+                "empty, but a password is set: basic auth needs both".into(),
+            ));
+        }
+        Ok(())
     }
 
     fn validate_outbox(&self) -> Result<(), ConfigError> {
@@ -949,6 +1003,18 @@ impl Config {
             return Err(bad(
                 "outbox.prune_after_secs",
                 "must be ≥ 1 when pruning is on (0 would delete unsent rows at once)",
+            ));
+        }
+        if !["json", "avro"].contains(&o.payload_format.as_str()) {
+            return Err(bad(
+                "outbox.payload_format",
+                "must be `json` (payload as is) or `avro` (through the schema registry)",
+            ));
+        }
+        if !o.schemas_dir.is_empty() && !Path::new(&o.schemas_dir).is_dir() {
+            return Err(bad(
+                "outbox.schemas_dir",
+                "is not a directory (leave it empty for the contracts built into eosflow)",
             ));
         }
         Ok(())

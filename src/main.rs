@@ -694,7 +694,7 @@ fn schemas_cmd(config: &Config, action: SchemasAction) -> Result<std::process::E
     use eosflow::codec::check::{self, CheckOptions};
     use eosflow::codec::registry::Registry;
     let rt = tokio::runtime::Runtime::new().context("tokio")?;
-    let registry = Registry::new(&config.schema_registry.url);
+    let registry = Registry::from_config(&config.schema_registry)?;
     match action {
         SchemasAction::Register(a) => {
             let opts = CheckOptions {

@@ -978,3 +978,113 @@ fn old_rows_are_pruned_on_schedule_and_their_deletes_are_not_routed() {
         assert!(count_by_id(&seen).values().all(|&n| n == 1), "{mode}");
     }
 }
+
+#[test]
+fn with_payload_format_avro_a_contracted_type_is_published_as_registered_avro_and_a_misfit_goes_to_the_dlt(
+) {
+    let _shared = PG_RESTART.read().unwrap_or_else(|e| e.into_inner());
+    let mut o = Outbox::new("outbox-avro");
+    o.migrate();
+    o.spawn(
+        "cdc",
+        &[
+            ("EOSFLOW_OUTBOX_PAYLOAD_FORMAT", "avro"),
+            ("EOSFLOW_SCHEMA_REGISTRY_URL", &support::registry_url()),
+        ],
+    );
+    o.wait_streaming();
+    let placed = r#"{"order_id":"o-1","customer_id":"c-1","placed_at":1764672000000,"currency":"EUR","total_minor":1250,"lines":[{"sku":"A","quantity":2,"unit_price_minor":625}]}"#;
+    let misfit = r#"{"order_id":"o-2","customer_id":"c-2","placed_at":"yesterday"}"#;
+    let ids = o.insert_tx(&[
+        ("o-1".into(), "orders.order-placed.v1", placed.into(), None),
+        ("o-2".into(), "orders.order-placed.v1", misfit.into(), None),
+        (
+            "o-3".into(),
+            "orders.no-contract.v1",
+            r#"{"a":1}"#.into(),
+            None,
+        ),
+    ]);
+    // Routed by the `type` prefix: every row goes to `<app>.orders`; the misfit to its DLT.
+    let topic = o.topic("orders");
+    let dlt = format!("{topic}.DLT");
+    type Raw = (String, Option<Vec<u8>>, BTreeMap<String, String>);
+    let read_raw = |topic: &str| -> Vec<Raw> {
+        let mut out = vec![];
+        let _ = read_all(&support::clients(), topic, Duration::from_secs(10), |m| {
+            let headers: BTreeMap<String, String> = m
+                .headers()
+                .map(|h| {
+                    h.iter()
+                        .map(|hd| {
+                            (
+                                hd.key.to_string(),
+                                String::from_utf8_lossy(hd.value.unwrap_or_default()).into_owned(),
+                            )
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            let id = headers.get("id").cloned().unwrap_or_default();
+            out.push((id, m.payload().map(<[u8]>::to_vec), headers));
+            Ok(())
+        });
+        out
+    };
+    let (main, dead) = support::wait_for(
+        "2 routed rows and 1 dead letter",
+        Duration::from_secs(60),
+        || {
+            let main = read_raw(&topic);
+            let dead = read_raw(&dlt);
+            (main.len() >= 2 && !dead.is_empty()).then_some((main, dead))
+        },
+    );
+    assert_eq!(main.len(), 2, "{main:?}");
+    assert_eq!(dead.len(), 1, "{dead:?}");
+
+    let avro = main
+        .iter()
+        .find(|r| r.0 == ids[0])
+        .expect("the placed order");
+    let bytes = avro.1.as_deref().expect("a value");
+    assert_eq!(bytes[0], 0, "Confluent magic byte");
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let registry = eosflow::codec::registry::Registry::new(&support::registry_url());
+    let value = rt
+        .block_on(registry.decode(bytes))
+        .expect("decodes through the registry");
+    let apache_avro::types::Value::Record(fields) = value else {
+        panic!("a record: {value:?}")
+    };
+    assert!(fields.contains(&("total_minor".into(), apache_avro::types::Value::Long(1250))));
+    assert_eq!(
+        avro.2.get("content-type").map(String::as_str),
+        Some("application/vnd.apache.avro")
+    );
+
+    let json = main
+        .iter()
+        .find(|r| r.0 == ids[2])
+        .expect("the uncontracted row");
+    assert_eq!(
+        json.1.as_deref(),
+        Some(&br#"{"a": 1}"#[..]),
+        "JSON as Postgres prints it"
+    );
+
+    let (id, payload, headers) = &dead[0];
+    assert_eq!(id, &ids[1]);
+    let as_json = |b: &[u8]| serde_json::from_slice::<serde_json::Value>(b).expect("JSON");
+    assert_eq!(
+        as_json(payload.as_deref().expect("the payload kept")),
+        as_json(misfit.as_bytes()),
+        "the dead letter keeps the row's JSON"
+    );
+    assert_eq!(headers.get("eosflow.dlt.original.topic"), Some(&topic));
+    let reason = headers.get("eosflow.dlt.error.message").expect("a reason");
+    assert!(
+        reason.contains(&ids[1]) && reason.contains("orders.order-placed.v1"),
+        "{reason}"
+    );
+}

@@ -8,6 +8,8 @@ use schema_registry_converter::async_impl::schema_registry::{
     get_schema_by_id, post_schema, SrSettings,
 };
 use schema_registry_converter::error::SRCError;
+
+use crate::config::SchemaRegistryConfig;
 use schema_registry_converter::schema_registry_common::{
     SchemaType, SubjectNameStrategy, SuppliedSchema,
 };
@@ -34,6 +36,9 @@ pub struct Registry {
     settings: SrSettings,
     encoder: EasyAvroEncoder,
     decoder: EasyAvroDecoder,
+    /// For the endpoints schema_registry_converter does not wrap (config, compatibility).
+    http: reqwest::Client,
+    basic: Option<(String, String)>,
 }
 
 impl std::fmt::Debug for Registry {
@@ -43,14 +48,75 @@ impl std::fmt::Debug for Registry {
 }
 
 impl Registry {
-    /// Connects (lazily) to the registry at `url` (Apicurio: `…/apis/ccompat/v7`).
+    /// Connects (lazily) to the registry at `url` (Apicurio: `…/apis/ccompat/v7`), no TLS CA or
+    /// credentials: the local stack's registry.
     pub fn new(url: &str) -> Self {
         let settings = SrSettings::new(url.trim_end_matches('/').to_string());
+        Self::with_settings(url, settings, reqwest::Client::new(), None)
+    }
+
+    /// Connects as `[schema_registry]` says: a private CA (`ca_file`) for `https://`, basic
+    /// auth (`username`/`password`). A CA file that is not PEM fails here, naming the key.
+    pub fn from_config(cfg: &SchemaRegistryConfig) -> Result<Self, CodecError> {
+        let bad = |error: String| CodecError::Registry {
+            url: cfg.url.clone(),
+            error,
+            retriable: false,
+        };
+        let client_builder = || -> Result<reqwest::ClientBuilder, CodecError> {
+            let mut b = reqwest::Client::builder().timeout(std::time::Duration::from_secs(30));
+            if !cfg.ca_file.is_empty() {
+                let pem = std::fs::read(&cfg.ca_file)
+                    .map_err(|e| bad(format!("schema_registry.ca_file {:?}: {e}", cfg.ca_file)))?;
+                let certs = reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| {
+                    bad(format!(
+                        "schema_registry.ca_file {:?} is not a PEM CA bundle: {e}",
+                        cfg.ca_file
+                    ))
+                })?;
+                for c in certs {
+                    b = b.add_root_certificate(c);
+                }
+            }
+            Ok(b)
+        };
+        let basic = (!cfg.username.is_empty())
+            .then(|| (cfg.username.clone(), cfg.password.expose().to_string()));
+        let mut sb = SrSettings::new_builder(cfg.url.trim_end_matches('/').to_string());
+        if let Some((u, p)) = &basic {
+            sb.set_basic_authorization(u, Some(p));
+        }
+        let settings = sb
+            .build_with(client_builder()?)
+            .map_err(|e| bad(format!("building the registry client: {}", e.error)))?;
+        let http = client_builder()?
+            .build()
+            .map_err(|e| bad(format!("building the registry client: {e}")))?;
+        Ok(Self::with_settings(&cfg.url, settings, http, basic))
+    }
+
+    fn with_settings(
+        url: &str,
+        settings: SrSettings,
+        http: reqwest::Client,
+        basic: Option<(String, String)>,
+    ) -> Self {
         Self {
             url: url.to_string(),
             encoder: EasyAvroEncoder::new(settings.clone()),
             decoder: EasyAvroDecoder::new(settings.clone()),
             settings,
+            http,
+            basic,
+        }
+    }
+
+    /// A request on the plain HTTP client, with the credentials.
+    fn request(&self, method: reqwest::Method, url: &str) -> reqwest::RequestBuilder {
+        let rb = self.http.request(method, url);
+        match &self.basic {
+            Some((u, p)) => rb.basic_auth(u, Some(p)),
+            None => rb,
         }
     }
 
@@ -155,8 +221,8 @@ impl Registry {
             self.url.trim_end_matches('/'),
             urlencode(subject)
         );
-        let resp = reqwest::Client::new()
-            .put(&url)
+        let resp = self
+            .request(reqwest::Method::PUT, &url)
             .header("Content-Type", "application/vnd.schemaregistry.v1+json")
             .json(&serde_json::json!({ "compatibility": rule }))
             .send()
@@ -177,7 +243,11 @@ impl Registry {
             self.url.trim_end_matches('/'),
             urlencode(subject)
         );
-        let resp = reqwest::get(&url).await.map_err(|e| self.http_err(e))?;
+        let resp = self
+            .request(reqwest::Method::GET, &url)
+            .send()
+            .await
+            .map_err(|e| self.http_err(e))?;
         if resp.status() == reqwest::StatusCode::NOT_FOUND {
             return Ok(None);
         }
@@ -201,8 +271,8 @@ impl Registry {
             self.url.trim_end_matches('/'),
             urlencode(subject)
         );
-        let resp = reqwest::Client::new()
-            .post(&url)
+        let resp = self
+            .request(reqwest::Method::POST, &url)
             .header("Content-Type", "application/vnd.schemaregistry.v1+json")
             .json(&serde_json::json!({"schemaType": "AVRO", "schema": schema}))
             .send()

@@ -29,6 +29,7 @@ use pgwire_replication::{Lsn, ReplicationClient, ReplicationConfig, ReplicationE
 use crate::config::Config;
 use crate::kafka::KafkaClients;
 
+use super::avro::PayloadEncoder;
 use super::pgoutput::{self, Message, Relation, Value};
 use super::publish::{lsn_text, read_committed_lsn, Publisher};
 use super::router::{EventRouter, RoutedRecord, Row};
@@ -241,12 +242,15 @@ struct Session<'a> {
     committed: u64,
     /// Commit time of the newest transaction received (Postgres epoch µs).
     last_commit_micros: Option<i64>,
+    /// `payload_format = "avro"`: encodes each batch before its Kafka transaction.
+    encoder: Option<PayloadEncoder>,
 }
 
 impl<'a> Session<'a> {
-    fn new(config: &'a Config, committed: u64) -> Self {
+    fn new(config: &'a Config, committed: u64, encoder: Option<PayloadEncoder>) -> Self {
         let o = &config.outbox;
         Session {
+            encoder,
             config,
             router: EventRouter::new(o),
             table: bare_table(o).to_string(),
@@ -361,6 +365,9 @@ impl<'a> Session<'a> {
             return Ok(());
         };
         if !self.batch.is_empty() {
+            if let Some(enc) = self.encoder.as_mut() {
+                enc.encode_all(&mut self.batch).await?;
+            }
             let kafka_started = Instant::now();
             publisher.publish(&self.batch, end).await?;
             let kafka_ms = kafka_started.elapsed().as_millis() as u64;
@@ -438,7 +445,7 @@ async fn session(
     repl.wait_started()
         .await
         .map_err(|e| OutboxError::Replication(e.to_string()))?;
-    let mut s = Session::new(config, committed);
+    let mut s = Session::new(config, committed, PayloadEncoder::from_config(config)?);
     let commit_interval = Duration::from_millis(o.commit_interval_ms);
     let heartbeat_every = Duration::from_millis(o.heartbeat_interval_ms);
     let mut last_heartbeat = Instant::now();
@@ -559,7 +566,7 @@ mod tests {
     fn feed(committed: u64) -> (Vec<RoutedRecord>, CdcSummary) {
         let mut config = Config::default();
         config.outbox.table = "cap_outbox".into();
-        let mut s = Session::new(&config, committed);
+        let mut s = Session::new(&config, committed, None);
         let mut summary = CdcSummary::default();
         for line in include_str!("testdata/pgoutput_v1.hex").lines() {
             let bytes: Vec<u8> = (0..line.trim().len())

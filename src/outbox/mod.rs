@@ -14,8 +14,10 @@
 //! - **Poll** ([`poll`]): `SELECT … FOR UPDATE SKIP LOCKED`, publish, mark `sent_at`, commit.
 //!   At-least-once: a crash between the Kafka acknowledgment and the SQL commit re-sends rows.
 //!
-//! [`migrate`] creates the table and its index of unsent rows.
+//! [`migrate`] creates the table and its index of unsent rows; [`avro`] turns payloads of
+//! types with a contract into registered Avro (`outbox.payload_format = "avro"`).
 
+pub mod avro;
 pub mod cdc;
 pub mod migrate;
 pub mod pgoutput;

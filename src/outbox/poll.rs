@@ -105,6 +105,7 @@ async fn session(
         quote_ident(&o.column_id),
     );
     let mut known: HashSet<String> = HashSet::new();
+    let mut encoder = super::avro::PayloadEncoder::from_config(config)?;
     let prune_every = Duration::from_secs(o.prune_interval_secs);
     let mut last_prune = Instant::now();
     let timeout = Duration::from_millis(o.transaction_timeout_ms);
@@ -134,6 +135,10 @@ async fn session(
                 router.route(&row)
             })
             .collect();
+        let mut records = records;
+        if let Some(enc) = encoder.as_mut() {
+            enc.encode_all(&mut records).await?;
+        }
         let missing: Vec<_> = records
             .iter()
             .map(|r| r.topic.clone())

@@ -47,3 +47,13 @@ pub fn pruned(rows: u64) {
 pub fn reconnect() {
     metrics::counter!("eosflow_outbox_reconnects_total").increment(1);
 }
+
+/// What `payload_format = "avro"` did with one row's payload.
+pub fn payload(outcome: &super::avro::Outcome) {
+    let kind = match outcome {
+        super::avro::Outcome::Avro => "avro",
+        super::avro::Outcome::Json => "json",
+        super::avro::Outcome::DeadLettered(_) => "dead_lettered",
+    };
+    metrics::counter!("eosflow_outbox_payloads_total", "format" => kind).increment(1);
+}
