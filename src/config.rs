@@ -318,6 +318,8 @@ pub struct RetryConfig {
     /// Delays of one input topic's ladder, overriding `delays_ms` (TOML: `[retry.per_topic]`,
     /// `"orders" = [500, 5000]`): a slow dependency gets a longer ladder than a flaky one.
     pub per_topic: BTreeMap<String, Vec<u64>>,
+    /// How often `eosflow_dlt_depth_records` is refreshed (0 = no DLT depth watcher).
+    pub dlt_depth_interval_ms: u64,
 }
 
 impl Default for RetryConfig {
@@ -328,6 +330,7 @@ impl Default for RetryConfig {
             max_delay_ms: 3_600_000,
             on_dead_letter: "continue".into(),
             per_topic: BTreeMap::new(),
+            dlt_depth_interval_ms: 15_000,
         }
     }
 }

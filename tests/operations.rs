@@ -77,6 +77,7 @@ fn metrics_show_lag_commit_latency_and_dead_letters_during_a_real_run() {
         &[
             ("EOSFLOW_METRICS_LISTEN", &addr),
             ("EOSFLOW_KAFKA_PROPERTY_STATISTICS_INTERVAL_MS", "500"),
+            ("EOSFLOW_RETRY_DLT_DEPTH_INTERVAL_MS", "300"),
         ],
     );
     // Lag is reported while the backlog is worked off, then drains to zero.
@@ -107,6 +108,34 @@ fn metrics_show_lag_commit_latency_and_dead_letters_during_a_real_run() {
         );
         std::thread::sleep(Duration::from_millis(200));
     };
+    // DLT depth: the one dead letter waits (transaction markers are not counted) until an
+    // operator purges it.
+    let dlt = format!("{}.DLT", p.input);
+    let depth_label = format!("topic=\"{dlt}\"");
+    let depth = |want: f64| {
+        support::wait_for(
+            &format!("eosflow_dlt_depth_records{{{depth_label}}} == {want}"),
+            Duration::from_secs(30),
+            || {
+                let (_, text) = get(&addr, "/metrics")?;
+                (metric(&text, "eosflow_dlt_depth_records", &[&depth_label]) == Some(want))
+                    .then_some(())
+            },
+        )
+    };
+    depth(1.0);
+    let purge = std::process::Command::new(env!("CARGO_BIN_EXE_eosflow"))
+        .args(["dlt", "purge", &dlt, "--reason", "test: depth gauge"])
+        .env("EOSFLOW_KAFKA_BOOTSTRAP", support::bootstrap())
+        .env("EOSFLOW_APP_ID", &p.app)
+        .output()
+        .expect("eosflow dlt purge");
+    assert!(
+        purge.status.success(),
+        "{}",
+        String::from_utf8_lossy(&purge.stderr)
+    );
+    depth(0.0);
     let _ = child.kill();
     let _ = child.wait();
     assert!(

@@ -23,7 +23,8 @@ use rdkafka::{ClientContext, Message, Offset, TopicPartitionList};
 use super::Processor;
 use crate::config::Config;
 use crate::kafka::{ClientRole, KafkaClients};
-use crate::retry::{headers as retry_headers, ladder_topics, RetryPolicy};
+use crate::retry::depth::DepthWatcher;
+use crate::retry::{dlt, headers as retry_headers, ladder_topics, RetryPolicy};
 use crate::sink::{SinkError, TxnSink};
 use crate::state::{restore, Column, Overlay, RestoreStats, StateError, Store, StoreCache};
 use crate::telemetry::{self, Health};
@@ -76,6 +77,8 @@ pub struct RuntimeOptions {
     pub dedup_purge_interval: Duration,
     /// The retry ladder of each input topic.
     pub retry: BTreeMap<String, RetryPolicy>,
+    /// How often the DLT depth gauges refresh (zero: not watched).
+    pub dlt_depth_interval: Duration,
 }
 
 impl RuntimeOptions {
@@ -107,6 +110,7 @@ impl RuntimeOptions {
                 .iter()
                 .map(|t| (t.clone(), config.retry.policy_for(t)))
                 .collect(),
+            dlt_depth_interval: Duration::from_millis(config.retry.dlt_depth_interval_ms),
         })
     }
 
@@ -342,6 +346,14 @@ impl<P: Processor> Runtime<P> {
 
     /// Runs until `shutdown` is set (the open batch is committed first) or a fatal error.
     pub fn run(mut self, shutdown: Arc<AtomicBool>) -> Result<RunSummary, RuntimeError> {
+        let _depth = (!self.opts.dlt_depth_interval.is_zero())
+            .then(|| {
+                let dlts = self.opts.input_topics.iter().map(|t| dlt::topic_for(t));
+                DepthWatcher::start(&self.clients, dlts.collect(), self.opts.dlt_depth_interval)
+                    .map_err(|e| tracing::warn!(error = %e, "DLT depth gauges are off"))
+                    .ok()
+            })
+            .flatten();
         let result = self.run_loop(&shutdown);
         self.consumer.unsubscribe();
         self.tasks.clear();

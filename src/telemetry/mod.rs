@@ -35,7 +35,12 @@ pub fn dedup_hit(topic: &str) {
     metrics::counter!("eosflow_dedup_hits_total", "topic" => topic.to_string()).increment(1);
 }
 
-/// A record went to its dead-letter topic.
+/// Dead letters waiting in `topic` (committed, not purged): what an operator must look at.
+pub fn dlt_depth(topic: &str, letters: usize) {
+    metrics::gauge!("eosflow_dlt_depth_records", "topic" => topic.to_string()).set(letters as f64);
+}
+
+/// A record was dead-lettered to `topic`.
 pub fn dead_lettered(topic: &str) {
     metrics::counter!("eosflow_dlt_records_total", "topic" => topic.to_string()).increment(1);
 }
