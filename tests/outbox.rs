@@ -1088,3 +1088,64 @@ fn with_payload_format_avro_a_contracted_type_is_published_as_registered_avro_an
         "{reason}"
     );
 }
+
+/// The stack's development CA and one that signed nothing (`dev/stack`: `$RUN/tls`).
+fn stack_cas() -> (String, String) {
+    let dir = std::env::var("EOSFLOW_STACK_DIR").unwrap_or_else(|_| "/tmp/eosflow-stack-0".into());
+    let ca = std::env::var("EOSFLOW_STACK_TLS_CA").unwrap_or_else(|_| format!("{dir}/tls/ca.pem"));
+    let other = std::env::var("EOSFLOW_STACK_TLS_OTHER_CA")
+        .unwrap_or_else(|_| format!("{dir}/tls/other-ca.pem"));
+    assert!(
+        std::path::Path::new(&ca).is_file(),
+        "no development CA at {ca}: run `dev/stack up`"
+    );
+    (ca, other)
+}
+
+#[test]
+fn tls_to_postgres_with_verify_full_routes_rows_and_a_foreign_ca_is_refused() {
+    let _shared = PG_RESTART.read().unwrap_or_else(|e| e.into_inner());
+    let (ca, other) = stack_cas();
+    // verify-full checks the host name: the certificate names `localhost` (and 127.0.0.1, which
+    // the replication stream's rustls cannot verify by name).
+    let base = support::postgres_url().replace("@127.0.0.1:", "@localhost:");
+    let sep = if base.contains('?') { '&' } else { '?' };
+    let tls_url = format!("{base}{sep}sslmode=verify-full&sslrootcert={ca}");
+    let foreign_url = format!("{base}{sep}sslmode=verify-full&sslrootcert={other}");
+    let mut o = Outbox::new("outbox-tls");
+    let refused = o
+        .command("cdc", &[("EOSFLOW_POSTGRES_URL", &foreign_url)])
+        .arg("migrate")
+        .output()
+        .expect("run eosflow outbox migrate");
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success(),
+        "a foreign CA must not verify Postgres"
+    );
+    assert!(err.contains("TLS") && err.contains("certificate"), "{err}");
+    let migrated = o
+        .command("cdc", &[("EOSFLOW_POSTGRES_URL", &tls_url)])
+        .arg("migrate")
+        .output()
+        .expect("run eosflow outbox migrate");
+    assert!(
+        migrated.status.success(),
+        "{}",
+        String::from_utf8_lossy(&migrated.stderr)
+    );
+    o.spawn("cdc", &[("EOSFLOW_POSTGRES_URL", &tls_url)]);
+    o.wait_streaming();
+    // The replication stream is encrypted (rustls), not just the SQL session (native-tls).
+    let q = format!(
+        "select s.ssl::text from pg_stat_ssl s join pg_stat_replication r using (pid) \
+         where r.application_name = 'eosflow-outbox-{}'",
+        o.slot
+    );
+    assert_eq!(o.pg.text(&q).as_deref(), Some("true"));
+    let ids: HashSet<String> = o
+        .insert_tx(&[("a-1".into(), "Order.Created", "{}".into(), None)])
+        .into_iter()
+        .collect();
+    o.wait_for_ids(&["Order"], &ids, Duration::from_secs(60));
+}

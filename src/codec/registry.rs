@@ -131,21 +131,54 @@ impl Registry {
         }
     }
 
+    /// Adds the transport's own reason (TLS verification, connection refused) to a failed
+    /// call: schema_registry_converter reports only "http call … failed", which tells an
+    /// operator nothing. Costs one extra request, on the error path only.
+    async fn explain<T>(&self, r: Result<T, CodecError>) -> Result<T, CodecError> {
+        let Err(CodecError::Registry {
+            url,
+            mut error,
+            retriable,
+        }) = r
+        else {
+            return r;
+        };
+        if error.contains("http call") {
+            let probe = format!("{}/subjects", self.url.trim_end_matches('/'));
+            if let Err(e) = self.request(reqwest::Method::GET, &probe).send().await {
+                let mut cause: Option<&dyn std::error::Error> = Some(&e);
+                let mut chain = vec![];
+                while let Some(c) = cause {
+                    chain.push(c.to_string());
+                    cause = c.source();
+                }
+                error = format!("{error}: {}", chain.join(": "));
+            }
+        }
+        Err(CodecError::Registry {
+            url,
+            error,
+            retriable,
+        })
+    }
+
     /// Registers an Avro schema under `subject` (idempotent: an equal schema keeps its id).
     pub async fn register(&self, subject: &str, schema: &str) -> Result<u32, CodecError> {
         let supplied = SuppliedSchema::new(None, SchemaType::Avro, schema.to_string());
-        post_schema(&self.settings, subject.to_string(), supplied)
+        let r = post_schema(&self.settings, subject.to_string(), supplied)
             .await
             .map(|r| r.id)
-            .map_err(|e| self.err(e))
+            .map_err(|e| self.err(e));
+        self.explain(r).await
     }
 
     /// The schema text registered under `id`.
     pub async fn fetch(&self, id: u32) -> Result<String, CodecError> {
-        get_schema_by_id(id, &self.settings)
+        let r = get_schema_by_id(id, &self.settings)
             .await
             .map(|r| r.schema)
-            .map_err(|e| self.err(e))
+            .map_err(|e| self.err(e));
+        self.explain(r).await
     }
 
     /// Encodes `value` with `schema` for `topic` (topic-record subject naming: one topic carries
@@ -160,19 +193,23 @@ impl Registry {
             SuppliedSchema::new(record_name(schema), SchemaType::Avro, schema.to_string());
         let strategy =
             SubjectNameStrategy::TopicRecordNameStrategyWithSchema(topic.to_string(), supplied);
-        self.encoder
+        let r = self
+            .encoder
             .encode_value(value, &strategy)
             .await
-            .map_err(|e| self.err(e))
+            .map_err(|e| self.err(e));
+        self.explain(r).await
     }
 
     /// Decodes Confluent wire-format bytes, fetching the writer schema by id (cached).
     pub async fn decode(&self, bytes: &[u8]) -> Result<Value, CodecError> {
-        self.decoder
+        let r = self
+            .decoder
             .decode(Some(bytes))
             .await
             .map(|r| r.value)
-            .map_err(|e| self.err(e))
+            .map_err(|e| self.err(e));
+        self.explain(r).await
     }
 }
 

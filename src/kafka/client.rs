@@ -28,7 +28,17 @@ pub enum ConnectError {
         /// librdkafka's reason (it never contains the password).
         detail: String,
     },
-    /// No broker answered (or the TLS handshake failed) before the deadline.
+    /// The TLS handshake failed: the broker's certificate is not trusted (or not TLS at all).
+    #[error("TLS handshake with Kafka at {bootstrap} failed: {detail} (check kafka.security.ssl_ca_location {ca:?}: it must hold the CA that signed the broker's certificate, and kafka.bootstrap must name a TLS listener)")]
+    Tls {
+        /// `kafka.bootstrap`.
+        bootstrap: String,
+        /// `kafka.security.ssl_ca_location` (empty: the system trust store).
+        ca: String,
+        /// librdkafka's reason.
+        detail: String,
+    },
+    /// No broker answered before the deadline.
     #[error("cannot reach Kafka at {bootstrap} (security.protocol {protocol}) within {timeout:?}: {detail}")]
     Unreachable {
         /// `kafka.bootstrap`.
@@ -71,6 +81,10 @@ fn is_auth_error(code: Option<RDKafkaErrorCode>, text: &str) -> bool {
         code,
         Some(RDKafkaErrorCode::Authentication | RDKafkaErrorCode::SaslAuthenticationFailed)
     ) || text.contains("Authentication failed")
+}
+
+fn is_tls_error(code: Option<RDKafkaErrorCode>, text: &str) -> bool {
+    matches!(code, Some(RDKafkaErrorCode::SSL)) || text.contains("SSL handshake failed")
 }
 
 /// Which client is being built: each role fixes the settings its guarantees depend on.
@@ -216,6 +230,13 @@ impl KafkaClients {
                     user: security.username.clone(),
                     mechanism: security.sasl_mechanism.clone(),
                     bootstrap: self.base.bootstrap.clone(),
+                    detail,
+                });
+            }
+            if security.uses_tls() && is_tls_error(code, &detail) {
+                return Err(ConnectError::Tls {
+                    bootstrap: self.base.bootstrap.clone(),
+                    ca: security.ssl_ca_location.clone(),
                     detail,
                 });
             }

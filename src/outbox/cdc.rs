@@ -19,7 +19,6 @@
 //! dropped (never committed) and a new session resumes from the committed LSN.
 
 use std::collections::HashMap;
-use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -167,8 +166,8 @@ pub async fn ensure_publication_and_slot(
 }
 
 fn replication_config(config: &Config, start: u64) -> Result<ReplicationConfig, OutboxError> {
-    let pc = tokio_postgres::Config::from_str(&config.postgres.url)
-        .map_err(|e| OutboxError::Config(format!("postgres.url: {e}")))?;
+    let target = super::pgtls::PgTarget::parse(&config.postgres.url)?;
+    let pc = &target.config;
     let host = match pc.get_hosts().first() {
         Some(tokio_postgres::config::Host::Tcp(h)) => h.clone(),
         Some(tokio_postgres::config::Host::Unix(p)) => p.display().to_string(),
@@ -191,6 +190,7 @@ fn replication_config(config: &Config, start: u64) -> Result<ReplicationConfig, 
         o.publication.clone(),
     )
     .with_port(port)
+    .with_tls(target.replication_tls()?)
     .with_start_lsn(Lsn::from_u64(start))
     .with_status_interval(Duration::from_millis(o.status_interval_ms))
     .with_wakeup_interval(Duration::from_millis(o.status_interval_ms))

@@ -21,6 +21,7 @@ pub mod avro;
 pub mod cdc;
 pub mod migrate;
 pub mod pgoutput;
+pub mod pgtls;
 pub mod poll;
 pub mod publish;
 pub mod router;
@@ -104,17 +105,10 @@ pub fn bare_table(cfg: &OutboxConfig) -> &str {
         .map_or(cfg.table.as_str(), |(_, t)| t)
 }
 
-/// Opens a plain SQL connection (its driver task runs on the current tokio runtime).
+/// Opens a SQL connection to `url` with the TLS its `sslmode`/`sslrootcert` ask for (its
+/// driver task runs on the current tokio runtime).
 pub async fn connect(url: &str) -> Result<tokio_postgres::Client, OutboxError> {
-    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
-        .await
-        .map_err(pg_err("connecting"))?;
-    tokio::spawn(async move {
-        if let Err(e) = connection.await {
-            tracing::warn!(error = %e, "postgres connection ended");
-        }
-    });
-    Ok(client)
+    pgtls::PgTarget::parse(url)?.connect().await
 }
 
 /// The Kafka `transactional.id` of the router of `slot`: stable, so a restarted router fences
