@@ -75,6 +75,49 @@ pub enum ReadError {
     Callback(String),
 }
 
+/// Whether a metadata/offset request may succeed if asked again: a topic created a moment ago
+/// has no leader yet, a restarted broker is electing one.
+fn retriable(e: &KafkaError) -> bool {
+    use rdkafka::types::RDKafkaErrorCode as C;
+    matches!(
+        e.rdkafka_error_code(),
+        Some(
+            C::NotLeaderForPartition
+                | C::LeaderNotAvailable
+                | C::UnknownTopicOrPartition
+                | C::RequestTimedOut
+                | C::BrokerNotAvailable
+                | C::NetworkException
+                | C::OperationTimedOut
+                | C::BrokerTransportFailure
+                | C::AllBrokersDown
+        )
+    )
+}
+
+/// A partition's watermarks, asked again on retriable errors until `deadline`.
+fn fetch_watermarks_until<C: rdkafka::consumer::ConsumerContext>(
+    consumer: &BaseConsumer<C>,
+    topic: &str,
+    partition: i32,
+    deadline: Instant,
+) -> Result<(i64, i64), KafkaError> {
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match consumer.fetch_watermarks(
+            topic,
+            partition,
+            left.clamp(Duration::from_millis(100), Duration::from_secs(10)),
+        ) {
+            Err(e) if retriable(&e) && Instant::now() < deadline => {
+                tracing::debug!(topic, partition, error = %e, "watermarks not available yet; asking again");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            r => return r,
+        }
+    }
+}
+
 /// Reads `topic`'s `partitions`, each from its start offset (`None` = log start), to the high
 /// watermark, calling `on_record` for every committed record. Returns the end offsets reached.
 pub fn read_to_end<F>(
@@ -108,9 +151,7 @@ where
     let mut end: BTreeMap<i32, i64> = BTreeMap::new();
     let mut tpl = TopicPartitionList::new();
     for (&p, start) in starts {
-        let (low, high) = watermarks
-            .fetch_watermarks(topic, p, Duration::from_secs(10))
-            .map_err(kerr)?;
+        let (low, high) = fetch_watermarks_until(&watermarks, topic, p, deadline).map_err(kerr)?;
         if let Some(s) = start {
             if *s > high {
                 return Err(ReadError::BeyondEnd {
