@@ -381,15 +381,17 @@ fn outbox_cmd(mut config: Config, args: OutboxArgs) -> Result<std::process::Exit
         );
         return Ok(std::process::ExitCode::SUCCESS);
     }
-    // The router's loop does not report to Health yet: its endpoints answer alive and ready.
-    let _endpoints = start_endpoints(&config, Arc::new(Health::always_ready()))?;
+    let health = Arc::new(Health::new(Duration::from_millis(
+        config.processor.stuck_after_ms,
+    )));
+    let _endpoints = start_endpoints(&config, health.clone())?;
     let shutdown = Arc::new(AtomicBool::new(false));
     let worker = {
         let shutdown = shutdown.clone();
         let config = config.clone();
         std::thread::Builder::new()
             .name("outbox".into())
-            .spawn(move || eosflow::outbox::run(&config, shutdown))
+            .spawn(move || eosflow::outbox::run(&config, shutdown, &health))
             .context("spawning the outbox thread")?
     };
     wait_for_signal_or(&worker)?;

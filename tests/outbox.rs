@@ -1149,3 +1149,51 @@ fn tls_to_postgres_with_verify_full_routes_rows_and_a_foreign_ca_is_refused() {
         .collect();
     o.wait_for_ids(&["Order"], &ids, Duration::from_secs(60));
 }
+
+#[test]
+fn the_router_serves_metrics_and_is_ready_only_while_it_can_stream() {
+    use support::http::{free_addr, get, metric};
+    let _shared = PG_RESTART.read().unwrap_or_else(|e| e.into_inner());
+    let mut o = Outbox::new("outbox-health");
+    o.migrate();
+    // Nothing listens on port 1: alive (the loop turns, reconnecting) but not ready.
+    let down = free_addr();
+    o.spawn(
+        "cdc",
+        &[
+            ("EOSFLOW_METRICS_LISTEN", &down),
+            (
+                "EOSFLOW_POSTGRES_URL",
+                "postgres://eosflow:eosflow@127.0.0.1:1/eosflow?sslmode=disable",
+            ),
+        ],
+    );
+    support::wait_for(
+        "/healthz 200 and /readyz 503",
+        Duration::from_secs(30),
+        || {
+            let alive = get(&down, "/healthz")?.0 == 200;
+            let ready = get(&down, "/readyz")?.0;
+            (alive && ready == 503).then_some(())
+        },
+    );
+    o.kill(0);
+    let up = free_addr();
+    o.spawn("cdc", &[("EOSFLOW_METRICS_LISTEN", &up)]);
+    o.wait_streaming();
+    support::wait_for(
+        "/readyz 200 while streaming",
+        Duration::from_secs(30),
+        || (get(&up, "/readyz")?.0 == 200).then_some(()),
+    );
+    let ids: HashSet<String> = o
+        .insert_tx(&[("a-1".into(), "Order.Created", "{}".into(), None)])
+        .into_iter()
+        .collect();
+    o.wait_for_ids(&["Order"], &ids, Duration::from_secs(60));
+    support::wait_for("rows routed in /metrics", Duration::from_secs(30), || {
+        let (_, text) = get(&up, "/metrics")?;
+        (metric(&text, "eosflow_outbox_rows_routed_total", &["mode=\"cdc\""]) == Some(1.0))
+            .then_some(())
+    });
+}

@@ -33,6 +33,7 @@ use super::pgoutput::{self, Message, Relation, Value};
 use super::publish::{lsn_text, read_committed_lsn, Publisher};
 use super::router::{EventRouter, RoutedRecord, Row};
 use super::{bare_table, migrate, pg_err, quote_ident, quoted_table, telemetry, OutboxError};
+use crate::telemetry::Health;
 
 /// What a CDC run did, for the log line at exit.
 #[derive(Debug, Default, Clone)]
@@ -64,23 +65,35 @@ fn since_pg_micros(pg_micros: i64) -> Duration {
 
 /// Runs the CDC router until `shutdown` is set or a non-transient error; reconnects after
 /// transient ones (Postgres restarts, a slot still held by a dying predecessor).
-pub fn run(config: &Config, shutdown: Arc<AtomicBool>) -> Result<CdcSummary, OutboxError> {
+/// `health`: beats while the loop turns (also while standing by for the slot); ready while
+/// streaming or standing by, not while reconnecting after an error.
+pub fn run(
+    config: &Config,
+    shutdown: Arc<AtomicBool>,
+    health: &Health,
+) -> Result<CdcSummary, OutboxError> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .map_err(|e| OutboxError::Other(format!("tokio runtime: {e}")))?;
-    rt.block_on(run_async(config, shutdown))
+    rt.block_on(run_async(config, shutdown, health))
 }
 
-async fn run_async(config: &Config, shutdown: Arc<AtomicBool>) -> Result<CdcSummary, OutboxError> {
+async fn run_async(
+    config: &Config,
+    shutdown: Arc<AtomicBool>,
+    health: &Health,
+) -> Result<CdcSummary, OutboxError> {
     let mut summary = CdcSummary::default();
     let mut backoff = Duration::from_millis(200);
     while !shutdown.load(Ordering::Relaxed) {
         summary.sessions += 1;
-        match session(config, &shutdown, &mut summary).await {
+        match session(config, &shutdown, &mut summary, health).await {
             Ok(()) => break,
             Err(e) if e.is_transient() => {
+                health.set_ready(false);
+                health.beat();
                 telemetry::reconnect();
                 tracing::warn!(error = %e, retry_in_ms = backoff.as_millis() as u64, "outbox session ended; reconnecting");
                 tokio::time::sleep(backoff).await;
@@ -202,6 +215,7 @@ async fn lock_slot(
     pg: &tokio_postgres::Client,
     slot: &str,
     shutdown: &AtomicBool,
+    health: &Health,
 ) -> Result<bool, OutboxError> {
     let key = format!("eosflow.outbox.{slot}");
     let mut logged = false;
@@ -218,6 +232,9 @@ async fn lock_slot(
             tracing::info!(%slot, "another router holds the slot; waiting to take over");
             logged = true;
         }
+        // A standby is doing its job: alive and ready.
+        health.beat();
+        health.set_ready(true);
         if shutdown.load(Ordering::Relaxed) {
             return Ok(false);
         }
@@ -409,6 +426,7 @@ async fn session(
     config: &Config,
     shutdown: &AtomicBool,
     summary: &mut CdcSummary,
+    health: &Health,
 ) -> Result<(), OutboxError> {
     let o = &config.outbox;
     let pg = super::connect(&config.postgres.url).await?;
@@ -416,7 +434,7 @@ async fn session(
         tracing::info!(table = %o.table, "created the outbox table");
     }
     ensure_publication_and_slot(&pg, config).await?;
-    if !lock_slot(&pg, &o.slot, shutdown).await? {
+    if !lock_slot(&pg, &o.slot, shutdown, health).await? {
         return Ok(());
     }
     let clients = KafkaClients::new(config.kafka.clone());
@@ -446,6 +464,7 @@ async fn session(
         .await
         .map_err(|e| OutboxError::Replication(e.to_string()))?;
     let mut s = Session::new(config, committed, PayloadEncoder::from_config(config)?);
+    health.set_ready(true);
     let commit_interval = Duration::from_millis(o.commit_interval_ms);
     let heartbeat_every = Duration::from_millis(o.heartbeat_interval_ms);
     let mut last_heartbeat = Instant::now();
@@ -453,6 +472,7 @@ async fn session(
     let mut last_prune = Instant::now();
     let tick = Duration::from_millis(100);
     loop {
+        health.beat();
         if shutdown.load(Ordering::Relaxed) {
             // Finish what is complete; an open Postgres transaction is re-sent next time.
             s.flush(&mut publisher, &repl, summary).await?;

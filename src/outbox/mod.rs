@@ -126,12 +126,13 @@ pub fn offsets_topic(app: &str) -> String {
 pub fn run(
     config: &crate::Config,
     shutdown: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    health: &crate::telemetry::Health,
 ) -> Result<String, OutboxError> {
     if config.outbox.mode == "poll" {
-        let s = poll::run(config, shutdown)?;
+        let s = poll::run(config, shutdown, health)?;
         Ok(format!("poll: rows={} batches={}", s.rows, s.batches))
     } else {
-        let s = cdc::run(config, shutdown)?;
+        let s = cdc::run(config, shutdown, health)?;
         Ok(format!(
             "cdc: rows={} commits={} skipped_replayed={} ignored={} sessions={} lsn={}",
             s.rows,

@@ -32,7 +32,12 @@ pub struct PollSummary {
 }
 
 /// Runs the polling publisher until `shutdown` (reconnecting after Postgres errors).
-pub fn run(config: &Config, shutdown: Arc<AtomicBool>) -> Result<PollSummary, OutboxError> {
+/// `health` beats while the loop turns and is ready while polling.
+pub fn run(
+    config: &Config,
+    shutdown: Arc<AtomicBool>,
+    health: &crate::telemetry::Health,
+) -> Result<PollSummary, OutboxError> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -42,9 +47,11 @@ pub fn run(config: &Config, shutdown: Arc<AtomicBool>) -> Result<PollSummary, Ou
         let mut summary = PollSummary::default();
         let mut backoff = Duration::from_millis(200);
         while !shutdown.load(Ordering::Relaxed) {
-            match session(config, &shutdown, &mut summary).await {
+            match session(config, &shutdown, &mut summary, health).await {
                 Ok(()) => break,
                 Err(e) if e.is_transient() => {
+                    health.set_ready(false);
+                    health.beat();
                     telemetry::reconnect();
                     tracing::warn!(error = %e, "polling session ended; reconnecting");
                     tokio::time::sleep(backoff).await;
@@ -61,6 +68,7 @@ async fn session(
     config: &Config,
     shutdown: &AtomicBool,
     summary: &mut PollSummary,
+    health: &crate::telemetry::Health,
 ) -> Result<(), OutboxError> {
     let o = &config.outbox;
     let mut pg = super::connect(&config.postgres.url).await?;
@@ -109,7 +117,9 @@ async fn session(
     let prune_every = Duration::from_secs(o.prune_interval_secs);
     let mut last_prune = Instant::now();
     let timeout = Duration::from_millis(o.transaction_timeout_ms);
+    health.set_ready(true);
     while !shutdown.load(Ordering::Relaxed) {
+        health.beat();
         let tx = pg.transaction().await.map_err(pg_err("begin"))?;
         let rows = tx
             .query(&select, &[&(o.batch_size as i64)])

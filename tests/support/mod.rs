@@ -7,6 +7,7 @@
 //! `read_committed` readers see aborted records), which is what `make test` provides.
 #![allow(dead_code)]
 
+pub mod http;
 pub mod pipeline;
 
 use std::sync::OnceLock;
