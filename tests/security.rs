@@ -14,8 +14,7 @@ use eosflow::config::{Config, Secret};
 use eosflow::kafka::client::ConnectError;
 use eosflow::kafka::{ClientRole, KafkaClients};
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
-use rdkafka::{Message, Offset, TopicPartitionList};
+use rdkafka::{Offset, TopicPartitionList};
 
 /// The SCRAM listener of the local stack.
 fn sasl_bootstrap() -> String {
@@ -91,37 +90,6 @@ fn assert_no_secret(what: &str, text: &str, secret: &str) {
     );
 }
 
-fn produce_and_consume(clients: &KafkaClients, topic: &str, payload: &str) {
-    let producer: BaseProducer = clients
-        .config(ClientRole::Idempotent)
-        .create()
-        .expect("producer");
-    producer
-        .send(BaseRecord::to(topic).key("k").payload(payload))
-        .map_err(|(e, _)| e)
-        .expect("enqueue");
-    producer
-        .flush(Duration::from_secs(20))
-        .expect("flush through the SASL listener");
-    let consumer: BaseConsumer = clients
-        .config(ClientRole::Reader)
-        .create()
-        .expect("consumer");
-    let mut tpl = TopicPartitionList::new();
-    tpl.add_partition_offset(topic, 0, Offset::Beginning)
-        .expect("partition");
-    consumer.assign(&tpl).expect("assign");
-    let got = support::wait_for(
-        "the record over SCRAM",
-        Duration::from_secs(30),
-        || match consumer.poll(Duration::from_millis(200)) {
-            Some(Ok(m)) => m.payload().map(|p| p.to_vec()),
-            _ => None,
-        },
-    );
-    assert_eq!(got, payload.as_bytes());
-}
-
 #[test]
 fn security_scram_sha_256_and_512_produce_and_consume() {
     for mechanism in ["SCRAM-SHA-256", "SCRAM-SHA-512"] {
@@ -131,7 +99,7 @@ fn security_scram_sha_256_and_512_produce_and_consume() {
         clients
             .check_connection(Duration::from_secs(20))
             .unwrap_or_else(|e| panic!("{mechanism}: {e}"));
-        produce_and_consume(&clients, &topic, "over SCRAM");
+        support::round_trip(&clients, &topic, "over SCRAM");
     }
 }
 
@@ -247,7 +215,7 @@ fn security_authenticated_run_logs_no_password() {
     let p = support::pipeline::Pipeline::new("sec-run", 1);
     // A few inputs through the SASL listener, so the run has work to do.
     let clients = KafkaClients::new(sasl_config("SCRAM-SHA-512", &password).kafka);
-    produce_and_consume(&clients, &p.input, "1");
+    support::round_trip(&clients, &p.input, "1");
     let dir = std::env::temp_dir().join(support::unique("sec-run-logs"));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let pw_file = dir.join("password");

@@ -12,10 +12,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use eosflow::kafka::client::ConnectError;
-use eosflow::kafka::{ClientRole, KafkaClients};
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
-use rdkafka::{Message, Offset, TopicPartitionList};
+use eosflow::kafka::KafkaClients;
 
 fn stack_var(name: &str, default: String) -> String {
     std::env::var(name).unwrap_or(default)
@@ -79,34 +76,7 @@ fn security_tls_kafka_produces_and_consumes_over_a_verified_listener_and_refuses
     clients
         .check_connection(Duration::from_secs(20))
         .unwrap_or_else(|e| panic!("TLS with the stack's CA: {e}"));
-    let producer: BaseProducer = clients
-        .config(ClientRole::Idempotent)
-        .create()
-        .expect("producer");
-    producer
-        .send(BaseRecord::to(&topic).key("k").payload("over TLS"))
-        .map_err(|(e, _)| e)
-        .expect("enqueue");
-    producer
-        .flush(Duration::from_secs(20))
-        .expect("flush through the SSL listener");
-    let consumer: BaseConsumer = clients
-        .config(ClientRole::Reader)
-        .create()
-        .expect("consumer");
-    let mut tpl = TopicPartitionList::new();
-    tpl.add_partition_offset(&topic, 0, Offset::Beginning)
-        .expect("partition");
-    consumer.assign(&tpl).expect("assign");
-    let got = support::wait_for(
-        "the record over TLS",
-        Duration::from_secs(30),
-        || match consumer.poll(Duration::from_millis(200)) {
-            Some(Ok(m)) => m.payload().map(<[u8]>::to_vec),
-            _ => None,
-        },
-    );
-    assert_eq!(got, b"over TLS");
+    support::round_trip(&clients, &topic, "over TLS");
 
     // A CA that did not sign the broker's certificate: refused at once, naming the key to fix.
     let started = Instant::now();

@@ -15,7 +15,10 @@ use std::time::{Duration, Instant};
 
 use eosflow::config::Config;
 use eosflow::kafka::topics::{self, TopicSpec};
-use eosflow::kafka::KafkaClients;
+use eosflow::kafka::{ClientRole, KafkaClients};
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::{Message, Offset, TopicPartitionList};
 
 /// The broker's bootstrap address for this test process.
 pub fn bootstrap() -> String {
@@ -157,4 +160,35 @@ mod redpanda {
         let _ = CONTAINER.set(container);
         Some(format!("127.0.0.1:{HOST_PORT}"))
     }
+}
+
+/// Produces `payload` to partition 0 of `topic` and reads it back: the client's connection works
+/// for both directions (used over the SASL and TLS listeners).
+pub fn round_trip(clients: &KafkaClients, topic: &str, payload: &str) {
+    let producer: BaseProducer = clients
+        .config(ClientRole::Idempotent)
+        .create()
+        .expect("producer");
+    producer
+        .send(BaseRecord::to(topic).key("k").payload(payload))
+        .map_err(|(e, _)| e)
+        .expect("enqueue");
+    producer.flush(Duration::from_secs(20)).expect("flush");
+    let consumer: BaseConsumer = clients
+        .config(ClientRole::Reader)
+        .create()
+        .expect("consumer");
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(topic, 0, Offset::Beginning)
+        .expect("partition");
+    consumer.assign(&tpl).expect("assign");
+    let got = wait_for(
+        "the record back",
+        Duration::from_secs(30),
+        || match consumer.poll(Duration::from_millis(200)) {
+            Some(Ok(m)) => m.payload().map(|p| p.to_vec()),
+            _ => None,
+        },
+    );
+    assert_eq!(got, payload.as_bytes());
 }
