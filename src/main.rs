@@ -335,8 +335,9 @@ fn run(
     let c = orders::configure(config, t, &topics);
     match t {
         Topology::Orders => {
-            let p = orders::processor::OrderProcessor::new(topics, &c.app.id, &c.schema_registry.url)
-                .map_err(anyhow::Error::msg)?;
+            let p =
+                orders::processor::OrderProcessor::new(topics, &c.app.id, &c.schema_registry.url)
+                    .map_err(anyhow::Error::msg)?;
             run_with(&c, p)
         }
         Topology::Stock => run_with(&c, orders::services::StockService::new(topics, rates)),

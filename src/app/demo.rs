@@ -23,6 +23,7 @@ use super::orders::services::{PaymentService, StockService};
 use super::orders::writer::{Mix, Tally, Writer};
 use super::orders::{self, FailureRates, Topics, Topology};
 use crate::config::Config;
+use crate::kafka::reader::ReaderContext;
 use crate::kafka::topics::{self, TopicOutcome, TopicSpec};
 use crate::kafka::{ClientRole, KafkaClients};
 use crate::processor::{Processor, RunSummary, Runtime};
@@ -116,36 +117,57 @@ struct Live {
 
 impl Live {
     fn ended(&self) -> u64 {
-        self.completed.load(Ordering::Relaxed) + self.compensated.load(Ordering::Relaxed) + self.failed.load(Ordering::Relaxed)
+        self.completed.load(Ordering::Relaxed)
+            + self.compensated.load(Ordering::Relaxed)
+            + self.failed.load(Ordering::Relaxed)
     }
 }
 
-fn tail(clients: KafkaClients, topics: Topics, partitions: i32, live: Arc<Live>, stop: Arc<AtomicBool>) -> Result<(), String> {
-    let consumer: BaseConsumer = clients.config(ClientRole::Reader).create().map_err(|e| e.to_string())?;
+fn tail(
+    clients: KafkaClients,
+    topics: Topics,
+    partitions: i32,
+    live: Arc<Live>,
+    stop: Arc<AtomicBool>,
+) -> Result<(), String> {
+    let consumer: BaseConsumer<ReaderContext> = clients
+        .config(ClientRole::Reader)
+        .create_with_context(ReaderContext)
+        .map_err(|e| e.to_string())?;
     let dlts: Vec<String> = Topology::ALL
         .iter()
         .flat_map(|t| topics.inputs(*t))
         .map(|t| crate::retry::dlt::topic_for(&t))
         .collect();
     let mut tpl = TopicPartitionList::new();
-    for t in [&topics.orders, &topics.status, &topics.saga_events].into_iter().chain(dlts.iter()) {
+    for t in [&topics.orders, &topics.status, &topics.saga_events]
+        .into_iter()
+        .chain(dlts.iter())
+    {
         for p in 0..partitions {
-            tpl.add_partition_offset(t, p, Offset::Beginning).map_err(|e| e.to_string())?;
+            tpl.add_partition_offset(t, p, Offset::Beginning)
+                .map_err(|e| e.to_string())?;
         }
     }
     consumer.assign(&tpl).map_err(|e| e.to_string())?;
     while !stop.load(Ordering::Relaxed) {
-        let Some(m) = consumer.poll(Duration::from_millis(200)) else { continue };
+        let Some(m) = consumer.poll(Duration::from_millis(200)) else {
+            continue;
+        };
         let Ok(m) = m else { continue };
         let t = m.topic();
         if t == topics.orders {
             live.published.fetch_add(1, Ordering::Relaxed);
         } else if t == topics.status {
-            if serde_json::from_slice::<StatusChanged>(m.payload().unwrap_or_default()).is_ok_and(|s| s.to_status.is_final()) {
+            if serde_json::from_slice::<StatusChanged>(m.payload().unwrap_or_default())
+                .is_ok_and(|s| s.to_status.is_final())
+            {
                 live.finals.fetch_add(1, Ordering::Relaxed);
             }
         } else if t == topics.saga_events {
-            match serde_json::from_slice::<SagaEnded>(m.payload().unwrap_or_default()).map(|s| s.outcome) {
+            match serde_json::from_slice::<SagaEnded>(m.payload().unwrap_or_default())
+                .map(|s| s.outcome)
+            {
                 Ok(SagaOutcome::Completed) => live.completed.fetch_add(1, Ordering::Relaxed),
                 Ok(SagaOutcome::Compensated) => live.compensated.fetch_add(1, Ordering::Relaxed),
                 Ok(SagaOutcome::CompensationFailed) => live.failed.fetch_add(1, Ordering::Relaxed),
@@ -165,7 +187,11 @@ struct Running {
     handle: JoinHandle<Result<RunSummary, String>>,
 }
 
-fn start<P: Processor + 'static>(name: &'static str, config: &Config, p: P) -> Result<Running, String> {
+fn start<P: Processor + 'static>(
+    name: &'static str,
+    config: &Config,
+    p: P,
+) -> Result<Running, String> {
     let runtime = Runtime::new(config, p).map_err(|e| format!("starting {name}: {e}"))?;
     let stop = Arc::new(AtomicBool::new(false));
     let s = stop.clone();
@@ -182,10 +208,26 @@ fn start_all(base: &Config, topics: &Topics, rates: FailureRates) -> Result<Vec<
     let cfg = |t: Topology| orders::configure(base, t, topics);
     let group = orders::app_id(&base.app.id, Topology::Orders);
     Ok(vec![
-        start("orders", &cfg(Topology::Orders), OrderProcessor::new(topics.clone(), &group, &base.schema_registry.url)?)?,
-        start("stock", &cfg(Topology::Stock), StockService::new(topics.clone(), rates))?,
-        start("payment", &cfg(Topology::Payment), PaymentService::new(topics.clone(), rates))?,
-        start("customers", &cfg(Topology::Customers), CustomersProcessor::new(topics.clone()))?,
+        start(
+            "orders",
+            &cfg(Topology::Orders),
+            OrderProcessor::new(topics.clone(), &group, &base.schema_registry.url)?,
+        )?,
+        start(
+            "stock",
+            &cfg(Topology::Stock),
+            StockService::new(topics.clone(), rates),
+        )?,
+        start(
+            "payment",
+            &cfg(Topology::Payment),
+            PaymentService::new(topics.clone(), rates),
+        )?,
+        start(
+            "customers",
+            &cfg(Topology::Customers),
+            CustomersProcessor::new(topics.clone()),
+        )?,
     ])
 }
 
@@ -203,12 +245,25 @@ fn stop_all(running: Vec<Running>) -> Result<(), String> {
 }
 
 /// Creates the run's topics (all fresh).
-pub fn create_topics(clients: &KafkaClients, topics: &Topics, app_id: &str, partitions: i32, levels: u32) -> Result<(), String> {
+pub fn create_topics(
+    clients: &KafkaClients,
+    topics: &Topics,
+    app_id: &str,
+    partitions: i32,
+    levels: u32,
+) -> Result<(), String> {
     let mut specs = topics.specs(app_id, partitions, levels);
-    specs.push(TopicSpec::new(crate::outbox::offsets_topic(app_id), 1, "compact"));
-    let outcomes = topics::apply_blocking(clients, &specs, Duration::from_secs(30)).map_err(|e| format!("creating the run's topics: {e}"))?;
+    specs.push(TopicSpec::new(
+        crate::outbox::offsets_topic(app_id),
+        1,
+        "compact",
+    ));
+    let outcomes = topics::apply_blocking(clients, &specs, Duration::from_secs(30))
+        .map_err(|e| format!("creating the run's topics: {e}"))?;
     if let Some((t, o)) = outcomes.iter().find(|(_, o)| *o != TopicOutcome::Created) {
-        return Err(format!("topic {t} already existed ({o:?}); a run needs fresh topics"));
+        return Err(format!(
+            "topic {t} already existed ({o:?}); a run needs fresh topics"
+        ));
     }
     Ok(())
 }
@@ -256,20 +311,32 @@ pub fn run(config: &Config, args: &DemoArgs, progress: bool) -> Result<DemoRepor
             eprintln!("{s}");
         }
     };
-    say(format!("topics     {} (+ retry levels, DLTs, changelogs), {} partitions", ns, args.partitions));
+    say(format!(
+        "topics     {} (+ retry levels, DLTs, changelogs), {} partitions",
+        ns, args.partitions
+    ));
     match register_schemas(&cfg, &topics) {
-        Ok(n) => say(format!("schemas    {n} contracts registered at {}", cfg.schema_registry.url)),
-        Err(e) => say(format!("schemas    not registered ({e}); the demo's JSON events need none")),
+        Ok(n) => say(format!(
+            "schemas    {n} contracts registered at {}",
+            cfg.schema_registry.url
+        )),
+        Err(e) => say(format!(
+            "schemas    not registered ({e}); the demo's JSON events need none"
+        )),
     }
 
     let orders_table = format!("{}_orders", ns.replace('-', "_"));
-    let mut writer = Writer::connect(&cfg.postgres.url, &orders_table, &cfg.outbox).map_err(|e| e.to_string())?;
-    let cleanup = Cleanup { sql: format!(
-        "drop publication if exists {p}; drop table if exists {t}; drop table if exists {o}",
-        p = cfg.outbox.publication,
-        t = crate::outbox::quoted_table(&cfg.outbox),
-        o = crate::outbox::quote_ident(&orders_table),
-    ), slot: cfg.outbox.slot.clone() };
+    let mut writer = Writer::connect(&cfg.postgres.url, &orders_table, &cfg.outbox)
+        .map_err(|e| e.to_string())?;
+    let cleanup = Cleanup {
+        sql: format!(
+            "drop publication if exists {p}; drop table if exists {t}; drop table if exists {o}",
+            p = cfg.outbox.publication,
+            t = crate::outbox::quoted_table(&cfg.outbox),
+            o = crate::outbox::quote_ident(&orders_table),
+        ),
+        slot: cfg.outbox.slot.clone(),
+    };
 
     let result = (|| {
         let processors = start_all(&cfg, &topics, args.rates)?;
@@ -282,11 +349,17 @@ pub fn run(config: &Config, args: &DemoArgs, progress: bool) -> Result<DemoRepor
                 .map_err(|e| e.to_string())?
         };
         // CDC sees only what is written after the slot exists: wait for the router to stream.
-        let q = format!("select active::text from pg_replication_slots where slot_name = '{}'", cfg.outbox.slot);
+        let q = format!(
+            "select active::text from pg_replication_slots where slot_name = '{}'",
+            cfg.outbox.slot
+        );
         let deadline = Instant::now() + Duration::from_secs(60);
         while writer.text(&q).map_err(|e| e.to_string())?.as_deref() != Some("true") {
             if router.is_finished() || Instant::now() > deadline {
-                return Err("the outbox router did not start streaming from its slot within 60 s".to_string());
+                return Err(
+                    "the outbox router did not start streaming from its slot within 60 s"
+                        .to_string(),
+                );
             }
             std::thread::sleep(Duration::from_millis(200));
         }
@@ -298,13 +371,25 @@ pub fn run(config: &Config, args: &DemoArgs, progress: bool) -> Result<DemoRepor
         let live = Arc::new(Live::default());
         let tail_stop = Arc::new(AtomicBool::new(false));
         let tailer = {
-            let (c, t, l, s, p) = (clients.clone(), topics.clone(), live.clone(), tail_stop.clone(), args.partitions);
+            let (c, t, l, s, p) = (
+                clients.clone(),
+                topics.clone(),
+                live.clone(),
+                tail_stop.clone(),
+                args.partitions,
+            );
             std::thread::spawn(move || tail(c, t, p, l, s))
         };
         let tally = Arc::new(Tally::default());
         let writer_stop = Arc::new(AtomicBool::new(false));
         let started = Instant::now();
-        let mix = Mix { rate: args.rate, cancel_rate: args.cancel_rate, poison_rate: args.poison_rate, resend_rate: args.resend_rate, customers: 200 };
+        let mix = Mix {
+            rate: args.rate,
+            cancel_rate: args.cancel_rate,
+            poison_rate: args.poison_rate,
+            resend_rate: args.resend_rate,
+            customers: 200,
+        };
         let duration = Duration::from_secs(args.duration_secs);
         let writing = {
             let (t, s) = (tally.clone(), writer_stop.clone());
@@ -346,7 +431,8 @@ pub fn run(config: &Config, args: &DemoArgs, progress: bool) -> Result<DemoRepor
                     Some(Ok(Err(e))) => break Err(format!("order service: {e}")),
                     _ => break Err("the order service panicked".into()),
                 }
-                drain_deadline = Some(Instant::now() + Duration::from_secs(args.drain_timeout_secs));
+                drain_deadline =
+                    Some(Instant::now() + Duration::from_secs(args.drain_timeout_secs));
             }
             if let Some(d) = drain_deadline {
                 let placed = tally.placed.load(Ordering::Relaxed);
@@ -354,7 +440,10 @@ pub fn run(config: &Config, args: &DemoArgs, progress: bool) -> Result<DemoRepor
                     break Ok(started.elapsed());
                 }
                 if Instant::now() > d {
-                    break Err(format!("sagas still running {} s after the last order", args.drain_timeout_secs));
+                    break Err(format!(
+                        "sagas still running {} s after the last order",
+                        args.drain_timeout_secs
+                    ));
                 }
             }
             std::thread::sleep(Duration::from_millis(100));
@@ -371,7 +460,9 @@ pub fn run(config: &Config, args: &DemoArgs, progress: bool) -> Result<DemoRepor
         tail_stop.store(true, Ordering::Relaxed);
         let _ = tailer.join();
         router_stop.store(true, Ordering::Relaxed);
-        let routed = router.join().map_err(|_| "the outbox router panicked".to_string())?;
+        let routed = router
+            .join()
+            .map_err(|_| "the outbox router panicked".to_string())?;
         stop_all(processors)?;
         let routed = routed.map_err(|e| format!("outbox router: {e}"))?;
         tracing::info!(%routed, "outbox router stopped");
@@ -383,18 +474,27 @@ pub fn run(config: &Config, args: &DemoArgs, progress: bool) -> Result<DemoRepor
         let poison = tally.poison();
         let orders_dlt = crate::retry::dlt::topic_for(&topics.orders);
         let poison_dead_lettered = poison.iter().all(|(code, n)| {
-            outputs.dead_letters.get(&orders_dlt).and_then(|c| c.get(*code)).copied().unwrap_or(0) == *n
+            outputs
+                .dead_letters
+                .get(&orders_dlt)
+                .and_then(|c| c.get(*code))
+                .copied()
+                .unwrap_or(0)
+                == *n
         });
-        Ok((writer, DemoReport {
-            ns: ns.clone(),
-            verdict,
-            outputs,
-            poison,
-            cancels: tally.cancels.load(Ordering::Relaxed),
-            resent: tally.resent.load(Ordering::Relaxed),
-            elapsed,
-            poison_dead_lettered,
-        }))
+        Ok((
+            writer,
+            DemoReport {
+                ns: ns.clone(),
+                verdict,
+                outputs,
+                poison,
+                cancels: tally.cancels.load(Ordering::Relaxed),
+                resent: tally.resent.load(Ordering::Relaxed),
+                elapsed,
+                poison_dead_lettered,
+            },
+        ))
     })();
     match result {
         Ok((writer, report)) => {
@@ -424,7 +524,10 @@ impl Cleanup {
             "select pg_drop_replication_slot(slot_name) from pg_replication_slots where slot_name = '{}' and not active",
             self.slot
         );
-        let still = format!("select slot_name::text from pg_replication_slots where slot_name = '{}'", self.slot);
+        let still = format!(
+            "select slot_name::text from pg_replication_slots where slot_name = '{}'",
+            self.slot
+        );
         let deadline = Instant::now() + Duration::from_secs(20);
         while Instant::now() < deadline {
             let _ = w.execute(&drop_slot);
@@ -440,16 +543,27 @@ impl Cleanup {
 }
 
 fn register_schemas(cfg: &Config, topics: &Topics) -> Result<usize, String> {
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
     let registry = crate::codec::registry::Registry::new(&cfg.schema_registry.url);
     let catalog = crate::codec::Catalog::builtin().map_err(|e| e.to_string())?;
     let done = rt
         .block_on(async {
             tokio::time::timeout(
                 Duration::from_secs(20),
-                registry.register_catalog(&catalog, crate::codec::SubjectStrategy::TopicRecord, |c| {
-                    if c.domain == "fulfilment" { topics.replies.clone() } else { topics.orders.clone() }
-                }),
+                registry.register_catalog(
+                    &catalog,
+                    crate::codec::SubjectStrategy::TopicRecord,
+                    |c| {
+                        if c.domain == "fulfilment" {
+                            topics.replies.clone()
+                        } else {
+                            topics.orders.clone()
+                        }
+                    },
+                ),
             )
             .await
         })
@@ -466,20 +580,41 @@ pub fn summary(r: &DemoReport) -> String {
     let mut row = |k: &str, val: String| s.push_str(&format!("  {k:<44} {val:>10}\n"));
     row("orders placed (Postgres)", v.orders.to_string());
     row("  customer cancellations requested", r.cancels.to_string());
-    row("  events re-sent with the same event id", r.resent.to_string());
+    row(
+        "  events re-sent with the same event id",
+        r.resent.to_string(),
+    );
     for (code, n) in &r.poison {
         row(&format!("  poison events: {code}"), n.to_string());
     }
-    row("records published by the outbox router", o.published.to_string());
+    row(
+        "records published by the outbox router",
+        o.published.to_string(),
+    );
     row("status changes (read_committed)", o.transitions.to_string());
     row("orders shipped", v.shipped.to_string());
     row("orders cancelled", v.cancelled.to_string());
-    for outcome in [SagaOutcome::Completed, SagaOutcome::Compensated, SagaOutcome::CompensationFailed] {
-        row(&format!("sagas {}", outcome.as_str()), v.sagas.get(&outcome).copied().unwrap_or(0).to_string());
+    for outcome in [
+        SagaOutcome::Completed,
+        SagaOutcome::Compensated,
+        SagaOutcome::CompensationFailed,
+    ] {
+        row(
+            &format!("sagas {}", outcome.as_str()),
+            v.sagas.get(&outcome).copied().unwrap_or(0).to_string(),
+        );
     }
     for (topic, codes) in &o.dead_letters {
         for (code, n) in codes {
-            row(&format!("DLT {} {code}", topic.rsplit_once('.').map_or(topic.as_str(), |(a, _)| a.rsplit('.').next().unwrap_or(a))), n.to_string());
+            row(
+                &format!(
+                    "DLT {} {code}",
+                    topic
+                        .rsplit_once('.')
+                        .map_or(topic.as_str(), |(a, _)| a.rsplit('.').next().unwrap_or(a))
+                ),
+                n.to_string(),
+            );
         }
     }
     row("seconds", format!("{:.1}", r.elapsed.as_secs_f64()));
@@ -489,10 +624,32 @@ pub fn summary(r: &DemoReport) -> String {
         format!("every placed order reached a final state exactly once ({} of {}; {} twice, {} never, {} unexpected)", v.final_once, v.orders, v.final_twice, v.no_final, v.unexpected_finals)));
     s.push_str(&check(v.saga_missing == 0 && v.saga_twice == 0 && v.disagreements == 0,
         format!("every saga ended once, completed or compensated, agreeing with its order ({} missing, {} twice, {} disagree)", v.saga_missing, v.saga_twice, v.disagreements)));
-    s.push_str(&check(v.view_mismatches == 0, format!("the customer read model shows every order's final status ({} mismatches)", v.view_mismatches)));
-    s.push_str(&check(r.poison_dead_lettered, "every poison event is in the orders DLT under its reason".to_string()));
+    s.push_str(&check(
+        v.view_mismatches == 0,
+        format!(
+            "the customer read model shows every order's final status ({} mismatches)",
+            v.view_mismatches
+        ),
+    ));
+    s.push_str(&check(
+        r.poison_dead_lettered,
+        "every poison event is in the orders DLT under its reason".to_string(),
+    ));
     for (code, example) in &o.examples {
-        s.push_str(&format!("      e.g. {}\n", if example.len() > 150 { format!("{}…", &example[..example.char_indices().nth(150).map_or(example.len(), |(i, _)| i)]) } else { example.clone() }));
+        s.push_str(&format!(
+            "      e.g. {}\n",
+            if example.len() > 150 {
+                format!(
+                    "{}…",
+                    &example[..example
+                        .char_indices()
+                        .nth(150)
+                        .map_or(example.len(), |(i, _)| i)]
+                )
+            } else {
+                example.clone()
+            }
+        ));
         let _ = code;
     }
     s

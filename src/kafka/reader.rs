@@ -108,9 +108,7 @@ where
     let mut end: BTreeMap<i32, i64> = BTreeMap::new();
     let mut tpl = TopicPartitionList::new();
     for (&p, start) in starts {
-        let (low, high) = watermarks
-            .fetch_watermarks(topic, p, Duration::from_secs(10))
-            .map_err(kerr)?;
+        let (low, high) = watermarks_when_led(&watermarks, topic, p, deadline).map_err(kerr)?;
         if let Some(s) = start {
             if *s > high {
                 return Err(ReadError::BeyondEnd {
@@ -181,6 +179,38 @@ where
                 }
             }
             Some(Err(e)) => return Err(kerr(e)),
+        }
+    }
+}
+
+/// A partition's watermarks, asking again while the partition has no leader yet: a topic
+/// created a moment ago (or one whose leader moves) answers `NotLeaderForPartition`,
+/// `LeaderNotAvailable` or `UnknownTopicOrPartition` for a while, which is no reason to fail a
+/// restore. Other errors, and these past `deadline`, are returned.
+fn watermarks_when_led(
+    consumer: &BaseConsumer<ReaderContext>,
+    topic: &str,
+    partition: i32,
+    deadline: Instant,
+) -> Result<(i64, i64), KafkaError> {
+    loop {
+        match consumer.fetch_watermarks(topic, partition, Duration::from_secs(10)) {
+            Err(e)
+                if Instant::now() < deadline
+                    && matches!(
+                        e.rdkafka_error_code(),
+                        Some(
+                            RDKafkaErrorCode::NotLeaderForPartition
+                                | RDKafkaErrorCode::LeaderNotAvailable
+                                | RDKafkaErrorCode::UnknownTopicOrPartition
+                                | RDKafkaErrorCode::UnknownPartition
+                        )
+                    ) =>
+            {
+                tracing::debug!(topic, partition, error = %e, "no leader yet; asking again");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            other => return other,
         }
     }
 }

@@ -81,7 +81,8 @@ pub fn read(clients: &KafkaClients, topics: &Topics, timeout: Duration) -> Resul
         let dlt = crate::retry::dlt::topic_for(&input);
         let mut codes: BTreeMap<String, u64> = BTreeMap::new();
         read_all(clients, &dlt, timeout, |m| {
-            let msg = header(m, "eosflow.dlt.error.message").unwrap_or_else(|| "(no reason)".into());
+            let msg =
+                header(m, "eosflow.dlt.error.message").unwrap_or_else(|| "(no reason)".into());
             let code = msg.split(':').next().unwrap_or("").trim().to_string();
             *codes.entry(code.clone()).or_default() += 1;
             out.examples.entry(code).or_insert(msg);
@@ -185,7 +186,10 @@ pub fn judge(placed: &BTreeMap<String, String>, out: &Outputs) -> Verdict {
                 let agrees = matches!(
                     (one, last),
                     (SagaOutcome::Completed, Some(OrderStatus::Shipped))
-                        | (SagaOutcome::Compensated | SagaOutcome::CompensationFailed, Some(OrderStatus::Cancelled))
+                        | (
+                            SagaOutcome::Compensated | SagaOutcome::CompensationFailed,
+                            Some(OrderStatus::Cancelled)
+                        )
                 );
                 if !agrees {
                     v.disagreements += 1;
@@ -202,7 +206,11 @@ pub fn judge(placed: &BTreeMap<String, String>, out: &Outputs) -> Verdict {
             v.view_mismatches += 1;
         }
     }
-    v.unexpected_finals = out.finals.keys().filter(|o| !placed.contains_key(*o)).count();
+    v.unexpected_finals = out
+        .finals
+        .keys()
+        .filter(|o| !placed.contains_key(*o))
+        .count();
     v
 }
 
@@ -213,19 +221,44 @@ mod tests {
 
     #[test]
     fn a_second_final_status_or_a_missing_saga_fails_the_verdict() {
-        let placed = BTreeMap::from([("o-1".to_string(), "c-1".to_string()), ("o-2".into(), "c-1".into())]);
+        let placed = BTreeMap::from([
+            ("o-1".to_string(), "c-1".to_string()),
+            ("o-2".into(), "c-1".into()),
+        ]);
         let mut out = Outputs::default();
         out.finals.insert("o-1".into(), vec![OrderStatus::Shipped]);
-        out.finals.insert("o-2".into(), vec![OrderStatus::Cancelled]);
+        out.finals
+            .insert("o-2".into(), vec![OrderStatus::Cancelled]);
         out.sagas.insert("o-1".into(), vec![SagaOutcome::Completed]);
-        out.sagas.insert("o-2".into(), vec![SagaOutcome::Compensated]);
-        let mut view = CustomerView { customer_id: "c-1".into(), ..CustomerView::default() };
-        view.orders.insert("o-1".into(), OrderEntry { status: OrderStatus::Shipped, version: 3, total_minor: 1 });
-        view.orders.insert("o-2".into(), OrderEntry { status: OrderStatus::Cancelled, version: 2, total_minor: 1 });
+        out.sagas
+            .insert("o-2".into(), vec![SagaOutcome::Compensated]);
+        let mut view = CustomerView {
+            customer_id: "c-1".into(),
+            ..CustomerView::default()
+        };
+        view.orders.insert(
+            "o-1".into(),
+            OrderEntry {
+                status: OrderStatus::Shipped,
+                version: 3,
+                total_minor: 1,
+            },
+        );
+        view.orders.insert(
+            "o-2".into(),
+            OrderEntry {
+                status: OrderStatus::Cancelled,
+                version: 2,
+                total_minor: 1,
+            },
+        );
         out.views.insert("c-1".into(), view);
         let v = judge(&placed, &out);
         assert!(v.ok(), "{v}");
-        out.finals.get_mut("o-1").expect("o-1").push(OrderStatus::Shipped);
+        out.finals
+            .get_mut("o-1")
+            .expect("o-1")
+            .push(OrderStatus::Shipped);
         assert_eq!(judge(&placed, &out).final_twice, 1);
         out.finals.insert("o-1".into(), vec![OrderStatus::Shipped]);
         out.sagas.remove("o-2");

@@ -73,7 +73,9 @@ impl FromStr for Topology {
             .into_iter()
             .find(|t| t.name() == s)
             .ok_or_else(|| {
-                format!("unknown topology {s:?}: expected count, orders, stock, payment or customers")
+                format!(
+                    "unknown topology {s:?}: expected count, orders, stock, payment or customers"
+                )
             })
     }
 }
@@ -131,22 +133,19 @@ impl Topics {
     /// Every topic the application needs with `app_id` as the base application id: inputs with
     /// `levels` retry levels and a DLT, outputs, changelogs — one partition count for all.
     pub fn specs(&self, app_id: &str, partitions: i32, levels: u32) -> Vec<TopicSpec> {
-        let inputs: Vec<String> = Topology::ALL
-            .iter()
-            .flat_map(|t| self.inputs(*t))
-            .collect();
+        let inputs: Vec<String> = Topology::ALL.iter().flat_map(|t| self.inputs(*t)).collect();
         let mut specs: Vec<TopicSpec> = crate::retry::ladder_topics(&inputs, levels)
             .into_iter()
             .chain([self.status.clone(), self.saga_events.clone()])
             .map(|t| TopicSpec::new(t, partitions, "delete"))
             .collect();
-        specs.push(TopicSpec::new(self.customers.clone(), partitions, "compact"));
+        specs.push(TopicSpec::new(
+            self.customers.clone(),
+            partitions,
+            "compact",
+        ));
         for t in Topology::ALL {
-            specs.push(TopicSpec::new(
-                changelog(app_id, t),
-                partitions,
-                "compact",
-            ));
+            specs.push(TopicSpec::new(changelog(app_id, t), partitions, "compact"));
         }
         specs
     }
@@ -258,7 +257,10 @@ mod tests {
         let below: usize = (0..10_000)
             .filter(|i| draw(&format!("o-{i}"), "charge", 0) < 0.2)
             .count();
-        assert!((1_700..2_300).contains(&below), "{below} of 10000 below 0.2");
+        assert!(
+            (1_700..2_300).contains(&below),
+            "{below} of 10000 below 0.2"
+        );
     }
 
     #[test]

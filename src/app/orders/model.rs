@@ -437,11 +437,16 @@ pub(crate) mod tests {
         let paid_o = apply(Some(&placed_o), &paid("o-1")).expect("paid");
         let e = apply(Some(&paid_o), &cancelled("o-1")).unwrap_err();
         assert!(
-            e.to_string().starts_with("impossible-transition: order o-1 is Paid; order-cancelled")
+            e.to_string()
+                .starts_with("impossible-transition: order o-1 is Paid; order-cancelled")
                 && e.to_string().contains("past the saga's pivot"),
             "{e}"
         );
-        for (state, ev) in [(&c, paid("o-1")), (&c, shipped("o-1")), (&c, cancelled("o-1"))] {
+        for (state, ev) in [
+            (&c, paid("o-1")),
+            (&c, shipped("o-1")),
+            (&c, cancelled("o-1")),
+        ] {
             let e = apply(Some(state), &ev).unwrap_err();
             assert!(e.to_string().contains("a cancelled order is final"), "{e}");
         }
@@ -458,7 +463,10 @@ pub(crate) mod tests {
         );
         let o = apply(None, &OrderEvent::Placed(placed("o-1"))).expect("placed");
         let e = apply(Some(&o), &OrderEvent::Placed(placed("o-1"))).unwrap_err();
-        assert!(e.to_string().starts_with("duplicate-order: order o-1"), "{e}");
+        assert!(
+            e.to_string().starts_with("duplicate-order: order o-1"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -466,11 +474,17 @@ pub(crate) mod tests {
         let mut p = placed("o-1");
         p.lines[0].quantity = 0;
         let e = apply(None, &OrderEvent::Placed(p)).unwrap_err();
-        assert!(e.to_string().contains("line 0 (sku-1) has quantity 0"), "{e}");
+        assert!(
+            e.to_string().contains("line 0 (sku-1) has quantity 0"),
+            "{e}"
+        );
         let mut p = placed("o-1");
         p.total_minor += 1;
         let e = apply(None, &OrderEvent::Placed(p)).unwrap_err();
-        assert!(e.to_string().contains("is not the sum of the lines (1299)"), "{e}");
+        assert!(
+            e.to_string().contains("is not the sum of the lines (1299)"),
+            "{e}"
+        );
         let mut p = placed("o-1");
         p.lines.clear();
         assert!(apply(None, &OrderEvent::Placed(p)).is_err());

@@ -10,7 +10,9 @@
 
 use serde::de::DeserializeOwned;
 
-use super::messages::{self, types, CustomerOrderUpdated, PaymentReply, SagaEnded, StatusChanged, StockReply};
+use super::messages::{
+    self, types, CustomerOrderUpdated, PaymentReply, SagaEnded, StatusChanged, StockReply,
+};
 use super::model::{self, Order, OrderEvent, Rejection};
 use super::saga::{Action, Reply, Saga};
 use super::{now_ms, telemetry, Topics};
@@ -73,7 +75,11 @@ impl OrderProcessor {
     }
 
     /// An order event from the order service.
-    fn on_order_event(&mut self, ctx: &mut Context<'_>, r: &Record<'_>) -> Result<(), ProcessError> {
+    fn on_order_event(
+        &mut self,
+        ctx: &mut Context<'_>,
+        r: &Record<'_>,
+    ) -> Result<(), ProcessError> {
         let decoded = self.decoder.decode(r)?;
         let event = model::from_event(&decoded).map_err(|m| {
             telemetry::rejected(m.split(':').next().unwrap_or("bad-payload"));
@@ -99,7 +105,11 @@ impl OrderProcessor {
             OrderEvent::Cancelled(_) => {
                 // The rules of the aggregate first (unknown, final, paid), then the saga's.
                 let cancelled = model::apply(order.as_ref(), &event).map_err(Self::reject)?;
-                let order = order.ok_or_else(|| ProcessError::permanent("unreachable: apply accepted a cancel of an unknown order"))?;
+                let order = order.ok_or_else(|| {
+                    ProcessError::permanent(
+                        "unreachable: apply accepted a cancel of an unknown order",
+                    )
+                })?;
                 let mut saga: Saga = Self::load(ctx, &format!("saga/{key}"))?.ok_or_else(|| {
                     ProcessError::permanent(format!("saga/{key} is missing for a placed order"))
                 })?;
@@ -126,16 +136,22 @@ impl OrderProcessor {
 
     /// A service's reply to the saga.
     fn on_reply(&mut self, ctx: &mut Context<'_>, r: &Record<'_>) -> Result<(), ProcessError> {
-        let value = r.value.ok_or_else(|| ProcessError::permanent("missing-value: a reply without a value"))?;
+        let value = r
+            .value
+            .ok_or_else(|| ProcessError::permanent("missing-value: a reply without a value"))?;
         let parse = |what: &str, e: serde_json::Error| {
-            ProcessError::Permanent(format!("bad-payload: {what} does not match its contract: {e}"))
+            ProcessError::Permanent(format!(
+                "bad-payload: {what} does not match its contract: {e}"
+            ))
         };
         let reply = match r.header("type") {
-            Some(t) if t == types::STOCK_REPLY.as_bytes() => {
-                Reply::Stock(serde_json::from_slice::<StockReply>(value).map_err(|e| parse(types::STOCK_REPLY, e))?)
-            }
+            Some(t) if t == types::STOCK_REPLY.as_bytes() => Reply::Stock(
+                serde_json::from_slice::<StockReply>(value)
+                    .map_err(|e| parse(types::STOCK_REPLY, e))?,
+            ),
             Some(t) if t == types::PAYMENT_REPLY.as_bytes() => Reply::Payment(
-                serde_json::from_slice::<PaymentReply>(value).map_err(|e| parse(types::PAYMENT_REPLY, e))?,
+                serde_json::from_slice::<PaymentReply>(value)
+                    .map_err(|e| parse(types::PAYMENT_REPLY, e))?,
             ),
             other => {
                 return Err(ProcessError::Permanent(format!(
@@ -146,10 +162,13 @@ impl OrderProcessor {
         };
         let key = String::from_utf8_lossy(r.key.unwrap_or_default()).to_string();
         let Some(mut saga) = Self::load::<Saga>(ctx, &format!("saga/{key}"))? else {
-            return Err(ProcessError::Permanent(format!("unknown-saga: a reply for order {key}, which has no saga")));
+            return Err(ProcessError::Permanent(format!(
+                "unknown-saga: a reply for order {key}, which has no saga"
+            )));
         };
-        let order: Order = Self::load(ctx, &format!("order/{key}"))?
-            .ok_or_else(|| ProcessError::permanent(format!("order/{key} is missing for a running saga")))?;
+        let order: Order = Self::load(ctx, &format!("order/{key}"))?.ok_or_else(|| {
+            ProcessError::permanent(format!("order/{key} is missing for a running saga"))
+        })?;
         match saga.on_reply(&reply, &order, now_ms()) {
             Ok(actions) => {
                 let alert_record = actions.iter().find_map(|a| match a {
@@ -160,8 +179,20 @@ impl OrderProcessor {
                     // The failed compensation's last reply goes to the DLT with the reason, in
                     // this transaction: an operator sees it (`eosflow dlt list`), it is not lost.
                     let err = ProcessError::Permanent(reason);
-                    let headers = dlt::headers(r, &History::of(r), &self.group, DltClass::Permanent, Some(&err), now_ms());
-                    ctx.emit(dlt::topic_for(r.topic), r.key.map(<[u8]>::to_vec), r.value.map(<[u8]>::to_vec), headers);
+                    let headers = dlt::headers(
+                        r,
+                        &History::of(r),
+                        &self.group,
+                        DltClass::Permanent,
+                        Some(&err),
+                        now_ms(),
+                    );
+                    ctx.emit(
+                        dlt::topic_for(r.topic),
+                        r.key.map(<[u8]>::to_vec),
+                        r.value.map(<[u8]>::to_vec),
+                        headers,
+                    );
                     telemetry::compensation_failed();
                     tracing::error!(order = %key, error = %err, "saga compensation failed; alerted");
                 }
@@ -176,17 +207,33 @@ impl OrderProcessor {
     }
 
     /// Carries out the saga's actions and persists both the aggregate and the saga.
-    fn run(&mut self, ctx: &mut Context<'_>, mut order: Order, saga: Saga, actions: Vec<Action>) -> Result<(), ProcessError> {
+    fn run(
+        &mut self,
+        ctx: &mut Context<'_>,
+        mut order: Order,
+        saga: Saga,
+        actions: Vec<Action>,
+    ) -> Result<(), ProcessError> {
         let key = order.order_id.clone();
         for a in actions {
             match a {
                 Action::Stock(cmd) => {
                     let (v, h) = messages::encode(types::STOCK_COMMAND, &cmd);
-                    ctx.emit(self.topics.stock.clone(), Some(key.clone().into_bytes()), Some(v), h);
+                    ctx.emit(
+                        self.topics.stock.clone(),
+                        Some(key.clone().into_bytes()),
+                        Some(v),
+                        h,
+                    );
                 }
                 Action::Payment(cmd) => {
                     let (v, h) = messages::encode(types::PAYMENT_COMMAND, &cmd);
-                    ctx.emit(self.topics.payment.clone(), Some(key.clone().into_bytes()), Some(v), h);
+                    ctx.emit(
+                        self.topics.payment.clone(),
+                        Some(key.clone().into_bytes()),
+                        Some(v),
+                        h,
+                    );
                 }
                 Action::Order(ev) => {
                     // The saga only asks for transitions the rules allow; one that is refused
@@ -203,7 +250,12 @@ impl OrderProcessor {
                         ended_at: now_ms(),
                     };
                     let (v, h) = messages::encode(types::SAGA_ENDED, &ended);
-                    ctx.emit(self.topics.saga_events.clone(), Some(key.clone().into_bytes()), Some(v), h);
+                    ctx.emit(
+                        self.topics.saga_events.clone(),
+                        Some(key.clone().into_bytes()),
+                        Some(v),
+                        h,
+                    );
                     telemetry::saga_ended(outcome);
                 }
                 Action::Alert(_) => {} // emitted by on_reply, which has the reply record
@@ -223,7 +275,12 @@ impl OrderProcessor {
             to_status: to.status,
         };
         let (v, h) = messages::encode(types::STATUS_CHANGED, &changed);
-        ctx.emit(self.topics.status.clone(), Some(to.order_id.clone().into_bytes()), Some(v), h);
+        ctx.emit(
+            self.topics.status.clone(),
+            Some(to.order_id.clone().into_bytes()),
+            Some(v),
+            h,
+        );
         telemetry::transitioned(match to.status {
             model::OrderStatus::Placed => "placed",
             model::OrderStatus::Paid => "paid",
@@ -242,7 +299,12 @@ impl OrderProcessor {
             total_minor: o.total_minor,
         };
         let (v, h) = messages::encode(types::CUSTOMER_ORDER_UPDATED, &u);
-        ctx.emit(self.topics.feed.clone(), Some(o.customer_id.clone().into_bytes()), Some(v), h);
+        ctx.emit(
+            self.topics.feed.clone(),
+            Some(o.customer_id.clone().into_bytes()),
+            Some(v),
+            h,
+        );
     }
 }
 

@@ -85,9 +85,14 @@ impl Processor for CustomersProcessor {
                 r.header("type").map(String::from_utf8_lossy)
             )));
         }
-        let v = r.value.ok_or_else(|| ProcessError::permanent("missing-value: an update without a value"))?;
+        let v = r
+            .value
+            .ok_or_else(|| ProcessError::permanent("missing-value: an update without a value"))?;
         let u: CustomerOrderUpdated = serde_json::from_slice(v).map_err(|e| {
-            ProcessError::Permanent(format!("bad-payload: {} does not match its contract: {e}", types::CUSTOMER_ORDER_UPDATED))
+            ProcessError::Permanent(format!(
+                "bad-payload: {} does not match its contract: {e}",
+                types::CUSTOMER_ORDER_UPDATED
+            ))
         })?;
         let key = format!("customer/{}", u.customer_id);
         let mut view: CustomerView = match ctx.get(key.as_bytes())? {
@@ -101,7 +106,12 @@ impl Processor for CustomersProcessor {
         }
         let bytes = serde_json::to_vec(&view).unwrap_or_default();
         ctx.put(key.as_bytes(), bytes.clone());
-        ctx.emit(self.topics.customers.clone(), Some(u.customer_id.into_bytes()), Some(bytes), vec![]);
+        ctx.emit(
+            self.topics.customers.clone(),
+            Some(u.customer_id.into_bytes()),
+            Some(bytes),
+            vec![],
+        );
         Ok(())
     }
 
@@ -139,13 +149,28 @@ mod tests {
     fn a_replayed_or_reordered_update_cannot_regress_the_view() {
         let mut v = CustomerView::default();
         assert!(v.apply(&u("o-1", OrderStatus::Placed, 1)));
-        assert!(v.apply(&u("o-1", OrderStatus::Shipped, 3)), "a gap is fine: newer wins");
-        assert!(!v.apply(&u("o-1", OrderStatus::Paid, 2)), "older arrives late: ignored");
-        assert!(!v.apply(&u("o-1", OrderStatus::Placed, 1)), "a replay: ignored");
-        assert!(!v.apply(&u("o-1", OrderStatus::Shipped, 3)), "a duplicate: ignored");
+        assert!(
+            v.apply(&u("o-1", OrderStatus::Shipped, 3)),
+            "a gap is fine: newer wins"
+        );
+        assert!(
+            !v.apply(&u("o-1", OrderStatus::Paid, 2)),
+            "older arrives late: ignored"
+        );
+        assert!(
+            !v.apply(&u("o-1", OrderStatus::Placed, 1)),
+            "a replay: ignored"
+        );
+        assert!(
+            !v.apply(&u("o-1", OrderStatus::Shipped, 3)),
+            "a duplicate: ignored"
+        );
         assert_eq!(v.orders["o-1"].status, OrderStatus::Shipped);
         assert_eq!(v.shipped_total_minor, 100);
-        assert!(v.apply(&u("o-2", OrderStatus::Placed, 1)), "another order is independent");
+        assert!(
+            v.apply(&u("o-2", OrderStatus::Placed, 1)),
+            "another order is independent"
+        );
         assert_eq!(v.orders.len(), 2);
     }
 }

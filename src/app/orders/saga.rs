@@ -150,7 +150,9 @@ impl Saga {
                 self.steps.push("release".into());
                 Ok(vec![Action::Stock(self.release(1))])
             }
-            Step::Charging => Err("its payment is in flight (the saga's pivot): it can no longer be cancelled"),
+            Step::Charging => {
+                Err("its payment is in flight (the saga's pivot): it can no longer be cancelled")
+            }
             Step::Shipping { .. } => Err("it is paid and shipping"),
             Step::Releasing { .. } => Err("it is already being cancelled"),
             Step::Ended { .. } => Err("its fulfilment has ended"),
@@ -167,7 +169,12 @@ impl Saga {
     }
 
     /// Advances on a service's reply; `Stale` when the reply does not fit the current step.
-    pub fn on_reply(&mut self, reply: &Reply, order: &Order, now: i64) -> Result<Vec<Action>, Stale> {
+    pub fn on_reply(
+        &mut self,
+        reply: &Reply,
+        order: &Order,
+        now: i64,
+    ) -> Result<Vec<Action>, Stale> {
         let stale = |s: &Self, what: String| Stale {
             order_id: s.order_id.clone(),
             what,
@@ -293,7 +300,9 @@ impl Saga {
             (_, r) => Err(stale(
                 self,
                 match r {
-                    Reply::Stock(s) => format!("stock {:?} #{} {:?}", s.action, s.attempt, s.outcome),
+                    Reply::Stock(s) => {
+                        format!("stock {:?} #{} {:?}", s.action, s.attempt, s.outcome)
+                    }
                     Reply::Payment(p) => format!("payment {:?}", p.outcome),
                 },
             )),
@@ -352,34 +361,57 @@ mod tests {
         let o = order();
         let (mut s, a) = Saga::start(&o);
         assert_eq!(kinds(&a), ["reserve"]);
-        let a = s.on_reply(&stock(StockAction::Reserve, 1, Outcome::Ok), &o, 1).expect("reserved");
+        let a = s
+            .on_reply(&stock(StockAction::Reserve, 1, Outcome::Ok), &o, 1)
+            .expect("reserved");
         assert_eq!(kinds(&a), ["charge"]);
         let a = s.on_reply(&pay(Outcome::Ok), &o, 2).expect("charged");
-        assert_eq!(kinds(&a), ["order-paid", "ship"], "the pivot pays the order and ships");
+        assert_eq!(
+            kinds(&a),
+            ["order-paid", "ship"],
+            "the pivot pays the order and ships"
+        );
         for attempt in 1..=3 {
             let a = s
                 .on_reply(&stock(StockAction::Ship, attempt, Outcome::Failed), &o, 3)
                 .expect("ship failed");
-            assert_eq!(kinds(&a), ["ship"], "after the pivot: only a retry, no release");
+            assert_eq!(
+                kinds(&a),
+                ["ship"],
+                "after the pivot: only a retry, no release"
+            );
         }
         assert_eq!(s.step, Step::Shipping { attempt: 4 });
         let late = s.on_reply(&stock(StockAction::Ship, 2, Outcome::Ok), &o, 4);
         assert!(late.is_err(), "a reply to an older attempt is stale");
-        let a = s.on_reply(&stock(StockAction::Ship, 4, Outcome::Ok), &o, 5).expect("shipped");
+        let a = s
+            .on_reply(&stock(StockAction::Ship, 4, Outcome::Ok), &o, 5)
+            .expect("shipped");
         assert_eq!(kinds(&a), ["order-shipped", "end"]);
         assert_eq!(s.ended(), Some(SagaOutcome::Completed));
-        assert_eq!(s.steps, ["reserve", "charge", "ship", "ship#2", "ship#3", "ship#4"]);
-        assert!(s.on_reply(&pay(Outcome::Ok), &o, 6).is_err(), "an ended saga ignores replies");
+        assert_eq!(
+            s.steps,
+            ["reserve", "charge", "ship", "ship#2", "ship#3", "ship#4"]
+        );
+        assert!(
+            s.on_reply(&pay(Outcome::Ok), &o, 6).is_err(),
+            "an ended saga ignores replies"
+        );
     }
 
     #[test]
     fn a_declined_payment_releases_the_stock_then_cancels_the_order() {
         let o = order();
         let (mut s, _) = Saga::start(&o);
-        s.on_reply(&stock(StockAction::Reserve, 1, Outcome::Ok), &o, 1).expect("reserved");
-        let a = s.on_reply(&pay(Outcome::Rejected), &o, 2).expect("declined");
+        s.on_reply(&stock(StockAction::Reserve, 1, Outcome::Ok), &o, 1)
+            .expect("reserved");
+        let a = s
+            .on_reply(&pay(Outcome::Rejected), &o, 2)
+            .expect("declined");
         assert_eq!(kinds(&a), ["release"], "before the pivot: compensate");
-        let a = s.on_reply(&stock(StockAction::Release, 1, Outcome::Ok), &o, 3).expect("released");
+        let a = s
+            .on_reply(&stock(StockAction::Release, 1, Outcome::Ok), &o, 3)
+            .expect("released");
         assert_eq!(kinds(&a), ["order-cancelled", "end"]);
         match &a[0] {
             Action::Order(OrderEvent::Cancelled(c)) => assert_eq!(c.reason, "PAYMENT_FAILED"),
@@ -392,7 +424,9 @@ mod tests {
     fn rejected_stock_ends_compensated_with_nothing_to_release() {
         let o = order();
         let (mut s, _) = Saga::start(&o);
-        let a = s.on_reply(&stock(StockAction::Reserve, 1, Outcome::Rejected), &o, 1).expect("rejected");
+        let a = s
+            .on_reply(&stock(StockAction::Reserve, 1, Outcome::Rejected), &o, 1)
+            .expect("rejected");
         assert_eq!(kinds(&a), ["order-cancelled", "end"]);
         assert_eq!(s.ended(), Some(SagaOutcome::Compensated));
     }
@@ -401,20 +435,35 @@ mod tests {
     fn a_compensation_that_keeps_failing_alerts_instead_of_being_swallowed() {
         let o = order();
         let (mut s, _) = Saga::start(&o);
-        s.on_reply(&stock(StockAction::Reserve, 1, Outcome::Ok), &o, 1).expect("reserved");
-        s.on_reply(&pay(Outcome::Rejected), &o, 2).expect("declined");
+        s.on_reply(&stock(StockAction::Reserve, 1, Outcome::Ok), &o, 1)
+            .expect("reserved");
+        s.on_reply(&pay(Outcome::Rejected), &o, 2)
+            .expect("declined");
         for attempt in 1..MAX_RELEASE_ATTEMPTS {
             let a = s
-                .on_reply(&stock(StockAction::Release, attempt, Outcome::Failed), &o, 3)
+                .on_reply(
+                    &stock(StockAction::Release, attempt, Outcome::Failed),
+                    &o,
+                    3,
+                )
                 .expect("release failed");
             assert_eq!(kinds(&a), ["release"], "a failed compensation is retried");
         }
         let a = s
-            .on_reply(&stock(StockAction::Release, MAX_RELEASE_ATTEMPTS, Outcome::Failed), &o, 4)
+            .on_reply(
+                &stock(StockAction::Release, MAX_RELEASE_ATTEMPTS, Outcome::Failed),
+                &o,
+                4,
+            )
             .expect("gave up");
         assert_eq!(kinds(&a), ["order-cancelled", "alert", "end"]);
         match &a[1] {
-            Action::Alert(m) => assert!(m.starts_with("compensation-failed: releasing the stock of order o-1 failed 3 times"), "{m}"),
+            Action::Alert(m) => assert!(
+                m.starts_with(
+                    "compensation-failed: releasing the stock of order o-1 failed 3 times"
+                ),
+                "{m}"
+            ),
             other => panic!("{other:?}"),
         }
         assert_eq!(s.ended(), Some(SagaOutcome::CompensationFailed));
@@ -428,13 +477,18 @@ mod tests {
         assert_eq!(kinds(&a), ["release"]);
         // The reservation's reply arrives late: ignored; the release's ends the saga without a
         // second cancellation (the order is already cancelled).
-        assert!(s.on_reply(&stock(StockAction::Reserve, 1, Outcome::Ok), &o, 1).is_err());
-        let a = s.on_reply(&stock(StockAction::Release, 1, Outcome::Ok), &o, 2).expect("released");
+        assert!(s
+            .on_reply(&stock(StockAction::Reserve, 1, Outcome::Ok), &o, 1)
+            .is_err());
+        let a = s
+            .on_reply(&stock(StockAction::Release, 1, Outcome::Ok), &o, 2)
+            .expect("released");
         assert_eq!(kinds(&a), ["end"]);
         assert_eq!(s.ended(), Some(SagaOutcome::Compensated));
 
         let (mut s, _) = Saga::start(&o);
-        s.on_reply(&stock(StockAction::Reserve, 1, Outcome::Ok), &o, 1).expect("reserved");
+        s.on_reply(&stock(StockAction::Reserve, 1, Outcome::Ok), &o, 1)
+            .expect("reserved");
         let why = s.on_customer_cancel().unwrap_err();
         assert!(why.contains("payment is in flight"), "{why}");
     }

@@ -5,20 +5,30 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::messages::{self, types, Outcome, PaymentCommand, PaymentReply, StockAction, StockCommand, StockReply};
+use super::messages::{
+    self, types, Outcome, PaymentCommand, PaymentReply, StockAction, StockCommand, StockReply,
+};
 use super::{draw, FailureRates, Topics};
 use crate::processor::{Context, ProcessError, Processor, Record};
 
-fn parse<T: serde::de::DeserializeOwned>(r: &Record<'_>, type_name: &str) -> Result<T, ProcessError> {
+fn parse<T: serde::de::DeserializeOwned>(
+    r: &Record<'_>,
+    type_name: &str,
+) -> Result<T, ProcessError> {
     if r.header("type") != Some(type_name.as_bytes()) {
         return Err(ProcessError::Permanent(format!(
             "unknown-type: expected {type_name}, got {:?}",
             r.header("type").map(String::from_utf8_lossy)
         )));
     }
-    let v = r.value.ok_or_else(|| ProcessError::permanent("missing-value: a command without a value"))?;
-    serde_json::from_slice(v)
-        .map_err(|e| ProcessError::Permanent(format!("bad-payload: {type_name} does not match its contract: {e}")))
+    let v = r
+        .value
+        .ok_or_else(|| ProcessError::permanent("missing-value: a command without a value"))?;
+    serde_json::from_slice(v).map_err(|e| {
+        ProcessError::Permanent(format!(
+            "bad-payload: {type_name} does not match its contract: {e}"
+        ))
+    })
 }
 
 /// What the stock service holds for an order.
@@ -48,36 +58,62 @@ impl StockService {
         Self { topics, rates }
     }
 
-    fn decide(&self, cmd: &StockCommand, held: Option<Reservation>) -> (Option<Reservation>, Outcome, Option<String>) {
+    fn decide(
+        &self,
+        cmd: &StockCommand,
+        held: Option<Reservation>,
+    ) -> (Option<Reservation>, Outcome, Option<String>) {
         let id = &cmd.order_id;
         match cmd.action {
             StockAction::Reserve => match held {
-                Some(Reservation::Rejected) => (None, Outcome::Rejected, Some("out of stock".into())),
+                Some(Reservation::Rejected) => {
+                    (None, Outcome::Rejected, Some("out of stock".into()))
+                }
                 Some(_) => (None, Outcome::Ok, None), // a repeated reserve: same answer
                 None if draw(id, "reserve", 0) < self.rates.stock_failure_rate => {
                     let sku = cmd.lines.first().map(|l| l.sku.as_str()).unwrap_or("?");
-                    (Some(Reservation::Rejected), Outcome::Rejected, Some(format!("out of stock: {sku}")))
+                    (
+                        Some(Reservation::Rejected),
+                        Outcome::Rejected,
+                        Some(format!("out of stock: {sku}")),
+                    )
                 }
                 None => (Some(Reservation::Reserved), Outcome::Ok, None),
             },
             StockAction::Release => {
                 if draw(id, "release", cmd.attempt) < self.rates.release_failure_rate {
-                    return (None, Outcome::Failed, Some("warehouse system unavailable (simulated)".into()));
+                    return (
+                        None,
+                        Outcome::Failed,
+                        Some("warehouse system unavailable (simulated)".into()),
+                    );
                 }
                 match held {
                     // Idempotent: releasing twice, or what was never reserved, frees nothing.
                     Some(Reservation::Reserved) => (Some(Reservation::Released), Outcome::Ok, None),
-                    Some(Reservation::Shipped) => (None, Outcome::Failed, Some("already shipped".into())),
+                    Some(Reservation::Shipped) => {
+                        (None, Outcome::Failed, Some("already shipped".into()))
+                    }
                     _ => (None, Outcome::Ok, None),
                 }
             }
             StockAction::Ship => match held {
                 Some(Reservation::Shipped) => (None, Outcome::Ok, None),
-                Some(Reservation::Reserved) if draw(id, "ship", cmd.attempt) < self.rates.ship_failure_rate => {
-                    (None, Outcome::Failed, Some("carrier unavailable (simulated)".into()))
+                Some(Reservation::Reserved)
+                    if draw(id, "ship", cmd.attempt) < self.rates.ship_failure_rate =>
+                {
+                    (
+                        None,
+                        Outcome::Failed,
+                        Some("carrier unavailable (simulated)".into()),
+                    )
                 }
                 Some(Reservation::Reserved) => (Some(Reservation::Shipped), Outcome::Ok, None),
-                _ => (None, Outcome::Failed, Some("nothing reserved to ship".into())),
+                _ => (
+                    None,
+                    Outcome::Failed,
+                    Some("nothing reserved to ship".into()),
+                ),
             },
         }
     }
@@ -100,11 +136,22 @@ impl Processor for StockService {
             attempt: cmd.attempt,
             outcome,
             reason,
-            tracking_number: (cmd.action == StockAction::Ship && outcome == Outcome::Ok)
-                .then(|| format!("TRK-{:010}", (draw(&cmd.order_id, "tracking", 0) * 1e10) as u64)),
+            tracking_number: (cmd.action == StockAction::Ship && outcome == Outcome::Ok).then(
+                || {
+                    format!(
+                        "TRK-{:010}",
+                        (draw(&cmd.order_id, "tracking", 0) * 1e10) as u64
+                    )
+                },
+            ),
         };
         let (v, h) = messages::encode(types::STOCK_REPLY, &reply);
-        ctx.emit(self.topics.replies.clone(), Some(cmd.order_id.into_bytes()), Some(v), h);
+        ctx.emit(
+            self.topics.replies.clone(),
+            Some(cmd.order_id.into_bytes()),
+            Some(v),
+            h,
+        );
         Ok(())
     }
 
@@ -131,7 +178,10 @@ impl Processor for PaymentService {
     fn process(&mut self, ctx: &mut Context<'_>, r: &Record<'_>) -> Result<(), ProcessError> {
         let cmd: PaymentCommand = parse(r, types::PAYMENT_COMMAND)?;
         let key = format!("charge/{}", cmd.order_id);
-        let reply = match ctx.get(key.as_bytes())?.and_then(|b| serde_json::from_slice::<PaymentReply>(&b).ok()) {
+        let reply = match ctx
+            .get(key.as_bytes())?
+            .and_then(|b| serde_json::from_slice::<PaymentReply>(&b).ok())
+        {
             Some(done) => done, // the order id is the idempotency key: never charged twice
             None => {
                 let reply = if draw(&cmd.order_id, "charge", 0) < self.rates.payment_failure_rate {
@@ -145,16 +195,27 @@ impl Processor for PaymentService {
                     PaymentReply {
                         order_id: cmd.order_id.clone(),
                         outcome: Outcome::Ok,
-                        payment_id: Some(format!("pay-{:012}", (draw(&cmd.order_id, "payment-id", 0) * 1e12) as u64)),
+                        payment_id: Some(format!(
+                            "pay-{:012}",
+                            (draw(&cmd.order_id, "payment-id", 0) * 1e12) as u64
+                        )),
                         reason: None,
                     }
                 };
-                ctx.put(key.as_bytes(), serde_json::to_vec(&reply).unwrap_or_default());
+                ctx.put(
+                    key.as_bytes(),
+                    serde_json::to_vec(&reply).unwrap_or_default(),
+                );
                 reply
             }
         };
         let (v, h) = messages::encode(types::PAYMENT_REPLY, &reply);
-        ctx.emit(self.topics.replies.clone(), Some(cmd.order_id.into_bytes()), Some(v), h);
+        ctx.emit(
+            self.topics.replies.clone(),
+            Some(cmd.order_id.into_bytes()),
+            Some(v),
+            h,
+        );
         Ok(())
     }
 
@@ -173,26 +234,63 @@ mod tests {
             order_id: "o-1".into(),
             action,
             attempt,
-            lines: vec![Line { sku: "s".into(), quantity: 1, unit_price_minor: 1 }],
+            lines: vec![Line {
+                sku: "s".into(),
+                quantity: 1,
+                unit_price_minor: 1,
+            }],
         }
     }
 
     #[test]
     fn a_release_is_idempotent_and_never_frees_what_was_not_held() {
-        let s = StockService::new(Topics::new("t"), FailureRates { release_failure_rate: 0.0, ..FailureRates::default() });
+        let s = StockService::new(
+            Topics::new("t"),
+            FailureRates {
+                release_failure_rate: 0.0,
+                ..FailureRates::default()
+            },
+        );
         let (n, o, _) = s.decide(&cmd(StockAction::Release, 1), Some(Reservation::Reserved));
         assert_eq!((n, o), (Some(Reservation::Released), Outcome::Ok));
         let (n, o, _) = s.decide(&cmd(StockAction::Release, 1), Some(Reservation::Released));
-        assert_eq!((n, o), (None, Outcome::Ok), "a second release changes nothing");
+        assert_eq!(
+            (n, o),
+            (None, Outcome::Ok),
+            "a second release changes nothing"
+        );
         let (n, o, _) = s.decide(&cmd(StockAction::Release, 1), None);
-        assert_eq!((n, o), (None, Outcome::Ok), "releasing what was never reserved changes nothing");
+        assert_eq!(
+            (n, o),
+            (None, Outcome::Ok),
+            "releasing what was never reserved changes nothing"
+        );
     }
 
     #[test]
     fn failure_rates_of_zero_and_one_always_and_never_fail() {
-        let never = StockService::new(Topics::new("t"), FailureRates { stock_failure_rate: 0.0, ship_failure_rate: 0.0, ..FailureRates::default() });
-        assert_eq!(never.decide(&cmd(StockAction::Reserve, 1), None).1, Outcome::Ok);
-        let always = StockService::new(Topics::new("t"), FailureRates { stock_failure_rate: 1.0, ..FailureRates::default() });
-        assert_eq!(always.decide(&cmd(StockAction::Reserve, 1), None).1, Outcome::Rejected);
+        let never = StockService::new(
+            Topics::new("t"),
+            FailureRates {
+                stock_failure_rate: 0.0,
+                ship_failure_rate: 0.0,
+                ..FailureRates::default()
+            },
+        );
+        assert_eq!(
+            never.decide(&cmd(StockAction::Reserve, 1), None).1,
+            Outcome::Ok
+        );
+        let always = StockService::new(
+            Topics::new("t"),
+            FailureRates {
+                stock_failure_rate: 1.0,
+                ..FailureRates::default()
+            },
+        );
+        assert_eq!(
+            always.decide(&cmd(StockAction::Reserve, 1), None).1,
+            Outcome::Rejected
+        );
     }
 }

@@ -78,7 +78,10 @@ impl Tally {
         BTreeMap::from([
             ("invalid-order", self.invalid.load(Ordering::Relaxed)),
             ("unknown-order", self.unknown.load(Ordering::Relaxed)),
-            ("duplicate-order", self.duplicate_orders.load(Ordering::Relaxed)),
+            (
+                "duplicate-order",
+                self.duplicate_orders.load(Ordering::Relaxed),
+            ),
         ])
     }
 }
@@ -93,13 +96,20 @@ pub struct Writer {
 
 impl std::fmt::Debug for Writer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Writer").field("orders", &self.orders).field("outbox", &self.outbox).finish()
+        f.debug_struct("Writer")
+            .field("orders", &self.orders)
+            .field("outbox", &self.outbox)
+            .finish()
     }
 }
 
 impl Writer {
     /// Connects and creates the `orders` table and the outbox table (the router's migration).
-    pub fn connect(url: &str, orders_table: &str, outbox: &OutboxConfig) -> Result<Self, WriterError> {
+    pub fn connect(
+        url: &str,
+        orders_table: &str,
+        outbox: &OutboxConfig,
+    ) -> Result<Self, WriterError> {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -136,12 +146,17 @@ impl Writer {
 
     /// Runs `sql` (cleanup, slot checks).
     pub fn execute(&self, sql: &str) -> Result<(), WriterError> {
-        self.rt.block_on(self.client.batch_execute(sql)).map_err(pg(sql))
+        self.rt
+            .block_on(self.client.batch_execute(sql))
+            .map_err(pg(sql))
     }
 
     /// The first column of the first row of `sql` as text, if any.
     pub fn text(&self, sql: &str) -> Result<Option<String>, WriterError> {
-        let rows = self.rt.block_on(self.client.simple_query(sql)).map_err(pg(sql))?;
+        let rows = self
+            .rt
+            .block_on(self.client.simple_query(sql))
+            .map_err(pg(sql))?;
         Ok(rows.into_iter().find_map(|m| match m {
             tokio_postgres::SimpleQueryMessage::Row(r) => r.get(0).map(str::to_string),
             _ => None,
@@ -152,7 +167,10 @@ impl Writer {
     pub fn placed_orders(&self) -> Result<BTreeMap<String, String>, WriterError> {
         let rows = self
             .rt
-            .block_on(self.client.query(&format!("select order_id, customer_id from {}", self.orders), &[]))
+            .block_on(self.client.query(
+                &format!("select order_id, customer_id from {}", self.orders),
+                &[],
+            ))
             .map_err(pg("reading the orders table"))?;
         Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
     }
@@ -196,9 +214,13 @@ impl Writer {
         self.rt.block_on(async {
             let tx = client.transaction().await.map_err(pg("begin"))?;
             if let Some((sql, params)) = &order_sql {
-                let p: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =
-                    params.iter().map(|s| s as &(dyn tokio_postgres::types::ToSql + Sync)).collect();
-                tx.execute(sql.as_str(), &p).await.map_err(pg("writing the orders row"))?;
+                let p: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = params
+                    .iter()
+                    .map(|s| s as &(dyn tokio_postgres::types::ToSql + Sync))
+                    .collect();
+                tx.execute(sql.as_str(), &p)
+                    .await
+                    .map_err(pg("writing the orders row"))?;
             }
             Self::outbox_row(&tx, &outbox, order_id, type_name, payload, event_id).await?;
             tx.commit().await.map_err(pg("commit"))
@@ -206,7 +228,14 @@ impl Writer {
     }
 
     /// Places orders at `mix.rate` for `duration` (or until `stop`), with ids `<prefix>-<n>`.
-    pub fn run(&mut self, prefix: &str, mix: Mix, duration: Duration, tally: &Tally, stop: &AtomicBool) -> Result<(), WriterError> {
+    pub fn run(
+        &mut self,
+        prefix: &str,
+        mix: Mix,
+        duration: Duration,
+        tally: &Tally,
+        stop: &AtomicBool,
+    ) -> Result<(), WriterError> {
         let mut rng = rand::thread_rng();
         let started = Instant::now();
         // Cancels and re-sends happen a moment after their order: (due, order id, kind).
@@ -228,7 +257,10 @@ impl Writer {
                 .collect();
             let total: i64 = lines
                 .iter()
-                .map(|l| l["quantity"].as_i64().unwrap_or(0) * l["unit_price_minor"].as_i64().unwrap_or(0))
+                .map(|l| {
+                    l["quantity"].as_i64().unwrap_or(0)
+                        * l["unit_price_minor"].as_i64().unwrap_or(0)
+                })
                 .sum();
             let channel = ["web", "app", "store"][rng.gen_range(0..3)];
             let placed = json!({"order_id": order_id, "customer_id": customer, "placed_at": now_ms(), "currency": "EUR", "total_minor": total, "lines": lines, "channel": channel});
@@ -246,11 +278,23 @@ impl Writer {
             tally.placed.fetch_add(1, Ordering::Relaxed);
             let soon = |ms: u64| Instant::now() + Duration::from_millis(ms);
             if rng.gen_bool(mix.resend_rate.clamp(0.0, 1.0)) {
-                later.push((soon(rng.gen_range(0..2000)), order_id.clone(), placed.clone(), event_id, "resend"));
+                later.push((
+                    soon(rng.gen_range(0..2000)),
+                    order_id.clone(),
+                    placed.clone(),
+                    event_id,
+                    "resend",
+                ));
             }
             if rng.gen_bool(mix.cancel_rate.clamp(0.0, 1.0)) {
                 let cancel = json!({"order_id": order_id, "cancelled_at": now_ms(), "reason": "CUSTOMER_REQUEST", "note": null});
-                later.push((soon(rng.gen_range(0..400)), order_id.clone(), cancel, uuid::Uuid::new_v4().to_string(), "cancel"));
+                later.push((
+                    soon(rng.gen_range(0..400)),
+                    order_id.clone(),
+                    cancel,
+                    uuid::Uuid::new_v4().to_string(),
+                    "cancel",
+                ));
             }
             if rng.gen_bool(mix.poison_rate.clamp(0.0, 1.0)) {
                 self.poison(&mut rng, &order_id, &placed, tally)?;
@@ -273,7 +317,13 @@ impl Writer {
             match kind {
                 "cancel" => {
                     self.write(
-                        Some((format!("update {} set status = 'CANCEL_REQUESTED' where order_id = $1", self.orders), vec![order_id.clone()])),
+                        Some((
+                            format!(
+                                "update {} set status = 'CANCEL_REQUESTED' where order_id = $1",
+                                self.orders
+                            ),
+                            vec![order_id.clone()],
+                        )),
                         &order_id,
                         types::ORDER_CANCELLED,
                         &payload,
@@ -291,7 +341,13 @@ impl Writer {
         Ok(())
     }
 
-    fn poison(&mut self, rng: &mut impl Rng, order_id: &str, placed: &serde_json::Value, tally: &Tally) -> Result<(), WriterError> {
+    fn poison(
+        &mut self,
+        rng: &mut impl Rng,
+        order_id: &str,
+        placed: &serde_json::Value,
+        tally: &Tally,
+    ) -> Result<(), WriterError> {
         let id = uuid::Uuid::new_v4().to_string();
         match rng.gen_range(0..3) {
             0 => {
