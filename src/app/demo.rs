@@ -397,6 +397,25 @@ pub fn run(config: &Config, args: &DemoArgs, progress: bool) -> Result<DemoRepor
             std::thread::spawn(move || writer.run(&prefix, mix, duration, &t, &s).map(|()| writer))
         };
         let group = orders::app_id(&ns, Topology::Orders);
+        // The lag is slow to ask for (committed records are counted): a thread keeps it fresh
+        // so the progress line ticks once a second.
+        let lag = Arc::new(std::sync::atomic::AtomicI64::new(0));
+        let lagger = {
+            let (c, g, t, l, s, p) = (
+                clients.clone(),
+                group.clone(),
+                topics.clone(),
+                lag.clone(),
+                tail_stop.clone(),
+                args.partitions,
+            );
+            std::thread::spawn(move || {
+                while !s.load(Ordering::Relaxed) {
+                    l.store(group_lag(&c, &g, &t, p), Ordering::Relaxed);
+                    std::thread::sleep(Duration::from_millis(500));
+                }
+            })
+        };
         let mut writing = Some(writing);
         let mut writer_back: Option<Writer> = None;
         let mut last = Instant::now() - Duration::from_secs(1);
@@ -414,7 +433,7 @@ pub fn run(config: &Config, args: &DemoArgs, progress: bool) -> Result<DemoRepor
                         live.completed.load(Ordering::Relaxed),
                         live.compensated.load(Ordering::Relaxed) + live.failed.load(Ordering::Relaxed),
                         live.dead.load(Ordering::Relaxed),
-                        group_lag(&clients, &group, &topics, args.partitions),
+                        lag.load(Ordering::Relaxed),
                     );
                 }
             }
@@ -459,6 +478,7 @@ pub fn run(config: &Config, args: &DemoArgs, progress: bool) -> Result<DemoRepor
         }
         tail_stop.store(true, Ordering::Relaxed);
         let _ = tailer.join();
+        let _ = lagger.join();
         router_stop.store(true, Ordering::Relaxed);
         let routed = router
             .join()
