@@ -265,7 +265,48 @@ pub fn create_topics(
             "topic {t} already existed ({o:?}); a run needs fresh topics"
         ));
     }
-    Ok(())
+    wait_led(clients, &specs, Duration::from_secs(30))
+}
+
+/// Waits until every topic of `specs` is in the cluster metadata with a leader for each
+/// partition: a created topic takes a moment to appear, and a runtime started before that
+/// refuses to start ("topics missing").
+fn wait_led(clients: &KafkaClients, specs: &[TopicSpec], timeout: Duration) -> Result<(), String> {
+    let consumer: BaseConsumer<ReaderContext> = clients
+        .config(ClientRole::Reader)
+        .create_with_context(ReaderContext)
+        .map_err(|e| e.to_string())?;
+    let deadline = Instant::now() + timeout;
+    loop {
+        let md = consumer
+            .fetch_metadata(None, Duration::from_secs(10))
+            .map_err(|e| format!("cluster metadata: {e}"))?;
+        let led = |spec: &TopicSpec| {
+            md.topics().iter().any(|t| {
+                t.name() == spec.name
+                    && t.error().is_none()
+                    && t.partitions().len() == spec.partitions as usize
+                    && t.partitions()
+                        .iter()
+                        .all(|p| p.leader() >= 0 && p.error().is_none())
+            })
+        };
+        let waiting: Vec<&str> = specs
+            .iter()
+            .filter(|s| !led(s))
+            .map(|s| s.name.as_str())
+            .collect();
+        if waiting.is_empty() {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(format!(
+                "topics created but without a leader after {timeout:?}: {}",
+                waiting.join(", ")
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 /// The demo's settings on top of the user's: its own app id, fast retries, local stores.
