@@ -560,6 +560,8 @@ pub fn run(config: &Config, args: &DemoArgs, progress: bool) -> Result<DemoRepor
     match result {
         Ok((writer, report)) => {
             cleanup.run(&writer);
+            // The stores are only this run's: their changelogs stay in Kafka.
+            let _ = std::fs::remove_dir_all(args.work_dir.join(&report.ns));
             Ok(report)
         }
         Err(e) => {
