@@ -8,7 +8,7 @@ CARGO ?= cargo
 EOSFLOW := $(CARGO_TARGET_DIR)/debug/eosflow
 STACK_ENV = eval "$$(dev/stack env)"
 
-.PHONY: demo test deps stack-up stack-down lint build verify verify-long check-compose
+.PHONY: demo demo-chaos test deps stack-up stack-down lint build verify verify-long check-compose
 
 ## Install the system packages the build and the stack need (Debian; skipped when present).
 deps:
@@ -23,10 +23,18 @@ stack-down:
 build: deps
 	$(CARGO) build --locked --all-targets
 
-## The main job end to end: topics, a produce → process → consume pipeline, a summary.
+## The main job end to end: the orders application (order service → Postgres outbox → Kafka →
+## order aggregate + fulfilment saga, stock, payment, customer read model) for ~60 s, a live
+## progress line, a summary and its checks (exit 0 only if they hold). Logs: RUST_LOG.
 demo: stack-up build
 	@$(STACK_ENV) && $(EOSFLOW) topics apply --dir topics
-	@$(STACK_ENV) && $(EOSFLOW) demo
+	@$(STACK_ENV) && RUST_LOG="$${RUST_LOG:-error}" $(EOSFLOW) demo
+
+## The demo with hostile dependencies: many declines, failed shipments and failed compensations.
+demo-chaos: stack-up build
+	@$(STACK_ENV) && RUST_LOG="$${RUST_LOG:-off}" $(EOSFLOW) demo --duration-secs 30 \
+		--stock-failure-rate 0.3 --payment-failure-rate 0.4 --ship-failure-rate 0.5 \
+		--release-failure-rate 0.5 --poison-rate 0.2 --cancel-rate 0.2
 
 ## Every test against the real broker, database and registry, plus lint and compose checks.
 test: stack-up

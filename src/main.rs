@@ -35,12 +35,16 @@ struct Cli {
 enum Command {
     /// Run a processor instance (a consumer-group member) until SIGTERM/SIGINT.
     Run {
-        /// Which topology: `count` (per-key count and sum; the verifier's and benchmark's).
+        /// Which topology: `count` (per-key count and sum; the verifier's and benchmark's), or one
+        /// of the orders application's: `orders` (aggregate + saga), `stock`, `payment`, `customers`.
         #[arg(long, default_value = "count")]
         topology: String,
-        /// Output topic of the topology.
+        /// Output topic of `count`; the topic namespace (`<ns>.orders`, …) of the orders topologies.
         #[arg(long)]
         output: String,
+        /// Failure rates of the simulated stock and payment services.
+        #[command(flatten)]
+        rates: eosflow::app::orders::FailureRates,
     },
     /// Declared topics (`topics/*.toml`).
     Topics {
@@ -49,12 +53,9 @@ enum Command {
     },
     /// Prove exactly-once: workload in, processes kill -9'ed, committed output checked.
     Verify(VerifyArgs),
-    /// Smoke pipeline: produce → process (2 instances, exactly-once) → consume, with a summary.
-    Demo {
-        /// Records to push through.
-        #[arg(long, default_value_t = 20_000)]
-        records: u64,
-    },
+    /// The orders application end to end (order service → outbox → processors + saga), a live
+    /// progress line, a summary and its checks; exit 0 only if they hold.
+    Demo(eosflow::app::demo::DemoArgs),
     /// Print the effective configuration (secrets redacted) or the first error in it.
     Config,
     /// Dead letters: list, show, redrive, purge.
@@ -284,12 +285,16 @@ fn dispatch(cli: Cli) -> Result<std::process::ExitCode> {
             .context("connecting to Kafka")?;
     }
     match cli.command {
-        Command::Run { topology, output } => run(&config, &topology, &output),
+        Command::Run {
+            topology,
+            output,
+            rates,
+        } => run(&config, &topology, &output, rates),
         Command::Topics {
             action: TopicsAction::Apply { dir },
         } => topics_apply(&config, &dir),
         Command::Verify(args) => verify_cmd(&config, args),
-        Command::Demo { records } => demo(&config, records),
+        Command::Demo(args) => demo(&config, &args),
         Command::Dlt { action } => dlt_cmd(&config, action),
         Command::Outbox(args) => outbox_cmd(config, args),
         Command::Schemas { action } => schemas_cmd(&config, action),
@@ -314,14 +319,41 @@ fn dispatch(cli: Cli) -> Result<std::process::ExitCode> {
     }
 }
 
-fn run(config: &Config, topology: &str, output: &str) -> Result<std::process::ExitCode> {
-    if topology != "count" {
-        bail!("unknown topology {topology:?}: the only one shipped is `count`");
+fn run(
+    config: &Config,
+    topology: &str,
+    output: &str,
+    rates: eosflow::app::orders::FailureRates,
+) -> Result<std::process::ExitCode> {
+    use eosflow::app::orders::{self, Topology};
+    if topology == "count" {
+        return run_with(config, CountProcessor::new(output));
     }
+    let t: Topology = topology.parse().map_err(anyhow::Error::msg)?;
+    rates.validate().map_err(anyhow::Error::msg)?;
+    let topics = orders::Topics::new(output);
+    let c = orders::configure(config, t, &topics);
+    match t {
+        Topology::Orders => {
+            let p =
+                orders::processor::OrderProcessor::new(topics, &c.app.id, &c.schema_registry.url)
+                    .map_err(anyhow::Error::msg)?;
+            run_with(&c, p)
+        }
+        Topology::Stock => run_with(&c, orders::services::StockService::new(topics, rates)),
+        Topology::Payment => run_with(&c, orders::services::PaymentService::new(topics, rates)),
+        Topology::Customers => run_with(&c, orders::projection::CustomersProcessor::new(topics)),
+    }
+}
+
+fn run_with<P: eosflow::processor::Processor + 'static>(
+    config: &Config,
+    processor: P,
+) -> Result<std::process::ExitCode> {
     let health = Arc::new(Health::new(Duration::from_millis(
         config.processor.stuck_after_ms,
     )));
-    let runtime = Runtime::new(config, CountProcessor::new(output))
+    let runtime = Runtime::new(config, processor)
         .context("starting the runtime")?
         .with_health(health.clone());
     let shutdown = Arc::new(AtomicBool::new(false));
@@ -513,49 +545,17 @@ fn verify_cmd(config: &Config, args: VerifyArgs) -> Result<std::process::ExitCod
     })
 }
 
-fn demo(config: &Config, records: u64) -> Result<std::process::ExitCode> {
-    let args = VerifyArgs {
-        records,
-        keys: 100,
-        partitions: 4,
-        instances: 2,
-        kills: 1,
-        duration_secs: 8,
-        duplicate_every: 100,
-        transient_every: 0,
-        commit_interval_ms: 100,
-        work_dir: PathBuf::from("target/demo"),
-        drain_timeout_secs: 120,
-    };
-    let opts = verify_options(&args)?;
+fn demo(config: &Config, args: &eosflow::app::demo::DemoArgs) -> Result<std::process::ExitCode> {
     println!(
-        "eosflow demo: {records} records over {} keys → 2 exactly-once instances (one kill -9 midway) → read_committed",
-        args.keys
+        "eosflow demo: the orders application for {} s at {} orders/s (order service → Postgres outbox → Kafka → orders+saga, stock, payment, customers; exactly-once)",
+        args.duration_secs, args.rate
     );
-    let report = verify::run(config, &opts).map_err(anyhow::Error::msg)?;
-    let v = &report.verdict;
+    let report = eosflow::app::demo::run(config, args, true).map_err(anyhow::Error::msg)?;
     println!();
-    println!("  {:<28} {:>10}", "input topic", report.input_topic);
-    println!("  {:<28} {:>10}", "output topic", report.output_topic);
-    println!("  {:<28} {:>10}", "records produced", report.produced);
-    println!(
-        "  {:<28} {:>10}",
-        "  of which re-sent ids",
-        opts.workload.duplicates()
-    );
-    println!("  {:<28} {:>10}", "records processed (outputs)", v.outputs);
-    println!("  {:<28} {:>10}", "lost", v.lost);
-    println!("  {:<28} {:>10}", "duplicated", v.duplicated);
-    println!("  {:<28} {:>10}", "state mismatches", v.state_mismatches);
-    println!("  {:<28} {:>10}", "kill -9", report.kills);
-    println!(
-        "  {:<28} {:>10.1}",
-        "seconds (8 s paced input)",
-        report.elapsed.as_secs_f64()
-    );
+    print!("{}", eosflow::app::demo::summary(&report));
     println!();
-    println!("{}", report.line());
-    Ok(if v.ok() {
+    println!("{} ns={}", report.verdict, report.ns);
+    Ok(if report.ok() {
         std::process::ExitCode::SUCCESS
     } else {
         std::process::ExitCode::from(2)

@@ -1,4 +1,6 @@
-//! Topologies that ship with eosflow: the counting topology used by the smoke pipeline, the
-//! exactly-once verifier and the benchmarks (the orders application joins it later).
+//! Topologies that ship with eosflow: the counting topology used by the verifier and the
+//! benchmarks, and the reference orders application (`orders`) with its demo.
 
 pub mod count;
+pub mod demo;
+pub mod orders;

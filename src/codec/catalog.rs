@@ -92,6 +92,30 @@ const BUILTIN: &[(&str, &str)] = &[
         "orders/order-status-changed.v1.avsc",
         include_str!("../../schemas/orders/order-status-changed.v1.avsc"),
     ),
+    (
+        "orders/customer-order-updated.v1.avsc",
+        include_str!("../../schemas/orders/customer-order-updated.v1.avsc"),
+    ),
+    (
+        "fulfilment/stock-command.v1.avsc",
+        include_str!("../../schemas/fulfilment/stock-command.v1.avsc"),
+    ),
+    (
+        "fulfilment/stock-reply.v1.avsc",
+        include_str!("../../schemas/fulfilment/stock-reply.v1.avsc"),
+    ),
+    (
+        "fulfilment/payment-command.v1.avsc",
+        include_str!("../../schemas/fulfilment/payment-command.v1.avsc"),
+    ),
+    (
+        "fulfilment/payment-reply.v1.avsc",
+        include_str!("../../schemas/fulfilment/payment-reply.v1.avsc"),
+    ),
+    (
+        "fulfilment/saga-ended.v1.avsc",
+        include_str!("../../schemas/fulfilment/saga-ended.v1.avsc"),
+    ),
 ];
 
 impl Catalog {

@@ -85,6 +85,7 @@ fn retriable(e: &KafkaError) -> bool {
             C::NotLeaderForPartition
                 | C::LeaderNotAvailable
                 | C::UnknownTopicOrPartition
+                | C::UnknownPartition
                 | C::RequestTimedOut
                 | C::BrokerNotAvailable
                 | C::NetworkException

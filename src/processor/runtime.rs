@@ -291,7 +291,14 @@ impl<P: Processor> Runtime<P> {
             .flat_map(|t| ladder_topics(std::slice::from_ref(t), opts.retry_for(t).levels()))
             .collect();
         needed.push(changelog.clone());
-        let missing = missing_topics(&consumer, &needed)?;
+        // Topics created a moment ago (by `topics apply` or a test) may take a few seconds to
+        // show in metadata: a missing topic is asked for again before it is reported.
+        let mut missing = missing_topics(&consumer, &needed)?;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !missing.is_empty() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(250));
+            missing = missing_topics(&consumer, &needed)?;
+        }
         if !missing.is_empty() {
             return Err(RuntimeError::Config(format!(
                 "topics missing on {}: {}; declare them in topics/ and run `eosflow topics apply` (inputs, their .retry.<n> levels and .DLT, and the changelog share one partition count)",
