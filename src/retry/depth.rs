@@ -64,7 +64,11 @@ impl DepthWatcher {
         dlt_topics: Vec<String>,
         interval: Duration,
     ) -> Result<Self, KafkaError> {
-        let consumer: BaseConsumer = clients.config(ClientRole::Reader).create()?;
+        // No end-of-partition events: it tails forever, and each would be logged as an error.
+        let consumer: BaseConsumer = clients
+            .config(ClientRole::Reader)
+            .set("enable.partition.eof", "false")
+            .create()?;
         let mut tpl = TopicPartitionList::new();
         let mut partitions = vec![];
         for t in &dlt_topics {
