@@ -116,6 +116,15 @@ fn metrics_show_lag_commit_latency_and_dead_letters_during_a_real_run() {
         "the bad record counted as a dead letter"
     );
     assert!(metric(&text, "eosflow_transactions_committed_total", &[]).unwrap_or(0.0) >= 1.0);
+    assert_eq!(
+        metric(
+            &text,
+            "eosflow_records_produced_total",
+            &[&format!("topic=\"{}\"", p.output)]
+        ),
+        Some(20_000.0),
+        "one committed output per good input"
+    );
     // The exposition is valid Prometheus text format.
     if let Ok(mut promtool) = std::process::Command::new("promtool")
         .args(["check", "metrics"])

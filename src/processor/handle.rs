@@ -191,6 +191,7 @@ impl<P: Processor> Runtime<P> {
                 e.value.as_deref(),
                 &e.headers,
             )?;
+            *self.produced.entry(e.topic.clone()).or_default() += 1;
         }
         telemetry::processed(record.topic);
         Ok(Some(Ok(())))

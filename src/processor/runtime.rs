@@ -242,6 +242,8 @@ pub struct Runtime<P: Processor> {
     paused: BTreeMap<(String, i32), i64>,
     health: Arc<Health>,
     pub(super) summary: RunSummary,
+    /// Outputs sent in the open batch, per topic: counted as produced once it commits.
+    pub(super) produced: BTreeMap<String, u64>,
 }
 
 /// Which of `topics` the broker does not know.
@@ -337,6 +339,7 @@ impl<P: Processor> Runtime<P> {
             paused: BTreeMap::new(),
             health: Arc::new(Health::new(Duration::from_secs(60))),
             summary: RunSummary::default(),
+            produced: BTreeMap::new(),
         })
     }
 
@@ -607,12 +610,16 @@ impl<P: Processor> Runtime<P> {
                     telemetry::consumed(t, p, n);
                 }
                 telemetry::committed(batch.len(), started.elapsed());
+                for (topic, n) in std::mem::take(&mut self.produced) {
+                    telemetry::produced(&topic, n);
+                }
                 Ok(())
             }
             Err(e) => {
                 for task in self.tasks.values_mut() {
                     task.overlay.clear();
                 }
+                self.produced.clear();
                 self.summary.aborts += 1;
                 telemetry::aborted();
                 match &e {

@@ -75,6 +75,12 @@ pub fn consumer_lag(topic: &str, partition: i32, lag: i64) {
         .set(lag as f64);
 }
 
+/// Output records produced to `topic` in committed transactions (the producer's partitioner
+/// places them, so they are counted per topic).
+pub fn produced(topic: &str, n: u64) {
+    metrics::counter!("eosflow_records_produced_total", "topic" => topic.to_string()).increment(n);
+}
+
 /// Records consumed from a partition (its position moved by `n`).
 pub fn consumed(topic: &str, partition: i32, n: u64) {
     metrics::counter!("eosflow_records_consumed_total", "topic" => topic.to_string(), "partition" => partition.to_string())
