@@ -35,7 +35,8 @@ struct Cli {
 enum Command {
     /// Run a processor instance (a consumer-group member) until SIGTERM/SIGINT.
     Run {
-        /// Which topology: `count` (per-key count and sum; the verifier's and benchmark's).
+        /// Which topology: `count` (per-key count and sum; the verifier's and benchmark's) or
+        /// `orders` (Avro order lifecycle; the poison scenario's).
         #[arg(long, default_value = "count")]
         topology: String,
         /// Output topic of the topology.
@@ -371,13 +372,26 @@ fn dispatch(cli: Cli) -> Result<std::process::ExitCode> {
 }
 
 fn run(config: &Config, topology: &str, output: &str) -> Result<std::process::ExitCode> {
-    if topology != "count" {
-        bail!("unknown topology {topology:?}: the only one shipped is `count`");
+    match topology {
+        "count" => run_topology(config, CountProcessor::new(output)),
+        "orders" => run_topology(
+            config,
+            eosflow::app::orders::OrdersProcessor::new(&config.schema_registry.url, output)
+                .context("building the orders topology")?,
+        ),
+        other => bail!("unknown topology {other:?}: the ones shipped are `count` and `orders`"),
     }
+}
+
+/// Runs `processor` as a group member until SIGTERM/SIGINT or a fatal error.
+fn run_topology<P: eosflow::processor::Processor + Send + 'static>(
+    config: &Config,
+    processor: P,
+) -> Result<std::process::ExitCode> {
     let health = Arc::new(Health::new(Duration::from_millis(
         config.processor.stuck_after_ms,
     )));
-    let runtime = Runtime::new(config, CountProcessor::new(output))
+    let runtime = Runtime::new(config, processor)
         .context("starting the runtime")?
         .with_health(health.clone());
     let shutdown = Arc::new(AtomicBool::new(false));

@@ -329,6 +329,29 @@ pub(crate) fn instance_env(
     ]
 }
 
+/// Waits until every created topic shows all its partitions in the metadata: instances that
+/// start before would find them missing and refuse to run.
+pub(crate) fn wait_for_topics(clients: &KafkaClients, specs: &[TopicSpec]) -> Result<(), String> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    for spec in specs {
+        loop {
+            let n = crate::kafka::reader::partition_count(clients, &spec.name, Duration::from_secs(10))
+                .unwrap_or(0);
+            if n >= spec.partitions {
+                break;
+            }
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "topic {} has {n} of {} partitions in the metadata after 60 s",
+                    spec.name, spec.partitions
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+    Ok(())
+}
+
 /// Runs one verification: topics, workload, instances, faults, verdict.
 pub fn run(config: &Config, opts: &VerifyOptions) -> Result<VerifyReport, String> {
     let clients = KafkaClients::new(config.kafka.clone());
@@ -355,6 +378,7 @@ pub fn run(config: &Config, opts: &VerifyOptions) -> Result<VerifyReport, String
             "topic {t} already existed ({o:?}); a run needs fresh topics"
         ));
     }
+    wait_for_topics(&clients, &specs)?;
 
     let logs = opts.work_dir.join(&run_id);
     std::fs::create_dir_all(&logs).map_err(|e| format!("{}: {e}", logs.display()))?;

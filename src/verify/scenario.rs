@@ -235,7 +235,7 @@ pub fn run(
             // Frozen past the 6 s session timeout (short) and also past the 10 s transaction
             // timeout (long): the group and the transaction coordinator both fence it.
             let opts = if short {
-                count_run(env, 10_000, 2, 1, 6, Fault::Freeze(Duration::from_secs(9)))
+                count_run(env, 10_000, 2, 1, 10, Fault::Freeze(Duration::from_secs(9)))
             } else {
                 count_run(
                     env,
