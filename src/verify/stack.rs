@@ -1,6 +1,7 @@
 //! A private copy of the local stack (`dev/stack` with its own run dir and ports) for the
 //! scenarios that stop and restart a broker or Postgres: the shared stack other tests run on is
-//! never touched. The guard stops what it started when dropped, also on failure.
+//! never touched. The guard stops what it started when dropped, also on failure, and deletes
+//! its data.
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -111,6 +112,14 @@ impl Drop for StackGuard {
     fn drop(&mut self) {
         if let Err(e) = self.stack.stack("down", &self.component) {
             tracing::warn!(error = %e, "stopping the private stack");
+            return;
         }
+        // The data goes (a long run leaves gigabytes); the logs stay for a post-mortem.
+        let data = match self.component.as_str() {
+            "kafka" => self.stack.run_dir.join("kafka").join("data"),
+            "postgres" => self.stack.run_dir.join("pg").join("data"),
+            _ => return,
+        };
+        let _ = std::fs::remove_dir_all(data);
     }
 }
