@@ -600,11 +600,18 @@ fn scenario_cmd(config: &Config, name: &str, args: &VerifyArgs) -> Result<std::p
     };
     let mut ok = true;
     for s in scenarios {
-        let report = verify::scenario::run(config, s, args.short, &env)
-            .map_err(anyhow::Error::msg)
-            .with_context(|| format!("scenario {}", s.name()))?;
-        println!("{report}");
-        ok &= report.ok();
+        // One scenario failing to run does not skip the others; it fails the command.
+        match verify::scenario::run(config, s, args.short, &env) {
+            Ok(report) => {
+                println!("{report}");
+                ok &= report.ok();
+            }
+            Err(e) => {
+                eprintln!("error: scenario {}: {e}", s.name());
+                println!("scenario={} error ok=false", s.name());
+                ok = false;
+            }
+        }
     }
     Ok(if ok {
         std::process::ExitCode::SUCCESS

@@ -226,7 +226,7 @@ pub fn run(
             let opts = if short {
                 count_run(env, 10_000, 2, 3, 8, Fault::Kill9)
             } else {
-                count_run(env, 1_000_000, 3, 50, 300, Fault::Kill9)
+                count_run(env, 1_000_000, 3, 50, 600, Fault::Kill9)
             };
             let r = super::run(config, &opts)?;
             Ok(ScenarioReport::from_run(scenario, &r))
@@ -255,7 +255,7 @@ pub fn run(
             let mut private = config.clone();
             private.kafka.bootstrap = stack.bootstrap();
             let opts = if short {
-                count_run(env, 10_000, 2, 1, 10, Fault::BrokerRestart(stack.clone()))
+                count_run(env, 5_000, 2, 1, 6, Fault::BrokerRestart(stack.clone()))
             } else {
                 count_run(env, 200_000, 2, 3, 120, Fault::BrokerRestart(stack.clone()))
             };
@@ -280,5 +280,39 @@ pub fn run(
             };
             super::poison::run(config, env, &opts)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scenario_names_round_trip_and_an_unknown_one_lists_the_known() {
+        for s in Scenario::ALL {
+            assert_eq!(s.name().parse::<Scenario>(), Ok(s));
+        }
+        let err = "kill".parse::<Scenario>().unwrap_err();
+        assert!(err.contains("kill-processors") && err.contains("poison"), "{err}");
+    }
+
+    #[test]
+    fn the_closing_line_starts_with_the_invariants_and_ends_with_the_verdict() {
+        let mut r = ScenarioReport {
+            scenario: Scenario::Zombie,
+            records: 10,
+            lost: 0,
+            duplicated: 0,
+            dlt: 2,
+            stalls: 0,
+            checks_ok: true,
+            extra: vec![("faults".into(), "1".into())],
+        };
+        assert_eq!(
+            r.to_string(),
+            "scenario=zombie records=10 lost=0 duplicated=0 dlt=2 stalls=0 faults=1 ok=true"
+        );
+        r.stalls = 1;
+        assert!(!r.ok() && r.to_string().ends_with("ok=false"));
     }
 }
