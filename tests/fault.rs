@@ -47,7 +47,10 @@ fn scenario(name: &str, private_port: u16) -> String {
         " stalls=0 ".into(),
         " ok=true".into(),
     ] {
-        assert!(line.contains(&expected), "closing line {line:?} lacks {expected:?}");
+        assert!(
+            line.contains(&expected),
+            "closing line {line:?} lacks {expected:?}"
+        );
     }
     let _ = std::fs::remove_dir_all(&work);
     line
@@ -72,7 +75,11 @@ fn fault_kill_processors_short_loses_and_duplicates_nothing() {
 #[test]
 fn fault_zombie_short_is_fenced_and_writes_nothing_visible() {
     let line = scenario("zombie", 39092);
-    assert_eq!(figure(&line, "faults"), 1, "one SIGSTOP past the session timeout: {line}");
+    assert_eq!(
+        figure(&line, "faults"),
+        1,
+        "one SIGSTOP past the session timeout: {line}"
+    );
     assert_eq!(figure(&line, "sequence_breaks"), 0, "{line}");
 }
 
@@ -114,7 +121,10 @@ fn forward(listener: std::net::TcpListener, target: String, until: std::time::In
                 };
                 let _ = client.set_nonblocking(false);
                 for (mut from, mut to) in [
-                    (client.try_clone().expect("clone"), server.try_clone().expect("clone")),
+                    (
+                        client.try_clone().expect("clone"),
+                        server.try_clone().expect("clone"),
+                    ),
                     (server, client),
                 ] {
                     std::thread::spawn(move || {

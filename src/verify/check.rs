@@ -9,9 +9,9 @@ use rdkafka::Message;
 
 use super::workload::Workload;
 use crate::app::count::{CountOutput, CountState};
-use crate::state::Column;
 use crate::kafka::reader::{read_all, ReadError};
 use crate::kafka::KafkaClients;
+use crate::state::Column;
 
 /// What the outputs and the final state prove.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

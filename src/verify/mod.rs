@@ -106,7 +106,10 @@ impl VerifyReport {
         if self.recoveries.is_empty() {
             return 0.0;
         }
-        self.recoveries.iter().map(Duration::as_secs_f64).sum::<f64>()
+        self.recoveries
+            .iter()
+            .map(Duration::as_secs_f64)
+            .sum::<f64>()
             / self.recoveries.len() as f64
     }
 }
@@ -122,7 +125,12 @@ pub(crate) struct Instance {
 
 impl Instance {
     /// An instance of `topology` that is not started yet.
-    pub(crate) fn new(name: String, topology: &str, env: Vec<(String, String)>, log: PathBuf) -> Self {
+    pub(crate) fn new(
+        name: String,
+        topology: &str,
+        env: Vec<(String, String)>,
+        log: PathBuf,
+    ) -> Self {
         Self {
             name,
             child: None,
@@ -140,7 +148,13 @@ impl Instance {
             .map_err(|e| format!("log {}: {e}", self.log.display()))?;
         let err = log.try_clone().map_err(|e| e.to_string())?;
         let child = Command::new(exe)
-            .args(["run", "--topology", &self.topology, "--output", output_topic])
+            .args([
+                "run",
+                "--topology",
+                &self.topology,
+                "--output",
+                output_topic,
+            ])
             .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .env("RUST_LOG", "info,rdkafka=warn")
             .stdin(Stdio::null())
@@ -231,7 +245,10 @@ impl Fleet<'_> {
             }
         }
         self.monitor.tick();
-        if self.faults < self.opts.kills && self.frozen.is_none() && Instant::now() >= self.next_fault {
+        if self.faults < self.opts.kills
+            && self.frozen.is_none()
+            && Instant::now() >= self.next_fault
+        {
             self.deliver()?;
             self.faults += 1;
             self.next_fault = Instant::now()
@@ -321,10 +338,7 @@ pub(crate) fn instance_env(
             "EOSFLOW_PROCESSOR_TRANSACTION_TIMEOUT_MS".into(),
             "10000".into(),
         ),
-        (
-            "EOSFLOW_STATE_DIR".into(),
-            state_dir.display().to_string(),
-        ),
+        ("EOSFLOW_STATE_DIR".into(), state_dir.display().to_string()),
         ("EOSFLOW_METRICS_LISTEN".into(), String::new()),
     ]
 }
@@ -335,8 +349,9 @@ pub(crate) fn wait_for_topics(clients: &KafkaClients, specs: &[TopicSpec]) -> Re
     let deadline = Instant::now() + Duration::from_secs(60);
     for spec in specs {
         loop {
-            let n = crate::kafka::reader::partition_count(clients, &spec.name, Duration::from_secs(10))
-                .unwrap_or(0);
+            let n =
+                crate::kafka::reader::partition_count(clients, &spec.name, Duration::from_secs(10))
+                    .unwrap_or(0);
             if n >= spec.partitions {
                 break;
             }
@@ -405,8 +420,7 @@ pub fn run(config: &Config, opts: &VerifyOptions) -> Result<VerifyReport, String
         instances,
         opts,
         output: output.clone(),
-        next_fault: Instant::now()
-            + Duration::from_secs_f64(interval * rng.gen_range(0.5..1.5)),
+        next_fault: Instant::now() + Duration::from_secs_f64(interval * rng.gen_range(0.5..1.5)),
         rng,
         monitor: Monitor::new(&clients, &app_id, &input, opts.partitions)?,
         faults: 0,

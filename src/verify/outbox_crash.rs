@@ -240,10 +240,7 @@ fn writer(
 }
 
 /// Reads the routed topic: per id, how often; and whether per-aggregate order held.
-fn read_routed(
-    clients: &KafkaClients,
-    topic: &str,
-) -> Result<(HashMap<String, u32>, u64), String> {
+fn read_routed(clients: &KafkaClients, topic: &str) -> Result<(HashMap<String, u32>, u64), String> {
     let mut counts: HashMap<String, u32> = HashMap::new();
     let mut last: HashMap<String, i64> = HashMap::new();
     let mut order_breaks = 0u64;
@@ -305,13 +302,17 @@ pub fn run(
     }
     let mut probe = Pg::new(&stack.postgres_url())?;
     let slot = format!("{table}_slot");
-    wait_until("the router streaming from its slot", Duration::from_secs(60), || {
-        probe
-            .text(&format!(
-                "select active::text from pg_replication_slots where slot_name = '{slot}'"
-            ))
-            .is_some_and(|a| a == "true")
-    })?;
+    wait_until(
+        "the router streaming from its slot",
+        Duration::from_secs(60),
+        || {
+            probe
+                .text(&format!(
+                    "select active::text from pg_replication_slots where slot_name = '{slot}'"
+                ))
+                .is_some_and(|a| a == "true")
+        },
+    )?;
 
     let done = Arc::new(AtomicBool::new(false));
     let writer = {
@@ -321,7 +322,8 @@ pub fn run(
     };
     let mut rng = rand::thread_rng();
     let interval = opts.duration.as_secs_f64() / f64::from(opts.kills + 1);
-    let mut next_kill = Instant::now() + Duration::from_secs_f64(interval * rng.gen_range(0.5..1.5));
+    let mut next_kill =
+        Instant::now() + Duration::from_secs_f64(interval * rng.gen_range(0.5..1.5));
     let restart_after = Instant::now() + opts.duration / 2;
     let mut pg_restarted: Option<Duration> = None;
     let (mut kills, mut router_exits) = (0u32, 0u32);
@@ -339,7 +341,10 @@ pub fn run(
     let deadline = Instant::now() + opts.duration + Duration::from_secs(300);
     while kills < opts.kills || pg_restarted.is_none() || !writer.is_finished() {
         if Instant::now() > deadline {
-            return Err(format!("the run did not finish in time; logs in {}", logs.display()));
+            return Err(format!(
+                "the run did not finish in time; logs in {}",
+                logs.display()
+            ));
         }
         for i in 0..routers.children.len() {
             if let Ok(Some(st)) = routers.children[i].try_wait() {
@@ -373,7 +378,8 @@ pub fn run(
             tracing::info!(kills, "kill -9 of a router");
             routers.children[victim] = routers.spawn()?;
             pending = Some((Instant::now(), lsn));
-            next_kill = Instant::now() + Duration::from_secs_f64(interval * rng.gen_range(0.5..1.5));
+            next_kill =
+                Instant::now() + Duration::from_secs_f64(interval * rng.gen_range(0.5..1.5));
         }
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -401,7 +407,10 @@ pub fn run(
     let duplicated: u64 = counts.values().map(|n| u64::from(n - 1)).sum();
     let strangers = counts.keys().filter(|id| !want.contains(*id)).count() as u64;
     let elapsed = started.elapsed();
-    let max = recoveries.iter().map(Duration::as_secs_f64).fold(0.0, f64::max);
+    let max = recoveries
+        .iter()
+        .map(Duration::as_secs_f64)
+        .fold(0.0, f64::max);
     let mean = if recoveries.is_empty() {
         0.0
     } else {
@@ -417,7 +426,10 @@ pub fn run(
         checks_ok: written == opts.rows && order_breaks == 0 && strangers == 0,
         extra: vec![
             ("router_kills".into(), kills.to_string()),
-            ("postgres_restarts".into(), u32::from(pg_restarted.is_some()).to_string()),
+            (
+                "postgres_restarts".into(),
+                u32::from(pg_restarted.is_some()).to_string(),
+            ),
             (
                 "postgres_outage_s".into(),
                 format!("{:.1}", pg_restarted.unwrap_or_default().as_secs_f64()),

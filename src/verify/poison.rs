@@ -171,7 +171,10 @@ fn placed(order: &str, customer: &str, quantity: i32, v2: bool) -> Value {
     let mut f = vec![
         ("order_id".into(), text(order)),
         ("customer_id".into(), text(customer)),
-        ("placed_at".into(), Value::TimestampMillis(1_700_000_000_000)),
+        (
+            "placed_at".into(),
+            Value::TimestampMillis(1_700_000_000_000),
+        ),
         ("currency".into(), text("EUR")),
         ("total_minor".into(), Value::Long(250 * i64::from(quantity))),
         ("lines".into(), Value::Array(vec![line])),
@@ -195,7 +198,10 @@ fn paid(order: &str) -> Value {
 fn shipped(order: &str) -> Value {
     Value::Record(vec![
         ("order_id".into(), text(order)),
-        ("shipped_at".into(), Value::TimestampMillis(1_700_000_002_000)),
+        (
+            "shipped_at".into(),
+            Value::TimestampMillis(1_700_000_002_000),
+        ),
         ("carrier".into(), text("post")),
         ("tracking_number".into(), text(&format!("t-{order}"))),
     ])
@@ -204,11 +210,11 @@ fn shipped(order: &str) -> Value {
 fn cancelled(order: &str) -> Value {
     Value::Record(vec![
         ("order_id".into(), text(order)),
-        ("cancelled_at".into(), Value::TimestampMillis(1_700_000_003_000)),
         (
-            "reason".into(),
-            Value::Enum(0, "CUSTOMER_REQUEST".into()),
+            "cancelled_at".into(),
+            Value::TimestampMillis(1_700_000_003_000),
         ),
+        ("reason".into(), Value::Enum(0, "CUSTOMER_REQUEST".into())),
         ("note".into(), Value::Union(0, Box::new(Value::Null))),
     ])
 }
@@ -216,7 +222,10 @@ fn cancelled(order: &str) -> Value {
 fn status_changed(order: &str, from: (u32, &str), to: (u32, &str)) -> Value {
     Value::Record(vec![
         ("order_id".into(), text(order)),
-        ("changed_at".into(), Value::TimestampMillis(1_700_000_004_000)),
+        (
+            "changed_at".into(),
+            Value::TimestampMillis(1_700_000_004_000),
+        ),
         ("from_status".into(), Value::Enum(from.0, from.1.into())),
         ("to_status".into(), Value::Enum(to.0, to.1.into())),
     ])
@@ -310,7 +319,12 @@ fn good(s: &Schemas, n: u64) -> Result<Good, String> {
 
 /// Builds copy `j` of every bad class: the records (a class may need a good record before its
 /// bad one) and what the DLT must say.
-fn bad(s: &Schemas, j: u32, good_ids: &mut Vec<String>, expected: &mut BTreeMap<String, (String, i64)>) -> Result<Vec<(Vec<Raw>, Bad)>, String> {
+fn bad(
+    s: &Schemas,
+    j: u32,
+    good_ids: &mut Vec<String>,
+    expected: &mut BTreeMap<String, (String, i64)>,
+) -> Result<Vec<(Vec<Raw>, Bad)>, String> {
     let mut out = Vec::new();
     let good_bytes = |order: &str| wire(&s.placed_v2, placed(order, "c1", 1, true));
     let mut add = |class: &'static str,
@@ -340,22 +354,88 @@ fn bad(s: &Schemas, j: u32, good_ids: &mut Vec<String>, expected: &mut BTreeMap<
     let mut malformed = vec![0u8];
     malformed.extend_from_slice(&s.placed_v2.0.to_be_bytes());
     malformed.extend_from_slice(&[0xff; 12]);
-    add("malformed-bytes", k("malformed-bytes"), Some(malformed), None, &["corrupt-avro:", "truncated-avro:"], P);
+    add(
+        "malformed-bytes",
+        k("malformed-bytes"),
+        Some(malformed),
+        None,
+        &["corrupt-avro:", "truncated-avro:"],
+        P,
+    );
     let mut magic = good_bytes("x")?;
     magic[0] = 0x01;
-    add("bad-magic-byte", k("bad-magic-byte"), Some(magic), None, &["unknown-magic-byte: 0x01"], P);
-    add("text-payload", k("text-payload"), Some(b"hello, world".to_vec()), None, &["unknown-magic-byte: 0x68"], P);
-    add("empty-value", k("empty-value"), Some(Vec::new()), None, &["truncated-header: 0 bytes"], P);
-    add("short-header", k("short-header"), Some(vec![0, 0, 0]), None, &["truncated-header: 3 bytes"], P);
+    add(
+        "bad-magic-byte",
+        k("bad-magic-byte"),
+        Some(magic),
+        None,
+        &["unknown-magic-byte: 0x01"],
+        P,
+    );
+    add(
+        "text-payload",
+        k("text-payload"),
+        Some(b"hello, world".to_vec()),
+        None,
+        &["unknown-magic-byte: 0x68"],
+        P,
+    );
+    add(
+        "empty-value",
+        k("empty-value"),
+        Some(Vec::new()),
+        None,
+        &["truncated-header: 0 bytes"],
+        P,
+    );
+    add(
+        "short-header",
+        k("short-header"),
+        Some(vec![0, 0, 0]),
+        None,
+        &["truncated-header: 3 bytes"],
+        P,
+    );
     let mut unknown = good_bytes("x")?;
     unknown[1..5].copy_from_slice(&0x7fff_fff0u32.to_be_bytes());
-    add("unknown-schema-id", k("unknown-schema-id"), Some(unknown), None, &["unknown-schema-id:"], P);
+    add(
+        "unknown-schema-id",
+        k("unknown-schema-id"),
+        Some(unknown),
+        None,
+        &["unknown-schema-id:"],
+        P,
+    );
     let g = good_bytes("x")?;
-    add("truncated-avro", k("truncated-avro"), Some(g[..g.len() - 4].to_vec()), None, &["truncated-avro:"], P);
+    add(
+        "truncated-avro",
+        k("truncated-avro"),
+        Some(g[..g.len() - 4].to_vec()),
+        None,
+        &["truncated-avro:"],
+        P,
+    );
     let mut trailing = g.clone();
     trailing.extend_from_slice(b"garbage");
-    add("trailing-bytes", k("trailing-bytes"), Some(trailing), None, &["corrupt-avro:"], P);
-    add("unknown-type", k("unknown-type"), Some(wire(&s.stranger, Value::Record(vec![("a".into(), Value::Int(1))]))?), None, &["unknown-type: poison.test.Stranger"], P);
+    add(
+        "trailing-bytes",
+        k("trailing-bytes"),
+        Some(trailing),
+        None,
+        &["corrupt-avro:"],
+        P,
+    );
+    add(
+        "unknown-type",
+        k("unknown-type"),
+        Some(wire(
+            &s.stranger,
+            Value::Record(vec![("a".into(), Value::Int(1))]),
+        )?),
+        None,
+        &["unknown-type: poison.test.Stranger"],
+        P,
+    );
     let wrong = Value::Record(vec![
         ("order_id".into(), text("x")),
         ("customer_id".into(), text("c")),
@@ -364,23 +444,123 @@ fn bad(s: &Schemas, j: u32, good_ids: &mut Vec<String>, expected: &mut BTreeMap<
         ("total_minor".into(), text("a lot")),
         ("lines".into(), Value::Array(vec![])),
     ]);
-    add("wrong-field-type", k("wrong-field-type"), Some(wire(&s.wrong, wrong)?), None, &["corrupt-avro:", "bad-writer-schema:"], P);
+    add(
+        "wrong-field-type",
+        k("wrong-field-type"),
+        Some(wire(&s.wrong, wrong)?),
+        None,
+        &["corrupt-avro:", "bad-writer-schema:"],
+        P,
+    );
     let id = format!("b-type-mismatch-{j}");
-    add("type-header-mismatch", k("type-header-mismatch"), Some(g.clone()), Some(headers(id.as_bytes(), Some("orders.order-paid.v1"))), &["type-mismatch:"], P);
-    add("oversize", k("oversize"), Some(vec![0u8; MAX_VALUE_BYTES + 1]), None, &["oversize:"], P);
+    add(
+        "type-header-mismatch",
+        k("type-header-mismatch"),
+        Some(g.clone()),
+        Some(headers(id.as_bytes(), Some("orders.order-paid.v1"))),
+        &["type-mismatch:"],
+        P,
+    );
+    add(
+        "oversize",
+        k("oversize"),
+        Some(vec![0u8; MAX_VALUE_BYTES + 1]),
+        None,
+        &["oversize:"],
+        P,
+    );
     add("null-key", None, Some(g.clone()), None, &["null-key:"], P);
-    add("tombstone", k("tombstone"), None, None, &["missing-value:"], P);
-    add("bad-header-id", k("bad-header-id"), Some(g.clone()), Some(vec![("id".into(), vec![0xff, 0xfe, 0x00])]), &["bad-header: header `id`"], P);
+    add(
+        "tombstone",
+        k("tombstone"),
+        None,
+        None,
+        &["missing-value:"],
+        P,
+    );
+    add(
+        "bad-header-id",
+        k("bad-header-id"),
+        Some(g.clone()),
+        Some(vec![("id".into(), vec![0xff, 0xfe, 0x00])]),
+        &["bad-header: header `id`"],
+        P,
+    );
     let id = format!("b-bad-header-type-{j}");
-    add("bad-header-type", k("bad-header-type"), Some(g.clone()), Some(vec![("id".into(), id.into_bytes()), ("type".into(), vec![0xc3, 0x28])]), &["bad-header: header `type`"], P);
-    add("bad-json", k("bad-json"), Some(b"{not json".to_vec()), None, &["bad-json:"], P);
-    add("untyped-json", k("untyped-json"), Some(br#"{"order_id":"x"}"#.to_vec()), None, &["untyped-json:"], P);
+    add(
+        "bad-header-type",
+        k("bad-header-type"),
+        Some(g.clone()),
+        Some(vec![
+            ("id".into(), id.into_bytes()),
+            ("type".into(), vec![0xc3, 0x28]),
+        ]),
+        &["bad-header: header `type`"],
+        P,
+    );
+    add(
+        "bad-json",
+        k("bad-json"),
+        Some(b"{not json".to_vec()),
+        None,
+        &["bad-json:"],
+        P,
+    );
+    add(
+        "untyped-json",
+        k("untyped-json"),
+        Some(br#"{"order_id":"x"}"#.to_vec()),
+        None,
+        &["untyped-json:"],
+        P,
+    );
     let id = format!("b-json-not-accepted-{j}");
-    add("json-not-accepted", k("json-not-accepted"), Some(br#"{"order_id":"x"}"#.to_vec()), Some(headers(id.as_bytes(), Some("orders.order-placed.v2"))), &["json-not-accepted:"], P);
-    add("handler-panic", k("handler-panic"), Some(wire(&s.placed_v2, placed("p", "poison:panic", 1, true))?), None, &["handler panicked:"], P);
-    add("illegal-transition", k("illegal-transition"), Some(wire(&s.shipped, shipped("never-placed"))?), None, &["illegal-transition: order-shipped"], P);
-    add("invalid-order", k("invalid-order"), Some(wire(&s.placed_v2, placed("q", "c1", 0, true))?), None, &["invalid-order:"], P);
-    add("always-transient", k("always-transient"), Some(wire(&s.placed_v2, placed("t", "poison:always-transient", 1, true))?), None, &["simulated outage that never ends", "transient: simulated outage that never ends"], "transient-exhausted");
+    add(
+        "json-not-accepted",
+        k("json-not-accepted"),
+        Some(br#"{"order_id":"x"}"#.to_vec()),
+        Some(headers(id.as_bytes(), Some("orders.order-placed.v2"))),
+        &["json-not-accepted:"],
+        P,
+    );
+    add(
+        "handler-panic",
+        k("handler-panic"),
+        Some(wire(&s.placed_v2, placed("p", "poison:panic", 1, true))?),
+        None,
+        &["handler panicked:"],
+        P,
+    );
+    add(
+        "illegal-transition",
+        k("illegal-transition"),
+        Some(wire(&s.shipped, shipped("never-placed"))?),
+        None,
+        &["illegal-transition: order-shipped"],
+        P,
+    );
+    add(
+        "invalid-order",
+        k("invalid-order"),
+        Some(wire(&s.placed_v2, placed("q", "c1", 0, true))?),
+        None,
+        &["invalid-order:"],
+        P,
+    );
+    add(
+        "always-transient",
+        k("always-transient"),
+        Some(wire(
+            &s.placed_v2,
+            placed("t", "poison:always-transient", 1, true),
+        )?),
+        None,
+        &[
+            "simulated outage that never ends",
+            "transient: simulated outage that never ends",
+        ],
+        "transient-exhausted",
+    );
     // A second order-placed for a live order: the bad record shares a key that has state, and
     // the state must be exactly what the good record made.
     let key = format!("bad-double-placed-{j}");
@@ -436,9 +616,12 @@ fn produce(clients: &KafkaClients, topic: &str, records: &[Raw]) -> Result<(), S
         loop {
             match producer.send(rec) {
                 Ok(()) => break,
-                Err((rdkafka::error::KafkaError::MessageProduction(
-                    rdkafka::types::RDKafkaErrorCode::QueueFull,
-                ), back)) if Instant::now() < deadline => {
+                Err((
+                    rdkafka::error::KafkaError::MessageProduction(
+                        rdkafka::types::RDKafkaErrorCode::QueueFull,
+                    ),
+                    back,
+                )) if Instant::now() < deadline => {
                     rec = back;
                     std::thread::sleep(Duration::from_millis(5));
                 }
@@ -468,7 +651,11 @@ pub fn run(config: &Config, env: &ScenarioEnv, opts: &Options) -> Result<Scenari
         .cloned()
         .chain([output.clone()])
         .map(|t| TopicSpec::new(t, opts.partitions, "delete"))
-        .chain([TopicSpec::new(changelog.clone(), opts.partitions, "compact")])
+        .chain([TopicSpec::new(
+            changelog.clone(),
+            opts.partitions,
+            "compact",
+        )])
         .collect();
     topics::apply_blocking(&clients, &specs, Duration::from_secs(30))
         .map_err(|e| format!("creating the run's topics: {e}"))?;
@@ -535,7 +722,11 @@ pub fn run(config: &Config, env: &ScenarioEnv, opts: &Options) -> Result<Scenari
     let mut rng = rand::thread_rng();
     let mut kills = 0;
     let mut next_kill = Instant::now() + Duration::from_secs(3);
-    let levels: Vec<String> = ladder.iter().filter(|t| !t.ends_with(".DLT")).cloned().collect();
+    let levels: Vec<String> = ladder
+        .iter()
+        .filter(|t| !t.ends_with(".DLT"))
+        .cloned()
+        .collect();
     let deadline = Instant::now() + Duration::from_secs(600);
     loop {
         for inst in instances.iter_mut() {
@@ -563,7 +754,10 @@ pub fn run(config: &Config, env: &ScenarioEnv, opts: &Options) -> Result<Scenari
             next_kill = Instant::now() + Duration::from_secs(rng.gen_range(2..6));
         }
         if Instant::now() > deadline {
-            return Err(format!("lag still {lag} after 600 s; logs in {}", logs.display()));
+            return Err(format!(
+                "lag still {lag} after 600 s; logs in {}",
+                logs.display()
+            ));
         }
         std::thread::sleep(Duration::from_millis(300));
     }
@@ -577,7 +771,10 @@ pub fn run(config: &Config, env: &ScenarioEnv, opts: &Options) -> Result<Scenari
     let mut per_order: BTreeMap<String, Vec<i64>> = BTreeMap::new();
     let mut malformed = 0u64;
     read_all(&clients, &output, Duration::from_secs(60), |m| {
-        match m.payload().and_then(|p| serde_json::from_slice::<OrderOutput>(p).ok()) {
+        match m
+            .payload()
+            .and_then(|p| serde_json::from_slice::<OrderOutput>(p).ok())
+        {
             Some(o) => {
                 *seen.entry(o.id).or_default() += 1;
                 let key = String::from_utf8_lossy(m.key().unwrap_or_default()).to_string();
@@ -644,7 +841,10 @@ pub fn run(config: &Config, env: &ScenarioEnv, opts: &Options) -> Result<Scenari
             state_mismatches += 1;
         }
     }
-    state_mismatches += state.keys().filter(|k| !g.expected.contains_key(*k)).count() as u64;
+    state_mismatches += state
+        .keys()
+        .filter(|k| !g.expected.contains_key(*k))
+        .count() as u64;
 
     let records = (g.ids.len() + bads.len()) as u64;
     let checks_ok = wrong_reason.is_empty()
@@ -671,7 +871,10 @@ pub fn run(config: &Config, env: &ScenarioEnv, opts: &Options) -> Result<Scenari
             ("sequence_breaks".into(), sequence_breaks.to_string()),
             ("state_mismatches".into(), state_mismatches.to_string()),
             ("faults".into(), kills.to_string()),
-            ("elapsed_s".into(), format!("{:.1}", started.elapsed().as_secs_f64())),
+            (
+                "elapsed_s".into(),
+                format!("{:.1}", started.elapsed().as_secs_f64()),
+            ),
         ],
     })
 }

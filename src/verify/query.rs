@@ -101,7 +101,14 @@ pub fn dump_via_cli(
     format: &str,
 ) -> Result<BTreeMap<String, serde_json::Value>, String> {
     let out = Command::new(exe)
-        .args(["state", "dump", "--changelog", changelog, "--format", format])
+        .args([
+            "state",
+            "dump",
+            "--changelog",
+            changelog,
+            "--format",
+            format,
+        ])
         .env("EOSFLOW_KAFKA_BOOTSTRAP", bootstrap)
         .env("RUST_LOG", "warn")
         .output()

@@ -106,7 +106,10 @@ impl ScenarioReport {
             ("state_mismatches".into(), v.state_mismatches.to_string()),
             ("sequence_breaks".into(), v.sequence_breaks.to_string()),
             ("malformed".into(), v.malformed.to_string()),
-            ("forward_duplicates".into(), v.forward_duplicates.to_string()),
+            (
+                "forward_duplicates".into(),
+                v.forward_duplicates.to_string(),
+            ),
             ("produced".into(), r.produced.to_string()),
         ];
         if !r.outages.is_empty() {
@@ -293,7 +296,10 @@ mod tests {
             assert_eq!(s.name().parse::<Scenario>(), Ok(s));
         }
         let err = "kill".parse::<Scenario>().unwrap_err();
-        assert!(err.contains("kill-processors") && err.contains("poison"), "{err}");
+        assert!(
+            err.contains("kill-processors") && err.contains("poison"),
+            "{err}"
+        );
     }
 
     #[test]
