@@ -71,6 +71,9 @@ pub struct VerifyReport {
     pub stalls: u32,
     /// Instances that exited by themselves after being fenced (zombies), restarted.
     pub fenced_exits: u32,
+    /// Zombie resumes whose log then shows it losing its partitions or its transaction (session
+    /// timeout, revocation, abort, fencing): the evidence it was fenced, not merely lucky.
+    pub zombies_fenced: u32,
     /// Records in the input's dead-letter topic.
     pub dlt: u64,
     /// How long each broker restart kept the broker away (stop to ready).
@@ -231,6 +234,8 @@ struct Fleet<'a> {
     /// The frozen instance and when it is resumed.
     frozen: Option<(usize, Instant)>,
     fenced_exits: u32,
+    /// Each resumed zombie and its log's length when it resumed.
+    thaws: Vec<(usize, u64)>,
 }
 
 impl Fleet<'_> {
@@ -239,6 +244,8 @@ impl Fleet<'_> {
         self.supervise()?;
         if let Some((i, until)) = self.frozen {
             if Instant::now() >= until {
+                let at = std::fs::metadata(&self.instances[i].log).map_or(0, |m| m.len());
+                self.thaws.push((i, at));
                 self.instances[i].signal("CONT")?;
                 tracing::info!(instance = %self.instances[i].name, "SIGCONT: the zombie resumes");
                 self.frozen = None;
@@ -279,6 +286,29 @@ impl Fleet<'_> {
             }
         }
         Ok(())
+    }
+
+    /// How many resumed zombies' logs show them being fenced after they resumed.
+    fn zombies_fenced(&self) -> u32 {
+        let signs = [
+            "SESSTMOUT",
+            "partitions revoked",
+            "aborting batch",
+            "recreating",
+            "fenced",
+        ];
+        self.thaws
+            .iter()
+            .filter(|(i, at)| {
+                std::fs::read(&self.instances[*i].log)
+                    .ok()
+                    .and_then(|b| {
+                        b.get(*at as usize..)
+                            .map(|t| String::from_utf8_lossy(t).to_string())
+                    })
+                    .is_some_and(|after| signs.iter().any(|s| after.contains(s)))
+            })
+            .count() as u32
     }
 
     fn deliver(&mut self) -> Result<(), String> {
@@ -427,6 +457,7 @@ pub fn run(config: &Config, opts: &VerifyOptions) -> Result<VerifyReport, String
         interval,
         frozen: None,
         fenced_exits: 0,
+        thaws: Vec::new(),
     };
     for inst in &mut fleet.instances {
         inst.spawn(&opts.exe, &output)?;
@@ -554,6 +585,7 @@ impl Run<'_> {
             recoveries: fleet.monitor.recoveries.clone(),
             stalls: fleet.monitor.stalls,
             fenced_exits: fleet.fenced_exits,
+            zombies_fenced: fleet.zombies_fenced(),
             dlt,
             outages: fleet.monitor.outages.clone(),
             input_topic: self.input.to_string(),

@@ -121,6 +121,7 @@ impl ScenarioReport {
             extra.push(("broker_outage_max_s".into(), format!("{max:.1}")));
         }
         if matches!(scenario, Scenario::Zombie) {
+            extra.push(("zombies_fenced".into(), r.zombies_fenced.to_string()));
             extra.push(("fenced_exits".into(), r.fenced_exits.to_string()));
         }
         extra.push((
@@ -134,7 +135,9 @@ impl ScenarioReport {
             duplicated: v.duplicated,
             dlt: r.dlt,
             stalls: r.stalls,
-            checks_ok: v.ok(),
+            // A zombie that resumed without any sign of being fenced proves nothing.
+            checks_ok: v.ok()
+                && (!matches!(scenario, Scenario::Zombie) || r.zombies_fenced == r.kills),
             extra,
         }
     }
