@@ -235,3 +235,96 @@ impl Processor for OrdersProcessor {
         "orders"
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record<'a>(headers: &'a [(String, Vec<u8>)]) -> Record<'a> {
+        Record {
+            topic: "t",
+            partition: 0,
+            offset: 0,
+            timestamp: None,
+            key: Some(b"o1"),
+            value: Some(b""),
+            headers,
+        }
+    }
+
+    fn placed(customer: &str, quantity: i32) -> Vec<(String, Value)> {
+        vec![
+            ("customer_id".into(), Value::String(customer.into())),
+            (
+                "lines".into(),
+                Value::Array(vec![Value::Record(vec![(
+                    "quantity".into(),
+                    Value::Int(quantity),
+                )])]),
+            ),
+        ]
+    }
+
+    #[test]
+    fn the_lifecycle_moves_forward_and_refuses_what_does_not_follow() {
+        let r = record(&[]);
+        let p = "orders.order-placed.v2";
+        assert_eq!(transition(p, &placed("c", 1), None, &r), Ok("PLACED"));
+        assert_eq!(
+            transition("orders.order-paid.v1", &[], Some("PLACED"), &r),
+            Ok("PAID")
+        );
+        assert_eq!(
+            transition("orders.order-shipped.v1", &[], Some("PAID"), &r),
+            Ok("SHIPPED")
+        );
+        for (t, current) in [
+            ("orders.order-paid.v1", None),
+            ("orders.order-shipped.v1", Some("PLACED")),
+            ("orders.order-cancelled.v1", Some("SHIPPED")),
+            (p, Some("PLACED")),
+        ] {
+            let e = transition(t, &placed("c", 1), current, &r).unwrap_err();
+            assert!(
+                matches!(&e, ProcessError::Permanent(m) if m.starts_with("illegal-transition:")),
+                "{t} from {current:?}: {e:?}"
+            );
+        }
+        let changed = vec![
+            ("from_status".into(), Value::Enum(1, "PAID".into())),
+            ("to_status".into(), Value::Enum(2, "SHIPPED".into())),
+        ];
+        assert!(transition(
+            "orders.order-status-changed.v1",
+            &changed,
+            Some("PLACED"),
+            &r
+        )
+        .is_err());
+        assert_eq!(
+            transition("orders.order-status-changed.v1", &changed, Some("PAID"), &r),
+            Ok("SHIPPED")
+        );
+    }
+
+    #[test]
+    fn markers_fail_transiently_until_the_attempt_and_a_zero_quantity_is_permanent() {
+        let p = "orders.order-placed.v2";
+        let first = record(&[]);
+        let e = transition(p, &placed("poison:transient:1", 1), None, &first).unwrap_err();
+        assert!(matches!(e, ProcessError::Transient(_)), "{e:?}");
+        let h = vec![(crate::retry::headers::ATTEMPT.to_string(), b"1".to_vec())];
+        let retried = record(&h);
+        assert_eq!(
+            transition(p, &placed("poison:transient:1", 1), None, &retried),
+            Ok("PLACED")
+        );
+        let e = transition(p, &placed("poison:always-transient", 1), None, &retried).unwrap_err();
+        assert!(matches!(e, ProcessError::Transient(_)), "{e:?}");
+        let e = transition(p, &placed("c", 0), None, &first).unwrap_err();
+        assert!(
+            matches!(&e, ProcessError::Permanent(m) if m.starts_with("invalid-order:")),
+            "{e:?}"
+        );
+    }
+}
