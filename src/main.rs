@@ -280,7 +280,7 @@ struct VerifyArgs {
     #[arg(long, default_value = "dev/stack")]
     stack_script: PathBuf,
     /// First port of that private stack (Kafka uses it to +2, Postgres +10).
-    #[arg(long, default_value_t = 29092)]
+    #[arg(long, default_value_t = 47092)]
     private_port: u16,
 }
 
@@ -636,7 +636,7 @@ fn demo(config: &Config, records: u64) -> Result<std::process::ExitCode> {
         scenario: None,
         short: false,
         stack_script: PathBuf::from("dev/stack"),
-        private_port: 29092,
+        private_port: 47092,
     };
     let opts = verify_options(&args)?;
     println!(

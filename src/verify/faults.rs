@@ -47,6 +47,8 @@ pub struct Monitor {
     pub stalls: u32,
     /// Broker outages (stop to ready), for broker restarts.
     pub outages: Vec<Duration>,
+    /// Progress checks that got no answer (broker away or slow).
+    pub misses: u32,
 }
 
 impl Monitor {
@@ -57,9 +59,14 @@ impl Monitor {
         topic: &str,
         partitions: i32,
     ) -> Result<Self, String> {
+        // read_uncommitted: a read_committed client asks for *stable* offsets, and while any
+        // transaction of the group is open (always, at a 100 ms commit interval) the broker
+        // answers UNSTABLE_OFFSET_COMMIT until the call times out — the monitor would see no
+        // progress at all. The offsets it is given are the committed ones either way.
         let consumer: BaseConsumer = clients
             .config(ClientRole::Reader)
             .set("group.id", group)
+            .set("isolation.level", "read_uncommitted")
             .create()
             .map_err(|e| format!("creating the progress monitor: {e}"))?;
         Ok(Self {
@@ -71,6 +78,7 @@ impl Monitor {
             recoveries: Vec::new(),
             stalls: 0,
             outages: Vec::new(),
+            misses: 0,
         })
     }
 
@@ -135,6 +143,7 @@ impl Monitor {
         }
         self.last_tick = Some(Instant::now());
         let Some(now) = self.snapshot() else {
+            self.misses += 1;
             self.mark_stalls();
             return;
         };
@@ -157,6 +166,12 @@ impl Monitor {
             if !p.stalled && p.at.elapsed() > STALL_AFTER {
                 p.stalled = true;
                 self.stalls += 1;
+                tracing::warn!(
+                    waiting = ?p.waiting,
+                    misses = self.misses,
+                    "stall: partitions with records waiting made no committed progress for {} s",
+                    STALL_AFTER.as_secs()
+                );
             }
         }
     }

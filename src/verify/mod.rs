@@ -78,6 +78,8 @@ pub struct VerifyReport {
     pub dlt: u64,
     /// How long each broker restart kept the broker away (stop to ready).
     pub outages: Vec<Duration>,
+    /// Progress checks of the fault monitor that got no answer.
+    pub monitor_misses: u32,
     /// Topics of the run.
     pub input_topic: String,
     /// Output topic of the run.
@@ -588,6 +590,7 @@ impl Run<'_> {
             zombies_fenced: fleet.zombies_fenced(),
             dlt,
             outages: fleet.monitor.outages.clone(),
+            monitor_misses: fleet.monitor.misses,
             input_topic: self.input.to_string(),
             output_topic: fleet.output.clone(),
         })

@@ -111,6 +111,7 @@ impl ScenarioReport {
                 v.forward_duplicates.to_string(),
             ),
             ("produced".into(), r.produced.to_string()),
+            ("monitor_misses".into(), r.monitor_misses.to_string()),
         ];
         if !r.outages.is_empty() {
             let max = r
