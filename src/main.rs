@@ -279,8 +279,9 @@ struct VerifyArgs {
     /// `dev/stack`, which starts the private broker/Postgres of broker-restart and outbox-crash.
     #[arg(long, default_value = "dev/stack")]
     stack_script: PathBuf,
-    /// First port of that private stack (Kafka uses it to +2, Postgres +10).
-    #[arg(long, default_value_t = 47092)]
+    /// First port of that private stack (Kafka uses it to +2, Postgres +10); keep it below the
+    /// ephemeral range (32768+), where any client connection may be holding it.
+    #[arg(long, default_value_t = 23092)]
     private_port: u16,
 }
 
@@ -636,7 +637,7 @@ fn demo(config: &Config, records: u64) -> Result<std::process::ExitCode> {
         scenario: None,
         short: false,
         stack_script: PathBuf::from("dev/stack"),
-        private_port: 47092,
+        private_port: 23092,
     };
     let opts = verify_options(&args)?;
     println!(

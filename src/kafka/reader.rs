@@ -92,10 +92,6 @@ where
         source,
     };
     let deadline = Instant::now() + timeout;
-    let consumer: BaseConsumer<ReaderContext> = clients
-        .config(ClientRole::Reader)
-        .create_with_context(ReaderContext)
-        .map_err(kerr)?;
     // Watermarks must come from a read_uncommitted client: asked by a read_committed one, the
     // broker answers the last stable offset, which stops *before* a transaction whose markers
     // are still being written — and a restore that ended there would miss committed writes.
@@ -108,9 +104,20 @@ where
     let mut end: BTreeMap<i32, i64> = BTreeMap::new();
     let mut tpl = TopicPartitionList::new();
     for (&p, start) in starts {
-        let (low, high) = watermarks
-            .fetch_watermarks(topic, p, Duration::from_secs(10))
-            .map_err(kerr)?;
+        // A broker that is restarting answers with timeouts or an empty metadata cache
+        // (UnknownPartition) for a while: ask again until the read's deadline instead of failing
+        // a restore — and with it the processor — over a broker restart (found by the
+        // broker-restart fault scenario).
+        let (low, high) = loop {
+            match watermarks.fetch_watermarks(topic, p, Duration::from_secs(10)) {
+                Ok(w) => break w,
+                Err(e) if Instant::now() < deadline => {
+                    tracing::debug!(error = %e, topic, partition = p, "watermarks not available yet; retrying");
+                    std::thread::sleep(Duration::from_millis(250));
+                }
+                Err(e) => return Err(kerr(e)),
+            }
+        };
         if let Some(s) = start {
             if *s > high {
                 return Err(ReadError::BeyondEnd {
@@ -132,6 +139,12 @@ where
     if tpl.count() == 0 {
         return Ok(next);
     }
+    // Created once the broker answered the watermark requests: a client that starts while the
+    // broker is away may keep the partitions it was assigned in an error state.
+    let consumer: BaseConsumer<ReaderContext> = clients
+        .config(ClientRole::Reader)
+        .create_with_context(ReaderContext)
+        .map_err(kerr)?;
     consumer.assign(&tpl).map_err(kerr)?;
     let mut last_refresh = Instant::now();
     loop {
@@ -180,9 +193,31 @@ where
                     last_refresh = Instant::now();
                 }
             }
+            // The broker going away mid-read (a restart) is waited out until the deadline.
+            Some(Err(e)) if is_transient(&e) => {
+                tracing::debug!(error = %e, topic, "broker unavailable while reading; waiting");
+                std::thread::sleep(Duration::from_millis(250));
+            }
             Some(Err(e)) => return Err(kerr(e)),
         }
     }
+}
+
+/// Errors a restarting or briefly unreachable broker produces, which a read outlives.
+fn is_transient(e: &KafkaError) -> bool {
+    use RDKafkaErrorCode as C;
+    matches!(
+        e.rdkafka_error_code(),
+        Some(
+            C::BrokerTransportFailure
+                | C::AllBrokersDown
+                | C::RequestTimedOut
+                | C::OperationTimedOut
+                | C::NotLeaderForPartition
+                | C::LeaderNotAvailable
+                | C::UnknownPartition
+        )
+    )
 }
 
 /// Partition count of `topic`.
