@@ -649,9 +649,17 @@ pub fn group_lag(
     };
     let mut lag = 0;
     for p in 0..partitions {
-        let (_, high) = consumer
-            .fetch_watermarks(topic, p, Duration::from_secs(10))
-            .map_err(|e| e.to_string())?;
+        // Right after a broker restart the metadata cache is empty (UnknownPartition): retry.
+        let (_, high) = loop {
+            match consumer.fetch_watermarks(topic, p, Duration::from_secs(10)) {
+                Ok(w) => break w,
+                Err(e) if Instant::now() < deadline => {
+                    tracing::debug!(error = %e, "watermarks not available yet; retrying");
+                    std::thread::sleep(Duration::from_millis(250));
+                }
+                Err(e) => return Err(format!("watermarks of {topic}[{p}]: {e}")),
+            }
+        };
         let at = match committed.find_partition(topic, p).map(|e| e.offset()) {
             Some(Offset::Offset(o)) => o,
             _ => 0,
