@@ -39,7 +39,7 @@ test: stack-up
 
 ## The fault-injection suite, long versions (README, "Fault-injection suite"): kill-processors
 ## (1M records, 50 kill -9), broker-restart and outbox-crash (private broker/Postgres), zombie,
-## poison. One closing line per scenario; exit 2 on any violation. About 35 min on 2 cores.
+## poison. One closing line per scenario; exit 2 on any violation. About 20–25 min on 2 cores.
 verify-long: stack-up build
 	@$(STACK_ENV) && $(EOSFLOW) verify --scenario all --work-dir target/verify-long
 
