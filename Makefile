@@ -8,7 +8,7 @@ CARGO ?= cargo
 EOSFLOW := $(CARGO_TARGET_DIR)/debug/eosflow
 STACK_ENV = eval "$$(dev/stack env)"
 
-.PHONY: demo demo-chaos test deps stack-up stack-down lint build verify verify-long check-compose
+.PHONY: demo demo-chaos test deps stack-up stack-down lint build verify verify-long verify-scenario check-compose
 
 ## Install the system packages the build and the stack need (Debian; skipped when present).
 deps:
@@ -45,9 +45,15 @@ test: stack-up
 	@$(STACK_ENV) && $(CARGO) build --locked --all-targets --quiet && $(EOSFLOW) schemas check --dir schemas
 	@$(STACK_ENV) && $(CARGO) test --locked --all-targets -- --test-threads=2
 
-## The full exactly-once proof (200k records, 8 partitions, 2 instances, ≥ 10 kill -9).
+## The fault-injection suite, long versions (README, "Fault-injection suite"): kill-processors
+## (1M records, 50 kill -9), broker-restart and outbox-crash (private broker/Postgres), zombie,
+## poison. One closing line per scenario; exit 2 on any violation. About 20–25 min on 2 cores.
 verify-long: stack-up build
-	@$(STACK_ENV) && $(EOSFLOW) verify --records 200000 --partitions 8 --instances 2 --kills 12 --duration-secs 60
+	@$(STACK_ENV) && $(EOSFLOW) verify --scenario all --work-dir target/verify-long
+
+## One long scenario: make verify-scenario SCENARIO=zombie (add SHORT=1 for the make-test size).
+verify-scenario: stack-up build
+	@$(STACK_ENV) && $(EOSFLOW) verify --scenario $(SCENARIO) $(if $(SHORT),--short) --work-dir target/verify-long
 
 check-compose:
 	dev/check-compose

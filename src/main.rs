@@ -35,8 +35,9 @@ struct Cli {
 enum Command {
     /// Run a processor instance (a consumer-group member) until SIGTERM/SIGINT.
     Run {
-        /// Which topology: `count` (per-key count and sum; the verifier's and benchmark's), or one
-        /// of the orders application's: `orders` (aggregate + saga), `stock`, `payment`, `customers`.
+        /// Which topology: `count` (per-key count and sum; the verifier's and benchmark's); one
+        /// of the orders application's: `orders` (aggregate + saga), `stock`, `payment`,
+        /// `customers`; or `order-lifecycle` (Avro order lifecycle; the poison scenario's).
         #[arg(long, default_value = "count")]
         topology: String,
         /// Output topic of `count`; the topic namespace (`<ns>.orders`, …) of the orders topologies.
@@ -65,6 +66,11 @@ enum Command {
     },
     /// Outbox router: Postgres outbox table → Kafka (Debezium Outbox Event Router semantics).
     Outbox(OutboxArgs),
+    /// A topology's committed state, read from its changelog (read_committed).
+    State {
+        #[command(subcommand)]
+        action: StateAction,
+    },
     /// Event contracts (`schemas/`): register them, check their compatibility.
     Schemas {
         #[command(subcommand)]
@@ -204,6 +210,22 @@ enum OutboxAction {
 }
 
 #[derive(Subcommand)]
+enum StateAction {
+    /// Print `{"key": …, "value": …}` per key (one key with --key).
+    Dump {
+        /// The changelog topic (`<app.id>-<store>-changelog`).
+        #[arg(long)]
+        changelog: String,
+        /// How values are rendered: count (the count topology), json, hex.
+        #[arg(long, default_value = "hex")]
+        format: verify::query::StateFormat,
+        /// Only this key.
+        #[arg(long)]
+        key: Option<String>,
+    },
+}
+
+#[derive(Subcommand)]
 enum TopicsAction {
     /// Create missing topics and report drift (exit 3 on drift; nothing existing is changed).
     Apply {
@@ -248,6 +270,20 @@ struct VerifyArgs {
     /// Seconds allowed for the lag to drain after the workload is in.
     #[arg(long, default_value_t = 180)]
     drain_timeout_secs: u64,
+    /// A named fault scenario (kill-processors, broker-restart, zombie, outbox-crash, poison,
+    /// or `all`) with its fixed shape; the sizing flags above then do not apply.
+    #[arg(long)]
+    scenario: Option<String>,
+    /// The short version of the scenario (what `make test` runs).
+    #[arg(long, requires = "scenario")]
+    short: bool,
+    /// `dev/stack`, which starts the private broker/Postgres of broker-restart and outbox-crash.
+    #[arg(long, default_value = "dev/stack")]
+    stack_script: PathBuf,
+    /// First port of that private stack (Kafka uses it to +2, Postgres +10); keep it below the
+    /// ephemeral range (32768+), where any client connection may be holding it.
+    #[arg(long, default_value_t = 23092)]
+    private_port: u16,
 }
 
 fn main() -> std::process::ExitCode {
@@ -298,6 +334,28 @@ fn dispatch(cli: Cli) -> Result<std::process::ExitCode> {
         Command::Dlt { action } => dlt_cmd(&config, action),
         Command::Outbox(args) => outbox_cmd(config, args),
         Command::Schemas { action } => schemas_cmd(&config, action),
+        Command::State {
+            action:
+                StateAction::Dump {
+                    changelog,
+                    format,
+                    key,
+                },
+        } => {
+            let clients = KafkaClients::new(config.kafka.clone());
+            let state = verify::query::dump(
+                &clients,
+                &changelog,
+                format,
+                key.as_deref(),
+                Duration::from_secs(60),
+            )
+            .with_context(|| format!("reading {changelog}"))?;
+            for line in verify::query::lines(&state) {
+                println!("{line}");
+            }
+            Ok(std::process::ExitCode::SUCCESS)
+        }
         Command::Config => {
             let mut shown = config.clone();
             for (k, v) in shown.kafka.properties.iter_mut() {
@@ -328,6 +386,11 @@ fn run(
     use eosflow::app::orders::{self, Topology};
     if topology == "count" {
         return run_with(config, CountProcessor::new(output));
+    }
+    if topology == "order-lifecycle" {
+        let p = eosflow::app::lifecycle::OrdersProcessor::new(&config.schema_registry.url, output)
+            .context("building the order-lifecycle topology")?;
+        return run_with(config, p);
     }
     let t: Topology = topology.parse().map_err(anyhow::Error::msg)?;
     rates.validate().map_err(anyhow::Error::msg)?;
@@ -526,6 +589,7 @@ fn verify_options(args: &VerifyArgs) -> Result<VerifyOptions> {
         partitions: args.partitions,
         instances: args.instances.max(1),
         kills: args.kills,
+        fault: verify::Fault::Kill9,
         duration: Duration::from_secs(args.duration_secs),
         commit_interval_ms: args.commit_interval_ms,
         exe: std::env::current_exe().context("locating the eosflow binary")?,
@@ -535,10 +599,48 @@ fn verify_options(args: &VerifyArgs) -> Result<VerifyOptions> {
 }
 
 fn verify_cmd(config: &Config, args: VerifyArgs) -> Result<std::process::ExitCode> {
+    if let Some(name) = &args.scenario {
+        return scenario_cmd(config, name, &args);
+    }
     let opts = verify_options(&args)?;
     let report = verify::run(config, &opts).map_err(anyhow::Error::msg)?;
     println!("{}", report.line());
     Ok(if report.verdict.ok() {
+        std::process::ExitCode::SUCCESS
+    } else {
+        std::process::ExitCode::from(2)
+    })
+}
+
+/// `eosflow verify --scenario …`: one closing line per scenario; exit 2 on any violation.
+fn scenario_cmd(config: &Config, name: &str, args: &VerifyArgs) -> Result<std::process::ExitCode> {
+    let scenarios: Vec<verify::Scenario> = if name == "all" {
+        verify::Scenario::ALL.to_vec()
+    } else {
+        vec![name.parse().map_err(anyhow::Error::msg)?]
+    };
+    let env = verify::scenario::ScenarioEnv {
+        exe: std::env::current_exe().context("locating the eosflow binary")?,
+        work_dir: args.work_dir.clone(),
+        stack_script: args.stack_script.clone(),
+        private_port: args.private_port,
+    };
+    let mut ok = true;
+    for s in scenarios {
+        // One scenario failing to run does not skip the others; it fails the command.
+        match verify::scenario::run(config, s, args.short, &env) {
+            Ok(report) => {
+                println!("{report}");
+                ok &= report.ok();
+            }
+            Err(e) => {
+                eprintln!("error: scenario {}: {e}", s.name());
+                println!("scenario={} error ok=false", s.name());
+                ok = false;
+            }
+        }
+    }
+    Ok(if ok {
         std::process::ExitCode::SUCCESS
     } else {
         std::process::ExitCode::from(2)

@@ -136,10 +136,6 @@ where
         source,
     };
     let deadline = Instant::now() + timeout;
-    let consumer: BaseConsumer<ReaderContext> = clients
-        .config(ClientRole::Reader)
-        .create_with_context(ReaderContext)
-        .map_err(kerr)?;
     // Watermarks must come from a read_uncommitted client: asked by a read_committed one, the
     // broker answers the last stable offset, which stops *before* a transaction whose markers
     // are still being written — and a restore that ended there would miss committed writes.
@@ -174,6 +170,12 @@ where
     if tpl.count() == 0 {
         return Ok(next);
     }
+    // Created once the broker answered the watermark requests: a client that starts while the
+    // broker is away may keep the partitions it was assigned in an error state.
+    let consumer: BaseConsumer<ReaderContext> = clients
+        .config(ClientRole::Reader)
+        .create_with_context(ReaderContext)
+        .map_err(kerr)?;
     consumer.assign(&tpl).map_err(kerr)?;
     let mut last_refresh = Instant::now();
     loop {
@@ -222,9 +224,31 @@ where
                     last_refresh = Instant::now();
                 }
             }
+            // The broker going away mid-read (a restart) is waited out until the deadline.
+            Some(Err(e)) if is_transient(&e) => {
+                tracing::debug!(error = %e, topic, "broker unavailable while reading; waiting");
+                std::thread::sleep(Duration::from_millis(250));
+            }
             Some(Err(e)) => return Err(kerr(e)),
         }
     }
+}
+
+/// Errors a restarting or briefly unreachable broker produces, which a read outlives.
+fn is_transient(e: &KafkaError) -> bool {
+    use RDKafkaErrorCode as C;
+    matches!(
+        e.rdkafka_error_code(),
+        Some(
+            C::BrokerTransportFailure
+                | C::AllBrokersDown
+                | C::RequestTimedOut
+                | C::OperationTimedOut
+                | C::NotLeaderForPartition
+                | C::LeaderNotAvailable
+                | C::UnknownPartition
+        )
+    )
 }
 
 /// Partition count of `topic`.

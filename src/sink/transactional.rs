@@ -35,6 +35,12 @@ pub enum SinkError {
     Fatal(KafkaError),
 }
 
+/// How long `init_transactions` is retried while the coordinator is away: a broker restart
+/// takes tens of seconds, and a processor that starts (or recreates its producer) during one
+/// must wait for it rather than exit. (Three transaction timeouts — 30 s by default — was too
+/// short: found by the broker-restart fault scenario.)
+pub const INIT_RETRY_FOR: Duration = Duration::from_secs(120);
+
 /// The transactional producer and its settings (to recreate it).
 pub struct TxnSink {
     producer: FutureProducer,
@@ -81,7 +87,7 @@ impl TxnSink {
             .config(ClientRole::Transactional { id, timeout })
             .create()
             .map_err(SinkError::Fatal)?;
-        let deadline = Instant::now() + timeout * 3;
+        let deadline = Instant::now() + (timeout * 3).max(INIT_RETRY_FOR);
         loop {
             match producer.init_transactions(timeout) {
                 Ok(()) => return Ok(producer),

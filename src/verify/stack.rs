@@ -1,0 +1,125 @@
+//! A private copy of the local stack (`dev/stack` with its own run dir and ports) for the
+//! scenarios that stop and restart a broker or Postgres: the shared stack other tests run on is
+//! never touched. The guard stops what it started when dropped, also on failure, and deletes
+//! its data.
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Where a private stack lives and listens.
+#[derive(Debug, Clone)]
+pub struct PrivateStack {
+    /// The `dev/stack` script.
+    pub script: PathBuf,
+    /// Its `EOSFLOW_RUN_DIR` (data dirs, logs, pid files).
+    pub run_dir: PathBuf,
+    /// Kafka's PLAINTEXT port (the controller takes +1, the SASL listener +2).
+    pub kafka_port: u16,
+    /// Postgres' port.
+    pub pg_port: u16,
+}
+
+impl PrivateStack {
+    /// A stack on `kafka_port`/`pg_port` in `run_dir`; nothing is started yet.
+    pub fn new(script: PathBuf, run_dir: PathBuf, kafka_port: u16, pg_port: u16) -> Self {
+        Self {
+            script,
+            run_dir,
+            kafka_port,
+            pg_port,
+        }
+    }
+
+    /// Kafka's bootstrap address.
+    pub fn bootstrap(&self) -> String {
+        format!("127.0.0.1:{}", self.kafka_port)
+    }
+
+    /// Postgres' URL (the stack's `eosflow` role and database).
+    pub fn postgres_url(&self) -> String {
+        format!(
+            "postgres://eosflow:eosflow@127.0.0.1:{}/eosflow",
+            self.pg_port
+        )
+    }
+
+    /// Runs `dev/stack <verb> <component>` against this stack only.
+    fn stack(&self, verb: &str, component: &str) -> Result<(), String> {
+        let log = self.run_dir.join("stack-commands.log");
+        std::fs::create_dir_all(&self.run_dir)
+            .map_err(|e| format!("{}: {e}", self.run_dir.display()))?;
+        let out = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .map_err(|e| format!("{}: {e}", log.display()))?;
+        let err = out.try_clone().map_err(|e| e.to_string())?;
+        let status = Command::new(&self.script)
+            .args([verb, component])
+            .env("EOSFLOW_RUN_DIR", &self.run_dir)
+            .env("EOSFLOW_STACK_KAFKA_PORT", self.kafka_port.to_string())
+            .env(
+                "EOSFLOW_STACK_KAFKA_SASL_PORT",
+                (self.kafka_port + 2).to_string(),
+            )
+            .env("EOSFLOW_STACK_PG_PORT", self.pg_port.to_string())
+            // The script must not mistake the caller's (shared) broker for this one.
+            .env_remove("EOSFLOW_KAFKA_BOOTSTRAP")
+            .env_remove("EOSFLOW_POSTGRES_URL")
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .status()
+            .map_err(|e| format!("running {}: {e}", self.script.display()))?;
+        if status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "{} {verb} {component} failed ({status}); see {}",
+                self.script.display(),
+                log.display()
+            ))
+        }
+    }
+
+    /// Starts `component` (`kafka`, `postgres`) and returns a guard that stops it.
+    pub fn up(&self, component: &str) -> Result<StackGuard, String> {
+        self.stack("up", component)?;
+        Ok(StackGuard {
+            stack: self.clone(),
+            component: component.to_string(),
+        })
+    }
+
+    /// Stops `component` and starts it again; returns how long it was away.
+    pub fn restart(&self, component: &str) -> Result<Duration, String> {
+        let t = Instant::now();
+        self.stack("down", component)?;
+        self.stack("up", component)?;
+        Ok(t.elapsed())
+    }
+}
+
+/// Stops a private stack component when dropped.
+#[derive(Debug)]
+pub struct StackGuard {
+    stack: PrivateStack,
+    component: String,
+}
+
+impl Drop for StackGuard {
+    fn drop(&mut self) {
+        if let Err(e) = self.stack.stack("down", &self.component) {
+            tracing::warn!(error = %e, "stopping the private stack");
+            return;
+        }
+        // The data goes (a long run leaves gigabytes); the logs stay for a post-mortem.
+        let data = match self.component.as_str() {
+            "kafka" => self.stack.run_dir.join("kafka").join("data"),
+            "postgres" => self.stack.run_dir.join("pg").join("data"),
+            _ => return,
+        };
+        let _ = std::fs::remove_dir_all(data);
+    }
+}
