@@ -8,7 +8,7 @@ CARGO ?= cargo
 EOSFLOW := $(CARGO_TARGET_DIR)/debug/eosflow
 STACK_ENV = eval "$$(dev/stack env)"
 
-.PHONY: demo test deps stack-up stack-down lint build verify verify-long check-compose
+.PHONY: demo test deps stack-up stack-down lint build verify verify-long check-compose bench
 
 ## Install the system packages the build and the stack need (Debian; skipped when present).
 deps:
@@ -43,3 +43,8 @@ verify-long: stack-up build
 
 check-compose:
 	dev/check-compose
+
+## Benchmarks (≈ 40 min, not part of test): raw pipe, eosflow at-least-once/exactly-once and
+## Kafka Streams in one run, sweeps, recovery, micro-benchmarks → target/bench/report.md + SVGs.
+bench: stack-up
+	benches/run

@@ -49,6 +49,21 @@ enum Command {
     },
     /// Prove exactly-once: workload in, processes kill -9'ed, committed output checked.
     Verify(VerifyArgs),
+    /// Benchmarks against the raw pipe and Kafka Streams: target/bench/report.md and charts.
+    Bench(eosflow::bench::BenchArgs),
+    /// (internal) The benchmarks' raw consume → produce pipe, their throughput ceiling.
+    #[command(hide = true)]
+    BenchPipe {
+        /// Topic read.
+        #[arg(long)]
+        input: String,
+        /// Topic written.
+        #[arg(long)]
+        output: String,
+        /// Consumer group.
+        #[arg(long)]
+        group: String,
+    },
     /// Smoke pipeline: produce → process (2 instances, exactly-once) → consume, with a summary.
     Demo {
         /// Records to push through.
@@ -289,6 +304,26 @@ fn dispatch(cli: Cli) -> Result<std::process::ExitCode> {
             action: TopicsAction::Apply { dir },
         } => topics_apply(&config, &dir),
         Command::Verify(args) => verify_cmd(&config, args),
+        Command::Bench(args) => {
+            let results = eosflow::bench::run(&config, &args)?;
+            println!("{}", eosflow::bench::report::tables(&results));
+            println!("report: {}", args.out.join("report.md").display());
+            Ok(if results.failures.is_empty() {
+                std::process::ExitCode::SUCCESS
+            } else {
+                std::process::ExitCode::from(2)
+            })
+        }
+        Command::BenchPipe {
+            input,
+            output,
+            group,
+        } => {
+            let shutdown = Arc::new(AtomicBool::new(false));
+            let clients = KafkaClients::new(config.kafka.clone());
+            eosflow::bench::pipe::run(&clients, &input, &output, &group, &shutdown)?;
+            Ok(std::process::ExitCode::SUCCESS)
+        }
         Command::Demo { records } => demo(&config, records),
         Command::Dlt { action } => dlt_cmd(&config, action),
         Command::Outbox(args) => outbox_cmd(config, args),
@@ -321,7 +356,8 @@ fn run(config: &Config, topology: &str, output: &str) -> Result<std::process::Ex
     let health = Arc::new(Health::new(Duration::from_millis(
         config.processor.stuck_after_ms,
     )));
-    let runtime = Runtime::new(config, CountProcessor::new(output))
+    let processor = CountProcessor::new(output).with_registry(&config.schema_registry.url);
+    let runtime = Runtime::new(config, processor)
         .context("starting the runtime")?
         .with_health(health.clone());
     let shutdown = Arc::new(AtomicBool::new(false));

@@ -76,6 +76,8 @@ pub struct RuntimeOptions {
     pub dedup_purge_interval: Duration,
     /// The retry ladder of each input topic.
     pub retry: BTreeMap<String, RetryPolicy>,
+    /// False (`processor.guarantee = "at_least_once"`): no transactions, plain offset commits.
+    pub exactly_once: bool,
 }
 
 impl RuntimeOptions {
@@ -107,6 +109,7 @@ impl RuntimeOptions {
                 .iter()
                 .map(|t| (t.clone(), config.retry.policy_for(t)))
                 .collect(),
+            exactly_once: config.processor.guarantee != "at_least_once",
         })
     }
 
@@ -273,7 +276,11 @@ impl<P: Processor> Runtime<P> {
         let opts = RuntimeOptions::from_config(config)?;
         let clients = KafkaClients::new(config.kafka.clone());
         let changelog = format!("{}-{}-changelog", opts.app_id, processor.store_name());
-        let sink = TxnSink::new(&clients, &opts.transactional_id(), opts.transaction_timeout)?;
+        let sink = if opts.exactly_once {
+            TxnSink::new(&clients, &opts.transactional_id(), opts.transaction_timeout)?
+        } else {
+            TxnSink::plain(&clients, &opts.transactional_id(), opts.transaction_timeout)?
+        };
         let consumer: BaseConsumer<GroupContext> = clients
             .config(ClientRole::GroupConsumer {
                 group: &opts.app_id,
@@ -672,13 +679,21 @@ impl<P: Processor> Runtime<P> {
                 .add_partition_offset(t, *p, Offset::Offset(*o))
                 .map_err(SinkError::Abortable)?;
         }
-        let group = self
-            .consumer
-            .group_metadata()
-            .ok_or(SinkError::NoGroupMetadata)?;
-        self.sink.send_offsets(&offsets, &group)?;
         let committing = Instant::now();
-        self.sink.commit()?;
+        if self.sink.is_transactional() {
+            let group = self
+                .consumer
+                .group_metadata()
+                .ok_or(SinkError::NoGroupMetadata)?;
+            self.sink.send_offsets(&offsets, &group)?;
+            self.sink.commit()?;
+        } else {
+            // At-least-once: outputs and changelog acknowledged first, then the offsets.
+            self.sink.commit()?;
+            self.consumer
+                .commit(&offsets, rdkafka::consumer::CommitMode::Sync)
+                .map_err(SinkError::Abortable)?;
+        }
         telemetry::commit_latency(committing.elapsed());
         if let Ok(mut c) = self.consumer.context().committed.lock() {
             c.extend(next_offsets);
