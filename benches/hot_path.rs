@@ -19,15 +19,20 @@ fn order(i: u64) -> Value {
 
 fn avro(c: &mut Criterion) {
     let cat = Catalog::builtin().expect("built-in contracts");
-    let text = cat.get("orders.order-placed.v1").expect("contract").text.clone();
+    let text = cat
+        .get("orders.order-placed.v1")
+        .expect("contract")
+        .text
+        .clone();
     let schema = Schema::parse_str(&text).expect("schema");
     let bytes = encode_wire(1, &schema, order(7)).expect("encode");
     let mut decoder = Decoder::new(FixedSource(HashMap::from([(1, text)])), cat);
     let mut g = c.benchmark_group("avro");
     g.throughput(Throughput::Elements(1));
-    g.bench_function(format!("decode order-placed ({} B, cached schema)", bytes.len()), |b| {
-        b.iter(|| decoder.decode_avro(&bytes).expect("decodes"))
-    });
+    g.bench_function(
+        format!("decode order-placed ({} B, cached schema)", bytes.len()),
+        |b| b.iter(|| decoder.decode_avro(&bytes).expect("decodes")),
+    );
     g.bench_function("encode order-placed", |b| {
         b.iter_batched(
             || order(7),
@@ -39,7 +44,9 @@ fn avro(c: &mut Criterion) {
 }
 
 fn state(c: &mut Criterion) {
-    let keys: Vec<Vec<u8>> = (0..10_000).map(|i| format!("key-{i}").into_bytes()).collect();
+    let keys: Vec<Vec<u8>> = (0..10_000)
+        .map(|i| format!("key-{i}").into_bytes())
+        .collect();
     let mut g = c.benchmark_group("state");
     g.throughput(Throughput::Elements(1));
     let mut overlay = Overlay::default();
@@ -69,7 +76,11 @@ fn state(c: &mut Criterion) {
                 batch_no.set(b);
                 let mut o = Overlay::default();
                 for k in 0..1000u64 {
-                    o.put(Column::Dedup, format!("id-{b}-{k}").as_bytes(), k.to_be_bytes().to_vec());
+                    o.put(
+                        Column::Dedup,
+                        format!("id-{b}-{k}").as_bytes(),
+                        k.to_be_bytes().to_vec(),
+                    );
                 }
                 o
             },

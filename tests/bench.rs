@@ -1,6 +1,6 @@
 //! The benchmark driver's smoke run (part of `make test`): one tiny point of every contender,
-//! Kafka Streams peer included, plus a recovery restart each, against the local broker. It
-//! checks that the driver measures and reports, never how fast anything is.
+//! Kafka Streams peer included, against the local broker (the recovery benchmark is left to
+//! `make bench`). It checks that the driver measures and reports, never how fast anything is.
 
 mod support;
 
@@ -45,12 +45,9 @@ fn bench_smoke_measures_every_contender_and_writes_the_report() {
             "200",
             "--latency-secs",
             "1",
+            // The recovery benchmark (a kill -9 and restart each) runs in `make bench` only.
             "--recovery-keys",
-            "300",
-            "--recovery-partitions",
-            "2",
-            "--recovery-restarts",
-            "1",
+            "0",
             "--contenders",
             contenders,
         ])
@@ -81,22 +78,22 @@ fn bench_smoke_measures_every_contender_and_writes_the_report() {
             .expect("results.json is JSON");
     let samples = results["samples"].as_array().expect("samples");
     for c in contenders.split(',') {
-        assert!(report.contains(&format!("| {c} |")), "no row for {c} in\n{report}");
+        assert!(
+            report.contains(&format!("| {c} |")),
+            "no row for {c} in\n{report}"
+        );
         let s = samples
             .iter()
             .find(|s| s["point"]["contender"] == c)
             .unwrap_or_else(|| panic!("no sample of {c}"));
-        assert!(s["records_per_sec"].as_f64().unwrap_or(0.0) > 0.0, "{c}: {s}");
+        assert!(
+            s["records_per_sec"].as_f64().unwrap_or(0.0) > 0.0,
+            "{c}: {s}"
+        );
         // 200 paced records, every one seen at the output.
         assert_eq!(s["latencies_ms"].as_array().map(Vec::len), Some(200), "{c}");
     }
     assert!(report.contains("ratio to raw pipe"), "{report}");
-    let recovery = results["recovery"].as_array().expect("recovery");
-    let timed = ["eosflow-eos", "kstreams-eos"]
-        .iter()
-        .filter(|c| contenders.contains(*c))
-        .count();
-    assert_eq!(recovery.len(), timed, "{results}");
     for f in ["throughput.svg", "latency-cdf.svg"] {
         let svg = std::fs::read_to_string(out.join(f)).expect(f);
         assert!(svg.contains("<svg"), "{f}");

@@ -62,7 +62,11 @@ pub struct BenchArgs {
     #[arg(long, value_delimiter = ',', default_value = "50,100,500")]
     pub commit_intervals: Vec<u64>,
     /// Contenders: raw-pipe, eosflow-alo, eosflow-eos, kstreams-eos.
-    #[arg(long, value_delimiter = ',', default_value = "raw-pipe,eosflow-alo,eosflow-eos,kstreams-eos")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "raw-pipe,eosflow-alo,eosflow-eos,kstreams-eos"
+    )]
     pub contenders: Vec<String>,
     /// Times each point runs (rounds interleave the contenders).
     #[arg(long, default_value_t = 3)]
@@ -92,6 +96,9 @@ pub struct BenchArgs {
     /// (padded decimal amounts, no registry needed).
     #[arg(long, default_value = "avro")]
     pub payload: String,
+    /// How the binary was built (for the report): `release` or `dev-opt` (see benches/run).
+    #[arg(long, default_value = "release")]
+    pub build: String,
     /// Profile the exactly-once instance of one point with `perf` (report in the output dir).
     #[arg(long)]
     pub perf: bool,
@@ -207,7 +214,10 @@ pub fn run(config: &Config, args: &BenchArgs) -> Result<Results, BenchError> {
     let payload = match args.payload.as_str() {
         "avro" => {
             let id = workload::use_avro(&config.schema_registry.url)?;
-            format!("Avro orders.order-placed.v1 (schema id {id}, {} B)", workload::value(0)?.len())
+            format!(
+                "Avro orders.order-placed.v1 (schema id {id}, {} B)",
+                workload::value(0)?.len()
+            )
         }
         "text" => format!("padded decimal text ({} B)", workload::VALUE_BYTES),
         other => {
@@ -233,6 +243,7 @@ pub fn run(config: &Config, args: &BenchArgs) -> Result<Results, BenchError> {
             ("records per point".into(), args.records.to_string()),
             ("keys".into(), args.keys.to_string()),
             ("values".into(), payload),
+            ("build".into(), args.build.clone()),
             ("repeats".into(), args.repeats.to_string()),
             (
                 "latency phase".into(),
@@ -301,7 +312,11 @@ pub fn run(config: &Config, args: &BenchArgs) -> Result<Results, BenchError> {
     Ok(results)
 }
 
-pub(crate) fn topic_specs(point: &Point, launch: &Launch, config_levels: &[String]) -> Vec<TopicSpec> {
+pub(crate) fn topic_specs(
+    point: &Point,
+    launch: &Launch,
+    config_levels: &[String],
+) -> Vec<TopicSpec> {
     let p = point.partitions;
     let mut specs: Vec<TopicSpec> = vec![
         TopicSpec::new(launch.input.clone(), p, "delete"),
@@ -393,9 +408,10 @@ fn run_point(
     // A second member's rebalance may still be settling: give it a moment.
     std::thread::sleep(Duration::from_secs(if point.instances > 1 { 3 } else { 1 }));
     let perf = if profile {
-        instances.first().and_then(Instance::pid).and_then(|pid| {
-            report::start_perf(pid, &args.out.join("perf-eosflow-eos.data"))
-        })
+        instances
+            .first()
+            .and_then(Instance::pid)
+            .and_then(|pid| report::start_perf(pid, &args.out.join("perf-eosflow-eos.data")))
     } else {
         None
     };
@@ -409,10 +425,19 @@ fn run_point(
         report::stop_perf(perf, &args.out.join("perf-eosflow-eos.data"), &args.out);
     }
     let paced_n = args.latency_rate * args.latency_secs;
-    let sent = workload::paced(clients, &launch.input, paced_n, args.latency_rate, args.keys)?;
-    wait_until("paced records processed", Duration::from_secs(120), &mut instances, || {
-        reader.counts().1 >= paced_n as usize
-    })?;
+    let sent = workload::paced(
+        clients,
+        &launch.input,
+        paced_n,
+        args.latency_rate,
+        args.keys,
+    )?;
+    wait_until(
+        "paced records processed",
+        Duration::from_secs(120),
+        &mut instances,
+        || reader.counts().1 >= paced_n as usize,
+    )?;
     for i in instances.iter_mut() {
         i.kill9();
     }
@@ -443,4 +468,3 @@ fn run_point(
         repeats: seen.repeats,
     })
 }
-

@@ -6,11 +6,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::consumer::{ConsumerContext, Rebalance};
 use rdkafka::error::KafkaError;
 use rdkafka::message::{Header, Headers, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::types::RDKafkaErrorCode;
-use rdkafka::consumer::{ConsumerContext, Rebalance};
 use rdkafka::{ClientContext, Message};
 
 /// Says when the pipe joined (the benchmark waits for every instance's first assignment).

@@ -40,11 +40,7 @@ pub struct Reader {
 
 impl Reader {
     /// Starts reading `topic`'s `partitions` from the beginning.
-    pub fn start(
-        clients: &KafkaClients,
-        topic: &str,
-        partitions: i32,
-    ) -> Result<Self, BenchError> {
+    pub fn start(clients: &KafkaClients, topic: &str, partitions: i32) -> Result<Self, BenchError> {
         let consumer: BaseConsumer = clients
             .config(ClientRole::Reader)
             .set("enable.partition.eof", "false")
@@ -85,7 +81,9 @@ impl Reader {
     /// Arrival times (µs) of probes `base..base + n`, once all of them arrived.
     pub fn probes_arrived(&self, base: u64, n: u64) -> Option<Vec<u64>> {
         let s = self.seen.lock().ok()?;
-        (base..base + n).map(|i| s.probes.get(&i).copied()).collect()
+        (base..base + n)
+            .map(|i| s.probes.get(&i).copied())
+            .collect()
     }
 
     /// Stops the thread and hands over what it saw.
@@ -157,10 +155,15 @@ fn read_loop(
                 }
             }
             b'l' => {
-                if s.paced.contains_key(&n) {
+                let first = match s.paced.entry(n) {
+                    std::collections::hash_map::Entry::Occupied(_) => false,
+                    std::collections::hash_map::Entry::Vacant(v) => {
+                        v.insert(at);
+                        true
+                    }
+                };
+                if !first {
                     s.repeats += 1;
-                } else {
-                    s.paced.insert(n, at);
                 }
             }
             b'p' => {

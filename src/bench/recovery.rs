@@ -45,7 +45,11 @@ pub fn run(
         let _ = std::fs::remove_dir_all(launch.dir.join("state-i0"));
         match result {
             Ok(secs) => {
-                eprintln!("bench: recovery {} with {} keys: {secs:?} s", who.name(), args.recovery_keys);
+                eprintln!(
+                    "bench: recovery {} with {} keys: {secs:?} s",
+                    who.name(),
+                    args.recovery_keys
+                );
                 out.push((who.name().to_string(), secs));
             }
             Err(e) => eprintln!("bench: recovery {} FAILED: {e}", who.name()),

@@ -27,13 +27,18 @@ fn median(values: &[f64]) -> f64 {
 }
 
 fn min_max(values: &[f64]) -> (f64, f64) {
-    values.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| {
-        (lo.min(*v), hi.max(*v))
-    })
+    values
+        .iter()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| {
+            (lo.min(*v), hi.max(*v))
+        })
 }
 
-/// Per point: per-partition throughputs and latency percentiles (p50, p99, p999) of each round.
-type Grouped = BTreeMap<Point, (Vec<f64>, Vec<[f64; 3]>)>;
+/// Per-partition throughputs and latency percentiles (p50, p99, p999) of each round.
+type Rounds = (Vec<f64>, Vec<[f64; 3]>);
+
+/// [`Rounds`] by point.
+type Grouped = BTreeMap<Point, Rounds>;
 
 fn group(samples: &[Sample]) -> Grouped {
     let mut g: Grouped = BTreeMap::new();
@@ -58,7 +63,7 @@ pub fn tables(results: &Results) -> String {
         "| contender | partitions | instances | commit ms | records/s per partition (median [min–max]) | ratio to raw pipe | p50 ms | p99 ms | p999 ms |"
     );
     let _ = writeln!(md, "|---|---:|---:|---:|---:|---:|---:|---:|---:|");
-    let mut rows: Vec<(&Point, &(Vec<f64>, Vec<[f64; 3]>))> = g.iter().collect();
+    let mut rows: Vec<(&Point, &Rounds)> = g.iter().collect();
     rows.sort_by_key(|(p, _)| (p.partitions, p.instances, p.commit_interval_ms, p.contender));
     for (point, (tput, lat)) in rows {
         let raw = g
@@ -70,7 +75,9 @@ pub fn tables(results: &Results) -> String {
             .map(|(t, _)| median(t));
         let m = median(tput);
         let (lo, hi) = min_max(tput);
-        let ratio = raw.map(|r| format!("{:.2}", m / r)).unwrap_or_else(|| "–".into());
+        let ratio = raw
+            .map(|r| format!("{:.2}", m / r))
+            .unwrap_or_else(|| "–".into());
         let lat_med = |k: usize| median(&lat.iter().map(|l| l[k]).collect::<Vec<_>>());
         let _ = writeln!(
             md,
@@ -92,7 +99,10 @@ pub fn tables(results: &Results) -> String {
         md,
         "\n**eosflow exactly-once ÷ Kafka Streams exactly_once_v2** (same partitions, instances, 100 ms commits; per-round ratios in brackets):\n"
     );
-    let _ = writeln!(md, "| partitions | instances | throughput ratio (median [per round]) | p99 latency ratio |");
+    let _ = writeln!(
+        md,
+        "| partitions | instances | throughput ratio (median [per round]) | p99 latency ratio |"
+    );
     let _ = writeln!(md, "|---:|---:|---:|---:|");
     for (point, (tput, lat)) in &g {
         if point.contender != Contender::EosflowEos || point.commit_interval_ms != 100 {
@@ -139,7 +149,8 @@ pub fn tables(results: &Results) -> String {
 pub fn write(args: &BenchArgs, results: &Results) -> Result<(), BenchError> {
     let out = &args.out;
     let rerr = |e: std::io::Error| BenchError::Report(e.to_string());
-    let json = serde_json::to_string_pretty(results).map_err(|e| BenchError::Report(e.to_string()))?;
+    let json =
+        serde_json::to_string_pretty(results).map_err(|e| BenchError::Report(e.to_string()))?;
     std::fs::write(out.join("results.json"), json).map_err(rerr)?;
     let mut md = String::from("# eosflow benchmark report\n\n");
     for (k, v) in &results.settings {
@@ -153,10 +164,16 @@ pub fn write(args: &BenchArgs, results: &Results) -> Result<(), BenchError> {
             let _ = writeln!(md, "- {p}: {e}");
         }
     }
-    let _ = writeln!(md, "\n![throughput](throughput.svg)\n\n![latency CDF](latency-cdf.svg)");
+    let _ = writeln!(
+        md,
+        "\n![throughput](throughput.svg)\n\n![latency CDF](latency-cdf.svg)"
+    );
     let perf = out.join("perf-eosflow-eos.txt");
     if let Ok(p) = std::fs::read_to_string(&perf) {
-        let _ = writeln!(md, "\n## Profile of eosflow exactly-once (perf, top symbols)\n\n```\n{p}```");
+        let _ = writeln!(
+            md,
+            "\n## Profile of eosflow exactly-once (perf, top symbols)\n\n```\n{p}```"
+        );
     }
     std::fs::write(out.join("report.md"), md).map_err(rerr)?;
     throughput_chart(&out.join("throughput.svg"), results)?;
@@ -183,15 +200,31 @@ fn throughput_chart(path: &Path, results: &Results) -> Result<(), BenchError> {
     let mut series: BTreeMap<Contender, Vec<(f64, f64)>> = BTreeMap::new();
     for (p, (t, _)) in &g {
         if p.instances == 1 && p.commit_interval_ms == 100 {
-            series.entry(p.contender).or_default().push((p.partitions as f64, median(t)));
+            series
+                .entry(p.contender)
+                .or_default()
+                .push((p.partitions as f64, median(t)));
         }
     }
-    let max_y = series.values().flatten().map(|(_, y)| *y).fold(1.0, f64::max) * 1.1;
-    let max_x = series.values().flatten().map(|(x, _)| *x).fold(1.0, f64::max) + 1.0;
+    let max_y = series
+        .values()
+        .flatten()
+        .map(|(_, y)| *y)
+        .fold(1.0, f64::max)
+        * 1.1;
+    let max_x = series
+        .values()
+        .flatten()
+        .map(|(x, _)| *x)
+        .fold(1.0, f64::max)
+        + 1.0;
     let root = SVGBackend::new(path, (800, 480)).into_drawing_area();
     root.fill(&WHITE).map_err(perr)?;
     let mut chart = ChartBuilder::on(&root)
-        .caption("records/s per partition (1 instance, 100 ms commits)", ("sans-serif", 20))
+        .caption(
+            "records/s per partition (1 instance, 100 ms commits)",
+            ("sans-serif", 20),
+        )
         .margin(15)
         .x_label_area_size(40)
         .y_label_area_size(70)
@@ -216,8 +249,8 @@ fn throughput_chart(path: &Path, results: &Results) -> Result<(), BenchError> {
     }
     chart
         .configure_series_labels()
-        .background_style(&WHITE)
-        .border_style(&BLACK)
+        .background_style(WHITE)
+        .border_style(BLACK)
         .draw()
         .map_err(perr)?;
     root.present().map_err(perr)
@@ -233,7 +266,10 @@ fn latency_chart(path: &Path, results: &Results) -> Result<(), BenchError> {
     for s in &results.samples {
         let p = s.point;
         if p.partitions == mid && p.instances == 1 && p.commit_interval_ms == 100 {
-            series.entry(p.contender).or_default().extend(&s.latencies_ms);
+            series
+                .entry(p.contender)
+                .or_default()
+                .extend(&s.latencies_ms);
         }
     }
     for v in series.values_mut() {
@@ -282,8 +318,8 @@ fn latency_chart(path: &Path, results: &Results) -> Result<(), BenchError> {
     chart
         .configure_series_labels()
         .position(SeriesLabelPosition::LowerRight)
-        .background_style(&WHITE)
-        .border_style(&BLACK)
+        .background_style(WHITE)
+        .border_style(BLACK)
         .draw()
         .map_err(perr)?;
     root.present().map_err(perr)
@@ -308,7 +344,18 @@ pub fn stop_perf(mut perf: Child, data: &Path, out: &Path) {
         .status();
     let _ = perf.wait();
     let report = Command::new("perf")
-        .args(["report", "--stdio", "--no-children", "--sort", "dso,symbol", "-g", "none", "--percent-limit", "1", "-i"])
+        .args([
+            "report",
+            "--stdio",
+            "--no-children",
+            "--sort",
+            "dso,symbol",
+            "-g",
+            "none",
+            "--percent-limit",
+            "1",
+            "-i",
+        ])
         .arg(data)
         .stderr(Stdio::null())
         .output();

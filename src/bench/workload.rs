@@ -56,9 +56,15 @@ pub fn order_event(i: u64, amount: i64) -> AvroValue {
     let lines = (0..5)
         .map(|l| {
             AvroValue::Record(vec![
-                ("sku".into(), AvroValue::String(format!("sku-{:08}-{l}", i % 5000))),
+                (
+                    "sku".into(),
+                    AvroValue::String(format!("sku-{:08}-{l}", i % 5000)),
+                ),
                 ("quantity".into(), AvroValue::Int(1 + l)),
-                ("unit_price_minor".into(), AvroValue::Long(1999 + i64::from(l))),
+                (
+                    "unit_price_minor".into(),
+                    AvroValue::Long(1999 + i64::from(l)),
+                ),
             ])
         })
         .collect();
@@ -140,7 +146,8 @@ pub fn delete_topics_with_prefix(clients: &KafkaClients, app: &str) -> Result<us
         .build()
         .map_err(|e| BenchError::Kafka(format!("tokio runtime: {e}")))?;
     let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
-    rt.block_on(admin.delete_topics(&refs, &opts)).map_err(err)?;
+    rt.block_on(admin.delete_topics(&refs, &opts))
+        .map_err(err)?;
     Ok(names.len())
 }
 
@@ -254,7 +261,14 @@ pub fn probes(
     let p = producer(clients, 0)?;
     for part in 0..partitions {
         let n = base + part as u64;
-        send(&p, topic, Some(part), &format!("probe-{part}"), &format!("p{n}"), &value(0)?)?;
+        send(
+            &p,
+            topic,
+            Some(part),
+            &format!("probe-{part}"),
+            &format!("p{n}"),
+            &value(0)?,
+        )?;
     }
     flush(&p)
 }
