@@ -364,7 +364,8 @@ pub fn stop_perf(mut perf: Child, data: &Path, out: &Path) {
             .lines()
             .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
             .take(30)
-            .map(|l| format!("{l}\n"))
+            // perf pads every line to the terminal width and ends it with two `-` columns.
+            .map(|l| format!("{}\n", l.trim_end_matches([' ', '-'])))
             .collect();
         let _ = std::fs::write(out.join("perf-eosflow-eos.txt"), text);
     }
