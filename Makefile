@@ -8,7 +8,7 @@ CARGO ?= cargo
 EOSFLOW := $(CARGO_TARGET_DIR)/debug/eosflow
 STACK_ENV = eval "$$(dev/stack env)"
 
-.PHONY: demo demo-chaos test deps stack-up stack-down lint build verify verify-long verify-scenario check-compose
+.PHONY: demo demo-chaos test deps stack-up stack-down lint build verify verify-long verify-scenario check-compose bench
 
 ## Install the system packages the build and the stack need (Debian; skipped when present).
 deps:
@@ -57,3 +57,8 @@ verify-scenario: stack-up build
 
 check-compose:
 	dev/check-compose
+
+## Benchmarks (≈ 40 min, not part of test): raw pipe, eosflow at-least-once/exactly-once and
+## Kafka Streams in one run, sweeps, recovery, micro-benchmarks → target/bench/report.md + SVGs.
+bench: stack-up
+	benches/run

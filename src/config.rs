@@ -259,6 +259,9 @@ pub struct ProcessorConfig {
     pub shutdown_timeout_ms: u64,
     /// `/healthz` fails when the loop has not turned for this long (restores excepted).
     pub stuck_after_ms: u64,
+    /// `exactly_once` (transactions; the default) or `at_least_once` (outputs acknowledged, then
+    /// plain offset commits; a crash replays the last batch): the baseline that prices exactly-once.
+    pub guarantee: String,
 }
 
 impl Default for ProcessorConfig {
@@ -273,6 +276,7 @@ impl Default for ProcessorConfig {
             static_membership: false,
             shutdown_timeout_ms: 30_000,
             stuck_after_ms: 60_000,
+            guarantee: "exactly_once".into(),
         }
     }
 }
@@ -814,6 +818,12 @@ impl Config {
                 format!("{} is outside 1..=60000", p.commit_interval_ms),
             ));
         }
+        if !["exactly_once", "at_least_once"].contains(&p.guarantee.as_str()) {
+            return Err(bad(
+                "processor.guarantee",
+                format!("{:?}: use `exactly_once` or `at_least_once`", p.guarantee),
+            ));
+        }
         if p.max_batch_records == 0 {
             return Err(bad("processor.max_batch_records", "must be at least 1"));
         }
@@ -1326,6 +1336,30 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(err.contains("retry.on_dead_letter"), "{err}");
+    }
+
+    #[test]
+    fn guarantee_is_exactly_once_by_default_and_validated() {
+        let c = Config::from_sources(None, None, &[]).expect("defaults");
+        assert_eq!(c.processor.guarantee, "exactly_once");
+        let c = Config::from_sources(
+            None,
+            None,
+            &env(&[("EOSFLOW_PROCESSOR_GUARANTEE", "at_least_once")]),
+        )
+        .expect("at_least_once is valid");
+        assert_eq!(c.processor.guarantee, "at_least_once");
+        let err = Config::from_sources(
+            None,
+            None,
+            &env(&[("EOSFLOW_PROCESSOR_GUARANTEE", "exactly-once")]),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("processor.guarantee") && err.contains("at_least_once"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -9,9 +9,11 @@
 //! - [`kafka`] — client settings, topic declarations, committed reads;
 //! - [`codec`] — schema registry and Avro;
 //! - [`telemetry`] — metrics;
-//! - [`app`] — topologies that ship with eosflow; [`verify`] — the exactly-once verifier.
+//! - [`app`] — topologies that ship with eosflow; [`verify`] — the exactly-once verifier;
+//!   [`bench`] — benchmarks against the raw pipe and Kafka Streams.
 
 pub mod app;
+pub mod bench;
 pub mod codec;
 pub mod config;
 pub mod kafka;

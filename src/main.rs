@@ -57,6 +57,21 @@ enum Command {
     /// The orders application end to end (order service → outbox → processors + saga), a live
     /// progress line, a summary and its checks; exit 0 only if they hold.
     Demo(eosflow::app::demo::DemoArgs),
+    /// Benchmarks against the raw pipe and Kafka Streams: target/bench/report.md and charts.
+    Bench(eosflow::bench::BenchArgs),
+    /// (internal) The benchmarks' raw consume → produce pipe, their throughput ceiling.
+    #[command(hide = true)]
+    BenchPipe {
+        /// Topic read.
+        #[arg(long)]
+        input: String,
+        /// Topic written.
+        #[arg(long)]
+        output: String,
+        /// Consumer group.
+        #[arg(long)]
+        group: String,
+    },
     /// Print the effective configuration (secrets redacted) or the first error in it.
     Config,
     /// Dead letters: list, show, redrive, purge.
@@ -331,6 +346,26 @@ fn dispatch(cli: Cli) -> Result<std::process::ExitCode> {
         } => topics_apply(&config, &dir),
         Command::Verify(args) => verify_cmd(&config, args),
         Command::Demo(args) => demo(&config, &args),
+        Command::Bench(args) => {
+            let results = eosflow::bench::run(&config, &args)?;
+            println!("{}", eosflow::bench::report::tables(&results));
+            println!("report: {}", args.out.join("report.md").display());
+            Ok(if results.failures.is_empty() {
+                std::process::ExitCode::SUCCESS
+            } else {
+                std::process::ExitCode::from(2)
+            })
+        }
+        Command::BenchPipe {
+            input,
+            output,
+            group,
+        } => {
+            let shutdown = Arc::new(AtomicBool::new(false));
+            let clients = KafkaClients::new(config.kafka.clone());
+            eosflow::bench::pipe::run(&clients, &input, &output, &group, &shutdown)?;
+            Ok(std::process::ExitCode::SUCCESS)
+        }
         Command::Dlt { action } => dlt_cmd(&config, action),
         Command::Outbox(args) => outbox_cmd(config, args),
         Command::Schemas { action } => schemas_cmd(&config, action),
@@ -385,7 +420,8 @@ fn run(
 ) -> Result<std::process::ExitCode> {
     use eosflow::app::orders::{self, Topology};
     if topology == "count" {
-        return run_with(config, CountProcessor::new(output));
+        let count = CountProcessor::new(output).with_registry(&config.schema_registry.url);
+        return run_with(config, count);
     }
     if topology == "order-lifecycle" {
         let p = eosflow::app::lifecycle::OrdersProcessor::new(&config.schema_registry.url, output)

@@ -3,9 +3,17 @@
 //!
 //! Because every output carries the count it produced, a reader can prove exactly-once from
 //! the output alone: per key, the counts must be exactly 1..=n with no gap and no repeat.
+//!
+//! Values are decimal amounts, or Avro order events in the registry's wire format (magic byte
+//! 0), whose `total_minor` is the amount: the benchmarks' input, decoded with the writer schema
+//! cached by id.
 
+use apache_avro::types::Value;
 use serde::{Deserialize, Serialize};
 
+use crate::codec::decode::{Decoder, RegistrySource};
+use crate::codec::registry::Registry;
+use crate::codec::Catalog;
 use crate::processor::{Context, ProcessError, Processor, Record};
 
 /// What one output record says.
@@ -45,10 +53,33 @@ impl CountState {
     }
 }
 
-/// The handler: values are decimal integers; anything else is a permanent error.
-#[derive(Debug, Clone)]
+/// The handler: values are decimal integers or Avro order events; anything else is a
+/// permanent error.
 pub struct CountProcessor {
     output_topic: String,
+    registry_url: Option<String>,
+    /// Created at the first Avro value; caches writer schemas by id.
+    decoder: Option<Decoder>,
+}
+
+impl std::fmt::Debug for CountProcessor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CountProcessor")
+            .field("output_topic", &self.output_topic)
+            .field("registry_url", &self.registry_url)
+            .finish()
+    }
+}
+
+impl Clone for CountProcessor {
+    /// A clone starts with an empty schema cache (it refills from the registry).
+    fn clone(&self) -> Self {
+        Self {
+            output_topic: self.output_topic.clone(),
+            registry_url: self.registry_url.clone(),
+            decoder: None,
+        }
+    }
 }
 
 impl CountProcessor {
@@ -56,7 +87,47 @@ impl CountProcessor {
     pub fn new(output_topic: impl Into<String>) -> Self {
         Self {
             output_topic: output_topic.into(),
+            registry_url: None,
+            decoder: None,
         }
+    }
+
+    /// Accepts Avro values, fetching writer schemas from the registry at `url` (once per id).
+    pub fn with_registry(mut self, url: &str) -> Self {
+        self.registry_url = Some(url.to_string());
+        self
+    }
+
+    /// The `total_minor` of an Avro order event.
+    fn avro_amount(&mut self, raw: &[u8]) -> Result<i64, ProcessError> {
+        if self.decoder.is_none() {
+            let url = self.registry_url.as_deref().ok_or_else(|| {
+                ProcessError::permanent(
+                    "value is Avro (magic byte 0) but this counting topology has no schema registry",
+                )
+            })?;
+            let source = RegistrySource::new(Registry::new(url)).map_err(|e| {
+                ProcessError::transient(format!("starting the schema registry client: {e}"))
+            })?;
+            let catalog = Catalog::builtin().map_err(ProcessError::permanent)?;
+            self.decoder = Some(Decoder::new(source, catalog));
+        }
+        let Some(decoder) = self.decoder.as_mut() else {
+            return Err(ProcessError::permanent("no Avro decoder"));
+        };
+        let (_, type_name, value) = decoder.decode_avro(raw).map_err(ProcessError::from)?;
+        let total = match &value {
+            Value::Record(fields) => fields.iter().find_map(|(n, v)| match (n.as_str(), v) {
+                ("total_minor", Value::Long(l)) => Some(*l),
+                _ => None,
+            }),
+            _ => None,
+        };
+        total.ok_or_else(|| {
+            ProcessError::permanent(format!(
+                "{type_name} has no long `total_minor`: the counting topology sums order totals"
+            ))
+        })
     }
 }
 
@@ -68,6 +139,10 @@ impl Processor for CountProcessor {
         let raw = record.value.ok_or_else(|| {
             ProcessError::permanent("record has no value (tombstone): nothing to count")
         })?;
+        if raw.first() == Some(&0) {
+            let amount = self.avro_amount(raw)?;
+            return self.count(ctx, record, key, amount);
+        }
         let text = std::str::from_utf8(raw).map_err(|_| {
             ProcessError::permanent(format!(
                 "value is not a decimal integer (not UTF-8, {} bytes)",
@@ -103,6 +178,23 @@ impl Processor for CountProcessor {
             // A deliberate trigger for tests of the panic path.
             panic!("amount {amount} is the panic trigger");
         }
+        self.count(ctx, record, key, amount)
+    }
+
+    fn store_name(&self) -> &str {
+        "count"
+    }
+}
+
+impl CountProcessor {
+    /// Adds `amount` to `key`'s state and emits the output.
+    fn count(
+        &self,
+        ctx: &mut Context<'_>,
+        record: &Record<'_>,
+        key: &[u8],
+        amount: i64,
+    ) -> Result<(), ProcessError> {
         let mut state = match ctx.get(key)? {
             Some(b) => CountState::decode(&b).ok_or_else(|| {
                 ProcessError::permanent("stored count state is corrupt (not 16 bytes)")
@@ -129,10 +221,6 @@ impl Processor for CountProcessor {
             vec![("causation_id".into(), id.into_bytes())],
         );
         Ok(())
-    }
-
-    fn store_name(&self) -> &str {
-        "count"
     }
 }
 

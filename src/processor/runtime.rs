@@ -79,6 +79,8 @@ pub struct RuntimeOptions {
     pub retry: BTreeMap<String, RetryPolicy>,
     /// How often the DLT depth gauges refresh (zero: not watched).
     pub dlt_depth_interval: Duration,
+    /// False (`processor.guarantee = "at_least_once"`): no transactions, plain offset commits.
+    pub exactly_once: bool,
 }
 
 impl RuntimeOptions {
@@ -111,6 +113,7 @@ impl RuntimeOptions {
                 .map(|t| (t.clone(), config.retry.policy_for(t)))
                 .collect(),
             dlt_depth_interval: Duration::from_millis(config.retry.dlt_depth_interval_ms),
+            exactly_once: config.processor.guarantee != "at_least_once",
         })
     }
 
@@ -279,7 +282,11 @@ impl<P: Processor> Runtime<P> {
         let opts = RuntimeOptions::from_config(config)?;
         let clients = KafkaClients::new(config.kafka.clone());
         let changelog = format!("{}-{}-changelog", opts.app_id, processor.store_name());
-        let sink = TxnSink::new(&clients, &opts.transactional_id(), opts.transaction_timeout)?;
+        let sink = if opts.exactly_once {
+            TxnSink::new(&clients, &opts.transactional_id(), opts.transaction_timeout)?
+        } else {
+            TxnSink::plain(&clients, &opts.transactional_id(), opts.transaction_timeout)?
+        };
         let consumer: BaseConsumer<GroupContext> = clients
             .config(ClientRole::GroupConsumer {
                 group: &opts.app_id,
@@ -698,13 +705,21 @@ impl<P: Processor> Runtime<P> {
                 .add_partition_offset(t, *p, Offset::Offset(*o))
                 .map_err(SinkError::Abortable)?;
         }
-        let group = self
-            .consumer
-            .group_metadata()
-            .ok_or(SinkError::NoGroupMetadata)?;
-        self.sink.send_offsets(&offsets, &group)?;
         let committing = Instant::now();
-        self.sink.commit()?;
+        if self.sink.is_transactional() {
+            let group = self
+                .consumer
+                .group_metadata()
+                .ok_or(SinkError::NoGroupMetadata)?;
+            self.sink.send_offsets(&offsets, &group)?;
+            self.sink.commit()?;
+        } else {
+            // At-least-once: outputs and changelog acknowledged first, then the offsets.
+            self.sink.commit()?;
+            self.consumer
+                .commit(&offsets, rdkafka::consumer::CommitMode::Sync)
+                .map_err(SinkError::Abortable)?;
+        }
         telemetry::commit_latency(committing.elapsed());
         if let Ok(mut c) = self.consumer.context().committed.lock() {
             c.extend(next_offsets);

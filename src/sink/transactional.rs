@@ -1,6 +1,10 @@
 //! One transactional producer per instance (`transactional.id = <app>-<instance>`), with
 //! librdkafka's transaction errors sorted into what the runtime must do: retry the call,
 //! abort the batch, or stop because another instance took over (fenced).
+//!
+//! For `processor.guarantee = "at_least_once"` the same sink runs without transactions (an
+//! idempotent producer; begin/abort do nothing and commit waits for every send to be
+//! acknowledged), so both guarantees share one loop and differ only in what they pay for.
 
 use std::time::{Duration, Instant};
 
@@ -47,6 +51,8 @@ pub struct TxnSink {
     clients: KafkaClients,
     id: String,
     timeout: Duration,
+    /// False: at-least-once, no transactions.
+    transactional: bool,
 }
 
 impl std::fmt::Debug for TxnSink {
@@ -75,7 +81,28 @@ impl TxnSink {
             clients: clients.clone(),
             id: id.to_string(),
             timeout,
+            transactional: true,
         })
+    }
+
+    /// An at-least-once sink: idempotent producer, no transaction; `id` only names it in errors.
+    pub fn plain(clients: &KafkaClients, id: &str, timeout: Duration) -> Result<Self, SinkError> {
+        let producer: FutureProducer = clients
+            .config(ClientRole::Idempotent)
+            .create()
+            .map_err(SinkError::Fatal)?;
+        Ok(Self {
+            producer,
+            clients: clients.clone(),
+            id: id.to_string(),
+            timeout,
+            transactional: false,
+        })
+    }
+
+    /// Whether batches commit as Kafka transactions (exactly-once).
+    pub fn is_transactional(&self) -> bool {
+        self.transactional
     }
 
     fn create(
@@ -105,7 +132,11 @@ impl TxnSink {
 
     /// Replaces the producer after a fatal error (same id, new epoch).
     pub fn reset(&mut self) -> Result<(), SinkError> {
-        self.producer = Self::create(&self.clients, &self.id, self.timeout)?;
+        *self = if self.transactional {
+            Self::new(&self.clients, &self.id, self.timeout)?
+        } else {
+            Self::plain(&self.clients, &self.id, self.timeout)?
+        };
         Ok(())
     }
 
@@ -116,6 +147,9 @@ impl TxnSink {
 
     /// Opens a transaction.
     pub fn begin(&self) -> Result<(), SinkError> {
+        if !self.transactional {
+            return Ok(());
+        }
         self.producer
             .begin_transaction()
             .map_err(|e| classify(&self.id, e))
@@ -185,6 +219,13 @@ impl TxnSink {
         while self.producer.in_flight_count() > 0 && Instant::now() < deadline {
             std::thread::sleep(Duration::from_micros(100));
         }
+        if !self.transactional {
+            // At-least-once: every send acknowledged (or failed) before the offsets move on.
+            return self
+                .producer
+                .flush(self.timeout)
+                .map_err(|e| classify(&self.id, e));
+        }
         loop {
             match self.producer.commit_transaction(self.timeout) {
                 Ok(()) => return Ok(()),
@@ -200,6 +241,10 @@ impl TxnSink {
 
     /// Aborts the open transaction: none of its records become visible to `read_committed`.
     pub fn abort(&self) -> Result<(), SinkError> {
+        if !self.transactional {
+            // Nothing to take back: at-least-once outputs of a failed batch stay (and repeat).
+            return Ok(());
+        }
         self.producer
             .abort_transaction(self.timeout)
             .map_err(|e| classify(&self.id, e))

@@ -1,0 +1,113 @@
+//! Criterion micro-benchmarks of the processor's hot path: Avro decode/encode of a ~300 B order
+//! event with the writer schema cached, state overlay put/get, RocksDB batch apply with the
+//! checkpoint, and the dedup lookup. `cargo bench --bench hot_path` measures; under
+//! `cargo test --all-targets` each benchmark runs once, as a smoke test.
+
+use std::collections::HashMap;
+
+use apache_avro::types::Value;
+use apache_avro::Schema;
+use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
+
+use eosflow::codec::decode::{encode_wire, Decoder, FixedSource};
+use eosflow::codec::Catalog;
+use eosflow::state::{Column, Overlay, Store, StoreCache};
+
+fn order(i: u64) -> Value {
+    eosflow::bench::workload::order_event(i, 12_345)
+}
+
+fn avro(c: &mut Criterion) {
+    let cat = Catalog::builtin().expect("built-in contracts");
+    let text = cat
+        .get("orders.order-placed.v1")
+        .expect("contract")
+        .text
+        .clone();
+    let schema = Schema::parse_str(&text).expect("schema");
+    let bytes = encode_wire(1, &schema, order(7)).expect("encode");
+    let mut decoder = Decoder::new(FixedSource(HashMap::from([(1, text)])), cat);
+    let mut g = c.benchmark_group("avro");
+    g.throughput(Throughput::Elements(1));
+    g.bench_function(
+        format!("decode order-placed ({} B, cached schema)", bytes.len()),
+        |b| b.iter(|| decoder.decode_avro(&bytes).expect("decodes")),
+    );
+    g.bench_function("encode order-placed", |b| {
+        b.iter_batched(
+            || order(7),
+            |v| encode_wire(1, &schema, v).expect("encodes"),
+            BatchSize::SmallInput,
+        )
+    });
+    g.finish();
+}
+
+fn state(c: &mut Criterion) {
+    let keys: Vec<Vec<u8>> = (0..10_000)
+        .map(|i| format!("key-{i}").into_bytes())
+        .collect();
+    let mut g = c.benchmark_group("state");
+    g.throughput(Throughput::Elements(1));
+    let mut overlay = Overlay::default();
+    let mut i = 0usize;
+    g.bench_function("overlay put", |b| {
+        b.iter(|| {
+            i = (i + 1) % keys.len();
+            overlay.put(Column::State, &keys[i], vec![0u8; 16]);
+        })
+    });
+    g.bench_function("overlay get", |b| {
+        b.iter(|| {
+            i = (i + 7) % keys.len();
+            overlay.get(Column::State, &keys[i])
+        })
+    });
+
+    let dir = std::env::temp_dir().join(format!("eosflow-hot-path-{}", std::process::id()));
+    let cache = StoreCache::new(64 << 20);
+    let (store, _) = Store::open(&dir, "bench[0]", &cache).expect("store");
+    let batch_no = std::cell::Cell::new(0i64);
+    g.throughput(Throughput::Elements(1000));
+    g.bench_function("rocksdb apply (1000 puts + checkpoint)", |b| {
+        b.iter_batched(
+            || {
+                let b = batch_no.get() + 1;
+                batch_no.set(b);
+                let mut o = Overlay::default();
+                for k in 0..1000u64 {
+                    o.put(
+                        Column::Dedup,
+                        format!("id-{b}-{k}").as_bytes(),
+                        k.to_be_bytes().to_vec(),
+                    );
+                }
+                o
+            },
+            |o| store.apply(&o, Some(batch_no.get())).expect("apply"),
+            BatchSize::SmallInput,
+        )
+    });
+    g.throughput(Throughput::Elements(1));
+    let mut j = 0i64;
+    g.bench_function("dedup lookup (rocksdb hit)", |b| {
+        b.iter(|| {
+            j += 1;
+            let id = format!("id-{}-{}", 1 + j % batch_no.get().max(1), j % 1000);
+            store.get(Column::Dedup, id.as_bytes()).expect("get")
+        })
+    });
+    g.bench_function("dedup lookup (rocksdb miss)", |b| {
+        b.iter(|| {
+            j += 1;
+            let id = format!("never-{j}");
+            store.get(Column::Dedup, id.as_bytes()).expect("get")
+        })
+    });
+    g.finish();
+    drop(store);
+    let _ = Store::wipe(&dir);
+}
+
+criterion_group!(benches, avro, state);
+criterion_main!(benches);

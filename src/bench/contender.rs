@@ -1,0 +1,225 @@
+//! The contenders and how each runs as OS processes: the raw pipe (`eosflow bench-pipe`),
+//! eosflow's counting topology at-least-once and exactly-once (`eosflow run`), and Kafka
+//! Streams `exactly_once_v2` (the Java peer in `benches/peer/`).
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use super::BenchError;
+
+/// Who is measured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Contender {
+    /// rdkafka consume → produce, no transaction, no state: the ceiling.
+    Raw,
+    /// eosflow, `processor.guarantee = "at_least_once"`.
+    EosflowAlo,
+    /// eosflow, exactly-once (transactions, RocksDB state, dedup).
+    EosflowEos,
+    /// Kafka Streams `exactly_once_v2`, the same topology.
+    KafkaStreams,
+}
+
+impl Contender {
+    /// Every contender, in report order.
+    pub const ALL: [Contender; 4] = [
+        Contender::Raw,
+        Contender::EosflowAlo,
+        Contender::EosflowEos,
+        Contender::KafkaStreams,
+    ];
+
+    /// Name in reports and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Contender::Raw => "raw-pipe",
+            Contender::EosflowAlo => "eosflow-alo",
+            Contender::EosflowEos => "eosflow-eos",
+            Contender::KafkaStreams => "kstreams-eos",
+        }
+    }
+
+    /// Parses a name from [`Contender::name`].
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|c| c.name() == s)
+    }
+
+    /// Whether the contender keeps state in a changelog topic it needs created.
+    pub fn is_eosflow(self) -> bool {
+        matches!(self, Contender::EosflowAlo | Contender::EosflowEos)
+    }
+}
+
+/// The contract the Kafka Streams peer decodes Avro values with (relative to the repository).
+pub const SCHEMA: &str = "schemas/orders/order-placed.v1.avsc";
+
+/// How to start a point's instances.
+#[derive(Debug, Clone)]
+pub struct Launch {
+    /// The `eosflow` binary.
+    pub exe: PathBuf,
+    /// Classpath of the Kafka Streams peer, when it was built.
+    pub peer_classpath: Option<String>,
+    /// The order-placed schema file (the peer's reader and writer schema).
+    pub schema: PathBuf,
+    /// `bootstrap.servers`.
+    pub bootstrap: String,
+    /// Group / application id.
+    pub app_id: String,
+    /// Input topic.
+    pub input: String,
+    /// Output topic.
+    pub output: String,
+    /// Commit interval of eosflow and Kafka Streams.
+    pub commit_interval_ms: u64,
+    /// Where instance state and logs go.
+    pub dir: PathBuf,
+}
+
+/// One running instance; killed (SIGKILL) on drop.
+pub struct Instance {
+    /// Name in logs.
+    pub name: String,
+    child: Option<Child>,
+    /// Its log file.
+    pub log: PathBuf,
+}
+
+impl Instance {
+    /// The OS process id.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// `kill -9`: no shutdown hook, no commit, no leave-group.
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// An error if the process exited by itself (it never should during a point).
+    pub fn check_alive(&mut self) -> Result<(), BenchError> {
+        if let Some(c) = self.child.as_mut() {
+            if let Ok(Some(status)) = c.try_wait() {
+                return Err(BenchError::Instance(format!(
+                    "{} exited by itself ({status}); see {}",
+                    self.name,
+                    self.log.display()
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Instance {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+/// Starts instance `i` of `who`.
+pub fn spawn(who: Contender, l: &Launch, i: usize) -> Result<Instance, BenchError> {
+    std::fs::create_dir_all(&l.dir).map_err(|e| io(&l.dir, e))?;
+    let name = format!("{}-i{i}", who.name());
+    let log = l.dir.join(format!("{name}.log"));
+    let out = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log)
+        .map_err(|e| io(&log, e))?;
+    let err = out.try_clone().map_err(|e| io(&log, e))?;
+    let state = l.dir.join(format!("state-i{i}"));
+    let mut cmd = match who {
+        Contender::Raw => {
+            let mut c = Command::new(&l.exe);
+            c.args([
+                "bench-pipe",
+                "--input",
+                &l.input,
+                "--output",
+                &l.output,
+                "--group",
+                &l.app_id,
+            ])
+            .env("EOSFLOW_KAFKA_BOOTSTRAP", &l.bootstrap);
+            c
+        }
+        Contender::EosflowAlo | Contender::EosflowEos => {
+            let mut c = Command::new(&l.exe);
+            let guarantee = if who == Contender::EosflowEos {
+                "exactly_once"
+            } else {
+                "at_least_once"
+            };
+            c.args(["run", "--topology", "count", "--output", &l.output])
+                .env("EOSFLOW_APP_ID", &l.app_id)
+                .env("EOSFLOW_APP_INSTANCE_ID", format!("i{i}"))
+                .env("EOSFLOW_KAFKA_BOOTSTRAP", &l.bootstrap)
+                .env("EOSFLOW_PROCESSOR_INPUT_TOPICS", &l.input)
+                .env(
+                    "EOSFLOW_PROCESSOR_COMMIT_INTERVAL_MS",
+                    l.commit_interval_ms.to_string(),
+                )
+                .env("EOSFLOW_PROCESSOR_GUARANTEE", guarantee)
+                .env("EOSFLOW_PROCESSOR_SESSION_TIMEOUT_MS", "6000")
+                .env("EOSFLOW_STATE_DIR", &state)
+                .env("EOSFLOW_METRICS_LISTEN", "");
+            c
+        }
+        Contender::KafkaStreams => {
+            let cp = l.peer_classpath.as_deref().ok_or_else(|| {
+                BenchError::Instance(
+                    "the Kafka Streams peer was not built (benches/peer/build failed or was skipped)"
+                        .into(),
+                )
+            })?;
+            let mut c = Command::new("java");
+            c.args(["-Xms256m", "-Xmx512m", "-cp", cp, "CountPeer"])
+                .arg(&l.bootstrap)
+                .arg(&l.input)
+                .arg(&l.output)
+                .arg(&l.app_id)
+                .arg(&state)
+                .arg("exactly_once_v2")
+                .arg(l.commit_interval_ms.to_string())
+                .arg(&l.schema);
+            c
+        }
+    };
+    let child = cmd
+        .env("RUST_LOG", "warn,eosflow=info")
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err)
+        .spawn()
+        .map_err(|e| BenchError::Instance(format!("starting {name}: {e}")))?;
+    Ok(Instance {
+        name,
+        child: Some(child),
+        log,
+    })
+}
+
+fn io(path: &Path, e: std::io::Error) -> BenchError {
+    BenchError::Instance(format!("{}: {e}", path.display()))
+}
+
+/// Builds the Kafka Streams peer with `benches/peer/build` (Maven + javac, cached); its classpath.
+pub fn build_peer(repo: &Path) -> Result<String, BenchError> {
+    let script = repo.join("benches/peer/build");
+    let out = Command::new(&script)
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| BenchError::Instance(format!("running {}: {e}", script.display())))?;
+    if !out.status.success() {
+        return Err(BenchError::Instance(format!(
+            "{} failed ({})",
+            script.display(),
+            out.status
+        )));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}

@@ -1,0 +1,372 @@
+//! The write-up of a run: `report.md` (medians with min–max spread, ratios to the raw pipe and
+//! of eosflow exactly-once to Kafka Streams, latency percentiles, recovery), `results.json`
+//! (every sample), and two SVG charts drawn with plotters; plus the `perf` helpers.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+
+use plotters::prelude::*;
+
+use super::{BenchArgs, BenchError, Contender, Point, Results, Sample};
+
+/// The `q`-th percentile (0..=100) of sorted values; NaN when empty.
+pub fn percentile(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let rank = ((q / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+fn median(values: &[f64]) -> f64 {
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    percentile(&v, 50.0)
+}
+
+fn min_max(values: &[f64]) -> (f64, f64) {
+    values
+        .iter()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| {
+            (lo.min(*v), hi.max(*v))
+        })
+}
+
+/// Per-partition throughputs and latency percentiles (p50, p99, p999) of each round.
+type Rounds = (Vec<f64>, Vec<[f64; 3]>);
+
+/// [`Rounds`] by point.
+type Grouped = BTreeMap<Point, Rounds>;
+
+fn group(samples: &[Sample]) -> Grouped {
+    let mut g: Grouped = BTreeMap::new();
+    for s in samples {
+        let e = g.entry(s.point).or_default();
+        e.0.push(s.per_partition);
+        e.1.push([
+            percentile(&s.latencies_ms, 50.0),
+            percentile(&s.latencies_ms, 99.0),
+            percentile(&s.latencies_ms, 99.9),
+        ]);
+    }
+    g
+}
+
+/// The markdown tables (also pasted into the README).
+pub fn tables(results: &Results) -> String {
+    let g = group(&results.samples);
+    let mut md = String::new();
+    let _ = writeln!(
+        md,
+        "| contender | partitions | instances | commit ms | records/s per partition (median [min–max]) | ratio to raw pipe | p50 ms | p99 ms | p999 ms |"
+    );
+    let _ = writeln!(md, "|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let mut rows: Vec<(&Point, &Rounds)> = g.iter().collect();
+    rows.sort_by_key(|(p, _)| (p.partitions, p.instances, p.commit_interval_ms, p.contender));
+    for (point, (tput, lat)) in rows {
+        let raw = g
+            .get(&Point {
+                contender: Contender::Raw,
+                commit_interval_ms: 100,
+                ..*point
+            })
+            .map(|(t, _)| median(t));
+        let m = median(tput);
+        let (lo, hi) = min_max(tput);
+        let ratio = raw
+            .map(|r| format!("{:.2}", m / r))
+            .unwrap_or_else(|| "–".into());
+        let lat_med = |k: usize| median(&lat.iter().map(|l| l[k]).collect::<Vec<_>>());
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {} | {:.0} [{:.0}–{:.0}] | {} | {:.1} | {:.1} | {:.1} |",
+            point.contender.name(),
+            point.partitions,
+            point.instances,
+            point.commit_interval_ms,
+            m,
+            lo,
+            hi,
+            ratio,
+            lat_med(0),
+            lat_med(1),
+            lat_med(2)
+        );
+    }
+    let _ = writeln!(
+        md,
+        "\n**eosflow exactly-once ÷ Kafka Streams exactly_once_v2** (same partitions, instances, 100 ms commits; per-round ratios in brackets):\n"
+    );
+    let _ = writeln!(
+        md,
+        "| partitions | instances | throughput ratio (median [per round]) | p99 latency ratio |"
+    );
+    let _ = writeln!(md, "|---:|---:|---:|---:|");
+    for (point, (tput, lat)) in &g {
+        if point.contender != Contender::EosflowEos || point.commit_interval_ms != 100 {
+            continue;
+        }
+        let Some((ks_t, ks_l)) = g.get(&Point {
+            contender: Contender::KafkaStreams,
+            ..*point
+        }) else {
+            continue;
+        };
+        let per_round: Vec<String> = tput
+            .iter()
+            .zip(ks_t)
+            .map(|(a, b)| format!("{:.2}", a / b))
+            .collect();
+        let p99 = |l: &[[f64; 3]]| median(&l.iter().map(|x| x[1]).collect::<Vec<_>>());
+        let _ = writeln!(
+            md,
+            "| {} | {} | {:.2} [{}] | {:.2} |",
+            point.partitions,
+            point.instances,
+            median(tput) / median(ks_t),
+            per_round.join(", "),
+            p99(lat) / p99(ks_l)
+        );
+    }
+    if !results.recovery.is_empty() {
+        let _ = writeln!(
+            md,
+            "\n**Recovery** (kill -9, restart, until every partition processes again; seconds, median [all rounds]):\n"
+        );
+        let _ = writeln!(md, "| contender | seconds |");
+        let _ = writeln!(md, "|---|---:|");
+        for (who, secs) in &results.recovery {
+            let all: Vec<String> = secs.iter().map(|s| format!("{s:.1}")).collect();
+            let _ = writeln!(md, "| {who} | {:.1} [{}] |", median(secs), all.join(", "));
+        }
+    }
+    md
+}
+
+/// Writes report.md, results.json and the charts into `args.out`.
+pub fn write(args: &BenchArgs, results: &Results) -> Result<(), BenchError> {
+    let out = &args.out;
+    let rerr = |e: std::io::Error| BenchError::Report(e.to_string());
+    let json =
+        serde_json::to_string_pretty(results).map_err(|e| BenchError::Report(e.to_string()))?;
+    std::fs::write(out.join("results.json"), json).map_err(rerr)?;
+    let mut md = String::from("# eosflow benchmark report\n\n");
+    for (k, v) in &results.settings {
+        let _ = writeln!(md, "- {k}: {v}");
+    }
+    let _ = writeln!(md, "\nThroughput is the steady state (10th→90th percentile of the backlog's output arrivals) divided by the partitions; latency is send → `read_committed` visibility of the output at a paced rate. Ratios come from this run only.\n");
+    md.push_str(&tables(results));
+    if !results.failures.is_empty() {
+        let _ = writeln!(md, "\n**Failed points**\n");
+        for (p, e) in &results.failures {
+            let _ = writeln!(md, "- {p}: {e}");
+        }
+    }
+    let _ = writeln!(
+        md,
+        "\n![throughput](throughput.svg)\n\n![latency CDF](latency-cdf.svg)"
+    );
+    let perf = out.join("perf-eosflow-eos.txt");
+    if let Ok(p) = std::fs::read_to_string(&perf) {
+        let _ = writeln!(
+            md,
+            "\n## Profile of eosflow exactly-once (perf, top symbols)\n\n```\n{p}```"
+        );
+    }
+    std::fs::write(out.join("report.md"), md).map_err(rerr)?;
+    throughput_chart(&out.join("throughput.svg"), results)?;
+    latency_chart(&out.join("latency-cdf.svg"), results)?;
+    Ok(())
+}
+
+fn colour(c: Contender) -> RGBColor {
+    match c {
+        Contender::Raw => RGBColor(90, 90, 90),
+        Contender::EosflowAlo => RGBColor(31, 119, 180),
+        Contender::EosflowEos => RGBColor(214, 39, 40),
+        Contender::KafkaStreams => RGBColor(44, 160, 44),
+    }
+}
+
+fn perr<E: std::fmt::Display>(e: E) -> BenchError {
+    BenchError::Report(format!("chart: {e}"))
+}
+
+/// Records/s per partition against partitions (one instance, 100 ms commits), one line each.
+fn throughput_chart(path: &Path, results: &Results) -> Result<(), BenchError> {
+    let g = group(&results.samples);
+    let mut series: BTreeMap<Contender, Vec<(f64, f64)>> = BTreeMap::new();
+    for (p, (t, _)) in &g {
+        if p.instances == 1 && p.commit_interval_ms == 100 {
+            series
+                .entry(p.contender)
+                .or_default()
+                .push((p.partitions as f64, median(t)));
+        }
+    }
+    let max_y = series
+        .values()
+        .flatten()
+        .map(|(_, y)| *y)
+        .fold(1.0, f64::max)
+        * 1.1;
+    let max_x = series
+        .values()
+        .flatten()
+        .map(|(x, _)| *x)
+        .fold(1.0, f64::max)
+        + 1.0;
+    let root = SVGBackend::new(path, (800, 480)).into_drawing_area();
+    root.fill(&WHITE).map_err(perr)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            "records/s per partition (1 instance, 100 ms commits)",
+            ("sans-serif", 20),
+        )
+        .margin(15)
+        .x_label_area_size(40)
+        .y_label_area_size(70)
+        .build_cartesian_2d(0.0..max_x, 0.0..max_y)
+        .map_err(perr)?;
+    chart
+        .configure_mesh()
+        .x_desc("partitions")
+        .y_desc("records/s per partition")
+        .draw()
+        .map_err(perr)?;
+    for (c, pts) in series {
+        let col = colour(c);
+        chart
+            .draw_series(LineSeries::new(pts.clone(), col.stroke_width(2)))
+            .map_err(perr)?
+            .label(c.name())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], col.stroke_width(2)));
+        chart
+            .draw_series(pts.into_iter().map(|p| Circle::new(p, 4, col.filled())))
+            .map_err(perr)?;
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE)
+        .border_style(BLACK)
+        .draw()
+        .map_err(perr)?;
+    root.present().map_err(perr)
+}
+
+/// CDF of latencies (all rounds) at the middle partition count, one instance, 100 ms commits.
+fn latency_chart(path: &Path, results: &Results) -> Result<(), BenchError> {
+    let mut parts: Vec<i32> = results.samples.iter().map(|s| s.point.partitions).collect();
+    parts.sort_unstable();
+    parts.dedup();
+    let mid = parts.get(parts.len() / 2).copied().unwrap_or(1);
+    let mut series: BTreeMap<Contender, Vec<f64>> = BTreeMap::new();
+    for s in &results.samples {
+        let p = s.point;
+        if p.partitions == mid && p.instances == 1 && p.commit_interval_ms == 100 {
+            series
+                .entry(p.contender)
+                .or_default()
+                .extend(&s.latencies_ms);
+        }
+    }
+    for v in series.values_mut() {
+        v.sort_by(f64::total_cmp);
+    }
+    let max_x = series
+        .values()
+        .map(|v| percentile(v, 99.9))
+        .filter(|x| x.is_finite())
+        .fold(1.0, f64::max)
+        * 1.1;
+    let root = SVGBackend::new(path, (800, 480)).into_drawing_area();
+    root.fill(&WHITE).map_err(perr)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            format!("latency CDF, send → read_committed output ({mid} partitions, 1 instance)"),
+            ("sans-serif", 20),
+        )
+        .margin(15)
+        .x_label_area_size(40)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0.0..max_x, 0.0..1.0)
+        .map_err(perr)?;
+    chart
+        .configure_mesh()
+        .x_desc("ms")
+        .y_desc("fraction of records")
+        .draw()
+        .map_err(perr)?;
+    for (c, v) in series {
+        let n = v.len().max(1) as f64;
+        let step = (v.len() / 400).max(1);
+        let pts: Vec<(f64, f64)> = v
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| i % step == 0 || *i + 1 == v.len())
+            .map(|(i, x)| (x.min(max_x), (i + 1) as f64 / n))
+            .collect();
+        let col = colour(c);
+        chart
+            .draw_series(LineSeries::new(pts, col.stroke_width(2)))
+            .map_err(perr)?
+            .label(c.name())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], col.stroke_width(2)));
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::LowerRight)
+        .background_style(WHITE)
+        .border_style(BLACK)
+        .draw()
+        .map_err(perr)?;
+    root.present().map_err(perr)
+}
+
+/// Starts `perf record` on `pid` (call graphs, 499 Hz); `None` if perf is not there.
+pub fn start_perf(pid: u32, data: &Path) -> Option<Child> {
+    Command::new("perf")
+        .args(["record", "-F", "499", "-g", "-p", &pid.to_string(), "-o"])
+        .arg(data)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| eprintln!("bench: perf not started ({e}); install linux-perf for the profile"))
+        .ok()
+}
+
+/// Stops `perf record` (SIGINT, so it writes its data) and keeps the top symbols as text.
+pub fn stop_perf(mut perf: Child, data: &Path, out: &Path) {
+    let _ = Command::new("kill")
+        .args(["-INT", &perf.id().to_string()])
+        .status();
+    let _ = perf.wait();
+    let report = Command::new("perf")
+        .args([
+            "report",
+            "--stdio",
+            "--no-children",
+            "--sort",
+            "dso,symbol",
+            "-g",
+            "none",
+            "--percent-limit",
+            "1",
+            "-i",
+        ])
+        .arg(data)
+        .stderr(Stdio::null())
+        .output();
+    if let Ok(r) = report {
+        let text: String = String::from_utf8_lossy(&r.stdout)
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+            .take(30)
+            // perf pads every line to the terminal width and ends it with two `-` columns.
+            .map(|l| format!("{}\n", l.trim_end_matches([' ', '-'])))
+            .collect();
+        let _ = std::fs::write(out.join("perf-eosflow-eos.txt"), text);
+    }
+}

@@ -1,0 +1,144 @@
+//! The benchmark driver's smoke run (part of `make test`): one tiny point of every contender,
+//! Kafka Streams peer included, against the local broker (the recovery benchmark is left to
+//! `make bench`). It checks that the driver measures and reports, never how fast anything is.
+
+mod support;
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn java_and_maven() -> bool {
+    ["java", "mvn"].iter().all(|t| {
+        Command::new(t)
+            .arg("-version")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    })
+}
+
+#[test]
+fn bench_smoke_measures_every_contender_and_writes_the_report() {
+    let out = std::env::temp_dir().join(support::unique("eosflow-bench-smoke"));
+    let mut contenders = "raw-pipe,eosflow-alo,eosflow-eos,kstreams-eos";
+    if !java_and_maven() {
+        eprintln!("SKIPPING the Kafka Streams peer: java or mvn is not installed");
+        contenders = "raw-pipe,eosflow-alo,eosflow-eos";
+    }
+    let mut child = Command::new(env!("CARGO_BIN_EXE_eosflow"))
+        .args([
+            "bench",
+            "--records",
+            "2000",
+            "--keys",
+            "100",
+            "--partitions",
+            "2",
+            "--instances",
+            "1",
+            "--commit-intervals",
+            "100",
+            "--repeats",
+            "1",
+            "--latency-rate",
+            "200",
+            "--latency-secs",
+            "1",
+            // The recovery benchmark (a kill -9 and restart each) runs in `make bench` only.
+            "--recovery-keys",
+            "0",
+            "--contenders",
+            contenders,
+        ])
+        .arg("--out")
+        .arg(&out)
+        .arg("--repo")
+        .arg(env!("CARGO_MANIFEST_DIR"))
+        .env("EOSFLOW_KAFKA_BOOTSTRAP", support::bootstrap())
+        .env("RUST_LOG", "warn")
+        .spawn()
+        .expect("eosflow bench starts");
+    let deadline = Instant::now() + Duration::from_secs(240);
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("wait") {
+            break s;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("eosflow bench did not finish within 240 s");
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(status.success(), "eosflow bench failed: {status}");
+
+    let report = std::fs::read_to_string(out.join("report.md")).expect("report.md");
+    let results: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("results.json")).expect("results.json"))
+            .expect("results.json is JSON");
+    let samples = results["samples"].as_array().expect("samples");
+    for c in contenders.split(',') {
+        assert!(
+            report.contains(&format!("| {c} |")),
+            "no row for {c} in\n{report}"
+        );
+        let s = samples
+            .iter()
+            .find(|s| s["point"]["contender"] == c)
+            .unwrap_or_else(|| panic!("no sample of {c}"));
+        assert!(
+            s["records_per_sec"].as_f64().unwrap_or(0.0) > 0.0,
+            "{c}: {s}"
+        );
+        // 200 paced records, every one seen at the output.
+        assert_eq!(s["latencies_ms"].as_array().map(Vec::len), Some(200), "{c}");
+    }
+    assert!(report.contains("ratio to raw pipe"), "{report}");
+    for f in ["throughput.svg", "latency-cdf.svg"] {
+        let svg = std::fs::read_to_string(out.join(f)).expect(f);
+        assert!(svg.contains("<svg"), "{f}");
+    }
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+/// The benchmarks' at-least-once baseline is the same loop without transactions: every record
+/// is counted once in a crash-free run, offsets are committed, and the output carries no
+/// transaction markers (its high watermarks equal the record count).
+#[test]
+fn at_least_once_mode_counts_everything_and_writes_no_transaction_markers() {
+    use eosflow::app::count::CountProcessor;
+    use eosflow::verify::Workload;
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use support::pipeline::{Instance, Pipeline};
+
+    let p = Pipeline::new("bench-alo", 2);
+    let w = Workload {
+        records: 500,
+        keys: 7,
+        duplicate_every: 0,
+        transient_every: 0,
+    };
+    w.produce(&support::clients(), &p.input, Duration::ZERO)
+        .expect("produce");
+    let mut config = p.config("a");
+    config.processor.guarantee = "at_least_once".into();
+    let inst = Instance::start(&config, CountProcessor::new(&p.output));
+    p.wait_drained(Duration::from_secs(90));
+    let summary = inst.stop();
+    assert!(summary.commits > 0, "{summary:?}");
+    let verdict = p.assert_exactly_once(&w);
+    assert_eq!(verdict.outputs, 500);
+    let reader: BaseConsumer = support::clients()
+        .config(eosflow::kafka::ClientRole::Reader)
+        .create()
+        .expect("reader");
+    let high: i64 = (0..p.partitions)
+        .map(|part| {
+            reader
+                .fetch_watermarks(&p.output, part, Duration::from_secs(10))
+                .expect("watermarks")
+                .1
+        })
+        .sum();
+    assert_eq!(high, 500, "an at-least-once output has no commit markers");
+}
