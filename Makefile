@@ -43,7 +43,9 @@ test: stack-up
 	dev/check-compose
 	dev/check-k8s
 	@$(STACK_ENV) && $(CARGO) build --locked --all-targets --quiet && $(EOSFLOW) schemas check --dir schemas
-	@$(STACK_ENV) && $(CARGO) test --locked --all-targets -- --test-threads=2
+	@# Two tests at a time via the environment: criterion's bench harness (benches/hot_path.rs,
+	@# run once as a smoke test) rejects libtest's --test-threads argument.
+	@$(STACK_ENV) && RUST_TEST_THREADS=2 $(CARGO) test --locked --all-targets
 
 ## The fault-injection suite, long versions (README, "Fault-injection suite"): kill-processors
 ## (1M records, 50 kill -9), broker-restart and outbox-crash (private broker/Postgres), zombie,
