@@ -145,13 +145,7 @@ impl Processor for StockService {
                 },
             ),
         };
-        let (v, h) = messages::encode(types::STOCK_REPLY, &reply);
-        ctx.emit(
-            self.topics.replies.clone(),
-            Some(cmd.order_id.into_bytes()),
-            Some(v),
-            h,
-        );
+        reply_to(ctx, &self.topics, cmd.order_id, types::STOCK_REPLY, &reply);
         Ok(())
     }
 
@@ -209,12 +203,12 @@ impl Processor for PaymentService {
                 reply
             }
         };
-        let (v, h) = messages::encode(types::PAYMENT_REPLY, &reply);
-        ctx.emit(
-            self.topics.replies.clone(),
-            Some(cmd.order_id.into_bytes()),
-            Some(v),
-            h,
+        reply_to(
+            ctx,
+            &self.topics,
+            cmd.order_id,
+            types::PAYMENT_REPLY,
+            &reply,
         );
         Ok(())
     }
@@ -222,6 +216,23 @@ impl Processor for PaymentService {
     fn store_name(&self) -> &str {
         super::Topology::Payment.store()
     }
+}
+
+/// Sends a service's reply to the saga, keyed by order id (the saga's partition).
+fn reply_to<T: serde::Serialize>(
+    ctx: &mut Context<'_>,
+    topics: &Topics,
+    order_id: String,
+    type_name: &str,
+    reply: &T,
+) {
+    let (v, h) = messages::encode(type_name, reply);
+    ctx.emit(
+        topics.replies.clone(),
+        Some(order_id.into_bytes()),
+        Some(v),
+        h,
+    );
 }
 
 #[cfg(test)]
