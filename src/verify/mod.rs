@@ -408,16 +408,7 @@ pub fn run(config: &Config, opts: &VerifyOptions) -> Result<VerifyReport, String
     let output = format!("verify-{run_id}.output");
     let changelog = format!("{app_id}-count-changelog");
     let levels = config.retry.policy_for(&input).levels();
-    let specs: Vec<TopicSpec> = crate::retry::ladder_topics(std::slice::from_ref(&input), levels)
-        .into_iter()
-        .chain([output.clone()])
-        .map(|t| TopicSpec::new(t, opts.partitions, "delete"))
-        .chain([TopicSpec::new(
-            changelog.clone(),
-            opts.partitions,
-            "compact",
-        )])
-        .collect();
+    let specs = run_topics(&input, levels, &output, &changelog, opts.partitions);
     let outcomes = topics::apply_blocking(&clients, &specs, Duration::from_secs(30))
         .map_err(|e| format!("creating the run's topics: {e}"))?;
     if let Some((t, o)) = outcomes.iter().find(|(_, o)| *o != TopicOutcome::Created) {
@@ -618,6 +609,23 @@ fn is_retriable(e: &rdkafka::error::KafkaError) -> bool {
     )
 }
 
+/// A run's fresh topics: the input with its retry levels and DLT, the output (delete), the
+/// changelog (compact), all with `partitions`.
+pub(crate) fn run_topics(
+    input: &str,
+    levels: u32,
+    output: &str,
+    changelog: &str,
+    partitions: i32,
+) -> Vec<TopicSpec> {
+    crate::retry::ladder_topics(&[input.to_string()], levels)
+        .into_iter()
+        .chain([output.to_string()])
+        .map(|t| TopicSpec::new(t, partitions, "delete"))
+        .chain([TopicSpec::new(changelog.to_string(), partitions, "compact")])
+        .collect()
+}
+
 /// Records of `topic` not yet covered by `group`'s committed offsets.
 pub fn group_lag(
     clients: &KafkaClients,
@@ -649,17 +657,10 @@ pub fn group_lag(
     };
     let mut lag = 0;
     for p in 0..partitions {
-        // Right after a broker restart the metadata cache is empty (UnknownPartition): retry.
-        let (_, high) = loop {
-            match consumer.fetch_watermarks(topic, p, Duration::from_secs(10)) {
-                Ok(w) => break w,
-                Err(e) if Instant::now() < deadline => {
-                    tracing::debug!(error = %e, "watermarks not available yet; retrying");
-                    std::thread::sleep(Duration::from_millis(250));
-                }
-                Err(e) => return Err(format!("watermarks of {topic}[{p}]: {e}")),
-            }
-        };
+        // Right after a broker restart the metadata cache is empty (UnknownPartition): the
+        // reader's watermark request asks again until the deadline.
+        let (_, high) = crate::kafka::reader::fetch_watermarks_until(&consumer, topic, p, deadline)
+            .map_err(|e| format!("watermarks of {topic}[{p}]: {e}"))?;
         let at = match committed.find_partition(topic, p).map(|e| e.offset()) {
             Some(Offset::Offset(o)) => o,
             _ => 0,

@@ -26,7 +26,7 @@ use crate::codec::registry::Registry;
 use crate::codec::Catalog;
 use crate::config::Config;
 use crate::kafka::reader::read_all;
-use crate::kafka::topics::{self, TopicSpec};
+use crate::kafka::topics;
 use crate::kafka::{ClientRole, KafkaClients};
 use crate::retry::tooling::{self, Selector};
 
@@ -646,17 +646,7 @@ pub fn run(config: &Config, env: &ScenarioEnv, opts: &Options) -> Result<Scenari
     let dlt = format!("{input}.DLT");
     // Two short retry levels: always-transient records reach the DLT in about a second.
     let ladder = crate::retry::ladder_topics(std::slice::from_ref(&input), 2);
-    let specs: Vec<TopicSpec> = ladder
-        .iter()
-        .cloned()
-        .chain([output.clone()])
-        .map(|t| TopicSpec::new(t, opts.partitions, "delete"))
-        .chain([TopicSpec::new(
-            changelog.clone(),
-            opts.partitions,
-            "compact",
-        )])
-        .collect();
+    let specs = super::run_topics(&input, 2, &output, &changelog, opts.partitions);
     topics::apply_blocking(&clients, &specs, Duration::from_secs(30))
         .map_err(|e| format!("creating the run's topics: {e}"))?;
     super::wait_for_topics(&clients, &specs)?;
