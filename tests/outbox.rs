@@ -186,14 +186,7 @@ impl Outbox {
 
     /// Waits until the router created the publication and the slot, and streams from it.
     fn wait_streaming(&self) {
-        // `active` alone is also true while `pg_create_logical_replication_slot` runs in an
-        // ordinary backend; rows committed then precede the slot's consistent point and are
-        // never streamed. Only a walsender (pg_stat_replication) holding the slot streams.
-        let q = format!(
-            "select 'true' from pg_replication_slots s \
-             join pg_stat_replication r on r.pid = s.active_pid where s.slot_name = '{}'",
-            self.slot
-        );
+        let q = eosflow::outbox::cdc::streaming_sql(&self.slot);
         support::wait_for(
             "the router streaming from its slot",
             Duration::from_secs(60),
@@ -283,11 +276,7 @@ impl Drop for Outbox {
         }
         // The slot must go, or it pins WAL on the shared stack; it is active until the
         // killed router's walsender notices.
-        let drop_slot = format!(
-            "select pg_drop_replication_slot(slot_name) from pg_replication_slots \
-             where slot_name = '{}' and not active",
-            self.slot
-        );
+        let drop_slot = eosflow::outbox::cdc::drop_released_slot_sql(&self.slot);
         let still = format!(
             "select slot_name::text from pg_replication_slots where slot_name = '{}'",
             self.slot

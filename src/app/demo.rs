@@ -393,13 +393,7 @@ pub fn run(config: &Config, args: &DemoArgs, progress: bool) -> Result<DemoRepor
                 .map_err(|e| e.to_string())?
         };
         // CDC sees only what is written after the slot exists: wait for the router to stream.
-        // `active` alone is also true while the slot is being created by an ordinary backend,
-        // before its consistent point; only a walsender holding it streams.
-        let q = format!(
-            "select 'true' from pg_replication_slots s join pg_stat_replication r \
-             on r.pid = s.active_pid where s.slot_name = '{}'",
-            cfg.outbox.slot
-        );
+        let q = crate::outbox::cdc::streaming_sql(&cfg.outbox.slot);
         let deadline = Instant::now() + Duration::from_secs(60);
         while writer.text(&q).map_err(|e| e.to_string())?.as_deref() != Some("true") {
             if router.is_finished() || Instant::now() > deadline {
@@ -589,10 +583,7 @@ struct Cleanup {
 
 impl Cleanup {
     fn run(&self, w: &Writer) {
-        let drop_slot = format!(
-            "select pg_drop_replication_slot(slot_name) from pg_replication_slots where slot_name = '{}' and not active",
-            self.slot
-        );
+        let drop_slot = crate::outbox::cdc::drop_released_slot_sql(&self.slot);
         let still = format!(
             "select slot_name::text from pg_replication_slots where slot_name = '{}'",
             self.slot

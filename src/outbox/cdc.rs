@@ -105,6 +105,28 @@ async fn run_async(
     Ok(summary)
 }
 
+/// SQL answering `'true'` once a walsender streams from `slot`: what a writer waits for before
+/// its rows can be routed. Not `pg_replication_slots.active`, which is also true while an
+/// ordinary backend is still creating the slot, before its consistent point — rows committed
+/// then are never streamed.
+pub fn streaming_sql(slot: &str) -> String {
+    format!(
+        "select 'true' from pg_replication_slots s join pg_stat_replication r \
+         on r.pid = s.active_pid where s.slot_name = '{}'",
+        slot.replace('\'', "''")
+    )
+}
+
+/// SQL dropping `slot` once no walsender holds it (a killed router's walsender notices late);
+/// run it until the slot is gone, or it pins WAL.
+pub fn drop_released_slot_sql(slot: &str) -> String {
+    format!(
+        "select pg_drop_replication_slot(slot_name) from pg_replication_slots \
+         where slot_name = '{}' and not active",
+        slot.replace('\'', "''")
+    )
+}
+
 /// Creates the publication and the slot when absent (a concurrent creator winning is fine).
 pub async fn ensure_publication_and_slot(
     pg: &tokio_postgres::Client,
