@@ -1078,23 +1078,10 @@ fn with_payload_format_avro_a_contracted_type_is_published_as_registered_avro_an
     );
 }
 
-/// The stack's development CA and one that signed nothing (`dev/stack`: `$RUN/tls`).
-fn stack_cas() -> (String, String) {
-    let dir = std::env::var("EOSFLOW_STACK_DIR").unwrap_or_else(|_| "/tmp/eosflow-stack-0".into());
-    let ca = std::env::var("EOSFLOW_STACK_TLS_CA").unwrap_or_else(|_| format!("{dir}/tls/ca.pem"));
-    let other = std::env::var("EOSFLOW_STACK_TLS_OTHER_CA")
-        .unwrap_or_else(|_| format!("{dir}/tls/other-ca.pem"));
-    assert!(
-        std::path::Path::new(&ca).is_file(),
-        "no development CA at {ca}: run `dev/stack up`"
-    );
-    (ca, other)
-}
-
 #[test]
 fn tls_to_postgres_with_verify_full_routes_rows_and_a_foreign_ca_is_refused() {
     let _shared = PG_RESTART.read().unwrap_or_else(|e| e.into_inner());
-    let (ca, other) = stack_cas();
+    let (ca, other) = support::stack_cas();
     // verify-full checks the host name: the certificate names `localhost` (and 127.0.0.1, which
     // the replication stream's rustls cannot verify by name).
     let base = support::postgres_url().replace("@127.0.0.1:", "@localhost:");

@@ -18,36 +18,6 @@ fn stack_var(name: &str, default: String) -> String {
     std::env::var(name).unwrap_or(default)
 }
 
-fn run_dir() -> String {
-    std::env::var("EOSFLOW_STACK_DIR").unwrap_or_else(|_| {
-        format!(
-            "/tmp/eosflow-stack-{}",
-            String::from_utf8_lossy(
-                &Command::new("id")
-                    .arg("-u")
-                    .output()
-                    .map(|o| o.stdout)
-                    .unwrap_or_default()
-            )
-            .trim()
-        )
-    })
-}
-
-/// The development CA, and one that signed nothing.
-fn cas() -> (String, String) {
-    let ca = stack_var("EOSFLOW_STACK_TLS_CA", format!("{}/tls/ca.pem", run_dir()));
-    let other = stack_var(
-        "EOSFLOW_STACK_TLS_OTHER_CA",
-        format!("{}/tls/other-ca.pem", run_dir()),
-    );
-    assert!(
-        std::path::Path::new(&ca).is_file(),
-        "no development CA at {ca}: run `dev/stack up` (it creates $EOSFLOW_STACK_DIR/tls)"
-    );
-    (ca, other)
-}
-
 fn ssl_bootstrap() -> String {
     let addr = stack_var("EOSFLOW_STACK_KAFKA_SSL", "127.0.0.1:19095".into());
     let sock = addr.parse().expect("EOSFLOW_STACK_KAFKA_SSL is ip:port");
@@ -69,7 +39,7 @@ fn tls_clients(ca: &str) -> KafkaClients {
 
 #[test]
 fn security_tls_kafka_produces_and_consumes_over_a_verified_listener_and_refuses_a_foreign_ca() {
-    let (ca, other) = cas();
+    let (ca, other) = support::stack_cas();
     let topic = support::unique("sec-tls");
     support::create_topics(&[&topic], 1);
     let clients = tls_clients(&ca);
@@ -110,7 +80,7 @@ fn eosflow(args: &[&str], env: &[(&str, &str)]) -> Output {
 
 #[test]
 fn security_tls_registry_over_https_with_a_ca_file_and_a_foreign_ca_is_refused() {
-    let (ca, other) = cas();
+    let (ca, other) = support::stack_cas();
     let url = stack_var(
         "EOSFLOW_STACK_REGISTRY_HTTPS_URL",
         "https://127.0.0.1:18082/apis/ccompat/v7".into(),

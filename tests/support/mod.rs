@@ -192,3 +192,33 @@ pub fn round_trip(clients: &KafkaClients, topic: &str, payload: &str) {
     );
     assert_eq!(got, payload.as_bytes());
 }
+
+/// The local stack's run dir (`dev/stack`: `$EOSFLOW_STACK_DIR`, default `/tmp/eosflow-stack-$UID`).
+pub fn stack_run_dir() -> String {
+    std::env::var("EOSFLOW_STACK_DIR").unwrap_or_else(|_| {
+        format!(
+            "/tmp/eosflow-stack-{}",
+            String::from_utf8_lossy(
+                &std::process::Command::new("id")
+                    .arg("-u")
+                    .output()
+                    .map(|o| o.stdout)
+                    .unwrap_or_default()
+            )
+            .trim()
+        )
+    })
+}
+
+/// The stack's development CA, and one that signed nothing (`dev/stack`: `$RUN/tls`).
+pub fn stack_cas() -> (String, String) {
+    let ca = std::env::var("EOSFLOW_STACK_TLS_CA")
+        .unwrap_or_else(|_| format!("{}/tls/ca.pem", stack_run_dir()));
+    let other = std::env::var("EOSFLOW_STACK_TLS_OTHER_CA")
+        .unwrap_or_else(|_| format!("{}/tls/other-ca.pem", stack_run_dir()));
+    assert!(
+        std::path::Path::new(&ca).is_file(),
+        "no development CA at {ca}: run `dev/stack up` (it creates $EOSFLOW_STACK_DIR/tls)"
+    );
+    (ca, other)
+}
