@@ -191,7 +191,13 @@ impl<P: Processor> Runtime<P> {
                 e.value.as_deref(),
                 &e.headers,
             )?;
-            *self.produced.entry(e.topic.clone()).or_default() += 1;
+            // No per-record String: the topic is cloned once per batch, when first seen.
+            match self.produced.get_mut(&e.topic) {
+                Some(n) => *n += 1,
+                None => {
+                    self.produced.insert(e.topic.clone(), 1);
+                }
+            }
         }
         telemetry::processed(record.topic);
         Ok(Some(Ok(())))
