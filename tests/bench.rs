@@ -92,8 +92,11 @@ fn bench_smoke_measures_every_contender_and_writes_the_report() {
         );
         // 200 paced records, every one seen at the output.
         assert_eq!(s["latencies_ms"].as_array().map(Vec::len), Some(200), "{c}");
+        // Memory is reported per instance: a running process has a peak RSS of some MiB.
+        assert!(s["peak_rss_mib"].as_f64().unwrap_or(0.0) > 1.0, "{c}: {s}");
     }
     assert!(report.contains("ratio to raw pipe"), "{report}");
+    assert!(report.contains("peak RSS MiB per instance"), "{report}");
     for f in ["throughput.svg", "latency-cdf.svg"] {
         let svg = std::fs::read_to_string(out.join(f)).expect(f);
         assert!(svg.contains("<svg"), "{f}");

@@ -128,11 +128,15 @@ fn a_replacement_instance_restores_state_from_the_changelog() {
     // Instance b on another machine: empty state dir, must rebuild from the changelog.
     let mut cfg_b = p.config("b");
     cfg_b.state.dir = p.state_root.join("elsewhere");
+    // Ten ids a already processed, re-sent (an upstream retry): b knows them only from the
+    // changelog's dedup batches.
+    produce_range(&p.input, &w, 0..10);
     // Second half: records 300..600 of the same workload (ids, keys and amounts continue).
     produce_range(&p.input, &w, 300..600);
     let b = Instance::start(&cfg_b, CountProcessor::new(&p.output));
     p.wait_drained(Duration::from_secs(90));
     let summary = b.stop();
+    assert_eq!(summary.dedup_hits, 10, "{summary:?}");
     let replayed: u64 = summary.restores.iter().map(|(_, s)| s.records).sum();
     assert!(
         replayed > 0,
@@ -374,27 +378,49 @@ fn dedup_ids_expire_after_the_retention_window_with_changelog_tombstones() {
     p.wait_drained(Duration::from_secs(60));
     // Purging happens inside a transaction: keep feeding fresh records until the 20 ids are gone.
     let mut trigger = 1000;
+    // Ids reach the changelog in one record per batch (`b…`); expiry tombstones the batch.
     support::wait_for(
-        "20 dedup tombstones in the changelog",
+        "the batches holding the 20 ids tombstoned in the changelog",
         Duration::from_secs(60),
         || {
             trigger += 1;
             produce_raw(&p.input, "k0", &trigger.to_string());
             std::thread::sleep(Duration::from_millis(500));
-            let mut tombstones = 0;
+            let mut batches: Vec<(Vec<u8>, Vec<String>)> = Vec::new();
+            let mut tombstoned = std::collections::BTreeSet::new();
             read_all(
                 &support::clients(),
                 &p.changelog,
                 Duration::from_secs(30),
                 |m| {
-                    if m.key().is_some_and(|k| k.starts_with(b"d")) && m.payload().is_none() {
-                        tombstones += 1;
+                    let Some(k) = m.key().filter(|k| k.starts_with(b"b")) else {
+                        return Ok(());
+                    };
+                    match m.payload() {
+                        None => {
+                            tombstoned.insert(k.to_vec());
+                        }
+                        Some(v) => {
+                            let ids = eosflow::state::dedup::decode(v)
+                                .expect("a dedup batch record")
+                                .into_iter()
+                                .map(|i| String::from_utf8_lossy(i).to_string())
+                                .collect();
+                            batches.push((k.to_vec(), ids));
+                        }
                     }
                     Ok(())
                 },
             )
             .expect("read changelog");
-            (tombstones >= 20).then_some(())
+            let expired: std::collections::BTreeSet<&String> = batches
+                .iter()
+                .filter(|(k, _)| tombstoned.contains(k))
+                .flat_map(|(_, ids)| ids)
+                .collect();
+            (0..20)
+                .all(|i| expired.contains(&format!("r{i}")))
+                .then_some(())
         },
     );
     // Past the window, a re-sent id is new again (the window is the promise, not forever).

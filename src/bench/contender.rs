@@ -99,6 +99,20 @@ impl Instance {
         }
     }
 
+    /// Peak resident set size so far (`VmHWM` in `/proc/<pid>/status`), while it runs.
+    pub fn peak_rss_bytes(&self) -> Option<u64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid()?)).ok()?;
+        let kib = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))?
+            .trim()
+            .trim_end_matches("kB")
+            .trim()
+            .parse::<u64>()
+            .ok()?;
+        Some(kib * 1024)
+    }
+
     /// An error if the process exited by itself (it never should during a point).
     pub fn check_alive(&mut self) -> Result<(), BenchError> {
         if let Some(c) = self.child.as_mut() {

@@ -137,6 +137,9 @@ pub struct Sample {
     pub latencies_ms: Vec<f64>,
     /// Outputs seen more than once (at-least-once repeats).
     pub repeats: u64,
+    /// Peak resident memory of the largest instance (MiB, `VmHWM`): the memory bound per
+    /// instance, reported beside its throughput.
+    pub peak_rss_mib: f64,
 }
 
 /// The whole run's results.
@@ -438,6 +441,11 @@ fn run_point(
         &mut instances,
         || reader.counts().1 >= paced_n as usize,
     )?;
+    let peak_rss_mib = instances
+        .iter()
+        .filter_map(Instance::peak_rss_bytes)
+        .max()
+        .map_or(0.0, |b| b as f64 / (1024.0 * 1024.0));
     for i in instances.iter_mut() {
         i.kill9();
     }
@@ -466,5 +474,6 @@ fn run_point(
         per_partition: records_per_sec / point.partitions as f64,
         latencies_ms,
         repeats: seen.repeats,
+        peak_rss_mib,
     })
 }

@@ -34,8 +34,9 @@ fn min_max(values: &[f64]) -> (f64, f64) {
         })
 }
 
-/// Per-partition throughputs and latency percentiles (p50, p99, p999) of each round.
-type Rounds = (Vec<f64>, Vec<[f64; 3]>);
+/// Per-partition throughputs, latency percentiles (p50, p99, p999) and the largest instance's
+/// peak RSS (MiB) of each round.
+type Rounds = (Vec<f64>, Vec<[f64; 3]>, Vec<f64>);
 
 /// [`Rounds`] by point.
 type Grouped = BTreeMap<Point, Rounds>;
@@ -50,6 +51,7 @@ fn group(samples: &[Sample]) -> Grouped {
             percentile(&s.latencies_ms, 99.0),
             percentile(&s.latencies_ms, 99.9),
         ]);
+        e.2.push(s.peak_rss_mib);
     }
     g
 }
@@ -60,19 +62,19 @@ pub fn tables(results: &Results) -> String {
     let mut md = String::new();
     let _ = writeln!(
         md,
-        "| contender | partitions | instances | commit ms | records/s per partition (median [min–max]) | ratio to raw pipe | p50 ms | p99 ms | p999 ms |"
+        "| contender | partitions | instances | commit ms | records/s per partition (median [min–max]) | ratio to raw pipe | p50 ms | p99 ms | p999 ms | peak RSS MiB per instance (max) |"
     );
-    let _ = writeln!(md, "|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let _ = writeln!(md, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     let mut rows: Vec<(&Point, &Rounds)> = g.iter().collect();
     rows.sort_by_key(|(p, _)| (p.partitions, p.instances, p.commit_interval_ms, p.contender));
-    for (point, (tput, lat)) in rows {
+    for (point, (tput, lat, rss)) in rows {
         let raw = g
             .get(&Point {
                 contender: Contender::Raw,
                 commit_interval_ms: 100,
                 ..*point
             })
-            .map(|(t, _)| median(t));
+            .map(|(t, _, _)| median(t));
         let m = median(tput);
         let (lo, hi) = min_max(tput);
         let ratio = raw
@@ -81,7 +83,7 @@ pub fn tables(results: &Results) -> String {
         let lat_med = |k: usize| median(&lat.iter().map(|l| l[k]).collect::<Vec<_>>());
         let _ = writeln!(
             md,
-            "| {} | {} | {} | {} | {:.0} [{:.0}–{:.0}] | {} | {:.1} | {:.1} | {:.1} |",
+            "| {} | {} | {} | {} | {:.0} [{:.0}–{:.0}] | {} | {:.1} | {:.1} | {:.1} | {:.0} |",
             point.contender.name(),
             point.partitions,
             point.instances,
@@ -92,7 +94,8 @@ pub fn tables(results: &Results) -> String {
             ratio,
             lat_med(0),
             lat_med(1),
-            lat_med(2)
+            lat_med(2),
+            rss.iter().copied().fold(0.0, f64::max)
         );
     }
     let _ = writeln!(
@@ -101,18 +104,27 @@ pub fn tables(results: &Results) -> String {
     );
     let _ = writeln!(
         md,
-        "| partitions | instances | throughput ratio (median [per round]) | p99 latency ratio |"
+        "| partitions | instances | throughput ratio (median [per round]) | p99 latency ratio | eosflow EOS ÷ eosflow ALO | eosflow EOS ÷ raw pipe |"
     );
-    let _ = writeln!(md, "|---:|---:|---:|---:|");
-    for (point, (tput, lat)) in &g {
+    let _ = writeln!(md, "|---:|---:|---:|---:|---:|---:|");
+    for (point, (tput, lat, _)) in &g {
         if point.contender != Contender::EosflowEos || point.commit_interval_ms != 100 {
             continue;
         }
-        let Some((ks_t, ks_l)) = g.get(&Point {
+        let Some((ks_t, ks_l, _)) = g.get(&Point {
             contender: Contender::KafkaStreams,
             ..*point
         }) else {
             continue;
+        };
+        // The exactly-once cost and the distance to the ceiling, from the same run.
+        let versus = |who: Contender| {
+            g.get(&Point {
+                contender: who,
+                ..*point
+            })
+            .map(|(t, _, _)| format!("{:.2}", median(tput) / median(t)))
+            .unwrap_or_else(|| "–".into())
         };
         let per_round: Vec<String> = tput
             .iter()
@@ -122,12 +134,14 @@ pub fn tables(results: &Results) -> String {
         let p99 = |l: &[[f64; 3]]| median(&l.iter().map(|x| x[1]).collect::<Vec<_>>());
         let _ = writeln!(
             md,
-            "| {} | {} | {:.2} [{}] | {:.2} |",
+            "| {} | {} | {:.2} [{}] | {:.2} | {} | {} |",
             point.partitions,
             point.instances,
             median(tput) / median(ks_t),
             per_round.join(", "),
-            p99(lat) / p99(ks_l)
+            p99(lat) / p99(ks_l),
+            versus(Contender::EosflowAlo),
+            versus(Contender::Raw)
         );
     }
     if !results.recovery.is_empty() {
@@ -198,7 +212,7 @@ fn perr<E: std::fmt::Display>(e: E) -> BenchError {
 fn throughput_chart(path: &Path, results: &Results) -> Result<(), BenchError> {
     let g = group(&results.samples);
     let mut series: BTreeMap<Contender, Vec<(f64, f64)>> = BTreeMap::new();
-    for (p, (t, _)) in &g {
+    for (p, (t, _, _)) in &g {
         if p.instances == 1 && p.commit_interval_ms == 100 {
             series
                 .entry(p.contender)

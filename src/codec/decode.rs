@@ -307,10 +307,38 @@ impl Default for Limits {
     }
 }
 
+/// One cached writer schema, with its datum reader built once: building a reader resolves
+/// every named type of both schemas, which cost more than decoding a small record.
 struct Writer {
-    schema: Schema,
-    reader: Schema,
+    datum: GenericDatumReader<'static>,
     type_name: String,
+}
+
+/// The datum reader for `writer` read as `reader`, without resolution when both are the same
+/// schema (resolving an identical schema copies the value once more and changes nothing).
+///
+/// The two schemas are leaked: a reader borrows them, writer ids are immutable in a registry
+/// and the decoder caches each id for its whole life, so each is kept for good anyway and the
+/// memory is bounded by the schema ids a process ever meets.
+fn datum_reader(
+    id: u32,
+    writer: Schema,
+    reader: Schema,
+) -> Result<GenericDatumReader<'static>, BadInput> {
+    let same = writer.canonical_form() == reader.canonical_form();
+    let writer: &'static Schema = Box::leak(Box::new(writer));
+    let built = if same {
+        GenericDatumReader::builder(writer).build()
+    } else {
+        let reader: &'static Schema = Box::leak(Box::new(reader));
+        GenericDatumReader::builder(writer)
+            .reader_schema(reader)
+            .build()
+    };
+    built.map_err(|e| BadInput::CorruptAvro {
+        id,
+        error: e.to_string(),
+    })
 }
 
 /// Decodes records for a processor. Writer schemas are cached by id for the decoder's life (ids
@@ -428,14 +456,7 @@ impl Decoder {
         let id = u32::from_be_bytes([id_bytes[0], id_bytes[1], id_bytes[2], id_bytes[3]]);
         let writer = self.writer(id)?;
         let mut body = &bytes[5..];
-        let datum = GenericDatumReader::builder(&writer.schema)
-            .reader_schema(&writer.reader)
-            .build()
-            .map_err(|e| BadInput::CorruptAvro {
-                id,
-                error: e.to_string(),
-            })?;
-        let value = datum.read_value(&mut body).map_err(|e| {
+        let value = writer.datum.read_value(&mut body).map_err(|e| {
             let error = e.to_string();
             if error.contains("fill whole buffer") || error.contains("UnexpectedEof") {
                 BadInput::TruncatedAvro { id, error }
@@ -481,8 +502,7 @@ impl Decoder {
             error: format!("the consumer's own contract {}: {e}", contract.type_name),
         })?;
         let w = Arc::new(Writer {
-            schema,
-            reader,
+            datum: datum_reader(id, schema, reader)?,
             type_name: contract.type_name.clone(),
         });
         self.cache.insert(id, w.clone());

@@ -59,7 +59,7 @@ fn save_parked(task: &mut Task, key: &[u8], parked: Option<&Parked>) {
 fn seen(task: &Task, id: &[u8]) -> bool {
     match task.overlay.get(Column::Dedup, id) {
         Some(v) => v.is_some(),
-        None => task.store.get(Column::Dedup, id).ok().flatten().is_some(),
+        None => task.store.contains(Column::Dedup, id).unwrap_or(false),
     }
 }
 

@@ -26,7 +26,7 @@ use crate::kafka::{ClientRole, KafkaClients};
 use crate::retry::depth::DepthWatcher;
 use crate::retry::{dlt, headers as retry_headers, ladder_topics, RetryPolicy};
 use crate::sink::{SinkError, TxnSink};
-use crate::state::{restore, Column, Overlay, RestoreStats, StateError, Store, StoreCache};
+use crate::state::{dedup, restore, Column, Overlay, RestoreStats, StateError, Store, StoreCache};
 use crate::telemetry::{self, Health};
 
 /// Why the runtime stopped.
@@ -223,6 +223,32 @@ impl ConsumerContext for GroupContext {
     }
 }
 
+/// The (topic, partition) pairs this member owns, by partition: asked once per polled record,
+/// so it answers from a borrowed topic name without building a key.
+#[derive(Debug, Default)]
+struct Assignment(BTreeMap<i32, BTreeSet<String>>);
+
+impl Assignment {
+    fn contains(&self, topic: &str, partition: i32) -> bool {
+        self.0.get(&partition).is_some_and(|ts| ts.contains(topic))
+    }
+    fn insert(&mut self, topic: String, partition: i32) {
+        self.0.entry(partition).or_default().insert(topic);
+    }
+    fn remove(&mut self, topic: &str, partition: i32) {
+        if let Some(ts) = self.0.get_mut(&partition) {
+            ts.remove(topic);
+            if ts.is_empty() {
+                self.0.remove(&partition);
+            }
+        }
+    }
+    /// Partition numbers with at least one topic assigned (their tasks stay open).
+    fn partitions(&self) -> BTreeSet<i32> {
+        self.0.keys().copied().collect()
+    }
+}
+
 /// One assigned partition number: its store and the open batch's writes.
 pub(super) struct Task {
     pub(super) store: Store,
@@ -240,7 +266,7 @@ pub struct Runtime<P: Processor> {
     cache: StoreCache,
     changelog: String,
     pub(super) tasks: BTreeMap<i32, Task>,
-    assigned: BTreeSet<(String, i32)>,
+    assigned: Assignment,
     /// Retry-level partitions paused until their head record is due (ms).
     paused: BTreeMap<(String, i32), i64>,
     health: Arc<Health>,
@@ -342,7 +368,7 @@ impl<P: Processor> Runtime<P> {
             sink,
             changelog,
             tasks: BTreeMap::new(),
-            assigned: BTreeSet::new(),
+            assigned: Assignment::default(),
             paused: BTreeMap::new(),
             health: Arc::new(Health::new(Duration::from_secs(60))),
             summary: RunSummary::default(),
@@ -411,9 +437,7 @@ impl<P: Processor> Runtime<P> {
             }
             match polled {
                 Some(Ok(m)) => {
-                    let mine = self
-                        .assigned
-                        .contains(&(m.topic().to_string(), m.partition()));
+                    let mine = self.assigned.contains(m.topic(), m.partition());
                     if mine && !self.hold_if_not_due(&m)? {
                         batch.push(m);
                     }
@@ -440,14 +464,11 @@ impl<P: Processor> Runtime<P> {
                     tracing::info!(partitions = ?parts, "partitions revoked");
                     telemetry::rebalance("revoke");
                     for p in &parts {
-                        self.assigned.remove(p);
+                        self.assigned.remove(&p.0, p.1);
                         self.paused.remove(p);
                     }
-                    batch.retain(|m| {
-                        self.assigned
-                            .contains(&(m.topic().to_string(), m.partition()))
-                    });
-                    let live: BTreeSet<i32> = self.assigned.iter().map(|(_, p)| *p).collect();
+                    batch.retain(|m| self.assigned.contains(m.topic(), m.partition()));
+                    let live = self.assigned.partitions();
                     self.tasks.retain(|p, _| live.contains(p));
                 }
                 GroupEvent::Assigned(parts) => {
@@ -469,7 +490,9 @@ impl<P: Processor> Runtime<P> {
                     if let Err(e) = self.consumer.resume(&tpl) {
                         tracing::warn!(error = %e, "resuming newly assigned partitions");
                     }
-                    self.assigned.extend(parts);
+                    for (t, p) in parts {
+                        self.assigned.insert(t, p);
+                    }
                 }
             }
         }
@@ -480,13 +503,14 @@ impl<P: Processor> Runtime<P> {
     /// A retry-level record that is not due yet: pause its partition and rewind to it, so the
     /// consumer keeps serving every other partition. Returns whether the record was held.
     fn hold_if_not_due(&mut self, m: &OwnedMessage) -> Result<bool, RuntimeError> {
+        // Input topics (level 0) are never paused: no key is built for their records.
+        if crate::retry::base_and_level(m.topic()).1 == 0 {
+            return Ok(false);
+        }
         let tp = (m.topic().to_string(), m.partition());
         if self.paused.contains_key(&tp) {
             // Fetched before the pause took effect: it is read again after the resume.
             return Ok(true);
-        }
-        if crate::retry::base_and_level(m.topic()).1 == 0 {
-            return Ok(false);
         }
         let due_at = m.headers().and_then(|hs| {
             hs.iter()
@@ -508,6 +532,9 @@ impl<P: Processor> Runtime<P> {
 
     /// Resumes retry-level partitions whose head record is now due.
     fn resume_due(&mut self) -> Result<(), RuntimeError> {
+        if self.paused.is_empty() {
+            return Ok(());
+        }
         let now = now_ms();
         let due: Vec<(String, i32)> = self
             .paused
@@ -535,7 +562,7 @@ impl<P: Processor> Runtime<P> {
         let restored = self.open_and_restore(p, &path, &source);
         self.health.set_restoring(false);
         let (store, rebuilt, stats) = restored?;
-        let keys = store.count(Column::State)?;
+        let keys = store.estimate_keys(Column::State)?;
         tracing::info!(
             partition = p,
             rebuilt,
@@ -668,7 +695,7 @@ impl<P: Processor> Runtime<P> {
         }
         let mut tpl = TopicPartitionList::new();
         for ((t, p), o) in &first {
-            if self.assigned.contains(&(t.clone(), *p)) {
+            if self.assigned.contains(t, *p) {
                 tpl.add_partition_offset(t, *p, Offset::Offset(*o))?;
             }
         }
@@ -682,17 +709,21 @@ impl<P: Processor> Runtime<P> {
     /// The transaction of one batch; returns the last changelog offset written per partition.
     fn try_commit_batch(&mut self, batch: &[OwnedMessage]) -> Result<HashMap<i32, i64>, SinkError> {
         self.sink.begin()?;
-        let mut next_offsets: BTreeMap<(String, i32), i64> = BTreeMap::new();
+        // Keyed by the batch's own topic names: no String per record.
+        let mut next_offsets: BTreeMap<(&str, i32), i64> = BTreeMap::new();
         let now = now_ms();
         for m in batch {
-            next_offsets.insert((m.topic().to_string(), m.partition()), m.offset() + 1);
+            next_offsets.insert((m.topic(), m.partition()), m.offset() + 1);
             self.handle(m, now)?;
         }
         self.purge_expired_dedup(now);
         let mut last_changelog: HashMap<i32, DeliveryFuture> = HashMap::new();
-        for (p, task) in &self.tasks {
+        for (p, task) in &mut self.tasks {
+            dedup::seal(&mut task.overlay, now);
             for (col, key, value) in task.overlay.iter() {
-                let k = col.changelog_key(key);
+                let Some(k) = dedup::changelog_key(col, key, value) else {
+                    continue;
+                };
                 let f = self
                     .sink
                     .send(&self.changelog, Some(*p), Some(&k), value, &[])?;
@@ -722,7 +753,11 @@ impl<P: Processor> Runtime<P> {
         }
         telemetry::commit_latency(committing.elapsed());
         if let Ok(mut c) = self.consumer.context().committed.lock() {
-            c.extend(next_offsets);
+            c.extend(
+                next_offsets
+                    .into_iter()
+                    .map(|((t, p), o)| ((t.to_string(), p), o)),
+            );
         }
         let mut ends = HashMap::new();
         for (p, f) in last_changelog {
@@ -736,33 +771,38 @@ impl<P: Processor> Runtime<P> {
         Ok(ends)
     }
 
-    /// Tombstones dedup ids older than the retention window, a bounded number per batch.
+    /// Expires dedup ids older than the retention window, oldest batch first and a bounded
+    /// number of ids per transaction; each expired batch leaves a changelog tombstone.
     fn purge_expired_dedup(&mut self, now: i64) {
-        const MAX_PER_BATCH: usize = 10_000;
-        let retention = self.opts.dedup_retention.as_millis() as i64;
-        for task in self.tasks.values_mut() {
+        const MAX_IDS_PER_BATCH: usize = 10_000;
+        let cutoff = now - self.opts.dedup_retention.as_millis() as i64;
+        for (p, task) in self.tasks.iter_mut() {
             if task.last_purge.elapsed() < self.opts.dedup_purge_interval {
                 continue;
             }
             task.last_purge = Instant::now();
-            let Ok(entries) = task.store.entries(Column::Dedup) else {
-                continue;
+            let expired = match task.store.dedup_batches_before(cutoff, MAX_IDS_PER_BATCH) {
+                Ok(e) => e,
+                Err(e) => {
+                    tracing::warn!(partition = *p, error = %e, "listing expired dedup batches");
+                    continue;
+                }
             };
             let mut purged = 0;
-            for (id, ts) in entries {
-                let seen_at = <[u8; 8]>::try_from(ts.as_slice())
-                    .map(i64::from_be_bytes)
-                    .unwrap_or(0);
-                if now - seen_at > retention && task.overlay.get(Column::Dedup, &id).is_none() {
-                    task.overlay.delete(Column::Dedup, &id);
-                    purged += 1;
-                    if purged >= MAX_PER_BATCH {
+            for key in expired {
+                match dedup::remove(&task.store, &mut task.overlay, &key) {
+                    Ok(n) => purged += n,
+                    Err(e) => {
+                        tracing::warn!(partition = *p, error = %e, "expiring a dedup batch");
                         break;
                     }
                 }
+                if purged >= MAX_IDS_PER_BATCH {
+                    break;
+                }
             }
             if purged > 0 {
-                tracing::debug!(purged, "expired dedup ids tombstoned");
+                tracing::debug!(partition = *p, purged, "expired dedup ids removed");
             }
         }
     }

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use rdkafka::Message;
 
-use super::{StateError, Store};
+use super::{dedup, Column, Overlay, StateError, Store};
 use crate::kafka::reader::{read_to_end, ReadError};
 use crate::kafka::KafkaClients;
 
@@ -107,10 +107,38 @@ fn flush(
     pending: &mut Vec<(Vec<u8>, Option<Vec<u8>>)>,
     next: i64,
 ) -> Result<usize, StateError> {
-    let n = store.apply_changelog(
-        pending.iter().map(|(k, v)| (k.as_slice(), v.as_deref())),
-        next,
-    )?;
+    let mut overlay = Overlay::default();
+    let mut n = 0;
+    for (k, v) in pending.iter() {
+        if replay(store, &mut overlay, k, v.as_deref())? {
+            n += 1;
+        }
+    }
+    store.apply(&overlay, Some(next))?;
     pending.clear();
     Ok(n)
+}
+
+/// Writes one changelog record into `overlay` as the store must hold it; false for a record
+/// that is not ours (skipped). Later records of a chunk see earlier ones through the overlay.
+pub fn replay(
+    store: &Store,
+    overlay: &mut Overlay,
+    key: &[u8],
+    value: Option<&[u8]>,
+) -> Result<bool, StateError> {
+    let Some((col, key)) = Column::parse_changelog_key(key) else {
+        return Ok(false);
+    };
+    match (col, value) {
+        (Column::DedupBatch, Some(v)) => dedup::restore_batch(overlay, key, v),
+        (Column::DedupBatch, None) => {
+            dedup::remove(store, overlay, key)?;
+        }
+        (Column::Dedup, Some(v)) => dedup::restore_legacy(overlay, key, v),
+        (Column::Dedup, None) => dedup::remove_legacy(store, overlay, key)?,
+        (col, Some(v)) => overlay.put(col, key, v.to_vec()),
+        (col, None) => overlay.delete(col, key),
+    }
+    Ok(true)
 }

@@ -12,6 +12,8 @@ pub enum Column {
     Dedup,
     /// Keys with a record waiting in the retry ladder (per-key order).
     Parked,
+    /// Processed ids grouped by the batch that saw them, oldest first (see [`super::dedup`]).
+    DedupBatch,
 }
 
 impl Column {
@@ -21,6 +23,25 @@ impl Column {
             Column::State => "state",
             Column::Dedup => "dedup",
             Column::Parked => "parked",
+            Column::DedupBatch => "dedup_batches",
+        }
+    }
+
+    /// Every column, in the order the changelog and the overlay list them.
+    pub const ALL: [Column; 4] = [
+        Column::State,
+        Column::Dedup,
+        Column::Parked,
+        Column::DedupBatch,
+    ];
+
+    /// The column's slot in per-column arrays (the order of [`Column::ALL`]).
+    fn index(self) -> usize {
+        match self {
+            Column::State => 0,
+            Column::Dedup => 1,
+            Column::Parked => 2,
+            Column::DedupBatch => 3,
         }
     }
 
@@ -29,6 +50,7 @@ impl Column {
             Column::State => b's',
             Column::Dedup => b'd',
             Column::Parked => b'p',
+            Column::DedupBatch => b'b',
         }
     }
 
@@ -46,6 +68,7 @@ impl Column {
             (b's', rest) => Some((Column::State, rest)),
             (b'd', rest) => Some((Column::Dedup, rest)),
             (b'p', rest) => Some((Column::Parked, rest)),
+            (b'b', rest) => Some((Column::DedupBatch, rest)),
             _ => None,
         }
     }
@@ -54,50 +77,66 @@ impl Column {
 /// Pending writes: `Some(value)` puts, `None` deletes (a changelog tombstone).
 #[derive(Debug, Default, Clone)]
 pub struct Overlay {
-    writes: BTreeMap<(Column, Vec<u8>), Option<Vec<u8>>>,
+    /// One map per column (indexed by [`Column::index`]): a lookup borrows the caller's key
+    /// instead of building a `(Column, Vec<u8>)` for it, and that lookup runs several times per
+    /// record.
+    writes: [BTreeMap<Vec<u8>, Option<Vec<u8>>>; 4],
 }
 
 impl Overlay {
     /// What the overlay says of a key: `None` if it has no write, `Some(None)` if deleted.
     pub fn get(&self, col: Column, key: &[u8]) -> Option<Option<&[u8]>> {
-        self.writes.get(&(col, key.to_vec())).map(|v| v.as_deref())
+        self.writes[col.index()].get(key).map(|v| v.as_deref())
     }
 
     /// Records a put.
     pub fn put(&mut self, col: Column, key: &[u8], value: Vec<u8>) {
-        self.writes.insert((col, key.to_vec()), Some(value));
+        self.writes[col.index()].insert(key.to_vec(), Some(value));
     }
 
     /// Records a delete.
     pub fn delete(&mut self, col: Column, key: &[u8]) {
-        self.writes.insert((col, key.to_vec()), None);
+        self.writes[col.index()].insert(key.to_vec(), None);
     }
 
     /// Moves `other`'s writes over this one's (a record's writes into its batch).
     pub fn absorb(&mut self, other: Overlay) {
-        self.writes.extend(other.writes);
+        for (mine, theirs) in self.writes.iter_mut().zip(other.writes) {
+            mine.extend(theirs);
+        }
+    }
+
+    /// The writes of one column, in key order.
+    pub fn column(&self, col: Column) -> impl Iterator<Item = (&[u8], Option<&[u8]>)> {
+        self.writes[col.index()]
+            .iter()
+            .map(|(k, v)| (k.as_slice(), v.as_deref()))
     }
 
     /// No writes pending.
     pub fn is_empty(&self) -> bool {
-        self.writes.is_empty()
+        self.writes.iter().all(BTreeMap::is_empty)
     }
 
     /// Number of keys written.
     pub fn len(&self) -> usize {
-        self.writes.len()
+        self.writes.iter().map(BTreeMap::len).sum()
     }
 
     /// The writes in key order: the last write of each key only, so the changelog gets one record per key.
     pub fn iter(&self) -> impl Iterator<Item = (Column, &[u8], Option<&[u8]>)> {
-        self.writes
-            .iter()
-            .map(|((c, k), v)| (*c, k.as_slice(), v.as_deref()))
+        Column::ALL.into_iter().flat_map(move |c| {
+            self.writes[c.index()]
+                .iter()
+                .map(move |(k, v)| (c, k.as_slice(), v.as_deref()))
+        })
     }
 
     /// Drops every write (an aborted batch).
     pub fn clear(&mut self) {
-        self.writes.clear();
+        for w in &mut self.writes {
+            w.clear();
+        }
     }
 }
 

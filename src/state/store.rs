@@ -1,5 +1,6 @@
-//! One partition's RocksDB store: column families `state`, `dedup` and `meta`, the last holding
-//! the changelog checkpoint written atomically with the data it covers.
+//! One partition's RocksDB store: column families `state`, `dedup`, `dedup_batches`, `parked`
+//! and `meta`, the last holding the changelog checkpoint written atomically with the data it
+//! covers.
 
 use std::path::{Path, PathBuf};
 
@@ -74,6 +75,10 @@ fn options(cache: &StoreCache) -> Options {
     o.set_write_buffer_size(8 * 1024 * 1024);
     o.set_max_write_buffer_number(2);
     o.set_max_open_files(256);
+    // A bloom filter over the memtable's whole keys: most lookups miss (a new message id in
+    // `dedup`, a key with nothing parked), and a miss then skips the skiplist search.
+    o.set_memtable_prefix_bloom_ratio(0.1);
+    o.set_memtable_whole_key_filtering(true);
     o
 }
 
@@ -116,6 +121,7 @@ impl Store {
             Column::State.cf(),
             Column::Dedup.cf(),
             Column::Parked.cf(),
+            Column::DedupBatch.cf(),
             META,
         ]
         .into_iter()
@@ -176,6 +182,15 @@ impl Store {
             .map_err(|e| self.err(e))
     }
 
+    /// Whether `key` is committed in `col`, without copying its value out (the dedup check,
+    /// once per record).
+    pub fn contains(&self, col: Column, key: &[u8]) -> Result<bool, StateError> {
+        self.db
+            .get_pinned_cf(self.cf(col.cf())?, key)
+            .map(|v| v.is_some())
+            .map_err(|e| self.err(e))
+    }
+
     /// The next changelog offset to replay from, if the store has ever been checkpointed.
     pub fn checkpoint(&self) -> Result<Option<i64>, StateError> {
         Ok(self.meta(CHECKPOINT_KEY)?.and_then(|v| {
@@ -204,32 +219,24 @@ impl Store {
         self.write(batch)
     }
 
-    /// Applies raw changelog records (restore) and the offset after them, atomically.
-    pub fn apply_changelog<'a>(
+    /// Keys of the oldest `dedup_batches` entries seen before `cutoff` (ms), at most `limit`:
+    /// the keys start with the time, so the walk stops at the first entry still in the window.
+    pub fn dedup_batches_before(
         &self,
-        records: impl IntoIterator<Item = (&'a [u8], Option<&'a [u8]>)>,
-        next_changelog_offset: i64,
-    ) -> Result<usize, StateError> {
-        let mut batch = WriteBatch::default();
-        let mut n = 0;
-        for (k, v) in records {
-            let Some((col, key)) = Column::parse_changelog_key(k) else {
-                continue;
-            };
-            let cf = self.cf(col.cf())?;
-            match v {
-                Some(v) => batch.put_cf(cf, key, v),
-                None => batch.delete_cf(cf, key),
+        cutoff: i64,
+        limit: usize,
+    ) -> Result<Vec<Vec<u8>>, StateError> {
+        let mut out = Vec::new();
+        let cf = self.cf(Column::DedupBatch.cf())?;
+        for item in self.db.iterator_cf(cf, IteratorMode::Start) {
+            let (k, _) = item.map_err(|e| self.err(e))?;
+            let seen_at = super::dedup::BatchKey::parse(&k).map_or(i64::MIN, |b| b.seen_at());
+            if seen_at >= cutoff || out.len() >= limit {
+                break;
             }
-            n += 1;
+            out.push(k.into_vec());
         }
-        batch.put_cf(
-            self.cf(META)?,
-            CHECKPOINT_KEY,
-            next_changelog_offset.to_be_bytes(),
-        );
-        self.write(batch)?;
-        Ok(n)
+        Ok(out)
     }
 
     fn write(&self, batch: WriteBatch) -> Result<(), StateError> {
@@ -247,6 +254,15 @@ impl Store {
             out.push((k.into_vec(), v.into_vec()));
         }
         Ok(out)
+    }
+
+    /// RocksDB's estimate of a column's keys: O(1), for logs on the restore path where
+    /// counting a million keys would delay the partition.
+    pub fn estimate_keys(&self, col: Column) -> Result<u64, StateError> {
+        self.db
+            .property_int_value_cf(self.cf(col.cf())?, "rocksdb.estimate-num-keys")
+            .map(Option::unwrap_or_default)
+            .map_err(|e| self.err(e))
     }
 
     /// Number of committed keys in a column (an estimate is not enough for tests).

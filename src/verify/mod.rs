@@ -290,6 +290,18 @@ impl Fleet<'_> {
         Ok(())
     }
 
+    /// Waits (bounded) until every resumed zombie's log shows it was fenced: the group can
+    /// drain within a second of the thaw, before the zombie's next heartbeat or commit tells it
+    /// so, and reading its log then would count a fenced zombie as a lucky one.
+    fn await_fencing_evidence(&mut self, timeout: Duration) -> Result<(), String> {
+        let deadline = Instant::now() + timeout;
+        while (self.zombies_fenced() as usize) < self.thaws.len() && Instant::now() < deadline {
+            self.supervise()?;
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        Ok(())
+    }
+
     /// How many resumed zombies' logs show them being fenced after they resumed.
     fn zombies_fenced(&self) -> u32 {
         let signs = [
@@ -541,6 +553,7 @@ impl Run<'_> {
         }
         // Every fault's recovery is known once the lag is zero (all partitions advanced).
         fleet.monitor.settle(Duration::from_secs(30));
+        fleet.await_fencing_evidence(Duration::from_secs(60))?;
         let elapsed = started.elapsed();
         for inst in fleet.instances.iter_mut() {
             inst.kill9();
