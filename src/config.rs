@@ -269,7 +269,7 @@ impl Default for ProcessorConfig {
         Self {
             input_topics: vec![],
             commit_interval_ms: 100,
-            max_batch_records: 2000,
+            max_batch_records: 10_000,
             transaction_timeout_ms: 10_000,
             session_timeout_ms: 10_000,
             restore_timeout_ms: 120_000,
@@ -1248,7 +1248,7 @@ mod tests {
         assert_eq!(c.processor.commit_interval_ms, 250);
         assert_eq!(c.kafka.bootstrap, "broker:9092");
         assert_eq!(c.processor.input_topics, vec!["x", "y"]);
-        assert_eq!(c.processor.max_batch_records, 2000);
+        assert_eq!(c.processor.max_batch_records, 10_000);
     }
 
     #[test]

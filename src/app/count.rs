@@ -8,7 +8,6 @@
 //! 0), whose `total_minor` is the amount: the benchmarks' input, decoded with the writer schema
 //! cached by id.
 
-use apache_avro::types::Value;
 use serde::{Deserialize, Serialize};
 
 use crate::codec::decode::{Decoder, RegistrySource};
@@ -115,14 +114,10 @@ impl CountProcessor {
         let Some(decoder) = self.decoder.as_mut() else {
             return Err(ProcessError::permanent("no Avro decoder"));
         };
-        let (_, type_name, value) = decoder.decode_avro(raw).map_err(ProcessError::from)?;
-        let total = match &value {
-            Value::Record(fields) => fields.iter().find_map(|(n, v)| match (n.as_str(), v) {
-                ("total_minor", Value::Long(l)) => Some(*l),
-                _ => None,
-            }),
-            _ => None,
-        };
+        // Only `total_minor` is needed: the record is walked and checked, not built.
+        let (_, type_name, total) = decoder
+            .decode_long_field(raw, "total_minor")
+            .map_err(ProcessError::from)?;
         total.ok_or_else(|| {
             ProcessError::permanent(format!(
                 "{type_name} has no long `total_minor`: the counting topology sums order totals"

@@ -9,11 +9,13 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use apache_avro::reader::datum::GenericDatumReader;
+use apache_avro::schema::{NamesRef, ResolvedSchema};
 use apache_avro::types::Value;
 use apache_avro::Schema;
 
 use super::catalog::Catalog;
 use super::envelope::{Envelope, EnvelopeError};
+use super::project::WalkError;
 use super::registry::{CodecError, Registry};
 use crate::processor::{ProcessError, Record};
 
@@ -312,6 +314,9 @@ impl Default for Limits {
 struct Writer {
     datum: GenericDatumReader<'static>,
     type_name: String,
+    /// The writer schema and its named types, for [`Decoder::decode_long_field`].
+    schema: &'static Schema,
+    names: NamesRef<'static>,
 }
 
 /// The datum reader for `writer` read as `reader`, without resolution when both are the same
@@ -322,11 +327,10 @@ struct Writer {
 /// memory is bounded by the schema ids a process ever meets.
 fn datum_reader(
     id: u32,
-    writer: Schema,
+    writer: &'static Schema,
     reader: Schema,
 ) -> Result<GenericDatumReader<'static>, BadInput> {
     let same = writer.canonical_form() == reader.canonical_form();
-    let writer: &'static Schema = Box::leak(Box::new(writer));
     let built = if same {
         GenericDatumReader::builder(writer).build()
     } else {
@@ -445,17 +449,8 @@ impl Decoder {
 
     /// Decodes Confluent wire-format bytes: (schema id, contract type name, value).
     pub fn decode_avro(&mut self, bytes: &[u8]) -> Result<(u32, String, Value), DecodeError> {
-        match bytes.first() {
-            None => return Err(BadInput::ShortHeader(0).into()),
-            Some(0) => {}
-            Some(&b) => return Err(BadInput::MagicByte(b).into()),
-        }
-        let Some(id_bytes) = bytes.get(1..5) else {
-            return Err(BadInput::ShortHeader(bytes.len()).into());
-        };
-        let id = u32::from_be_bytes([id_bytes[0], id_bytes[1], id_bytes[2], id_bytes[3]]);
+        let (id, mut body) = wire_header(bytes)?;
         let writer = self.writer(id)?;
-        let mut body = &bytes[5..];
         let value = writer.datum.read_value(&mut body).map_err(|e| {
             let error = e.to_string();
             if error.contains("fill whole buffer") || error.contains("UnexpectedEof") {
@@ -472,6 +467,40 @@ impl Decoder {
             .into());
         }
         Ok((id, writer.type_name.clone(), value))
+    }
+
+    /// The top-level `long` field `field` of Confluent wire-format bytes: (schema id, contract
+    /// type name, value), without building the record ([`super::project`]); the body is
+    /// checked as thoroughly as [`Decoder::decode_avro`] checks it. A writer schema without
+    /// such a field is decoded in full and read as its contract (which may give a default).
+    pub fn decode_long_field(
+        &mut self,
+        bytes: &[u8],
+        field: &str,
+    ) -> Result<(u32, String, Option<i64>), DecodeError> {
+        let (id, body) = wire_header(bytes)?;
+        let writer = self.writer(id)?;
+        match super::project::long_field(writer.schema, &writer.names, field, body) {
+            Ok(Some(v)) => Ok((id, writer.type_name.clone(), Some(v))),
+            Ok(None) => {
+                let (id, type_name, value) = self.decode_avro(bytes)?;
+                let v = match &value {
+                    Value::Record(fields) => fields.iter().find_map(|(n, v)| match v {
+                        Value::Long(l) if n == field => Some(*l),
+                        Value::Int(i) if n == field => Some(i64::from(*i)),
+                        _ => None,
+                    }),
+                    _ => None,
+                };
+                Ok((id, type_name, v))
+            }
+            Err(WalkError::Truncated) => Err(BadInput::TruncatedAvro {
+                id,
+                error: "the bytes end inside a value".into(),
+            }
+            .into()),
+            Err(WalkError::Corrupt(error)) => Err(BadInput::CorruptAvro { id, error }.into()),
+        }
     }
 
     fn writer(&mut self, id: u32) -> Result<Arc<Writer>, DecodeError> {
@@ -501,13 +530,37 @@ impl Decoder {
             id,
             error: format!("the consumer's own contract {}: {e}", contract.type_name),
         })?;
+        let schema: &'static Schema = Box::leak(Box::new(schema));
+        let names = ResolvedSchema::try_from(schema)
+            .map_err(|e| BadInput::BadWriterSchema {
+                id,
+                error: e.to_string(),
+            })?
+            .get_names()
+            .clone();
         let w = Arc::new(Writer {
             datum: datum_reader(id, schema, reader)?,
             type_name: contract.type_name.clone(),
+            schema,
+            names,
         });
         self.cache.insert(id, w.clone());
         Ok(w)
     }
+}
+
+/// The schema id and the Avro body of Confluent wire-format bytes.
+fn wire_header(bytes: &[u8]) -> Result<(u32, &[u8]), BadInput> {
+    match bytes.first() {
+        None => return Err(BadInput::ShortHeader(0)),
+        Some(0) => {}
+        Some(&b) => return Err(BadInput::MagicByte(b)),
+    }
+    let Some(id_bytes) = bytes.get(1..5) else {
+        return Err(BadInput::ShortHeader(bytes.len()));
+    };
+    let id = u32::from_be_bytes([id_bytes[0], id_bytes[1], id_bytes[2], id_bytes[3]]);
+    Ok((id, &bytes[5..]))
 }
 
 /// Encodes `value` in the Confluent wire format with `schema` under `id`, without a registry
@@ -740,7 +793,22 @@ mod randomized {
                     b[at] = rng.gen();
                 }
             }
-            match d.decode_avro(&b) {
+            let full = d.decode_avro(&b);
+            // The one-field walk agrees with the full decode on what is bad input, and on
+            // the value when both read it.
+            let walked = d.decode_long_field(&b, "total_minor");
+            match (&full, &walked) {
+                (Ok((_, _, Value::Record(fields))), Ok((_, _, total))) => {
+                    let expected = fields.iter().find_map(|(n, v)| match v {
+                        Value::Long(l) if n == "total_minor" => Some(*l),
+                        _ => None,
+                    });
+                    assert_eq!(*total, expected, "{b:?}");
+                }
+                (Ok(_), Ok(_)) | (Err(DecodeError::Bad(_)), Err(DecodeError::Bad(_))) => {}
+                (f, w) => panic!("full decode {f:?} but one-field walk {w:?} for {b:?}"),
+            }
+            match full {
                 Ok(_) => ok += 1,
                 Err(DecodeError::Bad(_)) => bad += 1,
                 Err(e @ DecodeError::Unavailable(_)) => panic!("{e} from a fixed source"),

@@ -8,6 +8,7 @@ pub mod check;
 pub mod compat;
 pub mod decode;
 pub mod envelope;
+pub mod project;
 pub mod registry;
 
 pub use catalog::{Catalog, Contract, SubjectStrategy};

@@ -8,7 +8,6 @@ use rdkafka::Message;
 
 use super::runtime::{Runtime, Task};
 use super::{Context, ProcessError, Processor, Record};
-use crate::codec::envelope::Envelope;
 use crate::retry::dlt::{self, DltClass};
 use crate::retry::headers::{self as rh, History};
 use crate::retry::parked::{Follower, HeadAt};
@@ -39,6 +38,35 @@ fn owned_headers(m: &OwnedMessage) -> Vec<(String, Vec<u8>)> {
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// The envelope headers of an input that its outputs carry on, borrowed from the record.
+/// Every envelope header is text: if one is not UTF-8 nothing is carried (as
+/// [`crate::codec::envelope::Envelope::parse`] would refuse the whole envelope).
+#[derive(Default)]
+struct InputEnvelope<'r> {
+    id: Option<&'r [u8]>,
+    correlation_id: Option<&'r [u8]>,
+    traceparent: Option<&'r [u8]>,
+    tenant: Option<&'r [u8]>,
+}
+
+impl<'r> InputEnvelope<'r> {
+    fn of(record: &'r Record<'_>) -> Self {
+        let text = |name: &str| record.header(name).map(|v| std::str::from_utf8(v).is_ok());
+        if crate::codec::envelope::HEADERS
+            .iter()
+            .any(|h| text(h) == Some(false))
+        {
+            return Self::default();
+        }
+        Self {
+            id: record.header("id"),
+            correlation_id: record.header("correlation_id"),
+            traceparent: record.header("traceparent"),
+            tenant: record.header("tenant"),
+        }
+    }
 }
 
 fn load_parked(task: &Task, key: &[u8]) -> Option<Parked> {
@@ -86,8 +114,8 @@ impl<P: Processor> Runtime<P> {
         } else {
             None
         };
-        let history = History::of(&record);
         if let Some(mut p) = parked {
+            let history = History::of(&record);
             let unparks = history.redriven && p.head_at == HeadAt::DeadLetter;
             if !unparks && !p.is_head(history.seq) {
                 // A later record of a key whose head is in the ladder (or the DLT): it waits.
@@ -105,12 +133,15 @@ impl<P: Processor> Runtime<P> {
                 },
             };
         }
+        // The retry headers are read only when they matter: a record that succeeds never needs them.
         match self.attempt(&record, now)? {
             Some(Ok(())) | None => Ok(()),
-            Some(Err(err)) => match self.fail(&record, &history, err, None, ordered, now)? {
-                AfterFailure::Settled => Ok(()),
-                AfterFailure::DrainFollowers(p) => self.drain(key, record.partition, p, now),
-            },
+            Some(Err(err)) => {
+                match self.fail(&record, &History::of(&record), err, None, ordered, now)? {
+                    AfterFailure::Settled => Ok(()),
+                    AfterFailure::DrainFollowers(p) => self.drain(key, record.partition, p, now),
+                }
+            }
         }
     }
 
@@ -161,45 +192,57 @@ impl<P: Processor> Runtime<P> {
         }
         // Every output carries the envelope (DESIGN §6): a fresh id, occurred_at, aggregate_id
         // (its key), causation = the input's id, correlation/tenant carried, and the input's
-        // trace continued as a child span. Headers the handler set itself win.
-        let input_envelope = Envelope::parse(record.headers).unwrap_or_default();
-        let child_trace = record
-            .header("traceparent")
+        // trace continued as a child span. Headers the handler set itself win. Built from
+        // borrowed bytes: this runs for every output.
+        let input = InputEnvelope::of(record);
+        let child_trace = input
+            .traceparent
             .and_then(telemetry::trace::child_traceparent);
-        for mut e in emits {
+        for e in emits {
+            let id = uuid::Uuid::new_v4();
+            let mut id_text = [0u8; uuid::fmt::Hyphenated::LENGTH];
+            let id_text: &[u8] = id.hyphenated().encode_lower(&mut id_text).as_bytes();
+            let occurred_at = self.clock.rfc3339_now();
             let aggregate = e
                 .key
                 .as_deref()
-                .map(String::from_utf8_lossy)
-                .unwrap_or_default()
-                .to_string();
-            let mut envelope = Envelope::child_of(&input_envelope, "", &aggregate);
-            envelope.type_name = None;
-            envelope.traceparent = child_trace.clone();
-            if aggregate.is_empty() {
-                envelope.aggregate_id = None;
-            }
-            for (k, v) in envelope.to_headers() {
-                if !e.headers.iter().any(|(name, _)| *name == k) {
-                    e.headers.push((k, v));
-                }
-            }
-            self.sink.send(
+                .filter(|k| !k.is_empty())
+                .map(String::from_utf8_lossy);
+            let envelope = [
+                ("id", Some(id_text)),
+                ("occurred_at", Some(occurred_at.as_bytes())),
+                ("aggregate_id", aggregate.as_deref().map(str::as_bytes)),
+                ("correlation_id", input.correlation_id.or(input.id)),
+                ("causation_id", input.id),
+                ("traceparent", child_trace.as_deref().map(str::as_bytes)),
+                ("tenant", input.tenant),
+            ];
+            let own = e.headers.iter().map(|(k, v)| (k.as_str(), v.as_slice()));
+            let stamped = envelope.into_iter().filter_map(|(k, v)| {
+                let v = v?;
+                (!e.headers.iter().any(|(name, _)| name == k)).then_some((k, v))
+            });
+            self.sink.send_parts(
                 &e.topic,
                 None,
                 e.key.as_deref(),
                 e.value.as_deref(),
-                &e.headers,
+                own.chain(stamped),
             )?;
             // No per-record String: the topic is cloned once per batch, when first seen.
             match self.produced.get_mut(&e.topic) {
                 Some(n) => *n += 1,
                 None => {
-                    self.produced.insert(e.topic.clone(), 1);
+                    self.produced.insert(e.topic, 1);
                 }
             }
         }
-        telemetry::processed(record.topic);
+        match self.processed.get_mut(record.topic) {
+            Some(n) => *n += 1,
+            None => {
+                self.processed.insert(record.topic.to_string(), 1);
+            }
+        }
         Ok(Some(Ok(())))
     }
 

@@ -223,17 +223,23 @@ impl ConsumerContext for GroupContext {
     }
 }
 
-/// The (topic, partition) pairs this member owns, by partition: asked once per polled record,
-/// so it answers from a borrowed topic name without building a key.
+/// The (topic, partition) pairs this member owns, by partition, with each topic's retry level
+/// (0: an input): asked once per polled record, so it answers from a borrowed topic name
+/// without building a key or parsing the name again.
 #[derive(Debug, Default)]
-struct Assignment(BTreeMap<i32, BTreeSet<String>>);
+struct Assignment(BTreeMap<i32, BTreeMap<String, u32>>);
 
 impl Assignment {
     fn contains(&self, topic: &str, partition: i32) -> bool {
-        self.0.get(&partition).is_some_and(|ts| ts.contains(topic))
+        self.level(topic, partition).is_some()
+    }
+    /// The retry level of an owned pair; `None` if it is not ours.
+    fn level(&self, topic: &str, partition: i32) -> Option<u32> {
+        self.0.get(&partition)?.get(topic).copied()
     }
     fn insert(&mut self, topic: String, partition: i32) {
-        self.0.entry(partition).or_default().insert(topic);
+        let level = crate::retry::base_and_level(&topic).1;
+        self.0.entry(partition).or_default().insert(topic, level);
     }
     fn remove(&mut self, topic: &str, partition: i32) {
         if let Some(ts) = self.0.get_mut(&partition) {
@@ -273,6 +279,31 @@ pub struct Runtime<P: Processor> {
     pub(super) summary: RunSummary,
     /// Outputs sent in the open batch, per topic: counted as produced once it commits.
     pub(super) produced: BTreeMap<String, u64>,
+    /// Records the handler processed in the open batch, per input topic (counted at commit).
+    pub(super) processed: BTreeMap<String, u64>,
+    /// `occurred_at` text of outputs, formatted once per millisecond.
+    pub(super) clock: Rfc3339Clock,
+}
+
+/// The current time as RFC 3339 text with milliseconds (`occurred_at`), formatted again only
+/// when the millisecond changes: thousands of outputs a second share a handful of stamps.
+#[derive(Debug, Default)]
+pub(super) struct Rfc3339Clock {
+    ms: i64,
+    text: String,
+}
+
+impl Rfc3339Clock {
+    /// Now, as `2026-12-03T10:00:00.123Z`.
+    pub(super) fn rfc3339_now(&mut self) -> &str {
+        let now = chrono::Utc::now();
+        let ms = now.timestamp_millis();
+        if ms != self.ms || self.text.is_empty() {
+            self.ms = ms;
+            self.text = now.to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+        }
+        &self.text
+    }
 }
 
 /// Which of `topics` the broker does not know.
@@ -373,6 +404,8 @@ impl<P: Processor> Runtime<P> {
             health: Arc::new(Health::new(Duration::from_secs(60))),
             summary: RunSummary::default(),
             produced: BTreeMap::new(),
+            processed: BTreeMap::new(),
+            clock: Rfc3339Clock::default(),
         })
     }
 
@@ -437,9 +470,11 @@ impl<P: Processor> Runtime<P> {
             }
             match polled {
                 Some(Ok(m)) => {
-                    let mine = self.assigned.contains(m.topic(), m.partition());
-                    if mine && !self.hold_if_not_due(&m)? {
-                        batch.push(m);
+                    match self.assigned.level(m.topic(), m.partition()) {
+                        // Input topics (level 0) are never paused.
+                        Some(0) => batch.push(m),
+                        Some(_) if !self.hold_if_not_due(&m)? => batch.push(m),
+                        _ => {}
                     }
                 }
                 Some(Err(e)) => {
@@ -502,11 +537,8 @@ impl<P: Processor> Runtime<P> {
 
     /// A retry-level record that is not due yet: pause its partition and rewind to it, so the
     /// consumer keeps serving every other partition. Returns whether the record was held.
+    /// Only asked for records of retry levels.
     fn hold_if_not_due(&mut self, m: &OwnedMessage) -> Result<bool, RuntimeError> {
-        // Input topics (level 0) are never paused: no key is built for their records.
-        if crate::retry::base_and_level(m.topic()).1 == 0 {
-            return Ok(false);
-        }
         let tp = (m.topic().to_string(), m.partition());
         if self.paused.contains_key(&tp) {
             // Fetched before the pause took effect: it is read again after the resume.
@@ -647,6 +679,9 @@ impl<P: Processor> Runtime<P> {
                 for (topic, n) in std::mem::take(&mut self.produced) {
                     telemetry::produced(&topic, n);
                 }
+                for (topic, n) in std::mem::take(&mut self.processed) {
+                    telemetry::processed(&topic, n);
+                }
                 Ok(())
             }
             Err(e) => {
@@ -654,6 +689,7 @@ impl<P: Processor> Runtime<P> {
                     task.overlay.clear();
                 }
                 self.produced.clear();
+                self.processed.clear();
                 self.summary.aborts += 1;
                 telemetry::aborted();
                 match &e {

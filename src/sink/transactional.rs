@@ -165,11 +165,30 @@ impl TxnSink {
         value: Option<&[u8]>,
         headers: &[(String, Vec<u8>)],
     ) -> Result<DeliveryFuture, SinkError> {
-        let mut h = OwnedHeaders::new_with_capacity(headers.len());
+        self.send_parts(
+            topic,
+            partition,
+            key,
+            value,
+            headers.iter().map(|(k, v)| (k.as_str(), v.as_slice())),
+        )
+    }
+
+    /// As [`TxnSink::send`], with headers from borrowed parts (the processor's outputs: the
+    /// handler's own headers and the envelope, without building owned pairs per output).
+    pub fn send_parts<'h>(
+        &self,
+        topic: &str,
+        partition: Option<i32>,
+        key: Option<&[u8]>,
+        value: Option<&[u8]>,
+        headers: impl Iterator<Item = (&'h str, &'h [u8])>,
+    ) -> Result<DeliveryFuture, SinkError> {
+        let mut h = OwnedHeaders::new_with_capacity(headers.size_hint().0.max(8));
         for (k, v) in headers {
             h = h.insert(Header {
                 key: k,
-                value: Some(v.as_slice()),
+                value: Some(v),
             });
         }
         let mut record: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(topic).headers(h);

@@ -25,9 +25,9 @@ pub fn aborted() {
     metrics::counter!("eosflow_transactions_aborted_total").increment(1);
 }
 
-/// A record was processed by the handler.
-pub fn processed(topic: &str) {
-    metrics::counter!("eosflow_records_processed_total", "topic" => topic.to_string()).increment(1);
+/// Records of `topic` the handler processed in a committed batch.
+pub fn processed(topic: &str, n: u64) {
+    metrics::counter!("eosflow_records_processed_total", "topic" => topic.to_string()).increment(n);
 }
 
 /// A record was skipped as an already-processed id.
