@@ -112,6 +112,71 @@ impl Envelope {
     }
 }
 
+/// An input's envelope borrowed from its headers: what [`Envelope::child_of`] carries over to
+/// an output, without an owned `String` per field (the processor runtime stamps every output
+/// from it).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EnvelopeRef<'a> {
+    /// The input's id.
+    pub id: Option<&'a [u8]>,
+    /// Its correlation id.
+    pub correlation_id: Option<&'a [u8]>,
+    /// Its W3C trace context.
+    pub traceparent: Option<&'a [u8]>,
+    /// Its tenant.
+    pub tenant: Option<&'a [u8]>,
+}
+
+impl<'a> EnvelopeRef<'a> {
+    /// Borrows the envelope of `headers`; empty when an envelope header is not UTF-8 (as
+    /// [`Envelope::parse`] refuses such an envelope whole).
+    pub fn of(headers: &'a [(String, Vec<u8>)]) -> Self {
+        let get = |name: &str| {
+            headers
+                .iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.as_slice())
+        };
+        if HEADERS
+            .iter()
+            .any(|h| get(h).is_some_and(|v| std::str::from_utf8(v).is_err()))
+        {
+            return Self::default();
+        }
+        Self {
+            id: get("id"),
+            correlation_id: get("correlation_id"),
+            traceparent: get("traceparent"),
+            tenant: get("tenant"),
+        }
+    }
+
+    /// The envelope headers of an output it caused, by [`Envelope::child_of`]'s rules: a new
+    /// `id`, `occurred_at`, the output's `aggregate_id`, causation = this id, correlation (or
+    /// this id when it starts the conversation) and tenant carried, and `traceparent` (the
+    /// caller's child span). Absent fields are `None`.
+    pub fn child_headers<'o>(
+        &self,
+        id: &'o [u8],
+        occurred_at: &'o [u8],
+        aggregate_id: Option<&'o [u8]>,
+        traceparent: Option<&'o [u8]>,
+    ) -> [(&'static str, Option<&'o [u8]>); 7]
+    where
+        'a: 'o,
+    {
+        [
+            ("id", Some(id)),
+            ("occurred_at", Some(occurred_at)),
+            ("aggregate_id", aggregate_id),
+            ("correlation_id", self.correlation_id.or(self.id)),
+            ("causation_id", self.id),
+            ("traceparent", traceparent),
+            ("tenant", self.tenant),
+        ]
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -153,5 +218,42 @@ mod tests {
         );
         let round = Envelope::parse(&grandchild.to_headers()).expect("round trip");
         assert_eq!(round, grandchild);
+    }
+
+    #[test]
+    fn the_borrowed_form_stamps_what_child_of_stamps() {
+        for input in [
+            Envelope::new("orders.order-placed.v1", "o-1"),
+            Envelope {
+                correlation_id: Some("conv-9".into()),
+                tenant: Some("acme".into()),
+                ..Envelope::new("x.y.v1", "o-2")
+            },
+            Envelope::default(),
+        ] {
+            let headers = input.to_headers();
+            let owned = Envelope::child_of(&input, "", "o-1");
+            let borrowed = EnvelopeRef::of(&headers).child_headers(
+                owned.id.as_deref().unwrap_or_default().as_bytes(),
+                owned.occurred_at.as_deref().unwrap_or_default().as_bytes(),
+                Some(b"o-1"),
+                owned.traceparent.as_deref().map(str::as_bytes),
+            );
+            let stamped: Vec<(String, Vec<u8>)> = borrowed
+                .iter()
+                .filter_map(|(k, v)| Some((k.to_string(), (*v)?.to_vec())))
+                .collect();
+            let expected = Envelope {
+                type_name: None,
+                ..owned
+            };
+            assert_eq!(Envelope::parse(&stamped).expect("parses"), expected);
+        }
+        // A non-UTF-8 envelope header: nothing is carried, as parse refuses it.
+        let bad = vec![
+            ("id".to_string(), b"m".to_vec()),
+            ("tenant".into(), vec![0xff]),
+        ];
+        assert_eq!(EnvelopeRef::of(&bad), EnvelopeRef::default());
     }
 }

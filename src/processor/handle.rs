@@ -8,6 +8,7 @@ use rdkafka::Message;
 
 use super::runtime::{Runtime, Task};
 use super::{Context, ProcessError, Processor, Record};
+use crate::codec::envelope::EnvelopeRef;
 use crate::retry::dlt::{self, DltClass};
 use crate::retry::headers::{self as rh, History};
 use crate::retry::parked::{Follower, HeadAt};
@@ -40,31 +41,13 @@ fn owned_headers(m: &OwnedMessage) -> Vec<(String, Vec<u8>)> {
         .unwrap_or_default()
 }
 
-/// The envelope headers of an input that its outputs carry on, borrowed from the record.
-/// Every envelope header is text: if one is not UTF-8 nothing is carried (as
-/// [`crate::codec::envelope::Envelope::parse`] would refuse the whole envelope).
-#[derive(Default)]
-struct InputEnvelope<'r> {
-    id: Option<&'r [u8]>,
-    correlation_id: Option<&'r [u8]>,
-    traceparent: Option<&'r [u8]>,
-    tenant: Option<&'r [u8]>,
-}
-
-impl<'r> InputEnvelope<'r> {
-    fn of(record: &'r Record<'_>) -> Self {
-        let text = |name: &str| record.header(name).map(|v| std::str::from_utf8(v).is_ok());
-        if crate::codec::envelope::HEADERS
-            .iter()
-            .any(|h| text(h) == Some(false))
-        {
-            return Self::default();
-        }
-        Self {
-            id: record.header("id"),
-            correlation_id: record.header("correlation_id"),
-            traceparent: record.header("traceparent"),
-            tenant: record.header("tenant"),
+/// Counts one record of `topic` in a per-batch tally without a `String` per record: the name
+/// is copied once per batch, when first seen.
+fn tally(counts: &mut std::collections::BTreeMap<String, u64>, topic: &str) {
+    match counts.get_mut(topic) {
+        Some(n) => *n += 1,
+        None => {
+            counts.insert(topic.to_string(), 1);
         }
     }
 }
@@ -72,6 +55,7 @@ impl<'r> InputEnvelope<'r> {
 fn load_parked(task: &Task, key: &[u8]) -> Option<Parked> {
     let bytes = match task.overlay.get(Column::Parked, key) {
         Some(v) => v.map(<[u8]>::to_vec),
+        None if !task.store_has_parked => None,
         None => task.store.get(Column::Parked, key).ok().flatten(),
     }?;
     Parked::decode(&bytes)
@@ -194,7 +178,7 @@ impl<P: Processor> Runtime<P> {
         // (its key), causation = the input's id, correlation/tenant carried, and the input's
         // trace continued as a child span. Headers the handler set itself win. Built from
         // borrowed bytes: this runs for every output.
-        let input = InputEnvelope::of(record);
+        let input = EnvelopeRef::of(record.headers);
         let child_trace = input
             .traceparent
             .and_then(telemetry::trace::child_traceparent);
@@ -208,15 +192,12 @@ impl<P: Processor> Runtime<P> {
                 .as_deref()
                 .filter(|k| !k.is_empty())
                 .map(String::from_utf8_lossy);
-            let envelope = [
-                ("id", Some(id_text)),
-                ("occurred_at", Some(occurred_at.as_bytes())),
-                ("aggregate_id", aggregate.as_deref().map(str::as_bytes)),
-                ("correlation_id", input.correlation_id.or(input.id)),
-                ("causation_id", input.id),
-                ("traceparent", child_trace.as_deref().map(str::as_bytes)),
-                ("tenant", input.tenant),
-            ];
+            let envelope = input.child_headers(
+                id_text,
+                occurred_at.as_bytes(),
+                aggregate.as_deref().map(str::as_bytes),
+                child_trace.as_deref().map(str::as_bytes),
+            );
             let own = e.headers.iter().map(|(k, v)| (k.as_str(), v.as_slice()));
             let stamped = envelope.into_iter().filter_map(|(k, v)| {
                 let v = v?;
@@ -229,20 +210,9 @@ impl<P: Processor> Runtime<P> {
                 e.value.as_deref(),
                 own.chain(stamped),
             )?;
-            // No per-record String: the topic is cloned once per batch, when first seen.
-            match self.produced.get_mut(&e.topic) {
-                Some(n) => *n += 1,
-                None => {
-                    self.produced.insert(e.topic, 1);
-                }
-            }
+            tally(&mut self.produced, &e.topic);
         }
-        match self.processed.get_mut(record.topic) {
-            Some(n) => *n += 1,
-            None => {
-                self.processed.insert(record.topic.to_string(), 1);
-            }
-        }
+        tally(&mut self.processed, record.topic);
         Ok(Some(Ok(())))
     }
 

@@ -265,6 +265,19 @@ impl Store {
             .map_err(|e| self.err(e))
     }
 
+    /// Whether a column holds no committed key (one seek).
+    pub fn is_empty(&self, col: Column) -> Result<bool, StateError> {
+        match self
+            .db
+            .iterator_cf(self.cf(col.cf())?, IteratorMode::Start)
+            .next()
+        {
+            None => Ok(true),
+            Some(Ok(_)) => Ok(false),
+            Some(Err(e)) => Err(self.err(e)),
+        }
+    }
+
     /// Number of committed keys in a column (an estimate is not enough for tests).
     pub fn count(&self, col: Column) -> Result<usize, StateError> {
         let mut n = 0;
