@@ -50,6 +50,20 @@ fn avro(c: &mut Criterion) {
     g.finish();
 }
 
+/// One transaction's worth of dedup ids (batch `b`): the shape both the apply and the lookup
+/// benchmarks write.
+fn dedup_ids(b: u64) -> Overlay {
+    let mut o = Overlay::default();
+    for k in 0..1000u64 {
+        o.put(
+            Column::Dedup,
+            format!("id-{b}-{k}").as_bytes(),
+            k.to_be_bytes().to_vec(),
+        );
+    }
+    o
+}
+
 fn state(c: &mut Criterion) {
     let keys: Vec<Vec<u8>> = (0..10_000)
         .map(|i| format!("key-{i}").into_bytes())
@@ -81,15 +95,7 @@ fn state(c: &mut Criterion) {
             || {
                 let b = batch_no.get() + 1;
                 batch_no.set(b);
-                let mut o = Overlay::default();
-                for k in 0..1000u64 {
-                    o.put(
-                        Column::Dedup,
-                        format!("id-{b}-{k}").as_bytes(),
-                        k.to_be_bytes().to_vec(),
-                    );
-                }
-                o
+                dedup_ids(b as u64)
             },
             |o| store.apply(&o, Some(batch_no.get())).expect("apply"),
             BatchSize::SmallInput,
@@ -107,15 +113,7 @@ fn state(c: &mut Criterion) {
     let dir = std::env::temp_dir().join(format!("eosflow-hot-path-dedup-{}", std::process::id()));
     let (store, _) = Store::open(&dir, "bench[1]", &cache).expect("store");
     for b in 0..100u64 {
-        let mut o = Overlay::default();
-        for k in 0..1000u64 {
-            o.put(
-                Column::Dedup,
-                format!("id-{b}-{k}").as_bytes(),
-                k.to_be_bytes().to_vec(),
-            );
-        }
-        store.apply(&o, Some(b as i64)).expect("apply");
+        store.apply(&dedup_ids(b), Some(b as i64)).expect("apply");
     }
     let mut j = 0u64;
     g.bench_function("lookup (rocksdb hit, 100k ids)", |b| {
