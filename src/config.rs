@@ -62,7 +62,8 @@ pub struct AppConfig {
     /// Names the consumer group, the changelog topics and the `transactional.id` prefix.
     pub id: String,
     /// Stable per instance (the pod name): suffix of `transactional.id`, and the state sub-directory.
-    /// Empty means `$POD_NAME`, then `$HOSTNAME`, then `instance-0`.
+    /// Empty means `$POD_NAME`, then `$HOSTNAME`; with neither, a processor refuses to start
+    /// (two processes sharing one id would fence each other's transactions).
     pub instance_id: String,
 }
 
@@ -246,6 +247,9 @@ pub struct ProcessorConfig {
     pub commit_interval_ms: u64,
     /// Most records in one transaction.
     pub max_batch_records: usize,
+    /// Most key + value bytes in one transaction: bounds the memory a batch holds (Kafka
+    /// Streams bounds it with `buffered.records.per.partition`; bytes is what memory is).
+    pub max_batch_bytes: usize,
     /// `transaction.timeout.ms`: how long a dead instance's open transaction blocks its partitions.
     pub transaction_timeout_ms: u64,
     /// `session.timeout.ms` of the consumer group.
@@ -270,6 +274,7 @@ impl Default for ProcessorConfig {
             input_topics: vec![],
             commit_interval_ms: 100,
             max_batch_records: 10_000,
+            max_batch_bytes: 32 * 1024 * 1024,
             transaction_timeout_ms: 10_000,
             session_timeout_ms: 10_000,
             restore_timeout_ms: 120_000,
@@ -827,6 +832,12 @@ impl Config {
         if p.max_batch_records == 0 {
             return Err(bad("processor.max_batch_records", "must be at least 1"));
         }
+        if p.max_batch_bytes < 1024 * 1024 {
+            return Err(bad(
+                "processor.max_batch_bytes",
+                "must be ≥ 1 MiB (1048576): a batch always takes at least one record",
+            ));
+        }
         if p.transaction_timeout_ms < 1000 || p.transaction_timeout_ms <= p.commit_interval_ms {
             return Err(bad(
                 "processor.transaction_timeout_ms",
@@ -1034,18 +1045,18 @@ impl Config {
     }
 
     /// This instance's id: the configured one, else the pod name or host name.
-    pub fn instance_id(&self) -> String {
+    pub fn instance_id(&self) -> Result<String, String> {
         if !self.app.instance_id.is_empty() {
-            return self.app.instance_id.clone();
+            return Ok(self.app.instance_id.clone());
         }
         for var in ["POD_NAME", "HOSTNAME"] {
             if let Ok(v) = std::env::var(var) {
                 if !v.is_empty() {
-                    return v;
+                    return Ok(v);
                 }
             }
         }
-        "instance-0".into()
+        Err("`app.instance_id` (EOSFLOW_APP_INSTANCE_ID) is empty and neither POD_NAME nor HOSTNAME is set: give every processor process its own stable id (two processes with one id fence each other's transactions)".into())
     }
 }
 

@@ -91,6 +91,14 @@ fn fault_broker_restart_short_survives_a_private_broker_restart() {
 }
 
 #[test]
+fn fault_broker_pause_short_recovers_in_place_without_an_instance_exiting() {
+    // Its own private port: broker-restart's private broker may run at the same time.
+    let line = scenario("broker-pause", 21192);
+    assert_eq!(figure(&line, "faults"), 2, "{line}");
+    assert_eq!(figure(&line, "state_mismatches"), 0, "{line}");
+}
+
+#[test]
 fn fault_outbox_crash_short_routes_every_row_once_across_router_kills_and_a_postgres_restart() {
     let line = scenario("outbox-crash", 21092);
     assert_eq!(figure(&line, "records"), 5_000);

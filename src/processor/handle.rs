@@ -136,6 +136,14 @@ impl<P: Processor> Runtime<P> {
         record: &Record<'_>,
         now: i64,
     ) -> Result<Option<Result<(), ProcessError>>, SinkError> {
+        if !self.isolated.is_empty() {
+            let key = (record.topic.to_string(), record.partition, record.offset);
+            if let Some(i) = self.isolated.get(&key) {
+                // It made a batch fail before: dead-letter it without running the handler.
+                self.forced_dead_letter = Some((i.class, i.stage));
+                return Ok(Some(Err(ProcessError::Permanent(i.reason.clone()))));
+            }
+        }
         let id = self.processor.message_id(record);
         let Some(task) = self.tasks.get_mut(&record.partition) else {
             return Ok(None);
@@ -174,7 +182,7 @@ impl<P: Processor> Runtime<P> {
             task.overlay
                 .put(Column::Dedup, id, now.to_be_bytes().to_vec());
         }
-        // Every output carries the envelope (DESIGN §6): a fresh id, occurred_at, aggregate_id
+        // Every output carries the envelope (README, "Contracts"): a fresh id, occurred_at, aggregate_id
         // (its key), causation = the input's id, correlation/tenant carried, and the input's
         // trace continued as a child span. Headers the handler set itself win. Built from
         // borrowed bytes: this runs for every output.
@@ -183,6 +191,9 @@ impl<P: Processor> Runtime<P> {
             .traceparent
             .and_then(telemetry::trace::child_traceparent);
         for e in emits {
+            if !self.known_topics.contains(&e.topic) {
+                self.confirm_topic(&e.topic)?;
+            }
             let id = uuid::Uuid::new_v4();
             let mut id_text = [0u8; uuid::fmt::Hyphenated::LENGTH];
             let id_text: &[u8] = id.hyphenated().encode_lower(&mut id_text).as_bytes();
@@ -203,13 +214,14 @@ impl<P: Processor> Runtime<P> {
                 let v = v?;
                 (!e.headers.iter().any(|(name, _)| name == k)).then_some((k, v))
             });
-            self.sink.send_parts(
+            let f = self.sink.send_parts(
                 &e.topic,
                 None,
                 e.key.as_deref(),
                 e.value.as_deref(),
                 own.chain(stamped),
             )?;
+            self.deliveries.push((f, self.current));
             tally(&mut self.produced, &e.topic);
         }
         tally(&mut self.processed, record.topic);
@@ -260,7 +272,9 @@ impl<P: Processor> Runtime<P> {
         let (base, _) = base_and_level(record.topic);
         let key = record.key.unwrap_or_default();
         let next = history.attempt + 1;
+        let forced = self.forced_dead_letter.take();
         let delay = match &err {
+            _ if forced.is_some() => None,
             ProcessError::Transient(_) => self.opts.retry_for(base).delay(next),
             ProcessError::Permanent(_) => None,
         };
@@ -292,20 +306,22 @@ impl<P: Processor> Runtime<P> {
                 "transient failure; retrying"
             );
             let h = rh::forward(record, history, next, due_at, seq, Some((&err, now)));
-            self.sink.send(
+            let f = self.sink.send(
                 &retry_topic(base, next),
                 Some(record.partition),
                 record.key,
                 record.value,
                 &h,
             )?;
+            self.deliveries.push((f, self.current));
             self.summary.retried += 1;
             telemetry::retried(base, next);
             return Ok(AfterFailure::Settled);
         }
-        let class = match err {
-            ProcessError::Transient(_) => DltClass::TransientExhausted,
-            ProcessError::Permanent(_) => DltClass::Permanent,
+        let (class, stage) = match (forced, &err) {
+            (Some(f), _) => f,
+            (None, ProcessError::Transient(_)) => (DltClass::TransientExhausted, 0),
+            (None, ProcessError::Permanent(_)) => (DltClass::Permanent, 0),
         };
         tracing::warn!(
             topic = record.topic,
@@ -317,13 +333,7 @@ impl<P: Processor> Runtime<P> {
             "record dead-lettered"
         );
         let h = dlt::headers(record, history, &self.opts.app_id, class, Some(&err), now);
-        self.sink.send(
-            &dlt::topic_for(base),
-            Some(record.partition),
-            record.key,
-            record.value,
-            &h,
-        )?;
+        self.send_dead_letter(record, &dlt::topic_for(base), &h, stage)?;
         self.summary.dead_lettered += 1;
         telemetry::dead_lettered(base);
         if !ordered {
@@ -341,6 +351,95 @@ impl<P: Processor> Runtime<P> {
                 Ok(AfterFailure::Settled)
             }
         }
+    }
+}
+
+impl<P: Processor> Runtime<P> {
+    /// Writes a dead letter, cut down as far as it must be to be written: whole (stage 0), with
+    /// its value truncated and only the `eosflow.dlt.*` headers (1), or a pointer alone — the
+    /// original topic, partition and offset with the reason (2). A record whose dead letter is
+    /// over the size limit (a 1 MB input plus the DLT headers) thereby still reaches the DLT. If
+    /// not even the pointer can be written the record is skipped, loudly: its partition must
+    /// not stall behind it.
+    fn send_dead_letter(
+        &mut self,
+        record: &Record<'_>,
+        topic: &str,
+        headers: &[(String, Vec<u8>)],
+        stage: u8,
+    ) -> Result<(), SinkError> {
+        let mut stage = stage.min(2);
+        loop {
+            let sent = match stage {
+                0 => self.sink.send(
+                    topic,
+                    Some(record.partition),
+                    record.key,
+                    record.value,
+                    headers,
+                ),
+                s => {
+                    let (value, h) = dlt::truncated(record.value, headers, s >= 2);
+                    let key = if s >= 2 { None } else { record.key };
+                    self.sink
+                        .send(topic, Some(record.partition), key, value, &h)
+                }
+            };
+            match sent {
+                Ok(f) => {
+                    if stage > 0 {
+                        let what = if stage == 1 { "truncated" } else { "pointer" };
+                        tracing::error!(
+                            topic = record.topic,
+                            partition = record.partition,
+                            offset = record.offset,
+                            dlt = topic,
+                            bytes = record.value.map_or(0, <[u8]>::len),
+                            kept = what,
+                            "dead letter cut down to fit; the full record stays at its original offset"
+                        );
+                        telemetry::dead_letter_reduced(topic, what);
+                    }
+                    self.deliveries.push((f, self.current));
+                    return Ok(());
+                }
+                Err(SinkError::Unwritable { .. }) if stage < 2 => stage += 1,
+                Err(SinkError::Unwritable { topic: t, source }) => {
+                    tracing::error!(
+                        topic = record.topic,
+                        partition = record.partition,
+                        offset = record.offset,
+                        dlt = %t,
+                        error = %source,
+                        "not even a pointer could be dead-lettered: record SKIPPED so its partition moves on; redrive it from its original offset"
+                    );
+                    telemetry::record_skipped_unwritable(record.topic);
+                    return Ok(());
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Confirms `topic` exists before the first output to it: librdkafka would hold a record
+    /// for an unknown topic in its queue past the commit (the batch then fails with no record
+    /// to blame); asking the broker names the record at once.
+    fn confirm_topic(&mut self, topic: &str) -> Result<(), SinkError> {
+        let md = self.sink.metadata(topic).map_err(SinkError::Abortable)?;
+        let known = md
+            .topics()
+            .iter()
+            .any(|t| t.name() == topic && t.error().is_none() && !t.partitions().is_empty());
+        if !known {
+            return Err(SinkError::Unwritable {
+                topic: topic.to_string(),
+                source: rdkafka::error::KafkaError::MessageProduction(
+                    rdkafka::types::RDKafkaErrorCode::UnknownTopicOrPartition,
+                ),
+            });
+        }
+        self.known_topics.insert(topic.to_string());
+        Ok(())
     }
 }
 

@@ -24,8 +24,9 @@ use super::Processor;
 use crate::config::Config;
 use crate::kafka::{ClientRole, KafkaClients};
 use crate::retry::depth::DepthWatcher;
+use crate::retry::dlt::DltClass;
 use crate::retry::{dlt, headers as retry_headers, ladder_topics, RetryPolicy};
-use crate::sink::{SinkError, TxnSink};
+use crate::sink::{is_record_error, SinkError, TxnSink};
 use crate::state::{dedup, restore, Column, Overlay, RestoreStats, StateError, Store, StoreCache};
 use crate::telemetry::{self, Health};
 
@@ -44,6 +45,19 @@ pub enum RuntimeError {
     /// The configuration cannot run a processor.
     #[error("configuration: {0}")]
     Config(String),
+    /// Inputs, retry levels, dead-letter topic and changelog do not share one partition count,
+    /// or the group assigned partition `p` of some of them without the others.
+    #[error("not co-partitioned: {0}")]
+    CoPartitioning(String),
+    /// A live process with this instance's id took over: this one stops (recreating the
+    /// producer would fence the successor).
+    #[error("fenced: transactional.id {id} is now used by another instance: {reason}")]
+    Superseded {
+        /// Our transactional.id.
+        id: String,
+        /// The evidence.
+        reason: String,
+    },
 }
 
 /// Everything the loop needs, derived from [`Config`].
@@ -59,6 +73,8 @@ pub struct RuntimeOptions {
     pub commit_interval: Duration,
     /// Most records per transaction.
     pub max_batch_records: usize,
+    /// Most key + value bytes per transaction (the batch's memory bound).
+    pub max_batch_bytes: usize,
     /// `transaction.timeout.ms`.
     pub transaction_timeout: Duration,
     /// `session.timeout.ms`.
@@ -91,7 +107,7 @@ impl RuntimeOptions {
                 "`processor.input_topics` (EOSFLOW_PROCESSOR_INPUT_TOPICS) is empty: name at least one input topic".into(),
             ));
         }
-        let instance_id = config.instance_id();
+        let instance_id = config.instance_id().map_err(RuntimeError::Config)?;
         Ok(Self {
             app_id: config.app.id.clone(),
             state_dir: config.state.dir.join(&config.app.id).join(&instance_id),
@@ -99,6 +115,7 @@ impl RuntimeOptions {
             input_topics: config.processor.input_topics.clone(),
             commit_interval: Duration::from_millis(config.processor.commit_interval_ms),
             max_batch_records: config.processor.max_batch_records,
+            max_batch_bytes: config.processor.max_batch_bytes,
             transaction_timeout: Duration::from_millis(config.processor.transaction_timeout_ms),
             session_timeout: Duration::from_millis(config.processor.session_timeout_ms),
             restore_timeout: Duration::from_millis(config.processor.restore_timeout_ms),
@@ -288,7 +305,67 @@ pub struct Runtime<P: Processor> {
     pub(super) clock: Rfc3339Clock,
     /// Records in the last batch: the next one's starting capacity.
     last_batch_len: usize,
+    /// Records isolated from a failed batch, by (topic, partition, offset): the next time they
+    /// come they are dead-lettered without running the handler (see [`Isolated`]).
+    pub(super) isolated: HashMap<(String, i32, i64), Isolated>,
+    /// A record to run in a transaction of its own (suspected of failing its batch).
+    alone: Option<(String, i32, i64)>,
+    /// Delivery reports of the open batch's outputs and forwards, with the index in the batch
+    /// of the record that caused them: a failed transaction names its culprit from these.
+    pub(super) deliveries: Vec<(DeliveryFuture, usize)>,
+    /// Index in the batch of the record being handled.
+    pub(super) current: usize,
+    /// Set by `attempt` for an isolated record: `fail` dead-letters it with this class and
+    /// starts at this reduction stage (0 whole, 1 truncated, 2 pointer only).
+    pub(super) forced_dead_letter: Option<(DltClass, u8)>,
+    /// Topics confirmed to exist: an output to a topic the broker does not know would otherwise
+    /// wait in librdkafka's queue past the commit instead of failing on its record.
+    pub(super) known_topics: BTreeSet<String>,
+    /// When the producer was last recreated in place after a fencing answer (recent ones).
+    fence_recoveries: Vec<Instant>,
+    /// Every topic of one partition index (inputs, retry levels, DLTs, changelog).
+    copartitioned: Vec<String>,
 }
+
+/// A record isolated from a batch it made fail: dead-lettered the next time it is read.
+#[derive(Debug, Clone)]
+pub(super) struct Isolated {
+    /// The DLT class it gets.
+    pub(super) class: DltClass,
+    /// What went wrong, for `eosflow.dlt.error.message` and the log.
+    pub(super) reason: String,
+    /// 0: dead-letter it whole; 1: truncated; 2: a pointer only.
+    pub(super) stage: u8,
+}
+
+/// Why one batch did not commit, with what the loop needs to find the record to blame.
+struct BatchFailure {
+    error: SinkError,
+    /// Index of the record being handled when a send failed on that record.
+    culprit: Option<usize>,
+    /// The offsets the transaction would have committed (to learn an unknown outcome).
+    next_offsets: Vec<(String, i32, i64)>,
+    /// Records handled before the failure (a prefix of the batch).
+    handled: usize,
+    /// The record whose handler call took longest, if it outlived half the transaction timeout.
+    slow: Option<(usize, Duration)>,
+}
+
+/// A batch whose transaction committed.
+struct Committed {
+    /// Last changelog offset written per partition.
+    ends: HashMap<i32, i64>,
+    /// Records handled (a prefix of the batch; the rest are read again).
+    handled: usize,
+    /// Next offsets committed.
+    next_offsets: Vec<(String, i32, i64)>,
+}
+
+/// How many in-place producer recoveries after a fencing answer are tolerated within
+/// [`FENCE_WINDOW`] before the instance concludes another live process shares its id.
+const MAX_FENCE_RECOVERIES: usize = 10;
+/// See [`MAX_FENCE_RECOVERIES`].
+const FENCE_WINDOW: Duration = Duration::from_secs(600);
 
 /// The current time as RFC 3339 text with milliseconds (`occurred_at`), formatted again only
 /// when the millisecond changes: thousands of outputs a second share a handful of stamps.
@@ -309,6 +386,33 @@ impl Rfc3339Clock {
         }
         &self.text
     }
+}
+
+/// Partition counts of `topics`, as the broker knows them (absent: unknown topic).
+fn partition_counts(
+    consumer: &BaseConsumer<GroupContext>,
+    topics: &[String],
+) -> Result<BTreeMap<String, usize>, KafkaError> {
+    let md = consumer.fetch_metadata(None, Duration::from_secs(30))?;
+    Ok(md
+        .topics()
+        .iter()
+        .filter(|t| t.error().is_none() && topics.iter().any(|n| n == t.name()))
+        .map(|t| (t.name().to_string(), t.partitions().len()))
+        .collect())
+}
+
+/// Fails unless every topic in `counts` has the same partition count, naming each count.
+fn check_copartitioned(counts: &BTreeMap<String, usize>) -> Result<(), RuntimeError> {
+    let distinct: BTreeSet<usize> = counts.values().copied().collect();
+    if distinct.len() <= 1 {
+        return Ok(());
+    }
+    let listed: Vec<String> = counts.iter().map(|(t, n)| format!("{t}={n}")).collect();
+    Err(RuntimeError::CoPartitioning(format!(
+        "partition counts differ: {}; an input's .retry.<n> levels, its .DLT and the changelog must have the input's partition count (partition i of each holds the same keys and is processed by one task): recreate or extend the odd ones (`eosflow topics plan` shows them) before starting",
+        listed.join(", ")
+    )))
 }
 
 /// Which of `topics` the broker does not know.
@@ -377,6 +481,9 @@ impl<P: Processor> Runtime<P> {
                 missing.join(", ")
             )));
         }
+        let mut copartitioned = needed.clone();
+        copartitioned.extend(opts.input_topics.iter().map(|t| dlt::topic_for(t)));
+        check_copartitioned(&partition_counts(&consumer, &copartitioned)?)?;
         let subscribed: Vec<String> = needed
             .iter()
             .filter(|t| !t.ends_with(".DLT") && **t != changelog)
@@ -412,6 +519,14 @@ impl<P: Processor> Runtime<P> {
             processed: BTreeMap::new(),
             clock: Rfc3339Clock::default(),
             last_batch_len: 0,
+            isolated: HashMap::new(),
+            alone: None,
+            deliveries: Vec::new(),
+            current: 0,
+            forced_dead_letter: None,
+            known_topics: BTreeSet::new(),
+            fence_recoveries: Vec::new(),
+            copartitioned,
         })
     }
 
@@ -484,7 +599,11 @@ impl<P: Processor> Runtime<P> {
     fn poll_batch(&mut self, shutdown: &AtomicBool) -> Result<Vec<OwnedMessage>, RuntimeError> {
         let deadline = Instant::now() + self.opts.commit_interval;
         let mut batch: Vec<OwnedMessage> = Vec::with_capacity(self.last_batch_len);
-        while batch.len() < self.opts.max_batch_records && !shutdown.load(Ordering::Relaxed) {
+        let mut bytes = 0usize;
+        while batch.len() < self.opts.max_batch_records
+            && bytes < self.opts.max_batch_bytes
+            && !shutdown.load(Ordering::Relaxed)
+        {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 break;
@@ -504,6 +623,7 @@ impl<P: Processor> Runtime<P> {
             }
             match polled {
                 Some(Ok(m)) => {
+                    bytes += m.payload().map_or(0, <[u8]>::len) + m.key().map_or(0, <[u8]>::len);
                     match self.assigned.level(m.topic(), m.partition()) {
                         // Input topics (level 0) are never paused.
                         Some(0) => batch.push(m),
@@ -512,6 +632,13 @@ impl<P: Processor> Runtime<P> {
                     }
                 }
                 Some(Err(e)) => {
+                    if let Some((code, reason)) = self.consumer.client().fatal_error() {
+                        // FENCED_INSTANCE_ID: a process with this instance id joined the group.
+                        return Err(RuntimeError::Superseded {
+                            id: self.opts.transactional_id(),
+                            reason: format!("the group fenced this consumer ({code:?}: {reason})"),
+                        });
+                    }
                     tracing::warn!(error = %e, "consumer error");
                     telemetry::consumer_error();
                 }
@@ -543,11 +670,15 @@ impl<P: Processor> Runtime<P> {
                 GroupEvent::Assigned(parts) => {
                     tracing::info!(partitions = ?parts, "partitions assigned");
                     telemetry::rebalance("assign");
+                    self.check_assignment(&parts)?;
                     let numbers: BTreeSet<i32> = parts.iter().map(|(_, p)| *p).collect();
-                    for p in numbers {
-                        if !self.tasks.contains_key(&p) {
-                            self.open_task(p)?;
-                        }
+                    let new: Vec<i32> = numbers
+                        .into_iter()
+                        .filter(|p| !self.tasks.contains_key(p))
+                        .collect();
+                    self.await_stable_offsets(&parts, &new);
+                    for p in new {
+                        self.open_task(p)?;
                     }
                     // librdkafka keeps a partition's pause across a rebalance: a retry level this
                     // instance paused before must not stay paused when it comes back.
@@ -567,6 +698,64 @@ impl<P: Processor> Runtime<P> {
         }
         self.health.set_ready(true);
         Ok(())
+    }
+
+    /// Refuses an assignment that would split a partition index: every subscribed topic's
+    /// partition `p` must come together (the task's store and parked set must see the input and
+    /// all its retry levels), and every co-partitioned topic must still have one partition count
+    /// (a topic extended while running breaks the key → partition mapping).
+    fn check_assignment(&self, parts: &[(String, i32)]) -> Result<(), RuntimeError> {
+        let subscribed: Vec<&String> = self
+            .copartitioned
+            .iter()
+            .filter(|t| !t.ends_with(".DLT") && **t != self.changelog)
+            .collect();
+        let numbers: BTreeSet<i32> = parts.iter().map(|(_, p)| *p).collect();
+        let mut missing = Vec::new();
+        for p in &numbers {
+            for t in &subscribed {
+                if !parts.iter().any(|(pt, pp)| pt == *t && pp == p) {
+                    missing.push(format!("{t}[{p}]"));
+                }
+            }
+        }
+        if !missing.is_empty() {
+            return Err(RuntimeError::CoPartitioning(format!(
+                "the group assigned partitions {numbers:?} without {}: refusing to process them (partition counts must match; check `eosflow topics plan`)",
+                missing.join(", ")
+            )));
+        }
+        check_copartitioned(&partition_counts(&self.consumer, &self.copartitioned)?)
+    }
+
+    /// Before a new task reads its changelog's end: the group's committed offsets of its
+    /// partitions as *stable* offsets (a read_committed consumer asks with `require_stable`, so
+    /// the broker answers only once no transaction holding offsets for them is pending). A
+    /// zombie's transaction that carries offsets for these partitions is thereby settled —
+    /// committed or aborted — before the end is taken, and cannot land between the end and the
+    /// first record processed. At-least-once has no transactions to wait for.
+    fn await_stable_offsets(&self, parts: &[(String, i32)], new: &[i32]) {
+        if !self.opts.exactly_once || new.is_empty() {
+            return;
+        }
+        let mut tpl = TopicPartitionList::new();
+        for (t, p) in parts.iter().filter(|(_, p)| new.contains(p)) {
+            tpl.add_partition(t, *p);
+        }
+        let started = Instant::now();
+        match self
+            .consumer
+            .committed_offsets(tpl, self.opts.restore_timeout)
+        {
+            Ok(_) => tracing::debug!(
+                millis = started.elapsed().as_millis() as u64,
+                "stable committed offsets known before restore"
+            ),
+            // The restore itself still waits out open transactions on the changelog.
+            Err(e) => {
+                tracing::warn!(error = %e, "stable committed offsets not known before restore")
+            }
+        }
     }
 
     /// A retry-level record that is not due yet: pause its partition and rewind to it, so the
@@ -692,70 +881,303 @@ impl<P: Processor> Runtime<P> {
     fn commit_batch(&mut self, batch: Vec<OwnedMessage>) -> Result<(), RuntimeError> {
         let started = Instant::now();
         self.last_batch_len = batch.len();
-        match self.try_commit_batch(&batch) {
-            Ok(changelog_ends) => {
-                for (p, task) in self.tasks.iter_mut() {
-                    if task.overlay.is_empty() {
-                        continue;
-                    }
-                    let next = changelog_ends.get(p).map(|o| o + 1);
-                    task.store.apply(&task.overlay, next)?;
-                    if task.overlay.column(Column::Parked).next().is_some() {
-                        task.store_has_parked = !task.store.is_empty(Column::Parked)?;
-                    }
-                    task.overlay.clear();
-                }
-                self.summary.commits += 1;
-                self.summary.records += batch.len() as u64;
-                let mut per_partition: BTreeMap<(&str, i32), u64> = BTreeMap::new();
-                for m in &batch {
-                    *per_partition.entry((m.topic(), m.partition())).or_default() += 1;
-                }
-                for ((t, p), n) in per_partition {
-                    telemetry::consumed(t, p, n);
-                }
-                telemetry::committed(batch.len(), started.elapsed());
-                for (topic, n) in std::mem::take(&mut self.produced) {
-                    telemetry::produced(&topic, n);
-                }
-                for (topic, n) in std::mem::take(&mut self.processed) {
-                    telemetry::processed(&topic, n);
-                }
-                Ok(())
+        let result = self.try_commit_batch(&batch);
+        let deliveries = std::mem::take(&mut self.deliveries);
+        self.forced_dead_letter = None;
+        match result {
+            Ok(done) => {
+                drop(deliveries);
+                self.on_committed(&batch, done, started)
             }
-            Err(e) => {
-                for task in self.tasks.values_mut() {
-                    task.overlay.clear();
-                }
-                self.produced.clear();
-                self.processed.clear();
-                self.summary.aborts += 1;
-                telemetry::aborted();
-                match &e {
-                    SinkError::Fenced { .. } => return Err(e.into()),
-                    SinkError::Abortable(_) | SinkError::NoGroupMetadata => {
-                        tracing::warn!(error = %e, records = batch.len(), "aborting batch");
-                        if let Err(abort_err) = self.sink.abort() {
-                            tracing::warn!(error = %abort_err, "abort failed; recreating the producer");
-                            self.reset_sink()?;
-                        }
-                    }
-                    SinkError::Fatal(err) => {
-                        tracing::warn!(error = %err, "producer unusable; recreating it");
-                        self.reset_sink()?;
-                    }
-                }
-                self.seek_back(&batch)?;
-                Ok(())
-            }
+            Err(failure) => self.on_failed(&batch, *failure, deliveries, started),
         }
     }
 
-    fn reset_sink(&mut self) -> Result<(), RuntimeError> {
-        match self.sink.reset() {
-            Ok(()) => Ok(()),
-            Err(e @ SinkError::Fenced { .. }) => Err(e.into()),
-            Err(e) => Err(e.into()),
+    /// After a commit: the overlays go to RocksDB with the changelog offsets reached, the
+    /// counters move, and records the batch did not get to (closed early) are read again.
+    fn on_committed(
+        &mut self,
+        batch: &[OwnedMessage],
+        done: Committed,
+        started: Instant,
+    ) -> Result<(), RuntimeError> {
+        for (p, task) in self.tasks.iter_mut() {
+            if task.overlay.is_empty() {
+                continue;
+            }
+            let next = done.ends.get(p).map(|o| o + 1);
+            task.store.apply(&task.overlay, next)?;
+            if task.overlay.column(Column::Parked).next().is_some() {
+                task.store_has_parked = !task.store.is_empty(Column::Parked)?;
+            }
+            task.overlay.clear();
+        }
+        let handled = &batch[..done.handled];
+        self.summary.commits += 1;
+        self.summary.records += handled.len() as u64;
+        let mut per_partition: BTreeMap<(&str, i32), u64> = BTreeMap::new();
+        for m in handled {
+            *per_partition.entry((m.topic(), m.partition())).or_default() += 1;
+        }
+        for ((t, p), n) in per_partition {
+            telemetry::consumed(t, p, n);
+        }
+        telemetry::committed(handled.len(), started.elapsed());
+        for (topic, n) in std::mem::take(&mut self.produced) {
+            telemetry::produced(&topic, n);
+        }
+        for (topic, n) in std::mem::take(&mut self.processed) {
+            telemetry::processed(&topic, n);
+        }
+        if !self.isolated.is_empty() || self.alone.is_some() {
+            let behind = |k: &(String, i32, i64)| {
+                done.next_offsets
+                    .iter()
+                    .any(|(t, p, o)| *t == k.0 && *p == k.1 && k.2 < *o)
+            };
+            self.isolated.retain(|k, _| !behind(k));
+            if self.alone.as_ref().is_some_and(behind) {
+                self.alone = None;
+            }
+        }
+        if done.handled < batch.len() {
+            self.seek_back(&batch[done.handled..])?;
+        }
+        Ok(())
+    }
+
+    /// A batch that did not commit (or may have): settle the producer, learn the outcome if it
+    /// is unknown, and otherwise drop the batch's writes, blame the record that made it fail
+    /// (if one did) and read the batch again. Only a producer superseded by a live process
+    /// with this instance's id ends the instance.
+    fn on_failed(
+        &mut self,
+        batch: &[OwnedMessage],
+        failure: BatchFailure,
+        deliveries: Vec<(DeliveryFuture, usize)>,
+        started: Instant,
+    ) -> Result<(), RuntimeError> {
+        let BatchFailure {
+            error,
+            culprit,
+            next_offsets,
+            handled,
+            slow,
+        } = failure;
+        match &error {
+            SinkError::Abortable(_) | SinkError::NoGroupMetadata | SinkError::Unwritable { .. } => {
+                if let Err(abort_err) = self.sink.abort() {
+                    tracing::warn!(error = %abort_err, "abort failed; recreating the producer");
+                    self.recover_producer(&abort_err, "fatal")?;
+                }
+            }
+            SinkError::Fenced { .. } => self.recover_producer(&error, "epoch-bumped")?,
+            SinkError::Fatal(_) => self.recover_producer(&error, "fatal")?,
+            SinkError::CommitUnknown(_) => {
+                self.recover_producer(&error, "commit-unknown")?;
+                if self.committed_for_sure(&next_offsets)? {
+                    tracing::warn!(error = %error, records = handled, "the commit whose outcome was unknown had landed: keeping the batch");
+                    telemetry::commit_resolved("committed");
+                    let done = Committed {
+                        ends: HashMap::new(),
+                        handled,
+                        next_offsets,
+                    };
+                    return self.on_committed(batch, done, started);
+                }
+                tracing::warn!(error = %error, records = batch.len(), "the commit whose outcome was unknown did not land: processing the batch again");
+                telemetry::commit_resolved("not-committed");
+            }
+        }
+        for task in self.tasks.values_mut() {
+            task.overlay.clear();
+        }
+        self.produced.clear();
+        self.processed.clear();
+        self.summary.aborts += 1;
+        telemetry::aborted();
+        tracing::warn!(error = %error, records = batch.len(), "batch aborted");
+        self.blame(batch, &error, culprit, deliveries, slow);
+        self.seek_back(batch)?;
+        Ok(())
+    }
+
+    /// Finds the record that made a batch fail, so that reading the batch again does not fail
+    /// the same way: a send that failed on one record (over the size limit, unknown topic), a
+    /// delivery report naming one, or a handler call that outlived the transaction timeout.
+    /// Blamed records are dead-lettered the next time they are read ([`Isolated`]).
+    fn blame(
+        &mut self,
+        batch: &[OwnedMessage],
+        error: &SinkError,
+        culprit: Option<usize>,
+        deliveries: Vec<(DeliveryFuture, usize)>,
+        slow: Option<(usize, Duration)>,
+    ) {
+        let mut blamed: Vec<(usize, String, bool)> = Vec::new();
+        if let (Some(i), SinkError::Unwritable { topic, source }) = (culprit, error) {
+            blamed.push((
+                i,
+                format!("output to {topic}: {source}"),
+                topic.ends_with(".DLT"),
+            ));
+        }
+        for (f, i) in deliveries {
+            use futures::FutureExt;
+            let Some(Ok(Err((e, m)))) = f.now_or_never() else {
+                continue;
+            };
+            if e.rdkafka_error_code().is_some_and(is_record_error) {
+                let bytes = m.payload().map_or(0, <[u8]>::len) + m.key().map_or(0, <[u8]>::len);
+                blamed.push((
+                    i,
+                    format!("output to {} ({bytes} bytes): {e}", m.topic()),
+                    m.topic().ends_with(".DLT"),
+                ));
+            }
+        }
+        for (i, reason, dead_letter_failed) in blamed {
+            let Some(m) = batch.get(i) else { continue };
+            let key = (m.topic().to_string(), m.partition(), m.offset());
+            let entry = self.isolated.entry(key).or_insert_with(|| Isolated {
+                class: DltClass::Unwritable,
+                reason: reason.clone(),
+                stage: 0,
+            });
+            if dead_letter_failed {
+                // Its dead letter could not be written as it was: cut it down further.
+                entry.stage = (entry.stage + 1).min(2);
+            }
+            tracing::error!(
+                topic = m.topic(),
+                partition = m.partition(),
+                offset = m.offset(),
+                reason = %reason,
+                stage = entry.stage,
+                "record isolated from its batch: it will be dead-lettered (class unwritable) so the partition moves on"
+            );
+            telemetry::record_isolated(m.topic(), DltClass::Unwritable.as_str());
+            return;
+        }
+        // No send named a record. A handler call that outlived half the transaction timeout is
+        // the suspect (the coordinator aborts a transaction older than its timeout): it runs
+        // again in a transaction of its own. Such a transaction only begins at its first send,
+        // after the handler returned, so the slow call can no longer outlive it.
+        if let Some((i, took)) = slow {
+            let Some(m) = batch.get(i) else { return };
+            tracing::warn!(
+                topic = m.topic(),
+                partition = m.partition(),
+                offset = m.offset(),
+                millis = took.as_millis() as u64,
+                timeout_ms = self.opts.transaction_timeout.as_millis() as u64,
+                "a handler call outlived half the transaction timeout in a batch that failed: running that record in a transaction of its own"
+            );
+            telemetry::slow_handler_call(m.topic());
+            self.alone = Some((m.topic().to_string(), m.partition(), m.offset()));
+        }
+    }
+
+    /// Replaces the producer after a fencing answer, a fatal error or an unknown commit
+    /// outcome, under the same `transactional.id` — unless a live process with this instance's
+    /// id has taken over, which the group tells: its consumer is then fenced too
+    /// (`FENCED_INSTANCE_ID` under static membership), and recreating the producer would fence
+    /// the successor. An epoch the coordinator bumped itself (it aborts a transaction that
+    /// outlived `transaction.timeout.ms`, as after a broker pause) is no successor: the
+    /// instance recovers in place. Input offsets stay where the group's committed offsets say,
+    /// so nothing that committed is processed again.
+    fn recover_producer(
+        &mut self,
+        error: &SinkError,
+        cause: &'static str,
+    ) -> Result<(), RuntimeError> {
+        if error.is_fenced() {
+            // A successor's consumer replaces ours within two heartbeats of joining.
+            let grace = self.opts.session_timeout * 2 / 5 + Duration::from_millis(500);
+            let deadline = Instant::now() + grace;
+            loop {
+                if let Some((code, reason)) = self.consumer.client().fatal_error() {
+                    tracing::error!(?code, %reason, "another process with this instance id took over: stopping");
+                    return Err(RuntimeError::Superseded {
+                        id: self.opts.transactional_id(),
+                        reason: format!("the group fenced this consumer ({code:?}: {reason}) and the producer was fenced ({error})"),
+                    });
+                }
+                if Instant::now() >= deadline {
+                    break;
+                }
+                self.health.beat();
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            let now = Instant::now();
+            self.fence_recoveries
+                .retain(|t| now.duration_since(*t) < FENCE_WINDOW);
+            self.fence_recoveries.push(now);
+            if self.fence_recoveries.len() > MAX_FENCE_RECOVERIES {
+                tracing::error!(
+                    recoveries = self.fence_recoveries.len(),
+                    window_s = FENCE_WINDOW.as_secs(),
+                    "fenced again and again: another live process seems to use transactional.id {}; stopping",
+                    self.opts.transactional_id()
+                );
+                return Err(RuntimeError::Superseded {
+                    id: self.opts.transactional_id(),
+                    reason: format!(
+                        "fenced {} times within {} s although the group never fenced this consumer: is another process running with this instance id? (last: {error})",
+                        self.fence_recoveries.len(),
+                        FENCE_WINDOW.as_secs()
+                    ),
+                });
+            }
+        }
+        tracing::error!(error = %error, cause, "recreating the producer in place (same transactional.id); the group's committed offsets decide what is processed again");
+        telemetry::producer_recovered(cause);
+        self.sink.reset()?;
+        Ok(())
+    }
+
+    /// Whether a transaction committed these next offsets: the group's *stable* committed
+    /// offsets (read_committed asks with `require_stable`; the recreated producer has already
+    /// settled our own transaction) are at or past every one of them. Asked again while the
+    /// coordinator is away — the answer decides between keeping and redoing the batch.
+    fn committed_for_sure(&self, next: &[(String, i32, i64)]) -> Result<bool, RuntimeError> {
+        if next.is_empty() {
+            return Ok(false);
+        }
+        let mut tpl = TopicPartitionList::new();
+        for (t, p, _) in next {
+            tpl.add_partition(t, *p);
+        }
+        let deadline = Instant::now() + crate::sink::COMMIT_RETRY_FOR * 3;
+        loop {
+            match self
+                .consumer
+                .committed_offsets(tpl.clone(), Duration::from_secs(10))
+            {
+                Ok(got) => {
+                    let at = |t: &str, p: i32| match got.find_partition(t, p).map(|e| e.offset()) {
+                        Some(Offset::Offset(o)) => o,
+                        _ => -1,
+                    };
+                    let landed = next.iter().filter(|(t, p, o)| at(t, *p) >= *o).count();
+                    if landed != 0 && landed != next.len() {
+                        // Another owner moved some of them on: the batch's own partitions
+                        // decide; a transaction's offsets commit all or none.
+                        tracing::warn!(
+                            landed,
+                            of = next.len(),
+                            "committed offsets partly past the batch"
+                        );
+                    }
+                    return Ok(landed == next.len());
+                }
+                Err(e) if Instant::now() < deadline => {
+                    tracing::warn!(error = %e, "reading the group's committed offsets to learn a commit's outcome; retrying");
+                    self.health.beat();
+                    std::thread::sleep(Duration::from_secs(1));
+                }
+                Err(e) => return Err(RuntimeError::Consumer(e)),
+            }
         }
     }
 
@@ -781,16 +1203,98 @@ impl<P: Processor> Runtime<P> {
         Ok(())
     }
 
-    /// The transaction of one batch; returns the last changelog offset written per partition.
-    fn try_commit_batch(&mut self, batch: &[OwnedMessage]) -> Result<HashMap<i32, i64>, SinkError> {
-        self.sink.begin()?;
+    /// The transaction of one batch. Records are handled in order until the batch is done or
+    /// half the transaction timeout has gone (the rest is read again), so a batch always
+    /// commits well inside `transaction.timeout.ms`.
+    fn try_commit_batch(&mut self, batch: &[OwnedMessage]) -> Result<Committed, Box<BatchFailure>> {
+        let plain = |error: SinkError| {
+            Box::new(BatchFailure {
+                error,
+                culprit: None,
+                next_offsets: Vec::new(),
+                handled: 0,
+                slow: None,
+            })
+        };
+        self.sink.begin().map_err(plain)?;
         // Keyed by the batch's own topic names: no String per record.
         let mut next_offsets: BTreeMap<(&str, i32), i64> = BTreeMap::new();
         let now = now_ms();
-        for m in batch {
+        let budget = self.opts.transaction_timeout / 2;
+        let begun = Instant::now();
+        let mut handled = batch.len();
+        let mut slow: Option<(usize, Duration)> = None;
+        let mut last = begun;
+        for (i, m) in batch.iter().enumerate() {
+            // One clock read per record: it times the previous record's handler call too.
+            let t = Instant::now();
+            if i > 0 {
+                let took = t.duration_since(last);
+                if took >= budget && slow.is_none_or(|(_, s)| took > s) {
+                    slow = Some((i - 1, took));
+                }
+                if t.duration_since(begun) >= budget {
+                    handled = i;
+                    tracing::warn!(handled = i, of = batch.len(), "batch closed early: half the transaction timeout is used; the rest is read again");
+                    telemetry::batch_closed_early();
+                    break;
+                }
+            }
+            last = t;
+            if let Some(alone) = &self.alone {
+                let is_it =
+                    alone.0 == m.topic() && alone.1 == m.partition() && alone.2 == m.offset();
+                if is_it && i > 0 {
+                    // Commit what came before; the suspect starts the next transaction.
+                    handled = i;
+                    break;
+                }
+            }
+            self.current = i;
+            if let Err(error) = self.handle(m, now) {
+                let culprit = matches!(error, SinkError::Unwritable { .. }).then_some(i);
+                return Err(Box::new(BatchFailure {
+                    error,
+                    culprit,
+                    next_offsets: Vec::new(),
+                    handled: i,
+                    slow,
+                }));
+            }
             next_offsets.insert((m.topic(), m.partition()), m.offset() + 1);
-            self.handle(m, now)?;
+            if i == 0
+                && self
+                    .alone
+                    .as_ref()
+                    .is_some_and(|a| a.0 == m.topic() && a.1 == m.partition() && a.2 == m.offset())
+            {
+                handled = 1;
+                let took = last.elapsed();
+                if took >= budget {
+                    slow = Some((0, took));
+                }
+                break;
+            }
         }
+        if handled == batch.len() {
+            let took = last.elapsed();
+            if took >= budget && slow.is_none_or(|(_, s)| took > s) {
+                slow = Some((batch.len() - 1, took));
+            }
+        }
+        let owned_offsets: Vec<(String, i32, i64)> = next_offsets
+            .iter()
+            .map(|((t, p), o)| (t.to_string(), *p, *o))
+            .collect();
+        let fail = |error: SinkError, slow| {
+            Box::new(BatchFailure {
+                error,
+                culprit: None,
+                next_offsets: owned_offsets.clone(),
+                handled,
+                slow,
+            })
+        };
         self.purge_expired_dedup(now);
         let mut last_changelog: HashMap<i32, DeliveryFuture> = HashMap::new();
         for (p, task) in &mut self.tasks {
@@ -801,7 +1305,8 @@ impl<P: Processor> Runtime<P> {
                 };
                 let f = self
                     .sink
-                    .send(&self.changelog, Some(*p), Some(&k), value, &[])?;
+                    .send(&self.changelog, Some(*p), Some(&k), value, &[])
+                    .map_err(|e| fail(e, slow))?;
                 last_changelog.insert(*p, f);
             }
         }
@@ -809,25 +1314,27 @@ impl<P: Processor> Runtime<P> {
         for ((t, p), o) in &next_offsets {
             offsets
                 .add_partition_offset(t, *p, Offset::Offset(*o))
-                .map_err(SinkError::Abortable)?;
+                .map_err(|e| fail(SinkError::Abortable(e), slow))?;
         }
         let committing = Instant::now();
         if self.sink.is_transactional() {
             let group = self
                 .consumer
                 .group_metadata()
-                .ok_or(SinkError::NoGroupMetadata)?;
-            self.sink.send_offsets(&offsets, &group)?;
-            self.sink.commit()?;
+                .ok_or_else(|| fail(SinkError::NoGroupMetadata, slow))?;
+            self.sink
+                .send_offsets(&offsets, &group)
+                .map_err(|e| fail(e, slow))?;
+            self.sink.commit().map_err(|e| fail(e, slow))?;
         } else {
             // At-least-once: outputs and changelog acknowledged first, then the offsets,
             // without waiting for the coordinator (a lost commit only repeats records, which
             // at-least-once allows and dedup mostly absorbs); the last ones are committed
             // synchronously at shutdown.
-            self.sink.commit()?;
+            self.sink.commit().map_err(|e| fail(e, slow))?;
             self.consumer
                 .commit(&offsets, rdkafka::consumer::CommitMode::Async)
-                .map_err(SinkError::Abortable)?;
+                .map_err(|e| fail(SinkError::Abortable(e), slow))?;
         }
         telemetry::commit_latency(committing.elapsed());
         if let Ok(mut c) = self.consumer.context().committed.lock() {
@@ -846,7 +1353,11 @@ impl<P: Processor> Runtime<P> {
                 None => tracing::warn!(partition = p, "no delivery report for a committed changelog record; the next restore replays more"),
             }
         }
-        Ok(ends)
+        Ok(Committed {
+            ends,
+            handled,
+            next_offsets: owned_offsets,
+        })
     }
 
     /// Expires dedup ids older than the retention window, oldest batch first and a bounded

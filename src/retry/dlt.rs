@@ -15,6 +15,9 @@ pub enum DltClass {
     TransientExhausted,
     /// Its key was parked behind a dead-lettered record (policy `park`).
     ParkedBehindDeadLetter,
+    /// An output, retry forward or the dead letter itself could not be written (over the size
+    /// limit, unknown topic): the record was isolated from its batch so the partition moves on.
+    Unwritable,
 }
 
 impl DltClass {
@@ -24,8 +27,45 @@ impl DltClass {
             Self::Permanent => "permanent",
             Self::TransientExhausted => "transient-exhausted",
             Self::ParkedBehindDeadLetter => "parked-behind-dead-letter",
+            Self::Unwritable => "unwritable",
         }
     }
+}
+
+/// Owned Kafka headers, in order.
+pub type Headers = Vec<(String, Vec<u8>)>;
+
+/// Value bytes kept in a dead letter cut down to fit ([`truncated`]).
+pub const TRUNCATE_VALUE_TO: usize = 64 * 1024;
+
+/// Header on a cut-down dead letter: the original value's size in bytes.
+pub const TRUNCATED_FROM: &str = "eosflow.dlt.truncated.from.bytes";
+
+/// A dead letter cut down to fit: the first [`TRUNCATE_VALUE_TO`] bytes of the value (none at
+/// all when `pointer_only`) and only the `eosflow.dlt.*` headers, which carry the pointer to
+/// the original record (topic, partition, offset) and the reason. The record itself stays
+/// readable at that offset for as long as the input topic retains it.
+pub fn truncated<'v>(
+    value: Option<&'v [u8]>,
+    headers: &[(String, Vec<u8>)],
+    pointer_only: bool,
+) -> (Option<&'v [u8]>, Headers) {
+    let original = value.map_or(0, <[u8]>::len);
+    let kept = if pointer_only {
+        None
+    } else {
+        value.map(|v| &v[..v.len().min(TRUNCATE_VALUE_TO)])
+    };
+    let mut h: Vec<(String, Vec<u8>)> = headers
+        .iter()
+        .filter(|(k, _)| k.starts_with(PREFIX))
+        .cloned()
+        .collect();
+    h.push((
+        TRUNCATED_FROM.to_string(),
+        original.to_string().into_bytes(),
+    ));
+    (kept, h)
 }
 
 /// `<topic>.DLT`; a retry level's records go to their base topic's DLT.
@@ -75,6 +115,26 @@ pub fn headers(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_truncated_dead_letter_keeps_the_pointer_and_drops_the_bulk() {
+        let value = vec![7u8; 1_046_000];
+        let hs = vec![
+            ("big".to_string(), vec![1u8; 500_000]),
+            (format!("{PREFIX}original.offset"), b"42".to_vec()),
+        ];
+        let (v, h) = truncated(Some(&value), &hs, false);
+        assert_eq!(v.map(<[u8]>::len), Some(TRUNCATE_VALUE_TO));
+        assert!(h.iter().all(|(k, _)| k != "big"), "user headers dropped");
+        assert!(h
+            .iter()
+            .any(|(k, v)| k == TRUNCATED_FROM && v == b"1046000"));
+        assert!(h
+            .iter()
+            .any(|(k, v)| k.ends_with("original.offset") && v == b"42"));
+        let (v, _) = truncated(Some(&value), &hs, true);
+        assert!(v.is_none(), "pointer-only keeps no value");
+    }
 
     #[test]
     fn retry_levels_share_their_base_dlt() {

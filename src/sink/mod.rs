@@ -3,4 +3,4 @@
 
 pub mod transactional;
 
-pub use transactional::{SinkError, TxnSink};
+pub use transactional::{is_record_error, SinkError, TxnSink, COMMIT_RETRY_FOR};

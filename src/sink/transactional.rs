@@ -2,6 +2,14 @@
 //! librdkafka's transaction errors sorted into what the runtime must do: retry the call,
 //! abort the batch, or stop because another instance took over (fenced).
 //!
+//! A commit whose outcome is unknown (the coordinator unreachable past the timeout, a fencing
+//! answer to a retried `EndTxn`) is never treated as an abort: [`TxnSink::commit`] calls
+//! `commit_transaction` again while librdkafka says the error is retriable, and otherwise
+//! returns [`SinkError::CommitUnknown`], after which the runtime learns from the group's stable
+//! committed offsets whether the batch landed. A record that can never be written (over the
+//! size limit, an unknown topic) is reported as [`SinkError::Unwritable`], so the runtime can
+//! dead-letter that one record instead of aborting the same batch forever.
+//!
 //! For `processor.guarantee = "at_least_once"` the same sink runs without transactions (an
 //! idempotent producer; begin/abort do nothing and commit waits for every send to be
 //! acknowledged), so both guarantees share one loop and differ only in what they pay for.
@@ -37,6 +45,43 @@ pub enum SinkError {
     /// The producer is unusable (e.g. a timed-out transaction): recreate it.
     #[error("producer must be recreated: {0}")]
     Fatal(KafkaError),
+    /// This one record can never be written as it is (over the size limit, a topic that does
+    /// not exist or may not be written): retrying the batch meets the same error.
+    #[error("record to {topic} cannot be written: {source}")]
+    Unwritable {
+        /// Destination topic.
+        topic: String,
+        /// librdkafka's error.
+        source: KafkaError,
+    },
+    /// `commit_transaction` failed in a way that does not tell whether the transaction
+    /// committed: the caller must learn it (stable committed offsets) before doing anything else.
+    #[error("transaction commit outcome unknown: {0}")]
+    CommitUnknown(KafkaError),
+}
+
+impl SinkError {
+    /// Whether this error says another producer took our `transactional.id` (or a newer epoch
+    /// exists): either a true successor or the coordinator aborting a timed-out transaction.
+    pub fn is_fenced(&self) -> bool {
+        matches!(self, SinkError::Fenced { .. })
+    }
+}
+
+/// Errors that belong to one record, not to the transaction: the same record fails the same
+/// way every time it is sent, however often the batch is retried.
+pub fn is_record_error(code: RDKafkaErrorCode) -> bool {
+    matches!(
+        code,
+        RDKafkaErrorCode::MessageSizeTooLarge
+            | RDKafkaErrorCode::MessageBatchTooLarge
+            | RDKafkaErrorCode::InvalidRecord
+            | RDKafkaErrorCode::InvalidTopic
+            | RDKafkaErrorCode::UnknownTopic
+            | RDKafkaErrorCode::UnknownPartition
+            | RDKafkaErrorCode::UnknownTopicOrPartition
+            | RDKafkaErrorCode::TopicAuthorizationFailed
+    )
 }
 
 /// How long `init_transactions` is retried while the coordinator is away: a broker restart
@@ -44,6 +89,11 @@ pub enum SinkError {
 /// must wait for it rather than exit. (Three transaction timeouts — 30 s by default — was too
 /// short: found by the broker-restart fault scenario.)
 pub const INIT_RETRY_FOR: Duration = Duration::from_secs(120);
+
+/// How long a retriable `commit_transaction` (or `send_offsets_to_transaction`) is called again
+/// before the outcome is declared unknown: a broker pause or restart takes tens of seconds, and
+/// librdkafka keeps the commit as the current operation until it answers.
+pub const COMMIT_RETRY_FOR: Duration = Duration::from_secs(120);
 
 /// The transactional producer and its settings (to recreate it).
 pub struct TxnSink {
@@ -140,6 +190,14 @@ impl TxnSink {
         Ok(())
     }
 
+    /// The broker's metadata of one topic (does it exist, how many partitions), asked through
+    /// the producer's own connection. Does not create the topic.
+    pub fn metadata(&self, topic: &str) -> Result<rdkafka::metadata::Metadata, KafkaError> {
+        self.producer
+            .client()
+            .fetch_metadata(Some(topic), self.timeout)
+    }
+
     /// The `transactional.id`.
     pub fn id(&self) -> &str {
         &self.id
@@ -211,24 +269,49 @@ impl TxnSink {
                     record = r;
                     std::thread::sleep(Duration::from_millis(2));
                 }
-                Err((e, _)) => return Err(classify(&self.id, e)),
+                Err((e, _)) => {
+                    return Err(match e.rdkafka_error_code() {
+                        Some(code) if is_record_error(code) => SinkError::Unwritable {
+                            topic: topic.to_string(),
+                            source: e,
+                        },
+                        _ => classify(&self.id, e),
+                    })
+                }
             }
         }
     }
 
     /// Adds the consumer's next offsets to the transaction, bound to its group generation
     /// (KIP-447: a zombie from an older generation is rejected here).
+    /// A retriable failure (the coordinator away) is retried for [`COMMIT_RETRY_FOR`].
     pub fn send_offsets(
         &self,
         offsets: &TopicPartitionList,
         group: &ConsumerGroupMetadata,
     ) -> Result<(), SinkError> {
-        self.producer
-            .send_offsets_to_transaction(offsets, group, self.timeout)
-            .map_err(|e| classify(&self.id, e))
+        let deadline = Instant::now() + COMMIT_RETRY_FOR.max(self.timeout);
+        loop {
+            match self
+                .producer
+                .send_offsets_to_transaction(offsets, group, self.timeout)
+            {
+                Ok(()) => return Ok(()),
+                Err(KafkaError::Transaction(e))
+                    if e.is_retriable() && Instant::now() < deadline =>
+                {
+                    tracing::warn!(error = %e, "sending offsets to the transaction failed with a retriable error; retrying");
+                }
+                Err(e) => return Err(classify(&self.id, e)),
+            }
+        }
     }
 
-    /// Commits; retries a retriable failure until the transaction timeout.
+    /// Commits. A retriable failure is retried for [`COMMIT_RETRY_FOR`] (librdkafka keeps the
+    /// commit as the current operation, so calling again resumes it rather than starting a new
+    /// one). An abortable error means the transaction did not commit; any other failure (still
+    /// retriable at the deadline, fenced, fatal) leaves the outcome unknown:
+    /// [`SinkError::CommitUnknown`].
     pub fn commit(&self) -> Result<(), SinkError> {
         let deadline = Instant::now() + self.timeout;
         // rust-rdkafka's commit_transaction flushes first, and that flush polls in 100 ms steps
@@ -245,15 +328,25 @@ impl TxnSink {
                 .flush(self.timeout)
                 .map_err(|e| classify(&self.id, e));
         }
+        let deadline = Instant::now() + COMMIT_RETRY_FOR.max(self.timeout);
         loop {
             match self.producer.commit_transaction(self.timeout) {
                 Ok(()) => return Ok(()),
                 Err(KafkaError::Transaction(e))
                     if e.is_retriable() && Instant::now() < deadline =>
                 {
-                    tracing::warn!(error = %e, "commit failed with a retriable error; retrying");
+                    tracing::warn!(error = %e, "commit failed with a retriable error; calling it again");
                 }
-                Err(e) => return Err(classify(&self.id, e)),
+                Err(e) => {
+                    // Only "abort now" is a known outcome: the transaction did not commit.
+                    let must_abort = matches!(&e, KafkaError::Transaction(t)
+                        if t.txn_requires_abort() && !t.is_retriable() && !t.is_fatal());
+                    return Err(if must_abort {
+                        SinkError::Abortable(e)
+                    } else {
+                        SinkError::CommitUnknown(e)
+                    });
+                }
             }
         }
     }

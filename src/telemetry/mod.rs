@@ -96,3 +96,49 @@ pub fn commit_latency(elapsed: Duration) {
 pub fn consumer_error() {
     metrics::counter!("eosflow_consumer_errors_total").increment(1);
 }
+
+/// A record that could not be written was isolated from its batch and dead-lettered; `reason`
+/// is the DLT class (`unwritable`).
+pub fn record_isolated(topic: &str, reason: &'static str) {
+    metrics::counter!("eosflow_records_isolated_total", "topic" => topic.to_string(), "reason" => reason)
+        .increment(1);
+}
+
+/// A dead letter had to be cut down to be written: `stage` is `truncated` (value cut, pointer to
+/// the original offset) or `pointer` (no value, only the pointer and the reason).
+pub fn dead_letter_reduced(topic: &str, stage: &'static str) {
+    metrics::counter!("eosflow_dead_letters_reduced_total", "topic" => topic.to_string(), "stage" => stage)
+        .increment(1);
+}
+
+/// Not even a pointer to the record could be written to its dead-letter topic: the record was
+/// skipped so its partition keeps moving; its coordinates are in the ERROR log.
+pub fn record_skipped_unwritable(topic: &str) {
+    metrics::counter!("eosflow_records_skipped_unwritable_total", "topic" => topic.to_string())
+        .increment(1);
+}
+
+/// The producer was recreated in place: `cause` is `epoch-bumped` (the coordinator aborted a
+/// transaction that outlived `transaction.timeout.ms`, or a restart's epoch), `fatal`, or
+/// `commit-unknown`.
+pub fn producer_recovered(cause: &'static str) {
+    metrics::counter!("eosflow_producer_recoveries_total", "cause" => cause).increment(1);
+}
+
+/// A commit whose outcome was unknown was resolved from the group's stable committed offsets:
+/// `outcome` is `committed` or `not-committed`.
+pub fn commit_resolved(outcome: &'static str) {
+    metrics::counter!("eosflow_commit_outcome_resolved_total", "outcome" => outcome).increment(1);
+}
+
+/// A batch was closed early because its transaction had used half of `transaction.timeout.ms`.
+pub fn batch_closed_early() {
+    metrics::counter!("eosflow_batches_closed_early_total").increment(1);
+}
+
+/// A handler call outlived half the transaction timeout in a batch that then failed: the record
+/// runs again in a transaction of its own.
+pub fn slow_handler_call(topic: &str) {
+    metrics::counter!("eosflow_slow_handler_calls_total", "topic" => topic.to_string())
+        .increment(1);
+}

@@ -24,6 +24,10 @@ pub enum Fault {
     Freeze(Duration),
     /// The (private) broker is stopped and started again.
     BrokerRestart(PrivateStack),
+    /// The (private) broker process is frozen (SIGSTOP) this long, then resumed: longer than the
+    /// transaction timeout, so the coordinator aborts the open transactions when it wakes and
+    /// commits in flight have an unknown outcome.
+    BrokerPause(PrivateStack, Duration),
 }
 
 /// A fault whose recovery is still awaited.

@@ -343,6 +343,25 @@ impl Fleet<'_> {
                 self.frozen = Some((i, Instant::now() + *d));
                 Ok(())
             }
+            Fault::BrokerPause(stack, d) => {
+                self.monitor.fault_now();
+                stack.signal_kafka("STOP")?;
+                tracing::info!(secs = d.as_secs_f64(), "broker SIGSTOP");
+                // The instances keep running and are supervised while the broker is away.
+                let until = Instant::now() + *d;
+                while Instant::now() < until {
+                    if let Err(e) = self.supervise() {
+                        let _ = stack.signal_kafka("CONT");
+                        return Err(e);
+                    }
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+                stack.signal_kafka("CONT")?;
+                tracing::info!("broker SIGCONT");
+                self.monitor.outages.push(*d);
+                self.monitor.restart_clock();
+                Ok(())
+            }
             Fault::BrokerRestart(stack) => {
                 self.monitor.fault_now();
                 let outage = stack.restart("kafka")?;

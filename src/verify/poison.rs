@@ -69,6 +69,9 @@ impl Options {
     }
 }
 
+/// A value just under the broker's record limit (1,048,588 bytes with the record's overhead).
+const NEAR_BROKER_LIMIT: usize = 1_040_000;
+
 /// One record to produce.
 #[derive(Debug, Clone)]
 struct Raw {
@@ -469,6 +472,17 @@ fn bad(
         &["oversize:"],
         P,
     );
+    // Accepted by the broker (its limit is 1,048,588 bytes), refused by the topology as
+    // oversize: its dead letter (the record plus the eosflow.dlt.* headers) is over the
+    // producer's 1,000,000-byte limit and must reach the DLT truncated, not stall the partition.
+    add(
+        "near-broker-limit",
+        k("near-broker-limit"),
+        Some(vec![0u8; NEAR_BROKER_LIMIT]),
+        None,
+        &["oversize:"],
+        P,
+    );
     add("null-key", None, Some(g.clone()), None, &["null-key:"], P);
     add(
         "tombstone",
@@ -595,6 +609,8 @@ fn bad(
 fn produce(clients: &KafkaClients, topic: &str, records: &[Raw]) -> Result<(), String> {
     let producer: ThreadedProducer<DefaultProducerContext> = clients
         .config(ClientRole::Idempotent)
+        // Up to the broker's limit: the corpus has a record just under it.
+        .set("message.max.bytes", "1048588")
         .create()
         .map_err(|e| format!("creating the corpus producer: {e}"))?;
     for r in records {
@@ -811,6 +827,10 @@ pub fn run(config: &Config, env: &ScenarioEnv, opts: &Options) -> Result<Scenari
         *in_dlt.entry(identity.clone()).or_default() += 1;
         let msg = l.dlt("error.message").unwrap_or_default();
         let class = l.dlt("error.class").unwrap_or_default();
+        let cut_down = l.header(crate::retry::dlt::TRUNCATED_FROM).is_some();
+        if b.class == "near-broker-limit" && !cut_down {
+            wrong_reason.push(format!("{}: not truncated", b.class));
+        }
         if !b.reasons.iter().any(|r| msg.starts_with(r)) || class != b.dlt_class {
             wrong_reason.push(format!("{}: class={class} message={msg:?}", b.class));
         }

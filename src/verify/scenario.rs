@@ -24,16 +24,19 @@ pub enum Scenario {
     OutboxCrash,
     /// A corpus of bad-input classes interleaved with good records.
     Poison,
+    /// The broker process is frozen past the transaction timeout, several times, under load.
+    BrokerPause,
 }
 
 impl Scenario {
     /// Every scenario, in the order `--scenario all` runs them.
-    pub const ALL: [Scenario; 5] = [
+    pub const ALL: [Scenario; 6] = [
         Scenario::KillProcessors,
         Scenario::BrokerRestart,
         Scenario::Zombie,
         Scenario::OutboxCrash,
         Scenario::Poison,
+        Scenario::BrokerPause,
     ];
 
     /// The name on the command line and in the closing line.
@@ -44,6 +47,7 @@ impl Scenario {
             Scenario::Zombie => "zombie",
             Scenario::OutboxCrash => "outbox-crash",
             Scenario::Poison => "poison",
+            Scenario::BrokerPause => "broker-pause",
         }
     }
 }
@@ -113,7 +117,9 @@ impl ScenarioReport {
             ("produced".into(), r.produced.to_string()),
             ("monitor_misses".into(), r.monitor_misses.to_string()),
         ];
-        if !r.outages.is_empty() {
+        if !r.outages.is_empty()
+            && matches!(scenario, Scenario::BrokerRestart | Scenario::BrokerPause)
+        {
             let max = r
                 .outages
                 .iter()
@@ -265,6 +271,22 @@ pub fn run(
                 count_run(env, 5_000, 2, 1, 6, Fault::BrokerRestart(stack.clone()))
             } else {
                 count_run(env, 200_000, 2, 3, 120, Fault::BrokerRestart(stack.clone()))
+            };
+            let r = super::run(&private, &opts)?;
+            Ok(ScenarioReport::from_run(scenario, &r))
+        }
+        Scenario::BrokerPause => {
+            // Frozen for 11–13 s: past the 10 s transaction timeout, so the coordinator aborts
+            // what was open when it wakes, and commits in flight meet an unknown outcome.
+            let stack = env.private_stack(scenario);
+            let _guard = stack.up("kafka")?;
+            let mut private = config.clone();
+            private.kafka.bootstrap = stack.bootstrap();
+            let pause = |secs| Fault::BrokerPause(stack.clone(), Duration::from_secs(secs));
+            let opts = if short {
+                count_run(env, 20_000, 2, 2, 20, pause(11))
+            } else {
+                count_run(env, 200_000, 2, 6, 150, pause(13))
             };
             let r = super::run(&private, &opts)?;
             Ok(ScenarioReport::from_run(scenario, &r))

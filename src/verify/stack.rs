@@ -92,6 +92,23 @@ impl PrivateStack {
         })
     }
 
+    /// Sends `signal` (`STOP`, `CONT`) to the running broker process: a pause that keeps its
+    /// sockets open and its clients waiting, as a long GC pause or a frozen VM does.
+    pub fn signal_kafka(&self, signal: &str) -> Result<(), String> {
+        let pid_file = self.run_dir.join("kafka.pid");
+        let pid = std::fs::read_to_string(&pid_file)
+            .map_err(|e| format!("{}: {e}", pid_file.display()))?;
+        let status = Command::new("kill")
+            .args([format!("-{signal}"), pid.trim().to_string()])
+            .status()
+            .map_err(|e| format!("kill -{signal}: {e}"))?;
+        if status.success() {
+            Ok(())
+        } else {
+            Err(format!("kill -{signal} {} failed: {status}", pid.trim()))
+        }
+    }
+
     /// Stops `component` and starts it again; returns how long it was away.
     pub fn restart(&self, component: &str) -> Result<Duration, String> {
         let t = Instant::now();

@@ -1,0 +1,318 @@
+//! Faults that used to stall a partition or end an instance (issue 17), against the real
+//! broker: records that can never be written, a dead letter over the size limit, a handler
+//! slower than the transaction timeout, topics that are not co-partitioned, and a processor
+//! started without an instance id.
+
+mod support;
+
+use support::pipeline::{Instance, Pipeline};
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use eosflow::app::count::CountProcessor;
+use eosflow::kafka::reader::read_all;
+use eosflow::kafka::topics::{self, TopicSpec};
+use eosflow::processor::{Context, ProcessError, Processor, Record, Runtime};
+use eosflow::verify::Workload;
+use rdkafka::message::Headers;
+use rdkafka::Message;
+
+/// One dead letter: key and its headers as text.
+struct Letter {
+    key: String,
+    value_len: usize,
+    headers: BTreeMap<String, String>,
+}
+
+fn letters(topic: &str) -> Vec<Letter> {
+    let mut out = Vec::new();
+    read_all(&support::clients(), topic, Duration::from_secs(30), |m| {
+        let mut headers = BTreeMap::new();
+        if let Some(hs) = m.headers() {
+            for h in hs.iter() {
+                headers.insert(
+                    h.key.to_string(),
+                    String::from_utf8_lossy(h.value.unwrap_or_default()).to_string(),
+                );
+            }
+        }
+        out.push(Letter {
+            key: String::from_utf8_lossy(m.key().unwrap_or_default()).to_string(),
+            value_len: m.payload().map_or(0, <[u8]>::len),
+            headers,
+        });
+        Ok(())
+    })
+    .expect("read DLT");
+    out
+}
+
+fn workload(records: u64) -> Workload {
+    Workload {
+        records,
+        keys: 10,
+        duplicate_every: 0,
+        transient_every: 0,
+    }
+}
+
+/// Produces one record of `bytes` bytes: the test producer may send up to the broker's limit.
+fn produce_big(topic: &str, key: &str, bytes: usize, id: &str) {
+    use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+    let producer: ThreadedProducer<DefaultProducerContext> = support::clients()
+        .config(eosflow::kafka::ClientRole::Idempotent)
+        .set("message.max.bytes", "1048588")
+        .create()
+        .expect("producer");
+    let value = vec![b'x'; bytes];
+    let h = rdkafka::message::OwnedHeaders::new().insert(rdkafka::message::Header {
+        key: "id",
+        value: Some(id.as_bytes()),
+    });
+    producer
+        .send(BaseRecord::to(topic).key(key).payload(&value).headers(h))
+        .map_err(|(e, _)| e)
+        .expect("send");
+    producer.flush(Duration::from_secs(30)).expect("flush");
+}
+
+/// Incompressible bytes.
+fn noise(n: usize) -> Vec<u8> {
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+#[test]
+fn outputs_that_can_never_be_written_are_dead_lettered_and_the_partition_moves_on() {
+    /// Emits what cannot be written for three marked inputs; counts everything else.
+    struct Hostile {
+        inner: CountProcessor,
+        output: String,
+        missing: String,
+        small: String,
+    }
+    impl Processor for Hostile {
+        fn process(&mut self, ctx: &mut Context<'_>, r: &Record<'_>) -> Result<(), ProcessError> {
+            match r.value {
+                // Over the producer's message.max.bytes: refused as it is sent.
+                Some(b"huge") => ctx.emit(&self.output, None, Some(vec![0u8; 1_200_000]), vec![]),
+                // A topic that does not exist.
+                Some(b"lost") => ctx.emit(&self.missing, None, Some(b"x".to_vec()), vec![]),
+                // Under the producer's limit, over the topic's: refused by the broker later.
+                // (Random bytes: zeros would compress under the limit.)
+                Some(b"wide") => ctx.emit(&self.small, None, Some(noise(200_000)), vec![]),
+                _ => return self.inner.process(ctx, r),
+            }
+            Ok(())
+        }
+        fn store_name(&self) -> &str {
+            "count"
+        }
+    }
+
+    let p = Pipeline::new("rb-unwritable", 2);
+    let small = format!("{}.small", p.app);
+    let mut spec = TopicSpec::new(&small, 1, "delete");
+    spec.config
+        .insert("max.message.bytes".into(), "100000".into());
+    topics::apply_blocking(&support::clients(), &[spec], Duration::from_secs(30))
+        .expect("creating the small topic");
+    let w = workload(300);
+    support::pipeline::produce_range(&p.input, &w, 0..150);
+    for (k, v) in [("h", "huge"), ("l", "lost"), ("w", "wide")] {
+        support::pipeline::produce(&p.input, k, v, &format!("bad-{v}"));
+    }
+    support::pipeline::produce_range(&p.input, &w, 150..300);
+    let inst = Instance::start(
+        &p.config("a"),
+        Hostile {
+            inner: CountProcessor::new(&p.output),
+            output: p.output.clone(),
+            missing: format!("{}.does-not-exist", p.app),
+            small: small.clone(),
+        },
+    );
+    // On the old loop this never drains: the batch aborts and is read again forever.
+    p.wait_drained(Duration::from_secs(120));
+    let summary = inst.stop();
+    let verdict = p.assert_exactly_once(&w);
+    assert_eq!(verdict.outputs, 300, "{verdict}");
+    let dlt = letters(&p.dlt);
+    assert_eq!(
+        dlt.len(),
+        3,
+        "one letter per unwritable record: {summary:?}"
+    );
+    for (key, cause) in [
+        ("h", "Message size too large"),
+        ("l", "does-not-exist"),
+        ("w", ".small"),
+    ] {
+        let l = dlt
+            .iter()
+            .find(|l| l.key == key)
+            .unwrap_or_else(|| panic!("no letter for {key}"));
+        assert_eq!(
+            l.headers.get("eosflow.dlt.error.class").map(String::as_str),
+            Some("unwritable")
+        );
+        let reason = l
+            .headers
+            .get("eosflow.dlt.error.message")
+            .cloned()
+            .unwrap_or_default();
+        assert!(reason.contains(cause), "{key}: {reason}");
+        assert!(l.headers.contains_key("eosflow.dlt.original.offset"));
+    }
+    assert_eq!(
+        p.count(&small),
+        0,
+        "nothing of an aborted attempt is visible"
+    );
+}
+
+#[test]
+fn a_record_whose_dead_letter_is_over_the_limit_reaches_the_dlt_truncated_with_a_pointer() {
+    let p = Pipeline::new("rb-near-limit", 2);
+    let w = workload(200);
+    support::pipeline::produce_range(&p.input, &w, 0..100);
+    // Accepted by the broker (limit 1,048,588), not a number: its dead letter (the record plus
+    // the eosflow.dlt.* headers) is over the producer's 1,000,000-byte limit.
+    produce_big(&p.input, "big", 1_040_000, "big-1");
+    support::pipeline::produce_range(&p.input, &w, 100..200);
+    let inst = Instance::start(&p.config("a"), CountProcessor::new(&p.output));
+    p.wait_drained(Duration::from_secs(120));
+    let summary = inst.stop();
+    assert_eq!(summary.dead_lettered, 1, "{summary:?}");
+    let verdict = p.assert_exactly_once(&w);
+    assert_eq!(verdict.outputs, 200, "{verdict}");
+    let dlt = letters(&p.dlt);
+    assert_eq!(dlt.len(), 1);
+    let l = &dlt[0];
+    assert_eq!(l.key, "big");
+    assert_eq!(l.value_len, eosflow::retry::dlt::TRUNCATE_VALUE_TO);
+    assert_eq!(
+        l.headers
+            .get(eosflow::retry::dlt::TRUNCATED_FROM)
+            .map(String::as_str),
+        Some("1040000")
+    );
+    assert_eq!(
+        l.headers.get("eosflow.dlt.original.topic"),
+        Some(&p.input),
+        "the pointer to the full record"
+    );
+    assert!(l.headers.contains_key("eosflow.dlt.original.offset"));
+    assert_eq!(
+        l.headers.get("eosflow.dlt.error.class").map(String::as_str),
+        Some("permanent")
+    );
+}
+
+#[test]
+fn a_handler_slower_than_the_transaction_timeout_does_not_stop_the_instance() {
+    /// Sleeps past the transaction timeout (and the coordinator's 10 s sweep for timed-out
+    /// transactions) the first time it meets one record.
+    struct Sleepy {
+        inner: CountProcessor,
+        slow_id: String,
+        slept: bool,
+    }
+    impl Processor for Sleepy {
+        fn process(&mut self, ctx: &mut Context<'_>, r: &Record<'_>) -> Result<(), ProcessError> {
+            if !self.slept && r.header("id") == Some(self.slow_id.as_bytes()) {
+                self.slept = true;
+                std::thread::sleep(Duration::from_secs(13));
+            }
+            self.inner.process(ctx, r)
+        }
+        fn store_name(&self) -> &str {
+            "count"
+        }
+    }
+
+    let p = Pipeline::new("rb-slow", 1);
+    let w = workload(200);
+    support::pipeline::produce_range(&p.input, &w, 0..200);
+    let mut cfg = p.config("a");
+    cfg.processor.transaction_timeout_ms = 2_000;
+    // The coordinator aborts the transaction the slow call kept open and bumps the producer's
+    // epoch. The old loop took that for a successor and exited (`fenced`); Instance::stop then
+    // panics on the runtime's error.
+    let inst = Instance::start(
+        &cfg,
+        Sleepy {
+            inner: CountProcessor::new(&p.output),
+            slow_id: Workload::id(100),
+            slept: false,
+        },
+    );
+    p.wait_drained(Duration::from_secs(120));
+    let summary = inst.stop();
+    assert!(
+        summary.aborts >= 1,
+        "the slow batch must have failed: {summary:?}"
+    );
+    let verdict = p.assert_exactly_once(&w);
+    assert_eq!(verdict.outputs, 200, "{verdict} {summary:?}");
+    assert!(letters(&p.dlt).is_empty(), "nothing is dead-lettered");
+}
+
+#[test]
+fn topics_that_are_not_co_partitioned_fail_at_start_naming_each_count() {
+    let app = support::unique("rb-copart");
+    let input = format!("{app}.input");
+    let odd = format!("{input}.retry.2");
+    let four: Vec<String> = [
+        input.clone(),
+        format!("{input}.retry.1"),
+        format!("{input}.retry.3"),
+        format!("{input}.DLT"),
+        format!("{app}-count-changelog"),
+    ]
+    .into();
+    support::create_topics(&four.iter().map(String::as_str).collect::<Vec<_>>(), 4);
+    // One retry level created by hand with another count.
+    support::create_topics(&[odd.as_str()], 2);
+    let mut cfg = support::config();
+    cfg.app.id = app.clone();
+    cfg.app.instance_id = "a".into();
+    cfg.processor.input_topics = vec![input.clone()];
+    cfg.state.dir = std::env::temp_dir().join(format!("eosflow-test-{app}"));
+    let err = match Runtime::new(&cfg, CountProcessor::new(format!("{app}.output"))) {
+        Ok(_) => panic!("a runtime over mis-partitioned topics must not start"),
+        Err(e) => e.to_string(),
+    };
+    assert!(err.contains("co-partitioned"), "{err}");
+    assert!(err.contains(&format!("{odd}=2")), "{err}");
+    assert!(err.contains(&format!("{input}=4")), "{err}");
+}
+
+#[test]
+fn a_processor_without_an_instance_id_refuses_to_start_naming_the_key() {
+    let p = Pipeline::new("rb-noid", 1);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_eosflow"))
+        .args(["run", "--topology", "count", "--output", &p.output])
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("EOSFLOW_KAFKA_BOOTSTRAP", support::bootstrap())
+        .env("EOSFLOW_APP_ID", &p.app)
+        .env("EOSFLOW_PROCESSOR_INPUT_TOPICS", &p.input)
+        .env("EOSFLOW_STATE_DIR", &p.state_root)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run eosflow");
+    assert!(!out.status.success(), "it must not start");
+    let text =
+        String::from_utf8_lossy(&out.stderr).to_string() + &String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("app.instance_id"), "{text}");
+    assert!(text.contains("HOSTNAME"), "{text}");
+}
