@@ -299,7 +299,10 @@ fn topics_that_are_not_co_partitioned_fail_at_start_naming_each_count() {
 #[test]
 fn a_processor_without_an_instance_id_refuses_to_start_naming_the_key() {
     let p = Pipeline::new("rb-noid", 1);
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_eosflow"))
+    let log = p.state_root.with_extension("log");
+    let out = std::fs::File::create(&log).expect("log file");
+    let err = out.try_clone().expect("log file");
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_eosflow"))
         .args(["run", "--topology", "count", "--output", &p.output])
         .env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())
@@ -308,11 +311,19 @@ fn a_processor_without_an_instance_id_refuses_to_start_naming_the_key() {
         .env("EOSFLOW_PROCESSOR_INPUT_TOPICS", &p.input)
         .env("EOSFLOW_STATE_DIR", &p.state_root)
         .stdin(std::process::Stdio::null())
-        .output()
+        .stdout(out)
+        .stderr(err)
+        .spawn()
         .expect("run eosflow");
-    assert!(!out.status.success(), "it must not start");
-    let text =
-        String::from_utf8_lossy(&out.stderr).to_string() + &String::from_utf8_lossy(&out.stdout);
+    // Killed when dropped: the old binary started with a constant id and ran on.
+    let mut child = support::pipeline::Running(child);
+    let status = support::wait_for(
+        "eosflow run to refuse to start",
+        Duration::from_secs(60),
+        || child.try_wait().ok().flatten(),
+    );
+    assert!(!status.success(), "it must not start");
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
     assert!(text.contains("app.instance_id"), "{text}");
     assert!(text.contains("HOSTNAME"), "{text}");
 }
