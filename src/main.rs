@@ -291,13 +291,15 @@ struct VerifyArgs {
     #[arg(long, default_value_t = 180)]
     drain_timeout_secs: u64,
     /// A named fault scenario (kill-processors, broker-restart, zombie, outbox-crash, poison,
-    /// or `all`) with its fixed shape; the sizing flags above then do not apply.
+    /// broker-pause, …; an unknown name lists them all) or `all`, with its fixed shape; the
+    /// sizing flags above then do not apply.
     #[arg(long)]
     scenario: Option<String>,
     /// The short version of the scenario (what `make test` runs).
     #[arg(long, requires = "scenario")]
     short: bool,
-    /// `dev/stack`, which starts the private broker/Postgres of broker-restart and outbox-crash.
+    /// `dev/stack`, which starts the private broker/Postgres of broker-restart, broker-pause and
+    /// outbox-crash.
     #[arg(long, default_value = "dev/stack")]
     stack_script: PathBuf,
     /// First port of that private stack (Kafka uses it to +2, Postgres +10); keep it below the
@@ -426,7 +428,14 @@ fn run(
     use eosflow::app::orders::{self, Topology};
     if topology == "count" {
         let count = CountProcessor::new(output).with_registry(&config.schema_registry.url);
-        return run_with(config, count);
+        // The verifier's slow-handler fault, when its variables are set.
+        return match verify::slow::settings_from_env() {
+            Some((every, sleep)) => run_with(
+                config,
+                verify::slow::SlowSometimes::new(count, every, sleep),
+            ),
+            None => run_with(config, count),
+        };
     }
     if topology == "order-lifecycle" {
         let p = eosflow::app::lifecycle::OrdersProcessor::new(&config.schema_registry.url, output)
@@ -636,6 +645,7 @@ fn verify_options(args: &VerifyArgs) -> Result<VerifyOptions> {
         exe: std::env::current_exe().context("locating the eosflow binary")?,
         work_dir: args.work_dir.clone(),
         drain_timeout: Duration::from_secs(args.drain_timeout_secs),
+        extra_env: Vec::new(),
     })
 }
 

@@ -99,6 +99,17 @@ fn fault_broker_pause_short_recovers_in_place_without_an_instance_exiting() {
 }
 
 #[test]
+fn fault_slow_handler_short_recovers_in_place_from_calls_longer_than_the_transaction_timeout() {
+    let line = scenario("slow-handler", 21092);
+    assert_eq!(figure(&line, "slow_records"), 4, "{line}");
+    assert!(
+        figure(&line, "in_place_recoveries") >= 1,
+        "a slow call's transaction was aborted under it: {line}"
+    );
+    assert_eq!(figure(&line, "state_mismatches"), 0, "{line}");
+}
+
+#[test]
 fn fault_outbox_crash_short_routes_every_row_once_across_router_kills_and_a_postgres_restart() {
     let line = scenario("outbox-crash", 21092);
     assert_eq!(figure(&line, "records"), 5_000);

@@ -361,6 +361,10 @@ struct Committed {
     next_offsets: Vec<(String, i32, i64)>,
 }
 
+/// The start of the ERROR line logged when the producer is recreated in place: the fault suite
+/// counts these lines to show a fault was met and survived.
+pub const IN_PLACE_RECOVERY_LOG: &str = "recreating the producer in place";
+
 /// How many in-place producer recoveries after a fencing answer are tolerated within
 /// [`FENCE_WINDOW`] before the instance concludes another live process shares its id.
 const MAX_FENCE_RECOVERIES: usize = 10;
@@ -1130,7 +1134,7 @@ impl<P: Processor> Runtime<P> {
                 });
             }
         }
-        tracing::error!(error = %error, cause, "recreating the producer in place (same transactional.id); the group's committed offsets decide what is processed again");
+        tracing::error!(error = %error, cause, "{IN_PLACE_RECOVERY_LOG} (same transactional.id); the group's committed offsets decide what is processed again");
         telemetry::producer_recovered(cause);
         self.sink.reset()?;
         Ok(())

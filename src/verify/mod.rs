@@ -9,6 +9,7 @@ pub mod outbox_crash;
 pub mod poison;
 pub mod query;
 pub mod scenario;
+pub mod slow;
 pub mod stack;
 pub mod workload;
 
@@ -51,6 +52,8 @@ pub struct VerifyOptions {
     pub work_dir: PathBuf,
     /// Deadline for everything to be processed after the workload is in.
     pub drain_timeout: Duration,
+    /// Further settings of every instance (`EOSFLOW_*` variables), e.g. a scenario's fault.
+    pub extra_env: Vec<(String, String)>,
 }
 
 /// The outcome of a run.
@@ -71,6 +74,9 @@ pub struct VerifyReport {
     pub stalls: u32,
     /// Instances that exited by themselves after being fenced (zombies), restarted.
     pub fenced_exits: u32,
+    /// Producers recreated in place (an epoch the coordinator bumped, an unknown commit outcome),
+    /// counted from the instances' logs: the recovery a broker pause or slow call must cause.
+    pub in_place_recoveries: u32,
     /// Zombie resumes whose log then shows it losing its partitions or its transaction (session
     /// timeout, revocation, abort, fencing): the evidence it was fenced, not merely lucky.
     pub zombies_fenced: u32,
@@ -302,6 +308,20 @@ impl Fleet<'_> {
         Ok(())
     }
 
+    /// Lines of every instance's log that contain `needle`.
+    fn log_lines_containing(&self, needle: &str) -> u32 {
+        self.instances
+            .iter()
+            .filter_map(|i| std::fs::read(&i.log).ok())
+            .map(|b| {
+                String::from_utf8_lossy(&b)
+                    .lines()
+                    .filter(|l| l.contains(needle))
+                    .count() as u32
+            })
+            .sum()
+    }
+
     /// How many resumed zombies' logs show them being fenced after they resumed.
     fn zombies_fenced(&self) -> u32 {
         let signs = [
@@ -453,17 +473,19 @@ pub fn run(config: &Config, opts: &VerifyOptions) -> Result<VerifyReport, String
     std::fs::create_dir_all(&logs).map_err(|e| format!("{}: {e}", logs.display()))?;
     let instances: Vec<Instance> = (0..opts.instances)
         .map(|i| {
+            let mut env = instance_env(
+                config,
+                &app_id,
+                &format!("i{i}"),
+                &input,
+                opts.commit_interval_ms,
+                &logs.join("state"),
+            );
+            env.extend(opts.extra_env.iter().cloned());
             Instance::new(
                 format!("i{i}"),
                 "count",
-                instance_env(
-                    config,
-                    &app_id,
-                    &format!("i{i}"),
-                    &input,
-                    opts.commit_interval_ms,
-                    &logs.join("state"),
-                ),
+                env,
                 logs.join(format!("i{i}.log")),
             )
         })
@@ -611,6 +633,8 @@ impl Run<'_> {
             stalls: fleet.monitor.stalls,
             fenced_exits: fleet.fenced_exits,
             zombies_fenced: fleet.zombies_fenced(),
+            in_place_recoveries: fleet
+                .log_lines_containing(crate::processor::runtime::IN_PLACE_RECOVERY_LOG),
             dlt,
             outages: fleet.monitor.outages.clone(),
             monitor_misses: fleet.monitor.misses,

@@ -26,17 +26,20 @@ pub enum Scenario {
     Poison,
     /// The broker process is frozen past the transaction timeout, several times, under load.
     BrokerPause,
+    /// Now and then a handler call takes longer than the transaction timeout (plus kill -9s).
+    SlowHandler,
 }
 
 impl Scenario {
     /// Every scenario, in the order `--scenario all` runs them.
-    pub const ALL: [Scenario; 6] = [
+    pub const ALL: [Scenario; 7] = [
         Scenario::KillProcessors,
         Scenario::BrokerRestart,
         Scenario::Zombie,
         Scenario::OutboxCrash,
         Scenario::Poison,
         Scenario::BrokerPause,
+        Scenario::SlowHandler,
     ];
 
     /// The name on the command line and in the closing line.
@@ -48,6 +51,7 @@ impl Scenario {
             Scenario::OutboxCrash => "outbox-crash",
             Scenario::Poison => "poison",
             Scenario::BrokerPause => "broker-pause",
+            Scenario::SlowHandler => "slow-handler",
         }
     }
 }
@@ -126,6 +130,12 @@ impl ScenarioReport {
                 .map(Duration::as_secs_f64)
                 .fold(0.0, f64::max);
             extra.push(("broker_outage_max_s".into(), format!("{max:.1}")));
+        }
+        if matches!(scenario, Scenario::BrokerPause | Scenario::SlowHandler) {
+            extra.push((
+                "in_place_recoveries".into(),
+                r.in_place_recoveries.to_string(),
+            ));
         }
         if matches!(scenario, Scenario::Zombie) {
             extra.push(("zombies_fenced".into(), r.zombies_fenced.to_string()));
@@ -224,6 +234,7 @@ fn count_run(
         exe: env.exe.clone(),
         work_dir: env.work_dir.clone(),
         drain_timeout: Duration::from_secs(600),
+        extra_env: Vec::new(),
     }
 }
 
@@ -290,6 +301,34 @@ pub fn run(
             };
             let r = super::run(&private, &opts)?;
             Ok(ScenarioReport::from_run(scenario, &r))
+        }
+        Scenario::SlowHandler => {
+            // A 3 s transaction timeout and 13 s calls: longer than the timeout plus the
+            // coordinator's 10 s sweep, so every slow call's transaction is aborted under it.
+            let mut opts = if short {
+                count_run(env, 10_000, 2, 1, 10, Fault::Kill9)
+            } else {
+                count_run(env, 200_000, 2, 10, 120, Fault::Kill9)
+            };
+            let every = if short { 2_500 } else { 10_000 };
+            opts.extra_env = vec![
+                (super::slow::EVERY_ENV.into(), every.to_string()),
+                (super::slow::SLEEP_ENV.into(), "13000".into()),
+                (
+                    "EOSFLOW_PROCESSOR_TRANSACTION_TIMEOUT_MS".into(),
+                    "3000".into(),
+                ),
+            ];
+            let r = super::run(config, &opts)?;
+            let mut report = ScenarioReport::from_run(scenario, &r);
+            report.extra.insert(
+                0,
+                (
+                    "slow_records".into(),
+                    (opts.workload.records / every).to_string(),
+                ),
+            );
+            Ok(report)
         }
         Scenario::OutboxCrash => {
             let stack = env.private_stack(scenario);
