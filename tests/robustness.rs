@@ -109,6 +109,8 @@ fn outputs_that_can_never_be_written_are_dead_lettered_and_the_partition_moves_o
                 // Under the producer's limit, over the topic's: refused by the broker later.
                 // (Random bytes: zeros would compress under the limit.)
                 Some(b"wide") => ctx.emit(&self.small, None, Some(noise(200_000)), vec![]),
+                // A state value too large for its changelog record: no output names it.
+                Some(b"fat") => ctx.put(r.key.unwrap_or_default(), vec![1u8; 1_200_000]),
                 _ => return self.inner.process(ctx, r),
             }
             Ok(())
@@ -127,7 +129,7 @@ fn outputs_that_can_never_be_written_are_dead_lettered_and_the_partition_moves_o
         .expect("creating the small topic");
     let w = workload(300);
     support::pipeline::produce_range(&p.input, &w, 0..150);
-    for (k, v) in [("h", "huge"), ("l", "lost"), ("w", "wide")] {
+    for (k, v) in [("h", "huge"), ("l", "lost"), ("w", "wide"), ("f", "fat")] {
         support::pipeline::produce(&p.input, k, v, &format!("bad-{v}"));
     }
     support::pipeline::produce_range(&p.input, &w, 150..300);
@@ -148,13 +150,14 @@ fn outputs_that_can_never_be_written_are_dead_lettered_and_the_partition_moves_o
     let dlt = letters(&p.dlt);
     assert_eq!(
         dlt.len(),
-        3,
+        4,
         "one letter per unwritable record: {summary:?}"
     );
     for (key, cause) in [
         ("h", "Message size too large"),
         ("l", "does-not-exist"),
         ("w", ".small"),
+        ("f", "Message size too large"),
     ] {
         let l = dlt
             .iter()

@@ -310,6 +310,9 @@ pub struct Runtime<P: Processor> {
     pub(super) isolated: HashMap<(String, i32, i64), Isolated>,
     /// A record to run in a transaction of its own (suspected of failing its batch).
     alone: Option<(String, i32, i64)>,
+    /// While a record error that no send names is being narrowed down: the most records the
+    /// next batch may take (halved on each such failure, doubled on each commit).
+    batch_cap: Option<usize>,
     /// Delivery reports of the open batch's outputs and forwards, with the index in the batch
     /// of the record that caused them: a failed transaction names its culprit from these.
     pub(super) deliveries: Vec<(DeliveryFuture, usize)>,
@@ -404,6 +407,18 @@ fn partition_counts(
         .filter(|t| t.error().is_none() && topics.iter().any(|n| n == t.name()))
         .map(|t| (t.name().to_string(), t.partitions().len()))
         .collect())
+}
+
+/// Whether `e` is an error of one record (too large, unknown topic …), not of the transaction.
+fn record_error_in(e: &SinkError) -> bool {
+    let code = match e {
+        SinkError::Unwritable { .. } => return true,
+        SinkError::Abortable(k) | SinkError::Fatal(k) | SinkError::CommitUnknown(k) => {
+            k.rdkafka_error_code()
+        }
+        SinkError::Fenced { .. } | SinkError::NoGroupMetadata => None,
+    };
+    code.is_some_and(is_record_error)
 }
 
 /// Fails unless every topic in `counts` has the same partition count, naming each count.
@@ -525,6 +540,7 @@ impl<P: Processor> Runtime<P> {
             last_batch_len: 0,
             isolated: HashMap::new(),
             alone: None,
+            batch_cap: None,
             deliveries: Vec::new(),
             current: 0,
             forced_dead_letter: None,
@@ -604,7 +620,10 @@ impl<P: Processor> Runtime<P> {
         let deadline = Instant::now() + self.opts.commit_interval;
         let mut batch: Vec<OwnedMessage> = Vec::with_capacity(self.last_batch_len);
         let mut bytes = 0usize;
-        while batch.len() < self.opts.max_batch_records
+        let max_records = self.batch_cap.map_or(self.opts.max_batch_records, |c| {
+            c.min(self.opts.max_batch_records)
+        });
+        while batch.len() < max_records
             && bytes < self.opts.max_batch_bytes
             && !shutdown.load(Ordering::Relaxed)
         {
@@ -944,6 +963,9 @@ impl<P: Processor> Runtime<P> {
                 self.alone = None;
             }
         }
+        if let Some(cap) = self.batch_cap {
+            self.batch_cap = Some(cap * 2).filter(|c| *c < self.opts.max_batch_records);
+        }
         if done.handled < batch.len() {
             self.seek_back(&batch[done.handled..])?;
         }
@@ -1040,8 +1062,10 @@ impl<P: Processor> Runtime<P> {
                 ));
             }
         }
+        let mut found = false;
         for (i, reason, dead_letter_failed) in blamed {
             let Some(m) = batch.get(i) else { continue };
+            found = true;
             let key = (m.topic().to_string(), m.partition(), m.offset());
             let entry = self.isolated.entry(key).or_insert_with(|| Isolated {
                 class: DltClass::Unwritable,
@@ -1061,6 +1085,32 @@ impl<P: Processor> Runtime<P> {
                 "record isolated from its batch: it will be dead-lettered (class unwritable) so the partition moves on"
             );
             telemetry::record_isolated(m.topic(), DltClass::Unwritable.as_str());
+        }
+        if found {
+            return;
+        }
+        // A record error no send of a record names (a state value too large for its changelog
+        // record, say): halve the batch until the record is alone, then isolate it.
+        if record_error_in(error) {
+            if batch.len() == 1 {
+                let m = &batch[0];
+                let reason = format!("a record of its transaction could not be written: {error}");
+                tracing::error!(topic = m.topic(), partition = m.partition(), offset = m.offset(), %reason, "record isolated by halving its batch: it will be dead-lettered (class unwritable)");
+                telemetry::record_isolated(m.topic(), DltClass::Unwritable.as_str());
+                self.isolated.insert(
+                    (m.topic().to_string(), m.partition(), m.offset()),
+                    Isolated {
+                        class: DltClass::Unwritable,
+                        reason,
+                        stage: 0,
+                    },
+                );
+                self.batch_cap = None;
+            } else {
+                let cap = (batch.len() / 2).max(1);
+                tracing::warn!(error = %error, cap, "a record of the batch cannot be written and no send names it: halving the batch to find it");
+                self.batch_cap = Some(cap);
+            }
             return;
         }
         // No send named a record. A handler call that outlived half the transaction timeout is
