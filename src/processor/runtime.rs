@@ -313,6 +313,9 @@ pub struct Runtime<P: Processor> {
     /// While a record error that no send names is being narrowed down: the most records the
     /// next batch may take (halved on each such failure, doubled on each commit).
     batch_cap: Option<usize>,
+    /// After a batch was closed early (half the transaction timeout used): the most records the
+    /// next batch may take — what fitted — grown by a quarter on each batch that fits.
+    time_cap: Option<usize>,
     /// Delivery reports of the open batch's outputs and forwards, with the index in the batch
     /// of the record that caused them: a failed transaction names its culprit from these.
     pub(super) deliveries: Vec<(DeliveryFuture, usize)>,
@@ -348,7 +351,9 @@ struct BatchFailure {
     culprit: Option<usize>,
     /// The offsets the transaction would have committed (to learn an unknown outcome).
     next_offsets: Vec<(String, i32, i64)>,
-    /// Records handled before the failure (a prefix of the batch).
+    /// The order records were handled in (indexes into the batch).
+    order: Vec<usize>,
+    /// Records handled before the failure (a prefix of `order`).
     handled: usize,
     /// The record whose handler call took longest, if it outlived half the transaction timeout.
     slow: Option<(usize, Duration)>,
@@ -358,7 +363,9 @@ struct BatchFailure {
 struct Committed {
     /// Last changelog offset written per partition.
     ends: HashMap<i32, i64>,
-    /// Records handled (a prefix of the batch; the rest are read again).
+    /// The order records were handled in (indexes into the batch).
+    order: Vec<usize>,
+    /// Records handled (a prefix of `order`; the rest are read again).
     handled: usize,
     /// Next offsets committed.
     next_offsets: Vec<(String, i32, i64)>,
@@ -407,6 +414,39 @@ fn partition_counts(
         .filter(|t| t.error().is_none() && topics.iter().any(|n| n == t.name()))
         .map(|t| (t.name().to_string(), t.partitions().len()))
         .collect())
+}
+
+/// The order a batch is handled in: round-robin over its (topic, partition) runs, each run in
+/// offset order. A batch closed early (half the transaction timeout used) then leaves a little
+/// of every partition for the next one, rather than starving the partitions that happen to come
+/// last in the poll order. The run of `first` (a record to run alone) goes first, so that record
+/// reaches the head of a batch.
+fn fair_order(batch: &[OwnedMessage], first: Option<&(String, i32, i64)>) -> Vec<usize> {
+    let mut runs: Vec<(&str, i32, Vec<usize>)> = Vec::new();
+    for (i, m) in batch.iter().enumerate() {
+        match runs
+            .iter_mut()
+            .find(|(t, p, _)| *p == m.partition() && *t == m.topic())
+        {
+            Some(run) => run.2.push(i),
+            None => runs.push((m.topic(), m.partition(), vec![i])),
+        }
+    }
+    if runs.len() <= 1 {
+        return (0..batch.len()).collect();
+    }
+    if let Some((t, p, _)) = first {
+        if let Some(at) = runs.iter().position(|(rt, rp, _)| rt == t && rp == p) {
+            let run = runs.remove(at);
+            runs.insert(0, run);
+        }
+    }
+    let mut order = Vec::with_capacity(batch.len());
+    let longest = runs.iter().map(|r| r.2.len()).max().unwrap_or(0);
+    for k in 0..longest {
+        order.extend(runs.iter().filter_map(|r| r.2.get(k)));
+    }
+    order
 }
 
 /// Whether `e` is an error of one record (too large, unknown topic …), not of the transaction.
@@ -541,6 +581,7 @@ impl<P: Processor> Runtime<P> {
             isolated: HashMap::new(),
             alone: None,
             batch_cap: None,
+            time_cap: None,
             deliveries: Vec::new(),
             current: 0,
             forced_dead_letter: None,
@@ -935,11 +976,12 @@ impl<P: Processor> Runtime<P> {
             }
             task.overlay.clear();
         }
-        let handled = &batch[..done.handled];
+        let (handled, rest) = done.order.split_at(done.handled.min(done.order.len()));
+        let handled: Vec<&OwnedMessage> = handled.iter().filter_map(|i| batch.get(*i)).collect();
         self.summary.commits += 1;
         self.summary.records += handled.len() as u64;
         let mut per_partition: BTreeMap<(&str, i32), u64> = BTreeMap::new();
-        for m in handled {
+        for m in &handled {
             *per_partition.entry((m.topic(), m.partition())).or_default() += 1;
         }
         for ((t, p), n) in per_partition {
@@ -966,8 +1008,12 @@ impl<P: Processor> Runtime<P> {
         if let Some(cap) = self.batch_cap {
             self.batch_cap = Some(cap * 2).filter(|c| *c < self.opts.max_batch_records);
         }
-        if done.handled < batch.len() {
-            self.seek_back(&batch[done.handled..])?;
+        if !rest.is_empty() {
+            self.seek_back(rest.iter().filter_map(|i| batch.get(*i)))?;
+            // Half the timeout was not enough for the batch: poll fewer records next time.
+            self.time_cap = Some(handled.len().max(1));
+        } else if let Some(cap) = self.time_cap {
+            self.time_cap = Some(cap + cap / 4 + 1).filter(|c| *c < self.opts.max_batch_records);
         }
         Ok(())
     }
@@ -987,6 +1033,7 @@ impl<P: Processor> Runtime<P> {
             error,
             culprit,
             next_offsets,
+            order,
             handled,
             slow,
         } = failure;
@@ -1006,6 +1053,7 @@ impl<P: Processor> Runtime<P> {
                     telemetry::commit_resolved("committed");
                     let done = Committed {
                         ends: HashMap::new(),
+                        order,
                         handled,
                         next_offsets,
                     };
@@ -1024,7 +1072,7 @@ impl<P: Processor> Runtime<P> {
         telemetry::aborted();
         tracing::warn!(error = %error, records = batch.len(), "batch aborted");
         self.blame(batch, &error, culprit, deliveries, slow);
-        self.seek_back(batch)?;
+        self.seek_back(batch.iter())?;
         Ok(())
     }
 
@@ -1235,8 +1283,11 @@ impl<P: Processor> Runtime<P> {
         }
     }
 
-    /// Rewinds every partition of an aborted batch to its first record.
-    fn seek_back(&mut self, batch: &[OwnedMessage]) -> Result<(), RuntimeError> {
+    /// Rewinds every partition of `batch` to its first record there.
+    fn seek_back<'m>(
+        &mut self,
+        batch: impl Iterator<Item = &'m OwnedMessage>,
+    ) -> Result<(), RuntimeError> {
         let mut first: HashMap<(String, i32), i64> = HashMap::new();
         for m in batch {
             first
@@ -1261,48 +1312,55 @@ impl<P: Processor> Runtime<P> {
     /// half the transaction timeout has gone (the rest is read again), so a batch always
     /// commits well inside `transaction.timeout.ms`.
     fn try_commit_batch(&mut self, batch: &[OwnedMessage]) -> Result<Committed, Box<BatchFailure>> {
-        let plain = |error: SinkError| {
+        let order = fair_order(batch, self.alone.as_ref());
+        let plain = |error: SinkError, order: Vec<usize>| {
             Box::new(BatchFailure {
                 error,
                 culprit: None,
                 next_offsets: Vec::new(),
+                order,
                 handled: 0,
                 slow: None,
             })
         };
-        self.sink.begin().map_err(plain)?;
+        if let Err(e) = self.sink.begin() {
+            return Err(plain(e, order));
+        }
         // Keyed by the batch's own topic names: no String per record.
         let mut next_offsets: BTreeMap<(&str, i32), i64> = BTreeMap::new();
         let now = now_ms();
         let budget = self.opts.transaction_timeout / 2;
         let begun = Instant::now();
-        let mut handled = batch.len();
+        let mut handled = order.len();
         let mut slow: Option<(usize, Duration)> = None;
         let mut last = begun;
-        for (i, m) in batch.iter().enumerate() {
+        let mut previous = 0;
+        for (k, &i) in order.iter().enumerate() {
+            let m = &batch[i];
             // One clock read per record: it times the previous record's handler call too.
             let t = Instant::now();
-            if i > 0 {
+            if k > 0 {
                 let took = t.duration_since(last);
                 if took >= budget && slow.is_none_or(|(_, s)| took > s) {
-                    slow = Some((i - 1, took));
+                    slow = Some((previous, took));
                 }
                 if t.duration_since(begun) >= budget {
-                    handled = i;
-                    tracing::warn!(handled = i, of = batch.len(), "batch closed early: half the transaction timeout is used; the rest is read again");
+                    handled = k;
+                    tracing::warn!(handled = k, of = batch.len(), "batch closed early: half the transaction timeout is used; the rest is read again");
                     telemetry::batch_closed_early();
                     break;
                 }
             }
             last = t;
-            if let Some(alone) = &self.alone {
-                let is_it =
-                    alone.0 == m.topic() && alone.1 == m.partition() && alone.2 == m.offset();
-                if is_it && i > 0 {
-                    // Commit what came before; the suspect starts the next transaction.
-                    handled = i;
-                    break;
-                }
+            previous = i;
+            let is_alone = self
+                .alone
+                .as_ref()
+                .is_some_and(|a| a.0 == m.topic() && a.1 == m.partition() && a.2 == m.offset());
+            if is_alone && k > 0 {
+                // Commit what came before; the suspect starts the next transaction.
+                handled = k;
+                break;
             }
             self.current = i;
             if let Err(error) = self.handle(m, now) {
@@ -1311,29 +1369,25 @@ impl<P: Processor> Runtime<P> {
                     error,
                     culprit,
                     next_offsets: Vec::new(),
-                    handled: i,
+                    order,
+                    handled: k,
                     slow,
                 }));
             }
             next_offsets.insert((m.topic(), m.partition()), m.offset() + 1);
-            if i == 0
-                && self
-                    .alone
-                    .as_ref()
-                    .is_some_and(|a| a.0 == m.topic() && a.1 == m.partition() && a.2 == m.offset())
-            {
+            if is_alone {
                 handled = 1;
                 let took = last.elapsed();
                 if took >= budget {
-                    slow = Some((0, took));
+                    slow = Some((i, took));
                 }
                 break;
             }
         }
-        if handled == batch.len() {
+        if handled == order.len() {
             let took = last.elapsed();
             if took >= budget && slow.is_none_or(|(_, s)| took > s) {
-                slow = Some((batch.len() - 1, took));
+                slow = Some((previous, took));
             }
         }
         let owned_offsets: Vec<(String, i32, i64)> = next_offsets
@@ -1345,6 +1399,7 @@ impl<P: Processor> Runtime<P> {
                 error,
                 culprit: None,
                 next_offsets: owned_offsets.clone(),
+                order: order.clone(),
                 handled,
                 slow,
             })
@@ -1409,6 +1464,7 @@ impl<P: Processor> Runtime<P> {
         }
         Ok(Committed {
             ends,
+            order,
             handled,
             next_offsets: owned_offsets,
         })
@@ -1448,5 +1504,51 @@ impl<P: Processor> Runtime<P> {
                 tracing::debug!(partition = *p, purged, "expired dedup ids removed");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn msg(topic: &str, partition: i32, offset: i64) -> OwnedMessage {
+        OwnedMessage::new(
+            None,
+            None,
+            topic.to_string(),
+            rdkafka::Timestamp::NotAvailable,
+            partition,
+            offset,
+            None,
+        )
+    }
+
+    #[test]
+    fn a_batch_is_handled_round_robin_over_its_partitions_each_in_offset_order() {
+        // As polled: all of partition 0, then partition 1, then the retry level.
+        let batch = vec![
+            msg("in", 0, 10),
+            msg("in", 0, 11),
+            msg("in", 0, 12),
+            msg("in", 1, 5),
+            msg("in", 1, 6),
+            msg("in.retry.1", 0, 3),
+        ];
+        assert_eq!(fair_order(&batch, None), vec![0, 3, 5, 1, 4, 2]);
+        // A record to run alone brings its partition's run to the front.
+        let alone = ("in".to_string(), 1, 5);
+        assert_eq!(fair_order(&batch, Some(&alone)), vec![3, 0, 5, 4, 1, 2]);
+        // One partition: poll order.
+        assert_eq!(fair_order(&batch[..3], None), vec![0, 1, 2]);
+    }
+
+    #[test]
+    fn only_errors_of_one_record_count_as_record_errors() {
+        use rdkafka::types::RDKafkaErrorCode as C;
+        let abortable = |c| SinkError::Abortable(KafkaError::MessageProduction(c));
+        assert!(record_error_in(&abortable(C::MessageSizeTooLarge)));
+        assert!(record_error_in(&abortable(C::UnknownTopicOrPartition)));
+        assert!(!record_error_in(&abortable(C::RequestTimedOut)));
+        assert!(!record_error_in(&SinkError::NoGroupMetadata));
     }
 }
