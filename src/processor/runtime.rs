@@ -423,14 +423,20 @@ fn partition_counts(
 /// reaches the head of a batch.
 fn fair_order(batch: &[OwnedMessage], first: Option<&(String, i32, i64)>) -> Vec<usize> {
     let mut runs: Vec<(&str, i32, Vec<usize>)> = Vec::new();
+    // Polled records come in long runs of one partition: the last run is asked first.
+    let mut last = 0;
     for (i, m) in batch.iter().enumerate() {
-        match runs
-            .iter_mut()
-            .find(|(t, p, _)| *p == m.partition() && *t == m.topic())
-        {
-            Some(run) => run.2.push(i),
-            None => runs.push((m.topic(), m.partition(), vec![i])),
+        let same = |(t, p, _): &(&str, i32, Vec<usize>)| *p == m.partition() && *t == m.topic();
+        if !runs.get(last).is_some_and(same) {
+            last = match runs.iter().position(same) {
+                Some(at) => at,
+                None => {
+                    runs.push((m.topic(), m.partition(), Vec::new()));
+                    runs.len() - 1
+                }
+            };
         }
+        runs[last].2.push(i);
     }
     if runs.len() <= 1 {
         return (0..batch.len()).collect();
