@@ -375,8 +375,9 @@ struct Committed {
 /// counts these lines to show a fault was met and survived.
 pub const IN_PLACE_RECOVERY_LOG: &str = "recreating the producer in place";
 
-/// How many in-place producer recoveries after a fencing answer are tolerated within
-/// [`FENCE_WINDOW`] before the instance concludes another live process shares its id.
+/// How many in-place producer recoveries after a fencing answer that no timed-out transaction
+/// explains are tolerated within [`FENCE_WINDOW`] before the instance concludes another live
+/// process shares its id.
 const MAX_FENCE_RECOVERIES: usize = 10;
 /// See [`MAX_FENCE_RECOVERIES`].
 const FENCE_WINDOW: Duration = Duration::from_secs(600);
@@ -1047,13 +1048,15 @@ impl<P: Processor> Runtime<P> {
             SinkError::Abortable(_) | SinkError::NoGroupMetadata | SinkError::Unwritable { .. } => {
                 if let Err(abort_err) = self.sink.abort() {
                     tracing::warn!(error = %abort_err, "abort failed; recreating the producer");
-                    self.recover_producer(&abort_err, "fatal")?;
+                    self.recover_producer(&abort_err, "fatal", started.elapsed())?;
                 }
             }
-            SinkError::Fenced { .. } => self.recover_producer(&error, "epoch-bumped")?,
-            SinkError::Fatal(_) => self.recover_producer(&error, "fatal")?,
+            SinkError::Fenced { .. } => {
+                self.recover_producer(&error, "epoch-bumped", started.elapsed())?
+            }
+            SinkError::Fatal(_) => self.recover_producer(&error, "fatal", started.elapsed())?,
             SinkError::CommitUnknown(_) => {
-                self.recover_producer(&error, "commit-unknown")?;
+                self.recover_producer(&error, "commit-unknown", started.elapsed())?;
                 if self.committed_for_sure(&next_offsets)? {
                     tracing::warn!(error = %error, records = handled, "the commit whose outcome was unknown had landed: keeping the batch");
                     telemetry::commit_resolved("committed");
@@ -1198,6 +1201,7 @@ impl<P: Processor> Runtime<P> {
         &mut self,
         error: &SinkError,
         cause: &'static str,
+        txn_age: Duration,
     ) -> Result<(), RuntimeError> {
         if error.is_fenced() {
             // A successor's consumer replaces ours within two heartbeats of joining.
@@ -1217,10 +1221,15 @@ impl<P: Processor> Runtime<P> {
                 self.health.beat();
                 std::thread::sleep(Duration::from_millis(100));
             }
+            // A transaction open longer than the timeout explains the fencing: the coordinator
+            // aborted it and bumped the epoch. Only the unexplained ones hint at a second
+            // process with this id.
             let now = Instant::now();
             self.fence_recoveries
                 .retain(|t| now.duration_since(*t) < FENCE_WINDOW);
-            self.fence_recoveries.push(now);
+            if txn_age < self.opts.transaction_timeout {
+                self.fence_recoveries.push(now);
+            }
             if self.fence_recoveries.len() > MAX_FENCE_RECOVERIES {
                 tracing::error!(
                     recoveries = self.fence_recoveries.len(),
