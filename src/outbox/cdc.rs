@@ -40,6 +40,8 @@ use crate::telemetry::Health;
 pub struct CdcSummary {
     /// Rows published.
     pub rows: u64,
+    /// Rows sent to the outbox's dead-letter topic (cannot be written where they route).
+    pub dead_lettered: u64,
     /// Kafka transactions committed.
     pub commits: u64,
     /// Rows skipped because their transaction was at or below the committed LSN.
@@ -390,7 +392,10 @@ impl<'a> Session<'a> {
         if !rows.is_empty() && self.batch_oldest_commit.is_none() {
             self.batch_oldest_commit = Some(self.open_commit_micros);
         }
-        self.batch.extend(rows);
+        self.batch.extend(rows.into_iter().map(|mut r| {
+            r.commit_lsn = Some(end_lsn);
+            r
+        }));
         self.batch_end = Some(end_lsn);
     }
 
@@ -408,9 +413,10 @@ impl<'a> Session<'a> {
                 enc.encode_all(&mut self.batch).await?;
             }
             let kafka_started = Instant::now();
-            publisher.publish(&self.batch, end).await?;
+            let published = publisher.publish(&self.batch, end).await?;
             let kafka_ms = kafka_started.elapsed().as_millis() as u64;
-            let rows = self.batch.len();
+            let rows = published.routed;
+            summary.dead_lettered += published.dead_lettered as u64;
             let latency = self
                 .batch_oldest_commit
                 .map(since_pg_micros)
@@ -467,6 +473,7 @@ async fn session(
         &super::transactional_id(&config.app.id, &o.slot),
         timeout,
         &offsets_topic,
+        &super::dlt_topic(&config.app.id),
         &o.slot,
         o.topic_partitions,
     )

@@ -24,16 +24,19 @@ pub enum Scenario {
     OutboxCrash,
     /// A corpus of bad-input classes interleaved with good records.
     Poison,
+    /// Outbox rows the router cannot write (oversize, unwritable topic) among good ones.
+    OutboxOversize,
 }
 
 impl Scenario {
     /// Every scenario, in the order `--scenario all` runs them.
-    pub const ALL: [Scenario; 5] = [
+    pub const ALL: [Scenario; 6] = [
         Scenario::KillProcessors,
         Scenario::BrokerRestart,
         Scenario::Zombie,
         Scenario::OutboxCrash,
         Scenario::Poison,
+        Scenario::OutboxOversize,
     ];
 
     /// The name on the command line and in the closing line.
@@ -44,6 +47,7 @@ impl Scenario {
             Scenario::Zombie => "zombie",
             Scenario::OutboxCrash => "outbox-crash",
             Scenario::Poison => "poison",
+            Scenario::OutboxOversize => "outbox-oversize",
         }
     }
 }
@@ -286,6 +290,14 @@ pub fn run(
                 super::poison::Options::long()
             };
             super::poison::run(config, env, &opts)
+        }
+        Scenario::OutboxOversize => {
+            let opts = if short {
+                super::outbox_oversize::Options::short()
+            } else {
+                super::outbox_oversize::Options::long()
+            };
+            super::outbox_oversize::run(config, env, &opts)
         }
     }
 }
