@@ -283,17 +283,23 @@ impl Outbox {
             "select confirmed_flush_lsn::text from pg_replication_slots where slot_name = '{}'",
             self.slot
         );
-        support::wait_for("the slot confirmed past the rows", Duration::from_secs(60), || {
-            (self.pg.lsn(&confirmed) >= lsn).then_some(())
-        });
+        support::wait_for(
+            "the slot confirmed past the rows",
+            Duration::from_secs(60),
+            || (self.pg.lsn(&confirmed) >= lsn).then_some(()),
+        );
     }
 
     /// Waits for `n` dead letters in the outbox's DLT and returns them.
     fn wait_dead_letters(&self, n: usize) -> Vec<Seen> {
-        let dead = support::wait_for("dead letters in the outbox DLT", Duration::from_secs(90), || {
-            let dead = self.read_named(&self.dlt());
-            (dead.len() >= n).then_some(dead)
-        });
+        let dead = support::wait_for(
+            "dead letters in the outbox DLT",
+            Duration::from_secs(90),
+            || {
+                let dead = self.read_named(&self.dlt());
+                (dead.len() >= n).then_some(dead)
+            },
+        );
         assert_eq!(dead.len(), n, "{dead:#?}");
         dead
     }
@@ -1291,12 +1297,19 @@ fn an_oversize_row_goes_to_the_outbox_dlt_with_its_reason_and_the_rows_around_it
     assert_eq!(dlt_header(d, "truncated"), "true");
     let value = d.value.as_deref().expect("a truncated copy");
     assert!(value.len() <= 64 * 1024, "{}", value.len());
-    assert!(value.starts_with(r#"{"n": 2, "pad": "xxxx"#), "{}", &value[..40]);
+    assert!(
+        value.starts_with(r#"{"n": 2, "pad": "xxxx"#),
+        "{}",
+        &value[..40]
+    );
     o.wait_confirmed(inside);
     support::wait_for("the dead-letter metric", Duration::from_secs(30), || {
         let (_, text) = get(&metrics, "/metrics")?;
-        (metric(&text, "eosflow_outbox_dead_lettered_total", &["reason=\"oversize\""])
-            == Some(1.0))
+        (metric(
+            &text,
+            "eosflow_outbox_dead_lettered_total",
+            &["reason=\"oversize\""],
+        ) == Some(1.0))
         .then_some(())
     });
     let log = std::fs::read_to_string(o.logs.join("router-0.log")).unwrap_or_default();
@@ -1345,7 +1358,11 @@ fn a_row_the_broker_refuses_is_isolated_and_dead_lettered_and_its_partition_neig
         let seen = o.read_named(&small);
         (seen.len() >= 6).then_some(seen)
     });
-    assert_eq!(ns(&seen), [1, 2, 3, 5, 6, 7], "the neighbours, once, in order");
+    assert_eq!(
+        ns(&seen),
+        [1, 2, 3, 5, 6, 7],
+        "the neighbours, once, in order"
+    );
     let dead = o.wait_dead_letters(1);
     let reason = dlt_header(&dead[0], "reason");
     assert!(
@@ -1376,15 +1393,24 @@ fn a_row_routed_to_a_topic_that_cannot_be_created_is_dead_lettered_and_the_other
     let dead = o.wait_dead_letters(1);
     let d = &dead[0];
     assert_eq!(d.headers["id"], bad);
-    assert_eq!(d.headers["headers"], r#"[1, "odd"]"#, "odd headers JSON kept whole");
+    assert_eq!(
+        d.headers["headers"], r#"[1, "odd"]"#,
+        "odd headers JSON kept whole"
+    );
     assert_eq!(dlt_header(d, "original.topic"), o.topic("Bad.X"));
     let reason = dlt_header(d, "reason");
     assert!(
-        reason.starts_with(&format!("unwritable: cannot create topic {}", o.topic("Bad.X")))
-            && reason.contains("InvalidTopic"),
+        reason.starts_with(&format!(
+            "unwritable: cannot create topic {}",
+            o.topic("Bad.X")
+        )) && reason.contains("InvalidTopic"),
         "{reason}"
     );
-    assert_eq!(d.value.as_deref(), Some(r#"{"n": 1}"#), "small payloads kept whole");
+    assert_eq!(
+        d.value.as_deref(),
+        Some(r#"{"n": 1}"#),
+        "small payloads kept whole"
+    );
     assert_eq!(dlt_header(d, "truncated"), "false");
     o.wait_confirmed(inside);
 }
@@ -1432,25 +1458,39 @@ fn poll_mode_with_a_non_uuid_id_column_fails_at_start_before_publishing_anything
     );
     // Nothing was published (the routed topic may not even exist: a failed read is none).
     let mut n = 0;
-    let _ = read_all(&support::clients(), &o.topic("Order"), Duration::from_secs(10), |_| {
-        n += 1;
-        Ok(())
-    });
+    let _ = read_all(
+        &support::clients(),
+        &o.topic("Order"),
+        Duration::from_secs(10),
+        |_| {
+            n += 1;
+            Ok(())
+        },
+    );
     assert_eq!(n, 0, "rows were published before the failure");
     assert_eq!(
-        o.pg.text(&format!("select count(*)::text from {} where sent_at is null", o.table))
-            .as_deref(),
+        o.pg.text(&format!(
+            "select count(*)::text from {} where sent_at is null",
+            o.table
+        ))
+        .as_deref(),
         Some("1")
     );
 }
 
 #[test]
-fn verify_scenario_outbox_oversize_short_routes_every_good_row_once_and_dead_letters_every_bad_one(
-) {
+fn verify_scenario_outbox_oversize_short_routes_every_good_row_once_and_dead_letters_every_bad_one()
+{
     let _shared = PG_RESTART.read().unwrap_or_else(|e| e.into_inner());
     let work = std::env::temp_dir().join(support::unique("eosflow-outbox-oversize"));
     let out = Command::new(env!("CARGO_BIN_EXE_eosflow"))
-        .args(["verify", "--scenario", "outbox-oversize", "--short", "--work-dir"])
+        .args([
+            "verify",
+            "--scenario",
+            "outbox-oversize",
+            "--short",
+            "--work-dir",
+        ])
         .arg(&work)
         .env("EOSFLOW_KAFKA_BOOTSTRAP", support::bootstrap())
         .env("EOSFLOW_POSTGRES_URL", support::postgres_url())
@@ -1542,7 +1582,10 @@ fn a_commit_cut_off_by_a_frozen_broker_is_neither_published_twice_nor_skipped() 
     rt.block_on(async {
         let deadline = Instant::now() + Duration::from_secs(300);
         'session: loop {
-            assert!(Instant::now() < deadline, "not done after {sessions} sessions");
+            assert!(
+                Instant::now() < deadline,
+                "not done after {sessions} sessions"
+            );
             sessions += 1;
             let t = Duration::from_secs(3);
             let Ok(mut p) = Publisher::new(&clients, &id, t, &offsets, &dlt, "slot_f", 2).await
@@ -1580,8 +1623,8 @@ fn a_commit_cut_off_by_a_frozen_broker_is_neither_published_twice_nor_skipped() 
     let dups: Vec<_> = counts.iter().filter(|(_, n)| **n > 1).take(5).collect();
     assert!(dups.is_empty(), "republished after a commit: {dups:?}");
     assert_eq!(counts.len() as u64, BATCHES * ROWS, "batches skipped");
-    let lsn = read_committed_lsn(&clients, &offsets, "slot_f", Duration::from_secs(60))
-        .expect("offsets");
+    let lsn =
+        read_committed_lsn(&clients, &offsets, "slot_f", Duration::from_secs(60)).expect("offsets");
     assert_eq!(lsn, Some(BATCHES));
     eprintln!("{BATCHES} batches exactly once across 3 broker freezes in {sessions} session(s)");
     let _ = std::fs::remove_dir_all(run_dir.join("kafka").join("logs"));

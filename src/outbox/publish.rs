@@ -170,7 +170,7 @@ impl Unwritable {
         }
     }
 
-    fn unwritable(detail: String) -> Self {
+    fn topic(detail: String) -> Self {
         Self {
             kind: "unwritable",
             reason: format!("unwritable: {detail}"),
@@ -192,15 +192,12 @@ fn record_error(e: &KafkaError, size: usize) -> Option<(Unwritable, bool)> {
             },
             true,
         )),
-        C::InvalidRecord => Some((Unwritable::unwritable(format!("InvalidRecord: {e}")), true)),
+        C::InvalidRecord => Some((Unwritable::topic(format!("InvalidRecord: {e}")), true)),
         code @ (C::UnknownTopic
         | C::UnknownTopicOrPartition
         | C::TopicAuthorizationFailed
         | C::InvalidTopic
-        | C::PolicyViolation) => Some((
-            Unwritable::unwritable(format!("{code:?}: {e}")),
-            false,
-        )),
+        | C::PolicyViolation) => Some((Unwritable::topic(format!("{code:?}: {e}")), false)),
         _ => None,
     }
 }
@@ -399,7 +396,11 @@ impl Gate {
                 Err(OutboxError::Topics(topics::TopicsError::Create { code, .. }))
                     if permanent_create_error(code) =>
                 {
-                    tracing::error!(topic = t, ?code, "a routed topic cannot be created; its rows go to the outbox DLT");
+                    tracing::error!(
+                        topic = t,
+                        ?code,
+                        "a routed topic cannot be created; its rows go to the outbox DLT"
+                    );
                     self.unwritable
                         .insert(t.to_string(), format!("cannot create topic {t}: {code:?}"));
                 }
@@ -417,7 +418,7 @@ impl Gate {
         }
         self.unwritable
             .get(&r.topic)
-            .map(|why| (Unwritable::unwritable(why.clone()), size))
+            .map(|why| (Unwritable::topic(why.clone()), size))
     }
 
     /// The ERROR line and the metric of a dead-lettered row (after its commit).
@@ -648,7 +649,9 @@ impl Publisher {
         fn wait(pending: &mut Pending) -> Delivered {
             let (at, futures): (Vec<_>, Vec<_>) = pending.drain(..).unzip();
             at.into_iter()
-                .zip(futures::executor::block_on(futures::future::join_all(futures)))
+                .zip(futures::executor::block_on(futures::future::join_all(
+                    futures,
+                )))
                 .collect()
         }
         fn failed_yet(results: &Delivered) -> bool {

@@ -255,7 +255,10 @@ pub fn run(config: &Config, env: &ScenarioEnv, opts: &Options) -> Result<Scenari
             ("EOSFLOW_OUTBOX_TABLE", table.clone()),
             ("EOSFLOW_OUTBOX_SLOT", slot.clone()),
             ("EOSFLOW_OUTBOX_PUBLICATION", format!("{table}_pub")),
-            ("EOSFLOW_OUTBOX_TOPIC_TEMPLATE", format!("{app}.${{routedByValue}}")),
+            (
+                "EOSFLOW_OUTBOX_TOPIC_TEMPLATE",
+                format!("{app}.${{routedByValue}}"),
+            ),
             ("EOSFLOW_OUTBOX_COMMIT_INTERVAL_MS", "50".into()),
             ("EOSFLOW_OUTBOX_STATUS_INTERVAL_MS", "200".into()),
             ("EOSFLOW_OUTBOX_HEARTBEAT_INTERVAL_MS", "500".into()),
@@ -295,8 +298,12 @@ pub fn run(config: &Config, env: &ScenarioEnv, opts: &Options) -> Result<Scenari
     };
     router.start()?;
     let streaming = crate::outbox::cdc::streaming_sql(&slot);
-    wait(Duration::from_secs(60), || text(&streaming).is_some())
-        .map_err(|_| format!("the router did not stream within 60 s; logs in {}", logs.display()))?;
+    wait(Duration::from_secs(60), || text(&streaming).is_some()).map_err(|_| {
+        format!(
+            "the router did not stream within 60 s; logs in {}",
+            logs.display()
+        )
+    })?;
 
     // Write in SQL transactions of 1..=40 rows at the pace of `duration`; kill the router at
     // evenly spread points, restarting it at once.
@@ -378,7 +385,10 @@ pub fn run(config: &Config, env: &ScenarioEnv, opts: &Options) -> Result<Scenari
         let id = row_id(i);
         let kind = Kind::of(i, opts.bad_every);
         let (here, elsewhere) = match kind.reason() {
-            None => (routed_n.get(id.as_str()).copied().unwrap_or(0), dead_n.contains_key(id.as_str())),
+            None => (
+                routed_n.get(id.as_str()).copied().unwrap_or(0),
+                dead_n.contains_key(id.as_str()),
+            ),
             Some(reason) => {
                 bad_rows += 1;
                 let entry = dead_n.get(id.as_str());
@@ -407,7 +417,10 @@ pub fn run(config: &Config, env: &ScenarioEnv, opts: &Options) -> Result<Scenari
     // The slot goes, or it pins WAL on the shared Postgres (its walsender may lag the kill).
     let _ = wait(Duration::from_secs(20), || {
         let _ = rt.block_on(pg.batch_execute(&crate::outbox::cdc::drop_released_slot_sql(&slot)));
-        text(&format!("select 'x' from pg_replication_slots where slot_name = '{slot}'")).is_none()
+        text(&format!(
+            "select 'x' from pg_replication_slots where slot_name = '{slot}'"
+        ))
+        .is_none()
     });
     let _ = rt.block_on(pg.batch_execute(&format!(
         "drop publication if exists {table}_pub; drop table if exists {table}"
