@@ -119,6 +119,15 @@ impl Outbox {
         }
     }
 
+    /// A migrated outbox whose CDC router is started after `before` (topics to collide with).
+    fn started_after(name: &str, before: impl FnOnce(&Outbox)) -> Self {
+        let mut o = Outbox::new(name);
+        o.migrate();
+        before(&o);
+        o.spawn("cdc", &[]);
+        o
+    }
+
     fn topic(&self, route: &str) -> String {
         format!("{}.{route}", self.app)
     }
@@ -1323,17 +1332,20 @@ fn an_oversize_row_goes_to_the_outbox_dlt_with_its_reason_and_the_rows_around_it
 fn a_row_the_broker_refuses_is_isolated_and_dead_lettered_and_its_partition_neighbours_are_published(
 ) {
     let _shared = PG_RESTART.read().unwrap_or_else(|e| e.into_inner());
-    let mut o = Outbox::new("outbox-refused");
-    o.migrate();
     // A routed topic that exists with a small max.message.bytes: the broker, not the producer,
     // refuses the big row, for its whole produce batch (one partition, one aggregate).
-    let small = o.topic("Small");
-    let mut spec = eosflow::kafka::topics::TopicSpec::new(&small, 1, "delete");
-    spec.config
-        .insert("max.message.bytes".into(), "4096".into());
-    eosflow::kafka::topics::apply_blocking(&support::clients(), &[spec], Duration::from_secs(30))
+    let o = Outbox::started_after("outbox-refused", |o| {
+        let mut spec = eosflow::kafka::topics::TopicSpec::new(o.topic("Small"), 1, "delete");
+        spec.config
+            .insert("max.message.bytes".into(), "4096".into());
+        eosflow::kafka::topics::apply_blocking(
+            &support::clients(),
+            &[spec],
+            Duration::from_secs(30),
+        )
         .expect("the small topic");
-    o.spawn("cdc", &[]);
+    });
+    let small = o.topic("Small");
     o.wait_streaming();
     // 12 KB of hex does not compress below 4 KB.
     let rows: Vec<String> = (1..=7)
@@ -1376,11 +1388,10 @@ fn a_row_the_broker_refuses_is_isolated_and_dead_lettered_and_its_partition_neig
 #[test]
 fn a_row_routed_to_a_topic_that_cannot_be_created_is_dead_lettered_and_the_others_flow() {
     let _shared = PG_RESTART.read().unwrap_or_else(|e| e.into_inner());
-    let mut o = Outbox::new("outbox-unwritable");
-    o.migrate();
     // Kafka refuses `<app>.Bad.X` while `<app>.Bad_X` exists (the names collide in metrics).
-    support::create_topics(&[&o.topic("Bad_X")], 1);
-    o.spawn("cdc", &[]);
+    let o = Outbox::started_after("outbox-unwritable", |o| {
+        support::create_topics(&[&o.topic("Bad_X")], 1)
+    });
     o.wait_streaming();
     let [bad, good] = [(); 2].map(|_| uuid::Uuid::new_v4().to_string());
     let inside = o.lsn_inside_tx(&format!(
@@ -1418,11 +1429,10 @@ fn a_row_routed_to_a_topic_that_cannot_be_created_is_dead_lettered_and_the_other
 #[test]
 fn the_router_refuses_to_start_when_its_dead_letter_topic_cannot_exist() {
     let _shared = PG_RESTART.read().unwrap_or_else(|e| e.into_inner());
-    let mut o = Outbox::new("outbox-nodlt");
-    o.migrate();
     // `<app>-outbox_DLT` collides with `<app>-outbox.DLT`: the DLT cannot be created.
-    support::create_topics(&[&format!("{}-outbox_DLT", o.app)], 1);
-    o.spawn("cdc", &[]);
+    let mut o = Outbox::started_after("outbox-nodlt", |o| {
+        support::create_topics(&[&format!("{}-outbox_DLT", o.app)], 1)
+    });
     let status = support::wait_for("the router to exit", Duration::from_secs(60), || {
         o.routers[0].try_wait().ok().flatten()
     });
@@ -1628,4 +1638,74 @@ fn a_commit_cut_off_by_a_frozen_broker_is_neither_published_twice_nor_skipped() 
     assert_eq!(lsn, Some(BATCHES));
     eprintln!("{BATCHES} batches exactly once across 3 broker freezes in {sessions} session(s)");
     let _ = std::fs::remove_dir_all(run_dir.join("kafka").join("logs"));
+}
+
+/// The size check is librdkafka's own arithmetic: a record of exactly `message.max.bytes` as
+/// librdkafka counts it is published, one byte more is dead-lettered with the exact numbers
+/// (not refused by librdkafka first, which would mean the check undercounts).
+#[test]
+fn a_record_of_exactly_the_limit_is_published_and_one_byte_more_is_dead_lettered() {
+    use eosflow::outbox::publish::{wire_size, Published, Publisher};
+    use eosflow::outbox::router::RoutedRecord;
+    let app = support::unique("outbox-limit");
+    let topic = format!("{app}.Order");
+    let dlt = eosflow::outbox::dlt_topic(&app);
+    let record = |id: &str, extra: usize| {
+        let mut r = RoutedRecord {
+            topic: topic.clone(),
+            key: Some(b"agg-1".to_vec()),
+            value: Some(vec![]),
+            headers: vec![("id".into(), id.as_bytes().to_vec())],
+            id: id.into(),
+            commit_lsn: Some(7),
+        };
+        r.value = Some(vec![b'x'; 1_000_000 - wire_size(&r) + extra]);
+        r
+    };
+    let (at, over) = (record("at", 0), record("over", 1));
+    assert_eq!((wire_size(&at), wire_size(&over)), (1_000_000, 1_000_001));
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio");
+    let published = rt.block_on(async {
+        let clients = support::clients();
+        let offsets = eosflow::outbox::offsets_topic(&app);
+        let id = eosflow::outbox::transactional_id(&app, "slot_l");
+        let t = Duration::from_secs(10);
+        let mut p = Publisher::new(&clients, &id, t, &offsets, &dlt, "slot_l", 1)
+            .await
+            .expect("publisher");
+        p.publish(&[at, over], 7).await.expect("publishes")
+    });
+    assert_eq!(
+        published,
+        Published {
+            routed: 1,
+            dead_lettered: 1
+        }
+    );
+    let reasons = |t: &str| {
+        let mut out = vec![];
+        read_all(&support::clients(), t, Duration::from_secs(30), |m| {
+            let h = m
+                .headers()
+                .and_then(|h| h.iter().find(|h| h.key == "eosflow.dlt.reason"));
+            out.push(
+                h.and_then(|h| h.value)
+                    .map(|v| String::from_utf8_lossy(v).into_owned()),
+            );
+            Ok(())
+        })
+        .expect("read");
+        out
+    };
+    assert_eq!(reasons(&topic), [None]);
+    assert_eq!(
+        reasons(&dlt),
+        [Some(
+            "oversize: 1000001 bytes > limit 1000000 (message.max.bytes)".to_string()
+        )]
+    );
 }

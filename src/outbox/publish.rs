@@ -631,6 +631,17 @@ impl Publisher {
         }
     }
 
+    /// Queues `r` in the open transaction (partition by key).
+    fn send(&self, r: &RoutedRecord) -> Result<DeliveryFuture, SinkError> {
+        self.sink.send(
+            &r.topic,
+            None,
+            r.key.as_deref(),
+            r.value.as_deref(),
+            &r.headers,
+        )
+    }
+
     /// One transaction: every row (or its dead letter), then the checkpoint, then the
     /// commit. `suspect` rows (in a batch the broker refused) are sent alone, each waited for,
     /// so their delivery result is theirs; a refusal found here marks rows and fails the
@@ -668,13 +679,7 @@ impl Publisher {
                 if suspect[i] {
                     results.extend(wait(&mut pending));
                 }
-                match self.sink.send(
-                    &r.topic,
-                    None,
-                    r.key.as_deref(),
-                    r.value.as_deref(),
-                    &r.headers,
-                ) {
+                match self.send(r) {
                     Ok(d) => {
                         pending.push((Some(i), d));
                         if suspect[i] {
@@ -699,13 +704,7 @@ impl Publisher {
             }
             if let Some((why, size)) = &dead[i] {
                 let d = dead_letter(r, why, *size, end_lsn, &self.dlt_topic, self.gate.limit);
-                match self.sink.send(
-                    &d.topic,
-                    None,
-                    d.key.as_deref(),
-                    d.value.as_deref(),
-                    &d.headers,
-                ) {
+                match self.send(&d) {
                     Ok(f) => pending.push((None, f)),
                     Err(e) => {
                         stopped = Some(e);
@@ -790,5 +789,61 @@ mod tests {
         assert_eq!(parse_lsn("0/1926DE0"), Some(0x1926DE0));
         assert_eq!(parse_lsn("16/B374D848"), Some((0x16 << 32) | 0xB374_D848));
         assert_eq!(parse_lsn("nope"), None);
+    }
+
+    #[test]
+    fn a_dead_letter_is_bounded_whatever_the_row_and_says_where_it_was_going() {
+        let huge = |n: usize| vec![b'x'; n];
+        let r = RoutedRecord {
+            topic: "app.Order".into(),
+            key: Some(huge(10_000)),
+            value: Some(huge(3_000_000)),
+            headers: (0..100)
+                .map(|i| (format!("h{i}-{}", "k".repeat(5_000)), huge(50_000)))
+                .chain([("id".into(), b"row-1".to_vec())])
+                .collect(),
+            id: "row-1".into(),
+            commit_lsn: Some(0x16_B374_D848),
+        };
+        let size = wire_size(&r);
+        let why = Unwritable::oversize(size, DEFAULT_MESSAGE_MAX_BYTES);
+        let d = dead_letter(
+            &r,
+            &why,
+            size,
+            0,
+            "app-outbox.DLT",
+            DEFAULT_MESSAGE_MAX_BYTES,
+        );
+        assert_eq!(d.topic, "app-outbox.DLT");
+        assert!(wire_size(&d) < 200_000, "{}", wire_size(&d));
+        assert_eq!(d.value.as_ref().map(Vec::len), Some(DLT_VALUE_MAX));
+        let h = |k: &str| {
+            d.headers
+                .iter()
+                .find(|(n, _)| n == k)
+                .map(|(_, v)| String::from_utf8_lossy(v).into_owned())
+        };
+        assert_eq!(
+            h("eosflow.dlt.original.topic").as_deref(),
+            Some("app.Order")
+        );
+        assert_eq!(h("eosflow.dlt.original.size"), Some(size.to_string()));
+        assert_eq!(
+            h("eosflow.dlt.original.lsn").as_deref(),
+            Some("16/B374D848")
+        );
+        assert_eq!(h("eosflow.dlt.truncated").as_deref(), Some("true"));
+        assert_eq!(h("eosflow.dlt.reason"), Some(why.reason.clone()));
+        // Poll mode has no LSN: no header rather than `0/0`.
+        let poll = RoutedRecord {
+            commit_lsn: None,
+            ..r
+        };
+        let d = dead_letter(&poll, &why, size, 0, "app-outbox.DLT", 1_000_000);
+        assert!(d
+            .headers
+            .iter()
+            .all(|(k, _)| k != "eosflow.dlt.original.lsn"));
     }
 }

@@ -323,8 +323,9 @@ pub fn run(config: &Config, env: &ScenarioEnv, opts: &Options) -> Result<Scenari
         .map_err(|e| format!("writing rows: {e}"))?;
         done += size;
         txs += 1;
-        let due_kills = (u64::from(opts.kills) * done / (opts.rows + 1)) as u32 + 1;
-        if kills < opts.kills && kills < due_kills && done > opts.rows / 10 {
+        // Kill k of n is due once k/(n+1) of the rows are written.
+        let due = (u64::from(opts.kills + 1) * done / opts.rows) as u32;
+        if kills < opts.kills && kills < due {
             router.kill();
             kills += 1;
             tracing::info!(kills, done, "kill -9 of the router");
