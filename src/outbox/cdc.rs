@@ -450,6 +450,28 @@ impl<'a> Session<'a> {
     }
 }
 
+/// A fence seen while this session's connection — which holds the slot's advisory lock — still
+/// answers cannot come from a successor router (it would need the lock): the coordinator
+/// aborted a transaction that outlived `transaction.timeout.ms` (a long coordinator outage) and
+/// bumped the epoch. That is no reason to stop: the session ends as transient, and the next one
+/// reads the stored LSN back and continues from it.
+async fn unfenced(
+    r: Result<(), OutboxError>,
+    pg: &tokio_postgres::Client,
+) -> Result<(), OutboxError> {
+    match r {
+        Err(OutboxError::Sink(crate::sink::SinkError::Fenced { id, source }))
+            if pg.simple_query("select 1").await.is_ok() =>
+        {
+            tracing::warn!(%id, error = %source, "fenced while this router still holds the slot's lock: a timed-out transaction, not a successor; starting a new session");
+            Err(OutboxError::Other(format!(
+                "fenced without a successor (the slot's lock is still held): {source}"
+            )))
+        }
+        r => r,
+    }
+}
+
 async fn session(
     config: &Config,
     shutdown: &AtomicBool,
@@ -504,7 +526,7 @@ async fn session(
         health.beat();
         if shutdown.load(Ordering::Relaxed) {
             // Finish what is complete; an open Postgres transaction is re-sent next time.
-            s.flush(&mut publisher, &repl, summary).await?;
+            unfenced(s.flush(&mut publisher, &repl, summary).await, &pg).await?;
             tokio::time::sleep(Duration::from_millis(s.config.outbox.status_interval_ms)).await;
             let _ = repl.shutdown().await;
             return Ok(());
@@ -542,7 +564,7 @@ async fn session(
                     s.on_commit(end_lsn.as_u64(), summary);
                     s.last_commit_micros = Some(commit_time_micros);
                     if s.batch.len() >= o.batch_size {
-                        s.flush(&mut publisher, &repl, summary).await?;
+                        unfenced(s.flush(&mut publisher, &repl, summary).await, &pg).await?;
                     }
                 }
                 ReplicationEvent::KeepAlive { wal_end, .. } => {
@@ -561,7 +583,7 @@ async fn session(
             },
         }
         if s.batch_end.is_some() && s.batch_since.elapsed() >= commit_interval {
-            s.flush(&mut publisher, &repl, summary).await?;
+            unfenced(s.flush(&mut publisher, &repl, summary).await, &pg).await?;
         }
         if !heartbeat_every.is_zero() && last_heartbeat.elapsed() >= heartbeat_every {
             pg.execute(
