@@ -246,6 +246,7 @@ mod tests {
             value: Some(b"{}".to_vec()),
             headers: vec![("id".into(), b"x".to_vec())],
             id: "x".into(),
+            commit_lsn: None,
         };
         dead_letter(&mut r, "bad");
         assert_eq!(r.topic, "outbox.event.orders.DLT");

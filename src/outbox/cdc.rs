@@ -40,6 +40,8 @@ use crate::telemetry::Health;
 pub struct CdcSummary {
     /// Rows published.
     pub rows: u64,
+    /// Rows sent to the outbox's dead-letter topic (cannot be written where they route).
+    pub dead_lettered: u64,
     /// Kafka transactions committed.
     pub commits: u64,
     /// Rows skipped because their transaction was at or below the committed LSN.
@@ -390,7 +392,10 @@ impl<'a> Session<'a> {
         if !rows.is_empty() && self.batch_oldest_commit.is_none() {
             self.batch_oldest_commit = Some(self.open_commit_micros);
         }
-        self.batch.extend(rows);
+        self.batch.extend(rows.into_iter().map(|mut r| {
+            r.commit_lsn = Some(end_lsn);
+            r
+        }));
         self.batch_end = Some(end_lsn);
     }
 
@@ -408,9 +413,10 @@ impl<'a> Session<'a> {
                 enc.encode_all(&mut self.batch).await?;
             }
             let kafka_started = Instant::now();
-            publisher.publish(&self.batch, end).await?;
+            let published = publisher.publish(&self.batch, end).await?;
             let kafka_ms = kafka_started.elapsed().as_millis() as u64;
-            let rows = self.batch.len();
+            let rows = published.routed;
+            summary.dead_lettered += published.dead_lettered as u64;
             let latency = self
                 .batch_oldest_commit
                 .map(since_pg_micros)
@@ -444,6 +450,28 @@ impl<'a> Session<'a> {
     }
 }
 
+/// A fence seen while this session's connection — which holds the slot's advisory lock — still
+/// answers cannot come from a successor router (it would need the lock): the coordinator
+/// aborted a transaction that outlived `transaction.timeout.ms` (a long coordinator outage) and
+/// bumped the epoch. That is no reason to stop: the session ends as transient, and the next one
+/// reads the stored LSN back and continues from it.
+async fn unfenced(
+    r: Result<(), OutboxError>,
+    pg: &tokio_postgres::Client,
+) -> Result<(), OutboxError> {
+    match r {
+        Err(OutboxError::Sink(crate::sink::SinkError::Fenced { id, source }))
+            if pg.simple_query("select 1").await.is_ok() =>
+        {
+            tracing::warn!(%id, error = %source, "fenced while this router still holds the slot's lock: a timed-out transaction, not a successor; starting a new session");
+            Err(OutboxError::Other(format!(
+                "fenced without a successor (the slot's lock is still held): {source}"
+            )))
+        }
+        r => r,
+    }
+}
+
 async fn session(
     config: &Config,
     shutdown: &AtomicBool,
@@ -467,6 +495,7 @@ async fn session(
         &super::transactional_id(&config.app.id, &o.slot),
         timeout,
         &offsets_topic,
+        &super::dlt_topic(&config.app.id),
         &o.slot,
         o.topic_partitions,
     )
@@ -497,7 +526,7 @@ async fn session(
         health.beat();
         if shutdown.load(Ordering::Relaxed) {
             // Finish what is complete; an open Postgres transaction is re-sent next time.
-            s.flush(&mut publisher, &repl, summary).await?;
+            unfenced(s.flush(&mut publisher, &repl, summary).await, &pg).await?;
             tokio::time::sleep(Duration::from_millis(s.config.outbox.status_interval_ms)).await;
             let _ = repl.shutdown().await;
             return Ok(());
@@ -535,7 +564,7 @@ async fn session(
                     s.on_commit(end_lsn.as_u64(), summary);
                     s.last_commit_micros = Some(commit_time_micros);
                     if s.batch.len() >= o.batch_size {
-                        s.flush(&mut publisher, &repl, summary).await?;
+                        unfenced(s.flush(&mut publisher, &repl, summary).await, &pg).await?;
                     }
                 }
                 ReplicationEvent::KeepAlive { wal_end, .. } => {
@@ -554,7 +583,7 @@ async fn session(
             },
         }
         if s.batch_end.is_some() && s.batch_since.elapsed() >= commit_interval {
-            s.flush(&mut publisher, &repl, summary).await?;
+            unfenced(s.flush(&mut publisher, &repl, summary).await, &pg).await?;
         }
         if !heartbeat_every.is_zero() && last_heartbeat.elapsed() >= heartbeat_every {
             pg.execute(

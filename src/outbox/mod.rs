@@ -122,6 +122,13 @@ pub fn offsets_topic(app: &str) -> String {
     format!("{app}-outbox-offsets")
 }
 
+/// The outbox's dead-letter topic: rows the router cannot write (over `message.max.bytes`,
+/// their routed topic cannot be created or written) go there as bounded copies, in the same
+/// Kafka transaction that moves the LSN past them, so one bad row never blocks the outbox.
+pub fn dlt_topic(app: &str) -> String {
+    format!("{app}-outbox.DLT")
+}
+
 /// Runs the router in the configured mode until `shutdown` is set.
 pub fn run(
     config: &crate::Config,
@@ -134,8 +141,9 @@ pub fn run(
     } else {
         let s = cdc::run(config, shutdown, health)?;
         Ok(format!(
-            "cdc: rows={} commits={} skipped_replayed={} ignored={} sessions={} lsn={}",
+            "cdc: rows={} dead_lettered={} commits={} skipped_replayed={} ignored={} sessions={} lsn={}",
             s.rows,
+            s.dead_lettered,
             s.commits,
             s.skipped,
             s.ignored,

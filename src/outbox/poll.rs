@@ -7,7 +7,6 @@
 //! before the COMMIT publishes those rows again: consumers dedup by the `id` header. Order per
 //! aggregate holds within an instance, not across instances that interleave.
 
-use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -18,8 +17,8 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 use crate::config::Config;
 use crate::kafka::{ClientRole, KafkaClients};
 
-use super::publish::{ensure_topics, routed_topic_spec};
-use super::router::{EventRouter, Row};
+use super::publish::{dead_letter, Gate};
+use super::router::{EventRouter, RoutedRecord, Row};
 use super::{bare_table, migrate, pg_err, quote_ident, quoted_table, telemetry, OutboxError};
 
 /// What a polling run did.
@@ -64,6 +63,41 @@ pub fn run(
     })
 }
 
+/// Poll mode marks rows sent by id as `uuid[]` (the index of unsent rows serves it): with any
+/// other id type the marking fails after the rows were published, and they would be published
+/// again every turn. So refuse to start, before anything is published, naming the fix.
+async fn check_id_is_uuid(
+    pg: &tokio_postgres::Client,
+    o: &crate::config::OutboxConfig,
+    schema: &str,
+    table: &str,
+) -> Result<(), OutboxError> {
+    let found: Option<String> = pg
+        .query_opt(
+            "select udt_name::text from information_schema.columns \
+             where table_schema = $1 and table_name = $2 and column_name = $3",
+            &[&schema, &table, &o.column_id],
+        )
+        .await
+        .map_err(pg_err("reading the id column's type"))?
+        .map(|r| r.get(0));
+    match found.as_deref() {
+        Some("uuid") => Ok(()),
+        Some(other) => Err(OutboxError::Config(format!(
+            "poll mode needs the id column {col} of table {t} to be a uuid, but it is {other} \
+             (outbox.table / outbox.column_id): ALTER TABLE {t} ALTER COLUMN {col} TYPE uuid \
+             USING {col}::uuid, or run the router in CDC mode (outbox.mode = \"cdc\")",
+            col = quote_ident(&o.column_id),
+            t = quoted_table(o),
+        ))),
+        None => Err(OutboxError::Config(format!(
+            "table {} has no column {} (outbox.table / outbox.column_id)",
+            quoted_table(o),
+            quote_ident(&o.column_id)
+        ))),
+    }
+}
+
 async fn session(
     config: &Config,
     shutdown: &AtomicBool,
@@ -74,10 +108,13 @@ async fn session(
     let mut pg = super::connect(&config.postgres.url).await?;
     migrate::ensure(&pg, o).await?;
     let clients = KafkaClients::new(config.kafka.clone());
-    let producer: FutureProducer = clients
-        .config(ClientRole::Idempotent)
+    let producer_config = clients.config(ClientRole::Idempotent);
+    let producer: FutureProducer = producer_config
         .create()
         .map_err(|e| OutboxError::Other(format!("creating the producer: {e}")))?;
+    let mut gate = Gate::new(&clients, &producer_config, o.topic_partitions);
+    let dlt = super::dlt_topic(&config.app.id);
+    gate.ensure_dlt(&dlt).await?;
     let router = EventRouter::new(o);
     // Every column, as text (the same text the CDC stream carries).
     let (schema, table) = match o.table.split_once('.') {
@@ -95,6 +132,7 @@ async fn session(
         .iter()
         .map(|r| r.get(0))
         .collect();
+    check_id_is_uuid(&pg, o, &schema, &table).await?;
     let select = format!(
         "select {} from {} where {} is null order by {} limit $1 for update skip locked",
         columns
@@ -112,7 +150,6 @@ async fn session(
         quote_ident(&o.column_sent_at),
         quote_ident(&o.column_id),
     );
-    let mut known: HashSet<String> = HashSet::new();
     let mut encoder = super::avro::PayloadEncoder::from_config(config)?;
     let prune_every = Duration::from_secs(o.prune_interval_secs);
     let mut last_prune = Instant::now();
@@ -149,23 +186,19 @@ async fn session(
         if let Some(enc) = encoder.as_mut() {
             enc.encode_all(&mut records).await?;
         }
-        let missing: Vec<_> = records
-            .iter()
-            .map(|r| r.topic.clone())
-            .filter(|t| !known.contains(t))
-            .collect::<HashSet<_>>()
-            .into_iter()
-            .collect();
-        if !missing.is_empty() {
-            ensure_topics(
-                &clients,
-                missing
-                    .iter()
-                    .map(|t| routed_topic_spec(t, o.topic_partitions))
-                    .collect(),
-            )
-            .await?;
-            known.extend(missing);
+        gate.ensure_routed_topics(&records).await?;
+        let mut dead = vec![];
+        for r in &mut records {
+            if let Some((why, size)) = gate.check(r) {
+                // What the log line names: the row and where it was going.
+                let original = RoutedRecord {
+                    id: r.id.clone(),
+                    topic: r.topic.clone(),
+                    ..RoutedRecord::default()
+                };
+                *r = dead_letter(r, &why, size, 0, &dlt, gate.limit());
+                dead.push((original, why, size));
+            }
         }
         let mut deliveries = Vec::with_capacity(records.len());
         for r in &records {
@@ -196,7 +229,10 @@ async fn session(
             .await
             .map_err(pg_err("marking rows sent"))?;
         tx.commit().await.map_err(pg_err("commit"))?;
-        telemetry::routed(records.len(), "poll");
+        for (original, why, size) in &dead {
+            gate.report(original, why, *size, &dlt);
+        }
+        telemetry::routed(records.len() - dead.len(), "poll");
         summary.rows += records.len() as u64;
         summary.batches += 1;
     }

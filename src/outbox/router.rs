@@ -19,7 +19,7 @@ use crate::config::OutboxConfig;
 pub type Row = HashMap<String, Option<String>>;
 
 /// A row mapped to a Kafka record.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct RoutedRecord {
     /// Destination topic.
     pub topic: String,
@@ -31,6 +31,9 @@ pub struct RoutedRecord {
     pub headers: Vec<(String, Vec<u8>)>,
     /// The event id (for logs and verification).
     pub id: String,
+    /// End LSN of the row's Postgres transaction (CDC; `None` in poll mode): named in the
+    /// dead letter of a row that cannot be written, so an operator can find it in the WAL.
+    pub commit_lsn: Option<u64>,
 }
 
 /// The configured mapping.
@@ -135,6 +138,7 @@ impl EventRouter {
                 .map(|p| p.as_bytes().to_vec()),
             headers,
             id,
+            commit_lsn: None,
         }
     }
 }

@@ -57,3 +57,9 @@ pub fn payload(outcome: &super::avro::Outcome) {
     };
     metrics::counter!("eosflow_outbox_payloads_total", "format" => kind).increment(1);
 }
+
+/// A row that cannot be written (`reason`: `oversize` or `unwritable`) went to the outbox's
+/// dead-letter topic instead of blocking every later row.
+pub fn dead_lettered(reason: &'static str) {
+    metrics::counter!("eosflow_outbox_dead_lettered_total", "reason" => reason).increment(1);
+}

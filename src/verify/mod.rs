@@ -6,6 +6,7 @@
 pub mod check;
 pub mod faults;
 pub mod outbox_crash;
+pub mod outbox_oversize;
 pub mod poison;
 pub mod query;
 pub mod scenario;

@@ -28,11 +28,13 @@ pub enum Scenario {
     BrokerPause,
     /// Now and then a handler call takes longer than the transaction timeout (plus kill -9s).
     SlowHandler,
+    /// Outbox rows the router cannot write (oversize, unwritable topic) among good ones.
+    OutboxOversize,
 }
 
 impl Scenario {
     /// Every scenario, in the order `--scenario all` runs them.
-    pub const ALL: [Scenario; 7] = [
+    pub const ALL: [Scenario; 8] = [
         Scenario::KillProcessors,
         Scenario::BrokerRestart,
         Scenario::Zombie,
@@ -40,6 +42,7 @@ impl Scenario {
         Scenario::Poison,
         Scenario::BrokerPause,
         Scenario::SlowHandler,
+        Scenario::OutboxOversize,
     ];
 
     /// The name on the command line and in the closing line.
@@ -52,6 +55,7 @@ impl Scenario {
             Scenario::Poison => "poison",
             Scenario::BrokerPause => "broker-pause",
             Scenario::SlowHandler => "slow-handler",
+            Scenario::OutboxOversize => "outbox-oversize",
         }
     }
 }
@@ -347,6 +351,14 @@ pub fn run(
                 super::poison::Options::long()
             };
             super::poison::run(config, env, &opts)
+        }
+        Scenario::OutboxOversize => {
+            let opts = if short {
+                super::outbox_oversize::Options::short()
+            } else {
+                super::outbox_oversize::Options::long()
+            };
+            super::outbox_oversize::run(config, env, &opts)
         }
     }
 }
