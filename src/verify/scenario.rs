@@ -309,12 +309,15 @@ pub fn run(
         Scenario::SlowHandler => {
             // A 3 s transaction timeout and 13 s calls: longer than the timeout plus the
             // coordinator's 10 s sweep, so every slow call's transaction is aborted under it.
+            // One processing thread per instance: a 13 s call stops every partition of its
+            // instance, and an eager rebalance (a kill) waits for it. Slow calls are spread so
+            // that a partition still moves within the 60 s stall threshold.
             let mut opts = if short {
                 count_run(env, 10_000, 2, 1, 10, Fault::Kill9)
             } else {
-                count_run(env, 200_000, 2, 10, 120, Fault::Kill9)
+                count_run(env, 200_000, 2, 5, 120, Fault::Kill9)
             };
-            let every = if short { 2_500 } else { 10_000 };
+            let every = if short { 2_500 } else { 20_000 };
             opts.extra_env = vec![
                 (super::slow::EVERY_ENV.into(), every.to_string()),
                 (super::slow::SLEEP_ENV.into(), "13000".into()),
