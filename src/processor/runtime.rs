@@ -263,6 +263,8 @@ pub(super) struct Task {
     /// Whether the committed store holds any parked key: almost never, and then the per-record
     /// lookup of the record's key in `parked` is skipped.
     pub(super) store_has_parked: bool,
+    /// Parked keys whose followers are drained a chunk per transaction (see `drain_parked`).
+    pub(super) draining: BTreeSet<Vec<u8>>,
 }
 
 /// The exactly-once runtime of one instance.
@@ -472,7 +474,7 @@ impl<P: Processor> Runtime<P> {
     fn run_loop(&mut self, shutdown: &AtomicBool) -> Result<(), RuntimeError> {
         while !shutdown.load(Ordering::Relaxed) {
             let batch = self.poll_batch(shutdown)?;
-            if batch.is_empty() {
+            if batch.is_empty() && !self.parked_drain_pending() {
                 continue;
             }
             self.commit_batch(batch)?;
@@ -648,6 +650,7 @@ impl<P: Processor> Runtime<P> {
             p,
             Task {
                 store_has_parked: !store.is_empty(Column::Parked)?,
+                draining: crate::retry::parked::draining_keys(&store)?,
                 store,
                 overlay: Overlay::default(),
                 last_purge: Instant::now(),
@@ -670,7 +673,7 @@ impl<P: Processor> Runtime<P> {
             p,
             self.opts.restore_timeout,
         ) {
-            Err(e @ StateError::CheckpointAhead { .. }) => {
+            Err(e @ (StateError::CheckpointAhead { .. } | StateError::StaleCheckpoint { .. })) => {
                 tracing::warn!(partition = p, error = %e, "rebuilding the store from the changelog alone");
                 drop(store);
                 Store::wipe(path)?;
@@ -733,7 +736,9 @@ impl<P: Processor> Runtime<P> {
                 telemetry::aborted();
                 match &e {
                     SinkError::Fenced { .. } => return Err(e.into()),
-                    SinkError::Abortable(_) | SinkError::NoGroupMetadata => {
+                    SinkError::Abortable(_)
+                    | SinkError::NoGroupMetadata
+                    | SinkError::StateRead(_) => {
                         tracing::warn!(error = %e, records = batch.len(), "aborting batch");
                         if let Err(abort_err) = self.sink.abort() {
                             tracing::warn!(error = %abort_err, "abort failed; recreating the producer");
@@ -787,6 +792,7 @@ impl<P: Processor> Runtime<P> {
         // Keyed by the batch's own topic names: no String per record.
         let mut next_offsets: BTreeMap<(&str, i32), i64> = BTreeMap::new();
         let now = now_ms();
+        self.drain_parked(now)?;
         for m in batch {
             next_offsets.insert((m.topic(), m.partition()), m.offset() + 1);
             self.handle(m, now)?;

@@ -15,6 +15,11 @@ pub enum DltClass {
     TransientExhausted,
     /// Its key was parked behind a dead-lettered record (policy `park`).
     ParkedBehindDeadLetter,
+    /// Its key already had `retry.max_parked_followers_per_key` records waiting behind a
+    /// parked head.
+    ParkedOverflow,
+    /// Its message id was processed before with another key or value.
+    IdConflict,
 }
 
 impl DltClass {
@@ -24,6 +29,8 @@ impl DltClass {
             Self::Permanent => "permanent",
             Self::TransientExhausted => "transient-exhausted",
             Self::ParkedBehindDeadLetter => "parked-behind-dead-letter",
+            Self::ParkedOverflow => "parked-overflow",
+            Self::IdConflict => "id-conflict",
         }
     }
 }

@@ -37,6 +37,10 @@ pub enum SinkError {
     /// The producer is unusable (e.g. a timed-out transaction): recreate it.
     #[error("producer must be recreated: {0}")]
     Fatal(KafkaError),
+    /// A state store read inside the batch failed (dedup or parked lookup): the batch cannot
+    /// be trusted, so it is aborted and processed again, never read as "not seen".
+    #[error("state read failed; the batch must be aborted: {0}")]
+    StateRead(#[from] crate::state::StateError),
 }
 
 /// How long `init_transactions` is retried while the coordinator is away: a broker restart

@@ -6,6 +6,7 @@
 pub mod check;
 pub mod faults;
 pub mod outbox_crash;
+pub mod parked_flood;
 pub mod poison;
 pub mod query;
 pub mod scenario;

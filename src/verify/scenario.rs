@@ -24,16 +24,19 @@ pub enum Scenario {
     OutboxCrash,
     /// A corpus of bad-input classes interleaved with good records.
     Poison,
+    /// One key's head dead-lettered under `park` while thousands of its followers arrive.
+    ParkedFlood,
 }
 
 impl Scenario {
     /// Every scenario, in the order `--scenario all` runs them.
-    pub const ALL: [Scenario; 5] = [
+    pub const ALL: [Scenario; 6] = [
         Scenario::KillProcessors,
         Scenario::BrokerRestart,
         Scenario::Zombie,
         Scenario::OutboxCrash,
         Scenario::Poison,
+        Scenario::ParkedFlood,
     ];
 
     /// The name on the command line and in the closing line.
@@ -44,6 +47,7 @@ impl Scenario {
             Scenario::Zombie => "zombie",
             Scenario::OutboxCrash => "outbox-crash",
             Scenario::Poison => "poison",
+            Scenario::ParkedFlood => "parked-flood",
         }
     }
 }
@@ -286,6 +290,14 @@ pub fn run(
                 super::poison::Options::long()
             };
             super::poison::run(config, env, &opts)
+        }
+        Scenario::ParkedFlood => {
+            let opts = if short {
+                super::parked_flood::Options::short()
+            } else {
+                super::parked_flood::Options::long()
+            };
+            super::parked_flood::run(config, env, &opts)
         }
     }
 }
