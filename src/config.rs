@@ -863,7 +863,10 @@ impl Config {
             ));
         }
         if self.retry.max_parked_followers_per_key == 0 {
-            return Err(bad("retry.max_parked_followers_per_key", "must be at least 1"));
+            return Err(bad(
+                "retry.max_parked_followers_per_key",
+                "must be at least 1",
+            ));
         }
         if self.retry.jitter_percent > 100 {
             return Err(bad("retry.jitter_percent", "must be 0..=100"));

@@ -229,7 +229,13 @@ fn fault_reading_a_changelog_to_its_end_waits_out_a_broker_outage() {
 #[test]
 fn fault_parked_flood_short_drains_thousands_of_followers_in_order() {
     let line = scenario("parked-flood", 21092);
-    for expected in ["lost=0", "duplicated=0", "state_mismatches=0", "stalls=0", "sequence_breaks=0"] {
+    for expected in [
+        "lost=0",
+        "duplicated=0",
+        "state_mismatches=0",
+        "stalls=0",
+        "sequence_breaks=0",
+    ] {
         assert!(line.contains(expected), "{line}");
     }
 }

@@ -105,7 +105,11 @@ fn config(p: &Pipeline, delays_ms: &[u64]) -> Config {
 /// A head that fails once, then `n` followers of the same key (ids `k-1`…), then one record of
 /// another key.
 fn parked_key_workload(p: &Pipeline, n: usize, pad: usize) {
-    let mut records = vec![("k".to_string(), "transient:1:1".to_string(), "k-0".to_string())];
+    let mut records = vec![(
+        "k".to_string(),
+        "transient:1:1".to_string(),
+        "k-0".to_string(),
+    )];
     records.extend((1..=n).map(|i| ("k".to_string(), "1".to_string(), format!("k-{i}"))));
     records.push(("j".into(), "5".into(), "j-0".into()));
     produce_many(&p.input, &records, pad);
@@ -138,7 +142,10 @@ fn followers_past_the_record_size_limit_drain_in_order_across_transactions() {
         .map(|(_, v)| v.as_ref().map_or(0, Vec::len))
         .max()
         .unwrap_or(0);
-    assert!(largest < 64 * 1024, "one changelog record per follower: largest {largest} bytes");
+    assert!(
+        largest < 64 * 1024,
+        "one changelog record per follower: largest {largest} bytes"
+    );
     let drained_in_chunks = log.iter().any(|(key, v)| {
         key.as_slice() == b"pk"
             && v.as_deref().and_then(Parked::decode).is_some_and(|d| {
@@ -175,9 +182,11 @@ fn followers_beyond_the_cap_are_dead_lettered_as_parked_overflow() {
     let mut cfg = config(&p, &[1500]);
     cfg.retry.max_parked_followers_per_key = 50;
     let inst = Instance::start(&cfg, CountProcessor::new(&p.output));
-    support::wait_for("52 outputs and 30 dead letters", Duration::from_secs(60), || {
-        (outputs(&p).len() >= 52 && dead_letters(&p).len() >= 30).then_some(())
-    });
+    support::wait_for(
+        "52 outputs and 30 dead letters",
+        Duration::from_secs(60),
+        || (outputs(&p).len() >= 52 && dead_letters(&p).len() >= 30).then_some(()),
+    );
     p.wait_drained(Duration::from_secs(60));
     let summary = inst.stop();
     let k: Vec<String> = outputs(&p)
@@ -253,8 +262,12 @@ fn a_store_read_error_aborts_the_batch_instead_of_reading_as_not_seen() {
         .join("a")
         .join(format!("{}-0", p.changelog));
     {
-        let (store, rebuilt) = Store::open(&path, &format!("{}[0]", p.changelog), &StoreCache::new(8 << 20))
-            .expect("open the instance's store");
+        let (store, rebuilt) = Store::open(
+            &path,
+            &format!("{}[0]", p.changelog),
+            &StoreCache::new(8 << 20),
+        )
+        .expect("open the instance's store");
         assert!(!rebuilt);
         store.flush().expect("flush");
         let tables = store.table_files(Column::Dedup).expect("tables");
@@ -275,7 +288,11 @@ fn a_store_read_error_aborts_the_batch_instead_of_reading_as_not_seen() {
     // The batch can never commit while the table is damaged: watch it for a while.
     let deadline = std::time::Instant::now() + Duration::from_secs(15);
     while std::time::Instant::now() < deadline {
-        assert_eq!(outputs(&p).len(), 20, "a redelivered id was processed again");
+        assert_eq!(
+            outputs(&p).len(),
+            20,
+            "a redelivered id was processed again"
+        );
         std::thread::sleep(Duration::from_millis(500));
     }
     let summary = inst.stop();
@@ -298,8 +315,8 @@ fn set_delete_retention(topic: &str, ms: u64) {
         .set("cleanup.policy", "compact")
         .set("delete.retention.ms", &ms);
     let opts = AdminOptions::new().request_timeout(Some(Duration::from_secs(30)));
-    let result = futures::executor::block_on(admin.alter_configs([&config], &opts))
-        .expect("alter configs");
+    let result =
+        futures::executor::block_on(admin.alter_configs([&config], &opts)).expect("alter configs");
     for r in result {
         r.expect("delete.retention.ms set");
     }

@@ -259,7 +259,13 @@ impl<P: Processor> Runtime<P> {
     /// becomes the new head) or none is left (the key is free). At most
     /// [`parked::DRAIN_CHUNK`] of them per call: a key with more left is saved as draining and
     /// continued by [`Runtime::drain_parked`] at the start of the next batch.
-    fn drain(&mut self, key: &[u8], partition: i32, mut p: Parked, now: i64) -> Result<(), SinkError> {
+    fn drain(
+        &mut self,
+        key: &[u8],
+        partition: i32,
+        mut p: Parked,
+        now: i64,
+    ) -> Result<(), SinkError> {
         let mut budget = parked::DRAIN_CHUNK;
         loop {
             let Some(task) = self.tasks.get_mut(&partition) else {

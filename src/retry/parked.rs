@@ -129,7 +129,11 @@ impl Follower {
     /// value (each behind a presence byte), headers; lengths are u32 big-endian.
     pub fn encode(&self) -> Vec<u8> {
         let value_len = self.value.as_ref().map_or(0, Vec::len);
-        let headers_len: usize = self.headers.iter().map(|(k, v)| 8 + k.len() + v.len()).sum();
+        let headers_len: usize = self
+            .headers
+            .iter()
+            .map(|(k, v)| 8 + k.len() + v.len())
+            .sum();
         let mut out = Vec::with_capacity(40 + self.topic.len() + value_len + headers_len);
         out.push(FOLLOWER_V1);
         put_bytes(&mut out, self.topic.as_bytes());
@@ -479,7 +483,10 @@ mod tests {
         let b = follower_key(b"k", 256);
         let other = follower_key(b"k2", 0);
         assert!(a < b);
-        assert!(!other.starts_with(&a[..5]), "another key never shares the prefix");
+        assert!(
+            !other.starts_with(&a[..5]),
+            "another key never shares the prefix"
+        );
     }
 
     #[test]

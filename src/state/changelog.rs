@@ -263,7 +263,9 @@ mod tests {
         let e = stale_checkpoint("cl", 3, at, 1_001 + day * 9 / 10, day).expect("stale");
         let text = e.to_string();
         assert!(
-            text.contains("cl[3]") && text.contains("1000 ms (recorded)") && text.contains("86400000"),
+            text.contains("cl[3]")
+                && text.contains("1000 ms (recorded)")
+                && text.contains("86400000"),
             "{text}"
         );
         let old = CheckpointAt::FilesModified(0);
@@ -276,7 +278,11 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("eosflow-cpat-{}", uuid::Uuid::new_v4()));
         let cache = StoreCache::new(8 << 20);
         let (s, _) = Store::open(&dir, "cl[0]", &cache).expect("open");
-        assert_eq!(s.checkpoint_at().expect("at"), None, "no checkpoint, no age");
+        assert_eq!(
+            s.checkpoint_at().expect("at"),
+            None,
+            "no checkpoint, no age"
+        );
         let before = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_millis() as i64)

@@ -173,7 +173,12 @@ pub fn lookup(
 /// Encodes ids and their digests as a batch record's value: a version byte, then each id as a
 /// 4-byte big-endian length, its bytes, a flag byte (1: a digest follows) and the digest.
 fn encode(ids: &[(&[u8], Option<u64>)]) -> Vec<u8> {
-    let mut v = Vec::with_capacity(1 + ids.iter().map(|(i, _)| ENTRY_OVERHEAD + i.len()).sum::<usize>());
+    let mut v = Vec::with_capacity(
+        1 + ids
+            .iter()
+            .map(|(i, _)| ENTRY_OVERHEAD + i.len())
+            .sum::<usize>(),
+    );
     v.push(VALUE_V2);
     for (id, digest) in ids {
         v.extend_from_slice(&(id.len() as u32).to_be_bytes());
@@ -194,7 +199,12 @@ const ENTRY_OVERHEAD: usize = 4 + 1 + 8;
 
 /// The ids of a batch record's value; `None` if it is not one.
 pub fn decode(value: &[u8]) -> Option<Vec<&[u8]>> {
-    Some(decode_entries(value)?.into_iter().map(|(id, _)| id).collect())
+    Some(
+        decode_entries(value)?
+            .into_iter()
+            .map(|(id, _)| id)
+            .collect(),
+    )
 }
 
 /// The ids of a batch record's value with their digests (`None` for a version-1 record, which
@@ -496,7 +506,10 @@ mod tests {
         // Marked in an open batch: judged from the overlay...
         let mut o = Overlay::default();
         o.put(Column::Dedup, b"id-1", mark(7, same));
-        assert_eq!(lookup(&s, &o, b"id-1", same).expect("lookup"), Seen::Duplicate);
+        assert_eq!(
+            lookup(&s, &o, b"id-1", same).expect("lookup"),
+            Seen::Duplicate
+        );
         assert_eq!(
             lookup(&s, &o, b"id-1", other).expect("lookup"),
             Seen::Conflict { stored: same }
@@ -508,13 +521,19 @@ mod tests {
             .column(Column::DedupBatch)
             .find_map(|(k, v)| Some((k.to_vec(), v?.to_vec())))
             .expect("a batch record");
-        assert_eq!(decode_entries(&value), Some(vec![(&b"id-1"[..], Some(same))]));
+        assert_eq!(
+            decode_entries(&value),
+            Some(vec![(&b"id-1"[..], Some(same))])
+        );
         // A store rebuilt from that record still tells the conflict from the duplicate.
         let mut r = Overlay::default();
         restore_batch(&mut r, &key, &value);
         s.apply(&r, Some(1)).expect("apply");
         let empty = Overlay::default();
-        assert_eq!(lookup(&s, &empty, b"id-1", same).expect("lookup"), Seen::Duplicate);
+        assert_eq!(
+            lookup(&s, &empty, b"id-1", same).expect("lookup"),
+            Seen::Duplicate
+        );
         assert_eq!(
             lookup(&s, &empty, b"id-1", other).expect("lookup"),
             Seen::Conflict { stored: same }
@@ -524,7 +543,10 @@ mod tests {
         let mut r = Overlay::default();
         restore_batch(&mut r, &batch_key(8), v1);
         s.apply(&r, Some(2)).expect("apply");
-        assert_eq!(lookup(&s, &empty, b"id-9", other).expect("lookup"), Seen::Duplicate);
+        assert_eq!(
+            lookup(&s, &empty, b"id-9", other).expect("lookup"),
+            Seen::Duplicate
+        );
         // Expiry still recognises marks that carry a digest.
         let mut o = Overlay::default();
         assert_eq!(remove(&s, &mut o, &key).expect("remove"), 1);

@@ -194,13 +194,23 @@ pub fn run(config: &Config, env: &ScenarioEnv, opts: &Options) -> Result<Scenari
         .filter(|d| d.header("id") == Some(format!("{KEY}-0").as_str()))
         .collect();
     if head.len() != 1 {
-        return Err(format!("expected the head alone in the DLT, found {}", head.len()));
+        return Err(format!(
+            "expected the head alone in the DLT, found {}",
+            head.len()
+        ));
     }
     // The operator fixes the head and redrives it: the key unparks and drains.
     head[0].value = Some(b"1".to_vec());
     let redriven_at = Instant::now();
-    tooling::redrive(&clients, &app_id, &dlt, &head, "parked-flood: head fixed", |_| {})
-        .map_err(|e| format!("redrive: {e}"))?;
+    tooling::redrive(
+        &clients,
+        &app_id,
+        &dlt,
+        &head,
+        "parked-flood: head fixed",
+        |_| {},
+    )
+    .map_err(|e| format!("redrive: {e}"))?;
     let mut kills = 0;
     let mut stalls = 0;
     let deadline = Instant::now() + Duration::from_secs(900);
@@ -208,7 +218,9 @@ pub fn run(config: &Config, env: &ScenarioEnv, opts: &Options) -> Result<Scenari
         if let Some(status) = inst.exited() {
             return Err(format!("the instance exited ({status}); see its log"));
         }
-        if kills < opts.kills && redriven_at.elapsed() > Duration::from_secs(2 + 3 * u64::from(kills)) {
+        if kills < opts.kills
+            && redriven_at.elapsed() > Duration::from_secs(2 + 3 * u64::from(kills))
+        {
             inst.kill9();
             inst.spawn(&env.exe, &output)?;
             kills += 1;
