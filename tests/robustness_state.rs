@@ -12,7 +12,7 @@ use eosflow::config::Config;
 use eosflow::kafka::reader::read_all;
 use eosflow::kafka::ClientRole;
 use eosflow::retry::parked::{Decoded, HeadAt, Parked};
-use eosflow::retry::tooling::{self, DeadLetter, Selector};
+use eosflow::retry::tooling::DeadLetter;
 use eosflow::state::{Column, Store, StoreCache};
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
 use rdkafka::Message;
@@ -53,27 +53,12 @@ fn produce_many(topic: &str, records: &[(String, String, String)], pad: usize) {
     producer.flush(Duration::from_secs(60)).expect("flush");
 }
 
-/// Outputs as (key, output) in each partition's order.
 fn outputs(p: &Pipeline) -> Vec<(String, CountOutput)> {
-    let mut out = Vec::new();
-    read_all(
-        &support::clients(),
-        &p.output,
-        Duration::from_secs(60),
-        |m| {
-            let key = String::from_utf8_lossy(m.key().unwrap_or_default()).to_string();
-            let v: CountOutput = serde_json::from_slice(m.payload().unwrap_or_default())
-                .map_err(|e| e.to_string())?;
-            out.push((key, v));
-            Ok(())
-        },
-    )
-    .expect("read output");
-    out
+    p.count_outputs()
 }
 
 fn dead_letters(p: &Pipeline) -> Vec<DeadLetter> {
-    tooling::read(&support::clients(), &p.dlt, &Selector::default()).expect("read DLT")
+    p.dead_letters()
 }
 
 /// Every changelog record as (key, value length, value).
@@ -96,10 +81,7 @@ fn changelog(p: &Pipeline) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
 }
 
 fn config(p: &Pipeline, delays_ms: &[u64]) -> Config {
-    let mut c = p.config("a");
-    c.retry.delays_ms = delays_ms.to_vec();
-    c.retry.jitter_percent = 0;
-    c
+    p.retry_config(delays_ms)
 }
 
 /// A head that fails once, then `n` followers of the same key (ids `k-1`…), then one record of

@@ -377,16 +377,25 @@ impl<P: Processor> Runtime<P> {
         extra: Vec<(String, Vec<u8>)>,
         now: i64,
     ) -> Result<(), SinkError> {
-        let base = base_and_level(record.topic).0;
         let err = ProcessError::permanent(reason);
         let mut h = dlt::headers(record, history, &self.opts.app_id, class, Some(&err), now);
         h.extend(extra);
+        self.send_dead_letter(record, &h)
+    }
+
+    /// Sends `record` with headers `h` to its DLT in the open transaction, and counts it.
+    fn send_dead_letter(
+        &mut self,
+        record: &Record<'_>,
+        h: &[(String, Vec<u8>)],
+    ) -> Result<(), SinkError> {
+        let base = base_and_level(record.topic).0;
         self.sink.send(
             &dlt::topic_for(base),
             Some(record.partition),
             record.key,
             record.value,
-            &h,
+            h,
         )?;
         self.summary.dead_lettered += 1;
         telemetry::dead_lettered(base);
@@ -464,15 +473,7 @@ impl<P: Processor> Runtime<P> {
             "record dead-lettered"
         );
         let h = dlt::headers(record, history, &self.opts.app_id, class, Some(&err), now);
-        self.sink.send(
-            &dlt::topic_for(base),
-            Some(record.partition),
-            record.key,
-            record.value,
-            &h,
-        )?;
-        self.summary.dead_lettered += 1;
-        telemetry::dead_lettered(base);
+        self.send_dead_letter(record, &h)?;
         if !ordered {
             return Ok(AfterFailure::Settled);
         }

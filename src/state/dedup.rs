@@ -503,18 +503,16 @@ mod tests {
             "framed"
         );
         assert_ne!(digest(None, Some(b"")), digest(Some(b""), None));
+        // The verdicts on id-1 for its own payload, another one, and on an unknown id.
+        let judged = |o: &Overlay| {
+            [(b"id-1", same), (b"id-1", other), (b"id-2", same)]
+                .map(|(id, d)| lookup(&s, o, id, d).expect("lookup"))
+        };
+        let want = [Seen::Duplicate, Seen::Conflict { stored: same }, Seen::New];
         // Marked in an open batch: judged from the overlay...
         let mut o = Overlay::default();
         o.put(Column::Dedup, b"id-1", mark(7, same));
-        assert_eq!(
-            lookup(&s, &o, b"id-1", same).expect("lookup"),
-            Seen::Duplicate
-        );
-        assert_eq!(
-            lookup(&s, &o, b"id-1", other).expect("lookup"),
-            Seen::Conflict { stored: same }
-        );
-        assert_eq!(lookup(&s, &o, b"id-2", same).expect("lookup"), Seen::New);
+        assert_eq!(judged(&o), want);
         // ...then sealed into a batch record, which is all the changelog carries.
         seal(&mut o, 7);
         let (key, value) = o
@@ -530,14 +528,7 @@ mod tests {
         restore_batch(&mut r, &key, &value);
         s.apply(&r, Some(1)).expect("apply");
         let empty = Overlay::default();
-        assert_eq!(
-            lookup(&s, &empty, b"id-1", same).expect("lookup"),
-            Seen::Duplicate
-        );
-        assert_eq!(
-            lookup(&s, &empty, b"id-1", other).expect("lookup"),
-            Seen::Conflict { stored: same }
-        );
+        assert_eq!(judged(&empty), want);
         // Ids from a version-1 batch (no digest) are plain duplicates whatever the payload.
         let v1 = b"\x01\x00\x00\x00\x04id-9";
         let mut r = Overlay::default();
