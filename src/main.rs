@@ -291,7 +291,7 @@ struct VerifyArgs {
     #[arg(long, default_value_t = 180)]
     drain_timeout_secs: u64,
     /// A named fault scenario (kill-processors, broker-restart, zombie, outbox-crash, poison,
-    /// parked-flood, or `all`) with its fixed shape; the sizing flags above then do not apply.
+    /// parked-flood, stale-store, or `all`) with its fixed shape; the sizing flags above then do not apply.
     #[arg(long)]
     scenario: Option<String>,
     /// The short version of the scenario (what `make test` runs).

@@ -239,3 +239,10 @@ fn fault_parked_flood_short_drains_thousands_of_followers_in_order() {
         assert!(line.contains(expected), "{line}");
     }
 }
+
+#[test]
+fn fault_stale_store_short_rebuilds_a_store_kept_away_past_the_delete_retention() {
+    let line = scenario("stale-store", 21092);
+    assert!(line.contains("state_mismatches=0"), "{line}");
+    assert!(figure(&line, "stale_rebuilds") >= 2, "{line}");
+}

@@ -11,6 +11,7 @@ pub mod poison;
 pub mod query;
 pub mod scenario;
 pub mod stack;
+pub mod stale_store;
 pub mod workload;
 
 use std::path::PathBuf;

@@ -26,17 +26,20 @@ pub enum Scenario {
     Poison,
     /// One key's head dead-lettered under `park` while thousands of its followers arrive.
     ParkedFlood,
+    /// An instance kept away past its changelog's delete retention while its keys are deleted.
+    StaleStore,
 }
 
 impl Scenario {
     /// Every scenario, in the order `--scenario all` runs them.
-    pub const ALL: [Scenario; 6] = [
+    pub const ALL: [Scenario; 7] = [
         Scenario::KillProcessors,
         Scenario::BrokerRestart,
         Scenario::Zombie,
         Scenario::OutboxCrash,
         Scenario::Poison,
         Scenario::ParkedFlood,
+        Scenario::StaleStore,
     ];
 
     /// The name on the command line and in the closing line.
@@ -48,6 +51,7 @@ impl Scenario {
             Scenario::OutboxCrash => "outbox-crash",
             Scenario::Poison => "poison",
             Scenario::ParkedFlood => "parked-flood",
+            Scenario::StaleStore => "stale-store",
         }
     }
 }
@@ -298,6 +302,14 @@ pub fn run(
                 super::parked_flood::Options::long()
             };
             super::parked_flood::run(config, env, &opts)
+        }
+        Scenario::StaleStore => {
+            let opts = if short {
+                super::stale_store::Options::short()
+            } else {
+                super::stale_store::Options::long()
+            };
+            super::stale_store::run(config, env, &opts)
         }
     }
 }
