@@ -61,6 +61,30 @@ impl Options {
     }
 }
 
+/// Sends one record, waiting while the producer's queue is full.
+pub(crate) fn send_waiting(
+    producer: &ThreadedProducer<DefaultProducerContext>,
+    topic: &str,
+    key: &str,
+    value: &str,
+    headers: OwnedHeaders,
+) -> Result<(), String> {
+    loop {
+        match producer.send(
+            BaseRecord::to(topic)
+                .key(key)
+                .payload(value)
+                .headers(headers.clone()),
+        ) {
+            Ok(()) => return Ok(()),
+            Err((e, _)) if e.to_string().contains("Queue full") => {
+                producer.poll(Duration::from_millis(50));
+            }
+            Err((e, _)) => return Err(format!("producing: {e}")),
+        }
+    }
+}
+
 /// Produces the head (fails on every attempt until redriven with a good value), then the
 /// followers interleaved with other keys' records; returns the ids expected per key in order.
 fn produce(
@@ -84,20 +108,7 @@ fn produce(
                 key: "pad",
                 value: Some(&padding[..]),
             });
-        loop {
-            match producer.send(
-                BaseRecord::to(input)
-                    .key(key)
-                    .payload(value)
-                    .headers(headers.clone()),
-            ) {
-                Ok(()) => break,
-                Err((e, _)) if e.to_string().contains("Queue full") => {
-                    producer.poll(Duration::from_millis(50));
-                }
-                Err((e, _)) => return Err(format!("producing: {e}")),
-            }
-        }
+        send_waiting(&producer, input, key, value, headers)?;
         expected.entry(key.to_string()).or_default().push(id);
         Ok(())
     };

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+use rdkafka::producer::{DefaultProducerContext, Producer, ThreadedProducer};
 use rdkafka::Message;
 
 use super::scenario::{Scenario, ScenarioEnv, ScenarioReport};
@@ -74,20 +74,7 @@ fn produce(
             key: "id",
             value: Some(id.as_bytes()),
         });
-        loop {
-            match producer.send(
-                BaseRecord::to(input)
-                    .key(key)
-                    .payload(value)
-                    .headers(headers.clone()),
-            ) {
-                Ok(()) => break,
-                Err((e, _)) if e.to_string().contains("Queue full") => {
-                    producer.poll(Duration::from_millis(50));
-                }
-                Err((e, _)) => return Err(format!("producing: {e}")),
-            }
-        }
+        super::parked_flood::send_waiting(&producer, input, key, value, headers)?;
     }
     producer
         .flush(Duration::from_secs(120))
