@@ -329,6 +329,9 @@ pub struct RetryConfig {
     pub per_topic: BTreeMap<String, Vec<u64>>,
     /// How often `eosflow_dlt_depth_records` is refreshed (0 = no DLT depth watcher).
     pub dlt_depth_interval_ms: u64,
+    /// Most records waiting behind one parked key; beyond it a record of the key is
+    /// dead-lettered with class `parked-overflow` (ERROR log, `eosflow_parked_overflow_total`).
+    pub max_parked_followers_per_key: u64,
 }
 
 impl Default for RetryConfig {
@@ -340,6 +343,7 @@ impl Default for RetryConfig {
             on_dead_letter: "continue".into(),
             per_topic: BTreeMap::new(),
             dlt_depth_interval_ms: 15_000,
+            max_parked_followers_per_key: crate::retry::parked::DEFAULT_MAX_FOLLOWERS,
         }
     }
 }
@@ -372,6 +376,7 @@ impl RetryConfig {
             } else {
                 crate::retry::OnDeadLetter::Continue
             },
+            max_parked_followers: self.max_parked_followers_per_key,
         }
     }
 }
@@ -866,6 +871,12 @@ impl Config {
             return Err(bad(
                 "retry.per_topic",
                 format!("{topic:?}: at most 10 levels"),
+            ));
+        }
+        if self.retry.max_parked_followers_per_key == 0 {
+            return Err(bad(
+                "retry.max_parked_followers_per_key",
+                "must be at least 1",
             ));
         }
         if self.retry.jitter_percent > 100 {

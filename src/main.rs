@@ -291,8 +291,8 @@ struct VerifyArgs {
     #[arg(long, default_value_t = 180)]
     drain_timeout_secs: u64,
     /// A named fault scenario (kill-processors, broker-restart, zombie, outbox-crash, poison,
-    /// broker-pause, slow-handler, outbox-oversize, …; an unknown name lists them all) or `all`,
-    /// with its fixed shape; the sizing flags above then do not apply.
+    /// broker-pause, slow-handler, outbox-oversize, parked-flood, stale-store, …; an unknown name
+    /// lists them all) or `all`, with its fixed shape; the sizing flags above then do not apply.
     #[arg(long)]
     scenario: Option<String>,
     /// The short version of the scenario (what `make test` runs).

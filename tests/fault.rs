@@ -244,3 +244,24 @@ fn fault_reading_a_changelog_to_its_end_waits_out_a_broker_outage() {
     assert_eq!(ends.get(&0), Some(&3));
     assert_eq!(seen, 3);
 }
+
+#[test]
+fn fault_parked_flood_short_drains_thousands_of_followers_in_order() {
+    let line = scenario("parked-flood", 21092);
+    for expected in [
+        "lost=0",
+        "duplicated=0",
+        "state_mismatches=0",
+        "stalls=0",
+        "sequence_breaks=0",
+    ] {
+        assert!(line.contains(expected), "{line}");
+    }
+}
+
+#[test]
+fn fault_stale_store_short_rebuilds_a_store_kept_away_past_the_delete_retention() {
+    let line = scenario("stale-store", 21092);
+    assert!(line.contains("state_mismatches=0"), "{line}");
+    assert!(figure(&line, "stale_rebuilds") >= 2, "{line}");
+}

@@ -18,33 +18,16 @@ use rdkafka::Message;
 use support::pipeline::{produce, Instance, Pipeline};
 
 fn config(p: &Pipeline, delays_ms: &[u64]) -> Config {
-    let mut c = p.config("a");
-    c.retry.delays_ms = delays_ms.to_vec();
-    c.retry.jitter_percent = 0;
-    c
+    p.retry_config(delays_ms)
 }
 
 /// Outputs as (key, output) in each partition's order.
 fn outputs(p: &Pipeline) -> Vec<(String, CountOutput)> {
-    let mut out = Vec::new();
-    read_all(
-        &support::clients(),
-        &p.output,
-        Duration::from_secs(60),
-        |m| {
-            let key = String::from_utf8_lossy(m.key().unwrap_or_default()).to_string();
-            let v: CountOutput = serde_json::from_slice(m.payload().unwrap_or_default())
-                .map_err(|e| e.to_string())?;
-            out.push((key, v));
-            Ok(())
-        },
-    )
-    .expect("read output");
-    out
+    p.count_outputs()
 }
 
 fn dead_letters(p: &Pipeline) -> Vec<DeadLetter> {
-    tooling::read(&support::clients(), &p.dlt, &Selector::default()).expect("read DLT")
+    p.dead_letters()
 }
 
 fn ids_of(p: &Pipeline, key: &str) -> Vec<String> {

@@ -162,6 +162,11 @@ impl Processor for CountProcessor {
             }
             None => text,
         };
+        if text.trim() == "delete" {
+            // Forgets the key (a changelog tombstone): the stale-store scenario's deletes.
+            ctx.delete(key);
+            return self.emit(ctx, record, key, CountState::default());
+        }
         let amount: i64 = text.trim().parse().map_err(|_| {
             // The payload itself stays out of the message: it reaches logs and DLT headers.
             ProcessError::permanent(format!(
@@ -199,6 +204,17 @@ impl CountProcessor {
         state.count += 1;
         state.sum = state.sum.saturating_add(amount);
         ctx.put(key, state.encode());
+        self.emit(ctx, record, key, state)
+    }
+
+    /// Emits the output of `record`: its id and `key`'s state after it.
+    fn emit(
+        &self,
+        ctx: &mut Context<'_>,
+        record: &Record<'_>,
+        key: &[u8],
+        state: CountState,
+    ) -> Result<(), ProcessError> {
         let id = ctx
             .message_id()
             .map(|i| String::from_utf8_lossy(i).to_string())

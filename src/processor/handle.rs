@@ -11,9 +11,10 @@ use super::{Context, ProcessError, Processor, Record};
 use crate::codec::envelope::EnvelopeRef;
 use crate::retry::dlt::{self, DltClass};
 use crate::retry::headers::{self as rh, History};
-use crate::retry::parked::{Follower, HeadAt};
+use crate::retry::parked::{self, Follower, HeadAt};
 use crate::retry::{base_and_level, retry_topic, OnDeadLetter, Parked};
 use crate::sink::SinkError;
+use crate::state::dedup::{self, Seen};
 use crate::state::Column;
 use crate::telemetry;
 
@@ -52,27 +53,28 @@ fn tally(counts: &mut std::collections::BTreeMap<String, u64>, topic: &str) {
     }
 }
 
-fn load_parked(task: &Task, key: &[u8]) -> Option<Parked> {
-    let bytes = match task.overlay.get(Column::Parked, key) {
-        Some(v) => v.map(<[u8]>::to_vec),
-        None if !task.store_has_parked => None,
-        None => task.store.get(Column::Parked, key).ok().flatten(),
-    }?;
-    Parked::decode(&bytes)
+/// `key`'s parked entry as the open batch sees it; a store read error aborts the batch.
+fn load_parked(task: &mut Task, key: &[u8]) -> Result<Option<Parked>, SinkError> {
+    Ok(parked::load(
+        &task.store,
+        &mut task.overlay,
+        key,
+        task.store_has_parked,
+    )?)
 }
 
+/// Writes `key`'s parked entry; a key left draining is remembered for the next batch.
 fn save_parked(task: &mut Task, key: &[u8], parked: Option<&Parked>) {
-    match parked {
-        Some(p) => task.overlay.put(Column::Parked, key, p.encode()),
-        None => task.overlay.delete(Column::Parked, key),
+    parked::save(&mut task.overlay, key, parked);
+    if parked.is_some_and(|p| p.head_at == HeadAt::Draining) && !task.draining.contains(key) {
+        task.draining.insert(key.to_vec());
     }
 }
 
-fn seen(task: &Task, id: &[u8]) -> bool {
-    match task.overlay.get(Column::Dedup, id) {
-        Some(v) => v.is_some(),
-        None => task.store.contains(Column::Dedup, id).unwrap_or(false),
-    }
+/// What the dedup column says of `id` for a record with `digest`; a store read error aborts
+/// the batch instead of reading as "not seen".
+fn seen(task: &Task, id: &[u8], digest: u64) -> Result<Seen, SinkError> {
+    Ok(dedup::lookup(&task.store, &task.overlay, id, digest)?)
 }
 
 impl<P: Processor> Runtime<P> {
@@ -94,7 +96,7 @@ impl<P: Processor> Runtime<P> {
             return Ok(());
         };
         let parked = if ordered {
-            load_parked(task, key)
+            load_parked(task, key)?
         } else {
             None
         };
@@ -102,8 +104,37 @@ impl<P: Processor> Runtime<P> {
             let history = History::of(&record);
             let unparks = history.redriven && p.head_at == HeadAt::DeadLetter;
             if !unparks && !p.is_head(history.seq) {
-                // A later record of a key whose head is in the ladder (or the DLT): it waits.
-                p.followers.push_back(Follower::of(&record));
+                // A later record of a key whose head is in the ladder (or the DLT, or whose
+                // followers are still draining): it waits, unless too many wait already.
+                let max = self
+                    .opts
+                    .retry_for(base_and_level(record.topic).0)
+                    .max_parked_followers;
+                if p.waiting() >= max {
+                    let reason = format!(
+                        "{} records already wait behind this key's parked head (retry.max_parked_followers_per_key = {max})",
+                        p.waiting()
+                    );
+                    tracing::error!(
+                        topic = record.topic,
+                        partition = record.partition,
+                        offset = record.offset,
+                        id = %message_id(&record),
+                        waiting = p.waiting(),
+                        max,
+                        "parked key full; record dead-lettered as parked-overflow"
+                    );
+                    telemetry::parked_overflow(base_and_level(record.topic).0);
+                    return self.dead_letter(
+                        &record,
+                        &history,
+                        DltClass::ParkedOverflow,
+                        reason,
+                        Vec::new(),
+                        now,
+                    );
+                }
+                parked::push(&mut task.overlay, key, &mut p, &Follower::of(&record));
                 save_parked(task, key, Some(&p));
                 self.summary.parked_followers += 1;
                 telemetry::parked_follower(base_and_level(record.topic).0);
@@ -148,17 +179,25 @@ impl<P: Processor> Runtime<P> {
         let Some(task) = self.tasks.get_mut(&record.partition) else {
             return Ok(None);
         };
-        if let Some(id) = &id {
-            if seen(task, id) {
-                self.summary.dedup_hits += 1;
-                telemetry::dedup_hit(record.topic);
-                tracing::debug!(
-                    topic = record.topic,
-                    partition = record.partition,
-                    offset = record.offset,
-                    "duplicate id skipped"
-                );
-                return Ok(None);
+        let digest = id.as_ref().map(|_| dedup::digest(record.key, record.value));
+        if let (Some(id), Some(digest)) = (&id, digest) {
+            match seen(task, id, digest)? {
+                Seen::New => {}
+                Seen::Duplicate => {
+                    self.summary.dedup_hits += 1;
+                    telemetry::dedup_hit(record.topic);
+                    tracing::debug!(
+                        topic = record.topic,
+                        partition = record.partition,
+                        offset = record.offset,
+                        "duplicate id skipped"
+                    );
+                    return Ok(None);
+                }
+                Seen::Conflict { stored } => {
+                    self.id_conflict(record, id, stored, digest, now)?;
+                    return Ok(None);
+                }
             }
         }
         let processor = &mut self.processor;
@@ -178,9 +217,9 @@ impl<P: Processor> Runtime<P> {
             Err(e) => return Ok(Some(Err(e))),
         };
         task.overlay.absorb(writes);
-        if let Some(id) = &id {
+        if let (Some(id), Some(digest)) = (&id, digest) {
             task.overlay
-                .put(Column::Dedup, id, now.to_be_bytes().to_vec());
+                .put(Column::Dedup, id, dedup::mark(now, digest));
         }
         // Every output carries the envelope (README, "Contracts"): a fresh id, occurred_at, aggregate_id
         // (its key), causation = the input's id, correlation/tenant carried, and the input's
@@ -229,7 +268,9 @@ impl<P: Processor> Runtime<P> {
     }
 
     /// The key's head is done: its followers are processed in order until one fails (and
-    /// becomes the new head) or none is left (the key is free).
+    /// becomes the new head) or none is left (the key is free). At most
+    /// [`parked::DRAIN_CHUNK`] of them per call: a key with more left is saved as draining and
+    /// continued by [`Runtime::drain_parked`] at the start of the next batch.
     fn drain(
         &mut self,
         key: &[u8],
@@ -237,25 +278,122 @@ impl<P: Processor> Runtime<P> {
         mut p: Parked,
         now: i64,
     ) -> Result<(), SinkError> {
+        let mut budget = parked::DRAIN_CHUNK;
         loop {
-            let Some(f) = p.followers.pop_front() else {
-                if let Some(task) = self.tasks.get_mut(&partition) {
-                    save_parked(task, key, None);
-                }
+            let Some(task) = self.tasks.get_mut(&partition) else {
                 return Ok(());
+            };
+            if p.waiting() == 0 {
+                save_parked(task, key, None);
+                return Ok(());
+            }
+            if budget == 0 {
+                p.head_at = HeadAt::Draining;
+                save_parked(task, key, Some(&p));
+                return Ok(());
+            }
+            budget -= 1;
+            let Some(f) = parked::pop(&task.store, &mut task.overlay, key, &mut p)? else {
+                continue;
             };
             let record = f.record(key);
             let history = History::of(&record);
             match self.attempt(&record, now)? {
                 Some(Ok(())) | None => {}
-                Some(Err(err)) => {
-                    match self.fail(&record, &history, err, Some(p.clone()), true, now)? {
-                        AfterFailure::Settled => return Ok(()),
-                        AfterFailure::DrainFollowers(rest) => p = rest,
-                    }
+                Some(Err(err)) => match self.fail(&record, &history, err, Some(p), true, now)? {
+                    AfterFailure::Settled => return Ok(()),
+                    AfterFailure::DrainFollowers(rest) => p = rest,
+                },
+            }
+        }
+    }
+
+    /// Whether a parked key still has followers to drain, so a batch must run even when no
+    /// record arrived (the runtime asks before skipping an empty poll).
+    pub(super) fn parked_drain_pending(&self) -> bool {
+        self.tasks.values().any(|t| !t.draining.is_empty())
+    }
+
+    /// Continues draining the keys left draining by earlier batches, a chunk each; called at
+    /// the start of every batch, when the overlays are empty and the store is the truth. A key
+    /// the committed store no longer has draining is forgotten.
+    pub(super) fn drain_parked(&mut self, now: i64) -> Result<(), SinkError> {
+        let pending: Vec<(i32, Vec<u8>)> = self
+            .tasks
+            .iter()
+            .flat_map(|(p, t)| t.draining.iter().map(move |k| (*p, k.clone())))
+            .collect();
+        for (partition, key) in pending {
+            let Some(task) = self.tasks.get_mut(&partition) else {
+                continue;
+            };
+            match load_parked(task, &key)? {
+                Some(p) if p.head_at == HeadAt::Draining => self.drain(&key, partition, p, now)?,
+                _ => {
+                    task.draining.remove(&key);
                 }
             }
         }
+        Ok(())
+    }
+
+    /// A record whose id was processed before with another key or value: dead-lettered as
+    /// `id-conflict` with both digests, in the open transaction, and counted.
+    fn id_conflict(
+        &mut self,
+        record: &Record<'_>,
+        id: &[u8],
+        stored: u64,
+        received: u64,
+        now: i64,
+    ) -> Result<(), SinkError> {
+        let id_text = String::from_utf8_lossy(id);
+        tracing::warn!(
+            topic = record.topic,
+            partition = record.partition,
+            offset = record.offset,
+            id = %id_text,
+            stored = format!("{stored:016x}"),
+            received = format!("{received:016x}"),
+            "message id reused with another key or value; dead-lettered as id-conflict"
+        );
+        telemetry::id_conflict(base_and_level(record.topic).0);
+        let extra = vec![
+            (
+                format!("{}id.digest.stored", dlt::PREFIX),
+                format!("{stored:016x}").into_bytes(),
+            ),
+            (
+                format!("{}id.digest.received", dlt::PREFIX),
+                format!("{received:016x}").into_bytes(),
+            ),
+        ];
+        self.dead_letter(
+            record,
+            &History::of(record),
+            DltClass::IdConflict,
+            format!("message id {id_text} was processed before with another key or value"),
+            extra,
+            now,
+        )
+    }
+
+    /// Sends `record` to its DLT with `class`, `reason` and `extra` headers, in the open
+    /// transaction (records that never reached the handler: overflow and id conflicts).
+    fn dead_letter(
+        &mut self,
+        record: &Record<'_>,
+        history: &History,
+        class: DltClass,
+        reason: String,
+        extra: Vec<(String, Vec<u8>)>,
+        now: i64,
+    ) -> Result<(), SinkError> {
+        let err = ProcessError::permanent(reason);
+        let mut h = dlt::headers(record, history, &self.opts.app_id, class, Some(&err), now);
+        h.extend(extra);
+        let dlt_topic = dlt::topic_for(record.topic);
+        self.send_dead_letter(record, &dlt_topic, &h, 0)
     }
 
     /// A failed record goes up the ladder (transient, levels left) or to the DLT; its key is
@@ -334,8 +472,6 @@ impl<P: Processor> Runtime<P> {
         );
         let h = dlt::headers(record, history, &self.opts.app_id, class, Some(&err), now);
         self.send_dead_letter(record, &dlt::topic_for(base), &h, stage)?;
-        self.summary.dead_lettered += 1;
-        telemetry::dead_lettered(base);
         if !ordered {
             return Ok(AfterFailure::Settled);
         }
@@ -355,7 +491,7 @@ impl<P: Processor> Runtime<P> {
 }
 
 impl<P: Processor> Runtime<P> {
-    /// Writes a dead letter, cut down as far as it must be to be written: whole (stage 0), with
+    /// Writes a dead letter (and counts it), cut down as far as it must be to be written: whole (stage 0), with
     /// its value truncated and only the `eosflow.dlt.*` headers (1), or a pointer alone — the
     /// original topic, partition and offset with the reason (2). A record whose dead letter is
     /// over the size limit (a 1 MB input plus the DLT headers) thereby still reaches the DLT. If
@@ -401,6 +537,8 @@ impl<P: Processor> Runtime<P> {
                         telemetry::dead_letter_reduced(topic, what);
                     }
                     self.deliveries.push((f, self.current));
+                    self.summary.dead_lettered += 1;
+                    telemetry::dead_lettered(base_and_level(record.topic).0);
                     return Ok(());
                 }
                 Err(SinkError::Unwritable { .. }) if stage < 2 => stage += 1,

@@ -280,6 +280,8 @@ pub(super) struct Task {
     /// Whether the committed store holds any parked key: almost never, and then the per-record
     /// lookup of the record's key in `parked` is skipped.
     pub(super) store_has_parked: bool,
+    /// Parked keys whose followers are drained a chunk per transaction (see `drain_parked`).
+    pub(super) draining: BTreeSet<Vec<u8>>,
 }
 
 /// The exactly-once runtime of one instance.
@@ -463,7 +465,7 @@ fn record_error_in(e: &SinkError) -> bool {
         SinkError::Abortable(k) | SinkError::Fatal(k) | SinkError::CommitUnknown(k) => {
             k.rdkafka_error_code()
         }
-        SinkError::Fenced { .. } | SinkError::NoGroupMetadata => None,
+        SinkError::Fenced { .. } | SinkError::NoGroupMetadata | SinkError::StateRead(_) => None,
     };
     code.is_some_and(is_record_error)
 }
@@ -655,7 +657,7 @@ impl<P: Processor> Runtime<P> {
     fn run_loop(&mut self, shutdown: &AtomicBool) -> Result<(), RuntimeError> {
         while !shutdown.load(Ordering::Relaxed) {
             let batch = self.poll_batch(shutdown)?;
-            if batch.is_empty() {
+            if batch.is_empty() && !self.parked_drain_pending() {
                 continue;
             }
             self.commit_batch(batch)?;
@@ -908,6 +910,7 @@ impl<P: Processor> Runtime<P> {
             p,
             Task {
                 store_has_parked: !store.is_empty(Column::Parked)?,
+                draining: crate::retry::parked::draining_keys(&store)?,
                 store,
                 overlay: Overlay::default(),
                 last_purge: Instant::now(),
@@ -930,7 +933,7 @@ impl<P: Processor> Runtime<P> {
             p,
             self.opts.restore_timeout,
         ) {
-            Err(e @ StateError::CheckpointAhead { .. }) => {
+            Err(e @ (StateError::CheckpointAhead { .. } | StateError::StaleCheckpoint { .. })) => {
                 tracing::warn!(partition = p, error = %e, "rebuilding the store from the changelog alone");
                 drop(store);
                 Store::wipe(path)?;
@@ -1045,7 +1048,10 @@ impl<P: Processor> Runtime<P> {
             slow,
         } = failure;
         match &error {
-            SinkError::Abortable(_) | SinkError::NoGroupMetadata | SinkError::Unwritable { .. } => {
+            SinkError::Abortable(_)
+            | SinkError::NoGroupMetadata
+            | SinkError::Unwritable { .. }
+            | SinkError::StateRead(_) => {
                 if let Err(abort_err) = self.sink.abort() {
                     tracing::warn!(error = %abort_err, "abort failed; recreating the producer");
                     self.recover_producer(&abort_err, "fatal", started.elapsed())?;
@@ -1344,6 +1350,16 @@ impl<P: Processor> Runtime<P> {
         // Keyed by the batch's own topic names: no String per record.
         let mut next_offsets: BTreeMap<(&str, i32), i64> = BTreeMap::new();
         let now = now_ms();
+        if let Err(error) = self.drain_parked(now) {
+            return Err(Box::new(BatchFailure {
+                error,
+                culprit: None,
+                next_offsets: Vec::new(),
+                order,
+                handled: 0,
+                slow: None,
+            }));
+        }
         let budget = self.opts.transaction_timeout / 2;
         let begun = Instant::now();
         let mut handled = order.len();

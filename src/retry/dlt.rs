@@ -18,6 +18,11 @@ pub enum DltClass {
     /// An output, retry forward or the dead letter itself could not be written (over the size
     /// limit, unknown topic): the record was isolated from its batch so the partition moves on.
     Unwritable,
+    /// Its key already had `retry.max_parked_followers_per_key` records waiting behind a
+    /// parked head.
+    ParkedOverflow,
+    /// Its message id was processed before with another key or value.
+    IdConflict,
 }
 
 impl DltClass {
@@ -28,6 +33,8 @@ impl DltClass {
             Self::TransientExhausted => "transient-exhausted",
             Self::ParkedBehindDeadLetter => "parked-behind-dead-letter",
             Self::Unwritable => "unwritable",
+            Self::ParkedOverflow => "parked-overflow",
+            Self::IdConflict => "id-conflict",
         }
     }
 }

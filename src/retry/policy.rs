@@ -25,6 +25,9 @@ pub struct RetryPolicy {
     pub max_delay: Duration,
     /// Followers of a dead-lettered head.
     pub on_dead_letter: OnDeadLetter,
+    /// Most followers waiting behind one parked key; a record arriving beyond it is
+    /// dead-lettered with class `parked-overflow`.
+    pub max_parked_followers: u64,
 }
 
 impl Default for RetryPolicy {
@@ -38,6 +41,7 @@ impl Default for RetryPolicy {
             jitter: 0.2,
             max_delay: Duration::from_secs(3600),
             on_dead_letter: OnDeadLetter::Continue,
+            max_parked_followers: super::parked::DEFAULT_MAX_FOLLOWERS,
         }
     }
 }
@@ -71,6 +75,7 @@ mod tests {
             jitter: 0.2,
             max_delay: Duration::from_secs(50),
             on_dead_letter: OnDeadLetter::Continue,
+            max_parked_followers: 1,
         };
         for _ in 0..100 {
             let d = p.delay(1).expect("level 1");

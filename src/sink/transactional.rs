@@ -58,6 +58,10 @@ pub enum SinkError {
     /// committed: the caller must learn it (stable committed offsets) before doing anything else.
     #[error("transaction commit outcome unknown: {0}")]
     CommitUnknown(KafkaError),
+    /// A state store read inside the batch failed (dedup or parked lookup): the batch cannot
+    /// be trusted, so it is aborted and processed again, never read as "not seen".
+    #[error("state read failed; the batch must be aborted: {0}")]
+    StateRead(#[from] crate::state::StateError),
 }
 
 impl SinkError {

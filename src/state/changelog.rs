@@ -4,15 +4,116 @@
 //! [`crate::kafka::reader`]): a dead instance's open transaction, whose input offsets may
 //! still commit, is waited out rather than skipped, so a store never misses writes whose
 //! offsets the group will resume after.
+//!
+//! A store whose checkpoint is older than the changelog's `delete.retention.ms` is not replayed
+//! from its checkpoint: compaction may have removed tombstones written since, and the store
+//! would keep keys deleted meanwhile. [`restore`] reports it as
+//! [`StateError::StaleCheckpoint`], and the store is rebuilt from the changelog alone.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
+use rdkafka::client::DefaultClientContext;
 use rdkafka::Message;
 
+use super::store::CheckpointAt;
 use super::{dedup, Column, Overlay, StateError, Store};
 use crate::kafka::reader::{read_to_end, ReadError};
-use crate::kafka::KafkaClients;
+use crate::kafka::{ClientRole, KafkaClients};
+
+/// Kafka's default `delete.retention.ms` (one day): assumed when the topic's cannot be read.
+pub const DEFAULT_DELETE_RETENTION_MS: i64 = 86_400_000;
+/// How long a topic's `delete.retention.ms` is reused before it is described again.
+const RETENTION_CACHE_FOR: Duration = Duration::from_secs(60);
+
+/// Reads `delete.retention.ms` of `topic` (DescribeConfigs), cached for a minute per topic.
+pub fn delete_retention_ms(clients: &KafkaClients, topic: &str) -> Result<i64, String> {
+    static CACHE: OnceLock<Mutex<HashMap<String, (Instant, i64)>>> = OnceLock::new();
+    let cache = CACHE.get_or_init(Mutex::default);
+    if let Ok(c) = cache.lock() {
+        if let Some((at, ms)) = c.get(topic) {
+            if at.elapsed() < RETENTION_CACHE_FOR {
+                return Ok(*ms);
+            }
+        }
+    }
+    let admin: AdminClient<DefaultClientContext> = clients
+        .config(ClientRole::Admin)
+        .create()
+        .map_err(|e| format!("admin client: {e}"))?;
+    let opts = AdminOptions::new().request_timeout(Some(Duration::from_secs(10)));
+    // The admin client answers from its own thread: any executor can wait for it.
+    let described = futures::executor::block_on(
+        admin.describe_configs(&[ResourceSpecifier::Topic(topic)], &opts),
+    )
+    .map_err(|e| format!("describe configs of {topic}: {e}"))?;
+    let resource = described
+        .into_iter()
+        .next()
+        .ok_or_else(|| format!("describe configs of {topic}: no answer"))?
+        .map_err(|code| format!("describe configs of {topic}: {code:?}"))?;
+    let ms = resource
+        .get("delete.retention.ms")
+        .and_then(|e| e.value.as_deref()?.parse::<i64>().ok())
+        .ok_or_else(|| format!("{topic} has no readable delete.retention.ms"))?;
+    if let Ok(mut c) = cache.lock() {
+        c.insert(topic.to_string(), (Instant::now(), ms));
+    }
+    Ok(ms)
+}
+
+/// Whether a checkpoint reached at `at` is too old to replay from at `now` under
+/// `retention_ms`: older than the retention less a tenth of it (the margin covers clock skew
+/// between this host and the brokers and the cleaner's own timing).
+pub fn stale_checkpoint(
+    topic: &str,
+    partition: i32,
+    at: CheckpointAt,
+    now: i64,
+    retention_ms: i64,
+) -> Option<StateError> {
+    let margin_ms = retention_ms / 10;
+    let age_ms = now - at.millis();
+    (age_ms > retention_ms - margin_ms).then(|| StateError::StaleCheckpoint {
+        topic: topic.to_string(),
+        partition,
+        checkpoint_at_ms: at.millis(),
+        how: match at {
+            CheckpointAt::Recorded(_) => "recorded",
+            CheckpointAt::FilesModified(_) => "file-mtime",
+        },
+        age_ms,
+        retention_ms,
+        margin_ms,
+    })
+}
+
+/// [`StateError::StaleCheckpoint`] if `store` has a checkpoint too old for `topic`'s
+/// `delete.retention.ms` (Kafka's default one day when the topic's cannot be read).
+fn check_fresh(
+    clients: &KafkaClients,
+    store: &Store,
+    topic: &str,
+    partition: i32,
+) -> Result<(), StateError> {
+    let Some(at) = store.checkpoint_at()? else {
+        return Ok(());
+    };
+    let retention_ms = delete_retention_ms(clients, topic).unwrap_or_else(|e| {
+        tracing::warn!(topic, error = %e, default_ms = DEFAULT_DELETE_RETENTION_MS, "delete.retention.ms of the changelog unknown; assuming Kafka's default");
+        DEFAULT_DELETE_RETENTION_MS
+    });
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or_default();
+    match stale_checkpoint(topic, partition, at, now, retention_ms) {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
 
 /// What a restore did, for logs, metrics and tests.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -30,6 +131,11 @@ pub struct RestoreStats {
 const APPLY_EVERY: usize = 5_000;
 
 /// Replays `topic[partition]` into `store` from its checkpoint to the end, within `timeout`.
+///
+/// Fails with [`StateError::StaleCheckpoint`] (before reading anything) when the checkpoint is
+/// older than the changelog's `delete.retention.ms` allows, and with
+/// [`StateError::CheckpointAhead`] when it lies past the changelog's end: in both cases the
+/// caller wipes the store and restores again from the changelog alone.
 pub fn restore(
     clients: &KafkaClients,
     store: &Store,
@@ -38,6 +144,7 @@ pub fn restore(
     timeout: Duration,
 ) -> Result<RestoreStats, StateError> {
     let started = Instant::now();
+    check_fresh(clients, store, topic, partition)?;
     let checkpoint = store.checkpoint()?;
     let mut pending: Vec<(Vec<u8>, Option<Vec<u8>>)> = Vec::with_capacity(APPLY_EVERY);
     let mut records = 0u64;
@@ -141,4 +248,51 @@ pub fn replay(
         (col, None) => overlay.delete(col, key),
     }
     Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::StoreCache;
+
+    #[test]
+    fn a_checkpoint_older_than_the_delete_retention_less_a_tenth_is_stale() {
+        let day = DEFAULT_DELETE_RETENTION_MS;
+        let at = CheckpointAt::Recorded(1_000);
+        assert!(stale_checkpoint("cl", 0, at, 1_000 + day * 9 / 10, day).is_none());
+        let e = stale_checkpoint("cl", 3, at, 1_001 + day * 9 / 10, day).expect("stale");
+        let text = e.to_string();
+        assert!(
+            text.contains("cl[3]")
+                && text.contains("1000 ms (recorded)")
+                && text.contains("86400000"),
+            "{text}"
+        );
+        let old = CheckpointAt::FilesModified(0);
+        assert!(stale_checkpoint("cl", 0, old, day, day)
+            .is_some_and(|e| e.to_string().contains("file-mtime")));
+    }
+
+    #[test]
+    fn every_checkpoint_records_its_time_and_an_older_store_falls_back_to_its_files() {
+        let dir = std::env::temp_dir().join(format!("eosflow-cpat-{}", uuid::Uuid::new_v4()));
+        let cache = StoreCache::new(8 << 20);
+        let (s, _) = Store::open(&dir, "cl[0]", &cache).expect("open");
+        assert_eq!(
+            s.checkpoint_at().expect("at"),
+            None,
+            "no checkpoint, no age"
+        );
+        let before = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as i64)
+            .unwrap_or_default();
+        s.apply(&Overlay::default(), Some(5)).expect("apply");
+        match s.checkpoint_at().expect("at") {
+            Some(CheckpointAt::Recorded(t)) => assert!(t >= before, "{t} < {before}"),
+            other => panic!("{other:?}"),
+        }
+        drop(s);
+        Store::wipe(&dir).expect("wipe");
+    }
 }

@@ -11,6 +11,12 @@
 //! (rest: 8 random bytes, so two batches never share a key); kind 2 is one id restored from a
 //! changelog written before batches existed (`d<id>` records; rest: the id), expired the same
 //! way and tombstoned as `d<id>`.
+//!
+//! An id's `dedup` value is `seen_at (8 bytes) · digest (8 bytes)`, the digest being
+//! [`digest`] of the record's key and value: the same id arriving with another payload is an
+//! *id conflict*, not a duplicate. Batch records carry each id's digest (value version 2), so
+//! it survives a restore; ids restored from version-1 batches or per-id records have no
+//! digest and are treated as plain duplicates.
 
 use super::{Column, Overlay, StateError, Store};
 
@@ -18,8 +24,10 @@ use super::{Column, Overlay, StateError, Store};
 const KIND_BATCH: u8 = 1;
 /// Kind byte of a single id restored from a per-id (`d<id>`) changelog record.
 const KIND_LEGACY: u8 = 2;
-/// Version byte of a batch record's value.
+/// Version byte of a batch record's value: ids only.
 const VALUE_V1: u8 = 1;
+/// Version byte of a batch record's value: each id followed by a digest flag and its digest.
+const VALUE_V2: u8 = 2;
 /// Most bytes of ids in one changelog record: far below the broker's `message.max.bytes`
 /// (1 MiB by default); a batch that saw more ids is split over several records.
 pub const MAX_RECORD_BYTES: usize = 256 * 1024;
@@ -77,30 +85,158 @@ fn legacy_key(seen_at: i64, id: &[u8]) -> Vec<u8> {
     k
 }
 
-/// Encodes ids as a batch record's value: a version byte, then each id as a 4-byte big-endian
-/// length and its bytes.
-fn encode(ids: &[&[u8]]) -> Vec<u8> {
-    let mut v = Vec::with_capacity(1 + ids.iter().map(|i| 4 + i.len()).sum::<usize>());
-    v.push(VALUE_V1);
-    for id in ids {
+/// A 64-bit digest of a record's key and value, stable across builds, platforms and Rust
+/// releases (it is stored, and compared after restores and upgrades): FNV-1a's multiply over
+/// 8-byte little-endian words (a byte-wise FNV costs a nanosecond per byte on the hot path),
+/// with splitmix64's finaliser. Key and value are length-framed, so moving bytes between them
+/// changes the digest. Not cryptographic: it tells a reused id from a redelivery.
+pub fn digest(key: Option<&[u8]>, value: Option<&[u8]>) -> u64 {
+    const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+    let mut h = OFFSET;
+    let mut word = |w: u64| {
+        h = (h ^ w).wrapping_mul(PRIME).rotate_left(29);
+    };
+    for part in [key, value] {
+        let Some(bytes) = part else {
+            word(u64::MAX);
+            continue;
+        };
+        word(bytes.len() as u64);
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(c);
+            word(u64::from_le_bytes(w));
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            let mut w = [0u8; 8];
+            w[..rest.len()].copy_from_slice(rest);
+            word(u64::from_le_bytes(w));
+        }
+    }
+    // splitmix64's finaliser: every input bit reaches every output bit.
+    h = (h ^ (h >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    h = (h ^ (h >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    h ^ (h >> 31)
+}
+
+/// The `dedup` value of an id seen at `seen_at` in a record with digest `digest`.
+pub fn mark(seen_at: i64, digest: u64) -> Vec<u8> {
+    let mut v = Vec::with_capacity(16);
+    v.extend_from_slice(&seen_at.to_be_bytes());
+    v.extend_from_slice(&digest.to_be_bytes());
+    v
+}
+
+/// The digest in a `dedup` value; `None` for an id restored from a format without one.
+fn digest_of(value: &[u8]) -> Option<u64> {
+    Some(u64::from_be_bytes(value.get(8..16)?.try_into().ok()?))
+}
+
+/// What the dedup column says of a record's id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Seen {
+    /// Never processed (or expired).
+    New,
+    /// Processed before, with the same key and value (or with no digest recorded).
+    Duplicate,
+    /// Processed before with another key or value: the id was reused.
+    Conflict {
+        /// The digest recorded when the id was processed.
+        stored: u64,
+    },
+}
+
+/// Looks `id` up as the open batch sees it (its overlay, else the store) and compares the
+/// digest recorded for it with `digest`. A store read error is returned, never taken for "new".
+pub fn lookup(
+    store: &Store,
+    overlay: &Overlay,
+    id: &[u8],
+    digest: u64,
+) -> Result<Seen, StateError> {
+    let judge = |value: Option<&[u8]>| match value {
+        None => Seen::New,
+        Some(v) => match digest_of(v) {
+            Some(stored) if stored != digest => Seen::Conflict { stored },
+            _ => Seen::Duplicate,
+        },
+    };
+    match overlay.get(Column::Dedup, id) {
+        Some(v) => Ok(judge(v)),
+        None => store.with_value(Column::Dedup, id, judge),
+    }
+}
+
+/// Encodes ids and their digests as a batch record's value: a version byte, then each id as a
+/// 4-byte big-endian length, its bytes, a flag byte (1: a digest follows) and the digest.
+fn encode(ids: &[(&[u8], Option<u64>)]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(
+        1 + ids
+            .iter()
+            .map(|(i, _)| ENTRY_OVERHEAD + i.len())
+            .sum::<usize>(),
+    );
+    v.push(VALUE_V2);
+    for (id, digest) in ids {
         v.extend_from_slice(&(id.len() as u32).to_be_bytes());
         v.extend_from_slice(id);
+        match digest {
+            Some(d) => {
+                v.push(1);
+                v.extend_from_slice(&d.to_be_bytes());
+            }
+            None => v.push(0),
+        }
     }
     v
 }
 
+/// Bytes a batch record spends on an id besides the id itself (length, flag, digest).
+const ENTRY_OVERHEAD: usize = 4 + 1 + 8;
+
 /// The ids of a batch record's value; `None` if it is not one.
 pub fn decode(value: &[u8]) -> Option<Vec<&[u8]>> {
-    let (&VALUE_V1, mut rest) = value.split_first()? else {
+    Some(
+        decode_entries(value)?
+            .into_iter()
+            .map(|(id, _)| id)
+            .collect(),
+    )
+}
+
+/// The ids of a batch record's value with their digests (`None` for a version-1 record, which
+/// has none); `None` if it is not a batch record.
+pub fn decode_entries(value: &[u8]) -> Option<Vec<(&[u8], Option<u64>)>> {
+    let (&version, mut rest) = value.split_first()?;
+    if version != VALUE_V1 && version != VALUE_V2 {
         return None;
-    };
-    let mut ids = Vec::new();
+    }
+    let mut out = Vec::new();
     while !rest.is_empty() {
         let len = u32::from_be_bytes(rest.get(..4)?.try_into().ok()?) as usize;
-        ids.push(rest.get(4..4 + len)?);
+        let id = rest.get(4..4 + len)?;
         rest = &rest[4 + len..];
+        let digest = if version == VALUE_V2 {
+            let (&flag, after) = rest.split_first()?;
+            rest = after;
+            match flag {
+                0 => None,
+                1 => {
+                    let d = u64::from_be_bytes(rest.get(..8)?.try_into().ok()?);
+                    rest = &rest[8..];
+                    Some(d)
+                }
+                _ => return None,
+            }
+        } else {
+            None
+        };
+        out.push((id, digest));
     }
-    Some(ids)
+    Some(out)
 }
 
 /// The value of `col`/`key` as the open batch sees it: the overlay's write, else the store's.
@@ -121,19 +257,19 @@ fn read(
 pub fn seal(overlay: &mut Overlay, seen_at: i64) {
     let mut records: Vec<Vec<u8>> = Vec::new();
     {
-        let mut chunk: Vec<&[u8]> = Vec::new();
+        let mut chunk: Vec<(&[u8], Option<u64>)> = Vec::new();
         let mut bytes = 0;
         for (id, value) in overlay.column(Column::Dedup) {
-            if value.is_none() {
+            let Some(value) = value else {
                 continue;
-            }
-            if bytes + 4 + id.len() > MAX_RECORD_BYTES && !chunk.is_empty() {
+            };
+            if bytes + ENTRY_OVERHEAD + id.len() > MAX_RECORD_BYTES && !chunk.is_empty() {
                 records.push(encode(&chunk));
                 chunk.clear();
                 bytes = 0;
             }
-            bytes += 4 + id.len();
-            chunk.push(id);
+            bytes += ENTRY_OVERHEAD + id.len();
+            chunk.push((id, digest_of(value)));
         }
         if !chunk.is_empty() {
             records.push(encode(&chunk));
@@ -148,14 +284,18 @@ pub fn seal(overlay: &mut Overlay, seen_at: i64) {
 /// into `dedup_batches`. A value that is not a batch is skipped with a warning (a foreign
 /// record cannot be turned into ids).
 pub fn restore_batch(overlay: &mut Overlay, key: &[u8], value: &[u8]) {
-    let (Some(BatchKey::Batch { seen_at }), Some(ids)) = (BatchKey::parse(key), decode(value))
+    let (Some(BatchKey::Batch { seen_at }), Some(ids)) =
+        (BatchKey::parse(key), decode_entries(value))
     else {
         tracing::warn!("a dedup batch record in the changelog cannot be read; skipped");
         return;
     };
     let seen = seen_at.to_be_bytes();
-    for id in ids {
-        overlay.put(Column::Dedup, id, seen.to_vec());
+    for (id, digest) in ids {
+        match digest {
+            Some(d) => overlay.put(Column::Dedup, id, mark(seen_at, d)),
+            None => overlay.put(Column::Dedup, id, seen.to_vec()),
+        }
     }
     overlay.put(Column::DedupBatch, key, value.to_vec());
 }
@@ -173,7 +313,7 @@ pub fn restore_legacy(overlay: &mut Overlay, id: &[u8], seen_at_bytes: &[u8]) {
 /// A `d<id>` tombstone (a changelog from before batches): the id and its one-id entry go.
 pub fn remove_legacy(store: &Store, overlay: &mut Overlay, id: &[u8]) -> Result<(), StateError> {
     if let Some(seen) = read(store, overlay, Column::Dedup, id)? {
-        if let Ok(b) = <[u8; 8]>::try_from(seen.as_slice()) {
+        if let Some(Ok(b)) = seen.get(..8).map(<[u8; 8]>::try_from) {
             overlay.delete(Column::DedupBatch, &legacy_key(i64::from_be_bytes(b), id));
         }
     }
@@ -204,7 +344,8 @@ pub fn remove(store: &Store, overlay: &mut Overlay, key: &[u8]) -> Result<usize,
     let mut removed = 0;
     for id in &owned_ids {
         // An id processed again after an earlier expiry belongs to a newer batch now.
-        if read(store, overlay, Column::Dedup, id)?.as_deref() == Some(&seen[..]) {
+        let value = read(store, overlay, Column::Dedup, id)?;
+        if value.as_deref().and_then(|v| v.get(..8)) == Some(&seen[..]) {
             overlay.delete(Column::Dedup, id);
             removed += 1;
         }
@@ -235,6 +376,8 @@ pub fn changelog_key(col: Column, key: &[u8], value: Option<&[u8]>) -> Option<Ve
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const PINNED: u64 = 18_387_874_530_421_320_694;
     use crate::state::StoreCache;
 
     fn store() -> (Store, std::path::PathBuf) {
@@ -349,9 +492,70 @@ mod tests {
     }
 
     #[test]
+    fn a_reused_id_is_a_conflict_through_the_changelog_and_an_old_format_id_a_duplicate() {
+        let (s, dir) = store();
+        let same = digest(Some(b"k"), Some(b"1"));
+        let other = digest(Some(b"k"), Some(b"2"));
+        assert_ne!(same, other);
+        assert_ne!(
+            digest(Some(b"ab"), Some(b"c")),
+            digest(Some(b"a"), Some(b"bc")),
+            "framed"
+        );
+        assert_ne!(digest(None, Some(b"")), digest(Some(b""), None));
+        // The verdicts on id-1 for its own payload, another one, and on an unknown id.
+        let judged = |o: &Overlay| {
+            [(b"id-1", same), (b"id-1", other), (b"id-2", same)]
+                .map(|(id, d)| lookup(&s, o, id, d).expect("lookup"))
+        };
+        let want = [Seen::Duplicate, Seen::Conflict { stored: same }, Seen::New];
+        // Marked in an open batch: judged from the overlay...
+        let mut o = Overlay::default();
+        o.put(Column::Dedup, b"id-1", mark(7, same));
+        assert_eq!(judged(&o), want);
+        // ...then sealed into a batch record, which is all the changelog carries.
+        seal(&mut o, 7);
+        let (key, value) = o
+            .column(Column::DedupBatch)
+            .find_map(|(k, v)| Some((k.to_vec(), v?.to_vec())))
+            .expect("a batch record");
+        assert_eq!(
+            decode_entries(&value),
+            Some(vec![(&b"id-1"[..], Some(same))])
+        );
+        // A store rebuilt from that record still tells the conflict from the duplicate.
+        let mut r = Overlay::default();
+        restore_batch(&mut r, &key, &value);
+        s.apply(&r, Some(1)).expect("apply");
+        let empty = Overlay::default();
+        assert_eq!(judged(&empty), want);
+        // Ids from a version-1 batch (no digest) are plain duplicates whatever the payload.
+        let v1 = b"\x01\x00\x00\x00\x04id-9";
+        let mut r = Overlay::default();
+        restore_batch(&mut r, &batch_key(8), v1);
+        s.apply(&r, Some(2)).expect("apply");
+        assert_eq!(
+            lookup(&s, &empty, b"id-9", other).expect("lookup"),
+            Seen::Duplicate
+        );
+        // Expiry still recognises marks that carry a digest.
+        let mut o = Overlay::default();
+        assert_eq!(remove(&s, &mut o, &key).expect("remove"), 1);
+        drop(s);
+        Store::wipe(&dir).expect("wipe");
+    }
+
+    #[test]
+    fn the_digest_is_pinned() {
+        // Stored digests are compared after upgrades: this value must never change.
+        assert_eq!(digest(Some(b"key"), Some(b"value")), PINNED);
+    }
+
+    #[test]
     fn foreign_bytes_are_not_batches() {
         assert_eq!(BatchKey::parse(b"short"), None);
         assert_eq!(decode(b"\x02junk"), None);
+        assert_eq!(decode(b"\x03"), None);
         assert_eq!(decode(b"\x01\x00\x00\x00\x09ab"), None);
     }
 }

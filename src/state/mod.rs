@@ -13,7 +13,7 @@ pub mod store;
 
 pub use changelog::{restore, RestoreStats};
 pub use overlay::{Column, Overlay};
-pub use store::{Entry, Store, StoreCache};
+pub use store::{CheckpointAt, Entry, Store, StoreCache};
 
 /// Why a state operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -55,6 +55,26 @@ pub enum StateError {
         checkpoint: i64,
         /// The changelog's end.
         end: i64,
+    },
+    /// The store's checkpoint is older than the changelog's `delete.retention.ms` (less a safety
+    /// margin): tombstones written since may already be compacted away, so replaying the tail
+    /// could resurrect deleted keys. The store must be rebuilt from the changelog alone.
+    #[error("store checkpoint of {topic}[{partition}] was reached at {checkpoint_at_ms} ms ({how}), {age_ms} ms ago, more than the changelog's delete.retention.ms {retention_ms} less a {margin_ms} ms margin: tombstones may have been compacted away since")]
+    StaleCheckpoint {
+        /// Changelog topic.
+        topic: String,
+        /// Its partition.
+        partition: i32,
+        /// When the checkpoint was reached (ms since the epoch).
+        checkpoint_at_ms: i64,
+        /// How that time is known (`recorded`, or `file-mtime` for an older store).
+        how: &'static str,
+        /// Now minus that time.
+        age_ms: i64,
+        /// The changelog's `delete.retention.ms`.
+        retention_ms: i64,
+        /// Safety margin subtracted from the retention.
+        margin_ms: i64,
     },
     /// Restoring did not reach the changelog's end in time.
     #[error("restoring {topic}[{partition}] did not reach offset {target} within {seconds}s (at {position}): an open transaction of a dead instance blocks it until transaction.timeout.ms")]

@@ -14,6 +14,10 @@ pub enum Column {
     Parked,
     /// Processed ids grouped by the batch that saw them, oldest first (see [`super::dedup`]).
     DedupBatch,
+    /// The records waiting behind a parked key's head, one entry per record, keyed
+    /// `key length (4 bytes, big-endian) · key · sequence (8 bytes, big-endian)` so that a
+    /// key's followers sort in arrival order (see [`crate::retry::parked`]).
+    ParkedFollower,
 }
 
 impl Column {
@@ -24,15 +28,17 @@ impl Column {
             Column::Dedup => "dedup",
             Column::Parked => "parked",
             Column::DedupBatch => "dedup_batches",
+            Column::ParkedFollower => "parked_followers",
         }
     }
 
     /// Every column, in the order the changelog and the overlay list them.
-    pub const ALL: [Column; 4] = [
+    pub const ALL: [Column; 5] = [
         Column::State,
         Column::Dedup,
         Column::Parked,
         Column::DedupBatch,
+        Column::ParkedFollower,
     ];
 
     /// The column's slot in per-column arrays (the order of [`Column::ALL`]).
@@ -42,6 +48,7 @@ impl Column {
             Column::Dedup => 1,
             Column::Parked => 2,
             Column::DedupBatch => 3,
+            Column::ParkedFollower => 4,
         }
     }
 
@@ -51,6 +58,7 @@ impl Column {
             Column::Dedup => b'd',
             Column::Parked => b'p',
             Column::DedupBatch => b'b',
+            Column::ParkedFollower => b'f',
         }
     }
 
@@ -69,6 +77,7 @@ impl Column {
             (b'd', rest) => Some((Column::Dedup, rest)),
             (b'p', rest) => Some((Column::Parked, rest)),
             (b'b', rest) => Some((Column::DedupBatch, rest)),
+            (b'f', rest) => Some((Column::ParkedFollower, rest)),
             _ => None,
         }
     }
@@ -80,7 +89,7 @@ pub struct Overlay {
     /// One map per column (indexed by [`Column::index`]): a lookup borrows the caller's key
     /// instead of building a `(Column, Vec<u8>)` for it, and that lookup runs several times per
     /// record.
-    writes: [BTreeMap<Vec<u8>, Option<Vec<u8>>>; 4],
+    writes: [BTreeMap<Vec<u8>, Option<Vec<u8>>>; 5],
 }
 
 impl Overlay {

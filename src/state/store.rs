@@ -1,6 +1,6 @@
-//! One partition's RocksDB store: column families `state`, `dedup`, `dedup_batches`, `parked`
-//! and `meta`, the last holding the changelog checkpoint written atomically with the data it
-//! covers.
+//! One partition's RocksDB store: column families `state`, `dedup`, `dedup_batches`, `parked`,
+//! `parked_followers` and `meta`, the last holding the changelog checkpoint (and the wall time
+//! it was reached) written atomically with the data it covers.
 
 use std::path::{Path, PathBuf};
 
@@ -14,6 +14,45 @@ use super::{Column, Overlay, StateError};
 const META: &str = "meta";
 const CHECKPOINT_KEY: &[u8] = b"changelog.next_offset";
 const SOURCE_KEY: &[u8] = b"changelog.source";
+/// Wall time (ms since the epoch, 8 bytes big-endian) at which the checkpoint was written.
+const CHECKPOINT_AT_KEY: &[u8] = b"changelog.checkpoint_at";
+
+/// When a store last caught up with its changelog: what decides whether tombstones it never
+/// saw may have been compacted away since (see [`super::changelog::restore`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CheckpointAt {
+    /// The time written with the checkpoint (ms since the epoch).
+    Recorded(i64),
+    /// A store written before checkpoint times were recorded: the newest modification time of
+    /// its files (ms), which is no earlier than its last checkpoint.
+    FilesModified(i64),
+}
+
+impl CheckpointAt {
+    /// The time, whichever way it was learnt (ms since the epoch).
+    pub fn millis(self) -> i64 {
+        match self {
+            Self::Recorded(t) | Self::FilesModified(t) => t,
+        }
+    }
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or_default()
+}
+
+/// The newest modification time (ms) of the files directly in `dir`, if any.
+fn newest_file_time(dir: &Path) -> Option<i64> {
+    std::fs::read_dir(dir)
+        .ok()?
+        .filter_map(|e| e.ok()?.metadata().ok()?.modified().ok())
+        .filter_map(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map(|d| d.as_millis() as i64)
+        .max()
+}
 
 /// The block cache all stores of an instance share: the RocksDB memory budget.
 #[derive(Clone)]
@@ -53,6 +92,9 @@ pub type Entry = (Vec<u8>, Vec<u8>);
 pub struct Store {
     db: DB,
     path: PathBuf,
+    /// Newest file modification time seen before this open wrote anything (old stores only
+    /// have this to tell their age by).
+    files_modified_at: Option<i64>,
 }
 
 impl std::fmt::Debug for Store {
@@ -92,8 +134,10 @@ impl Store {
             path: path.display().to_string(),
             source,
         })?;
+        let files_modified_at = newest_file_time(path);
         match Self::open_raw(path, cache) {
-            Ok(store) => {
+            Ok(mut store) => {
+                store.files_modified_at = files_modified_at;
                 let same_source = match store.meta(SOURCE_KEY)? {
                     None => store.checkpoint()?.is_none(),
                     Some(s) => s == source.as_bytes(),
@@ -122,6 +166,7 @@ impl Store {
             Column::Dedup.cf(),
             Column::Parked.cf(),
             Column::DedupBatch.cf(),
+            Column::ParkedFollower.cf(),
             META,
         ]
         .into_iter()
@@ -133,6 +178,7 @@ impl Store {
         Ok(Self {
             db,
             path: path.to_path_buf(),
+            files_modified_at: None,
         })
     }
 
@@ -191,12 +237,59 @@ impl Store {
             .map_err(|e| self.err(e))
     }
 
+    /// Calls `f` with the committed value of `key` in `col` (`None` if absent), without copying
+    /// it out (the dedup check, once per record).
+    pub fn with_value<T>(
+        &self,
+        col: Column,
+        key: &[u8],
+        f: impl FnOnce(Option<&[u8]>) -> T,
+    ) -> Result<T, StateError> {
+        self.db
+            .get_pinned_cf(self.cf(col.cf())?, key)
+            .map(|v| f(v.as_deref()))
+            .map_err(|e| self.err(e))
+    }
+
     /// The next changelog offset to replay from, if the store has ever been checkpointed.
     pub fn checkpoint(&self) -> Result<Option<i64>, StateError> {
         Ok(self.meta(CHECKPOINT_KEY)?.and_then(|v| {
             let bytes: [u8; 8] = v.as_slice().try_into().ok()?;
             Some(i64::from_be_bytes(bytes))
         }))
+    }
+
+    /// When the store last reached its checkpoint; `None` if it has none.
+    pub fn checkpoint_at(&self) -> Result<Option<CheckpointAt>, StateError> {
+        if self.checkpoint()?.is_none() {
+            return Ok(None);
+        }
+        let recorded = self.meta(CHECKPOINT_AT_KEY)?.and_then(|v| {
+            let bytes: [u8; 8] = v.as_slice().try_into().ok()?;
+            Some(i64::from_be_bytes(bytes))
+        });
+        Ok(recorded
+            .map(CheckpointAt::Recorded)
+            .or(self.files_modified_at.map(CheckpointAt::FilesModified)))
+    }
+
+    /// Writes every column's memtable to table files (before copying or inspecting a store;
+    /// the loop never needs it: the changelog is the durable copy).
+    pub fn flush(&self) -> Result<(), StateError> {
+        for name in Column::ALL.map(Column::cf).into_iter().chain([META]) {
+            self.db.flush_cf(self.cf(name)?).map_err(|e| self.err(e))?;
+        }
+        Ok(())
+    }
+
+    /// The files of a column's SST tables (diagnostics, and tests that damage them).
+    pub fn table_files(&self, col: Column) -> Result<Vec<PathBuf>, StateError> {
+        let files = self.db.live_files().map_err(|e| self.err(e))?;
+        Ok(files
+            .into_iter()
+            .filter(|f| f.column_family_name == col.cf())
+            .map(|f| self.path.join(f.name.trim_start_matches('/')))
+            .collect())
     }
 
     /// Applies a committed overlay and the changelog offset it reached, atomically.
@@ -215,6 +308,7 @@ impl Store {
         }
         if let Some(next) = next_changelog_offset {
             batch.put_cf(self.cf(META)?, CHECKPOINT_KEY, next.to_be_bytes());
+            batch.put_cf(self.cf(META)?, CHECKPOINT_AT_KEY, now_ms().to_be_bytes());
         }
         self.write(batch)
     }
@@ -324,6 +418,28 @@ mod tests {
         assert!(rebuilt);
         assert_eq!(s.checkpoint().expect("cp"), None);
         assert_eq!(s.get(Column::State, b"a").expect("get"), None);
+        drop(s);
+        Store::wipe(&dir).expect("wipe");
+    }
+
+    #[test]
+    fn a_store_without_a_recorded_checkpoint_time_is_aged_by_its_files() {
+        let dir = tmp();
+        let cache = StoreCache::new(8 << 20);
+        {
+            let (s, _) = Store::open(&dir, "cl[0]", &cache).expect("open");
+            s.apply(&Overlay::default(), Some(3)).expect("apply");
+            // What an older version left: a checkpoint without its time.
+            let meta = s.cf(META).expect("meta");
+            s.db.delete_cf(meta, CHECKPOINT_AT_KEY).expect("delete");
+        }
+        let (s, _) = Store::open(&dir, "cl[0]", &cache).expect("reopen");
+        match s.checkpoint_at().expect("at") {
+            Some(CheckpointAt::FilesModified(t)) => {
+                assert!((now_ms() - t).abs() < 60_000, "{t}")
+            }
+            other => panic!("{other:?}"),
+        }
         drop(s);
         Store::wipe(&dir).expect("wipe");
     }

@@ -55,6 +55,17 @@ pub fn parked_follower(topic: &str) {
     metrics::counter!("eosflow_parked_followers_total", "topic" => topic.to_string()).increment(1);
 }
 
+/// A record of a parked key was dead-lettered because too many records already wait behind
+/// its head (`retry.max_parked_followers_per_key`).
+pub fn parked_overflow(topic: &str) {
+    metrics::counter!("eosflow_parked_overflow_total", "topic" => topic.to_string()).increment(1);
+}
+
+/// A record reused a processed message id with another key or value, and was dead-lettered.
+pub fn id_conflict(topic: &str) {
+    metrics::counter!("eosflow_id_conflicts_total", "topic" => topic.to_string()).increment(1);
+}
+
 /// A partition's store was restored.
 pub fn restored(partition: i32, stats: &RestoreStats) {
     let p = partition.to_string();

@@ -7,11 +7,13 @@ pub mod check;
 pub mod faults;
 pub mod outbox_crash;
 pub mod outbox_oversize;
+pub mod parked_flood;
 pub mod poison;
 pub mod query;
 pub mod scenario;
 pub mod slow;
 pub mod stack;
+pub mod stale_store;
 pub mod workload;
 
 use std::path::PathBuf;

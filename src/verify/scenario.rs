@@ -30,11 +30,15 @@ pub enum Scenario {
     SlowHandler,
     /// Outbox rows the router cannot write (oversize, unwritable topic) among good ones.
     OutboxOversize,
+    /// One key's head dead-lettered under `park` while thousands of its followers arrive.
+    ParkedFlood,
+    /// An instance kept away past its changelog's delete retention while its keys are deleted.
+    StaleStore,
 }
 
 impl Scenario {
     /// Every scenario, in the order `--scenario all` runs them.
-    pub const ALL: [Scenario; 8] = [
+    pub const ALL: [Scenario; 10] = [
         Scenario::KillProcessors,
         Scenario::BrokerRestart,
         Scenario::Zombie,
@@ -43,6 +47,8 @@ impl Scenario {
         Scenario::BrokerPause,
         Scenario::SlowHandler,
         Scenario::OutboxOversize,
+        Scenario::ParkedFlood,
+        Scenario::StaleStore,
     ];
 
     /// The name on the command line and in the closing line.
@@ -56,6 +62,8 @@ impl Scenario {
             Scenario::BrokerPause => "broker-pause",
             Scenario::SlowHandler => "slow-handler",
             Scenario::OutboxOversize => "outbox-oversize",
+            Scenario::ParkedFlood => "parked-flood",
+            Scenario::StaleStore => "stale-store",
         }
     }
 }
@@ -362,6 +370,22 @@ pub fn run(
                 super::outbox_oversize::Options::long()
             };
             super::outbox_oversize::run(config, env, &opts)
+        }
+        Scenario::ParkedFlood => {
+            let opts = if short {
+                super::parked_flood::Options::short()
+            } else {
+                super::parked_flood::Options::long()
+            };
+            super::parked_flood::run(config, env, &opts)
+        }
+        Scenario::StaleStore => {
+            let opts = if short {
+                super::stale_store::Options::short()
+            } else {
+                super::stale_store::Options::long()
+            };
+            super::stale_store::run(config, env, &opts)
         }
     }
 }

@@ -108,6 +108,44 @@ impl Pipeline {
             .expect("spawn eosflow run")
     }
 
+    /// The counting topology's outputs as (key, output), in each partition's order.
+    pub fn count_outputs(&self) -> Vec<(String, eosflow::app::count::CountOutput)> {
+        let mut out = Vec::new();
+        read_all(
+            &super::clients(),
+            &self.output,
+            Duration::from_secs(60),
+            |m| {
+                use rdkafka::Message;
+                let key = String::from_utf8_lossy(m.key().unwrap_or_default()).to_string();
+                let v = serde_json::from_slice(m.payload().unwrap_or_default())
+                    .map_err(|e| e.to_string())?;
+                out.push((key, v));
+                Ok(())
+            },
+        )
+        .expect("read output");
+        out
+    }
+
+    /// The input's dead letters.
+    pub fn dead_letters(&self) -> Vec<eosflow::retry::tooling::DeadLetter> {
+        eosflow::retry::tooling::read(
+            &super::clients(),
+            &self.dlt,
+            &eosflow::retry::tooling::Selector::default(),
+        )
+        .expect("read DLT")
+    }
+
+    /// A config of instance `a` with a ladder of `delays_ms` and no jitter.
+    pub fn retry_config(&self, delays_ms: &[u64]) -> Config {
+        let mut c = self.config("a");
+        c.retry.delays_ms = delays_ms.to_vec();
+        c.retry.jitter_percent = 0;
+        c
+    }
+
     pub fn count(&self, topic: &str) -> usize {
         let mut n = 0;
         read_all(&super::clients(), topic, Duration::from_secs(60), |_| {
