@@ -326,8 +326,13 @@ pub fn run(
                 count_run(env, 200_000, 2, 5, 120, Fault::Kill9)
             };
             let every = if short { 2_500 } else { 20_000 };
+            let marks = env
+                .work_dir
+                .join(format!("slow-marks-{}", uuid::Uuid::new_v4().simple()));
+            std::fs::create_dir_all(&marks).map_err(|e| format!("{}: {e}", marks.display()))?;
             opts.extra_env = vec![
                 (super::slow::EVERY_ENV.into(), every.to_string()),
+                (super::slow::MARKS_ENV.into(), marks.display().to_string()),
                 (super::slow::SLEEP_ENV.into(), "13000".into()),
                 (
                     "EOSFLOW_PROCESSOR_TRANSACTION_TIMEOUT_MS".into(),

@@ -1,5 +1,5 @@
 //! The `slow-handler` scenario's fault: the counting topology, except that the first call on
-//! every n-th record (per process) sleeps past the transaction timeout, as a handler waiting on
+//! every n-th record (once in the run) sleeps past the transaction timeout, as a handler waiting on
 //! a slow dependency does. The coordinator aborts the transaction the call kept open and bumps
 //! the producer's epoch; the instance must recover in place and the output stay exact.
 //!
@@ -16,6 +16,9 @@ use crate::processor::{Context, ProcessError, Processor, Record};
 pub const EVERY_ENV: &str = "FAULT_SLOW_HANDLER_EVERY";
 /// How long its first call sleeps, in ms.
 pub const SLEEP_ENV: &str = "FAULT_SLOW_HANDLER_MS";
+/// A directory shared by the run's processes: a record is slow once in the whole run (a marker
+/// file per record), not once per process — a restarted instance must not sleep on it again.
+pub const MARKS_ENV: &str = "FAULT_SLOW_HANDLER_MARKS";
 
 /// A processor whose first call on every n-th record sleeps.
 #[derive(Debug)]
@@ -24,6 +27,7 @@ pub struct SlowSometimes<P> {
     every: u64,
     sleep: Duration,
     slept: HashSet<Vec<u8>>,
+    marks: Option<std::path::PathBuf>,
 }
 
 /// The fault's settings from the environment: `(every, sleep)` when both variables are set
@@ -42,7 +46,26 @@ impl<P> SlowSometimes<P> {
             every,
             sleep,
             slept: HashSet::new(),
+            marks: std::env::var_os(MARKS_ENV).map(std::path::PathBuf::from),
         }
+    }
+
+    /// Whether this is the first call on `id` (in the run when marks are shared, else in this
+    /// process).
+    fn first_call(&mut self, id: &[u8]) -> bool {
+        if !self.slept.insert(id.to_vec()) {
+            return false;
+        }
+        let Some(dir) = &self.marks else { return true };
+        let name: String = String::from_utf8_lossy(id)
+            .chars()
+            .filter(char::is_ascii_alphanumeric)
+            .collect();
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(dir.join(name))
+            .is_ok()
     }
 
     fn is_slow(&self, id: &[u8]) -> bool {
@@ -57,7 +80,7 @@ impl<P> SlowSometimes<P> {
 impl<P: Processor> Processor for SlowSometimes<P> {
     fn process(&mut self, ctx: &mut Context<'_>, record: &Record<'_>) -> Result<(), ProcessError> {
         if let Some(id) = record.header("id") {
-            if self.is_slow(id) && self.slept.insert(id.to_vec()) {
+            if self.is_slow(id) && self.first_call(id) {
                 tracing::info!(id = %String::from_utf8_lossy(id), millis = self.sleep.as_millis() as u64, "fault: slow handler call");
                 std::thread::sleep(self.sleep);
             }
