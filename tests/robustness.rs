@@ -7,46 +7,12 @@ mod support;
 
 use support::pipeline::{Instance, Pipeline};
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use eosflow::app::count::CountProcessor;
-use eosflow::kafka::reader::read_all;
 use eosflow::kafka::topics::{self, TopicSpec};
 use eosflow::processor::{Context, ProcessError, Processor, Record, Runtime};
 use eosflow::verify::Workload;
-use rdkafka::message::Headers;
-use rdkafka::Message;
-
-/// One dead letter: key and its headers as text.
-struct Letter {
-    key: String,
-    value_len: usize,
-    headers: BTreeMap<String, String>,
-}
-
-fn letters(topic: &str) -> Vec<Letter> {
-    let mut out = Vec::new();
-    read_all(&support::clients(), topic, Duration::from_secs(30), |m| {
-        let mut headers = BTreeMap::new();
-        if let Some(hs) = m.headers() {
-            for h in hs.iter() {
-                headers.insert(
-                    h.key.to_string(),
-                    String::from_utf8_lossy(h.value.unwrap_or_default()).to_string(),
-                );
-            }
-        }
-        out.push(Letter {
-            key: String::from_utf8_lossy(m.key().unwrap_or_default()).to_string(),
-            value_len: m.payload().map_or(0, <[u8]>::len),
-            headers,
-        });
-        Ok(())
-    })
-    .expect("read DLT");
-    out
-}
 
 fn workload(records: u64) -> Workload {
     Workload {
@@ -147,7 +113,7 @@ fn outputs_that_can_never_be_written_are_dead_lettered_and_the_partition_moves_o
     let summary = inst.stop();
     let verdict = p.assert_exactly_once(&w);
     assert_eq!(verdict.outputs, 300, "{verdict}");
-    let dlt = letters(&p.dlt);
+    let dlt = p.dead_letters();
     assert_eq!(
         dlt.len(),
         4,
@@ -161,19 +127,12 @@ fn outputs_that_can_never_be_written_are_dead_lettered_and_the_partition_moves_o
     ] {
         let l = dlt
             .iter()
-            .find(|l| l.key == key)
+            .find(|l| l.key.as_deref() == Some(key))
             .unwrap_or_else(|| panic!("no letter for {key}"));
-        assert_eq!(
-            l.headers.get("eosflow.dlt.error.class").map(String::as_str),
-            Some("unwritable")
-        );
-        let reason = l
-            .headers
-            .get("eosflow.dlt.error.message")
-            .cloned()
-            .unwrap_or_default();
+        assert_eq!(l.dlt("error.class"), Some("unwritable"));
+        let reason = l.dlt("error.message").unwrap_or_default();
         assert!(reason.contains(cause), "{key}: {reason}");
-        assert!(l.headers.contains_key("eosflow.dlt.original.offset"));
+        assert!(l.dlt("original.offset").is_some());
     }
     assert_eq!(
         p.count(&small),
@@ -197,27 +156,25 @@ fn a_record_whose_dead_letter_is_over_the_limit_reaches_the_dlt_truncated_with_a
     assert_eq!(summary.dead_lettered, 1, "{summary:?}");
     let verdict = p.assert_exactly_once(&w);
     assert_eq!(verdict.outputs, 200, "{verdict}");
-    let dlt = letters(&p.dlt);
+    let dlt = p.dead_letters();
     assert_eq!(dlt.len(), 1);
     let l = &dlt[0];
-    assert_eq!(l.key, "big");
-    assert_eq!(l.value_len, eosflow::retry::dlt::TRUNCATE_VALUE_TO);
+    assert_eq!(l.key.as_deref(), Some("big"));
     assert_eq!(
-        l.headers
-            .get(eosflow::retry::dlt::TRUNCATED_FROM)
-            .map(String::as_str),
+        l.value.as_ref().map(Vec::len),
+        Some(eosflow::retry::dlt::TRUNCATE_VALUE_TO)
+    );
+    assert_eq!(
+        l.header(eosflow::retry::dlt::TRUNCATED_FROM),
         Some("1040000")
     );
     assert_eq!(
-        l.headers.get("eosflow.dlt.original.topic"),
-        Some(&p.input),
+        l.dlt("original.topic"),
+        Some(p.input.as_str()),
         "the pointer to the full record"
     );
-    assert!(l.headers.contains_key("eosflow.dlt.original.offset"));
-    assert_eq!(
-        l.headers.get("eosflow.dlt.error.class").map(String::as_str),
-        Some("permanent")
-    );
+    assert!(l.dlt("original.offset").is_some());
+    assert_eq!(l.dlt("error.class"), Some("permanent"));
 }
 
 #[test]
@@ -266,7 +223,7 @@ fn a_handler_slower_than_the_transaction_timeout_does_not_stop_the_instance() {
     );
     let verdict = p.assert_exactly_once(&w);
     assert_eq!(verdict.outputs, 200, "{verdict} {summary:?}");
-    assert!(letters(&p.dlt).is_empty(), "nothing is dead-lettered");
+    assert!(p.dead_letters().is_empty(), "nothing is dead-lettered");
 }
 
 #[test]

@@ -1350,15 +1350,8 @@ impl<P: Processor> Runtime<P> {
         // Keyed by the batch's own topic names: no String per record.
         let mut next_offsets: BTreeMap<(&str, i32), i64> = BTreeMap::new();
         let now = now_ms();
-        if let Err(error) = self.drain_parked(now) {
-            return Err(Box::new(BatchFailure {
-                error,
-                culprit: None,
-                next_offsets: Vec::new(),
-                order,
-                handled: 0,
-                slow: None,
-            }));
+        if let Err(e) = self.drain_parked(now) {
+            return Err(plain(e, order));
         }
         let budget = self.opts.transaction_timeout / 2;
         let begun = Instant::now();
