@@ -287,3 +287,67 @@ fn a_processor_without_an_instance_id_refuses_to_start_naming_the_key() {
     assert!(text.contains("app.instance_id"), "{text}");
     assert!(text.contains("HOSTNAME"), "{text}");
 }
+
+#[test]
+fn a_commit_whose_answer_is_lost_is_neither_processed_twice_nor_lost() {
+    // A private broker that advertises the proxy's port: every client talks through it.
+    const BROKER: u16 = 21492;
+    const PROXY: u16 = 21499;
+    let proxy = support::proxy::Proxy::start(PROXY, BROKER);
+    let run_dir = std::env::temp_dir().join(support::unique("eosflow-lost-commit"));
+    let stack = eosflow::verify::stack::PrivateStack::new(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/dev/stack").into(),
+        run_dir,
+        BROKER,
+        21502,
+    )
+    .advertising(PROXY);
+    let _kafka = stack.up("kafka").expect("a private broker");
+    let mut cfg = support::config();
+    cfg.kafka.bootstrap = format!("127.0.0.1:{PROXY}");
+    let clients = eosflow::kafka::KafkaClients::new(cfg.kafka.clone());
+    let app = support::unique("rb-lost-commit");
+    let input = format!("{app}.input");
+    let output = format!("{app}.output");
+    let changelog = format!("{app}-count-changelog");
+    let mut names = eosflow::retry::ladder_topics(std::slice::from_ref(&input), 3);
+    names.extend([output.clone(), changelog.clone()]);
+    let specs: Vec<TopicSpec> = names
+        .iter()
+        .map(|n| TopicSpec::new(n, 2, if *n == changelog { "compact" } else { "delete" }))
+        .collect();
+    topics::apply_blocking(&clients, &specs, Duration::from_secs(60)).expect("topics");
+    cfg.app.id = app.clone();
+    cfg.app.instance_id = "a".into();
+    cfg.processor.input_topics = vec![input.clone()];
+    cfg.processor.session_timeout_ms = 6000;
+    cfg.state.dir = std::env::temp_dir().join(format!("eosflow-test-{app}"));
+    let lag =
+        || -> i64 { eosflow::verify::group_lag(&clients, &app, &input, 2).unwrap_or(i64::MAX) };
+    let w = workload(2_000);
+    let inst = Instance::start(&cfg, CountProcessor::new(&output));
+    support::pipeline::produce_range_with(&clients, &input, &w, 0..1_000);
+    support::wait_for("the first half to commit", Duration::from_secs(120), || {
+        (lag() == 0).then_some(())
+    });
+    // The next commit reaches the coordinator, but its answer never comes back: the
+    // connection is held past the transaction timeout (10 s), then cut.
+    proxy.lose_next_commit_answer(Duration::from_secs(25));
+    support::pipeline::produce_range_with(&clients, &input, &w, 1_000..2_000);
+    support::wait_for("everything to commit", Duration::from_secs(180), || {
+        (lag() == 0).then_some(())
+    });
+    let summary = inst.stop();
+    assert_eq!(
+        proxy.commits_cut(),
+        1,
+        "the fault was delivered: {summary:?}"
+    );
+    // On the old loop the commit that landed was aborted in its eyes and the batch processed
+    // again: its records came out twice.
+    let verdict =
+        eosflow::verify::check::verify(&clients, &w, &output, &changelog, Duration::from_secs(60))
+            .expect("reading output and changelog");
+    assert!(verdict.ok(), "{verdict} {summary:?}");
+    assert_eq!(verdict.outputs, 2_000, "{verdict}");
+}

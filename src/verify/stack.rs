@@ -18,6 +18,8 @@ pub struct PrivateStack {
     pub kafka_port: u16,
     /// Postgres' port.
     pub pg_port: u16,
+    /// The PLAINTEXT port the broker advertises, when not its own (a proxy in front of it).
+    pub kafka_advertised_port: Option<u16>,
 }
 
 impl PrivateStack {
@@ -28,7 +30,15 @@ impl PrivateStack {
             run_dir,
             kafka_port,
             pg_port,
+            kafka_advertised_port: None,
         }
+    }
+
+    /// The same stack with a broker that tells clients to connect to `port` instead of its own
+    /// (where a test runs a proxy that forwards to [`PrivateStack::kafka_port`]).
+    pub fn advertising(mut self, port: u16) -> Self {
+        self.kafka_advertised_port = Some(port);
+        self
     }
 
     /// Kafka's bootstrap address.
@@ -64,6 +74,12 @@ impl PrivateStack {
                 (self.kafka_port + 2).to_string(),
             )
             .env("EOSFLOW_STACK_PG_PORT", self.pg_port.to_string())
+            .env(
+                "EOSFLOW_STACK_KAFKA_ADVERTISED_PORT",
+                self.kafka_advertised_port
+                    .unwrap_or(self.kafka_port)
+                    .to_string(),
+            )
             // The script must not mistake the caller's (shared) broker for this one.
             .env_remove("EOSFLOW_KAFKA_BOOTSTRAP")
             .env_remove("EOSFLOW_POSTGRES_URL")

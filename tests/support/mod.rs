@@ -9,6 +9,7 @@
 
 pub mod http;
 pub mod pipeline;
+pub mod proxy;
 
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};

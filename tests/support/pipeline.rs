@@ -217,8 +217,18 @@ pub fn produce_with(topic: &str, key: &str, value: &str, headers: &[(&str, &str)
 
 /// Produces records `range` of a workload (same ids, keys and amounts as `Workload::produce`).
 pub fn produce_range(topic: &str, w: &Workload, range: std::ops::Range<u64>) {
+    produce_range_with(&super::clients(), topic, w, range);
+}
+
+/// As [`produce_range`], through `clients` (another broker).
+pub fn produce_range_with(
+    clients: &eosflow::kafka::KafkaClients,
+    topic: &str,
+    w: &Workload,
+    range: std::ops::Range<u64>,
+) {
     use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
-    let producer: ThreadedProducer<DefaultProducerContext> = super::clients()
+    let producer: ThreadedProducer<DefaultProducerContext> = clients
         .config(eosflow::kafka::ClientRole::Idempotent)
         .create()
         .expect("producer");
