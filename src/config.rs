@@ -483,6 +483,11 @@ pub struct OutboxConfig {
     pub payload_format: String,
     /// Contracts for `avro`; empty = the `schemas/` compiled into the binary.
     pub schemas_dir: String,
+    /// `<system id>:<timeline>:<LSN>` of a stored checkpoint the operator accepts to discard
+    /// because it belongs to another cluster or timeline, or lies ahead of the server's WAL (the
+    /// router stops and prints the exact value). Matches that one checkpoint only, so a value
+    /// left set never accepts a later mismatch. Empty: never discard.
+    pub discard_checkpoint: String,
 }
 
 impl Default for OutboxConfig {
@@ -513,6 +518,7 @@ impl Default for OutboxConfig {
             prune_after_secs: 7 * 24 * 3600,
             payload_format: "json".into(),
             schemas_dir: String::new(),
+            discard_checkpoint: String::new(),
         }
     }
 }
@@ -1034,6 +1040,32 @@ impl Config {
                 "outbox.payload_format",
                 "must be `json` (payload as is) or `avro` (through the schema registry)",
             ));
+        }
+        if !o.discard_checkpoint.is_empty() {
+            let parts: Vec<&str> = o.discard_checkpoint.split(':').collect();
+            let lsn_ok = |l: &str| {
+                l.split_once('/').is_some_and(|(hi, lo)| {
+                    u32::from_str_radix(hi, 16).is_ok() && u32::from_str_radix(lo, 16).is_ok()
+                })
+            };
+            let ok = match parts.as_slice() {
+                [sid, tl, lsn] => {
+                    (*sid == "unknown" || sid.parse::<u64>().is_ok())
+                        && (*tl == "unknown" || tl.parse::<u32>().is_ok())
+                        && lsn_ok(lsn)
+                }
+                _ => false,
+            };
+            if !ok {
+                return Err(bad(
+                    "outbox.discard_checkpoint",
+                    format!(
+                        "{:?}: use the `<system id>:<timeline>:<LSN>` the router printed when it \
+                         stopped (e.g. 7312345678901234567:1:0/16B3748), or leave it empty",
+                        o.discard_checkpoint
+                    ),
+                ));
+            }
         }
         if !o.schemas_dir.is_empty() && !Path::new(&o.schemas_dir).is_dir() {
             return Err(bad(

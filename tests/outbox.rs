@@ -1709,3 +1709,182 @@ fn a_record_of_exactly_the_limit_is_published_and_one_byte_more_is_dead_lettered
         )]
     );
 }
+
+/// Writes a checkpoint of `slot` for `cluster` at `lsn` into the offsets topic of `app`, the
+/// way a router would (a Kafka transaction of its own): what a router of another cluster or a
+/// restored one leaves behind.
+fn forge_checkpoint(app: &str, slot: &str, cluster: eosflow::outbox::publish::ClusterId, lsn: u64) {
+    use eosflow::outbox::publish::Publisher;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio");
+    rt.block_on(async {
+        let offsets = eosflow::outbox::offsets_topic(app);
+        let dlt = eosflow::outbox::dlt_topic(app);
+        let id = format!("{app}-forger");
+        let t = Duration::from_secs(10);
+        let mut p = Publisher::new(&support::clients(), &id, t, &offsets, &dlt, slot, 1)
+            .await
+            .expect("publisher");
+        p.set_cluster(Some(cluster));
+        p.publish(&[], lsn).await.expect("checkpoint written");
+    });
+}
+
+/// Starts router `n` and waits for it to exit on its own: it must fail, and its log is returned.
+fn spawn_expecting_exit(o: &mut Outbox, extra: &[(&str, &str)]) -> String {
+    let n = o.routers.len();
+    o.spawn("cdc", extra);
+    let status = support::wait_for("the router to stop", Duration::from_secs(60), || {
+        o.routers[n].try_wait().ok().flatten()
+    });
+    assert!(
+        !status.success(),
+        "router {n} should have stopped with an error"
+    );
+    std::fs::read_to_string(o.logs.join(format!("router-{n}.log"))).unwrap_or_default()
+}
+
+#[test]
+fn a_checkpoint_of_another_cluster_or_ahead_of_the_wal_stops_the_router_until_discarded_by_value() {
+    use eosflow::outbox::publish::{lsn_text, read_checkpoint, ClusterId};
+    let _shared = PG_RESTART.read().unwrap_or_else(|e| e.into_inner());
+    let mut o = Outbox::new("outbox-identity");
+    o.migrate();
+    o.spawn("cdc", &[]);
+    o.wait_streaming();
+    let a = uuid::Uuid::new_v4().to_string();
+    let a_lsn = o.lsn_inside_tx(&format!(
+        "insert into {} (id, aggregate_id, type, payload) values ('{a}', 'a-1', 'Order.Created', '{{}}')",
+        o.table
+    ));
+    o.wait_for_ids(
+        &["Order"],
+        &HashSet::from([a.clone()]),
+        Duration::from_secs(60),
+    );
+    o.wait_confirmed(a_lsn);
+    o.kill(0);
+    let offsets = eosflow::outbox::offsets_topic(&o.app);
+    let slot = o.slot.clone();
+    let stored = || {
+        read_checkpoint(
+            &support::clients(),
+            &offsets,
+            &slot,
+            Duration::from_secs(30),
+        )
+        .expect("offsets topic")
+        .expect("a checkpoint")
+    };
+    // The checkpoint records which cluster and timeline its LSN belongs to.
+    let real = stored();
+    let sid = real
+        .system_id
+        .clone()
+        .expect("system id stored with the LSN");
+    let tl = real.timeline.expect("timeline stored with the LSN");
+    assert_eq!(
+        o.pg.text("select system_identifier::text from pg_control_system()"),
+        Some(sid.clone())
+    );
+    // Another cluster's checkpoint: stop, naming both systems and the exact way out.
+    let other = ClusterId {
+        system_id: "42".into(),
+        timeline: tl,
+    };
+    forge_checkpoint(&o.app, &o.slot, other, real.lsn);
+    let log = spawn_expecting_exit(&mut o, &[]);
+    let token = format!("42:{tl}:{}", lsn_text(real.lsn));
+    for want in [
+        "system 42".to_string(),
+        format!("this server is system {sid}"),
+        format!("EOSFLOW_OUTBOX_DISCARD_CHECKPOINT={token}"),
+    ] {
+        assert!(log.contains(&want), "{want:?} not in {log}");
+    }
+    // This cluster's identity, but an LSN ahead of its WAL (a restored server): stop too.
+    let ahead = 0xFFFF_0000_0000;
+    let here = ClusterId {
+        system_id: sid.clone(),
+        timeline: tl,
+    };
+    forge_checkpoint(&o.app, &o.slot, here, ahead);
+    let log = spawn_expecting_exit(&mut o, &[]);
+    assert!(
+        log.contains("stored LSN FFFF/0 is ahead of this server's WAL end"),
+        "{log}"
+    );
+    // A discard value for another checkpoint (the one before) accepts nothing.
+    let log = spawn_expecting_exit(&mut o, &[("EOSFLOW_OUTBOX_DISCARD_CHECKPOINT", &token)]);
+    assert!(log.contains("FFFF/0"), "{log}");
+    // The operator accepts exactly this checkpoint: streaming resumes from the slot's
+    // position, nothing published before is repeated, later rows flow.
+    let token = format!("{sid}:{tl}:FFFF/0");
+    o.spawn("cdc", &[("EOSFLOW_OUTBOX_DISCARD_CHECKPOINT", &token)]);
+    o.wait_streaming();
+    let b = o.insert_tx(&[("b-1".into(), "Order.Created", "{}".into(), None)]);
+    let seen = o.wait_for_ids(
+        &["Order"],
+        &HashSet::from([a.clone(), b[0].clone()]),
+        Duration::from_secs(60),
+    );
+    assert!(count_by_id(&seen).values().all(|n| *n == 1), "{seen:#?}");
+    let now = stored();
+    assert_eq!(now.system_id.as_deref(), Some(sid.as_str()));
+    assert!(now.lsn > a_lsn && now.lsn < ahead, "{now:?}");
+}
+
+#[test]
+fn only_the_configured_schema_qualified_table_is_routed_not_a_same_named_table_of_another_schema() {
+    let _shared = PG_RESTART.read().unwrap_or_else(|e| e.into_inner());
+    let mut o = Outbox::new("outbox-schema");
+    o.migrate();
+    let other = format!("{}_other", o.table);
+    o.pg.exec(&format!(
+        "create schema {other}; create table {other}.{t} (like public.{t} including all)",
+        t = o.table
+    ));
+    let qualified = format!("public.{}", o.table);
+    o.spawn("cdc", &[("EOSFLOW_OUTBOX_TABLE", &qualified)]);
+    o.wait_streaming();
+    // The publication also carries the other schema's table of the same name.
+    o.pg.exec(&format!(
+        "alter publication {} add table {other}.{}",
+        o.publication, o.table
+    ));
+    let stranger = uuid::Uuid::new_v4().to_string();
+    o.pg.exec(&format!(
+        "insert into {other}.{} (id, aggregate_id, type, payload) values ('{stranger}', 'x-1', 'Order.Created', '{{}}')",
+        o.table
+    ));
+    let ours = o.insert_tx(&[("o-1".into(), "Order.Created", "{}".into(), None)]);
+    let seen = o.wait_for_ids(
+        &["Order"],
+        &ours.iter().cloned().collect(),
+        Duration::from_secs(60),
+    );
+    let ids: Vec<&str> = seen.iter().map(|s| s.headers["id"].as_str()).collect();
+    o.pg.exec(&format!("drop schema {other} cascade"));
+    assert_eq!(ids, [ours[0].as_str()]);
+}
+
+#[test]
+fn a_malformed_discard_checkpoint_fails_at_start_naming_the_key() {
+    let o = Outbox::new("outbox-discard-cfg");
+    let out = o
+        .command(
+            "cdc",
+            &[("EOSFLOW_OUTBOX_DISCARD_CHECKPOINT", "yes please")],
+        )
+        .output()
+        .expect("run eosflow outbox");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("outbox.discard_checkpoint") && err.contains("<system id>:<timeline>:<LSN>"),
+        "{err}"
+    );
+}

@@ -19,6 +19,7 @@
 
 pub mod avro;
 pub mod cdc;
+pub mod identity;
 pub mod migrate;
 pub mod pgoutput;
 pub mod pgtls;
@@ -59,6 +60,11 @@ pub enum OutboxError {
     /// The configuration cannot work (e.g. an unparsable Postgres URL).
     #[error("configuration: {0}")]
     Config(String),
+    /// The stored LSN does not belong to the Postgres the router is connected to (another
+    /// system identifier or timeline, or ahead of its WAL): resuming would skip or repeat rows,
+    /// so the router stops until the operator accepts the server (`outbox.discard_checkpoint`).
+    #[error("the stored checkpoint does not match this Postgres: {0}")]
+    ClusterMismatch(String),
     /// Anything else on the I/O path (runtime creation, producer delivery).
     #[error("{0}")]
     Other(String),
@@ -74,6 +80,7 @@ impl OutboxError {
             OutboxError::Sink(SinkError::Fenced { .. }) => false,
             OutboxError::Sink(_) => true,
             OutboxError::Decode(_) | OutboxError::Config(_) => false,
+            OutboxError::ClusterMismatch(_) => false,
         }
     }
 }
@@ -103,6 +110,15 @@ pub fn bare_table(cfg: &OutboxConfig) -> &str {
     cfg.table
         .split_once('.')
         .map_or(cfg.table.as_str(), |(_, t)| t)
+}
+
+/// The configured table as (schema, table); an unqualified name is in `public`. pgoutput's
+/// Relation messages carry both, and a publication may hold a same-named table of another
+/// schema, so rows are matched on the pair.
+pub fn schema_table(cfg: &OutboxConfig) -> (&str, &str) {
+    cfg.table
+        .split_once('.')
+        .unwrap_or(("public", cfg.table.as_str()))
 }
 
 /// Opens a SQL connection to `url` with the TLS its `sslmode`/`sslrootcert` ask for (its
