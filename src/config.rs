@@ -488,6 +488,10 @@ pub struct OutboxConfig {
     /// router stops and prints the exact value). Matches that one checkpoint only, so a value
     /// left set never accepts a later mismatch. Empty: never discard.
     pub discard_checkpoint: String,
+    /// CDC: `initial` (default) publishes the rows already in the table when nothing was ever
+    /// published for the slot, consistently with the stream (exported snapshot); `never` streams
+    /// only what commits after the slot exists.
+    pub snapshot: String,
 }
 
 impl Default for OutboxConfig {
@@ -519,6 +523,7 @@ impl Default for OutboxConfig {
             payload_format: "json".into(),
             schemas_dir: String::new(),
             discard_checkpoint: String::new(),
+            snapshot: "initial".into(),
         }
     }
 }
@@ -1066,6 +1071,15 @@ impl Config {
                     ),
                 ));
             }
+        }
+        if !["initial", "never"].contains(&o.snapshot.as_str()) {
+            return Err(bad(
+                "outbox.snapshot",
+                format!(
+                    "{:?}: use `initial` (publish the rows already in the table once) or `never`",
+                    o.snapshot
+                ),
+            ));
         }
         if !o.schemas_dir.is_empty() && !Path::new(&o.schemas_dir).is_dir() {
             return Err(bad(

@@ -1888,3 +1888,95 @@ fn a_malformed_discard_checkpoint_fails_at_start_naming_the_key() {
         "{err}"
     );
 }
+
+#[test]
+fn rows_already_in_the_table_are_published_once_by_the_initial_snapshot_across_a_kill_and_concurrent_inserts(
+) {
+    use eosflow::outbox::publish::read_checkpoint;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::Arc;
+    let _shared = PG_RESTART.read().unwrap_or_else(|e| e.into_inner());
+    let mut o = Outbox::new("outbox-snapshot");
+    o.migrate();
+    o.pg.exec(&format!(
+        "insert into {} (id, aggregate_id, type, payload) select gen_random_uuid(), \
+         'pre-' || (i % 50), 'Order.Created', jsonb_build_object('i', i) \
+         from generate_series(1, 10000) i",
+        o.table
+    ));
+    // One row per transaction, concurrently with the snapshot, the kill and the restart.
+    let stop = Arc::new(AtomicBool::new(false));
+    let written = Arc::new(AtomicU64::new(0));
+    let writer = {
+        let (stop, written, table) = (stop.clone(), written.clone(), o.table.clone());
+        std::thread::spawn(move || {
+            let pg = Pg::connect();
+            let deadline = Instant::now() + Duration::from_secs(180);
+            while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
+                pg.exec(&format!(
+                    "insert into {table} (id, aggregate_id, type, payload) values \
+                     (gen_random_uuid(), 'live-' || (random() * 9)::int, 'Order.Created', '{{}}')"
+                ));
+                written.fetch_add(1, Ordering::Relaxed);
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        })
+    };
+    let chunks = [("EOSFLOW_OUTBOX_BATCH_SIZE", "100")];
+    o.spawn("cdc", &chunks);
+    let offsets = eosflow::outbox::offsets_topic(&o.app);
+    let slot = o.slot.clone();
+    let progress = || {
+        read_checkpoint(
+            &support::clients(),
+            &offsets,
+            &slot,
+            Duration::from_secs(30),
+        )
+        .ok()
+        .flatten()
+        .and_then(|c| c.snapshot)
+    };
+    support::wait_for(
+        "the snapshot past 1000 rows",
+        Duration::from_secs(90),
+        || progress().filter(|p| p.rows >= 1000),
+    );
+    o.kill(0);
+    let at_kill = progress().expect("killed mid-snapshot: its progress is stored");
+    assert!(at_kill.rows < 10_000, "{at_kill:?}");
+    o.spawn("cdc", &chunks);
+    o.wait_streaming();
+    let live = written.load(Ordering::Relaxed);
+    support::wait_for(
+        "rows written while streaming",
+        Duration::from_secs(60),
+        || (written.load(Ordering::Relaxed) >= live + 50).then_some(()),
+    );
+    stop.store(true, Ordering::Relaxed);
+    writer.join().expect("writer");
+    let ids = o.all_ids();
+    assert!(ids.len() > 10_000 + 50, "{}", ids.len());
+    let seen = o.wait_for_ids(&["Order"], &ids, Duration::from_secs(120));
+    let dup: Vec<_> = count_by_id(&seen)
+        .into_iter()
+        .filter(|(_, n)| *n > 1)
+        .collect();
+    assert!(
+        dup.is_empty(),
+        "duplicated: {} e.g. {:?}",
+        dup.len(),
+        dup.first()
+    );
+    assert_eq!(seen.len(), ids.len());
+    assert!(
+        progress().is_none(),
+        "the snapshot's progress is cleared once complete"
+    );
+    let log = std::fs::read_to_string(o.logs.join("router-1.log")).unwrap_or_default();
+    let done = log
+        .lines()
+        .find(|l| l.contains("snapshot complete"))
+        .unwrap_or_else(|| panic!("no completion line in {log}"));
+    eprintln!("at kill: {at_kill:?}; resumed run: {done}");
+}

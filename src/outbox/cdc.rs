@@ -130,8 +130,9 @@ pub fn drop_released_slot_sql(slot: &str) -> String {
     )
 }
 
-/// Creates the publication and the slot when absent (a concurrent creator winning is fine).
-pub async fn ensure_publication_and_slot(
+/// Creates the publication when absent (a concurrent creator winning is fine) and checks it
+/// publishes the outbox table.
+pub async fn ensure_publication(
     pg: &tokio_postgres::Client,
     config: &Config,
 ) -> Result<(), OutboxError> {
@@ -173,6 +174,12 @@ pub async fn ensure_publication_and_slot(
             o.publication, o.table
         )));
     }
+    Ok(())
+}
+
+/// Creates the slot when absent, without a snapshot: what commits from now on is streamed.
+pub async fn ensure_slot(pg: &tokio_postgres::Client, config: &Config) -> Result<(), OutboxError> {
+    let o = &config.outbox;
     let has_slot = pg
         .query_opt(
             "select 1 from pg_replication_slots where slot_name = $1",
@@ -502,6 +509,7 @@ async fn open_stream(
     pg: &tokio_postgres::Client,
     publisher: &mut Publisher,
     mut stored: Option<LsnCheckpoint>,
+    mut imported: Option<tokio_postgres::Client>,
     summary: &mut CdcSummary,
 ) -> Result<(ReplicationClient, u64), OutboxError> {
     let o = &config.outbox;
@@ -524,9 +532,15 @@ async fn open_stream(
             Resume::After {
                 record_identity, ..
             } => {
+                let snapshot = stored.as_ref().and_then(|c| c.snapshot.clone());
+                publisher.set_snapshot(snapshot.clone());
                 if record_identity {
                     publisher.publish(&[], start).await?;
                     tracing::info!(slot = %o.slot, system_id = %server.cluster.system_id, timeline = server.cluster.timeline, "recorded the cluster identity with the stored LSN");
+                }
+                if let Some(progress) = snapshot {
+                    super::snapshot::run(config, publisher, start, progress, imported.take())
+                        .await?;
                 }
                 tracing::info!(slot = %o.slot, lsn = %lsn_text(start), system_id = %server.cluster.system_id, timeline = server.cluster.timeline, "resuming after the committed LSN");
                 repl.start()
@@ -541,6 +555,7 @@ async fn open_stream(
         };
         // The stream must start from the new checkpoint: this session was opened for the old.
         drop(repl);
+        publisher.set_snapshot(None);
         publisher.publish(&[], rewrite_at).await?;
         tracing::warn!(slot = %o.slot, lsn = %lsn_text(rewrite_at), system_id = %server.cluster.system_id, timeline = server.cluster.timeline, "discarded the stored checkpoint; resuming from the slot's position on this server");
         summary.committed_lsn = rewrite_at;
@@ -550,6 +565,7 @@ async fn open_stream(
             lsn_text: lsn_text(rewrite_at),
             system_id: Some(server.cluster.system_id),
             timeline: Some(server.cluster.timeline),
+            snapshot: None,
         });
     }
 }
@@ -580,7 +596,7 @@ async fn session(
     if migrate::ensure(&pg, o).await? {
         tracing::info!(table = %o.table, "created the outbox table");
     }
-    ensure_publication_and_slot(&pg, config).await?;
+    ensure_publication(&pg, config).await?;
     if !lock_slot(&pg, &o.slot, shutdown, health).await? {
         return Ok(());
     }
@@ -599,10 +615,28 @@ async fn session(
     .await?;
     // After init_transactions: a predecessor's open transaction is aborted, so what we read
     // now is final.
-    let stored = tokio::task::block_in_place(|| {
+    let mut stored = tokio::task::block_in_place(|| {
         read_checkpoint(&clients, &offsets_topic, &o.slot, Duration::from_secs(60))
     })?;
-    let (mut repl, committed) = open_stream(config, &pg, &mut publisher, stored, summary).await?;
+    let mut imported = None;
+    if o.snapshot == "initial" && stored.is_none() {
+        // Nothing was ever published for this slot: (re)create it with an exported snapshot
+        // and publish the rows already in the table before streaming.
+        let mut repl = ReplicationClient::connect_gated(replication_config(config, 0)?)
+            .await
+            .map_err(|e| OutboxError::Replication(e.to_string()))?;
+        let server = identify(&mut repl).await?;
+        publisher.set_cluster(Some(server.cluster.clone()));
+        let (checkpoint, snap_pg) =
+            super::snapshot::create_slot(config, &pg, &mut publisher, repl, &server.cluster)
+                .await?;
+        stored = Some(checkpoint);
+        imported = Some(snap_pg);
+    } else {
+        ensure_slot(&pg, config).await?;
+    }
+    let (mut repl, committed) =
+        open_stream(config, &pg, &mut publisher, stored, imported, summary).await?;
     let mut s = Session::new(config, committed, PayloadEncoder::from_config(config)?);
     health.set_ready(true);
     let commit_interval = Duration::from_millis(o.commit_interval_ms);

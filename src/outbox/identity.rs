@@ -130,6 +130,7 @@ mod tests {
             lsn_text: lsn_text(lsn),
             system_id: sid.map(str::to_string),
             timeline: tl,
+            snapshot: None,
         }
     }
 

@@ -26,6 +26,7 @@ pub mod pgtls;
 pub mod poll;
 pub mod publish;
 pub mod router;
+pub mod snapshot;
 pub mod telemetry;
 
 use crate::config::OutboxConfig;

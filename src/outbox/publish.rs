@@ -40,6 +40,10 @@ pub struct LsnCheckpoint {
     /// past the fork differs. Absent in checkpoints of older versions (accepted).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeline: Option<u32>,
+    /// Progress of the initial snapshot while it runs (absent once it completed, and in
+    /// checkpoints of older versions): a restart resumes it after the last committed chunk.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot: Option<super::snapshot::SnapshotProgress>,
 }
 
 /// Which WAL history an LSN belongs to: the cluster's system identifier and timeline, as the
@@ -476,6 +480,8 @@ pub struct Publisher {
     gate: Gate,
     /// Written into every checkpoint (`None` until the session identified the server).
     cluster: Option<ClusterId>,
+    /// The initial snapshot's progress, written into every checkpoint while it runs.
+    snapshot: Option<super::snapshot::SnapshotProgress>,
 }
 
 impl Publisher {
@@ -510,6 +516,7 @@ impl Publisher {
             slot: slot.to_string(),
             gate,
             cluster: None,
+            snapshot: None,
         })
     }
 
@@ -517,6 +524,12 @@ impl Publisher {
     /// whether the stored LSN belongs to the server it reconnected to.
     pub fn set_cluster(&mut self, cluster: Option<ClusterId>) {
         self.cluster = cluster;
+    }
+
+    /// The initial snapshot's progress written with every following checkpoint (`None` once
+    /// the snapshot is complete).
+    pub fn set_snapshot(&mut self, progress: Option<super::snapshot::SnapshotProgress>) {
+        self.snapshot = progress;
     }
 
     /// The largest record the producer accepts (`message.max.bytes`).
@@ -546,6 +559,7 @@ impl Publisher {
             lsn_text: lsn_text(end_lsn),
             system_id: self.cluster.as_ref().map(|c| c.system_id.clone()),
             timeline: self.cluster.as_ref().map(|c| c.timeline),
+            snapshot: self.snapshot.clone(),
         })
         .map_err(|e| OutboxError::Other(format!("encoding the checkpoint: {e}")))?;
         let mut attempt = 0;
