@@ -1982,3 +1982,65 @@ fn rows_already_in_the_table_are_published_once_by_the_initial_snapshot_across_a
         .unwrap_or_else(|| panic!("no completion line in {log}"));
     eprintln!("at kill: {at_kill:?}; resumed run: {done}");
 }
+
+#[test]
+fn debezium_option_names_configure_the_router_and_an_additional_column_and_the_aggregate_type_become_headers(
+) {
+    let _shared = PG_RESTART.read().unwrap_or_else(|e| e.into_inner());
+    let mut o = Outbox::new("outbox-dbz");
+    o.migrate();
+    o.pg.exec(&format!("alter table {} add column tenant text", o.table));
+    let toml = |extra: &str| {
+        let path = o.logs.join("dbz.toml");
+        let text = format!(
+            "[outbox.debezium]\n\
+             \"route.topic.replacement\" = \"{}.dbz.${{routedByValue}}\"\n\
+             \"table.fields.additional.placement\" = \"tenant:header:tenant_id\"\n\
+             \"table.field.event.key\" = \"aggregate_id\"\n{extra}",
+            o.app
+        );
+        std::fs::write(&path, text).expect("config file");
+        path.display().to_string()
+    };
+    // An option without an equivalent fails at start, naming it.
+    let bad = toml("\"table.expand.json.payload\" = \"true\"\n");
+    // The harness sets our own template; Debezium's option takes over from the default.
+    let default_template = (
+        "EOSFLOW_OUTBOX_TOPIC_TEMPLATE",
+        "outbox.event.${routedByValue}",
+    );
+    let out = o
+        .command("cdc", &[("EOSFLOW_CONFIG_FILE", &bad), default_template])
+        .output()
+        .expect("run eosflow outbox");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("outbox.debezium") && err.contains("table.expand.json.payload"),
+        "{err}"
+    );
+    let good = toml("");
+    o.spawn("cdc", &[("EOSFLOW_CONFIG_FILE", &good), default_template]);
+    o.wait_streaming();
+    let id = uuid::Uuid::new_v4().to_string();
+    o.pg.exec(&format!(
+        "insert into {} (id, aggregate_type, aggregate_id, type, payload, tenant) \
+         values ('{id}', 'Invoice', 'inv-1', 'Created', '{{}}', 't-9')",
+        o.table
+    ));
+    let topic = format!("{}.dbz.Invoice", o.app);
+    let seen = support::wait_for(
+        "the row on the Debezium-named topic",
+        Duration::from_secs(60),
+        || {
+            let seen = o.read_named(&topic);
+            (!seen.is_empty()).then_some(seen)
+        },
+    );
+    assert_eq!(seen.len(), 1, "{seen:#?}");
+    let h = &seen[0].headers;
+    assert_eq!(seen[0].key, "inv-1");
+    assert_eq!(h.get("id"), Some(&id));
+    assert_eq!(h.get("tenant_id").map(String::as_str), Some("t-9"));
+    assert_eq!(h.get("aggregate_type").map(String::as_str), Some("Invoice"));
+}

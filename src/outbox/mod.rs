@@ -152,6 +152,7 @@ pub fn run(
     shutdown: std::sync::Arc<std::sync::atomic::AtomicBool>,
     health: &crate::telemetry::Health,
 ) -> Result<String, OutboxError> {
+    let config = &effective(config)?;
     if config.outbox.mode == "poll" {
         let s = poll::run(config, shutdown, health)?;
         Ok(format!("poll: rows={} batches={}", s.rows, s.batches))
@@ -172,6 +173,7 @@ pub fn run(
 
 /// `eosflow outbox migrate`: creates the table and index if absent.
 pub fn migrate_cmd(config: &crate::Config) -> Result<bool, OutboxError> {
+    let config = &effective(config)?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -180,4 +182,14 @@ pub fn migrate_cmd(config: &crate::Config) -> Result<bool, OutboxError> {
         let pg = connect(&config.postgres.url).await?;
         migrate::migrate(&pg, &config.outbox).await
     })
+}
+
+/// `config` with the outbox's Debezium option names applied (`outbox.debezium`): every part of
+/// the router reads the `outbox.*` keys only.
+fn effective(config: &crate::Config) -> Result<crate::Config, OutboxError> {
+    let mut c = config.clone();
+    c.outbox = config.outbox.effective().map_err(|(option, reason)| {
+        OutboxError::Config(format!("outbox.debezium {option:?}: {reason}"))
+    })?;
+    Ok(c)
 }
