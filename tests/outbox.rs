@@ -1712,6 +1712,18 @@ fn a_record_of_exactly_the_limit_is_published_and_one_byte_more_is_dead_lettered
     );
 }
 
+/// The committed checkpoint of `slot` in the offsets topic of `app` (`read_committed`).
+fn checkpoint(app: &str, slot: &str) -> Option<eosflow::outbox::publish::LsnCheckpoint> {
+    let offsets = eosflow::outbox::offsets_topic(app);
+    eosflow::outbox::publish::read_checkpoint(
+        &support::clients(),
+        &offsets,
+        slot,
+        Duration::from_secs(30),
+    )
+    .expect("offsets topic")
+}
+
 /// Writes a checkpoint of `slot` for `cluster` at `lsn` into the offsets topic of `app`, the
 /// way a router would (a Kafka transaction of its own): what a router of another cluster or a
 /// restored one leaves behind.
@@ -1751,7 +1763,7 @@ fn spawn_expecting_exit(o: &mut Outbox, extra: &[(&str, &str)]) -> String {
 
 #[test]
 fn a_checkpoint_of_another_cluster_or_ahead_of_the_wal_stops_the_router_until_discarded_by_value() {
-    use eosflow::outbox::publish::{lsn_text, read_checkpoint, ClusterId};
+    use eosflow::outbox::publish::{lsn_text, ClusterId};
     let _shared = PG_RESTART.read().unwrap_or_else(|e| e.into_inner());
     let mut o = Outbox::new("outbox-identity");
     o.migrate();
@@ -1769,18 +1781,8 @@ fn a_checkpoint_of_another_cluster_or_ahead_of_the_wal_stops_the_router_until_di
     );
     o.wait_confirmed(a_lsn);
     o.kill(0);
-    let offsets = eosflow::outbox::offsets_topic(&o.app);
-    let slot = o.slot.clone();
-    let stored = || {
-        read_checkpoint(
-            &support::clients(),
-            &offsets,
-            &slot,
-            Duration::from_secs(30),
-        )
-        .expect("offsets topic")
-        .expect("a checkpoint")
-    };
+    let (app, slot) = (o.app.clone(), o.slot.clone());
+    let stored = || checkpoint(&app, &slot).expect("a checkpoint");
     // The checkpoint records which cluster and timeline its LSN belongs to.
     let real = stored();
     let sid = real
@@ -1894,7 +1896,6 @@ fn a_malformed_discard_checkpoint_fails_at_start_naming_the_key() {
 #[test]
 fn rows_already_in_the_table_are_published_once_by_the_initial_snapshot_across_a_kill_and_concurrent_inserts(
 ) {
-    use eosflow::outbox::publish::read_checkpoint;
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     use std::sync::Arc;
     let _shared = PG_RESTART.read().unwrap_or_else(|e| e.into_inner());
@@ -1926,19 +1927,8 @@ fn rows_already_in_the_table_are_published_once_by_the_initial_snapshot_across_a
     };
     let chunks = [("EOSFLOW_OUTBOX_BATCH_SIZE", "100")];
     o.spawn("cdc", &chunks);
-    let offsets = eosflow::outbox::offsets_topic(&o.app);
-    let slot = o.slot.clone();
-    let progress = || {
-        read_checkpoint(
-            &support::clients(),
-            &offsets,
-            &slot,
-            Duration::from_secs(30),
-        )
-        .ok()
-        .flatten()
-        .and_then(|c| c.snapshot)
-    };
+    let (app, slot) = (o.app.clone(), o.slot.clone());
+    let progress = || checkpoint(&app, &slot).and_then(|c| c.snapshot);
     support::wait_for(
         "the snapshot past 1000 rows",
         Duration::from_secs(90),

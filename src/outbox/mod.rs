@@ -122,6 +122,43 @@ pub fn schema_table(cfg: &OutboxConfig) -> (&str, &str) {
         .unwrap_or(("public", cfg.table.as_str()))
 }
 
+/// Every column of the outbox table, in table order.
+pub(crate) async fn table_columns(
+    pg: &tokio_postgres::Client,
+    cfg: &OutboxConfig,
+) -> Result<Vec<String>, OutboxError> {
+    let (schema, table) = schema_table(cfg);
+    Ok(pg
+        .query(
+            "select column_name::text from information_schema.columns \
+             where table_schema = $1 and table_name = $2 order by ordinal_position",
+            &[&schema, &table],
+        )
+        .await
+        .map_err(pg_err("reading the outbox columns"))?
+        .iter()
+        .map(|r| r.get(0))
+        .collect())
+}
+
+/// The select list reading `columns` as text: the same text the CDC stream carries.
+pub(crate) fn text_columns(columns: &[String]) -> String {
+    columns
+        .iter()
+        .map(|c| format!("{}::text", quote_ident(c)))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// A row selected with [`text_columns`] as the router's [`router::Row`].
+pub(crate) fn text_row(columns: &[String], r: &tokio_postgres::Row) -> router::Row {
+    columns
+        .iter()
+        .enumerate()
+        .map(|(i, c)| (c.clone(), r.get::<_, Option<String>>(i)))
+        .collect()
+}
+
 /// Opens a SQL connection to `url` with the TLS its `sslmode`/`sslrootcert` ask for (its
 /// driver task runs on the current tokio runtime).
 pub async fn connect(url: &str) -> Result<tokio_postgres::Client, OutboxError> {

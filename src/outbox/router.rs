@@ -180,6 +180,13 @@ mod tests {
             .collect()
     }
 
+    fn header_pairs(rec: &RoutedRecord) -> Vec<(&str, &[u8])> {
+        rec.headers
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_slice()))
+            .collect()
+    }
+
     #[test]
     fn maps_like_debeziums_event_router() {
         let r = EventRouter::new(&OutboxConfig::default());
@@ -195,11 +202,7 @@ mod tests {
         assert_eq!(rec.topic, "outbox.event.Order");
         assert_eq!(rec.key.as_deref(), Some(&b"order-1"[..]));
         assert_eq!(rec.value.as_deref(), Some(&br#"{"total": 42}"#[..]));
-        let h: Vec<(&str, &[u8])> = rec
-            .headers
-            .iter()
-            .map(|(k, v)| (k.as_str(), v.as_slice()))
-            .collect();
+        let h = header_pairs(&rec);
         assert_eq!(
             h,
             vec![
@@ -264,11 +267,7 @@ mod tests {
             ("region", None),
         ]));
         assert_eq!(rec.topic, "outbox.event.Shipment");
-        let h: Vec<(&str, &[u8])> = rec
-            .headers
-            .iter()
-            .map(|(k, v)| (k.as_str(), v.as_slice()))
-            .collect();
+        let h = header_pairs(&rec);
         assert_eq!(
             h,
             vec![

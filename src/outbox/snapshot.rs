@@ -18,8 +18,8 @@ use serde::{Deserialize, Serialize};
 
 use super::avro::PayloadEncoder;
 use super::publish::{lsn_text, parse_lsn, ClusterId, LsnCheckpoint, Publisher};
-use super::router::{EventRouter, Row};
-use super::{pg_err, quote_ident, quoted_table, schema_table, OutboxError};
+use super::router::EventRouter;
+use super::{pg_err, quote_ident, quoted_table, OutboxError};
 use crate::config::Config;
 
 /// How far the snapshot got: stored with the checkpoint while it runs.
@@ -124,18 +124,7 @@ pub async fn run(
             super::connect(&config.postgres.url).await?
         }
     };
-    let (schema, table) = schema_table(o);
-    let columns: Vec<String> = pg
-        .query(
-            "select column_name::text from information_schema.columns \
-             where table_schema = $1 and table_name = $2 order by ordinal_position",
-            &[&schema, &table],
-        )
-        .await
-        .map_err(pg_err("reading the outbox columns"))?
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let columns = super::table_columns(&pg, o).await?;
     let id_type: String = pg
         .query_one(
             "select format_type(atttypid, atttypmod) from pg_attribute \
@@ -156,11 +145,7 @@ pub async fn run(
               ((now.x >> 32) - case when xmin::text::bigint > (now.x & 4294967295) then 1 else 0 end) \
               << 32) + xmin::text::bigint)::text::xid8, $2::text::pg_snapshot)) \
          order by {id} limit $3",
-        cols = columns
-            .iter()
-            .map(|c| format!("{}::text", quote_ident(c)))
-            .collect::<Vec<_>>()
-            .join(", "),
+        cols = super::text_columns(&columns),
         table = quoted_table(o),
     );
     let router = EventRouter::new(o);
@@ -185,14 +170,7 @@ pub async fn run(
         }
         let mut records: Vec<_> = rows
             .iter()
-            .map(|r| {
-                let row: Row = columns
-                    .iter()
-                    .enumerate()
-                    .map(|(i, c)| (c.clone(), r.get::<_, Option<String>>(i)))
-                    .collect();
-                router.route(&row)
-            })
+            .map(|r| router.route(&super::text_row(&columns, r)))
             .collect();
         if let Some(enc) = encoder.as_mut() {
             enc.encode_all(&mut records).await?;
