@@ -539,8 +539,9 @@ async fn open_stream(
                     tracing::info!(slot = %o.slot, system_id = %server.cluster.system_id, timeline = server.cluster.timeline, "recorded the cluster identity with the stored LSN");
                 }
                 if let Some(progress) = snapshot {
-                    super::snapshot::run(config, publisher, start, progress, imported.take())
-                        .await?;
+                    summary.rows +=
+                        super::snapshot::run(config, publisher, start, progress, imported.take())
+                            .await?;
                 }
                 tracing::info!(slot = %o.slot, lsn = %lsn_text(start), system_id = %server.cluster.system_id, timeline = server.cluster.timeline, "resuming after the committed LSN");
                 repl.start()

@@ -107,6 +107,7 @@ pub async fn create_slot(
 
 /// Publishes the table's rows that the snapshot in `progress` sees, after `progress.after_id`,
 /// in chunks each committed with its progress at LSN `point`; then clears the progress.
+/// Returns the rows this run wrote to their routed topics (dead letters not counted).
 /// `imported`: the connection holding the exported snapshot (first run), else a fresh
 /// connection reads and filters by the snapshot's visibility.
 pub async fn run(
@@ -153,6 +154,7 @@ pub async fn run(
     let started = std::time::Instant::now();
     let mut last_log = started;
     let first = progress.rows;
+    let mut routed = 0u64;
     loop {
         let rows = pg
             .query(
@@ -189,7 +191,9 @@ pub async fn run(
         progress.after_id = Some(last);
         progress.rows += records.len() as u64;
         publisher.set_snapshot(Some(progress.clone()));
-        publisher.publish(&records, point).await?;
+        let published = publisher.publish(&records, point).await?;
+        super::telemetry::routed(published.routed, "snapshot");
+        routed += published.routed as u64;
         super::telemetry::snapshot_rows(records.len());
         if last_log.elapsed().as_secs() >= 5 {
             let secs = started.elapsed().as_secs_f64().max(0.001);
@@ -211,5 +215,5 @@ pub async fn run(
         lsn = %lsn_text(point),
         "snapshot complete; streaming from the slot's consistent point"
     );
-    Ok(progress.rows - first)
+    Ok(routed)
 }
