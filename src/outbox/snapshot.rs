@@ -138,16 +138,24 @@ pub async fn run(
     let id = quote_ident(&o.column_id);
     // xmin as an xid8 (its epoch from the current xid: every live xmin is within 2^31 of it);
     // frozen/bootstrap xids (< 3) are visible to every snapshot.
-    let select = format!(
+    // Two statements rather than `$1 is null or id > $1`, which would defeat the primary key
+    // index and sort the whole table for every chunk.
+    let select = |bound: &str| {
+        format!(
         "with now as (select pg_snapshot_xmax(pg_current_snapshot())::text::bigint as x) \
          select {cols} from {table}, now \
-         where ($1::text is null or {id} > $1::text::{id_type}) \
+         where {bound} \
          and (xmin::text::bigint < 3 or pg_visible_in_snapshot((( \
               ((now.x >> 32) - case when xmin::text::bigint > (now.x & 4294967295) then 1 else 0 end) \
               << 32) + xmin::text::bigint)::text::xid8, $2::text::pg_snapshot)) \
          order by {id} limit $3",
         cols = super::text_columns(&columns),
         table = quoted_table(o),
+    )
+    };
+    let (select_first, select_after) = (
+        select("$1::text is null"),
+        select(&format!("{id} > $1::text::{id_type}")),
     );
     let router = EventRouter::new(o);
     let mut encoder = PayloadEncoder::from_config(config)?;
@@ -158,7 +166,11 @@ pub async fn run(
     loop {
         let rows = pg
             .query(
-                &select,
+                if progress.after_id.is_none() {
+                    &select_first
+                } else {
+                    &select_after
+                },
                 &[
                     &progress.after_id,
                     &progress.snapshot,
