@@ -488,6 +488,101 @@ pub struct OutboxConfig {
     pub payload_format: String,
     /// Contracts for `avro`; empty = the `schemas/` compiled into the binary.
     pub schemas_dir: String,
+    /// `<system id>:<timeline>:<LSN>` of a stored checkpoint the operator accepts to discard
+    /// because it belongs to another cluster or timeline, or lies ahead of the server's WAL (the
+    /// router stops and prints the exact value). Matches that one checkpoint only, so a value
+    /// left set never accepts a later mismatch. Empty: never discard.
+    pub discard_checkpoint: String,
+    /// CDC: `initial` (default) publishes the rows already in the table when nothing was ever
+    /// published for the slot, consistently with the stream (exported snapshot); `never` streams
+    /// only what commits after the slot exists.
+    pub snapshot: String,
+    /// Extra columns copied into Kafka headers, `column:header[:name]` (Debezium's
+    /// `table.fields.additional.placement`; only the `header` placement is supported).
+    pub additional_placement: Vec<String>,
+    /// Debezium Outbox Event Router options by their Debezium names (`"table.field.event.id" =
+    /// "event_id"`, …), mapped onto the keys above so a connector's configuration carries over;
+    /// an option without an equivalent fails at start naming it.
+    pub debezium: BTreeMap<String, String>,
+}
+
+/// Debezium option → the `outbox.*` key it sets (options with a fixed behaviour here are
+/// accepted only with the value that matches it, see [`OutboxConfig::effective`]).
+pub const DEBEZIUM_OUTBOX_OPTIONS: &[(&str, &str)] = &[
+    ("table.field.event.id", "column_id"),
+    ("table.field.event.key", "column_aggregate_id"),
+    ("table.field.event.type", "column_type"),
+    ("table.field.event.payload", "column_payload"),
+    ("table.field.event.timestamp", "column_occurred_at"),
+    ("route.by.field", "route_by"),
+    ("route.topic.replacement", "topic_template"),
+    ("table.fields.additional.placement", "additional_placement"),
+];
+
+impl OutboxConfig {
+    /// This configuration with the `debezium` options applied: what the router runs with.
+    /// Err: (the Debezium option, why) for an unknown or unsupported option, or one that
+    /// contradicts an `outbox.*` key set to something else.
+    pub fn effective(&self) -> Result<OutboxConfig, (String, String)> {
+        let mut c = self.clone();
+        let defaults = OutboxConfig::default();
+        for (option, value) in &self.debezium {
+            let fixed = |want: &str, ours: &str| {
+                if value == want {
+                    Ok(())
+                } else {
+                    Err((
+                        option.clone(),
+                        format!("only {want:?} is supported ({ours})"),
+                    ))
+                }
+            };
+            let (field, default) = match option.as_str() {
+                "table.field.event.id" => (&mut c.column_id, &defaults.column_id),
+                "table.field.event.key" => {
+                    (&mut c.column_aggregate_id, &defaults.column_aggregate_id)
+                }
+                "table.field.event.type" => (&mut c.column_type, &defaults.column_type),
+                "table.field.event.payload" => (&mut c.column_payload, &defaults.column_payload),
+                "table.field.event.timestamp" => {
+                    (&mut c.column_occurred_at, &defaults.column_occurred_at)
+                }
+                "route.by.field" => (&mut c.route_by, &defaults.route_by),
+                "route.topic.replacement" => (&mut c.topic_template, &defaults.topic_template),
+                "table.fields.additional.placement" => {
+                    c.additional_placement.extend(
+                        value
+                            .split(',')
+                            .map(|p| p.trim().to_string())
+                            .filter(|p| !p.is_empty()),
+                    );
+                    continue;
+                }
+                "route.tombstone.on.empty.payload" => {
+                    fixed("true", "a NULL payload is always a tombstone")?;
+                    continue;
+                }
+                "table.op.invalid.behavior" => {
+                    fixed("warn", "UPDATE/DELETE are ignored and logged at WARN")?;
+                    continue;
+                }
+                _ => {
+                    return Err((
+                        option.clone(),
+                        "not supported (README, \"Outbox router\": Debezium options)".into(),
+                    ))
+                }
+            };
+            if field != default && field != value {
+                return Err((
+                    option.clone(),
+                    format!("{value:?} contradicts the outbox key it maps to, set to {field:?}"),
+                ));
+            }
+            *field = value.clone();
+        }
+        Ok(c)
+    }
 }
 
 impl Default for OutboxConfig {
@@ -518,6 +613,10 @@ impl Default for OutboxConfig {
             prune_after_secs: 7 * 24 * 3600,
             payload_format: "json".into(),
             schemas_dir: String::new(),
+            discard_checkpoint: String::new(),
+            snapshot: "initial".into(),
+            additional_placement: vec![],
+            debezium: BTreeMap::new(),
         }
     }
 }
@@ -947,7 +1046,27 @@ impl Config {
                 && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
                 && s.len() <= 63
         }
-        let o = &self.outbox;
+        let effective = self
+            .outbox
+            .effective()
+            .map_err(|(option, reason)| bad("outbox.debezium", format!("{option:?}: {reason}")))?;
+        let o = &effective;
+        for p in &o.additional_placement {
+            let ok = match p.split(':').collect::<Vec<_>>().as_slice() {
+                [column, "header"] => ident(column),
+                [column, "header", name] => ident(column) && !name.is_empty(),
+                _ => false,
+            };
+            if !ok {
+                return Err(bad(
+                    "outbox.additional_placement",
+                    format!(
+                        "{p:?}: use `column:header` or `column:header:name` (placements other \
+                         than `header` are not supported)"
+                    ),
+                ));
+            }
+        }
         if o.mode != "cdc" && o.mode != "poll" {
             return Err(bad(
                 "outbox.mode",
@@ -1044,6 +1163,41 @@ impl Config {
             return Err(bad(
                 "outbox.payload_format",
                 "must be `json` (payload as is) or `avro` (through the schema registry)",
+            ));
+        }
+        if !o.discard_checkpoint.is_empty() {
+            let parts: Vec<&str> = o.discard_checkpoint.split(':').collect();
+            let lsn_ok = |l: &str| {
+                l.split_once('/').is_some_and(|(hi, lo)| {
+                    u32::from_str_radix(hi, 16).is_ok() && u32::from_str_radix(lo, 16).is_ok()
+                })
+            };
+            let ok = match parts.as_slice() {
+                [sid, tl, lsn] => {
+                    (*sid == "unknown" || sid.parse::<u64>().is_ok())
+                        && (*tl == "unknown" || tl.parse::<u32>().is_ok())
+                        && lsn_ok(lsn)
+                }
+                _ => false,
+            };
+            if !ok {
+                return Err(bad(
+                    "outbox.discard_checkpoint",
+                    format!(
+                        "{:?}: use the `<system id>:<timeline>:<LSN>` the router printed when it \
+                         stopped (e.g. 7312345678901234567:1:0/16B3748), or leave it empty",
+                        o.discard_checkpoint
+                    ),
+                ));
+            }
+        }
+        if !["initial", "never"].contains(&o.snapshot.as_str()) {
+            return Err(bad(
+                "outbox.snapshot",
+                format!(
+                    "{:?}: use `initial` (publish the rows already in the table once) or `never`",
+                    o.snapshot
+                ),
             ));
         }
         if !o.schemas_dir.is_empty() && !Path::new(&o.schemas_dir).is_dir() {

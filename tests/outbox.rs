@@ -1002,7 +1002,8 @@ fn old_rows_are_pruned_on_schedule_and_their_deletes_are_not_routed() {
             o.table
         ));
         let ids = o.all_ids();
-        // CDC: the slot is created at start, so the rows inserted now are what it streams.
+        // CDC: the rows already there come from the initial snapshot, those inserted now from
+        // the slot.
         o.spawn(
             mode,
             &[
@@ -1021,8 +1022,8 @@ fn old_rows_are_pruned_on_schedule_and_their_deletes_are_not_routed() {
                 "update {} set occurred_at = now() - interval '1 hour'",
                 o.table
             ));
-            let fresh: HashSet<String> = fresh.into_iter().collect();
-            o.wait_for_ids(&["Order"], &fresh, Duration::from_secs(60));
+            let all: HashSet<String> = fresh.into_iter().chain(ids.iter().cloned()).collect();
+            o.wait_for_ids(&["Order"], &all, Duration::from_secs(60));
         } else {
             o.wait_for_ids(&["Order"], &ids, Duration::from_secs(60));
         }
@@ -1033,7 +1034,8 @@ fn old_rows_are_pruned_on_schedule_and_their_deletes_are_not_routed() {
         // Let a few more commit intervals pass: the DELETEs must not become records.
         std::thread::sleep(Duration::from_millis(500));
         let seen = o.read(&["Order"]);
-        assert_eq!(seen.len(), 50, "{mode}: {}", seen.len());
+        let want = if mode == "cdc" { 100 } else { 50 };
+        assert_eq!(seen.len(), want, "{mode}: {}", seen.len());
         assert!(count_by_id(&seen).values().all(|&n| n == 1), "{mode}");
     }
 }
@@ -1708,4 +1710,329 @@ fn a_record_of_exactly_the_limit_is_published_and_one_byte_more_is_dead_lettered
             "oversize: 1000001 bytes > limit 1000000 (message.max.bytes)".to_string()
         )]
     );
+}
+
+/// The committed checkpoint of `slot` in the offsets topic of `app` (`read_committed`);
+/// `None` also while the topic cannot be read yet (polled under a deadline).
+fn checkpoint(app: &str, slot: &str) -> Option<eosflow::outbox::publish::LsnCheckpoint> {
+    let offsets = eosflow::outbox::offsets_topic(app);
+    eosflow::outbox::publish::read_checkpoint(
+        &support::clients(),
+        &offsets,
+        slot,
+        Duration::from_secs(30),
+    )
+    .ok()
+    .flatten()
+}
+
+/// Writes a checkpoint of `slot` for `cluster` at `lsn` into the offsets topic of `app`, the
+/// way a router would (a Kafka transaction of its own): what a router of another cluster or a
+/// restored one leaves behind.
+fn forge_checkpoint(app: &str, slot: &str, cluster: eosflow::outbox::publish::ClusterId, lsn: u64) {
+    use eosflow::outbox::publish::Publisher;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio");
+    rt.block_on(async {
+        let offsets = eosflow::outbox::offsets_topic(app);
+        let dlt = eosflow::outbox::dlt_topic(app);
+        let id = format!("{app}-forger");
+        let t = Duration::from_secs(10);
+        let mut p = Publisher::new(&support::clients(), &id, t, &offsets, &dlt, slot, 1)
+            .await
+            .expect("publisher");
+        p.set_cluster(Some(cluster));
+        p.publish(&[], lsn).await.expect("checkpoint written");
+    });
+}
+
+/// Starts router `n` and waits for it to exit on its own: it must fail, and its log is returned.
+fn spawn_expecting_exit(o: &mut Outbox, extra: &[(&str, &str)]) -> String {
+    let n = o.routers.len();
+    o.spawn("cdc", extra);
+    let status = support::wait_for("the router to stop", Duration::from_secs(60), || {
+        o.routers[n].try_wait().ok().flatten()
+    });
+    assert!(
+        !status.success(),
+        "router {n} should have stopped with an error"
+    );
+    std::fs::read_to_string(o.logs.join(format!("router-{n}.log"))).unwrap_or_default()
+}
+
+#[test]
+fn a_checkpoint_of_another_cluster_or_ahead_of_the_wal_stops_the_router_until_discarded_by_value() {
+    use eosflow::outbox::publish::{lsn_text, ClusterId};
+    let _shared = PG_RESTART.read().unwrap_or_else(|e| e.into_inner());
+    let mut o = Outbox::new("outbox-identity");
+    o.migrate();
+    o.spawn("cdc", &[]);
+    o.wait_streaming();
+    let a = uuid::Uuid::new_v4().to_string();
+    let a_lsn = o.lsn_inside_tx(&format!(
+        "insert into {} (id, aggregate_id, type, payload) values ('{a}', 'a-1', 'Order.Created', '{{}}')",
+        o.table
+    ));
+    o.wait_for_ids(
+        &["Order"],
+        &HashSet::from([a.clone()]),
+        Duration::from_secs(60),
+    );
+    o.wait_confirmed(a_lsn);
+    o.kill(0);
+    let (app, slot) = (o.app.clone(), o.slot.clone());
+    let stored = || checkpoint(&app, &slot).expect("a checkpoint");
+    // The checkpoint records which cluster and timeline its LSN belongs to.
+    let real = stored();
+    let sid = real
+        .system_id
+        .clone()
+        .expect("system id stored with the LSN");
+    let tl = real.timeline.expect("timeline stored with the LSN");
+    assert_eq!(
+        o.pg.text("select system_identifier::text from pg_control_system()"),
+        Some(sid.clone())
+    );
+    // Another cluster's checkpoint: stop, naming both systems and the exact way out.
+    let other = ClusterId {
+        system_id: "42".into(),
+        timeline: tl,
+    };
+    forge_checkpoint(&o.app, &o.slot, other, real.lsn);
+    let log = spawn_expecting_exit(&mut o, &[]);
+    let token = format!("42:{tl}:{}", lsn_text(real.lsn));
+    for want in [
+        "system 42".to_string(),
+        format!("this server is system {sid}"),
+        format!("EOSFLOW_OUTBOX_DISCARD_CHECKPOINT={token}"),
+    ] {
+        assert!(log.contains(&want), "{want:?} not in {log}");
+    }
+    // This cluster's identity, but an LSN ahead of its WAL (a restored server): stop too.
+    let ahead = 0xFFFF_0000_0000;
+    let here = ClusterId {
+        system_id: sid.clone(),
+        timeline: tl,
+    };
+    forge_checkpoint(&o.app, &o.slot, here, ahead);
+    let log = spawn_expecting_exit(&mut o, &[]);
+    assert!(
+        log.contains("stored LSN FFFF/0 is ahead of this server's WAL end"),
+        "{log}"
+    );
+    // A discard value for another checkpoint (the one before) accepts nothing.
+    let log = spawn_expecting_exit(&mut o, &[("EOSFLOW_OUTBOX_DISCARD_CHECKPOINT", &token)]);
+    assert!(log.contains("FFFF/0"), "{log}");
+    // The operator accepts exactly this checkpoint: streaming resumes from the slot's
+    // position, nothing published before is repeated, later rows flow.
+    let token = format!("{sid}:{tl}:FFFF/0");
+    o.spawn("cdc", &[("EOSFLOW_OUTBOX_DISCARD_CHECKPOINT", &token)]);
+    o.wait_streaming();
+    let b = o.insert_tx(&[("b-1".into(), "Order.Created", "{}".into(), None)]);
+    let seen = o.wait_for_ids(
+        &["Order"],
+        &HashSet::from([a.clone(), b[0].clone()]),
+        Duration::from_secs(60),
+    );
+    assert!(count_by_id(&seen).values().all(|n| *n == 1), "{seen:#?}");
+    let now = stored();
+    assert_eq!(now.system_id.as_deref(), Some(sid.as_str()));
+    assert!(now.lsn > a_lsn && now.lsn < ahead, "{now:?}");
+}
+
+#[test]
+fn only_the_configured_schema_qualified_table_is_routed_not_a_same_named_table_of_another_schema() {
+    let _shared = PG_RESTART.read().unwrap_or_else(|e| e.into_inner());
+    let mut o = Outbox::new("outbox-schema");
+    o.migrate();
+    let other = format!("{}_other", o.table);
+    o.pg.exec(&format!(
+        "create schema {other}; create table {other}.{t} (like public.{t} including all)",
+        t = o.table
+    ));
+    let qualified = format!("public.{}", o.table);
+    o.spawn("cdc", &[("EOSFLOW_OUTBOX_TABLE", &qualified)]);
+    o.wait_streaming();
+    // The publication also carries the other schema's table of the same name.
+    o.pg.exec(&format!(
+        "alter publication {} add table {other}.{}",
+        o.publication, o.table
+    ));
+    let stranger = uuid::Uuid::new_v4().to_string();
+    o.pg.exec(&format!(
+        "insert into {other}.{} (id, aggregate_id, type, payload) values ('{stranger}', 'x-1', 'Order.Created', '{{}}')",
+        o.table
+    ));
+    let ours = o.insert_tx(&[("o-1".into(), "Order.Created", "{}".into(), None)]);
+    let seen = o.wait_for_ids(
+        &["Order"],
+        &ours.iter().cloned().collect(),
+        Duration::from_secs(60),
+    );
+    let ids: Vec<&str> = seen.iter().map(|s| s.headers["id"].as_str()).collect();
+    o.pg.exec(&format!("drop schema {other} cascade"));
+    assert_eq!(ids, [ours[0].as_str()]);
+}
+
+#[test]
+fn a_malformed_discard_checkpoint_fails_at_start_naming_the_key() {
+    let o = Outbox::new("outbox-discard-cfg");
+    let out = o
+        .command(
+            "cdc",
+            &[("EOSFLOW_OUTBOX_DISCARD_CHECKPOINT", "yes please")],
+        )
+        .output()
+        .expect("run eosflow outbox");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("outbox.discard_checkpoint") && err.contains("<system id>:<timeline>:<LSN>"),
+        "{err}"
+    );
+}
+
+#[test]
+fn rows_already_in_the_table_are_published_once_by_the_initial_snapshot_across_a_kill_and_concurrent_inserts(
+) {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::Arc;
+    let _shared = PG_RESTART.read().unwrap_or_else(|e| e.into_inner());
+    let mut o = Outbox::new("outbox-snapshot");
+    o.migrate();
+    o.pg.exec(&format!(
+        "insert into {} (id, aggregate_id, type, payload) select gen_random_uuid(), \
+         'pre-' || (i % 50), 'Order.Created', jsonb_build_object('i', i) \
+         from generate_series(1, 10000) i",
+        o.table
+    ));
+    // One row per transaction, concurrently with the snapshot, the kill and the restart.
+    let stop = Arc::new(AtomicBool::new(false));
+    let written = Arc::new(AtomicU64::new(0));
+    let writer = {
+        let (stop, written, table) = (stop.clone(), written.clone(), o.table.clone());
+        std::thread::spawn(move || {
+            let pg = Pg::connect();
+            let deadline = Instant::now() + Duration::from_secs(180);
+            while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
+                pg.exec(&format!(
+                    "insert into {table} (id, aggregate_id, type, payload) values \
+                     (gen_random_uuid(), 'live-' || (random() * 9)::int, 'Order.Created', '{{}}')"
+                ));
+                written.fetch_add(1, Ordering::Relaxed);
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        })
+    };
+    let chunks = [("EOSFLOW_OUTBOX_BATCH_SIZE", "100")];
+    o.spawn("cdc", &chunks);
+    let (app, slot) = (o.app.clone(), o.slot.clone());
+    let progress = || checkpoint(&app, &slot).and_then(|c| c.snapshot);
+    support::wait_for(
+        "the snapshot past 1000 rows",
+        Duration::from_secs(90),
+        || progress().filter(|p| p.rows >= 1000),
+    );
+    o.kill(0);
+    let at_kill = progress().expect("killed mid-snapshot: its progress is stored");
+    assert!(at_kill.rows < 10_000, "{at_kill:?}");
+    o.spawn("cdc", &chunks);
+    o.wait_streaming();
+    let live = written.load(Ordering::Relaxed);
+    support::wait_for(
+        "rows written while streaming",
+        Duration::from_secs(60),
+        || (written.load(Ordering::Relaxed) >= live + 50).then_some(()),
+    );
+    stop.store(true, Ordering::Relaxed);
+    writer.join().expect("writer");
+    let ids = o.all_ids();
+    assert!(ids.len() > 10_000 + 50, "{}", ids.len());
+    let seen = o.wait_for_ids(&["Order"], &ids, Duration::from_secs(120));
+    let dup: Vec<_> = count_by_id(&seen)
+        .into_iter()
+        .filter(|(_, n)| *n > 1)
+        .collect();
+    assert!(
+        dup.is_empty(),
+        "duplicated: {} e.g. {:?}",
+        dup.len(),
+        dup.first()
+    );
+    assert_eq!(seen.len(), ids.len());
+    assert!(
+        progress().is_none(),
+        "the snapshot's progress is cleared once complete"
+    );
+    let log = std::fs::read_to_string(o.logs.join("router-1.log")).unwrap_or_default();
+    let done = log
+        .lines()
+        .find(|l| l.contains("snapshot complete"))
+        .unwrap_or_else(|| panic!("no completion line in {log}"));
+    eprintln!("at kill: {at_kill:?}; resumed run: {done}");
+}
+
+#[test]
+fn debezium_option_names_configure_the_router_and_an_additional_column_and_the_aggregate_type_become_headers(
+) {
+    let _shared = PG_RESTART.read().unwrap_or_else(|e| e.into_inner());
+    let mut o = Outbox::new("outbox-dbz");
+    o.migrate();
+    o.pg.exec(&format!("alter table {} add column tenant text", o.table));
+    let toml = |extra: &str| {
+        let path = o.logs.join("dbz.toml");
+        let text = format!(
+            "[outbox.debezium]\n\
+             \"route.topic.replacement\" = \"{}.dbz.${{routedByValue}}\"\n\
+             \"table.fields.additional.placement\" = \"tenant:header:tenant_id\"\n\
+             \"table.field.event.key\" = \"aggregate_id\"\n{extra}",
+            o.app
+        );
+        std::fs::write(&path, text).expect("config file");
+        path.display().to_string()
+    };
+    // An option without an equivalent fails at start, naming it.
+    let bad = toml("\"table.expand.json.payload\" = \"true\"\n");
+    // The harness sets our own template; Debezium's option takes over from the default.
+    let default_template = (
+        "EOSFLOW_OUTBOX_TOPIC_TEMPLATE",
+        "outbox.event.${routedByValue}",
+    );
+    let out = o
+        .command("cdc", &[("EOSFLOW_CONFIG_FILE", &bad), default_template])
+        .output()
+        .expect("run eosflow outbox");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("outbox.debezium") && err.contains("table.expand.json.payload"),
+        "{err}"
+    );
+    let good = toml("");
+    o.spawn("cdc", &[("EOSFLOW_CONFIG_FILE", &good), default_template]);
+    o.wait_streaming();
+    let id = uuid::Uuid::new_v4().to_string();
+    o.pg.exec(&format!(
+        "insert into {} (id, aggregate_type, aggregate_id, type, payload, tenant) \
+         values ('{id}', 'Invoice', 'inv-1', 'Created', '{{}}', 't-9')",
+        o.table
+    ));
+    let topic = format!("{}.dbz.Invoice", o.app);
+    let seen = support::wait_for(
+        "the row on the Debezium-named topic",
+        Duration::from_secs(60),
+        || {
+            let seen = o.read_named(&topic);
+            (!seen.is_empty()).then_some(seen)
+        },
+    );
+    assert_eq!(seen.len(), 1, "{seen:#?}");
+    let h = &seen[0].headers;
+    assert_eq!(seen[0].key, "inv-1");
+    assert_eq!(h.get("id"), Some(&id));
+    assert_eq!(h.get("tenant_id").map(String::as_str), Some("t-9"));
+    assert_eq!(h.get("aggregate_type").map(String::as_str), Some("Invoice"));
 }

@@ -29,10 +29,11 @@ use crate::config::Config;
 use crate::kafka::KafkaClients;
 
 use super::avro::PayloadEncoder;
+use super::identity::{self, Resume};
 use super::pgoutput::{self, Message, Relation, Value};
-use super::publish::{lsn_text, read_committed_lsn, Publisher};
+use super::publish::{lsn_text, read_checkpoint, ClusterId, LsnCheckpoint, Publisher};
 use super::router::{EventRouter, RoutedRecord, Row};
-use super::{bare_table, migrate, pg_err, quote_ident, quoted_table, telemetry, OutboxError};
+use super::{migrate, pg_err, quote_ident, quoted_table, telemetry, OutboxError};
 use crate::telemetry::Health;
 
 /// What a CDC run did, for the log line at exit.
@@ -129,8 +130,9 @@ pub fn drop_released_slot_sql(slot: &str) -> String {
     )
 }
 
-/// Creates the publication and the slot when absent (a concurrent creator winning is fine).
-pub async fn ensure_publication_and_slot(
+/// Creates the publication when absent (a concurrent creator winning is fine) and checks it
+/// publishes the outbox table.
+pub async fn ensure_publication(
     pg: &tokio_postgres::Client,
     config: &Config,
 ) -> Result<(), OutboxError> {
@@ -156,10 +158,7 @@ pub async fn ensure_publication_and_slot(
         }
         tracing::info!(publication = %o.publication, table = %o.table, "created publication");
     }
-    let (schema, table) = o
-        .table
-        .split_once('.')
-        .unwrap_or(("public", o.table.as_str()));
+    let (schema, table) = super::schema_table(o);
     let covers = pg
         .query_opt(
             "select 1 from pg_publication_tables where pubname = $1 and schemaname = $2 and tablename = $3",
@@ -175,6 +174,12 @@ pub async fn ensure_publication_and_slot(
             o.publication, o.table
         )));
     }
+    Ok(())
+}
+
+/// Creates the slot when absent, without a snapshot: what commits from now on is streamed.
+pub async fn ensure_slot(pg: &tokio_postgres::Client, config: &Config) -> Result<(), OutboxError> {
+    let o = &config.outbox;
     let has_slot = pg
         .query_opt(
             "select 1 from pg_replication_slots where slot_name = $1",
@@ -269,7 +274,8 @@ async fn lock_slot(
 struct Session<'a> {
     config: &'a Config,
     router: EventRouter,
-    table: String,
+    /// (schema, table) of the outbox: other tables of the publication are not routed.
+    table: (String, String),
     relations: HashMap<u32, Relation>,
     /// Rows of the Postgres transaction being received.
     open_tx: Vec<RoutedRecord>,
@@ -294,7 +300,10 @@ impl<'a> Session<'a> {
             encoder,
             config,
             router: EventRouter::new(o),
-            table: bare_table(o).to_string(),
+            table: {
+                let (schema, table) = super::schema_table(o);
+                (schema.to_string(), table.to_string())
+            },
             relations: HashMap::new(),
             open_tx: vec![],
             open_ignored: 0,
@@ -325,7 +334,9 @@ impl<'a> Session<'a> {
                         "insert into relation {relation} before its Relation message"
                     )));
                 };
-                if rel.name != self.table {
+                if (rel.namespace.as_str(), rel.name.as_str())
+                    != (self.table.0.as_str(), self.table.1.as_str())
+                {
                     return Ok(());
                 }
                 let row: Row = rel
@@ -472,6 +483,109 @@ async fn unfenced(
     }
 }
 
+/// `IDENTIFY_SYSTEM` on a gated (not yet streaming) replication session.
+async fn identify(repl: &mut ReplicationClient) -> Result<identity::Server, OutboxError> {
+    let id = repl
+        .identify_system()
+        .await
+        .map_err(|e| OutboxError::Replication(format!("IDENTIFY_SYSTEM: {e}")))?;
+    Ok(identity::Server {
+        cluster: ClusterId {
+            system_id: id.system_id,
+            timeline: id.timeline,
+        },
+        wal_end: id.xlogpos.as_u64(),
+    })
+}
+
+/// Opens the replication stream after the stored checkpoint, once `IDENTIFY_SYSTEM` on the
+/// very session that streams shows the checkpoint belongs to this server's WAL history
+/// ([`identity::check`]). A checkpoint the operator discarded (`outbox.discard_checkpoint`) is
+/// replaced, in a Kafka transaction of its own, by the slot's position on this server with
+/// this server's identity; so is one without identity (older versions). Returns the stream and
+/// the LSN at or below which transactions are already in Kafka.
+async fn open_stream(
+    config: &Config,
+    pg: &tokio_postgres::Client,
+    publisher: &mut Publisher,
+    mut stored: Option<LsnCheckpoint>,
+    mut imported: Option<tokio_postgres::Client>,
+    summary: &mut CdcSummary,
+) -> Result<(ReplicationClient, u64), OutboxError> {
+    let o = &config.outbox;
+    loop {
+        let start = stored
+            .as_ref()
+            .map_or(0, |c| c.lsn)
+            .max(summary.committed_lsn);
+        let mut repl = ReplicationClient::connect_gated(replication_config(config, start)?)
+            .await
+            .map_err(|e| OutboxError::Replication(e.to_string()))?;
+        let server = identify(&mut repl).await?;
+        publisher.set_cluster(Some(server.cluster.clone()));
+        let rewrite_at = match identity::check(
+            stored.as_ref(),
+            &server,
+            &o.discard_checkpoint,
+            &o.slot,
+        )? {
+            Resume::After {
+                record_identity, ..
+            } => {
+                let snapshot = stored.as_ref().and_then(|c| c.snapshot.clone());
+                publisher.set_snapshot(snapshot.clone());
+                if record_identity {
+                    publisher.publish(&[], start).await?;
+                    tracing::info!(slot = %o.slot, system_id = %server.cluster.system_id, timeline = server.cluster.timeline, "recorded the cluster identity with the stored LSN");
+                }
+                if let Some(progress) = snapshot {
+                    summary.rows +=
+                        super::snapshot::run(config, publisher, start, progress, imported.take())
+                            .await?;
+                }
+                tracing::info!(slot = %o.slot, lsn = %lsn_text(start), system_id = %server.cluster.system_id, timeline = server.cluster.timeline, "resuming after the committed LSN");
+                repl.start()
+                    .await
+                    .map_err(|e| OutboxError::Replication(e.to_string()))?;
+                repl.wait_started()
+                    .await
+                    .map_err(|e| OutboxError::Replication(e.to_string()))?;
+                return Ok((repl, start));
+            }
+            Resume::Discard => slot_position(pg, &o.slot).await?,
+        };
+        // The stream must start from the new checkpoint: this session was opened for the old.
+        drop(repl);
+        publisher.set_snapshot(None);
+        publisher.publish(&[], rewrite_at).await?;
+        tracing::warn!(slot = %o.slot, lsn = %lsn_text(rewrite_at), system_id = %server.cluster.system_id, timeline = server.cluster.timeline, "discarded the stored checkpoint; resuming from the slot's position on this server");
+        summary.committed_lsn = rewrite_at;
+        stored = Some(LsnCheckpoint {
+            slot: o.slot.clone(),
+            lsn: rewrite_at,
+            lsn_text: lsn_text(rewrite_at),
+            system_id: Some(server.cluster.system_id),
+            timeline: Some(server.cluster.timeline),
+            snapshot: None,
+        });
+    }
+}
+
+/// The slot's confirmed position on this server: where a stream without a usable checkpoint
+/// starts (the server sends nothing committed at or before it).
+async fn slot_position(pg: &tokio_postgres::Client, slot: &str) -> Result<u64, OutboxError> {
+    let row = pg
+        .query_opt(
+            "select confirmed_flush_lsn::text from pg_replication_slots where slot_name = $1",
+            &[&slot],
+        )
+        .await
+        .map_err(pg_err("reading the slot's position"))?;
+    row.and_then(|r| r.get::<_, Option<String>>(0))
+        .and_then(|t| super::publish::parse_lsn(&t))
+        .ok_or_else(|| OutboxError::Replication(format!("slot {slot} has no confirmed position")))
+}
+
 async fn session(
     config: &Config,
     shutdown: &AtomicBool,
@@ -483,7 +597,7 @@ async fn session(
     if migrate::ensure(&pg, o).await? {
         tracing::info!(table = %o.table, "created the outbox table");
     }
-    ensure_publication_and_slot(&pg, config).await?;
+    ensure_publication(&pg, config).await?;
     if !lock_slot(&pg, &o.slot, shutdown, health).await? {
         return Ok(());
     }
@@ -502,18 +616,28 @@ async fn session(
     .await?;
     // After init_transactions: a predecessor's open transaction is aborted, so what we read
     // now is final.
-    let from_kafka = tokio::task::block_in_place(|| {
-        read_committed_lsn(&clients, &offsets_topic, &o.slot, Duration::from_secs(60))
-    })?
-    .unwrap_or(0);
-    let committed = from_kafka.max(summary.committed_lsn);
-    tracing::info!(slot = %o.slot, lsn = %lsn_text(committed), "resuming after the committed LSN");
-    let mut repl = ReplicationClient::connect(replication_config(config, committed)?)
-        .await
-        .map_err(|e| OutboxError::Replication(e.to_string()))?;
-    repl.wait_started()
-        .await
-        .map_err(|e| OutboxError::Replication(e.to_string()))?;
+    let mut stored = tokio::task::block_in_place(|| {
+        read_checkpoint(&clients, &offsets_topic, &o.slot, Duration::from_secs(60))
+    })?;
+    let mut imported = None;
+    if o.snapshot == "initial" && stored.is_none() {
+        // Nothing was ever published for this slot: (re)create it with an exported snapshot
+        // and publish the rows already in the table before streaming.
+        let mut repl = ReplicationClient::connect_gated(replication_config(config, 0)?)
+            .await
+            .map_err(|e| OutboxError::Replication(e.to_string()))?;
+        let server = identify(&mut repl).await?;
+        publisher.set_cluster(Some(server.cluster.clone()));
+        let (checkpoint, snap_pg) =
+            super::snapshot::create_slot(config, &pg, &mut publisher, repl, &server.cluster)
+                .await?;
+        stored = Some(checkpoint);
+        imported = Some(snap_pg);
+    } else {
+        ensure_slot(&pg, config).await?;
+    }
+    let (mut repl, committed) =
+        open_stream(config, &pg, &mut publisher, stored, imported, summary).await?;
     let mut s = Session::new(config, committed, PayloadEncoder::from_config(config)?);
     health.set_ready(true);
     let commit_interval = Duration::from_millis(o.commit_interval_ms);

@@ -19,12 +19,14 @@
 
 pub mod avro;
 pub mod cdc;
+pub mod identity;
 pub mod migrate;
 pub mod pgoutput;
 pub mod pgtls;
 pub mod poll;
 pub mod publish;
 pub mod router;
+pub mod snapshot;
 pub mod telemetry;
 
 use crate::config::OutboxConfig;
@@ -59,6 +61,11 @@ pub enum OutboxError {
     /// The configuration cannot work (e.g. an unparsable Postgres URL).
     #[error("configuration: {0}")]
     Config(String),
+    /// The stored LSN does not belong to the Postgres the router is connected to (another
+    /// system identifier or timeline, or ahead of its WAL): resuming would skip or repeat rows,
+    /// so the router stops until the operator accepts the server (`outbox.discard_checkpoint`).
+    #[error("the stored checkpoint does not match this Postgres: {0}")]
+    ClusterMismatch(String),
     /// Anything else on the I/O path (runtime creation, producer delivery).
     #[error("{0}")]
     Other(String),
@@ -74,6 +81,7 @@ impl OutboxError {
             OutboxError::Sink(SinkError::Fenced { .. }) => false,
             OutboxError::Sink(_) => true,
             OutboxError::Decode(_) | OutboxError::Config(_) => false,
+            OutboxError::ClusterMismatch(_) => false,
         }
     }
 }
@@ -103,6 +111,52 @@ pub fn bare_table(cfg: &OutboxConfig) -> &str {
     cfg.table
         .split_once('.')
         .map_or(cfg.table.as_str(), |(_, t)| t)
+}
+
+/// The configured table as (schema, table); an unqualified name is in `public`. pgoutput's
+/// Relation messages carry both, and a publication may hold a same-named table of another
+/// schema, so rows are matched on the pair.
+pub fn schema_table(cfg: &OutboxConfig) -> (&str, &str) {
+    cfg.table
+        .split_once('.')
+        .unwrap_or(("public", cfg.table.as_str()))
+}
+
+/// Every column of the outbox table, in table order.
+pub(crate) async fn table_columns(
+    pg: &tokio_postgres::Client,
+    cfg: &OutboxConfig,
+) -> Result<Vec<String>, OutboxError> {
+    let (schema, table) = schema_table(cfg);
+    Ok(pg
+        .query(
+            "select column_name::text from information_schema.columns \
+             where table_schema = $1 and table_name = $2 order by ordinal_position",
+            &[&schema, &table],
+        )
+        .await
+        .map_err(pg_err("reading the outbox columns"))?
+        .iter()
+        .map(|r| r.get(0))
+        .collect())
+}
+
+/// The select list reading `columns` as text: the same text the CDC stream carries.
+pub(crate) fn text_columns(columns: &[String]) -> String {
+    columns
+        .iter()
+        .map(|c| format!("{}::text", quote_ident(c)))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// A row selected with [`text_columns`] as the router's [`router::Row`].
+pub(crate) fn text_row(columns: &[String], r: &tokio_postgres::Row) -> router::Row {
+    columns
+        .iter()
+        .enumerate()
+        .map(|(i, c)| (c.clone(), r.get::<_, Option<String>>(i)))
+        .collect()
 }
 
 /// Opens a SQL connection to `url` with the TLS its `sslmode`/`sslrootcert` ask for (its
@@ -135,6 +189,7 @@ pub fn run(
     shutdown: std::sync::Arc<std::sync::atomic::AtomicBool>,
     health: &crate::telemetry::Health,
 ) -> Result<String, OutboxError> {
+    let config = &effective(config)?;
     if config.outbox.mode == "poll" {
         let s = poll::run(config, shutdown, health)?;
         Ok(format!("poll: rows={} batches={}", s.rows, s.batches))
@@ -155,6 +210,7 @@ pub fn run(
 
 /// `eosflow outbox migrate`: creates the table and index if absent.
 pub fn migrate_cmd(config: &crate::Config) -> Result<bool, OutboxError> {
+    let config = &effective(config)?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -163,4 +219,14 @@ pub fn migrate_cmd(config: &crate::Config) -> Result<bool, OutboxError> {
         let pg = connect(&config.postgres.url).await?;
         migrate::migrate(&pg, &config.outbox).await
     })
+}
+
+/// `config` with the outbox's Debezium option names applied (`outbox.debezium`): every part of
+/// the router reads the `outbox.*` keys only.
+fn effective(config: &crate::Config) -> Result<crate::Config, OutboxError> {
+    let mut c = config.clone();
+    c.outbox = config.outbox.effective().map_err(|(option, reason)| {
+        OutboxError::Config(format!("outbox.debezium {option:?}: {reason}"))
+    })?;
+    Ok(c)
 }

@@ -18,8 +18,8 @@ use crate::config::Config;
 use crate::kafka::{ClientRole, KafkaClients};
 
 use super::publish::{dead_letter, Gate};
-use super::router::{EventRouter, RoutedRecord, Row};
-use super::{bare_table, migrate, pg_err, quote_ident, quoted_table, telemetry, OutboxError};
+use super::router::{EventRouter, RoutedRecord};
+use super::{migrate, pg_err, quote_ident, quoted_table, telemetry, OutboxError};
 
 /// What a polling run did.
 #[derive(Debug, Default, Clone)]
@@ -117,29 +117,12 @@ async fn session(
     gate.ensure_dlt(&dlt).await?;
     let router = EventRouter::new(o);
     // Every column, as text (the same text the CDC stream carries).
-    let (schema, table) = match o.table.split_once('.') {
-        Some((s, t)) => (s.to_string(), t.to_string()),
-        None => ("public".to_string(), bare_table(o).to_string()),
-    };
-    let columns: Vec<String> = pg
-        .query(
-            "select column_name::text from information_schema.columns \
-             where table_schema = $1 and table_name = $2 order by ordinal_position",
-            &[&schema, &table],
-        )
-        .await
-        .map_err(pg_err("reading the outbox columns"))?
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
-    check_id_is_uuid(&pg, o, &schema, &table).await?;
+    let columns = super::table_columns(&pg, o).await?;
+    let (schema, table) = super::schema_table(o);
+    check_id_is_uuid(&pg, o, schema, table).await?;
     let select = format!(
         "select {} from {} where {} is null order by {} limit $1 for update skip locked",
-        columns
-            .iter()
-            .map(|c| format!("{}::text", quote_ident(c)))
-            .collect::<Vec<_>>()
-            .join(", "),
+        super::text_columns(&columns),
         quoted_table(o),
         quote_ident(&o.column_sent_at),
         quote_ident(&o.column_occurred_at),
@@ -173,14 +156,7 @@ async fn session(
         }
         let records: Vec<_> = rows
             .iter()
-            .map(|r| {
-                let row: Row = columns
-                    .iter()
-                    .enumerate()
-                    .map(|(i, c)| (c.clone(), r.get::<_, Option<String>>(i)))
-                    .collect();
-                router.route(&row)
-            })
+            .map(|r| router.route(&super::text_row(&columns, r)))
             .collect();
         let mut records = records;
         if let Some(enc) = encoder.as_mut() {

@@ -32,6 +32,28 @@ pub struct LsnCheckpoint {
     pub lsn: u64,
     /// The same, as Postgres prints it (`0/16B3748`), for people.
     pub lsn_text: String,
+    /// The Postgres cluster's system identifier (`IDENTIFY_SYSTEM`) the LSN belongs to: an LSN
+    /// means nothing on another cluster. Absent in checkpoints of older versions (accepted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system_id: Option<String>,
+    /// The timeline the LSN was read on: after a failover or a point-in-time recovery the WAL
+    /// past the fork differs. Absent in checkpoints of older versions (accepted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeline: Option<u32>,
+    /// Progress of the initial snapshot while it runs (absent once it completed, and in
+    /// checkpoints of older versions): a restart resumes it after the last committed chunk.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot: Option<super::snapshot::SnapshotProgress>,
+}
+
+/// Which WAL history an LSN belongs to: the cluster's system identifier and timeline, as the
+/// replication session's `IDENTIFY_SYSTEM` reports them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterId {
+    /// `pg_control_system().system_identifier`, decimal.
+    pub system_id: String,
+    /// The server's current timeline.
+    pub timeline: u32,
 }
 
 /// Formats an LSN the way Postgres does (`X/Y`, hex).
@@ -85,6 +107,17 @@ pub fn read_committed_lsn(
     slot: &str,
     timeout: Duration,
 ) -> Result<Option<u64>, OutboxError> {
+    Ok(read_checkpoint(clients, topic, slot, timeout)?.map(|c| c.lsn))
+}
+
+/// The last committed checkpoint of `slot` in the offsets topic (`read_committed`), if any:
+/// the LSN with the cluster identity it belongs to.
+pub fn read_checkpoint(
+    clients: &KafkaClients,
+    topic: &str,
+    slot: &str,
+    timeout: Duration,
+) -> Result<Option<LsnCheckpoint>, OutboxError> {
     let mut last = None;
     read_all(clients, topic, timeout, |m| {
         if m.key() == Some(slot.as_bytes()) {
@@ -92,7 +125,7 @@ pub fn read_committed_lsn(
                 Some(p) => {
                     let c: LsnCheckpoint = serde_json::from_slice(p)
                         .map_err(|e| format!("offset {} of {topic}: {e}", m.offset()))?;
-                    last = Some(c.lsn);
+                    last = Some(c);
                 }
                 None => last = None,
             }
@@ -445,6 +478,10 @@ pub struct Publisher {
     dlt_topic: String,
     slot: String,
     gate: Gate,
+    /// Written into every checkpoint (`None` until the session identified the server).
+    cluster: Option<ClusterId>,
+    /// The initial snapshot's progress, written into every checkpoint while it runs.
+    snapshot: Option<super::snapshot::SnapshotProgress>,
 }
 
 impl Publisher {
@@ -478,7 +515,21 @@ impl Publisher {
             dlt_topic: dlt_topic.to_string(),
             slot: slot.to_string(),
             gate,
+            cluster: None,
+            snapshot: None,
         })
+    }
+
+    /// The cluster identity written with every following checkpoint, so a restart can tell
+    /// whether the stored LSN belongs to the server it reconnected to.
+    pub fn set_cluster(&mut self, cluster: Option<ClusterId>) {
+        self.cluster = cluster;
+    }
+
+    /// The initial snapshot's progress written with every following checkpoint (`None` once
+    /// the snapshot is complete).
+    pub fn set_snapshot(&mut self, progress: Option<super::snapshot::SnapshotProgress>) {
+        self.snapshot = progress;
     }
 
     /// The largest record the producer accepts (`message.max.bytes`).
@@ -506,6 +557,9 @@ impl Publisher {
             slot: self.slot.clone(),
             lsn: end_lsn,
             lsn_text: lsn_text(end_lsn),
+            system_id: self.cluster.as_ref().map(|c| c.system_id.clone()),
+            timeline: self.cluster.as_ref().map(|c| c.timeline),
+            snapshot: self.snapshot.clone(),
         })
         .map_err(|e| OutboxError::Other(format!("encoding the checkpoint: {e}")))?;
         let mut attempt = 0;

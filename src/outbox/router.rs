@@ -6,8 +6,9 @@
 //!   characters Kafka does not allow in topic names become `_`;
 //! - key: the aggregate id (so per-aggregate order is per-partition order);
 //! - value: the payload's JSON text as Postgres prints it; a NULL payload is a tombstone;
-//! - headers: `id`, `type`, `occurred_at`, `aggregate_id`, then every key of the row's
-//!   `headers` object (strings as they are, other JSON values as JSON text).
+//! - headers: `id`, `type`, `occurred_at`, `aggregate_id`, `aggregate_type` (when not NULL),
+//!   the `additional_placement` columns, then every key of the row's `headers` object
+//!   (strings as they are, other JSON values as JSON text).
 //!
 //! Routing never fails: a row is never stuck in the WAL because of its content.
 
@@ -40,6 +41,8 @@ pub struct RoutedRecord {
 #[derive(Debug, Clone)]
 pub struct EventRouter {
     cfg: OutboxConfig,
+    /// `additional_placement` parsed: (column, header name).
+    extra_headers: Vec<(String, String)>,
 }
 
 /// Replaces characters Kafka rejects in topic names and caps the length at 249.
@@ -64,7 +67,24 @@ pub fn sanitize_topic(name: &str) -> String {
 impl EventRouter {
     /// A router for the configured columns and template.
     pub fn new(cfg: &OutboxConfig) -> Self {
-        Self { cfg: cfg.clone() }
+        let extra_headers = cfg
+            .additional_placement
+            .iter()
+            .filter_map(|p| {
+                let mut parts = p.split(':');
+                let column = parts.next()?;
+                (parts.next()? == "header").then(|| {
+                    (
+                        column.to_string(),
+                        parts.next().unwrap_or(column).to_string(),
+                    )
+                })
+            })
+            .collect();
+        Self {
+            cfg: cfg.clone(),
+            extra_headers,
+        }
     }
 
     fn get<'r>(&self, row: &'r Row, column: &str) -> Option<&'r str> {
@@ -105,9 +125,15 @@ impl EventRouter {
             ("type", &c.column_type),
             ("occurred_at", &c.column_occurred_at),
             ("aggregate_id", &c.column_aggregate_id),
+            ("aggregate_type", &c.column_aggregate_type),
         ] {
             if let Some(v) = self.get(row, column) {
                 headers.push((name.to_string(), v.as_bytes().to_vec()));
+            }
+        }
+        for (column, name) in &self.extra_headers {
+            if let Some(v) = self.get(row, column) {
+                headers.push((name.clone(), v.as_bytes().to_vec()));
             }
         }
         if let Some(raw) = self.get(row, &c.column_headers) {
@@ -154,6 +180,13 @@ mod tests {
             .collect()
     }
 
+    fn header_pairs(rec: &RoutedRecord) -> Vec<(&str, &[u8])> {
+        rec.headers
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_slice()))
+            .collect()
+    }
+
     #[test]
     fn maps_like_debeziums_event_router() {
         let r = EventRouter::new(&OutboxConfig::default());
@@ -169,11 +202,7 @@ mod tests {
         assert_eq!(rec.topic, "outbox.event.Order");
         assert_eq!(rec.key.as_deref(), Some(&b"order-1"[..]));
         assert_eq!(rec.value.as_deref(), Some(&br#"{"total": 42}"#[..]));
-        let h: Vec<(&str, &[u8])> = rec
-            .headers
-            .iter()
-            .map(|(k, v)| (k.as_str(), v.as_slice()))
-            .collect();
+        let h = header_pairs(&rec);
         assert_eq!(
             h,
             vec![
@@ -210,5 +239,50 @@ mod tests {
             r.route(&row(&[("id", Some("x"))])).topic,
             "outbox.event.unknown"
         );
+    }
+
+    #[test]
+    fn debezium_options_map_onto_ours_and_extra_columns_become_headers() {
+        let mut cfg = OutboxConfig::default();
+        for (k, v) in [
+            ("table.field.event.id", "event_id"),
+            ("route.by.field", "kind"),
+            (
+                "table.fields.additional.placement",
+                "tenant:header:tenant_id, region:header",
+            ),
+        ] {
+            cfg.debezium.insert(k.into(), v.into());
+        }
+        let eff = cfg.effective().expect("maps");
+        assert_eq!(
+            (eff.column_id.as_str(), eff.route_by.as_str()),
+            ("event_id", "kind")
+        );
+        let rec = EventRouter::new(&eff).route(&row(&[
+            ("event_id", Some("e-1")),
+            ("kind", Some("Shipment")),
+            ("aggregate_type", Some("Order")),
+            ("tenant", Some("t-9")),
+            ("region", None),
+        ]));
+        assert_eq!(rec.topic, "outbox.event.Shipment");
+        let h = header_pairs(&rec);
+        assert_eq!(
+            h,
+            vec![
+                ("id", &b"e-1"[..]),
+                ("aggregate_type", b"Order"),
+                ("tenant_id", b"t-9")
+            ]
+        );
+        cfg.column_id = "uuid".into();
+        let (option, why) = cfg.effective().expect_err("contradiction");
+        assert_eq!(option, "table.field.event.id");
+        assert!(why.contains("\"uuid\""), "{why}");
+        let mut cfg = OutboxConfig::default();
+        cfg.debezium
+            .insert("route.tombstone.on.empty.payload".into(), "false".into());
+        assert!(cfg.effective().is_err());
     }
 }

@@ -63,3 +63,8 @@ pub fn payload(outcome: &super::avro::Outcome) {
 pub fn dead_lettered(reason: &'static str) {
     metrics::counter!("eosflow_outbox_dead_lettered_total", "reason" => reason).increment(1);
 }
+
+/// Rows published by the initial snapshot (progress of a snapshot that is running).
+pub fn snapshot_rows(rows: usize) {
+    metrics::counter!("eosflow_outbox_snapshot_rows_total").increment(rows as u64);
+}
