@@ -9,6 +9,11 @@
 mod support;
 
 use std::process::Command;
+use std::sync::Mutex;
+
+/// The scenarios that start a private broker run one at a time: two brokers restarting and
+/// pausing beside the shared stack on two cores starved a restarted broker for minutes once.
+static PRIVATE_BROKERS: Mutex<()> = Mutex::new(());
 
 /// Runs one short scenario; returns its closing line after checking the invariants in it.
 fn scenario(name: &str, private_port: u16) -> String {
@@ -85,6 +90,7 @@ fn fault_zombie_short_is_fenced_and_writes_nothing_visible() {
 
 #[test]
 fn fault_broker_restart_short_survives_a_private_broker_restart() {
+    let _one_at_a_time = PRIVATE_BROKERS.lock().unwrap_or_else(|e| e.into_inner());
     let line = scenario("broker-restart", 21092);
     assert_eq!(figure(&line, "faults"), 1, "{line}");
     assert_eq!(figure(&line, "state_mismatches"), 0, "{line}");
@@ -92,6 +98,7 @@ fn fault_broker_restart_short_survives_a_private_broker_restart() {
 
 #[test]
 fn fault_broker_pause_short_recovers_in_place_without_an_instance_exiting() {
+    let _one_at_a_time = PRIVATE_BROKERS.lock().unwrap_or_else(|e| e.into_inner());
     // Its own private port: broker-restart's private broker may run at the same time.
     let line = scenario("broker-pause", 21192);
     assert_eq!(figure(&line, "faults"), 2, "{line}");
