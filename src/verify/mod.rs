@@ -128,6 +128,19 @@ impl VerifyReport {
     }
 }
 
+/// `kill -<signal> <pid>`: how the verifier freezes, thaws and kills the processes it owns.
+pub(crate) fn send_signal(pid: &str, signal: &str) -> Result<(), String> {
+    let st = Command::new("kill")
+        .args([format!("-{signal}"), pid.to_string()])
+        .status()
+        .map_err(|e| format!("kill -{signal}: {e}"))?;
+    if st.success() {
+        Ok(())
+    } else {
+        Err(format!("kill -{signal} {pid} failed: {st}"))
+    }
+}
+
 /// A processor process the verifier owns.
 pub(crate) struct Instance {
     pub(crate) name: String,
@@ -193,15 +206,7 @@ impl Instance {
         let Some(c) = &self.child else {
             return Err(format!("{} is not running", self.name));
         };
-        let st = Command::new("kill")
-            .args([format!("-{signal}"), c.id().to_string()])
-            .status()
-            .map_err(|e| format!("kill -{signal}: {e}"))?;
-        if st.success() {
-            Ok(())
-        } else {
-            Err(format!("kill -{signal} {} failed: {st}", c.id()))
-        }
+        send_signal(&c.id().to_string(), signal)
     }
 
     /// Whether the process died on its own (a bug, reported).

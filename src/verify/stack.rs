@@ -114,15 +114,7 @@ impl PrivateStack {
         let pid_file = self.run_dir.join("kafka.pid");
         let pid = std::fs::read_to_string(&pid_file)
             .map_err(|e| format!("{}: {e}", pid_file.display()))?;
-        let status = Command::new("kill")
-            .args([format!("-{signal}"), pid.trim().to_string()])
-            .status()
-            .map_err(|e| format!("kill -{signal}: {e}"))?;
-        if status.success() {
-            Ok(())
-        } else {
-            Err(format!("kill -{signal} {} failed: {status}", pid.trim()))
-        }
+        super::send_signal(pid.trim(), signal)
     }
 
     /// Stops `component` and starts it again; returns how long it was away.
