@@ -14,7 +14,7 @@ use eosflow::codec::Catalog;
 use eosflow::state::{Column, Overlay, Store, StoreCache};
 
 fn order(i: u64) -> Value {
-    eosflow::bench::workload::order_event(i, 12_345)
+    eosflow_bench::workload::order_event(i, 12_345)
 }
 
 fn avro(c: &mut Criterion) {

@@ -1,28 +1,30 @@
-//! eosflow: Kafka-native, exactly-once stream processing.
+//! eosflow: Kafka-native, exactly-once stream processing — the core library.
 //!
-//! The data path, in folder order:
-//! - [`outbox`] (source): Postgres WAL → Kafka, Debezium Outbox Event Router semantics;
+//! A user's `main` loads the [`Config`], builds a processor and calls [`run`]
+//! (`examples/hello.rs` is the whole thing in under 60 lines). The data path, in folder order:
 //! - [`processor`] (transform) — the Processor API and the exactly-once loop;
 //! - [`state`] — RocksDB stores, changelog, checkpoint, restore;
-//! - [`retry`] — dead-letter topics (and the retry ladder);
+//! - [`retry`] — the retry ladder and dead-letter topics;
 //! - [`sink`] — the transactional producer everything commits through;
-//! - [`kafka`] — client settings, topic declarations, committed reads;
+//! - [`kafka`] — client settings, topic declarations and checks, committed reads;
 //! - [`codec`] — schema registry and Avro;
-//! - [`telemetry`] — metrics;
-//! - [`app`] — topologies that ship with eosflow; [`verify`] — the exactly-once verifier;
-//!   [`bench`] — benchmarks against the raw pipe and Kafka Streams.
+//! - [`telemetry`] — metrics, health;
+//! - [`runner`] — [`run`]: endpoints, signals, graceful shutdown around the loop.
+//!
+//! Other crates of the workspace build on this one (docs/layout.md): `eosflow-outbox` (the
+//! source side, Postgres outbox → Kafka), `eosflow-orders` (the reference application),
+//! `eosflow-verify` (the exactly-once verifier), `eosflow-bench` and `eosflow-cli` (the
+//! `eosflow` binary).
 
-pub mod app;
-pub mod bench;
 pub mod codec;
 pub mod config;
 pub mod kafka;
-pub mod outbox;
 pub mod processor;
 pub mod retry;
+pub mod runner;
 pub mod sink;
 pub mod state;
 pub mod telemetry;
-pub mod verify;
 
 pub use config::Config;
+pub use runner::{init_logging, run, RunError};

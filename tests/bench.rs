@@ -54,7 +54,7 @@ fn bench_smoke_measures_every_contender_and_writes_the_report() {
         .arg("--out")
         .arg(&out)
         .arg("--repo")
-        .arg(env!("CARGO_MANIFEST_DIR"))
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
         .env("EOSFLOW_KAFKA_BOOTSTRAP", support::bootstrap())
         .env("RUST_LOG", "warn")
         .spawn()
@@ -109,8 +109,8 @@ fn bench_smoke_measures_every_contender_and_writes_the_report() {
 /// transaction markers (its high watermarks equal the record count).
 #[test]
 fn at_least_once_mode_counts_everything_and_writes_no_transaction_markers() {
-    use eosflow::app::count::CountProcessor;
-    use eosflow::verify::Workload;
+    use eosflow_verify::count::CountProcessor;
+    use eosflow_verify::Workload;
     use rdkafka::consumer::{BaseConsumer, Consumer};
     use support::pipeline::{Instance, Pipeline};
 

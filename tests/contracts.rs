@@ -20,7 +20,7 @@ use serde_json::Value as Json;
 use support::pipeline::{Instance, Pipeline};
 
 fn schemas_dir() -> std::path::PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("schemas")
+    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../..")).join("schemas")
 }
 
 fn rt() -> tokio::runtime::Runtime {

@@ -22,7 +22,7 @@ fn scenario(name: &str, private_port: u16) -> String {
         .args(["verify", "--scenario", name, "--short", "--work-dir"])
         .arg(&work)
         .arg("--stack-script")
-        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/dev/stack"))
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/../../dev/stack"))
         .args(["--private-port", &private_port.to_string()])
         .env("EOSFLOW_KAFKA_BOOTSTRAP", support::bootstrap())
         .env("EOSFLOW_SCHEMA_REGISTRY_URL", support::registry_url())

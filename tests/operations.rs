@@ -8,8 +8,8 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use eosflow::app::count::CountProcessor;
-use eosflow::verify::Workload;
+use eosflow_verify::count::CountProcessor;
+use eosflow_verify::Workload;
 use support::http::{free_addr, get, metric};
 use support::pipeline::{produce, Instance, Pipeline};
 

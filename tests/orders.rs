@@ -8,13 +8,13 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use apache_avro::types::Value as Avro;
-use eosflow::app::demo::{self, DemoArgs};
-use eosflow::app::orders::check;
-use eosflow::app::orders::messages::SagaOutcome;
-use eosflow::app::orders::projection::CustomersProcessor;
-use eosflow::app::orders::services::{PaymentService, StockService};
-use eosflow::app::orders::{self, FailureRates, Topics, Topology};
 use eosflow::kafka::reader::read_all;
+use eosflow_cli::demo::{self, DemoArgs};
+use eosflow_orders::check;
+use eosflow_orders::messages::SagaOutcome;
+use eosflow_orders::projection::CustomersProcessor;
+use eosflow_orders::services::{PaymentService, StockService};
+use eosflow_orders::{self as orders, FailureRates, Topics, Topology};
 use support::pipeline::{Instance, Running};
 
 fn hostile() -> FailureRates {
@@ -273,7 +273,7 @@ fn kill_9_of_the_order_processor_mid_sagas_still_ends_every_saga_exactly_once() 
                 .iter()
                 .flat_map(|t| topics.inputs(*t).into_iter().map(move |i| (*t, i)))
                 .map(|(t, input)| {
-                    eosflow::verify::group_lag(&clients, &orders::app_id(&ns, t), &input, 4)
+                    eosflow_verify::group_lag(&clients, &orders::app_id(&ns, t), &input, 4)
                         .unwrap_or(1)
                 })
                 .sum();

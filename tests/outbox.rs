@@ -63,7 +63,7 @@ impl Pg {
 
     fn lsn(&self, sql: &str) -> u64 {
         let t = self.text(sql).unwrap_or_default();
-        eosflow::outbox::publish::parse_lsn(&t).unwrap_or(0)
+        eosflow_outbox::publish::parse_lsn(&t).unwrap_or(0)
     }
 }
 
@@ -195,7 +195,7 @@ impl Outbox {
 
     /// Waits until the router created the publication and the slot, and streams from it.
     fn wait_streaming(&self) {
-        let q = eosflow::outbox::cdc::streaming_sql(&self.slot);
+        let q = eosflow_outbox::cdc::streaming_sql(&self.slot);
         support::wait_for(
             "the router streaming from its slot",
             Duration::from_secs(60),
@@ -282,7 +282,7 @@ impl Outbox {
                 tokio_postgres::SimpleQueryMessage::Row(r) => r.get(0).map(str::to_string),
                 _ => None,
             })
-            .and_then(|t| eosflow::outbox::publish::parse_lsn(&t))
+            .and_then(|t| eosflow_outbox::publish::parse_lsn(&t))
             .expect("an LSN inside the transaction")
     }
 
@@ -344,7 +344,7 @@ impl Drop for Outbox {
         }
         // The slot must go, or it pins WAL on the shared stack; it is active until the
         // killed router's walsender notices.
-        let drop_slot = eosflow::outbox::cdc::drop_released_slot_sql(&self.slot);
+        let drop_slot = eosflow_outbox::cdc::drop_released_slot_sql(&self.slot);
         let still = format!(
             "select slot_name::text from pg_replication_slots where slot_name = '{}'",
             self.slot
@@ -649,7 +649,7 @@ fn the_slot_confirms_after_the_kafka_commit_and_an_idle_slot_advances_by_heartbe
             tokio_postgres::SimpleQueryMessage::Row(r) => r.get(0).map(str::to_string),
             _ => None,
         })
-        .and_then(|t| eosflow::outbox::publish::parse_lsn(&t))
+        .and_then(|t| eosflow_outbox::publish::parse_lsn(&t))
         .expect("an LSN inside the transaction");
     o.wait_for_ids(
         &["Order"],
@@ -674,9 +674,9 @@ fn the_slot_confirms_after_the_kafka_commit_and_an_idle_slot_advances_by_heartbe
     );
     o.pg.exec(&format!("drop table {other}"));
     // The offsets topic holds the LSN too (read_committed).
-    let committed = eosflow::outbox::publish::read_committed_lsn(
+    let committed = eosflow_outbox::publish::read_committed_lsn(
         &support::clients(),
-        &eosflow::outbox::offsets_topic(&o.app),
+        &eosflow_outbox::offsets_topic(&o.app),
         &o.slot,
         Duration::from_secs(30),
     )
@@ -715,7 +715,7 @@ fn a_postgres_restart_is_survived_without_loss_or_duplicates() {
     let stack = |args: &[&str]| {
         let st = Command::new("dev/stack")
             .args(args)
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
             .stdout(Stdio::null())
             .status()
             .expect("dev/stack");
@@ -929,15 +929,15 @@ fn backlog_throughput() {
 
 #[test]
 fn a_zombie_publisher_is_fenced_by_its_successor_with_the_same_transactional_id() {
-    use eosflow::outbox::publish::{read_committed_lsn, Publisher};
-    use eosflow::outbox::router::RoutedRecord;
-    use eosflow::outbox::OutboxError;
     use eosflow::sink::SinkError;
+    use eosflow_outbox::publish::{read_committed_lsn, Publisher};
+    use eosflow_outbox::router::RoutedRecord;
+    use eosflow_outbox::OutboxError;
     let app = support::unique("outbox-zombie");
     let topic = format!("{app}.Order");
-    let offsets = eosflow::outbox::offsets_topic(&app);
-    let dlt = eosflow::outbox::dlt_topic(&app);
-    let id = eosflow::outbox::transactional_id(&app, "slot_z");
+    let offsets = eosflow_outbox::offsets_topic(&app);
+    let dlt = eosflow_outbox::dlt_topic(&app);
+    let id = eosflow_outbox::transactional_id(&app, "slot_z");
     let record = |i: u8| RoutedRecord {
         topic: topic.clone(),
         key: Some(b"k".to_vec()),
@@ -1303,7 +1303,7 @@ fn an_oversize_row_goes_to_the_outbox_dlt_with_its_reason_and_the_rows_around_it
         dlt_header(d, "reason"),
         format!("oversize: {size} bytes > limit 1000000 (message.max.bytes)")
     );
-    let lsn = eosflow::outbox::publish::parse_lsn(dlt_header(d, "original.lsn")).expect("LSN");
+    let lsn = eosflow_outbox::publish::parse_lsn(dlt_header(d, "original.lsn")).expect("LSN");
     assert!(lsn >= inside, "the transaction's commit LSN");
     assert_eq!(dlt_header(d, "truncated"), "true");
     let value = d.value.as_deref().expect("a truncated copy");
@@ -1535,14 +1535,14 @@ fn verify_scenario_outbox_oversize_short_routes_every_good_row_once_and_dead_let
 /// session does: a new producer, then the stored LSN read back.
 #[test]
 fn a_commit_cut_off_by_a_frozen_broker_is_neither_published_twice_nor_skipped() {
-    use eosflow::outbox::publish::{read_committed_lsn, Publisher};
-    use eosflow::outbox::router::RoutedRecord;
+    use eosflow_outbox::publish::{read_committed_lsn, Publisher};
+    use eosflow_outbox::router::RoutedRecord;
     use rand::Rng;
     const BATCHES: u64 = 300;
     const ROWS: u64 = 50;
     let run_dir = std::env::temp_dir().join(support::unique("eosflow-outbox-freeze"));
-    let stack = eosflow::verify::stack::PrivateStack::new(
-        PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/dev/stack")),
+    let stack = eosflow_verify::stack::PrivateStack::new(
+        PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../dev/stack")),
         run_dir.clone(),
         21392,
         21402,
@@ -1557,9 +1557,9 @@ fn a_commit_cut_off_by_a_frozen_broker_is_neither_published_twice_nor_skipped() 
     let clients = eosflow::kafka::KafkaClients::new(kafka);
     let app = support::unique("outbox-freeze");
     let topic = format!("{app}.Order");
-    let offsets = eosflow::outbox::offsets_topic(&app);
-    let dlt = eosflow::outbox::dlt_topic(&app);
-    let id = eosflow::outbox::transactional_id(&app, "slot_f");
+    let offsets = eosflow_outbox::offsets_topic(&app);
+    let dlt = eosflow_outbox::dlt_topic(&app);
+    let id = eosflow_outbox::transactional_id(&app, "slot_f");
     let batch = |b: u64| -> Vec<RoutedRecord> {
         (0..ROWS)
             .map(|j| RoutedRecord {
@@ -1647,11 +1647,11 @@ fn a_commit_cut_off_by_a_frozen_broker_is_neither_published_twice_nor_skipped() 
 /// (not refused by librdkafka first, which would mean the check undercounts).
 #[test]
 fn a_record_of_exactly_the_limit_is_published_and_one_byte_more_is_dead_lettered() {
-    use eosflow::outbox::publish::{wire_size, Published, Publisher};
-    use eosflow::outbox::router::RoutedRecord;
+    use eosflow_outbox::publish::{wire_size, Published, Publisher};
+    use eosflow_outbox::router::RoutedRecord;
     let app = support::unique("outbox-limit");
     let topic = format!("{app}.Order");
-    let dlt = eosflow::outbox::dlt_topic(&app);
+    let dlt = eosflow_outbox::dlt_topic(&app);
     let record = |id: &str, extra: usize| {
         let mut r = RoutedRecord {
             topic: topic.clone(),
@@ -1673,8 +1673,8 @@ fn a_record_of_exactly_the_limit_is_published_and_one_byte_more_is_dead_lettered
         .expect("tokio");
     let published = rt.block_on(async {
         let clients = support::clients();
-        let offsets = eosflow::outbox::offsets_topic(&app);
-        let id = eosflow::outbox::transactional_id(&app, "slot_l");
+        let offsets = eosflow_outbox::offsets_topic(&app);
+        let id = eosflow_outbox::transactional_id(&app, "slot_l");
         let t = Duration::from_secs(10);
         let mut p = Publisher::new(&clients, &id, t, &offsets, &dlt, "slot_l", 1)
             .await
@@ -1714,9 +1714,9 @@ fn a_record_of_exactly_the_limit_is_published_and_one_byte_more_is_dead_lettered
 
 /// The committed checkpoint of `slot` in the offsets topic of `app` (`read_committed`);
 /// `None` also while the topic cannot be read yet (polled under a deadline).
-fn checkpoint(app: &str, slot: &str) -> Option<eosflow::outbox::publish::LsnCheckpoint> {
-    let offsets = eosflow::outbox::offsets_topic(app);
-    eosflow::outbox::publish::read_checkpoint(
+fn checkpoint(app: &str, slot: &str) -> Option<eosflow_outbox::publish::LsnCheckpoint> {
+    let offsets = eosflow_outbox::offsets_topic(app);
+    eosflow_outbox::publish::read_checkpoint(
         &support::clients(),
         &offsets,
         slot,
@@ -1729,16 +1729,16 @@ fn checkpoint(app: &str, slot: &str) -> Option<eosflow::outbox::publish::LsnChec
 /// Writes a checkpoint of `slot` for `cluster` at `lsn` into the offsets topic of `app`, the
 /// way a router would (a Kafka transaction of its own): what a router of another cluster or a
 /// restored one leaves behind.
-fn forge_checkpoint(app: &str, slot: &str, cluster: eosflow::outbox::publish::ClusterId, lsn: u64) {
-    use eosflow::outbox::publish::Publisher;
+fn forge_checkpoint(app: &str, slot: &str, cluster: eosflow_outbox::publish::ClusterId, lsn: u64) {
+    use eosflow_outbox::publish::Publisher;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .expect("tokio");
     rt.block_on(async {
-        let offsets = eosflow::outbox::offsets_topic(app);
-        let dlt = eosflow::outbox::dlt_topic(app);
+        let offsets = eosflow_outbox::offsets_topic(app);
+        let dlt = eosflow_outbox::dlt_topic(app);
         let id = format!("{app}-forger");
         let t = Duration::from_secs(10);
         let mut p = Publisher::new(&support::clients(), &id, t, &offsets, &dlt, slot, 1)
@@ -1765,7 +1765,7 @@ fn spawn_expecting_exit(o: &mut Outbox, extra: &[(&str, &str)]) -> String {
 
 #[test]
 fn a_checkpoint_of_another_cluster_or_ahead_of_the_wal_stops_the_router_until_discarded_by_value() {
-    use eosflow::outbox::publish::{lsn_text, ClusterId};
+    use eosflow_outbox::publish::{lsn_text, ClusterId};
     let _shared = PG_RESTART.read().unwrap_or_else(|e| e.into_inner());
     let mut o = Outbox::new("outbox-identity");
     o.migrate();

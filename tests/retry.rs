@@ -9,11 +9,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use eosflow::app::count::{CountOutput, CountProcessor};
 use eosflow::config::Config;
 use eosflow::kafka::reader::read_all;
 use eosflow::processor::{Context, ProcessError, Processor, Record};
 use eosflow::retry::tooling::{self, DeadLetter, Selector};
+use eosflow_verify::count::{CountOutput, CountProcessor};
 use rdkafka::Message;
 use support::pipeline::{produce, Instance, Pipeline};
 
@@ -246,7 +246,7 @@ fn a_parked_key_keeps_its_order_when_its_partition_moves_to_another_instance() {
         Duration::from_secs(30),
         || {
             let input_lag =
-                eosflow::verify::group_lag(&support::clients(), &p.app, &p.input, 2).expect("lag");
+                eosflow_verify::group_lag(&support::clients(), &p.app, &p.input, 2).expect("lag");
             (input_lag == 0 && p.count(&eosflow::retry::retry_topic(&p.input, 1)) >= 6)
                 .then_some(())
         },

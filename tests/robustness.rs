@@ -9,10 +9,10 @@ use support::pipeline::{Instance, Pipeline};
 
 use std::time::Duration;
 
-use eosflow::app::count::CountProcessor;
 use eosflow::kafka::topics::{self, TopicSpec};
 use eosflow::processor::{Context, ProcessError, Processor, Record, Runtime};
-use eosflow::verify::Workload;
+use eosflow_verify::count::CountProcessor;
+use eosflow_verify::Workload;
 
 fn workload(records: u64) -> Workload {
     Workload {
@@ -295,8 +295,8 @@ fn a_commit_whose_answer_is_lost_is_neither_processed_twice_nor_lost() {
     const PROXY: u16 = 21499;
     let proxy = support::proxy::Proxy::start(PROXY, BROKER);
     let run_dir = std::env::temp_dir().join(support::unique("eosflow-lost-commit"));
-    let stack = eosflow::verify::stack::PrivateStack::new(
-        concat!(env!("CARGO_MANIFEST_DIR"), "/dev/stack").into(),
+    let stack = eosflow_verify::stack::PrivateStack::new(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/../../dev/stack").into(),
         run_dir,
         BROKER,
         21502,
@@ -323,7 +323,7 @@ fn a_commit_whose_answer_is_lost_is_neither_processed_twice_nor_lost() {
     cfg.processor.session_timeout_ms = 6000;
     cfg.state.dir = std::env::temp_dir().join(format!("eosflow-test-{app}"));
     let lag =
-        || -> i64 { eosflow::verify::group_lag(&clients, &app, &input, 2).unwrap_or(i64::MAX) };
+        || -> i64 { eosflow_verify::group_lag(&clients, &app, &input, 2).unwrap_or(i64::MAX) };
     let w = workload(2_000);
     let inst = Instance::start(&cfg, CountProcessor::new(&output));
     support::pipeline::produce_range_with(&clients, &input, &w, 0..1_000);
@@ -346,7 +346,7 @@ fn a_commit_whose_answer_is_lost_is_neither_processed_twice_nor_lost() {
     // On the old loop the commit that landed was aborted in its eyes and the batch processed
     // again: its records came out twice.
     let verdict =
-        eosflow::verify::check::verify(&clients, &w, &output, &changelog, Duration::from_secs(60))
+        eosflow_verify::check::verify(&clients, &w, &output, &changelog, Duration::from_secs(60))
             .expect("reading output and changelog");
     assert!(verdict.ok(), "{verdict} {summary:?}");
     assert_eq!(verdict.outputs, 2_000, "{verdict}");

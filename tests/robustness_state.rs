@@ -7,13 +7,13 @@ mod support;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use eosflow::app::count::{CountOutput, CountProcessor};
 use eosflow::config::Config;
 use eosflow::kafka::reader::read_all;
 use eosflow::kafka::ClientRole;
 use eosflow::retry::parked::{Decoded, HeadAt, Parked};
 use eosflow::retry::tooling::DeadLetter;
 use eosflow::state::{Column, Store, StoreCache};
+use eosflow_verify::count::{CountOutput, CountProcessor};
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
 use rdkafka::Message;
 use support::pipeline::{produce, Instance, Pipeline};

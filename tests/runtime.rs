@@ -10,11 +10,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use eosflow::app::count::CountProcessor;
 use eosflow::kafka::reader::read_all;
 use eosflow::processor::{Context, ProcessError, Processor, Record, Runtime};
-use eosflow::verify::check::read_state;
-use eosflow::verify::Workload;
+use eosflow_verify::check::read_state;
+use eosflow_verify::count::CountProcessor;
+use eosflow_verify::Workload;
 use rdkafka::Message;
 
 #[test]

@@ -85,7 +85,7 @@ fn security_tls_registry_over_https_with_a_ca_file_and_a_foreign_ca_is_refused()
         "EOSFLOW_STACK_REGISTRY_HTTPS_URL",
         "https://127.0.0.1:18082/apis/ccompat/v7".into(),
     );
-    let schemas = concat!(env!("CARGO_MANIFEST_DIR"), "/schemas");
+    let schemas = concat!(env!("CARGO_MANIFEST_DIR"), "/../../schemas");
     let topic = support::unique("sec-tls-registry");
     let register = |ca_file: &str| {
         eosflow(

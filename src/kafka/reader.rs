@@ -97,7 +97,7 @@ fn retriable(e: &KafkaError) -> bool {
 }
 
 /// A partition's watermarks, asked again on retriable errors until `deadline`.
-pub(crate) fn fetch_watermarks_until<C: rdkafka::consumer::ConsumerContext>(
+pub fn fetch_watermarks_until<C: rdkafka::consumer::ConsumerContext>(
     consumer: &BaseConsumer<C>,
     topic: &str,
     partition: i32,

@@ -10,7 +10,7 @@ use std::time::Duration;
 use eosflow::config::Config;
 use eosflow::kafka::reader::read_all;
 use eosflow::processor::{Processor, RunSummary, Runtime};
-use eosflow::verify::{group_lag, Workload};
+use eosflow_verify::{group_lag, Workload};
 
 /// Topics of one test pipeline.
 pub struct Pipeline {
@@ -68,8 +68,8 @@ impl Pipeline {
     }
 
     /// Judges the output and changelog against `w` and fails the test unless exactly-once holds.
-    pub fn assert_exactly_once(&self, w: &Workload) -> eosflow::verify::Verdict {
-        let v = eosflow::verify::check::verify(
+    pub fn assert_exactly_once(&self, w: &Workload) -> eosflow_verify::Verdict {
+        let v = eosflow_verify::check::verify(
             &super::clients(),
             w,
             &self.output,
@@ -109,7 +109,7 @@ impl Pipeline {
     }
 
     /// The counting topology's outputs as (key, output), in each partition's order.
-    pub fn count_outputs(&self) -> Vec<(String, eosflow::app::count::CountOutput)> {
+    pub fn count_outputs(&self) -> Vec<(String, eosflow_verify::count::CountOutput)> {
         let mut out = Vec::new();
         read_all(
             &super::clients(),

@@ -1,0 +1,480 @@
+//! `eosflow bench`: throughput per partition and end-to-end latency of eosflow against the raw
+//! ceiling (an rdkafka pipe) and Kafka Streams `exactly_once_v2`, all measured in one run on the
+//! same broker, each point repeated, written up as `report.md` with SVG charts.
+//!
+//! One point: fresh topics → one probe per partition → the backlog in an open transaction →
+//! the contender's instances start and process the probes (warm, joined) → the backlog is
+//! committed and the clock starts → its outputs' arrival times give records/s at steady state
+//! (10th to 90th percentile of arrivals) → a paced stream gives the latencies (send →
+//! `read_committed` visibility of the output) → instances killed, topics deleted.
+
+pub mod contender;
+pub mod pipe;
+pub mod reader;
+pub mod recovery;
+pub mod report;
+pub mod workload;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+pub use contender::Contender;
+use contender::{Instance, Launch};
+use eosflow::config::Config;
+use eosflow::kafka::topics::TopicSpec;
+use eosflow::kafka::KafkaClients;
+use reader::Reader;
+
+/// Why a benchmark point or run failed.
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    /// Talking to Kafka failed.
+    #[error("kafka: {0}")]
+    Kafka(String),
+    /// An instance could not start or died.
+    #[error("instance: {0}")]
+    Instance(String),
+    /// A deadline passed.
+    #[error("timed out: {0}")]
+    Timeout(String),
+    /// Writing the report failed.
+    #[error("report: {0}")]
+    Report(String),
+}
+
+/// The command line of `eosflow bench`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct BenchArgs {
+    /// Backlog records per point (enough for a few seconds of steady state at the raw pipe's
+    /// rate: shorter backlogs made single rounds swing by ±30 %).
+    #[arg(long, default_value_t = 300_000)]
+    pub records: u64,
+    /// Distinct keys.
+    #[arg(long, default_value_t = 1_000)]
+    pub keys: u64,
+    /// Partition counts to sweep.
+    #[arg(long, value_delimiter = ',', default_value = "1,4,8")]
+    pub partitions: Vec<i32>,
+    /// Instance counts to sweep (a count above the partitions is skipped).
+    #[arg(long, value_delimiter = ',', default_value = "1,2")]
+    pub instances: Vec<usize>,
+    /// Commit intervals swept for eosflow exactly-once (at the middle partition count, one
+    /// instance); every other point uses 100 ms.
+    #[arg(long, value_delimiter = ',', default_value = "50,100,500")]
+    pub commit_intervals: Vec<u64>,
+    /// Contenders: raw-pipe, eosflow-alo, eosflow-eos, kstreams-eos.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "raw-pipe,eosflow-alo,eosflow-eos,kstreams-eos"
+    )]
+    pub contenders: Vec<String>,
+    /// Times each point runs (rounds interleave the contenders).
+    #[arg(long, default_value_t = 3)]
+    pub repeats: usize,
+    /// Paced records per second in the latency phase.
+    #[arg(long, default_value_t = 1_000)]
+    pub latency_rate: u64,
+    /// Seconds of the latency phase.
+    #[arg(long, default_value_t = 5)]
+    pub latency_secs: u64,
+    /// Keys in state for the recovery benchmark (0 skips it).
+    #[arg(long, default_value_t = 1_000_000)]
+    pub recovery_keys: u64,
+    /// Restarts timed per contender in the recovery benchmark.
+    #[arg(long, default_value_t = 3)]
+    pub recovery_restarts: u64,
+    /// Partitions of the recovery benchmark.
+    #[arg(long, default_value_t = 4)]
+    pub recovery_partitions: i32,
+    /// Where report.md, results.json, the charts and instance logs go.
+    #[arg(long, default_value = "target/bench")]
+    pub out: PathBuf,
+    /// The repository (for benches/peer/build).
+    #[arg(long, default_value = ".")]
+    pub repo: PathBuf,
+    /// Input values: `avro` (order events in the registry's wire format, ~300 B) or `text`
+    /// (padded decimal amounts, no registry needed).
+    #[arg(long, default_value = "avro")]
+    pub payload: String,
+    /// How the binary was built (for the report): `release` or `dev-opt` (see benches/run).
+    #[arg(long, default_value = "release")]
+    pub build: String,
+    /// Profile the exactly-once instance of one point with `perf` (report in the output dir).
+    #[arg(long)]
+    pub perf: bool,
+}
+
+/// One measured configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+pub struct Point {
+    /// Who.
+    #[serde(serialize_with = "ser_contender")]
+    pub contender: Contender,
+    /// Partitions of input and output.
+    pub partitions: i32,
+    /// Instances (processes).
+    pub instances: usize,
+    /// Commit interval (ms) of eosflow and Kafka Streams.
+    pub commit_interval_ms: u64,
+}
+
+fn ser_contender<S: serde::Serializer>(c: &Contender, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(c.name())
+}
+
+/// What one run of one point measured.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Sample {
+    /// The point.
+    pub point: Point,
+    /// Round (1-based).
+    pub round: usize,
+    /// Steady-state records/s over all partitions.
+    pub records_per_sec: f64,
+    /// Per partition.
+    pub per_partition: f64,
+    /// Latencies of the paced records, ms, sorted.
+    pub latencies_ms: Vec<f64>,
+    /// Outputs seen more than once (at-least-once repeats).
+    pub repeats: u64,
+    /// Peak resident memory of the largest instance (MiB, `VmHWM`): the memory bound per
+    /// instance, reported beside its throughput.
+    pub peak_rss_mib: f64,
+}
+
+/// The whole run's results.
+#[derive(Debug, Default, serde::Serialize)]
+pub struct Results {
+    /// Settings, for the report header.
+    pub settings: Vec<(String, String)>,
+    /// Every sample.
+    pub samples: Vec<Sample>,
+    /// Points that failed, with why.
+    pub failures: Vec<(String, String)>,
+    /// Recovery: contender → seconds from restart to all partitions processing, per round.
+    pub recovery: Vec<(String, Vec<f64>)>,
+}
+
+/// The grid of points, in run order within a round.
+pub fn plan(args: &BenchArgs) -> Vec<Point> {
+    let contenders: Vec<Contender> = args
+        .contenders
+        .iter()
+        .filter_map(|c| Contender::parse(c))
+        .collect();
+    let mut points = vec![];
+    for &p in &args.partitions {
+        for &n in &args.instances {
+            if n as i32 > p {
+                continue;
+            }
+            for &c in &contenders {
+                points.push(Point {
+                    contender: c,
+                    partitions: p,
+                    instances: n,
+                    commit_interval_ms: 100,
+                });
+            }
+        }
+    }
+    if contenders.contains(&Contender::EosflowEos) {
+        let mid = args.partitions[args.partitions.len() / 2];
+        for &ci in &args.commit_intervals {
+            if ci != 100 {
+                points.push(Point {
+                    contender: Contender::EosflowEos,
+                    partitions: mid,
+                    instances: 1,
+                    commit_interval_ms: ci,
+                });
+            }
+        }
+    }
+    points
+}
+
+/// Runs the whole benchmark and writes the report; returns the results.
+pub fn run(config: &Config, args: &BenchArgs) -> Result<Results, BenchError> {
+    if args.partitions.is_empty() || args.instances.is_empty() || args.repeats == 0 {
+        return Err(BenchError::Instance(
+            "--partitions, --instances and --repeats need at least one value".into(),
+        ));
+    }
+    if args.records < 10 || args.latency_rate == 0 || args.latency_secs == 0 {
+        return Err(BenchError::Instance(
+            "--records must be ≥ 10, --latency-rate and --latency-secs ≥ 1".into(),
+        ));
+    }
+    for c in &args.contenders {
+        if Contender::parse(c).is_none() {
+            return Err(BenchError::Instance(format!(
+                "unknown contender {c:?}: use raw-pipe, eosflow-alo, eosflow-eos, kstreams-eos"
+            )));
+        }
+    }
+    let clients = KafkaClients::new(config.kafka.clone());
+    let payload = match args.payload.as_str() {
+        "avro" => {
+            let id = workload::use_avro(&config.schema_registry.url)?;
+            format!(
+                "Avro orders.order-placed.v1 (schema id {id}, {} B)",
+                workload::value(0)?.len()
+            )
+        }
+        "text" => format!("padded decimal text ({} B)", workload::VALUE_BYTES),
+        other => {
+            return Err(BenchError::Instance(format!(
+                "--payload {other:?}: use `avro` or `text`"
+            )))
+        }
+    };
+    let exe = std::env::current_exe()
+        .map_err(|e| BenchError::Instance(format!("locating the eosflow binary: {e}")))?;
+    let wants_peer = args.contenders.iter().any(|c| c == "kstreams-eos");
+    let peer = if wants_peer {
+        eprintln!("bench: building the Kafka Streams peer (benches/peer/build)");
+        Some(contender::build_peer(&args.repo)?)
+    } else {
+        None
+    };
+    std::fs::create_dir_all(&args.out).map_err(|e| BenchError::Report(e.to_string()))?;
+    let run_id = uuid::Uuid::new_v4().simple().to_string()[..8].to_string();
+    let mut results = Results {
+        settings: vec![
+            ("run".into(), run_id.clone()),
+            ("records per point".into(), args.records.to_string()),
+            ("keys".into(), args.keys.to_string()),
+            ("values".into(), payload),
+            ("build".into(), args.build.clone()),
+            ("repeats".into(), args.repeats.to_string()),
+            (
+                "latency phase".into(),
+                format!("{} rec/s for {} s", args.latency_rate, args.latency_secs),
+            ),
+            ("bootstrap".into(), config.kafka.bootstrap.clone()),
+        ],
+        ..Results::default()
+    };
+    let points = plan(args);
+    let mut profiled = !args.perf;
+    for round in 1..=args.repeats {
+        for (i, point) in points.iter().enumerate() {
+            let launch = Launch {
+                exe: exe.clone(),
+                peer_classpath: peer.clone(),
+                schema: args.repo.join(contender::SCHEMA),
+                bootstrap: config.kafka.bootstrap.clone(),
+                app_id: format!("bench-{run_id}-{round}-{i}"),
+                input: format!("bench-{run_id}-{round}-{i}.input"),
+                output: format!("bench-{run_id}-{round}-{i}.output"),
+                commit_interval_ms: point.commit_interval_ms,
+                dir: args.out.join("runs").join(format!("{run_id}-{round}-{i}")),
+            };
+            let profile = !profiled
+                && point.contender == Contender::EosflowEos
+                && point.partitions == args.partitions[args.partitions.len() / 2]
+                && point.instances == 1;
+            profiled |= profile;
+            let started = Instant::now();
+            let outcome = run_point(&clients, args, *point, round, &launch, profile);
+            let deleted = workload::delete_topics_with_prefix(&clients, &launch.app_id);
+            if let Err(e) = &deleted {
+                eprintln!("bench: {e}");
+            }
+            let _ = std::fs::remove_dir_all(launch.dir.join("state-i0"));
+            let _ = std::fs::remove_dir_all(launch.dir.join("state-i1"));
+            match outcome {
+                Ok(s) => {
+                    eprintln!(
+                        "bench: round {round} {:<13} P={} inst={} ci={:>3}ms: {:>9.0} rec/s/partition, p50 {:.1} ms, p99 {:.1} ms ({:.0} s)",
+                        point.contender.name(),
+                        point.partitions,
+                        point.instances,
+                        point.commit_interval_ms,
+                        s.per_partition,
+                        report::percentile(&s.latencies_ms, 50.0),
+                        report::percentile(&s.latencies_ms, 99.0),
+                        started.elapsed().as_secs_f64()
+                    );
+                    results.samples.push(s);
+                }
+                Err(e) => {
+                    eprintln!("bench: round {round} {point:?} FAILED: {e}");
+                    results
+                        .failures
+                        .push((format!("round {round} {point:?}"), e.to_string()));
+                }
+            }
+        }
+    }
+    if args.recovery_keys > 0 {
+        results.recovery = recovery::run(&clients, args, &exe, peer.as_deref(), &run_id)?;
+    }
+    report::write(args, &results)?;
+    Ok(results)
+}
+
+pub(crate) fn topic_specs(
+    point: &Point,
+    launch: &Launch,
+    config_levels: &[String],
+) -> Vec<TopicSpec> {
+    let p = point.partitions;
+    let mut specs: Vec<TopicSpec> = vec![
+        TopicSpec::new(launch.input.clone(), p, "delete"),
+        TopicSpec::new(launch.output.clone(), p, "delete"),
+    ];
+    if point.contender.is_eosflow() {
+        specs.extend(
+            config_levels
+                .iter()
+                .filter(|t| **t != launch.input)
+                .map(|t| TopicSpec::new(t.clone(), p, "delete")),
+        );
+        specs.push(TopicSpec::new(
+            format!("{}-count-changelog", launch.app_id),
+            p,
+            "compact",
+        ));
+    }
+    specs
+}
+
+/// Waits for `cond` (checked every 20 ms) while every instance stays alive.
+pub(crate) fn wait_until(
+    what: &str,
+    timeout: Duration,
+    instances: &mut [Instance],
+    mut cond: impl FnMut() -> bool,
+) -> Result<(), BenchError> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if cond() {
+            return Ok(());
+        }
+        for i in instances.iter_mut() {
+            i.check_alive()?;
+        }
+        if Instant::now() > deadline {
+            return Err(BenchError::Timeout(format!(
+                "{what} (after {} s)",
+                timeout.as_secs()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Whether every instance's log shows it took part in a rebalance (joined the group).
+fn all_joined(logs: &[PathBuf]) -> bool {
+    logs.iter().all(|log| {
+        std::fs::read_to_string(log)
+            .map(|s| s.contains("partitions assigned") || s.contains("RUNNING"))
+            .unwrap_or(false)
+    })
+}
+
+fn run_point(
+    clients: &KafkaClients,
+    args: &BenchArgs,
+    point: Point,
+    round: usize,
+    launch: &Launch,
+    profile: bool,
+) -> Result<Sample, BenchError> {
+    let levels = eosflow::retry::ladder_topics(
+        std::slice::from_ref(&launch.input),
+        eosflow::retry::RetryPolicy::default().levels(),
+    );
+    workload::create_topics(clients, &topic_specs(&point, launch, &levels))?;
+    workload::probes(clients, &launch.input, point.partitions, 0)?;
+    let backlog = workload::Backlog::write(
+        clients,
+        &launch.input,
+        args.records,
+        args.keys,
+        &format!("{}-backlog", launch.app_id),
+    )?;
+    let reader = Reader::start(clients, &launch.output, point.partitions)?;
+    let mut instances: Vec<Instance> = (0..point.instances)
+        .map(|i| contender::spawn(point.contender, launch, i))
+        .collect::<Result<_, _>>()?;
+    let start_timeout = Duration::from_secs(120);
+    let logs: Vec<PathBuf> = instances.iter().map(|i| i.log.clone()).collect();
+    wait_until("instances joined", start_timeout, &mut instances, || {
+        all_joined(&logs)
+    })?;
+    wait_until("probes processed", start_timeout, &mut instances, || {
+        reader.counts().2 >= point.partitions as usize
+    })?;
+    // A second member's rebalance may still be settling: give it a moment.
+    std::thread::sleep(Duration::from_secs(if point.instances > 1 { 3 } else { 1 }));
+    let perf = if profile {
+        instances
+            .first()
+            .and_then(Instance::pid)
+            .and_then(|pid| report::start_perf(pid, &args.out.join("perf-eosflow-eos.data")))
+    } else {
+        None
+    };
+    backlog.release()?;
+    let n = args.records as usize;
+    let drain_timeout = Duration::from_secs(120 + args.records / 500);
+    wait_until("backlog processed", drain_timeout, &mut instances, || {
+        reader.counts().0 >= n
+    })?;
+    if let Some(perf) = perf {
+        report::stop_perf(perf, &args.out.join("perf-eosflow-eos.data"), &args.out);
+    }
+    let paced_n = args.latency_rate * args.latency_secs;
+    let sent = workload::paced(
+        clients,
+        &launch.input,
+        paced_n,
+        args.latency_rate,
+        args.keys,
+    )?;
+    wait_until(
+        "paced records processed",
+        Duration::from_secs(120),
+        &mut instances,
+        || reader.counts().1 >= paced_n as usize,
+    )?;
+    let peak_rss_mib = instances
+        .iter()
+        .filter_map(Instance::peak_rss_bytes)
+        .max()
+        .map_or(0.0, |b| b as f64 / (1024.0 * 1024.0));
+    for i in instances.iter_mut() {
+        i.kill9();
+    }
+    let seen = reader.finish()?;
+    let mut arrivals = seen.backlog.clone();
+    arrivals.sort_unstable();
+    let lo = arrivals[(n / 10).min(n - 1)];
+    let hi = arrivals[(n * 9 / 10).min(n - 1)];
+    let span = (hi.saturating_sub(lo)) as f64 / 1e6;
+    let counted = (n * 9 / 10 - n / 10) as f64;
+    let records_per_sec = if span > 0.0 { counted / span } else { 0.0 };
+    let mut latencies_ms: Vec<f64> = sent
+        .iter()
+        .enumerate()
+        .filter_map(|(i, s)| {
+            seen.paced
+                .get(&(i as u64))
+                .map(|a| a.saturating_sub(*s) as f64 / 1000.0)
+        })
+        .collect();
+    latencies_ms.sort_by(f64::total_cmp);
+    Ok(Sample {
+        point,
+        round,
+        records_per_sec,
+        per_partition: records_per_sec / point.partitions as f64,
+        latencies_ms,
+        repeats: seen.repeats,
+        peak_rss_mib,
+    })
+}

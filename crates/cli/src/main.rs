@@ -1,0 +1,795 @@
+//! The `eosflow` command line: parses arguments, loads the config, and hands over to the library.
+//! Errors are reported here, with context, and turned into exit codes.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context as _, Result};
+use clap::{Parser, Subcommand};
+
+use eosflow_verify::count::CountProcessor;
+
+/// mimalloc for every Rust allocation of the binary: the record path's many small, cross-thread
+/// allocations cost a quarter of the processing thread under glibc malloc.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+use eosflow::kafka::topics::{self, TopicOutcome};
+use eosflow::kafka::KafkaClients;
+use eosflow::runner::{serve_endpoints, wait_for_signal_or};
+use eosflow::telemetry::Health;
+use eosflow::Config;
+use eosflow_verify::{self as verify, VerifyOptions, Workload};
+
+#[derive(Parser)]
+#[command(
+    name = "eosflow",
+    version,
+    about = "Exactly-once stream processing on Kafka"
+)]
+struct Cli {
+    /// TOML config file; every key can also be set as EOSFLOW_<SECTION>_<KEY>.
+    #[arg(long, global = true, env = "EOSFLOW_CONFIG_FILE")]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a processor instance (a consumer-group member) until SIGTERM/SIGINT.
+    Run {
+        /// Which topology: `count` (per-key count and sum; the verifier's and benchmark's); one
+        /// of the orders application's: `orders` (aggregate + saga), `stock`, `payment`,
+        /// `customers`; or `order-lifecycle` (Avro order lifecycle; the poison scenario's).
+        #[arg(long, default_value = "count")]
+        topology: String,
+        /// Output topic of `count`; the topic namespace (`<ns>.orders`, …) of the orders topologies.
+        #[arg(long)]
+        output: String,
+        /// Failure rates of the simulated stock and payment services.
+        #[command(flatten)]
+        rates: eosflow_orders::FailureRates,
+    },
+    /// Declared topics (`topics/*.toml`).
+    Topics {
+        #[command(subcommand)]
+        action: TopicsAction,
+    },
+    /// Prove exactly-once: workload in, processes kill -9'ed, committed output checked.
+    Verify(VerifyArgs),
+    /// The orders application end to end (order service → outbox → processors + saga), a live
+    /// progress line, a summary and its checks; exit 0 only if they hold.
+    Demo(eosflow_cli::demo::DemoArgs),
+    /// Benchmarks against the raw pipe and Kafka Streams: target/bench/report.md and charts.
+    Bench(eosflow_bench::BenchArgs),
+    /// (internal) The benchmarks' raw consume → produce pipe, their throughput ceiling.
+    #[command(hide = true)]
+    BenchPipe {
+        /// Topic read.
+        #[arg(long)]
+        input: String,
+        /// Topic written.
+        #[arg(long)]
+        output: String,
+        /// Consumer group.
+        #[arg(long)]
+        group: String,
+    },
+    /// Print the effective configuration (secrets redacted) or the first error in it.
+    Config,
+    /// Dead letters: list, show, redrive, purge.
+    Dlt {
+        #[command(subcommand)]
+        action: DltAction,
+    },
+    /// Outbox router: Postgres outbox table → Kafka (Debezium Outbox Event Router semantics).
+    Outbox(OutboxArgs),
+    /// A topology's committed state, read from its changelog (read_committed).
+    State {
+        #[command(subcommand)]
+        action: StateAction,
+    },
+    /// Event contracts (`schemas/`): register them, check their compatibility.
+    Schemas {
+        #[command(subcommand)]
+        action: SchemasAction,
+    },
+}
+
+#[derive(clap::Args, Clone)]
+struct SchemasArgs {
+    /// The schema directory (`<domain>/<event>.v<n>.avsc`).
+    #[arg(long, default_value = "schemas")]
+    dir: PathBuf,
+    /// Subject naming: topic-record (`<topic>-<record>`), topic (`<topic>-value`), record.
+    #[arg(long, default_value = "topic-record")]
+    strategy: eosflow::codec::SubjectStrategy,
+    /// The topic in subject names; `${domain}` is the schema's domain directory.
+    #[arg(long, default_value = "${domain}")]
+    topic: String,
+}
+
+#[derive(Subcommand)]
+enum SchemasAction {
+    /// Register every schema in the directory with the registry (idempotent).
+    Register(SchemasArgs),
+    /// Check every schema against its previous version (repo, git HEAD, registry); exit 1 on a break.
+    Check {
+        #[command(flatten)]
+        args: SchemasArgs,
+        /// Skip the registry comparison.
+        #[arg(long)]
+        no_registry: bool,
+        /// Skip the comparison with the last committed text.
+        #[arg(long)]
+        no_git: bool,
+    },
+}
+
+#[derive(clap::Args, Clone)]
+struct DltSelect {
+    /// Only records with this key.
+    #[arg(long)]
+    key: Option<String>,
+    /// Only the record with this `id` header.
+    #[arg(long)]
+    id: Option<String>,
+    /// Only DLT offsets in this range, `FROM..TO` (inclusive).
+    #[arg(long, value_parser = parse_range)]
+    offsets: Option<(i64, i64)>,
+    /// Only failures in this time range, `FROM..TO` in ms since the epoch (inclusive).
+    #[arg(long, value_parser = parse_range)]
+    time: Option<(i64, i64)>,
+}
+
+fn parse_range(s: &str) -> std::result::Result<(i64, i64), String> {
+    let (a, b) = s
+        .split_once("..")
+        .ok_or_else(|| format!("{s:?}: expected FROM..TO"))?;
+    let a = a
+        .trim()
+        .parse()
+        .map_err(|_| format!("{a:?} is not an integer"))?;
+    let b = b
+        .trim()
+        .parse()
+        .map_err(|_| format!("{b:?} is not an integer"))?;
+    Ok((a, b))
+}
+
+impl From<DltSelect> for eosflow::retry::tooling::Selector {
+    fn from(s: DltSelect) -> Self {
+        Self {
+            key: s.key,
+            id: s.id,
+            offsets: s.offsets,
+            time: s.time,
+        }
+    }
+}
+
+#[derive(Subcommand)]
+enum DltAction {
+    /// Counts by error class and the oldest failure.
+    List {
+        /// The input topic or its DLT (`orders` or `orders.DLT`).
+        topic: String,
+    },
+    /// Records with their error headers.
+    Show {
+        /// The input topic or its DLT.
+        topic: String,
+        #[command(flatten)]
+        select: DltSelect,
+        /// At most this many records.
+        #[arg(long, default_value_t = 20)]
+        limit: usize,
+    },
+    /// Send selected records back to their original topic (ids kept: dedup holds).
+    Redrive {
+        /// The input topic or its DLT.
+        topic: String,
+        #[command(flatten)]
+        select: DltSelect,
+        /// Recorded in the audit topic.
+        #[arg(long)]
+        reason: String,
+        /// Print what would be redriven, send nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// Delete records before an offset (all when omitted); the reason is audited.
+    Purge {
+        /// The input topic or its DLT.
+        topic: String,
+        /// Recorded in the audit topic; required.
+        #[arg(long)]
+        reason: String,
+        /// Delete records below this offset in every partition.
+        #[arg(long)]
+        before_offset: Option<i64>,
+    },
+}
+
+#[derive(clap::Args)]
+#[command(args_conflicts_with_subcommands = true)]
+struct OutboxArgs {
+    /// `cdc` (logical replication, exactly-once) or `poll` (at-least-once); overrides outbox.mode.
+    #[arg(long)]
+    mode: Option<String>,
+    #[command(subcommand)]
+    action: Option<OutboxAction>,
+}
+
+#[derive(Subcommand)]
+enum OutboxAction {
+    /// Create the outbox table and its index of unsent rows if absent (migrations/).
+    Migrate,
+}
+
+#[derive(Subcommand)]
+enum StateAction {
+    /// Print `{"key": …, "value": …}` per key (one key with --key).
+    Dump {
+        /// The changelog topic (`<app.id>-<store>-changelog`).
+        #[arg(long)]
+        changelog: String,
+        /// How values are rendered: count (the count topology), json, hex.
+        #[arg(long, default_value = "hex")]
+        format: verify::query::StateFormat,
+        /// Only this key.
+        #[arg(long)]
+        key: Option<String>,
+    },
+}
+
+#[derive(Subcommand)]
+enum TopicsAction {
+    /// Create missing topics and report drift (exit 3 on drift; nothing existing is changed).
+    Apply {
+        /// Folder of declarations.
+        #[arg(long, default_value = "topics")]
+        dir: PathBuf,
+    },
+}
+
+#[derive(clap::Args)]
+struct VerifyArgs {
+    /// Distinct input records.
+    #[arg(long, default_value_t = 200_000)]
+    records: u64,
+    /// Distinct keys.
+    #[arg(long, default_value_t = 1_000)]
+    keys: u64,
+    /// Partitions of every topic.
+    #[arg(long, default_value_t = 8)]
+    partitions: i32,
+    /// Processor processes.
+    #[arg(long, default_value_t = 2)]
+    instances: usize,
+    /// kill -9s during the run.
+    #[arg(long, default_value_t = 10)]
+    kills: u32,
+    /// Seconds over which the workload is produced (kills are spread over them).
+    #[arg(long, default_value_t = 40)]
+    duration_secs: u64,
+    /// Every n-th record is re-sent with the same id (0 = none).
+    #[arg(long, default_value_t = 50)]
+    duplicate_every: u64,
+    /// Every n-th record fails transiently once and succeeds on retry level 1 (0 = none).
+    #[arg(long, default_value_t = 0)]
+    transient_every: u64,
+    /// Commit interval of the instances.
+    #[arg(long, default_value_t = 100)]
+    commit_interval_ms: u64,
+    /// Where instance stores and logs go.
+    #[arg(long, default_value = "target/verify")]
+    work_dir: PathBuf,
+    /// Seconds allowed for the lag to drain after the workload is in.
+    #[arg(long, default_value_t = 180)]
+    drain_timeout_secs: u64,
+    /// A named fault scenario (kill-processors, broker-restart, zombie, outbox-crash, poison,
+    /// broker-pause, slow-handler, outbox-oversize, parked-flood, stale-store, …; an unknown name
+    /// lists them all) or `all`, with its fixed shape; the sizing flags above then do not apply.
+    #[arg(long)]
+    scenario: Option<String>,
+    /// The short version of the scenario (what `make test` runs).
+    #[arg(long, requires = "scenario")]
+    short: bool,
+    /// `dev/stack`, which starts the private broker/Postgres of broker-restart, broker-pause and
+    /// outbox-crash.
+    #[arg(long, default_value = "dev/stack")]
+    stack_script: PathBuf,
+    /// First port of that private stack (Kafka uses it to +2, Postgres +10); keep it below the
+    /// ephemeral range (32768+), where any client connection may be holding it.
+    #[arg(long, default_value_t = 23092)]
+    private_port: u16,
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    eosflow::init_logging();
+    match dispatch(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::from(1)
+        }
+    }
+}
+
+fn dispatch(cli: Cli) -> Result<std::process::ExitCode> {
+    let config = Config::load(cli.config.as_deref()).context("loading configuration")?;
+    // `run` checks the connection itself (eosflow::run).
+    if !matches!(
+        cli.command,
+        Command::Config | Command::Schemas { .. } | Command::Run { .. }
+    ) {
+        // A wrong password or an unreachable broker fails here, clearly, instead of as retries.
+        KafkaClients::new(config.kafka.clone())
+            .check_connection(Duration::from_secs(30))
+            .context("connecting to Kafka")?;
+    }
+    match cli.command {
+        Command::Run {
+            topology,
+            output,
+            rates,
+        } => run(&config, &topology, &output, rates),
+        Command::Topics {
+            action: TopicsAction::Apply { dir },
+        } => topics_apply(&config, &dir),
+        Command::Verify(args) => verify_cmd(&config, args),
+        Command::Demo(args) => demo(&config, &args),
+        Command::Bench(args) => {
+            let results = eosflow_bench::run(&config, &args)?;
+            println!("{}", eosflow_bench::report::tables(&results));
+            println!("report: {}", args.out.join("report.md").display());
+            Ok(if results.failures.is_empty() {
+                std::process::ExitCode::SUCCESS
+            } else {
+                std::process::ExitCode::from(2)
+            })
+        }
+        Command::BenchPipe {
+            input,
+            output,
+            group,
+        } => {
+            let shutdown = Arc::new(AtomicBool::new(false));
+            let clients = KafkaClients::new(config.kafka.clone());
+            eosflow_bench::pipe::run(&clients, &input, &output, &group, &shutdown)?;
+            Ok(std::process::ExitCode::SUCCESS)
+        }
+        Command::Dlt { action } => dlt_cmd(&config, action),
+        Command::Outbox(args) => outbox_cmd(config, args),
+        Command::Schemas { action } => schemas_cmd(&config, action),
+        Command::State {
+            action:
+                StateAction::Dump {
+                    changelog,
+                    format,
+                    key,
+                },
+        } => {
+            let clients = KafkaClients::new(config.kafka.clone());
+            let state = verify::query::dump(
+                &clients,
+                &changelog,
+                format,
+                key.as_deref(),
+                Duration::from_secs(60),
+            )
+            .with_context(|| format!("reading {changelog}"))?;
+            for line in verify::query::lines(&state) {
+                println!("{line}");
+            }
+            Ok(std::process::ExitCode::SUCCESS)
+        }
+        Command::Config => {
+            let mut shown = config.clone();
+            for (k, v) in shown.kafka.properties.iter_mut() {
+                if k.contains("password") || k.contains("secret") || k.contains("key") {
+                    *v = "***".into();
+                }
+            }
+            if let Some((head, tail)) = shown.postgres.url.split_once('@') {
+                if let Some((user, _)) = head.rsplit_once(':') {
+                    shown.postgres.url = format!("{user}:***@{tail}");
+                }
+            }
+            println!(
+                "{}",
+                toml::to_string_pretty(&shown).context("rendering the config")?
+            );
+            Ok(std::process::ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn run(
+    config: &Config,
+    topology: &str,
+    output: &str,
+    rates: eosflow_orders::FailureRates,
+) -> Result<std::process::ExitCode> {
+    use eosflow_orders::{self as orders, Topology};
+    if topology == "count" {
+        let count = CountProcessor::new(output).with_registry(&config.schema_registry.url);
+        // The verifier's slow-handler fault, when its variables are set.
+        return match verify::slow::settings_from_env() {
+            Some((every, sleep)) => run_with(
+                config,
+                verify::slow::SlowSometimes::new(count, every, sleep),
+            ),
+            None => run_with(config, count),
+        };
+    }
+    if topology == "order-lifecycle" {
+        let p =
+            eosflow_orders::lifecycle::OrdersProcessor::new(&config.schema_registry.url, output)
+                .context("building the order-lifecycle topology")?;
+        return run_with(config, p);
+    }
+    let t: Topology = topology.parse().map_err(anyhow::Error::msg)?;
+    rates.validate().map_err(anyhow::Error::msg)?;
+    let topics = orders::Topics::new(output);
+    let c = orders::configure(config, t, &topics);
+    match t {
+        Topology::Orders => {
+            let p =
+                orders::processor::OrderProcessor::new(topics, &c.app.id, &c.schema_registry.url)
+                    .map_err(anyhow::Error::msg)?;
+            run_with(&c, p)
+        }
+        Topology::Stock => run_with(&c, orders::services::StockService::new(topics, rates)),
+        Topology::Payment => run_with(&c, orders::services::PaymentService::new(topics, rates)),
+        Topology::Customers => run_with(&c, orders::projection::CustomersProcessor::new(topics)),
+    }
+}
+
+/// One processor through the public entry point, exactly as a user's `main` would run it.
+fn run_with<P: eosflow::processor::Processor + 'static>(
+    config: &Config,
+    processor: P,
+) -> Result<std::process::ExitCode> {
+    eosflow::run(config, processor)?;
+    Ok(std::process::ExitCode::SUCCESS)
+}
+
+fn outbox_cmd(mut config: Config, args: OutboxArgs) -> Result<std::process::ExitCode> {
+    if let Some(mode) = args.mode {
+        config.outbox.mode = mode;
+        config.validate().context("--mode")?;
+    }
+    if let Some(OutboxAction::Migrate) = args.action {
+        let created = eosflow_outbox::migrate_cmd(&config).context("migrating the outbox")?;
+        println!(
+            "{} {}",
+            if created { "created" } else { "ok     " },
+            config.outbox.table
+        );
+        return Ok(std::process::ExitCode::SUCCESS);
+    }
+    let health = Arc::new(Health::new(Duration::from_millis(
+        config.processor.stuck_after_ms,
+    )));
+    let _endpoints = serve_endpoints(&config, health.clone())?;
+    let shutdown = Arc::new(AtomicBool::new(false));
+    let worker = {
+        let shutdown = shutdown.clone();
+        let config = config.clone();
+        std::thread::Builder::new()
+            .name("outbox".into())
+            .spawn(move || eosflow_outbox::run(&config, shutdown, &health))
+            .context("spawning the outbox thread")?
+    };
+    wait_for_signal_or(&worker)?;
+    shutdown.store(true, Ordering::Relaxed);
+    let summary = worker
+        .join()
+        .map_err(|_| anyhow::anyhow!("the outbox thread panicked"))?
+        .context("outbox router")?;
+    tracing::info!(%summary, "outbox router stopped");
+    Ok(std::process::ExitCode::SUCCESS)
+}
+
+fn topics_apply(config: &Config, dir: &std::path::Path) -> Result<std::process::ExitCode> {
+    let specs = topics::load_dir(dir, &config.app.id).context("reading topic declarations")?;
+    let clients = KafkaClients::new(config.kafka.clone());
+    let rt = tokio::runtime::Runtime::new().context("tokio")?;
+    let outcomes = rt
+        .block_on(topics::apply(&clients, &specs, Duration::from_secs(30)))
+        .with_context(|| format!("applying topics at {}", clients.bootstrap()))?;
+    let mut drift = false;
+    for (name, outcome) in &outcomes {
+        match outcome {
+            TopicOutcome::Created => println!("created   {name}"),
+            TopicOutcome::Unchanged => println!("ok        {name}"),
+            TopicOutcome::Drift(diffs) => {
+                drift = true;
+                for d in diffs {
+                    println!("DRIFT     {name}: {d}");
+                }
+            }
+        }
+    }
+    Ok(if drift {
+        std::process::ExitCode::from(3)
+    } else {
+        std::process::ExitCode::SUCCESS
+    })
+}
+
+fn verify_options(args: &VerifyArgs) -> Result<VerifyOptions> {
+    Ok(VerifyOptions {
+        workload: Workload {
+            records: args.records,
+            keys: args.keys,
+            duplicate_every: args.duplicate_every,
+            transient_every: args.transient_every,
+        },
+        partitions: args.partitions,
+        instances: args.instances.max(1),
+        kills: args.kills,
+        fault: verify::Fault::Kill9,
+        duration: Duration::from_secs(args.duration_secs),
+        commit_interval_ms: args.commit_interval_ms,
+        exe: std::env::current_exe().context("locating the eosflow binary")?,
+        work_dir: args.work_dir.clone(),
+        drain_timeout: Duration::from_secs(args.drain_timeout_secs),
+        extra_env: Vec::new(),
+    })
+}
+
+fn verify_cmd(config: &Config, args: VerifyArgs) -> Result<std::process::ExitCode> {
+    if let Some(name) = &args.scenario {
+        return scenario_cmd(config, name, &args);
+    }
+    let opts = verify_options(&args)?;
+    let report = verify::run(config, &opts).map_err(anyhow::Error::msg)?;
+    println!("{}", report.line());
+    Ok(if report.verdict.ok() {
+        std::process::ExitCode::SUCCESS
+    } else {
+        std::process::ExitCode::from(2)
+    })
+}
+
+/// `eosflow verify --scenario …`: one closing line per scenario; exit 2 on any violation.
+fn scenario_cmd(config: &Config, name: &str, args: &VerifyArgs) -> Result<std::process::ExitCode> {
+    let scenarios: Vec<verify::Scenario> = if name == "all" {
+        verify::Scenario::ALL.to_vec()
+    } else {
+        vec![name.parse().map_err(anyhow::Error::msg)?]
+    };
+    let env = verify::scenario::ScenarioEnv {
+        exe: std::env::current_exe().context("locating the eosflow binary")?,
+        work_dir: args.work_dir.clone(),
+        stack_script: args.stack_script.clone(),
+        private_port: args.private_port,
+    };
+    let mut ok = true;
+    for s in scenarios {
+        // One scenario failing to run does not skip the others; it fails the command.
+        match verify::scenario::run(config, s, args.short, &env) {
+            Ok(report) => {
+                println!("{report}");
+                ok &= report.ok();
+            }
+            Err(e) => {
+                eprintln!("error: scenario {}: {e}", s.name());
+                println!("scenario={} error ok=false", s.name());
+                ok = false;
+            }
+        }
+    }
+    Ok(if ok {
+        std::process::ExitCode::SUCCESS
+    } else {
+        std::process::ExitCode::from(2)
+    })
+}
+
+fn demo(config: &Config, args: &eosflow_cli::demo::DemoArgs) -> Result<std::process::ExitCode> {
+    println!(
+        "eosflow demo: the orders application for {} s at {} orders/s (order service → Postgres outbox → Kafka → orders+saga, stock, payment, customers; exactly-once)",
+        args.duration_secs, args.rate
+    );
+    let report = eosflow_cli::demo::run(config, args, true).map_err(anyhow::Error::msg)?;
+    println!();
+    print!("{}", eosflow_cli::demo::summary(&report));
+    println!();
+    println!("{} ns={}", report.verdict, report.ns);
+    Ok(if report.ok() {
+        std::process::ExitCode::SUCCESS
+    } else {
+        std::process::ExitCode::from(2)
+    })
+}
+
+fn dlt_topic(topic: &str) -> String {
+    if topic.ends_with(".DLT") {
+        topic.to_string()
+    } else {
+        eosflow::retry::dlt::topic_for(topic)
+    }
+}
+
+fn dlt_cmd(config: &Config, action: DltAction) -> Result<std::process::ExitCode> {
+    use eosflow::retry::tooling::{self, Selector};
+    let clients = KafkaClients::new(config.kafka.clone());
+    match action {
+        DltAction::List { topic } => {
+            let t = dlt_topic(&topic);
+            let letters = tooling::read(&clients, &t, &Selector::default())
+                .with_context(|| format!("reading {t}"))?;
+            let s = tooling::summarize(&letters);
+            println!("{t}: {} records", letters.len());
+            for (class, n) in &s.by_class {
+                println!("  {class:<28} {n:>8}");
+            }
+            if let Some(oldest) = s.oldest {
+                let age = (chrono::Utc::now().timestamp_millis() - oldest).max(0) / 1000;
+                println!("  oldest failure {age} s ago");
+            }
+        }
+        DltAction::Show {
+            topic,
+            select,
+            limit,
+        } => {
+            let t = dlt_topic(&topic);
+            let letters = tooling::read(&clients, &t, &select.into())
+                .with_context(|| format!("reading {t}"))?;
+            for d in letters.iter().take(limit) {
+                println!(
+                    "--- {t}[{}]@{}  key={}",
+                    d.partition,
+                    d.offset,
+                    d.key.as_deref().unwrap_or("(none)")
+                );
+                let value = d
+                    .value
+                    .as_deref()
+                    .map(String::from_utf8_lossy)
+                    .unwrap_or_default();
+                let shown: String = value.chars().take(200).collect();
+                println!("    value: {shown}");
+                for (k, v) in &d.headers {
+                    println!("    {k}: {v}");
+                }
+            }
+            println!(
+                "{} of {} selected records shown",
+                letters.len().min(limit),
+                letters.len()
+            );
+        }
+        DltAction::Redrive {
+            topic,
+            select,
+            reason,
+            dry_run,
+        } => {
+            let t = dlt_topic(&topic);
+            let letters = tooling::read(&clients, &t, &select.into())
+                .with_context(|| format!("reading {t}"))?;
+            if dry_run {
+                for d in &letters {
+                    println!(
+                        "would redrive {t}[{}]@{} key={:?} id={:?}",
+                        d.partition,
+                        d.offset,
+                        d.key,
+                        d.header("id")
+                    );
+                }
+                println!("{} records selected (dry run: nothing sent)", letters.len());
+                return Ok(std::process::ExitCode::SUCCESS);
+            }
+            let total = letters.len();
+            let n = tooling::redrive(&clients, &config.app.id, &t, &letters, &reason, |i| {
+                progress("redrive", i, total)
+            })
+            .with_context(|| format!("redriving from {t}"))?;
+            eprintln!();
+            println!("redriven {n} records from {t} (ids kept; a second redrive is deduplicated)");
+        }
+        DltAction::Purge {
+            topic,
+            reason,
+            before_offset,
+        } => {
+            if reason.trim().is_empty() {
+                bail!("--reason must say why the records are purged (it is audited)");
+            }
+            let t = dlt_topic(&topic);
+            let rt = tokio::runtime::Runtime::new().context("tokio")?;
+            let n = rt
+                .block_on(tooling::purge(
+                    &clients,
+                    &config.app.id,
+                    &t,
+                    before_offset,
+                    &reason,
+                ))
+                .with_context(|| format!("purging {t}"))?;
+            println!(
+                "purged {n} records from {t}; audited in {}",
+                tooling::AUDIT_TOPIC
+            );
+        }
+    }
+    Ok(std::process::ExitCode::SUCCESS)
+}
+
+/// A one-line progress bar on stderr for long operations.
+fn progress(what: &str, done: usize, total: usize) {
+    if total == 0 || (!done.is_multiple_of(100) && done != total) {
+        return;
+    }
+    let width = 30;
+    let filled = done * width / total;
+    eprint!(
+        "\r{what} [{}{}] {done}/{total}",
+        "#".repeat(filled),
+        "-".repeat(width - filled)
+    );
+}
+
+fn schemas_cmd(config: &Config, action: SchemasAction) -> Result<std::process::ExitCode> {
+    use eosflow::codec::check::{self, CheckOptions};
+    use eosflow::codec::registry::Registry;
+    let rt = tokio::runtime::Runtime::new().context("tokio")?;
+    let registry = Registry::from_config(&config.schema_registry)?;
+    match action {
+        SchemasAction::Register(a) => {
+            let opts = CheckOptions {
+                dir: a.dir,
+                git: false,
+                registry: None,
+                strategy: a.strategy,
+                topic_template: a.topic,
+            };
+            let done = rt
+                .block_on(check::register(&opts, &registry))
+                .context("registering schemas")?;
+            for r in done {
+                println!(
+                    "registered {:<40} subject {} id {} rule {}",
+                    r.type_name, r.subject, r.id, r.rule
+                );
+            }
+            Ok(std::process::ExitCode::SUCCESS)
+        }
+        SchemasAction::Check {
+            args,
+            no_registry,
+            no_git,
+        } => {
+            let opts = CheckOptions {
+                dir: args.dir,
+                git: !no_git,
+                registry: (!no_registry).then_some(registry),
+                strategy: args.strategy,
+                topic_template: args.topic,
+            };
+            let outcomes = rt
+                .block_on(check::check(&opts))
+                .context("checking schemas")?;
+            let failed = outcomes.iter().filter(|o| !o.problems.is_empty()).count();
+            for o in &outcomes {
+                println!("{o}");
+            }
+            println!("{} comparisons, {failed} incompatible", outcomes.len());
+            Ok(if failed == 0 {
+                std::process::ExitCode::SUCCESS
+            } else {
+                std::process::ExitCode::from(1)
+            })
+        }
+    }
+}

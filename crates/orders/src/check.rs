@@ -1,0 +1,268 @@
+//! Reading the application's committed outputs back (`read_committed`) and judging them:
+//! every placed order reached a final state exactly once, every saga ended exactly once and
+//! agrees with its order, the read model agrees with both, and the dead letters carry reasons.
+//! Only the topics are read — never a processor's own counters.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use rdkafka::message::{Headers, Message};
+
+use super::messages::{SagaEnded, SagaOutcome, StatusChanged};
+use super::model::OrderStatus;
+use super::projection::CustomerView;
+use super::{Topics, Topology};
+use eosflow::kafka::reader::read_all;
+use eosflow::kafka::KafkaClients;
+
+/// What the output topics hold.
+#[derive(Debug, Clone, Default)]
+pub struct Outputs {
+    /// Final statuses (shipped, cancelled) seen per order, in order.
+    pub finals: HashMap<String, Vec<OrderStatus>>,
+    /// Status changes in all.
+    pub transitions: usize,
+    /// Saga outcomes per order.
+    pub sagas: HashMap<String, Vec<SagaOutcome>>,
+    /// The read model: the last view per customer.
+    pub views: HashMap<String, CustomerView>,
+    /// Dead letters per input topic, by the reason's code (`invalid-order`, …).
+    pub dead_letters: BTreeMap<String, BTreeMap<String, u64>>,
+    /// One example reason per code.
+    pub examples: BTreeMap<String, String>,
+    /// Records on the orders topic (what the outbox router published).
+    pub published: usize,
+}
+
+fn header(m: &rdkafka::message::BorrowedMessage<'_>, name: &str) -> Option<String> {
+    m.headers().and_then(|h| {
+        h.iter()
+            .find(|x| x.key == name)
+            .and_then(|x| x.value.map(|v| String::from_utf8_lossy(v).to_string()))
+    })
+}
+
+/// Reads every output of `topics` to its end.
+pub fn read(clients: &KafkaClients, topics: &Topics, timeout: Duration) -> Result<Outputs, String> {
+    let mut out = Outputs::default();
+    fn e(t: &str) -> impl FnOnce(eosflow::kafka::reader::ReadError) -> String + '_ {
+        move |err| format!("reading {t}: {err}")
+    }
+    read_all(clients, &topics.orders, timeout, |_| {
+        out.published += 1;
+        Ok(())
+    })
+    .map_err(e(&topics.orders))?;
+    read_all(clients, &topics.status, timeout, |m| {
+        let s: StatusChanged = serde_json::from_slice(m.payload().unwrap_or_default())
+            .map_err(|err| format!("a status change that is not one: {err}"))?;
+        out.transitions += 1;
+        if s.to_status.is_final() {
+            out.finals.entry(s.order_id).or_default().push(s.to_status);
+        }
+        Ok(())
+    })
+    .map_err(e(&topics.status))?;
+    read_all(clients, &topics.saga_events, timeout, |m| {
+        let s: SagaEnded = serde_json::from_slice(m.payload().unwrap_or_default())
+            .map_err(|err| format!("a saga-ended event that is not one: {err}"))?;
+        out.sagas.entry(s.order_id).or_default().push(s.outcome);
+        Ok(())
+    })
+    .map_err(e(&topics.saga_events))?;
+    read_all(clients, &topics.customers, timeout, |m| {
+        let v: CustomerView = serde_json::from_slice(m.payload().unwrap_or_default())
+            .map_err(|err| format!("a customer view that is not one: {err}"))?;
+        out.views.insert(v.customer_id.clone(), v);
+        Ok(())
+    })
+    .map_err(e(&topics.customers))?;
+    for input in Topology::ALL.iter().flat_map(|t| topics.inputs(*t)) {
+        let dlt = eosflow::retry::dlt::topic_for(&input);
+        let mut codes: BTreeMap<String, u64> = BTreeMap::new();
+        read_all(clients, &dlt, timeout, |m| {
+            let msg =
+                header(m, "eosflow.dlt.error.message").unwrap_or_else(|| "(no reason)".into());
+            let code = msg.split(':').next().unwrap_or("").trim().to_string();
+            *codes.entry(code.clone()).or_default() += 1;
+            out.examples.entry(code).or_insert(msg);
+            Ok(())
+        })
+        .map_err(e(&dlt))?;
+        if !codes.is_empty() {
+            out.dead_letters.insert(dlt, codes);
+        }
+    }
+    Ok(out)
+}
+
+/// The judgement.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Verdict {
+    /// Orders placed (the ground truth).
+    pub orders: usize,
+    /// Orders with exactly one final status.
+    pub final_once: usize,
+    /// Orders with no final status.
+    pub no_final: usize,
+    /// Orders with more than one.
+    pub final_twice: usize,
+    /// Final statuses of orders never placed (poison that got through).
+    pub unexpected_finals: usize,
+    /// Sagas per outcome (orders with exactly one).
+    pub sagas: BTreeMap<SagaOutcome, usize>,
+    /// Orders whose saga did not end.
+    pub saga_missing: usize,
+    /// Orders whose saga ended more than once.
+    pub saga_twice: usize,
+    /// Completed sagas of cancelled orders or compensated sagas of shipped ones.
+    pub disagreements: usize,
+    /// Orders whose read-model status is not their final status.
+    pub view_mismatches: usize,
+    /// Shipped, cancelled.
+    pub shipped: usize,
+    /// Cancelled.
+    pub cancelled: usize,
+}
+
+impl Verdict {
+    /// Every check holds.
+    pub fn ok(&self) -> bool {
+        self.orders > 0
+            && self.final_once == self.orders
+            && self.no_final == 0
+            && self.final_twice == 0
+            && self.unexpected_finals == 0
+            && self.saga_missing == 0
+            && self.saga_twice == 0
+            && self.disagreements == 0
+            && self.view_mismatches == 0
+    }
+}
+
+impl std::fmt::Display for Verdict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} orders={} final_once={} no_final={} final_twice={} unexpected={} saga_missing={} saga_twice={} disagreements={} view_mismatches={}",
+            if self.ok() { "PASS" } else { "FAIL" },
+            self.orders,
+            self.final_once,
+            self.no_final,
+            self.final_twice,
+            self.unexpected_finals,
+            self.saga_missing,
+            self.saga_twice,
+            self.disagreements,
+            self.view_mismatches
+        )
+    }
+}
+
+/// Judges `out` against the placed orders (`order id → customer id`).
+pub fn judge(placed: &BTreeMap<String, String>, out: &Outputs) -> Verdict {
+    let mut v = Verdict {
+        orders: placed.len(),
+        ..Verdict::default()
+    };
+    for (order, customer) in placed {
+        let finals = out.finals.get(order).map(Vec::as_slice).unwrap_or_default();
+        let last = finals.last().copied();
+        match finals.len() {
+            0 => v.no_final += 1,
+            1 => v.final_once += 1,
+            _ => v.final_twice += 1,
+        }
+        match last {
+            Some(OrderStatus::Shipped) => v.shipped += 1,
+            Some(OrderStatus::Cancelled) => v.cancelled += 1,
+            _ => {}
+        }
+        let sagas = out.sagas.get(order).map(Vec::as_slice).unwrap_or_default();
+        match sagas {
+            [] => v.saga_missing += 1,
+            [one] => {
+                *v.sagas.entry(*one).or_default() += 1;
+                let agrees = matches!(
+                    (one, last),
+                    (SagaOutcome::Completed, Some(OrderStatus::Shipped))
+                        | (
+                            SagaOutcome::Compensated | SagaOutcome::CompensationFailed,
+                            Some(OrderStatus::Cancelled)
+                        )
+                );
+                if !agrees {
+                    v.disagreements += 1;
+                }
+            }
+            _ => v.saga_twice += 1,
+        }
+        let seen = out
+            .views
+            .get(customer)
+            .and_then(|c| c.orders.get(order))
+            .map(|e| e.status);
+        if seen != last || last.is_none() {
+            v.view_mismatches += 1;
+        }
+    }
+    v.unexpected_finals = out
+        .finals
+        .keys()
+        .filter(|o| !placed.contains_key(*o))
+        .count();
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::projection::OrderEntry;
+
+    #[test]
+    fn a_second_final_status_or_a_missing_saga_fails_the_verdict() {
+        let placed = BTreeMap::from([
+            ("o-1".to_string(), "c-1".to_string()),
+            ("o-2".into(), "c-1".into()),
+        ]);
+        let mut out = Outputs::default();
+        out.finals.insert("o-1".into(), vec![OrderStatus::Shipped]);
+        out.finals
+            .insert("o-2".into(), vec![OrderStatus::Cancelled]);
+        out.sagas.insert("o-1".into(), vec![SagaOutcome::Completed]);
+        out.sagas
+            .insert("o-2".into(), vec![SagaOutcome::Compensated]);
+        let mut view = CustomerView {
+            customer_id: "c-1".into(),
+            ..CustomerView::default()
+        };
+        view.orders.insert(
+            "o-1".into(),
+            OrderEntry {
+                status: OrderStatus::Shipped,
+                version: 3,
+                total_minor: 1,
+            },
+        );
+        view.orders.insert(
+            "o-2".into(),
+            OrderEntry {
+                status: OrderStatus::Cancelled,
+                version: 2,
+                total_minor: 1,
+            },
+        );
+        out.views.insert("c-1".into(), view);
+        let v = judge(&placed, &out);
+        assert!(v.ok(), "{v}");
+        out.finals
+            .get_mut("o-1")
+            .expect("o-1")
+            .push(OrderStatus::Shipped);
+        assert_eq!(judge(&placed, &out).final_twice, 1);
+        out.finals.insert("o-1".into(), vec![OrderStatus::Shipped]);
+        out.sagas.remove("o-2");
+        assert_eq!(judge(&placed, &out).saga_missing, 1);
+        assert!(!judge(&placed, &out).ok());
+    }
+}

@@ -1,0 +1,332 @@
+//! The order processor: the order aggregate and its fulfilment saga, on the exactly-once
+//! runtime. Inputs: `<ns>.orders` (placed/cancelled from the order service's outbox, JSON or
+//! Confluent-framed Avro) and `<ns>.saga-replies` (the services' answers), co-partitioned by
+//! order id, so every decision about one order — a customer's cancel racing the payment, a
+//! late reply — is taken in one partition, in one transaction with the state it changes.
+//!
+//! State per order: `order/<id>` (the aggregate) and `saga/<id>` (the saga), both written after
+//! every step. Outputs: `orders.order-status-changed.v1` on every transition, the read model's
+//! feed (keyed by customer), saga commands, and one `fulfilment.saga-ended.v1` per saga.
+
+use serde::de::DeserializeOwned;
+
+use super::messages::{
+    self, types, CustomerOrderUpdated, PaymentReply, SagaEnded, StatusChanged, StockReply,
+};
+use super::model::{self, Order, OrderEvent, Rejection};
+use super::saga::{Action, Reply, Saga};
+use super::{now_ms, telemetry, Topics};
+use eosflow::codec::decode::RegistrySource;
+use eosflow::codec::registry::Registry;
+use eosflow::codec::{Catalog, Decoder, Upcasters};
+use eosflow::processor::{Context, ProcessError, Processor, Record};
+use eosflow::retry::dlt::{self, DltClass};
+use eosflow::retry::headers::History;
+
+/// The header naming a business event id: a re-sent event keeps it, so dedup drops it.
+pub const EVENT_ID_HEADER: &str = "event_id";
+
+/// The aggregate + saga processor.
+pub struct OrderProcessor {
+    topics: Topics,
+    group: String,
+    decoder: Decoder,
+}
+
+impl std::fmt::Debug for OrderProcessor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OrderProcessor")
+            .field("topics", &self.topics)
+            .finish()
+    }
+}
+
+impl OrderProcessor {
+    /// A processor for `topics`, in consumer group `group` (named in its alerts), decoding Avro
+    /// through the registry at `registry_url` (only asked for schema ids it has not seen).
+    pub fn new(topics: Topics, group: &str, registry_url: &str) -> Result<Self, String> {
+        let catalog = Catalog::builtin().map_err(|e| format!("built-in contracts: {e}"))?;
+        let source = RegistrySource::new(Registry::new(registry_url))
+            .map_err(|e| format!("schema registry client: {e}"))?;
+        Ok(Self {
+            topics,
+            group: group.to_string(),
+            decoder: Decoder::new(source, catalog).with_upcasters(Upcasters::orders()),
+        })
+    }
+
+    fn load<T: DeserializeOwned>(ctx: &Context<'_>, key: &str) -> Result<Option<T>, ProcessError> {
+        match ctx.get(key.as_bytes())? {
+            None => Ok(None),
+            Some(b) => serde_json::from_slice(&b)
+                .map(Some)
+                .map_err(|e| ProcessError::permanent(format!("stored {key} is corrupt: {e}"))),
+        }
+    }
+
+    fn save<T: serde::Serialize>(ctx: &mut Context<'_>, key: &str, v: &T) {
+        ctx.put(key.as_bytes(), serde_json::to_vec(v).unwrap_or_default());
+    }
+
+    fn reject(r: Rejection) -> ProcessError {
+        let text = r.to_string();
+        telemetry::rejected(text.split(':').next().unwrap_or("rejected"));
+        ProcessError::Permanent(text)
+    }
+
+    /// An order event from the order service.
+    fn on_order_event(
+        &mut self,
+        ctx: &mut Context<'_>,
+        r: &Record<'_>,
+    ) -> Result<(), ProcessError> {
+        let decoded = self.decoder.decode(r)?;
+        let event = model::from_event(&decoded).map_err(|m| {
+            telemetry::rejected(m.split(':').next().unwrap_or("bad-payload"));
+            ProcessError::Permanent(m)
+        })?;
+        let key = String::from_utf8_lossy(r.key.unwrap_or_default()).to_string();
+        if key != event.order_id() {
+            telemetry::rejected("key-mismatch");
+            return Err(ProcessError::Permanent(format!(
+                "key-mismatch: the record's key {key:?} is not its order id {:?}",
+                event.order_id()
+            )));
+        }
+        let order: Option<Order> = Self::load(ctx, &format!("order/{key}"))?;
+        match &event {
+            OrderEvent::Placed(_) => {
+                let placed = model::apply(order.as_ref(), &event).map_err(Self::reject)?;
+                Self::save(ctx, &format!("order/{key}"), &placed);
+                self.feed(ctx, &placed);
+                let (saga, actions) = Saga::start(&placed);
+                self.run(ctx, placed, saga, actions)
+            }
+            OrderEvent::Cancelled(_) => {
+                // The rules of the aggregate first (unknown, final, paid), then the saga's.
+                let cancelled = model::apply(order.as_ref(), &event).map_err(Self::reject)?;
+                let order = order.ok_or_else(|| {
+                    ProcessError::permanent(
+                        "unreachable: apply accepted a cancel of an unknown order",
+                    )
+                })?;
+                let mut saga: Saga = Self::load(ctx, &format!("saga/{key}"))?.ok_or_else(|| {
+                    ProcessError::permanent(format!("saga/{key} is missing for a placed order"))
+                })?;
+                let actions = saga.on_customer_cancel().map_err(|why| {
+                    Self::reject(Rejection::Impossible {
+                        order_id: key.clone(),
+                        from: order.status,
+                        event: "order-cancelled",
+                        why,
+                    })
+                })?;
+                self.transition(ctx, &order, &cancelled);
+                self.run(ctx, cancelled, saga, actions)
+            }
+            OrderEvent::Paid(_) | OrderEvent::Shipped(_) => {
+                telemetry::rejected("not-accepted");
+                Err(ProcessError::Permanent(format!(
+                    "not-accepted: {} for order {key} is decided by the fulfilment saga, not accepted from the order service",
+                    event.name()
+                )))
+            }
+        }
+    }
+
+    /// A service's reply to the saga.
+    fn on_reply(&mut self, ctx: &mut Context<'_>, r: &Record<'_>) -> Result<(), ProcessError> {
+        let value = r
+            .value
+            .ok_or_else(|| ProcessError::permanent("missing-value: a reply without a value"))?;
+        let parse = |what: &str, e: serde_json::Error| {
+            ProcessError::Permanent(format!(
+                "bad-payload: {what} does not match its contract: {e}"
+            ))
+        };
+        let reply = match r.header("type") {
+            Some(t) if t == types::STOCK_REPLY.as_bytes() => Reply::Stock(
+                serde_json::from_slice::<StockReply>(value)
+                    .map_err(|e| parse(types::STOCK_REPLY, e))?,
+            ),
+            Some(t) if t == types::PAYMENT_REPLY.as_bytes() => Reply::Payment(
+                serde_json::from_slice::<PaymentReply>(value)
+                    .map_err(|e| parse(types::PAYMENT_REPLY, e))?,
+            ),
+            other => {
+                return Err(ProcessError::Permanent(format!(
+                    "unknown-type: {:?} is not a saga reply",
+                    other.map(String::from_utf8_lossy)
+                )))
+            }
+        };
+        let key = String::from_utf8_lossy(r.key.unwrap_or_default()).to_string();
+        let Some(mut saga) = Self::load::<Saga>(ctx, &format!("saga/{key}"))? else {
+            return Err(ProcessError::Permanent(format!(
+                "unknown-saga: a reply for order {key}, which has no saga"
+            )));
+        };
+        let order: Order = Self::load(ctx, &format!("order/{key}"))?.ok_or_else(|| {
+            ProcessError::permanent(format!("order/{key} is missing for a running saga"))
+        })?;
+        match saga.on_reply(&reply, &order, now_ms()) {
+            Ok(actions) => {
+                let alert_record = actions.iter().find_map(|a| match a {
+                    Action::Alert(m) => Some(m.clone()),
+                    _ => None,
+                });
+                if let Some(reason) = alert_record {
+                    // The failed compensation's last reply goes to the DLT with the reason, in
+                    // this transaction: an operator sees it (`eosflow dlt list`), it is not lost.
+                    let err = ProcessError::Permanent(reason);
+                    let headers = dlt::headers(
+                        r,
+                        &History::of(r),
+                        &self.group,
+                        DltClass::Permanent,
+                        Some(&err),
+                        now_ms(),
+                    );
+                    ctx.emit(
+                        dlt::topic_for(r.topic),
+                        r.key.map(<[u8]>::to_vec),
+                        r.value.map(<[u8]>::to_vec),
+                        headers,
+                    );
+                    telemetry::compensation_failed();
+                    tracing::error!(order = %key, error = %err, "saga compensation failed; alerted");
+                }
+                self.run(ctx, order, saga, actions)
+            }
+            Err(stale) => {
+                telemetry::stale_reply();
+                tracing::debug!(%stale, "ignored");
+                Ok(())
+            }
+        }
+    }
+
+    /// Carries out the saga's actions and persists both the aggregate and the saga.
+    fn run(
+        &mut self,
+        ctx: &mut Context<'_>,
+        mut order: Order,
+        saga: Saga,
+        actions: Vec<Action>,
+    ) -> Result<(), ProcessError> {
+        let key = order.order_id.clone();
+        for a in actions {
+            match a {
+                Action::Stock(cmd) => {
+                    let (v, h) = messages::encode(types::STOCK_COMMAND, &cmd);
+                    ctx.emit(
+                        self.topics.stock.clone(),
+                        Some(key.clone().into_bytes()),
+                        Some(v),
+                        h,
+                    );
+                }
+                Action::Payment(cmd) => {
+                    let (v, h) = messages::encode(types::PAYMENT_COMMAND, &cmd);
+                    ctx.emit(
+                        self.topics.payment.clone(),
+                        Some(key.clone().into_bytes()),
+                        Some(v),
+                        h,
+                    );
+                }
+                Action::Order(ev) => {
+                    // The saga only asks for transitions the rules allow; one that is refused
+                    // is a bug worth a dead letter, not a silent skip.
+                    let next = model::apply(Some(&order), &ev).map_err(Self::reject)?;
+                    self.transition(ctx, &order, &next);
+                    order = next;
+                }
+                Action::End(outcome) => {
+                    let ended = SagaEnded {
+                        order_id: key.clone(),
+                        outcome,
+                        steps: saga.steps.clone(),
+                        ended_at: now_ms(),
+                    };
+                    let (v, h) = messages::encode(types::SAGA_ENDED, &ended);
+                    ctx.emit(
+                        self.topics.saga_events.clone(),
+                        Some(key.clone().into_bytes()),
+                        Some(v),
+                        h,
+                    );
+                    telemetry::saga_ended(outcome);
+                }
+                Action::Alert(_) => {} // emitted by on_reply, which has the reply record
+            }
+        }
+        Self::save(ctx, &format!("order/{key}"), &order);
+        Self::save(ctx, &format!("saga/{key}"), &saga);
+        Ok(())
+    }
+
+    /// Emits the status change and the read model's update of `from` → `to`.
+    fn transition(&self, ctx: &mut Context<'_>, from: &Order, to: &Order) {
+        let changed = StatusChanged {
+            order_id: to.order_id.clone(),
+            changed_at: now_ms(),
+            from_status: from.status,
+            to_status: to.status,
+        };
+        let (v, h) = messages::encode(types::STATUS_CHANGED, &changed);
+        ctx.emit(
+            self.topics.status.clone(),
+            Some(to.order_id.clone().into_bytes()),
+            Some(v),
+            h,
+        );
+        telemetry::transitioned(match to.status {
+            model::OrderStatus::Placed => "placed",
+            model::OrderStatus::Paid => "paid",
+            model::OrderStatus::Shipped => "shipped",
+            model::OrderStatus::Cancelled => "cancelled",
+        });
+        self.feed(ctx, to);
+    }
+
+    fn feed(&self, ctx: &mut Context<'_>, o: &Order) {
+        let u = CustomerOrderUpdated {
+            customer_id: o.customer_id.clone(),
+            order_id: o.order_id.clone(),
+            status: o.status,
+            version: o.version,
+            total_minor: o.total_minor,
+        };
+        let (v, h) = messages::encode(types::CUSTOMER_ORDER_UPDATED, &u);
+        ctx.emit(
+            self.topics.feed.clone(),
+            Some(o.customer_id.clone().into_bytes()),
+            Some(v),
+            h,
+        );
+    }
+}
+
+impl Processor for OrderProcessor {
+    fn process(&mut self, ctx: &mut Context<'_>, r: &Record<'_>) -> Result<(), ProcessError> {
+        let (base, _) = eosflow::retry::base_and_level(r.topic);
+        if base == self.topics.replies {
+            self.on_reply(ctx, r)
+        } else {
+            self.on_order_event(ctx, r)
+        }
+    }
+
+    /// The business event id when the order service set one (a re-sent event keeps it), else
+    /// the outbox row's id.
+    fn message_id(&self, r: &Record<'_>) -> Option<Vec<u8>> {
+        r.header(EVENT_ID_HEADER)
+            .or_else(|| r.header("id"))
+            .map(<[u8]>::to_vec)
+    }
+
+    fn store_name(&self) -> &str {
+        super::Topology::Orders.store()
+    }
+}

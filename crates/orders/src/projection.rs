@@ -1,0 +1,176 @@
+//! The per-customer read model (CQRS projection). Input: `<ns>.customer-feed`, one record per
+//! order state change keyed by customer, carrying the order aggregate's version. Each update
+//! is applied only if its version is newer than what the view holds for that order, so a
+//! replayed, duplicated or reordered update can never move an order back. Output: the view,
+//! one compacted record per customer on `<ns>.customers`.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::messages::{types, CustomerOrderUpdated};
+use super::model::OrderStatus;
+use super::{telemetry, Topics};
+use eosflow::processor::{Context, ProcessError, Processor, Record};
+
+/// One order in a customer's view.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OrderEntry {
+    /// Its latest status.
+    pub status: OrderStatus,
+    /// The aggregate version that status came with.
+    pub version: u64,
+    /// Its total, minor units.
+    pub total_minor: i64,
+}
+
+/// What a customer's page shows.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CustomerView {
+    /// The customer.
+    pub customer_id: String,
+    /// Their orders by id.
+    pub orders: BTreeMap<String, OrderEntry>,
+    /// Sum of the totals of shipped orders.
+    pub shipped_total_minor: i64,
+}
+
+impl CustomerView {
+    /// Applies `u` if it is newer than the view's version of that order; `false` (nothing
+    /// changed) for a stale or repeated update.
+    pub fn apply(&mut self, u: &CustomerOrderUpdated) -> bool {
+        if let Some(e) = self.orders.get(&u.order_id) {
+            if e.version >= u.version {
+                return false;
+            }
+        }
+        self.customer_id.clone_from(&u.customer_id);
+        self.orders.insert(
+            u.order_id.clone(),
+            OrderEntry {
+                status: u.status,
+                version: u.version,
+                total_minor: u.total_minor,
+            },
+        );
+        self.shipped_total_minor = self
+            .orders
+            .values()
+            .filter(|e| e.status == OrderStatus::Shipped)
+            .map(|e| e.total_minor)
+            .sum();
+        true
+    }
+}
+
+/// The projection processor.
+#[derive(Debug, Clone)]
+pub struct CustomersProcessor {
+    topics: Topics,
+}
+
+impl CustomersProcessor {
+    /// Writes views to `topics.customers`.
+    pub fn new(topics: Topics) -> Self {
+        Self { topics }
+    }
+}
+
+impl Processor for CustomersProcessor {
+    fn process(&mut self, ctx: &mut Context<'_>, r: &Record<'_>) -> Result<(), ProcessError> {
+        if r.header("type") != Some(types::CUSTOMER_ORDER_UPDATED.as_bytes()) {
+            return Err(ProcessError::Permanent(format!(
+                "unknown-type: expected {}, got {:?}",
+                types::CUSTOMER_ORDER_UPDATED,
+                r.header("type").map(String::from_utf8_lossy)
+            )));
+        }
+        let v = r
+            .value
+            .ok_or_else(|| ProcessError::permanent("missing-value: an update without a value"))?;
+        let u: CustomerOrderUpdated = serde_json::from_slice(v).map_err(|e| {
+            ProcessError::Permanent(format!(
+                "bad-payload: {} does not match its contract: {e}",
+                types::CUSTOMER_ORDER_UPDATED
+            ))
+        })?;
+        let key = format!("customer/{}", u.customer_id);
+        let mut view: CustomerView = match ctx.get(key.as_bytes())? {
+            Some(b) => serde_json::from_slice(&b)
+                .map_err(|e| ProcessError::permanent(format!("stored {key} is corrupt: {e}")))?,
+            None => CustomerView::default(),
+        };
+        if !view.apply(&u) {
+            telemetry::stale_projection_update();
+            return Ok(());
+        }
+        let bytes = serde_json::to_vec(&view).unwrap_or_default();
+        ctx.put(key.as_bytes(), bytes.clone());
+        ctx.emit(
+            self.topics.customers.clone(),
+            Some(u.customer_id.into_bytes()),
+            Some(bytes),
+            vec![],
+        );
+        Ok(())
+    }
+
+    /// Updates of one customer commute under the version guard: no need to hold later ones
+    /// behind a retried one.
+    fn ordered(&self) -> bool {
+        false
+    }
+
+    /// Dedup is by the update's own identity: a re-sent update is stale anyway.
+    fn message_id(&self, _r: &Record<'_>) -> Option<Vec<u8>> {
+        None
+    }
+
+    fn store_name(&self) -> &str {
+        super::Topology::Customers.store()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn u(order: &str, status: OrderStatus, version: u64) -> CustomerOrderUpdated {
+        CustomerOrderUpdated {
+            customer_id: "c-1".into(),
+            order_id: order.into(),
+            status,
+            version,
+            total_minor: 100,
+        }
+    }
+
+    #[test]
+    fn a_replayed_or_reordered_update_cannot_regress_the_view() {
+        let mut v = CustomerView::default();
+        assert!(v.apply(&u("o-1", OrderStatus::Placed, 1)));
+        assert!(
+            v.apply(&u("o-1", OrderStatus::Shipped, 3)),
+            "a gap is fine: newer wins"
+        );
+        assert!(
+            !v.apply(&u("o-1", OrderStatus::Paid, 2)),
+            "older arrives late: ignored"
+        );
+        assert!(
+            !v.apply(&u("o-1", OrderStatus::Placed, 1)),
+            "a replay: ignored"
+        );
+        assert!(
+            !v.apply(&u("o-1", OrderStatus::Shipped, 3)),
+            "a duplicate: ignored"
+        );
+        assert_eq!(v.orders["o-1"].status, OrderStatus::Shipped);
+        assert_eq!(v.shipped_total_minor, 100);
+        assert!(
+            v.apply(&u("o-2", OrderStatus::Placed, 1)),
+            "another order is independent"
+        );
+        assert_eq!(v.orders.len(), 2);
+    }
+}

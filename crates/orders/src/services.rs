@@ -1,0 +1,307 @@
+//! The simulated stock and payment services behind their command topics. Each answers on
+//! `<ns>.saga-replies`, remembers what it did per order (so a repeated command gets the same
+//! answer and a release never frees stock twice), and fails at a configured rate decided by a
+//! hash of (order, step, attempt) — the same question always gets the same answer.
+
+use serde::{Deserialize, Serialize};
+
+use super::messages::{
+    self, types, Outcome, PaymentCommand, PaymentReply, StockAction, StockCommand, StockReply,
+};
+use super::{draw, FailureRates, Topics};
+use eosflow::processor::{Context, ProcessError, Processor, Record};
+
+fn parse<T: serde::de::DeserializeOwned>(
+    r: &Record<'_>,
+    type_name: &str,
+) -> Result<T, ProcessError> {
+    if r.header("type") != Some(type_name.as_bytes()) {
+        return Err(ProcessError::Permanent(format!(
+            "unknown-type: expected {type_name}, got {:?}",
+            r.header("type").map(String::from_utf8_lossy)
+        )));
+    }
+    let v = r
+        .value
+        .ok_or_else(|| ProcessError::permanent("missing-value: a command without a value"))?;
+    serde_json::from_slice(v).map_err(|e| {
+        ProcessError::Permanent(format!(
+            "bad-payload: {type_name} does not match its contract: {e}"
+        ))
+    })
+}
+
+/// What the stock service holds for an order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Reservation {
+    /// Refused (out of stock): nothing held.
+    Rejected,
+    /// Held for the order.
+    Reserved,
+    /// Given back (compensated).
+    Released,
+    /// Shipped.
+    Shipped,
+}
+
+/// The stock / warehouse service.
+#[derive(Debug, Clone)]
+pub struct StockService {
+    topics: Topics,
+    rates: FailureRates,
+}
+
+impl StockService {
+    /// Replies on `topics.replies`; fails at `rates`.
+    pub fn new(topics: Topics, rates: FailureRates) -> Self {
+        Self { topics, rates }
+    }
+
+    fn decide(
+        &self,
+        cmd: &StockCommand,
+        held: Option<Reservation>,
+    ) -> (Option<Reservation>, Outcome, Option<String>) {
+        let id = &cmd.order_id;
+        match cmd.action {
+            StockAction::Reserve => match held {
+                Some(Reservation::Rejected) => {
+                    (None, Outcome::Rejected, Some("out of stock".into()))
+                }
+                Some(_) => (None, Outcome::Ok, None), // a repeated reserve: same answer
+                None if draw(id, "reserve", 0) < self.rates.stock_failure_rate => {
+                    let sku = cmd.lines.first().map(|l| l.sku.as_str()).unwrap_or("?");
+                    (
+                        Some(Reservation::Rejected),
+                        Outcome::Rejected,
+                        Some(format!("out of stock: {sku}")),
+                    )
+                }
+                None => (Some(Reservation::Reserved), Outcome::Ok, None),
+            },
+            StockAction::Release => {
+                if draw(id, "release", cmd.attempt) < self.rates.release_failure_rate {
+                    return (
+                        None,
+                        Outcome::Failed,
+                        Some("warehouse system unavailable (simulated)".into()),
+                    );
+                }
+                match held {
+                    // Idempotent: releasing twice, or what was never reserved, frees nothing.
+                    Some(Reservation::Reserved) => (Some(Reservation::Released), Outcome::Ok, None),
+                    Some(Reservation::Shipped) => {
+                        (None, Outcome::Failed, Some("already shipped".into()))
+                    }
+                    _ => (None, Outcome::Ok, None),
+                }
+            }
+            StockAction::Ship => match held {
+                Some(Reservation::Shipped) => (None, Outcome::Ok, None),
+                Some(Reservation::Reserved)
+                    if draw(id, "ship", cmd.attempt) < self.rates.ship_failure_rate =>
+                {
+                    (
+                        None,
+                        Outcome::Failed,
+                        Some("carrier unavailable (simulated)".into()),
+                    )
+                }
+                Some(Reservation::Reserved) => (Some(Reservation::Shipped), Outcome::Ok, None),
+                _ => (
+                    None,
+                    Outcome::Failed,
+                    Some("nothing reserved to ship".into()),
+                ),
+            },
+        }
+    }
+}
+
+impl Processor for StockService {
+    fn process(&mut self, ctx: &mut Context<'_>, r: &Record<'_>) -> Result<(), ProcessError> {
+        let cmd: StockCommand = parse(r, types::STOCK_COMMAND)?;
+        let key = format!("reservation/{}", cmd.order_id);
+        let held: Option<Reservation> = ctx
+            .get(key.as_bytes())?
+            .and_then(|b| serde_json::from_slice(&b).ok());
+        let (next, outcome, reason) = self.decide(&cmd, held);
+        if let Some(n) = next {
+            ctx.put(key.as_bytes(), serde_json::to_vec(&n).unwrap_or_default());
+        }
+        let reply = StockReply {
+            order_id: cmd.order_id.clone(),
+            action: cmd.action,
+            attempt: cmd.attempt,
+            outcome,
+            reason,
+            tracking_number: (cmd.action == StockAction::Ship && outcome == Outcome::Ok).then(
+                || {
+                    format!(
+                        "TRK-{:010}",
+                        (draw(&cmd.order_id, "tracking", 0) * 1e10) as u64
+                    )
+                },
+            ),
+        };
+        reply_to(ctx, &self.topics, cmd.order_id, types::STOCK_REPLY, &reply);
+        Ok(())
+    }
+
+    fn store_name(&self) -> &str {
+        super::Topology::Stock.store()
+    }
+}
+
+/// The payment service: one charge per order, ever.
+#[derive(Debug, Clone)]
+pub struct PaymentService {
+    topics: Topics,
+    rates: FailureRates,
+}
+
+impl PaymentService {
+    /// Replies on `topics.replies`; declines at `rates.payment_failure_rate`.
+    pub fn new(topics: Topics, rates: FailureRates) -> Self {
+        Self { topics, rates }
+    }
+}
+
+impl Processor for PaymentService {
+    fn process(&mut self, ctx: &mut Context<'_>, r: &Record<'_>) -> Result<(), ProcessError> {
+        let cmd: PaymentCommand = parse(r, types::PAYMENT_COMMAND)?;
+        let key = format!("charge/{}", cmd.order_id);
+        let reply = match ctx
+            .get(key.as_bytes())?
+            .and_then(|b| serde_json::from_slice::<PaymentReply>(&b).ok())
+        {
+            Some(done) => done, // the order id is the idempotency key: never charged twice
+            None => {
+                let reply = if draw(&cmd.order_id, "charge", 0) < self.rates.payment_failure_rate {
+                    PaymentReply {
+                        order_id: cmd.order_id.clone(),
+                        outcome: Outcome::Rejected,
+                        payment_id: None,
+                        reason: Some("card declined (simulated)".into()),
+                    }
+                } else {
+                    PaymentReply {
+                        order_id: cmd.order_id.clone(),
+                        outcome: Outcome::Ok,
+                        payment_id: Some(format!(
+                            "pay-{:012}",
+                            (draw(&cmd.order_id, "payment-id", 0) * 1e12) as u64
+                        )),
+                        reason: None,
+                    }
+                };
+                ctx.put(
+                    key.as_bytes(),
+                    serde_json::to_vec(&reply).unwrap_or_default(),
+                );
+                reply
+            }
+        };
+        reply_to(
+            ctx,
+            &self.topics,
+            cmd.order_id,
+            types::PAYMENT_REPLY,
+            &reply,
+        );
+        Ok(())
+    }
+
+    fn store_name(&self) -> &str {
+        super::Topology::Payment.store()
+    }
+}
+
+/// Sends a service's reply to the saga, keyed by order id (the saga's partition).
+fn reply_to<T: serde::Serialize>(
+    ctx: &mut Context<'_>,
+    topics: &Topics,
+    order_id: String,
+    type_name: &str,
+    reply: &T,
+) {
+    let (v, h) = messages::encode(type_name, reply);
+    ctx.emit(
+        topics.replies.clone(),
+        Some(order_id.into_bytes()),
+        Some(v),
+        h,
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Line;
+
+    fn cmd(action: StockAction, attempt: u32) -> StockCommand {
+        StockCommand {
+            order_id: "o-1".into(),
+            action,
+            attempt,
+            lines: vec![Line {
+                sku: "s".into(),
+                quantity: 1,
+                unit_price_minor: 1,
+            }],
+        }
+    }
+
+    #[test]
+    fn a_release_is_idempotent_and_never_frees_what_was_not_held() {
+        let s = StockService::new(
+            Topics::new("t"),
+            FailureRates {
+                release_failure_rate: 0.0,
+                ..FailureRates::default()
+            },
+        );
+        let (n, o, _) = s.decide(&cmd(StockAction::Release, 1), Some(Reservation::Reserved));
+        assert_eq!((n, o), (Some(Reservation::Released), Outcome::Ok));
+        let (n, o, _) = s.decide(&cmd(StockAction::Release, 1), Some(Reservation::Released));
+        assert_eq!(
+            (n, o),
+            (None, Outcome::Ok),
+            "a second release changes nothing"
+        );
+        let (n, o, _) = s.decide(&cmd(StockAction::Release, 1), None);
+        assert_eq!(
+            (n, o),
+            (None, Outcome::Ok),
+            "releasing what was never reserved changes nothing"
+        );
+    }
+
+    #[test]
+    fn failure_rates_of_zero_and_one_always_and_never_fail() {
+        let never = StockService::new(
+            Topics::new("t"),
+            FailureRates {
+                stock_failure_rate: 0.0,
+                ship_failure_rate: 0.0,
+                ..FailureRates::default()
+            },
+        );
+        assert_eq!(
+            never.decide(&cmd(StockAction::Reserve, 1), None).1,
+            Outcome::Ok
+        );
+        let always = StockService::new(
+            Topics::new("t"),
+            FailureRates {
+                stock_failure_rate: 1.0,
+                ..FailureRates::default()
+            },
+        );
+        assert_eq!(
+            always.decide(&cmd(StockAction::Reserve, 1), None).1,
+            Outcome::Rejected
+        );
+    }
+}

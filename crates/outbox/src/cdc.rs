@@ -1,0 +1,824 @@
+//! CDC mode: the replication stream (pgoutput over a logical slot) → whole Postgres
+//! transactions → Kafka transactions with the LSN checkpoint → confirmed LSN.
+//!
+//! The rules that make it exactly-once into Kafka:
+//! - a Postgres transaction's rows are buffered until its Commit and never split across Kafka
+//!   transactions; the checkpoint of a Kafka transaction is the last included commit's end LSN;
+//! - the LSN is confirmed to Postgres (`update_applied_lsn`) only after the Kafka commit, so
+//!   the slot never moves past what Kafka holds;
+//! - on (re)start the committed LSN is read back from the offsets topic (`read_committed`) and
+//!   every transaction whose end LSN is at or below it is skipped: what Postgres re-sends
+//!   after a crash (it replays from the slot's confirmed position) is dropped here;
+//! - one active router per slot: a session-level advisory lock, held on a plain connection for
+//!   the life of the session (a second instance waits for it; a dead instance's connection
+//!   drops and releases it), and the stable `transactional.id` fences a zombie's producer.
+//!
+//! Heartbeats (`pg_logical_emit_message`) come back through the stream as transactions with no
+//! outbox rows; their end LSN is confirmed at once when nothing is pending, so an idle outbox
+//! does not pin WAL. Losing Postgres (restart, network) ends the session; pending rows are
+//! dropped (never committed) and a new session resumes from the committed LSN.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use pgwire_replication::{Lsn, ReplicationClient, ReplicationConfig, ReplicationEvent};
+
+use eosflow::config::Config;
+use eosflow::kafka::KafkaClients;
+
+use super::avro::PayloadEncoder;
+use super::identity::{self, Resume};
+use super::pgoutput::{self, Message, Relation, Value};
+use super::publish::{lsn_text, read_checkpoint, ClusterId, LsnCheckpoint, Publisher};
+use super::router::{EventRouter, RoutedRecord, Row};
+use super::{migrate, pg_err, quote_ident, quoted_table, telemetry, OutboxError};
+use eosflow::telemetry::Health;
+
+/// What a CDC run did, for the log line at exit.
+#[derive(Debug, Default, Clone)]
+pub struct CdcSummary {
+    /// Rows published.
+    pub rows: u64,
+    /// Rows sent to the outbox's dead-letter topic (cannot be written where they route).
+    pub dead_lettered: u64,
+    /// Kafka transactions committed.
+    pub commits: u64,
+    /// Rows skipped because their transaction was at or below the committed LSN.
+    pub skipped: u64,
+    /// UPDATE/DELETE/TRUNCATE changes ignored.
+    pub ignored: u64,
+    /// Sessions started (1 + reconnects).
+    pub sessions: u64,
+    /// The last committed LSN.
+    pub committed_lsn: u64,
+}
+
+/// Postgres epoch (2000-01-01) in Unix microseconds: pgoutput's timestamps count from it.
+const PG_EPOCH_UNIX_MICROS: i64 = 946_684_800_000_000;
+
+fn since_pg_micros(pg_micros: i64) -> Duration {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros() as i64)
+        .unwrap_or_default();
+    Duration::from_micros((now - PG_EPOCH_UNIX_MICROS - pg_micros).max(0) as u64)
+}
+
+/// Runs the CDC router until `shutdown` is set or a non-transient error; reconnects after
+/// transient ones (Postgres restarts, a slot still held by a dying predecessor).
+/// `health`: beats while the loop turns (also while standing by for the slot); ready while
+/// streaming or standing by, not while reconnecting after an error.
+pub fn run(
+    config: &Config,
+    shutdown: Arc<AtomicBool>,
+    health: &Health,
+) -> Result<CdcSummary, OutboxError> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| OutboxError::Other(format!("tokio runtime: {e}")))?;
+    rt.block_on(run_async(config, shutdown, health))
+}
+
+async fn run_async(
+    config: &Config,
+    shutdown: Arc<AtomicBool>,
+    health: &Health,
+) -> Result<CdcSummary, OutboxError> {
+    let mut summary = CdcSummary::default();
+    let mut backoff = Duration::from_millis(200);
+    while !shutdown.load(Ordering::Relaxed) {
+        summary.sessions += 1;
+        match session(config, &shutdown, &mut summary, health).await {
+            Ok(()) => break,
+            Err(e) if e.is_transient() => {
+                health.set_ready(false);
+                health.beat();
+                telemetry::reconnect();
+                tracing::warn!(error = %e, retry_in_ms = backoff.as_millis() as u64, "outbox session ended; reconnecting");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(summary)
+}
+
+/// SQL answering `'true'` once a walsender streams from `slot`: what a writer waits for before
+/// its rows can be routed. Not `pg_replication_slots.active`, which is also true while an
+/// ordinary backend is still creating the slot, before its consistent point — rows committed
+/// then are never streamed.
+pub fn streaming_sql(slot: &str) -> String {
+    format!(
+        "select 'true' from pg_replication_slots s join pg_stat_replication r \
+         on r.pid = s.active_pid where s.slot_name = '{}'",
+        slot.replace('\'', "''")
+    )
+}
+
+/// SQL dropping `slot` once no walsender holds it (a killed router's walsender notices late);
+/// run it until the slot is gone, or it pins WAL.
+pub fn drop_released_slot_sql(slot: &str) -> String {
+    format!(
+        "select pg_drop_replication_slot(slot_name) from pg_replication_slots \
+         where slot_name = '{}' and not active",
+        slot.replace('\'', "''")
+    )
+}
+
+/// Creates the publication when absent (a concurrent creator winning is fine) and checks it
+/// publishes the outbox table.
+pub async fn ensure_publication(
+    pg: &tokio_postgres::Client,
+    config: &Config,
+) -> Result<(), OutboxError> {
+    let o = &config.outbox;
+    let has_pub = pg
+        .query_opt(
+            "select 1 from pg_publication where pubname = $1",
+            &[&o.publication],
+        )
+        .await
+        .map_err(pg_err("looking up the publication"))?
+        .is_some();
+    if !has_pub {
+        let sql = format!(
+            "create publication {} for table {}",
+            quote_ident(&o.publication),
+            quoted_table(o)
+        );
+        if let Err(e) = pg.batch_execute(&sql).await {
+            if e.code() != Some(&tokio_postgres::error::SqlState::DUPLICATE_OBJECT) {
+                return Err(pg_err("creating the publication")(e));
+            }
+        }
+        tracing::info!(publication = %o.publication, table = %o.table, "created publication");
+    }
+    let (schema, table) = super::schema_table(o);
+    let covers = pg
+        .query_opt(
+            "select 1 from pg_publication_tables where pubname = $1 and schemaname = $2 and tablename = $3",
+            &[&o.publication, &schema, &table],
+        )
+        .await
+        .map_err(pg_err("checking the publication's tables"))?
+        .is_some();
+    if !covers {
+        return Err(OutboxError::Config(format!(
+            "publication {} exists but does not publish {} (outbox.publication / outbox.table): \
+             ALTER PUBLICATION … ADD TABLE, or name another publication",
+            o.publication, o.table
+        )));
+    }
+    Ok(())
+}
+
+/// Creates the slot when absent, without a snapshot: what commits from now on is streamed.
+pub async fn ensure_slot(pg: &tokio_postgres::Client, config: &Config) -> Result<(), OutboxError> {
+    let o = &config.outbox;
+    let has_slot = pg
+        .query_opt(
+            "select 1 from pg_replication_slots where slot_name = $1",
+            &[&o.slot],
+        )
+        .await
+        .map_err(pg_err("looking up the slot"))?
+        .is_some();
+    if !has_slot {
+        match pg
+            .query_one(
+                "select lsn::text from pg_create_logical_replication_slot($1, 'pgoutput')",
+                &[&o.slot],
+            )
+            .await
+        {
+            Ok(row) => {
+                let lsn: String = row.get(0);
+                tracing::info!(slot = %o.slot, %lsn, "created logical replication slot");
+            }
+            Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::DUPLICATE_OBJECT) => {}
+            Err(e) => return Err(pg_err("creating the slot")(e)),
+        }
+    }
+    Ok(())
+}
+
+fn replication_config(config: &Config, start: u64) -> Result<ReplicationConfig, OutboxError> {
+    let target = super::pgtls::PgTarget::parse(&config.postgres.url)?;
+    let pc = &target.config;
+    let host = match pc.get_hosts().first() {
+        Some(tokio_postgres::config::Host::Tcp(h)) => h.clone(),
+        Some(tokio_postgres::config::Host::Unix(p)) => p.display().to_string(),
+        None => "localhost".into(),
+    };
+    let port = pc.get_ports().first().copied().unwrap_or(5432);
+    let user = pc.get_user().unwrap_or("postgres").to_string();
+    let password = pc
+        .get_password()
+        .map(|p| String::from_utf8_lossy(p).into_owned())
+        .unwrap_or_default();
+    let db = pc.get_dbname().unwrap_or(&user).to_string();
+    let o = &config.outbox;
+    Ok(ReplicationConfig::new(
+        host,
+        user,
+        password,
+        db,
+        o.slot.clone(),
+        o.publication.clone(),
+    )
+    .with_port(port)
+    .with_tls(target.replication_tls()?)
+    .with_start_lsn(Lsn::from_u64(start))
+    .with_status_interval(Duration::from_millis(o.status_interval_ms))
+    .with_wakeup_interval(Duration::from_millis(o.status_interval_ms))
+    .with_application_name(format!("eosflow-outbox-{}", o.slot)))
+}
+
+/// Waits for the advisory lock of `slot` on `pg` (one active router per slot).
+async fn lock_slot(
+    pg: &tokio_postgres::Client,
+    slot: &str,
+    shutdown: &AtomicBool,
+    health: &Health,
+) -> Result<bool, OutboxError> {
+    let key = format!("eosflow.outbox.{slot}");
+    let mut logged = false;
+    loop {
+        let got: bool = pg
+            .query_one("select pg_try_advisory_lock(hashtext($1))", &[&key])
+            .await
+            .map_err(pg_err("taking the slot's advisory lock"))?
+            .get(0);
+        if got {
+            return Ok(true);
+        }
+        if !logged {
+            tracing::info!(%slot, "another router holds the slot; waiting to take over");
+            logged = true;
+        }
+        // A standby is doing its job: alive and ready.
+        health.beat();
+        health.set_ready(true);
+        if shutdown.load(Ordering::Relaxed) {
+            return Ok(false);
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+struct Session<'a> {
+    config: &'a Config,
+    router: EventRouter,
+    /// (schema, table) of the outbox: other tables of the publication are not routed.
+    table: (String, String),
+    relations: HashMap<u32, Relation>,
+    /// Rows of the Postgres transaction being received.
+    open_tx: Vec<RoutedRecord>,
+    open_ignored: u64,
+    open_commit_micros: i64,
+    /// Whole transactions waiting for their Kafka transaction.
+    batch: Vec<RoutedRecord>,
+    batch_end: Option<u64>,
+    batch_oldest_commit: Option<i64>,
+    batch_since: Instant,
+    committed: u64,
+    /// Commit time of the newest transaction received (Postgres epoch µs).
+    last_commit_micros: Option<i64>,
+    /// `payload_format = "avro"`: encodes each batch before its Kafka transaction.
+    encoder: Option<PayloadEncoder>,
+}
+
+impl<'a> Session<'a> {
+    fn new(config: &'a Config, committed: u64, encoder: Option<PayloadEncoder>) -> Self {
+        let o = &config.outbox;
+        Session {
+            encoder,
+            config,
+            router: EventRouter::new(o),
+            table: {
+                let (schema, table) = super::schema_table(o);
+                (schema.to_string(), table.to_string())
+            },
+            relations: HashMap::new(),
+            open_tx: vec![],
+            open_ignored: 0,
+            open_commit_micros: 0,
+            batch: vec![],
+            batch_end: None,
+            batch_oldest_commit: None,
+            batch_since: Instant::now(),
+            committed,
+            last_commit_micros: None,
+        }
+    }
+
+    fn on_begin(&mut self, commit_time_micros: i64) {
+        self.open_tx.clear();
+        self.open_ignored = 0;
+        self.open_commit_micros = commit_time_micros;
+    }
+
+    fn on_change(&mut self, data: &[u8]) -> Result<(), OutboxError> {
+        match pgoutput::decode(data)? {
+            Message::Relation(r) => {
+                self.relations.insert(r.id, r);
+            }
+            Message::Insert { relation, new } => {
+                let Some(rel) = self.relations.get(&relation) else {
+                    return Err(OutboxError::Replication(format!(
+                        "insert into relation {relation} before its Relation message"
+                    )));
+                };
+                if (rel.namespace.as_str(), rel.name.as_str())
+                    != (self.table.0.as_str(), self.table.1.as_str())
+                {
+                    return Ok(());
+                }
+                let row: Row = rel
+                    .columns
+                    .iter()
+                    .zip(new)
+                    .map(|(c, v)| {
+                        let v = match v {
+                            Value::Text(s) => Some(s),
+                            Value::Binary(b) => Some(String::from_utf8_lossy(&b).into_owned()),
+                            Value::Null | Value::Unchanged => None,
+                        };
+                        (c.name.clone(), v)
+                    })
+                    .collect();
+                self.open_tx.push(self.router.route(&row));
+            }
+            Message::Update { .. } => {
+                telemetry::ignored("update", 1);
+                self.open_ignored += 1;
+            }
+            Message::Delete { .. } => {
+                telemetry::ignored("delete", 1);
+                self.open_ignored += 1;
+            }
+            Message::Truncate { relations, .. } => {
+                telemetry::ignored("truncate", 1);
+                tracing::warn!(?relations, "TRUNCATE of the outbox ignored");
+            }
+            // Begin/Commit/Message arrive as their own events; Type/Origin need nothing.
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn on_commit(&mut self, end_lsn: u64, summary: &mut CdcSummary) {
+        let rows = std::mem::take(&mut self.open_tx);
+        if self.open_ignored > 0 {
+            tracing::warn!(
+                changes = self.open_ignored,
+                lsn = %lsn_text(end_lsn),
+                "UPDATE/DELETE on the outbox ignored (only INSERTs are routed)"
+            );
+            summary.ignored += self.open_ignored;
+            self.open_ignored = 0;
+        }
+        if end_lsn <= self.committed {
+            // Already in Kafka: a replay after a restart.
+            if !rows.is_empty() {
+                tracing::info!(
+                    rows = rows.len(),
+                    lsn = %lsn_text(end_lsn),
+                    committed = %lsn_text(self.committed),
+                    "skipped a replayed transaction already in Kafka"
+                );
+                telemetry::skipped_replayed(rows.len());
+                summary.skipped += rows.len() as u64;
+            }
+            return;
+        }
+        if self.batch_end.is_none() {
+            self.batch_since = Instant::now();
+        }
+        if !rows.is_empty() && self.batch_oldest_commit.is_none() {
+            self.batch_oldest_commit = Some(self.open_commit_micros);
+        }
+        self.batch.extend(rows.into_iter().map(|mut r| {
+            r.commit_lsn = Some(end_lsn);
+            r
+        }));
+        self.batch_end = Some(end_lsn);
+    }
+
+    async fn flush(
+        &mut self,
+        publisher: &mut Publisher,
+        repl: &ReplicationClient,
+        summary: &mut CdcSummary,
+    ) -> Result<(), OutboxError> {
+        let Some(end) = self.batch_end else {
+            return Ok(());
+        };
+        if !self.batch.is_empty() {
+            if let Some(enc) = self.encoder.as_mut() {
+                enc.encode_all(&mut self.batch).await?;
+            }
+            let kafka_started = Instant::now();
+            let published = publisher.publish(&self.batch, end).await?;
+            let kafka_ms = kafka_started.elapsed().as_millis() as u64;
+            let rows = published.routed;
+            summary.dead_lettered += published.dead_lettered as u64;
+            let latency = self
+                .batch_oldest_commit
+                .map(since_pg_micros)
+                .unwrap_or_default();
+            telemetry::routed(rows, "cdc");
+            telemetry::committed(rows, latency);
+            summary.rows += rows as u64;
+            summary.commits += 1;
+            tracing::debug!(
+                rows,
+                lsn = %lsn_text(end),
+                since_commit_ms = latency.as_millis() as u64,
+                kafka_ms,
+                "published"
+            );
+        }
+        self.committed = end;
+        summary.committed_lsn = end;
+        repl.update_applied_lsn(Lsn::from_u64(end));
+        let server_end = repl.metrics().last_wal_end().as_u64();
+        telemetry::replication_lag(
+            server_end.saturating_sub(end),
+            self.last_commit_micros
+                .map(|m| since_pg_micros(m).as_secs_f64())
+                .unwrap_or(0.0),
+        );
+        self.batch.clear();
+        self.batch_end = None;
+        self.batch_oldest_commit = None;
+        Ok(())
+    }
+}
+
+/// A fence seen while this session's connection — which holds the slot's advisory lock — still
+/// answers cannot come from a successor router (it would need the lock): the coordinator
+/// aborted a transaction that outlived `transaction.timeout.ms` (a long coordinator outage) and
+/// bumped the epoch. That is no reason to stop: the session ends as transient, and the next one
+/// reads the stored LSN back and continues from it.
+async fn unfenced(
+    r: Result<(), OutboxError>,
+    pg: &tokio_postgres::Client,
+) -> Result<(), OutboxError> {
+    match r {
+        Err(OutboxError::Sink(eosflow::sink::SinkError::Fenced { id, source }))
+            if pg.simple_query("select 1").await.is_ok() =>
+        {
+            tracing::warn!(%id, error = %source, "fenced while this router still holds the slot's lock: a timed-out transaction, not a successor; starting a new session");
+            Err(OutboxError::Other(format!(
+                "fenced without a successor (the slot's lock is still held): {source}"
+            )))
+        }
+        r => r,
+    }
+}
+
+/// `IDENTIFY_SYSTEM` on a gated (not yet streaming) replication session.
+async fn identify(repl: &mut ReplicationClient) -> Result<identity::Server, OutboxError> {
+    let id = repl
+        .identify_system()
+        .await
+        .map_err(|e| OutboxError::Replication(format!("IDENTIFY_SYSTEM: {e}")))?;
+    Ok(identity::Server {
+        cluster: ClusterId {
+            system_id: id.system_id,
+            timeline: id.timeline,
+        },
+        wal_end: id.xlogpos.as_u64(),
+    })
+}
+
+/// Opens the replication stream after the stored checkpoint, once `IDENTIFY_SYSTEM` on the
+/// very session that streams shows the checkpoint belongs to this server's WAL history
+/// ([`identity::check`]). A checkpoint the operator discarded (`outbox.discard_checkpoint`) is
+/// replaced, in a Kafka transaction of its own, by the slot's position on this server with
+/// this server's identity; so is one without identity (older versions). Returns the stream and
+/// the LSN at or below which transactions are already in Kafka.
+async fn open_stream(
+    config: &Config,
+    pg: &tokio_postgres::Client,
+    publisher: &mut Publisher,
+    mut stored: Option<LsnCheckpoint>,
+    mut imported: Option<tokio_postgres::Client>,
+    summary: &mut CdcSummary,
+) -> Result<(ReplicationClient, u64), OutboxError> {
+    let o = &config.outbox;
+    loop {
+        let start = stored
+            .as_ref()
+            .map_or(0, |c| c.lsn)
+            .max(summary.committed_lsn);
+        let mut repl = ReplicationClient::connect_gated(replication_config(config, start)?)
+            .await
+            .map_err(|e| OutboxError::Replication(e.to_string()))?;
+        let server = identify(&mut repl).await?;
+        publisher.set_cluster(Some(server.cluster.clone()));
+        let rewrite_at = match identity::check(
+            stored.as_ref(),
+            &server,
+            &o.discard_checkpoint,
+            &o.slot,
+        )? {
+            Resume::After {
+                record_identity, ..
+            } => {
+                let snapshot = stored.as_ref().and_then(|c| c.snapshot.clone());
+                publisher.set_snapshot(snapshot.clone());
+                if record_identity {
+                    publisher.publish(&[], start).await?;
+                    tracing::info!(slot = %o.slot, system_id = %server.cluster.system_id, timeline = server.cluster.timeline, "recorded the cluster identity with the stored LSN");
+                }
+                if let Some(progress) = snapshot {
+                    summary.rows +=
+                        super::snapshot::run(config, publisher, start, progress, imported.take())
+                            .await?;
+                }
+                tracing::info!(slot = %o.slot, lsn = %lsn_text(start), system_id = %server.cluster.system_id, timeline = server.cluster.timeline, "resuming after the committed LSN");
+                repl.start()
+                    .await
+                    .map_err(|e| OutboxError::Replication(e.to_string()))?;
+                repl.wait_started()
+                    .await
+                    .map_err(|e| OutboxError::Replication(e.to_string()))?;
+                return Ok((repl, start));
+            }
+            Resume::Discard => slot_position(pg, &o.slot).await?,
+        };
+        // The stream must start from the new checkpoint: this session was opened for the old.
+        drop(repl);
+        publisher.set_snapshot(None);
+        publisher.publish(&[], rewrite_at).await?;
+        tracing::warn!(slot = %o.slot, lsn = %lsn_text(rewrite_at), system_id = %server.cluster.system_id, timeline = server.cluster.timeline, "discarded the stored checkpoint; resuming from the slot's position on this server");
+        summary.committed_lsn = rewrite_at;
+        stored = Some(LsnCheckpoint {
+            slot: o.slot.clone(),
+            lsn: rewrite_at,
+            lsn_text: lsn_text(rewrite_at),
+            system_id: Some(server.cluster.system_id),
+            timeline: Some(server.cluster.timeline),
+            snapshot: None,
+        });
+    }
+}
+
+/// The slot's confirmed position on this server: where a stream without a usable checkpoint
+/// starts (the server sends nothing committed at or before it).
+async fn slot_position(pg: &tokio_postgres::Client, slot: &str) -> Result<u64, OutboxError> {
+    let row = pg
+        .query_opt(
+            "select confirmed_flush_lsn::text from pg_replication_slots where slot_name = $1",
+            &[&slot],
+        )
+        .await
+        .map_err(pg_err("reading the slot's position"))?;
+    row.and_then(|r| r.get::<_, Option<String>>(0))
+        .and_then(|t| super::publish::parse_lsn(&t))
+        .ok_or_else(|| OutboxError::Replication(format!("slot {slot} has no confirmed position")))
+}
+
+async fn session(
+    config: &Config,
+    shutdown: &AtomicBool,
+    summary: &mut CdcSummary,
+    health: &Health,
+) -> Result<(), OutboxError> {
+    let o = &config.outbox;
+    let pg = super::connect(&config.postgres.url).await?;
+    if migrate::ensure(&pg, o).await? {
+        tracing::info!(table = %o.table, "created the outbox table");
+    }
+    ensure_publication(&pg, config).await?;
+    if !lock_slot(&pg, &o.slot, shutdown, health).await? {
+        return Ok(());
+    }
+    let clients = KafkaClients::new(config.kafka.clone());
+    let offsets_topic = super::offsets_topic(&config.app.id);
+    let timeout = Duration::from_millis(o.transaction_timeout_ms);
+    let mut publisher = Publisher::new(
+        &clients,
+        &super::transactional_id(&config.app.id, &o.slot),
+        timeout,
+        &offsets_topic,
+        &super::dlt_topic(&config.app.id),
+        &o.slot,
+        o.topic_partitions,
+    )
+    .await?;
+    // After init_transactions: a predecessor's open transaction is aborted, so what we read
+    // now is final.
+    let mut stored = tokio::task::block_in_place(|| {
+        read_checkpoint(&clients, &offsets_topic, &o.slot, Duration::from_secs(60))
+    })?;
+    let mut imported = None;
+    if o.snapshot == "initial" && stored.is_none() {
+        // Nothing was ever published for this slot: (re)create it with an exported snapshot
+        // and publish the rows already in the table before streaming.
+        let mut repl = ReplicationClient::connect_gated(replication_config(config, 0)?)
+            .await
+            .map_err(|e| OutboxError::Replication(e.to_string()))?;
+        let server = identify(&mut repl).await?;
+        publisher.set_cluster(Some(server.cluster.clone()));
+        let (checkpoint, snap_pg) =
+            super::snapshot::create_slot(config, &pg, &mut publisher, repl, &server.cluster)
+                .await?;
+        stored = Some(checkpoint);
+        imported = Some(snap_pg);
+    } else {
+        ensure_slot(&pg, config).await?;
+    }
+    let (mut repl, committed) =
+        open_stream(config, &pg, &mut publisher, stored, imported, summary).await?;
+    let mut s = Session::new(config, committed, PayloadEncoder::from_config(config)?);
+    health.set_ready(true);
+    let commit_interval = Duration::from_millis(o.commit_interval_ms);
+    let heartbeat_every = Duration::from_millis(o.heartbeat_interval_ms);
+    let mut last_heartbeat = Instant::now();
+    let prune_every = Duration::from_secs(o.prune_interval_secs);
+    let mut last_prune = Instant::now();
+    let tick = Duration::from_millis(100);
+    loop {
+        health.beat();
+        if shutdown.load(Ordering::Relaxed) {
+            // Finish what is complete; an open Postgres transaction is re-sent next time.
+            unfenced(s.flush(&mut publisher, &repl, summary).await, &pg).await?;
+            tokio::time::sleep(Duration::from_millis(s.config.outbox.status_interval_ms)).await;
+            let _ = repl.shutdown().await;
+            return Ok(());
+        }
+        // Wake exactly when the pending batch is due, else every `tick` (heartbeat, shutdown).
+        let wait = match s.batch_end {
+            Some(_) => commit_interval
+                .saturating_sub(s.batch_since.elapsed())
+                .max(Duration::from_millis(1)),
+            None => tick,
+        };
+        match tokio::time::timeout(wait, repl.recv()).await {
+            Err(_elapsed) => {}
+            Ok(Err(e)) => return Err(OutboxError::Replication(e.to_string())),
+            Ok(Ok(None)) => {
+                return Err(OutboxError::Replication(
+                    "the server ended the stream".into(),
+                ))
+            }
+            Ok(Ok(Some(ev))) => match ev {
+                ReplicationEvent::Begin {
+                    commit_time_micros, ..
+                } => s.on_begin(commit_time_micros),
+                ReplicationEvent::XLogData { data, .. } => s.on_change(&data)?,
+                ReplicationEvent::Commit {
+                    end_lsn,
+                    commit_time_micros,
+                    ..
+                } => {
+                    tracing::trace!(
+                        lsn = %lsn_text(end_lsn.as_u64()),
+                        since_commit_ms = since_pg_micros(commit_time_micros).as_millis() as u64,
+                        "commit received"
+                    );
+                    s.on_commit(end_lsn.as_u64(), summary);
+                    s.last_commit_micros = Some(commit_time_micros);
+                    if s.batch.len() >= o.batch_size {
+                        unfenced(s.flush(&mut publisher, &repl, summary).await, &pg).await?;
+                    }
+                }
+                ReplicationEvent::KeepAlive { wal_end, .. } => {
+                    let bytes = wal_end.as_u64().saturating_sub(s.committed);
+                    // Nothing pending: caught up. Else as old as the newest commit received.
+                    let secs = if s.batch_end.is_none() && s.open_tx.is_empty() {
+                        0.0
+                    } else {
+                        s.last_commit_micros
+                            .map(|m| since_pg_micros(m).as_secs_f64())
+                            .unwrap_or(0.0)
+                    };
+                    telemetry::replication_lag(bytes, secs);
+                }
+                ReplicationEvent::Message { .. } | ReplicationEvent::StoppedAt { .. } => {}
+            },
+        }
+        if s.batch_end.is_some() && s.batch_since.elapsed() >= commit_interval {
+            unfenced(s.flush(&mut publisher, &repl, summary).await, &pg).await?;
+        }
+        if !heartbeat_every.is_zero() && last_heartbeat.elapsed() >= heartbeat_every {
+            pg.execute(
+                "select pg_logical_emit_message(true, 'eosflow.outbox.heartbeat', $1)",
+                &[&o.slot],
+            )
+            .await
+            .map_err(pg_err("writing a heartbeat"))?;
+            telemetry::heartbeat();
+            last_heartbeat = Instant::now();
+        }
+        if !prune_every.is_zero() && last_prune.elapsed() >= prune_every {
+            prune(&pg, config).await?;
+            last_prune = Instant::now();
+        }
+    }
+}
+
+/// Deletes rows older than `outbox.prune_after_secs` (by `occurred_at`; in poll mode only
+/// rows already sent). In CDC mode a row's INSERT is in the WAL (held by the slot) whatever
+/// happens to the row, and the DELETE it causes is ignored by the router.
+pub async fn prune(pg: &tokio_postgres::Client, config: &Config) -> Result<u64, OutboxError> {
+    let o = &config.outbox;
+    let only_sent = if o.mode == "poll" {
+        format!(" and {} is not null", quote_ident(&o.column_sent_at))
+    } else {
+        String::new()
+    };
+    let sql = format!(
+        "delete from {} where {} < now() - make_interval(secs => $1){only_sent}",
+        quoted_table(o),
+        quote_ident(&o.column_occurred_at),
+    );
+    let n = pg
+        .execute(&sql, &[&(o.prune_after_secs as f64)])
+        .await
+        .map_err(pg_err("pruning old rows"))?;
+    if n > 0 {
+        telemetry::pruned(n);
+        tracing::info!(rows = n, "pruned old outbox rows");
+    }
+    Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Feeds the captured real pgoutput stream (see pgoutput's tests) through a session, the
+    /// way the replication loop does (Begin/Commit arrive as their own events).
+    fn feed(committed: u64) -> (Vec<RoutedRecord>, CdcSummary) {
+        let mut config = Config::default();
+        config.outbox.table = "cap_outbox".into();
+        let mut s = Session::new(&config, committed, None);
+        let mut summary = CdcSummary::default();
+        for line in include_str!("testdata/pgoutput_v1.hex").lines() {
+            let bytes: Vec<u8> = (0..line.trim().len())
+                .step_by(2)
+                .map(|i| u8::from_str_radix(&line.trim()[i..i + 2], 16).expect("hex"))
+                .collect();
+            match pgoutput::decode(&bytes).expect("decodes") {
+                Message::Begin {
+                    commit_time_micros, ..
+                } => s.on_begin(commit_time_micros),
+                Message::Commit { end_lsn, .. } => s.on_commit(end_lsn, &mut summary),
+                _ => s.on_change(&bytes).expect("change"),
+            }
+        }
+        (s.batch, summary)
+    }
+
+    fn first_commit_end() -> u64 {
+        include_str!("testdata/pgoutput_v1.hex")
+            .lines()
+            .filter_map(|l| {
+                let b: Vec<u8> = (0..l.trim().len())
+                    .step_by(2)
+                    .map(|i| u8::from_str_radix(&l.trim()[i..i + 2], 16).expect("hex"))
+                    .collect();
+                match pgoutput::decode(&b) {
+                    Ok(Message::Commit { end_lsn, .. }) => Some(end_lsn),
+                    _ => None,
+                }
+            })
+            .next()
+            .expect("a commit")
+    }
+
+    #[test]
+    fn inserts_are_routed_and_updates_deletes_are_ignored() {
+        let (batch, summary) = feed(0);
+        let ids: Vec<&str> = batch.iter().map(|r| r.id.as_str()).collect();
+        assert_eq!(
+            ids,
+            [
+                "11111111-1111-1111-1111-111111111111",
+                "22222222-2222-2222-2222-222222222222"
+            ]
+        );
+        assert_eq!(batch[0].topic, "outbox.event.Order");
+        assert_eq!(batch[0].key.as_deref(), Some(&b"order-1"[..]));
+        assert_eq!(batch[1].value, None, "NULL payload: tombstone");
+        assert_eq!(summary.ignored, 2, "one UPDATE, one DELETE");
+        assert_eq!(summary.skipped, 0);
+    }
+
+    #[test]
+    fn replayed_transactions_at_or_below_the_committed_lsn_are_skipped() {
+        let (batch, summary) = feed(first_commit_end());
+        let ids: Vec<&str> = batch.iter().map(|r| r.id.as_str()).collect();
+        assert_eq!(ids, ["22222222-2222-2222-2222-222222222222"]);
+        assert_eq!(summary.skipped, 1);
+    }
+}

@@ -1,0 +1,231 @@
+//! The initial snapshot: rows already in the outbox table when the router first starts are
+//! published exactly once, with no gap and no duplicate against what the slot streams.
+//!
+//! The slot is created on a replication session with `EXPORT_SNAPSHOT`: the exported snapshot
+//! S sees exactly the transactions that committed before the slot's consistent point C, and
+//! the slot streams exactly those that commit after it. S is imported on an ordinary
+//! connection (`REPEATABLE READ`, `SET TRANSACTION SNAPSHOT`) and the table is read in chunks
+//! of `outbox.batch_size` rows ordered by the id column. Each chunk is published in one Kafka
+//! transaction with the checkpoint `{lsn: C, snapshot: {S as pg_snapshot text, last id}}`, so
+//! a crash mid-snapshot resumes after the last committed chunk. The exported snapshot dies with
+//! its session; a resumed snapshot reads with a fresh one and keeps only rows whose inserting
+//! transaction S sees (`pg_visible_in_snapshot(xmin, S)`), which is the same set for rows
+//! that are only inserted (an outbox row updated after C is not re-read by a resumed snapshot).
+//! When the last chunk is in, a checkpoint without snapshot progress is written and streaming
+//! starts after C.
+
+use serde::{Deserialize, Serialize};
+
+use super::avro::PayloadEncoder;
+use super::publish::{lsn_text, parse_lsn, ClusterId, LsnCheckpoint, Publisher};
+use super::router::EventRouter;
+use super::{pg_err, quote_ident, quoted_table, OutboxError};
+use eosflow::config::Config;
+
+/// How far the snapshot got: stored with the checkpoint while it runs.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct SnapshotProgress {
+    /// The exported snapshot as `pg_snapshot` text (`xmin:xmax:xip,…`): the rows it sees are
+    /// the snapshot's, every later one comes from the slot.
+    pub snapshot: String,
+    /// The id of the last row published (ids are read in order); `None` before the first.
+    pub after_id: Option<String>,
+    /// Rows published by the snapshot so far.
+    pub rows: u64,
+}
+
+/// Creates `slot` on a replication session with an exported snapshot (dropping a slot left by
+/// an earlier attempt: with nothing stored, nothing was published from it), imports the
+/// snapshot on a new connection, and stores the start of the snapshot in Kafka. Returns the
+/// stored checkpoint and the connection whose transaction holds the imported snapshot.
+pub async fn create_slot(
+    config: &Config,
+    pg: &tokio_postgres::Client,
+    publisher: &mut Publisher,
+    mut repl: pgwire_replication::ReplicationClient,
+    cluster: &ClusterId,
+) -> Result<(LsnCheckpoint, tokio_postgres::Client), OutboxError> {
+    let o = &config.outbox;
+    pg.batch_execute(&super::cdc::drop_released_slot_sql(&o.slot))
+        .await
+        .map_err(pg_err(
+            "dropping the slot of an attempt that published nothing",
+        ))?;
+    let rows = repl
+        .simple_query(&format!(
+            "CREATE_REPLICATION_SLOT {} LOGICAL pgoutput EXPORT_SNAPSHOT",
+            quote_ident(&o.slot)
+        ))
+        .await
+        .map_err(|e| OutboxError::Replication(format!("creating the slot: {e}")))?;
+    let field = |i: usize| -> Option<String> {
+        rows.first()?
+            .get(i)?
+            .as_ref()
+            .map(|b| String::from_utf8_lossy(b).into_owned())
+    };
+    let (Some(point), Some(exported)) = (field(1).and_then(|p| parse_lsn(&p)), field(2)) else {
+        return Err(OutboxError::Replication(format!(
+            "CREATE_REPLICATION_SLOT answered {rows:?}"
+        )));
+    };
+    let snap_pg = super::connect(&config.postgres.url).await?;
+    snap_pg
+        .batch_execute(&format!(
+            "begin isolation level repeatable read read only; set transaction snapshot '{}'",
+            exported.replace('\'', "''")
+        ))
+        .await
+        .map_err(pg_err("importing the slot's snapshot"))?;
+    let snapshot: String = snap_pg
+        .query_one("select pg_current_snapshot()::text", &[])
+        .await
+        .map_err(pg_err("reading the imported snapshot"))?
+        .get(0);
+    // The snapshot is imported: the exporting session (gated, never started) can end.
+    drop(repl);
+    let progress = SnapshotProgress {
+        snapshot,
+        after_id: None,
+        rows: 0,
+    };
+    publisher.set_snapshot(Some(progress.clone()));
+    publisher.publish(&[], point).await?;
+    tracing::info!(slot = %o.slot, consistent_point = %lsn_text(point), snapshot = %progress.snapshot, "created the slot with an exported snapshot; publishing the rows already in the table");
+    Ok((
+        LsnCheckpoint {
+            slot: o.slot.clone(),
+            lsn: point,
+            lsn_text: lsn_text(point),
+            system_id: Some(cluster.system_id.clone()),
+            timeline: Some(cluster.timeline),
+            snapshot: Some(progress),
+        },
+        snap_pg,
+    ))
+}
+
+/// Publishes the table's rows that the snapshot in `progress` sees, after `progress.after_id`,
+/// in chunks each committed with its progress at LSN `point`; then clears the progress.
+/// Returns the rows this run wrote to their routed topics (dead letters not counted).
+/// `imported`: the connection holding the exported snapshot (first run), else a fresh
+/// connection reads and filters by the snapshot's visibility.
+pub async fn run(
+    config: &Config,
+    publisher: &mut Publisher,
+    point: u64,
+    mut progress: SnapshotProgress,
+    imported: Option<tokio_postgres::Client>,
+) -> Result<u64, OutboxError> {
+    let o = &config.outbox;
+    let pg = match imported {
+        Some(c) => c,
+        None => {
+            tracing::info!(after_id = ?progress.after_id, rows = progress.rows, "resuming the snapshot after the last committed chunk");
+            super::connect(&config.postgres.url).await?
+        }
+    };
+    let columns = super::table_columns(&pg, o).await?;
+    let id_type: String = pg
+        .query_one(
+            "select format_type(atttypid, atttypmod) from pg_attribute \
+             where attrelid = $1::text::regclass and attname = $2",
+            &[&quoted_table(o), &o.column_id],
+        )
+        .await
+        .map_err(pg_err("reading the id column's type"))?
+        .get(0);
+    let id = quote_ident(&o.column_id);
+    // xmin as an xid8 (its epoch from the current xid: every live xmin is within 2^31 of it);
+    // frozen/bootstrap xids (< 3) are visible to every snapshot.
+    // Two statements rather than `$1 is null or id > $1`, which would defeat the primary key
+    // index and sort the whole table for every chunk.
+    let select = |bound: &str| {
+        format!(
+        "with now as (select pg_snapshot_xmax(pg_current_snapshot())::text::bigint as x) \
+         select {cols} from {table}, now \
+         where {bound} \
+         and (xmin::text::bigint < 3 or pg_visible_in_snapshot((( \
+              ((now.x >> 32) - case when xmin::text::bigint > (now.x & 4294967295) then 1 else 0 end) \
+              << 32) + xmin::text::bigint)::text::xid8, $2::text::pg_snapshot)) \
+         order by {id} limit $3",
+        cols = super::text_columns(&columns),
+        table = quoted_table(o),
+    )
+    };
+    let (select_first, select_after) = (
+        select("$1::text is null"),
+        select(&format!("{id} > $1::text::{id_type}")),
+    );
+    let router = EventRouter::new(o);
+    let mut encoder = PayloadEncoder::from_config(config)?;
+    let started = std::time::Instant::now();
+    let mut last_log = started;
+    let first = progress.rows;
+    let mut routed = 0u64;
+    loop {
+        let rows = pg
+            .query(
+                if progress.after_id.is_none() {
+                    &select_first
+                } else {
+                    &select_after
+                },
+                &[
+                    &progress.after_id,
+                    &progress.snapshot,
+                    &(o.batch_size as i64),
+                ],
+            )
+            .await
+            .map_err(pg_err("reading a snapshot chunk"))?;
+        if rows.is_empty() {
+            break;
+        }
+        let mut records: Vec<_> = rows
+            .iter()
+            .map(|r| router.route(&super::text_row(&columns, r)))
+            .collect();
+        if let Some(enc) = encoder.as_mut() {
+            enc.encode_all(&mut records).await?;
+        }
+        let Some(last) = rows.last().and_then(|r| {
+            columns
+                .iter()
+                .position(|c| c == &o.column_id)
+                .and_then(|i| r.get::<_, Option<String>>(i))
+        }) else {
+            return Err(OutboxError::Config(format!(
+                "outbox.column_id {} is missing or NULL in {}",
+                o.column_id, o.table
+            )));
+        };
+        progress.after_id = Some(last);
+        progress.rows += records.len() as u64;
+        publisher.set_snapshot(Some(progress.clone()));
+        let published = publisher.publish(&records, point).await?;
+        super::telemetry::routed(published.routed, "snapshot");
+        routed += published.routed as u64;
+        super::telemetry::snapshot_rows(records.len());
+        if last_log.elapsed().as_secs() >= 5 {
+            let secs = started.elapsed().as_secs_f64().max(0.001);
+            tracing::info!(
+                rows = progress.rows,
+                rows_per_s = ((progress.rows - first) as f64 / secs) as u64,
+                "snapshot in progress"
+            );
+            last_log = std::time::Instant::now();
+        }
+    }
+    let _ = pg.batch_execute("commit").await;
+    publisher.set_snapshot(None);
+    publisher.publish(&[], point).await?;
+    let secs = started.elapsed().as_secs_f64().max(0.001);
+    tracing::info!(
+        rows = progress.rows,
+        rows_per_s = ((progress.rows - first) as f64 / secs) as u64,
+        lsn = %lsn_text(point),
+        "snapshot complete; streaming from the slot's consistent point"
+    );
+    Ok(routed)
+}

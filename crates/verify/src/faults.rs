@@ -1,0 +1,197 @@
+//! The faults a verifier run delivers, and the watch that times how long the consumer group
+//! takes to recover from each: a fault is recovered when every input partition that had
+//! records waiting at that moment has its committed offset move again.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::{Offset, TopicPartitionList};
+
+use super::stack::PrivateStack;
+use eosflow::kafka::{ClientRole, KafkaClients};
+
+/// A recovery slower than this is a stall: the group stopped making progress.
+pub const STALL_AFTER: Duration = Duration::from_secs(60);
+
+/// What is done to the run while it processes.
+#[derive(Debug, Clone)]
+pub enum Fault {
+    /// `kill -9` of a random instance, restarted after 0.1–1 s.
+    Kill9,
+    /// SIGSTOP of a random instance for this long (past the session timeout), then SIGCONT:
+    /// the frozen instance is a zombie the group and the transaction coordinator must fence.
+    Freeze(Duration),
+    /// The (private) broker is stopped and started again.
+    BrokerRestart(PrivateStack),
+    /// The (private) broker process is frozen (SIGSTOP) this long, then resumed: longer than the
+    /// transaction timeout, so the coordinator aborts the open transactions when it wakes and
+    /// commits in flight have an unknown outcome.
+    BrokerPause(PrivateStack, Duration),
+}
+
+/// A fault whose recovery is still awaited.
+struct Pending {
+    at: Instant,
+    /// Partition → committed offset when the fault hit, for partitions with records waiting.
+    waiting: BTreeMap<i32, i64>,
+    stalled: bool,
+}
+
+/// Watches the group's committed offsets on the input to time recoveries.
+pub struct Monitor {
+    consumer: BaseConsumer,
+    topic: String,
+    partitions: i32,
+    pending: Vec<Pending>,
+    last_tick: Option<Instant>,
+    /// Recovery time of each fault, in the order they recovered.
+    pub recoveries: Vec<Duration>,
+    /// Faults that took longer than [`STALL_AFTER`] to recover (or never did).
+    pub stalls: u32,
+    /// Broker outages (stop to ready), for broker restarts.
+    pub outages: Vec<Duration>,
+    /// Progress checks that got no answer (broker away or slow).
+    pub misses: u32,
+}
+
+impl Monitor {
+    /// A watch of `group`'s committed offsets on `topic`.
+    pub fn new(
+        clients: &KafkaClients,
+        group: &str,
+        topic: &str,
+        partitions: i32,
+    ) -> Result<Self, String> {
+        // read_uncommitted: a read_committed client asks for *stable* offsets, and while any
+        // transaction of the group is open (always, at a 100 ms commit interval) the broker
+        // answers UNSTABLE_OFFSET_COMMIT until the call times out — the monitor would see no
+        // progress at all. The offsets it is given are the committed ones either way.
+        let consumer: BaseConsumer = clients
+            .config(ClientRole::Reader)
+            .set("group.id", group)
+            .set("isolation.level", "read_uncommitted")
+            .create()
+            .map_err(|e| format!("creating the progress monitor: {e}"))?;
+        Ok(Self {
+            consumer,
+            topic: topic.to_string(),
+            partitions,
+            pending: Vec::new(),
+            last_tick: None,
+            recoveries: Vec::new(),
+            stalls: 0,
+            outages: Vec::new(),
+            misses: 0,
+        })
+    }
+
+    /// Committed offset (0 when none) and high watermark per partition; `None` while the broker
+    /// does not answer.
+    fn snapshot(&self) -> Option<BTreeMap<i32, (i64, i64)>> {
+        let mut tpl = TopicPartitionList::new();
+        for p in 0..self.partitions {
+            tpl.add_partition(&self.topic, p);
+        }
+        let committed = self
+            .consumer
+            .committed_offsets(tpl, Duration::from_secs(5))
+            .ok()?;
+        let mut out = BTreeMap::new();
+        for p in 0..self.partitions {
+            let (_, high) = self
+                .consumer
+                .fetch_watermarks(&self.topic, p, Duration::from_secs(5))
+                .ok()?;
+            let at = match committed.find_partition(&self.topic, p).map(|e| e.offset()) {
+                Some(Offset::Offset(o)) => o,
+                _ => 0,
+            };
+            out.insert(p, (at, high));
+        }
+        Some(out)
+    }
+
+    /// Marks a fault now: its recovery is awaited on the partitions with records waiting.
+    pub fn fault_now(&mut self) {
+        let waiting = match self.snapshot() {
+            Some(s) => s
+                .into_iter()
+                .filter(|(_, (at, high))| high > at)
+                .map(|(p, (at, _))| (p, at))
+                .collect(),
+            None => BTreeMap::new(),
+        };
+        self.pending.push(Pending {
+            at: Instant::now(),
+            waiting,
+            stalled: false,
+        });
+    }
+
+    /// Restarts the clock of the latest fault (a broker restart counts from the broker's return).
+    pub fn restart_clock(&mut self) {
+        if let Some(p) = self.pending.last_mut() {
+            p.at = Instant::now();
+        }
+    }
+
+    /// Checks progress (at most every 500 ms): records recoveries and stalls.
+    pub fn tick(&mut self) {
+        if self.pending.is_empty()
+            || self
+                .last_tick
+                .is_some_and(|t| t.elapsed() < Duration::from_millis(500))
+        {
+            return;
+        }
+        self.last_tick = Some(Instant::now());
+        let Some(now) = self.snapshot() else {
+            self.misses += 1;
+            self.mark_stalls();
+            return;
+        };
+        let mut still = Vec::new();
+        for mut p in std::mem::take(&mut self.pending) {
+            p.waiting
+                .retain(|part, at| now.get(part).is_none_or(|(c, _)| c <= at));
+            if p.waiting.is_empty() {
+                self.recoveries.push(p.at.elapsed());
+            } else {
+                still.push(p);
+            }
+        }
+        self.pending = still;
+        self.mark_stalls();
+    }
+
+    fn mark_stalls(&mut self) {
+        for p in &mut self.pending {
+            if !p.stalled && p.at.elapsed() > STALL_AFTER {
+                p.stalled = true;
+                self.stalls += 1;
+                tracing::warn!(
+                    waiting = ?p.waiting,
+                    misses = self.misses,
+                    "stall: partitions with records waiting made no committed progress for {} s",
+                    STALL_AFTER.as_secs()
+                );
+            }
+        }
+    }
+
+    /// Waits (up to `timeout`) for every fault to be recovered; the rest count as stalls.
+    pub fn settle(&mut self, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        while !self.pending.is_empty() && Instant::now() < deadline {
+            self.last_tick = None;
+            self.tick();
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        for p in std::mem::take(&mut self.pending) {
+            if !p.stalled {
+                self.stalls += 1;
+            }
+        }
+    }
+}

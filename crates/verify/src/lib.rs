@@ -1,0 +1,760 @@
+//! `eosflow verify`: the proof behind "exactly once". A workload with known ids goes in, the
+//! counting topology runs as separate OS processes, random instances are `kill -9`ed and
+//! restarted mid-stream, and the committed output and changelog must account for every input
+//! exactly once.
+
+pub mod check;
+pub mod count;
+pub mod faults;
+pub mod outbox_crash;
+pub mod outbox_oversize;
+pub mod parked_flood;
+pub mod poison;
+pub mod query;
+pub mod scenario;
+pub mod slow;
+pub mod stack;
+pub mod stale_store;
+pub mod workload;
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rand::Rng;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::{Offset, TopicPartitionList};
+
+pub use check::Verdict;
+use eosflow::config::Config;
+use eosflow::kafka::topics::{self, TopicOutcome, TopicSpec};
+use eosflow::kafka::{ClientRole, KafkaClients};
+pub use faults::{Fault, Monitor};
+pub use scenario::{Scenario, ScenarioReport};
+pub use workload::Workload;
+
+/// How big and how violent a run is.
+#[derive(Debug, Clone)]
+pub struct VerifyOptions {
+    /// The workload.
+    pub workload: Workload,
+    /// Partitions of every topic.
+    pub partitions: i32,
+    /// Processor processes.
+    pub instances: usize,
+    /// Faults to deliver while the workload is being processed.
+    pub kills: u32,
+    /// Which fault: `kill -9` (default), a SIGSTOP freeze, a broker restart.
+    pub fault: Fault,
+    /// How long producing the workload takes (kills are spread over it).
+    pub duration: Duration,
+    /// `processor.commit_interval_ms` of the instances.
+    pub commit_interval_ms: u64,
+    /// The `eosflow` binary to run instances with.
+    pub exe: PathBuf,
+    /// Where instances keep their stores and logs.
+    pub work_dir: PathBuf,
+    /// Deadline for everything to be processed after the workload is in.
+    pub drain_timeout: Duration,
+    /// Further settings of every instance (`EOSFLOW_*` variables), e.g. a scenario's fault.
+    pub extra_env: Vec<(String, String)>,
+}
+
+/// The outcome of a run.
+#[derive(Debug, Clone)]
+pub struct VerifyReport {
+    /// The verdict from the committed output and state.
+    pub verdict: Verdict,
+    /// Records produced, duplicates included.
+    pub produced: u64,
+    /// kill -9s delivered.
+    pub kills: u32,
+    /// Wall time from the first record to an empty lag.
+    pub elapsed: Duration,
+    /// Recovery time after each fault: until every partition with records waiting when the
+    /// fault hit had its committed offset move again.
+    pub recoveries: Vec<Duration>,
+    /// Faults whose recovery took longer than the stall threshold.
+    pub stalls: u32,
+    /// Instances that exited by themselves after being fenced (zombies), restarted.
+    pub fenced_exits: u32,
+    /// Producers recreated in place (an epoch the coordinator bumped, an unknown commit outcome),
+    /// counted from the instances' logs: the recovery a broker pause or slow call must cause.
+    pub in_place_recoveries: u32,
+    /// Zombie resumes whose log then shows it losing its partitions or its transaction (session
+    /// timeout, revocation, abort, fencing): the evidence it was fenced, not merely lucky.
+    pub zombies_fenced: u32,
+    /// Records in the input's dead-letter topic.
+    pub dlt: u64,
+    /// How long each broker restart kept the broker away (stop to ready).
+    pub outages: Vec<Duration>,
+    /// Progress checks of the fault monitor that got no answer.
+    pub monitor_misses: u32,
+    /// Topics of the run.
+    pub input_topic: String,
+    /// Output topic of the run.
+    pub output_topic: String,
+}
+
+impl VerifyReport {
+    /// The one closing line.
+    pub fn line(&self) -> String {
+        format!(
+            "{} kills={} produced={} elapsed_s={:.1}",
+            self.verdict,
+            self.kills,
+            self.produced,
+            self.elapsed.as_secs_f64()
+        )
+    }
+
+    /// The longest recovery after a fault, in seconds (0 without faults).
+    pub fn max_recovery_s(&self) -> f64 {
+        self.recoveries
+            .iter()
+            .map(Duration::as_secs_f64)
+            .fold(0.0, f64::max)
+    }
+
+    /// The mean recovery after a fault, in seconds (0 without faults).
+    pub fn mean_recovery_s(&self) -> f64 {
+        if self.recoveries.is_empty() {
+            return 0.0;
+        }
+        self.recoveries
+            .iter()
+            .map(Duration::as_secs_f64)
+            .sum::<f64>()
+            / self.recoveries.len() as f64
+    }
+}
+
+/// `kill -<signal> <pid>`: how the verifier freezes, thaws and kills the processes it owns.
+pub(crate) fn send_signal(pid: &str, signal: &str) -> Result<(), String> {
+    let st = Command::new("kill")
+        .args([format!("-{signal}"), pid.to_string()])
+        .status()
+        .map_err(|e| format!("kill -{signal}: {e}"))?;
+    if st.success() {
+        Ok(())
+    } else {
+        Err(format!("kill -{signal} {pid} failed: {st}"))
+    }
+}
+
+/// A processor process the verifier owns.
+pub(crate) struct Instance {
+    pub(crate) name: String,
+    child: Option<Child>,
+    pub(crate) env: Vec<(String, String)>,
+    pub(crate) log: PathBuf,
+    pub(crate) topology: String,
+}
+
+impl Instance {
+    /// An instance of `topology` that is not started yet.
+    pub(crate) fn new(
+        name: String,
+        topology: &str,
+        env: Vec<(String, String)>,
+        log: PathBuf,
+    ) -> Self {
+        Self {
+            name,
+            child: None,
+            env,
+            log,
+            topology: topology.to_string(),
+        }
+    }
+
+    pub(crate) fn spawn(&mut self, exe: &PathBuf, output_topic: &str) -> Result<(), String> {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .map_err(|e| format!("log {}: {e}", self.log.display()))?;
+        let err = log.try_clone().map_err(|e| e.to_string())?;
+        let child = Command::new(exe)
+            .args([
+                "run",
+                "--topology",
+                &self.topology,
+                "--output",
+                output_topic,
+            ])
+            .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .env("RUST_LOG", "info,rdkafka=warn")
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(err)
+            .spawn()
+            .map_err(|e| format!("starting {} ({}): {e}", self.name, exe.display()))?;
+        self.child = Some(child);
+        Ok(())
+    }
+
+    /// SIGKILL: no shutdown hook, no commit, no leave-group.
+    pub(crate) fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Sends `signal` (`STOP`, `CONT`) to the process, if it runs.
+    pub(crate) fn signal(&self, signal: &str) -> Result<(), String> {
+        let Some(c) = &self.child else {
+            return Err(format!("{} is not running", self.name));
+        };
+        send_signal(&c.id().to_string(), signal)
+    }
+
+    /// Whether the process died on its own (a bug, reported).
+    pub(crate) fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child
+            .as_mut()
+            .and_then(|c| c.try_wait().ok().flatten())
+    }
+
+    /// Whether the instance's log says it stopped because it was fenced (a zombie's right end).
+    fn log_says_fenced(&self) -> bool {
+        std::fs::read_to_string(&self.log)
+            .map(|l| {
+                l.lines()
+                    .rev()
+                    .take(50)
+                    .any(|line| line.contains("fenced") || line.contains("Fenced"))
+            })
+            .unwrap_or(false)
+    }
+}
+
+impl Drop for Instance {
+    fn drop(&mut self) {
+        // A frozen process must be thawed to die promptly and release its resources.
+        let _ = self.signal("CONT");
+        self.kill9();
+    }
+}
+
+/// The instances of a run and the faults done to them.
+struct Fleet<'a> {
+    instances: Vec<Instance>,
+    opts: &'a VerifyOptions,
+    output: String,
+    rng: rand::rngs::ThreadRng,
+    monitor: Monitor,
+    faults: u32,
+    next_fault: Instant,
+    interval: f64,
+    /// The frozen instance and when it is resumed.
+    frozen: Option<(usize, Instant)>,
+    fenced_exits: u32,
+    /// Each resumed zombie and its log's length when it resumed.
+    thaws: Vec<(usize, u64)>,
+}
+
+impl Fleet<'_> {
+    /// One step of the control loop: supervise, thaw, measure, and deliver a fault when due.
+    fn step(&mut self) -> Result<(), String> {
+        self.supervise()?;
+        if let Some((i, until)) = self.frozen {
+            if Instant::now() >= until {
+                let at = std::fs::metadata(&self.instances[i].log).map_or(0, |m| m.len());
+                self.thaws.push((i, at));
+                self.instances[i].signal("CONT")?;
+                tracing::info!(instance = %self.instances[i].name, "SIGCONT: the zombie resumes");
+                self.frozen = None;
+            }
+        }
+        self.monitor.tick();
+        if self.faults < self.opts.kills
+            && self.frozen.is_none()
+            && Instant::now() >= self.next_fault
+        {
+            self.deliver()?;
+            self.faults += 1;
+            self.next_fault = Instant::now()
+                + Duration::from_secs_f64(self.interval * self.rng.gen_range(0.5..1.5));
+        }
+        Ok(())
+    }
+
+    /// An instance that exits by itself is a bug the run reports, never hides, except a zombie
+    /// that stops because it was fenced: that is the right end for it, and it is restarted as a
+    /// supervisor (Kubernetes) would.
+    fn supervise(&mut self) -> Result<(), String> {
+        let zombies_allowed = matches!(self.opts.fault, Fault::Freeze(_));
+        for inst in self.instances.iter_mut() {
+            if let Some(status) = inst.exited() {
+                if zombies_allowed && inst.log_says_fenced() {
+                    tracing::info!(instance = %inst.name, "the fenced zombie exited; restarting it");
+                    self.fenced_exits += 1;
+                    inst.child = None;
+                    inst.spawn(&self.opts.exe, &self.output)?;
+                    continue;
+                }
+                return Err(format!(
+                    "instance {} exited by itself ({status}); see {}",
+                    inst.name,
+                    inst.log.display()
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits (bounded) until every resumed zombie's log shows it was fenced: the group can
+    /// drain within a second of the thaw, before the zombie's next heartbeat or commit tells it
+    /// so, and reading its log then would count a fenced zombie as a lucky one.
+    fn await_fencing_evidence(&mut self, timeout: Duration) -> Result<(), String> {
+        let deadline = Instant::now() + timeout;
+        while (self.zombies_fenced() as usize) < self.thaws.len() && Instant::now() < deadline {
+            self.supervise()?;
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        Ok(())
+    }
+
+    /// Lines of every instance's log that contain `needle`.
+    fn log_lines_containing(&self, needle: &str) -> u32 {
+        self.instances
+            .iter()
+            .filter_map(|i| std::fs::read(&i.log).ok())
+            .map(|b| {
+                String::from_utf8_lossy(&b)
+                    .lines()
+                    .filter(|l| l.contains(needle))
+                    .count() as u32
+            })
+            .sum()
+    }
+
+    /// How many resumed zombies' logs show them being fenced after they resumed.
+    fn zombies_fenced(&self) -> u32 {
+        let signs = [
+            "SESSTMOUT",
+            "partitions revoked",
+            "aborting batch",
+            "recreating",
+            "fenced",
+        ];
+        self.thaws
+            .iter()
+            .filter(|(i, at)| {
+                std::fs::read(&self.instances[*i].log)
+                    .ok()
+                    .and_then(|b| {
+                        b.get(*at as usize..)
+                            .map(|t| String::from_utf8_lossy(t).to_string())
+                    })
+                    .is_some_and(|after| signs.iter().any(|s| after.contains(s)))
+            })
+            .count() as u32
+    }
+
+    fn deliver(&mut self) -> Result<(), String> {
+        let i = self.rng.gen_range(0..self.instances.len());
+        match &self.opts.fault {
+            Fault::Kill9 => {
+                self.monitor.fault_now();
+                let inst = &mut self.instances[i];
+                inst.kill9();
+                tracing::info!(instance = %inst.name, "kill -9");
+                std::thread::sleep(Duration::from_millis(self.rng.gen_range(100..1000)));
+                inst.spawn(&self.opts.exe, &self.output)
+            }
+            Fault::Freeze(d) => {
+                self.monitor.fault_now();
+                self.instances[i].signal("STOP")?;
+                tracing::info!(instance = %self.instances[i].name, secs = d.as_secs_f64(), "SIGSTOP");
+                self.frozen = Some((i, Instant::now() + *d));
+                Ok(())
+            }
+            Fault::BrokerPause(stack, d) => {
+                self.monitor.fault_now();
+                stack.signal_kafka("STOP")?;
+                tracing::info!(secs = d.as_secs_f64(), "broker SIGSTOP");
+                // The instances keep running and are supervised while the broker is away.
+                let until = Instant::now() + *d;
+                while Instant::now() < until {
+                    if let Err(e) = self.supervise() {
+                        let _ = stack.signal_kafka("CONT");
+                        return Err(e);
+                    }
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+                stack.signal_kafka("CONT")?;
+                tracing::info!("broker SIGCONT");
+                self.monitor.outages.push(*d);
+                self.monitor.restart_clock();
+                Ok(())
+            }
+            Fault::BrokerRestart(stack) => {
+                self.monitor.fault_now();
+                let outage = stack.restart("kafka")?;
+                tracing::info!(secs = outage.as_secs_f64(), "broker restarted");
+                self.monitor.outages.push(outage);
+                // Recovery counts from the moment the broker answers again.
+                self.monitor.restart_clock();
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Environment of one processor instance of a verifier run.
+pub(crate) fn instance_env(
+    config: &Config,
+    app_id: &str,
+    instance: &str,
+    input: &str,
+    commit_interval_ms: u64,
+    state_dir: &std::path::Path,
+) -> Vec<(String, String)> {
+    vec![
+        ("EOSFLOW_APP_ID".into(), app_id.to_string()),
+        ("EOSFLOW_APP_INSTANCE_ID".into(), instance.to_string()),
+        (
+            "EOSFLOW_KAFKA_BOOTSTRAP".into(),
+            config.kafka.bootstrap.clone(),
+        ),
+        ("EOSFLOW_PROCESSOR_INPUT_TOPICS".into(), input.to_string()),
+        (
+            "EOSFLOW_PROCESSOR_COMMIT_INTERVAL_MS".into(),
+            commit_interval_ms.to_string(),
+        ),
+        ("EOSFLOW_PROCESSOR_SESSION_TIMEOUT_MS".into(), "6000".into()),
+        (
+            "EOSFLOW_PROCESSOR_TRANSACTION_TIMEOUT_MS".into(),
+            "10000".into(),
+        ),
+        ("EOSFLOW_STATE_DIR".into(), state_dir.display().to_string()),
+        ("EOSFLOW_METRICS_LISTEN".into(), String::new()),
+    ]
+}
+
+/// Waits until every created topic shows all its partitions in the metadata: instances that
+/// start before would find them missing and refuse to run.
+pub(crate) fn wait_for_topics(clients: &KafkaClients, specs: &[TopicSpec]) -> Result<(), String> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    for spec in specs {
+        loop {
+            let n = eosflow::kafka::reader::partition_count(
+                clients,
+                &spec.name,
+                Duration::from_secs(10),
+            )
+            .unwrap_or(0);
+            if n >= spec.partitions {
+                break;
+            }
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "topic {} has {n} of {} partitions in the metadata after 60 s",
+                    spec.name, spec.partitions
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+    Ok(())
+}
+
+/// Runs one verification: topics, workload, instances, faults, verdict.
+pub fn run(config: &Config, opts: &VerifyOptions) -> Result<VerifyReport, String> {
+    let clients = KafkaClients::new(config.kafka.clone());
+    let run_id = uuid::Uuid::new_v4().simple().to_string()[..8].to_string();
+    let app_id = format!("verify-{run_id}");
+    let input = format!("verify-{run_id}.input");
+    let output = format!("verify-{run_id}.output");
+    let changelog = format!("{app_id}-count-changelog");
+    let levels = config.retry.policy_for(&input).levels();
+    let specs = run_topics(&input, levels, &output, &changelog, opts.partitions);
+    let outcomes = topics::apply_blocking(&clients, &specs, Duration::from_secs(30))
+        .map_err(|e| format!("creating the run's topics: {e}"))?;
+    if let Some((t, o)) = outcomes.iter().find(|(_, o)| *o != TopicOutcome::Created) {
+        return Err(format!(
+            "topic {t} already existed ({o:?}); a run needs fresh topics"
+        ));
+    }
+    wait_for_topics(&clients, &specs)?;
+
+    let logs = opts.work_dir.join(&run_id);
+    std::fs::create_dir_all(&logs).map_err(|e| format!("{}: {e}", logs.display()))?;
+    let instances: Vec<Instance> = (0..opts.instances)
+        .map(|i| {
+            let mut env = instance_env(
+                config,
+                &app_id,
+                &format!("i{i}"),
+                &input,
+                opts.commit_interval_ms,
+                &logs.join("state"),
+            );
+            env.extend(opts.extra_env.iter().cloned());
+            Instance::new(
+                format!("i{i}"),
+                "count",
+                env,
+                logs.join(format!("i{i}.log")),
+            )
+        })
+        .collect();
+    let mut rng = rand::thread_rng();
+    let interval = opts.duration.as_secs_f64() / f64::from(opts.kills + 1);
+    let mut fleet = Fleet {
+        instances,
+        opts,
+        output: output.clone(),
+        next_fault: Instant::now() + Duration::from_secs_f64(interval * rng.gen_range(0.5..1.5)),
+        rng,
+        monitor: Monitor::new(&clients, &app_id, &input, opts.partitions)?,
+        faults: 0,
+        interval,
+        frozen: None,
+        fenced_exits: 0,
+        thaws: Vec::new(),
+    };
+    for inst in &mut fleet.instances {
+        inst.spawn(&opts.exe, &output)?;
+    }
+
+    let started = Instant::now();
+    let producer = {
+        let clients = clients.clone();
+        let workload = opts.workload;
+        let input = input.clone();
+        let duration = opts.duration;
+        std::thread::spawn(move || workload.produce(&clients, &input, duration))
+    };
+
+    let drain_deadline = Instant::now() + opts.duration + opts.drain_timeout;
+    while !producer.is_finished() {
+        fleet.step()?;
+        if Instant::now() > drain_deadline {
+            return Err("the workload producer did not finish in time".into());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let produced = producer
+        .join()
+        .map_err(|_| "the workload producer panicked".to_string())?
+        .map_err(|e| format!("producing the workload: {e}"))?;
+    let run = Run {
+        ladder: eosflow::retry::ladder_topics(
+            std::slice::from_ref(&input),
+            config.retry.policy_for(&input).levels(),
+        )
+        .into_iter()
+        .filter(|t| !t.ends_with(".DLT"))
+        .collect(),
+        clients: &clients,
+        bootstrap: &config.kafka.bootstrap,
+        opts,
+        input: &input,
+        changelog: &changelog,
+        group: &app_id,
+    };
+    run.finish(&mut fleet, produced, started, drain_deadline)
+}
+
+struct Run<'a> {
+    /// The input and its retry levels: the group's lag is zero only when all are drained.
+    ladder: Vec<String>,
+    clients: &'a KafkaClients,
+    bootstrap: &'a str,
+    opts: &'a VerifyOptions,
+    input: &'a str,
+    changelog: &'a str,
+    group: &'a str,
+}
+
+impl Run<'_> {
+    /// Keeps delivering faults while records are still being processed (until the budget is
+    /// spent), waits for an empty lag, stops the instances and reads the verdict.
+    fn finish(
+        &self,
+        fleet: &mut Fleet<'_>,
+        produced: u64,
+        started: Instant,
+        deadline: Instant,
+    ) -> Result<VerifyReport, String> {
+        let opts = self.opts;
+        loop {
+            fleet.step()?;
+            let mut lag = 0;
+            for t in &self.ladder {
+                lag += group_lag(self.clients, self.group, t, opts.partitions)?;
+            }
+            if lag == 0 && fleet.frozen.is_none() && fleet.faults >= opts.kills {
+                break;
+            }
+            if lag == 0 && fleet.frozen.is_none() {
+                // Lag is gone before the fault budget is spent: spend it now, so a run always
+                // delivers what it says (a fault on an idle group still tests the restart path).
+                fleet.next_fault = Instant::now();
+            }
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "lag still {lag} at the deadline; instance logs are in {}",
+                    opts.work_dir.display()
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        // Every fault's recovery is known once the lag is zero (all partitions advanced).
+        fleet.monitor.settle(Duration::from_secs(30));
+        fleet.await_fencing_evidence(Duration::from_secs(60))?;
+        let elapsed = started.elapsed();
+        for inst in fleet.instances.iter_mut() {
+            inst.kill9();
+        }
+        let mut verdict = check::verify_outputs(
+            self.clients,
+            &opts.workload,
+            &self.output(fleet),
+            Duration::from_secs(120),
+        )
+        .map_err(|e| format!("reading the results: {e}"))?;
+        // The final state through the query command, as an operator would read it.
+        let state = query::dump_via_cli(&opts.exe, self.bootstrap, self.changelog, "count")?;
+        verdict.state_mismatches = check::state_mismatches(&opts.workload, &state);
+        let levels: Vec<String> = self
+            .ladder
+            .iter()
+            .filter(|t| *t != self.input)
+            .cloned()
+            .collect();
+        (verdict.forwarded, verdict.forward_duplicates) =
+            check::check_ladder(self.clients, &levels, Duration::from_secs(120))
+                .map_err(|e| format!("reading the retry levels: {e}"))?;
+        let dlt = check::count_records(
+            self.clients,
+            &format!("{}.DLT", self.input),
+            Duration::from_secs(60),
+        )
+        .map_err(|e| format!("reading the DLT: {e}"))?;
+        Ok(VerifyReport {
+            verdict,
+            produced,
+            kills: fleet.faults,
+            elapsed,
+            recoveries: fleet.monitor.recoveries.clone(),
+            stalls: fleet.monitor.stalls,
+            fenced_exits: fleet.fenced_exits,
+            zombies_fenced: fleet.zombies_fenced(),
+            in_place_recoveries: fleet
+                .log_lines_containing(eosflow::processor::runtime::IN_PLACE_RECOVERY_LOG),
+            dlt,
+            outages: fleet.monitor.outages.clone(),
+            monitor_misses: fleet.monitor.misses,
+            input_topic: self.input.to_string(),
+            output_topic: fleet.output.clone(),
+        })
+    }
+
+    fn output(&self, fleet: &Fleet<'_>) -> String {
+        fleet.output.clone()
+    }
+}
+
+fn is_retriable(e: &rdkafka::error::KafkaError) -> bool {
+    use rdkafka::types::RDKafkaErrorCode as C;
+    matches!(
+        e.rdkafka_error_code(),
+        Some(
+            C::NotCoordinator
+                | C::CoordinatorLoadInProgress
+                | C::CoordinatorNotAvailable
+                | C::RequestTimedOut
+                | C::OperationTimedOut
+                | C::UnstableOffsetCommit
+                | C::BrokerTransportFailure
+                | C::AllBrokersDown
+        )
+    )
+}
+
+/// A run's fresh topics: the input with its retry levels and DLT, the output (delete), the
+/// changelog (compact), all with `partitions`.
+pub(crate) fn run_topics(
+    input: &str,
+    levels: u32,
+    output: &str,
+    changelog: &str,
+    partitions: i32,
+) -> Vec<TopicSpec> {
+    eosflow::retry::ladder_topics(&[input.to_string()], levels)
+        .into_iter()
+        .chain([output.to_string()])
+        .map(|t| TopicSpec::new(t, partitions, "delete"))
+        .chain([TopicSpec::new(changelog.to_string(), partitions, "compact")])
+        .collect()
+}
+
+/// Records of `topic` not yet covered by `group`'s committed offsets.
+pub fn group_lag(
+    clients: &KafkaClients,
+    group: &str,
+    topic: &str,
+    partitions: i32,
+) -> Result<i64, String> {
+    let consumer: BaseConsumer = clients
+        .config(ClientRole::Reader)
+        .set("group.id", group)
+        .create()
+        .map_err(|e| e.to_string())?;
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..partitions {
+        tpl.add_partition(topic, p);
+    }
+    // A coordinator that is loading or moving (a fresh or restarted broker) answers with a
+    // retriable error: ask again until the deadline rather than fail the caller.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let committed = loop {
+        match consumer.committed_offsets(tpl.clone(), Duration::from_secs(10)) {
+            Ok(c) => break c,
+            Err(e) if Instant::now() < deadline && is_retriable(&e) => {
+                tracing::debug!(error = %e, "committed offsets not available yet; retrying");
+                std::thread::sleep(Duration::from_millis(250));
+            }
+            Err(e) => return Err(format!("committed offsets of {group}: {e}")),
+        }
+    };
+    let mut lag = 0;
+    for p in 0..partitions {
+        // Right after a broker restart the metadata cache is empty (UnknownPartition): the
+        // reader's watermark request asks again until the deadline.
+        let (_, high) =
+            eosflow::kafka::reader::fetch_watermarks_until(&consumer, topic, p, deadline)
+                .map_err(|e| format!("watermarks of {topic}[{p}]: {e}"))?;
+        let at = match committed.find_partition(topic, p).map(|e| e.offset()) {
+            Some(Offset::Offset(o)) => o,
+            _ => 0,
+        };
+        let raw = (high - at).max(0);
+        if raw == 0 || raw > 1000 {
+            lag += raw;
+            continue;
+        }
+        // On a transactional topic the last offsets may be commit markers, which a consumer
+        // never "consumes": count the committed records actually left instead.
+        let mut left = 0;
+        let starts = std::collections::BTreeMap::from([(p, Some(at))]);
+        eosflow::kafka::reader::read_to_end(
+            clients,
+            topic,
+            &starts,
+            Duration::from_secs(30),
+            |_| {
+                left += 1;
+                Ok(())
+            },
+        )
+        .map_err(|e| format!("reading {topic}[{p}] from {at}: {e}"))?;
+        lag += left;
+    }
+    Ok(lag)
+}

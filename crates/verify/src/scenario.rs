@@ -1,0 +1,433 @@
+//! The named fault scenarios of `eosflow verify --scenario <name> [--short]`: each a fixed,
+//! documented shape (records, partitions, instances, faults), a long version that earns trust
+//! and a short one small enough for `make test`, and one closing line a person or CI can read.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::faults::Fault;
+use super::stack::PrivateStack;
+use super::{VerifyOptions, VerifyReport, Workload};
+use eosflow::config::Config;
+
+/// A named scenario.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scenario {
+    /// Random `kill -9` of processor instances.
+    KillProcessors,
+    /// The broker is stopped and restarted mid-run (a private broker).
+    BrokerRestart,
+    /// An instance is frozen past the session timeout, then resumed: it must be fenced.
+    Zombie,
+    /// The outbox router is killed many times and Postgres restarted once (private Postgres).
+    OutboxCrash,
+    /// A corpus of bad-input classes interleaved with good records.
+    Poison,
+    /// The broker process is frozen past the transaction timeout, several times, under load.
+    BrokerPause,
+    /// Now and then a handler call takes longer than the transaction timeout (plus kill -9s).
+    SlowHandler,
+    /// Outbox rows the router cannot write (oversize, unwritable topic) among good ones.
+    OutboxOversize,
+    /// One key's head dead-lettered under `park` while thousands of its followers arrive.
+    ParkedFlood,
+    /// An instance kept away past its changelog's delete retention while its keys are deleted.
+    StaleStore,
+}
+
+impl Scenario {
+    /// Every scenario, in the order `--scenario all` runs them.
+    pub const ALL: [Scenario; 10] = [
+        Scenario::KillProcessors,
+        Scenario::BrokerRestart,
+        Scenario::Zombie,
+        Scenario::OutboxCrash,
+        Scenario::Poison,
+        Scenario::BrokerPause,
+        Scenario::SlowHandler,
+        Scenario::OutboxOversize,
+        Scenario::ParkedFlood,
+        Scenario::StaleStore,
+    ];
+
+    /// The name on the command line and in the closing line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Scenario::KillProcessors => "kill-processors",
+            Scenario::BrokerRestart => "broker-restart",
+            Scenario::Zombie => "zombie",
+            Scenario::OutboxCrash => "outbox-crash",
+            Scenario::Poison => "poison",
+            Scenario::BrokerPause => "broker-pause",
+            Scenario::SlowHandler => "slow-handler",
+            Scenario::OutboxOversize => "outbox-oversize",
+            Scenario::ParkedFlood => "parked-flood",
+            Scenario::StaleStore => "stale-store",
+        }
+    }
+}
+
+impl std::str::FromStr for Scenario {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Scenario::ALL
+            .into_iter()
+            .find(|c| c.name() == s)
+            .ok_or_else(|| {
+                format!(
+                    "unknown scenario {s:?}: expected one of {}",
+                    Scenario::ALL.map(Scenario::name).join(", ")
+                )
+            })
+    }
+}
+
+/// What a scenario proved, ending in one line.
+#[derive(Debug, Clone)]
+pub struct ScenarioReport {
+    /// The scenario.
+    pub scenario: Scenario,
+    /// Distinct records (or outbox rows) that had to come through.
+    pub records: u64,
+    /// Records with no committed output.
+    pub lost: u64,
+    /// Committed outputs beyond one per record.
+    pub duplicated: u64,
+    /// Records in the dead-letter topic.
+    pub dlt: u64,
+    /// Faults after which the group made no progress for a minute.
+    pub stalls: u32,
+    /// Every other check passed (state, sequences, DLT reasons, …).
+    pub checks_ok: bool,
+    /// Further figures, in order: `name=value`.
+    pub extra: Vec<(String, String)>,
+}
+
+impl ScenarioReport {
+    /// Nothing lost, nothing duplicated, no stall, every other check passed.
+    pub fn ok(&self) -> bool {
+        self.lost == 0 && self.duplicated == 0 && self.stalls == 0 && self.checks_ok
+    }
+
+    /// From a processor run's report.
+    fn from_run(scenario: Scenario, r: &VerifyReport) -> Self {
+        let v = &r.verdict;
+        let mut extra = vec![
+            ("faults".to_string(), r.kills.to_string()),
+            (
+                "recovery_max_s".to_string(),
+                format!("{:.1}", r.max_recovery_s()),
+            ),
+            (
+                "recovery_mean_s".to_string(),
+                format!("{:.1}", r.mean_recovery_s()),
+            ),
+            ("state_mismatches".into(), v.state_mismatches.to_string()),
+            ("sequence_breaks".into(), v.sequence_breaks.to_string()),
+            ("malformed".into(), v.malformed.to_string()),
+            (
+                "forward_duplicates".into(),
+                v.forward_duplicates.to_string(),
+            ),
+            ("produced".into(), r.produced.to_string()),
+            ("monitor_misses".into(), r.monitor_misses.to_string()),
+        ];
+        if !r.outages.is_empty()
+            && matches!(scenario, Scenario::BrokerRestart | Scenario::BrokerPause)
+        {
+            let max = r
+                .outages
+                .iter()
+                .map(Duration::as_secs_f64)
+                .fold(0.0, f64::max);
+            extra.push(("broker_outage_max_s".into(), format!("{max:.1}")));
+        }
+        if matches!(scenario, Scenario::BrokerPause | Scenario::SlowHandler) {
+            extra.push((
+                "in_place_recoveries".into(),
+                r.in_place_recoveries.to_string(),
+            ));
+        }
+        if matches!(scenario, Scenario::Zombie) {
+            extra.push(("zombies_fenced".into(), r.zombies_fenced.to_string()));
+            extra.push(("fenced_exits".into(), r.fenced_exits.to_string()));
+        }
+        extra.push((
+            "elapsed_s".into(),
+            format!("{:.1}", r.elapsed.as_secs_f64()),
+        ));
+        Self {
+            scenario,
+            records: v.records,
+            lost: v.lost,
+            duplicated: v.duplicated,
+            dlt: r.dlt,
+            stalls: r.stalls,
+            // A zombie that resumed without any sign of being fenced proves nothing.
+            checks_ok: v.ok()
+                && (!matches!(scenario, Scenario::Zombie) || r.zombies_fenced == r.kills),
+            extra,
+        }
+    }
+}
+
+impl fmt::Display for ScenarioReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "scenario={} records={} lost={} duplicated={} dlt={} stalls={}",
+            self.scenario.name(),
+            self.records,
+            self.lost,
+            self.duplicated,
+            self.dlt,
+            self.stalls
+        )?;
+        for (k, v) in &self.extra {
+            write!(f, " {k}={v}")?;
+        }
+        write!(f, " ok={}", self.ok())
+    }
+}
+
+/// Where scenarios find their tools.
+#[derive(Debug, Clone)]
+pub struct ScenarioEnv {
+    /// The `eosflow` binary instances and queries run as.
+    pub exe: PathBuf,
+    /// Logs and stores of the run.
+    pub work_dir: PathBuf,
+    /// `dev/stack`, for the private stack of broker and Postgres restarts.
+    pub stack_script: PathBuf,
+    /// First port of the private stack (Kafka: +0..+2, Postgres: +10).
+    pub private_port: u16,
+}
+
+impl ScenarioEnv {
+    fn private_stack(&self, scenario: Scenario) -> PrivateStack {
+        let run_dir = std::env::temp_dir().join(format!(
+            "eosflow-{}-{}-{}",
+            scenario.name(),
+            self.private_port,
+            std::process::id()
+        ));
+        PrivateStack::new(
+            self.stack_script.clone(),
+            run_dir,
+            self.private_port,
+            self.private_port + 10,
+        )
+    }
+}
+
+/// A processor run of the counting topology: shared defaults, the scenario's shape.
+fn count_run(
+    env: &ScenarioEnv,
+    records: u64,
+    instances: usize,
+    faults: u32,
+    duration_secs: u64,
+    fault: Fault,
+) -> VerifyOptions {
+    VerifyOptions {
+        workload: Workload {
+            records,
+            keys: 1_000.min(records / 10).max(1),
+            duplicate_every: 50,
+            transient_every: 0,
+        },
+        partitions: 8,
+        instances,
+        kills: faults,
+        fault,
+        duration: Duration::from_secs(duration_secs),
+        commit_interval_ms: 100,
+        exe: env.exe.clone(),
+        work_dir: env.work_dir.clone(),
+        drain_timeout: Duration::from_secs(600),
+        extra_env: Vec::new(),
+    }
+}
+
+/// Runs `scenario` (its short version when `short`).
+pub fn run(
+    config: &Config,
+    scenario: Scenario,
+    short: bool,
+    env: &ScenarioEnv,
+) -> Result<ScenarioReport, String> {
+    match scenario {
+        Scenario::KillProcessors => {
+            let opts = if short {
+                count_run(env, 10_000, 2, 3, 8, Fault::Kill9)
+            } else {
+                count_run(env, 1_000_000, 3, 50, 600, Fault::Kill9)
+            };
+            let r = super::run(config, &opts)?;
+            Ok(ScenarioReport::from_run(scenario, &r))
+        }
+        Scenario::Zombie => {
+            // Frozen past the 6 s session timeout (short) and also past the 10 s transaction
+            // timeout (long): the group and the transaction coordinator both fence it.
+            let opts = if short {
+                count_run(env, 10_000, 2, 1, 10, Fault::Freeze(Duration::from_secs(9)))
+            } else {
+                count_run(
+                    env,
+                    200_000,
+                    2,
+                    4,
+                    90,
+                    Fault::Freeze(Duration::from_secs(15)),
+                )
+            };
+            let r = super::run(config, &opts)?;
+            Ok(ScenarioReport::from_run(scenario, &r))
+        }
+        Scenario::BrokerRestart => {
+            let stack = env.private_stack(scenario);
+            let _guard = stack.up("kafka")?;
+            let mut private = config.clone();
+            private.kafka.bootstrap = stack.bootstrap();
+            let opts = if short {
+                count_run(env, 5_000, 2, 1, 6, Fault::BrokerRestart(stack.clone()))
+            } else {
+                count_run(env, 200_000, 2, 3, 120, Fault::BrokerRestart(stack.clone()))
+            };
+            let r = super::run(&private, &opts)?;
+            Ok(ScenarioReport::from_run(scenario, &r))
+        }
+        Scenario::BrokerPause => {
+            // Frozen for 11–13 s: past the 10 s transaction timeout, so the coordinator aborts
+            // what was open when it wakes, and commits in flight meet an unknown outcome.
+            let stack = env.private_stack(scenario);
+            let _guard = stack.up("kafka")?;
+            let mut private = config.clone();
+            private.kafka.bootstrap = stack.bootstrap();
+            let pause = |secs| Fault::BrokerPause(stack.clone(), Duration::from_secs(secs));
+            let opts = if short {
+                count_run(env, 20_000, 2, 2, 20, pause(11))
+            } else {
+                count_run(env, 200_000, 2, 6, 150, pause(13))
+            };
+            let r = super::run(&private, &opts)?;
+            Ok(ScenarioReport::from_run(scenario, &r))
+        }
+        Scenario::SlowHandler => {
+            // A 3 s transaction timeout and 13 s calls: longer than the timeout plus the
+            // coordinator's 10 s sweep, so every slow call's transaction is aborted under it.
+            // One processing thread per instance: a 13 s call stops every partition of its
+            // instance, and an eager rebalance (a kill) waits for it. Slow calls are spread so
+            // that a partition still moves within the 60 s stall threshold.
+            let mut opts = if short {
+                count_run(env, 10_000, 2, 1, 10, Fault::Kill9)
+            } else {
+                count_run(env, 200_000, 2, 5, 120, Fault::Kill9)
+            };
+            let every = if short { 2_500 } else { 20_000 };
+            let marks = env
+                .work_dir
+                .join(format!("slow-marks-{}", uuid::Uuid::new_v4().simple()));
+            std::fs::create_dir_all(&marks).map_err(|e| format!("{}: {e}", marks.display()))?;
+            opts.extra_env = vec![
+                (super::slow::EVERY_ENV.into(), every.to_string()),
+                (super::slow::MARKS_ENV.into(), marks.display().to_string()),
+                (super::slow::SLEEP_ENV.into(), "13000".into()),
+                (
+                    "EOSFLOW_PROCESSOR_TRANSACTION_TIMEOUT_MS".into(),
+                    "3000".into(),
+                ),
+            ];
+            let r = super::run(config, &opts)?;
+            let mut report = ScenarioReport::from_run(scenario, &r);
+            report.extra.insert(
+                0,
+                (
+                    "slow_records".into(),
+                    (opts.workload.records / every).to_string(),
+                ),
+            );
+            Ok(report)
+        }
+        Scenario::OutboxCrash => {
+            let stack = env.private_stack(scenario);
+            let _guard = stack.up("postgres")?;
+            let opts = if short {
+                super::outbox_crash::Options::short()
+            } else {
+                super::outbox_crash::Options::long()
+            };
+            super::outbox_crash::run(config, &stack, env, &opts)
+        }
+        Scenario::Poison => {
+            let opts = if short {
+                super::poison::Options::short()
+            } else {
+                super::poison::Options::long()
+            };
+            super::poison::run(config, env, &opts)
+        }
+        Scenario::OutboxOversize => {
+            let opts = if short {
+                super::outbox_oversize::Options::short()
+            } else {
+                super::outbox_oversize::Options::long()
+            };
+            super::outbox_oversize::run(config, env, &opts)
+        }
+        Scenario::ParkedFlood => {
+            let opts = if short {
+                super::parked_flood::Options::short()
+            } else {
+                super::parked_flood::Options::long()
+            };
+            super::parked_flood::run(config, env, &opts)
+        }
+        Scenario::StaleStore => {
+            let opts = if short {
+                super::stale_store::Options::short()
+            } else {
+                super::stale_store::Options::long()
+            };
+            super::stale_store::run(config, env, &opts)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scenario_names_round_trip_and_an_unknown_one_lists_the_known() {
+        for s in Scenario::ALL {
+            assert_eq!(s.name().parse::<Scenario>(), Ok(s));
+        }
+        let err = "kill".parse::<Scenario>().unwrap_err();
+        assert!(
+            err.contains("kill-processors") && err.contains("poison"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn the_closing_line_starts_with_the_invariants_and_ends_with_the_verdict() {
+        let mut r = ScenarioReport {
+            scenario: Scenario::Zombie,
+            records: 10,
+            lost: 0,
+            duplicated: 0,
+            dlt: 2,
+            stalls: 0,
+            checks_ok: true,
+            extra: vec![("faults".into(), "1".into())],
+        };
+        assert_eq!(
+            r.to_string(),
+            "scenario=zombie records=10 lost=0 duplicated=0 dlt=2 stalls=0 faults=1 ok=true"
+        );
+        r.stalls = 1;
+        assert!(!r.ok() && r.to_string().ends_with("ok=false"));
+    }
+}

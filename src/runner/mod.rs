@@ -1,0 +1,139 @@
+//! The entry point a user's `main` calls: [`run`] turns a processor and a [`Config`] into a
+//! running consumer-group member — the connection check, the `/metrics`, `/healthz` and
+//! `/readyz` endpoints, the processing thread, SIGTERM/SIGINT handling with a bounded graceful
+//! shutdown, and static membership (`processor.static_membership`, applied by the runtime).
+//! `eosflow run --topology …` goes through the same function.
+//!
+//! ```no_run
+//! use eosflow::processor::{Context, ProcessError, Processor, Record};
+//!
+//! struct Echo;
+//!
+//! impl Processor for Echo {
+//!     fn inputs(&self) -> Vec<String> {
+//!         vec!["in".into()]
+//!     }
+//!     fn process(&mut self, r: &Record<'_>, ctx: &mut Context<'_>) -> Result<(), ProcessError> {
+//!         ctx.emit("out", r.key.map(<[u8]>::to_vec), r.value.map(<[u8]>::to_vec));
+//!         Ok(())
+//!     }
+//! }
+//!
+//! fn main() -> Result<(), Box<dyn std::error::Error>> {
+//!     eosflow::init_logging();
+//!     let config = eosflow::Config::load(None)?;
+//!     let summary = eosflow::run(&config, Echo)?;
+//!     println!("{} records", summary.records);
+//!     Ok(())
+//! }
+//! ```
+
+mod endpoints;
+mod logging;
+mod signal;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+pub use endpoints::{serve_endpoints, Endpoints};
+pub use logging::init_logging;
+pub use signal::{wait_for_signal_or, Signal};
+
+use crate::config::Config;
+use crate::kafka::client::ConnectError;
+use crate::kafka::KafkaClients;
+use crate::processor::{Processor, RunSummary, Runtime, RuntimeError};
+use crate::telemetry::http::HttpError;
+use crate::telemetry::Health;
+
+/// How long [`run`] waits for the broker to answer before giving up (a wrong password or an
+/// unreachable broker then fails clearly instead of as endless retries).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Why [`run`] (or one of its parts) stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// The broker did not answer, or refused the credentials.
+    #[error("connecting to Kafka: {0}")]
+    Connect(#[from] ConnectError),
+    /// The runtime could not start, or stopped on an error.
+    #[error(transparent)]
+    Runtime(#[from] RuntimeError),
+    /// `metrics.listen` is not a socket address.
+    #[error("metrics.listen (EOSFLOW_METRICS_LISTEN) {value:?}: {source}")]
+    Listen {
+        /// The configured value.
+        value: String,
+        /// Why it does not parse.
+        source: std::net::AddrParseError,
+    },
+    /// The metrics recorder could not be installed.
+    #[error(transparent)]
+    Endpoints(#[from] HttpError),
+    /// A thread or the signal runtime could not be created.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being started.
+        what: &'static str,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// A signal arrived but the open batch did not commit within `processor.shutdown_timeout_ms`.
+    #[error("shutdown did not finish within processor.shutdown_timeout_ms ({0} ms); exiting: the open transaction is aborted when this instance restarts")]
+    ShutdownTimeout(u64),
+    /// The processing thread panicked.
+    #[error("the processing thread panicked")]
+    Panicked,
+}
+
+/// Runs `processor` as one instance of its consumer group until SIGTERM/SIGINT (a graceful stop:
+/// the open batch commits, then the instance leaves the group or, with static membership, keeps
+/// its assignment for a restart within the session timeout) or until the loop stops by itself.
+///
+/// Serves `/metrics`, `/healthz` and `/readyz` on `metrics.listen` when it is set. Logging is
+/// the caller's choice ([`init_logging`] is the one `eosflow` uses).
+pub fn run<P: Processor + 'static>(config: &Config, processor: P) -> Result<RunSummary, RunError> {
+    KafkaClients::new(config.kafka.clone()).check_connection(CONNECT_TIMEOUT)?;
+    let health = Arc::new(Health::new(Duration::from_millis(
+        config.processor.stuck_after_ms,
+    )));
+    let runtime = Runtime::new(config, processor)?.with_health(health.clone());
+    let shutdown = Arc::new(AtomicBool::new(false));
+    let worker = {
+        let shutdown = shutdown.clone();
+        std::thread::Builder::new()
+            .name("eos-loop".into())
+            .spawn(move || runtime.run(shutdown))
+            .map_err(|source| RunError::Io {
+                what: "spawning the processing thread",
+                source,
+            })?
+    };
+    let _endpoints = serve_endpoints(config, health)?;
+    let signal = wait_for_signal_or(&worker)?;
+    shutdown.store(true, Ordering::Relaxed);
+    if let Some(signal) = signal {
+        tracing::info!(signal = signal.name(), "shutting down");
+        let deadline = Instant::now() + Duration::from_millis(config.processor.shutdown_timeout_ms);
+        while !worker.is_finished() {
+            if Instant::now() >= deadline {
+                return Err(RunError::ShutdownTimeout(
+                    config.processor.shutdown_timeout_ms,
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    let summary = worker.join().map_err(|_| RunError::Panicked)??;
+    tracing::info!(
+        records = summary.records,
+        commits = summary.commits,
+        aborts = summary.aborts,
+        dedup_hits = summary.dedup_hits,
+        dead_lettered = summary.dead_lettered,
+        retried = summary.retried,
+        "stopped"
+    );
+    Ok(summary)
+}
