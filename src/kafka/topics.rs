@@ -1,5 +1,7 @@
-//! Declared topics (`topics/*.toml`) and `eosflow topics apply`: create what is missing,
-//! report drift in what exists, never change a partition count behind the operator's back.
+//! Declared topics (`topics/*.toml`) and `eosflow topics plan|apply`: create what is missing,
+//! report drift in what exists, never change a partition count behind the operator's back, and
+//! check what a processor relies on — one partition count across each co-partitioned group,
+//! compaction on changelogs ([`plan`]).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -299,6 +301,284 @@ pub fn apply_blocking(
     specs: &[TopicSpec],
     timeout: Duration,
 ) -> Result<Vec<(String, TopicOutcome)>, TopicsError> {
+    blocking(apply(clients, specs, timeout))
+}
+
+/// Topics that must share one partition count: partition `i` of each belongs to the same
+/// task (a processor's inputs, their retry levels and DLTs, its changelog).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CoPartitioned {
+    /// What the group is, for messages (`count`, `orders`, …).
+    pub name: String,
+    /// Its topics.
+    pub topics: Vec<String>,
+}
+
+/// Every topic a processor run with `config` needs, declared with `partitions` partitions:
+/// each input with its `.retry.<n>` levels and `.DLT`, and the changelog of store `store`
+/// (`<app.id>-<store>-changelog`, compacted) — and the group they form.
+pub fn processor_topics(
+    config: &crate::Config,
+    store: &str,
+    partitions: i32,
+) -> (Vec<TopicSpec>, CoPartitioned) {
+    let mut names: Vec<String> = config
+        .processor
+        .input_topics
+        .iter()
+        .flat_map(|t| {
+            crate::retry::ladder_topics(
+                std::slice::from_ref(t),
+                config.retry.policy_for(t).levels(),
+            )
+        })
+        .collect();
+    let mut specs: Vec<TopicSpec> = names
+        .iter()
+        .map(|t| TopicSpec::new(t.clone(), partitions, "delete"))
+        .collect();
+    let changelog = format!("{}-{store}-changelog", config.app.id);
+    specs.push(TopicSpec::new(changelog.clone(), partitions, "compact"));
+    names.push(changelog);
+    let group = CoPartitioned {
+        name: config.app.id.clone(),
+        topics: names,
+    };
+    (specs, group)
+}
+
+/// What the broker has for one topic.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BrokerTopic {
+    /// Its partition count.
+    pub partitions: i32,
+    /// Its `cleanup.policy`, when it could be described.
+    pub cleanup_policy: Option<String>,
+}
+
+/// One thing [`plan`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PlanItem {
+    /// The topic does not exist; `apply` creates it.
+    Create {
+        /// The topic.
+        topic: String,
+        /// Its declared partition count.
+        partitions: i32,
+    },
+    /// The topic exists with another partition count than declared (never changed by `apply`).
+    PartitionDrift {
+        /// The topic.
+        topic: String,
+        /// Declared.
+        declared: i32,
+        /// On the broker.
+        actual: i32,
+    },
+    /// A changelog (`…-changelog`, or declared `compact`) is not compacted: a restore would
+    /// replay every update ever written, or lose keys to retention.
+    NotCompacted {
+        /// The topic.
+        topic: String,
+        /// Its cleanup policy (on the broker, or declared when it does not exist yet).
+        cleanup_policy: String,
+    },
+    /// Topics of one co-partitioned group have different partition counts (on the broker, or
+    /// declared for those still to be created): records of one key would meet different tasks.
+    Mismatch {
+        /// The group.
+        group: String,
+        /// Every topic of the group with its count.
+        counts: Vec<(String, i32)>,
+    },
+}
+
+impl PlanItem {
+    /// Whether `apply` resolves it (creating a topic) rather than a person.
+    pub fn is_fixed_by_apply(&self) -> bool {
+        matches!(self, Self::Create { .. })
+    }
+}
+
+impl std::fmt::Display for PlanItem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Create { topic, partitions } => {
+                write!(f, "create    {topic} ({partitions} partitions)")
+            }
+            Self::PartitionDrift {
+                topic,
+                declared,
+                actual,
+            } => write!(
+                f,
+                "DRIFT     {topic}: declared {declared} partitions but the topic has {actual} (not changed: repartitioning moves keys)"
+            ),
+            Self::NotCompacted {
+                topic,
+                cleanup_policy,
+            } => write!(
+                f,
+                "NOT COMPACTED {topic}: cleanup.policy={cleanup_policy}, a changelog needs compact"
+            ),
+            Self::Mismatch { group, counts } => {
+                let listed: Vec<String> = counts.iter().map(|(t, n)| format!("{t}={n}")).collect();
+                write!(
+                    f,
+                    "MISMATCH  co-partitioned group {group}: partition counts differ: {}",
+                    listed.join(", ")
+                )
+            }
+        }
+    }
+}
+
+/// Compares declarations and co-partitioned groups with what the broker has. Pure: the broker's
+/// side comes from [`describe`]. Topics of a group that are neither declared nor on the broker
+/// are reported by `Create` only when declared; a group is checked over the topics whose count
+/// is known.
+///
+/// ```
+/// use std::collections::BTreeMap;
+/// use eosflow::kafka::topics::{plan, BrokerTopic, CoPartitioned, PlanItem, TopicSpec};
+///
+/// let specs = [TopicSpec::new("in", 4, "delete"), TopicSpec::new("app-state-changelog", 4, "compact")];
+/// let group = CoPartitioned { name: "app".into(), topics: vec!["in".into(), "app-state-changelog".into()] };
+/// let broker = BTreeMap::from([("in".to_string(), BrokerTopic { partitions: 8, cleanup_policy: Some("delete".into()) })]);
+/// let items = plan(&specs, &[group], &broker);
+/// assert!(items.contains(&PlanItem::Create { topic: "app-state-changelog".into(), partitions: 4 }));
+/// assert!(items.iter().any(|i| matches!(i, PlanItem::Mismatch { counts, .. }
+///     if counts == &[("in".to_string(), 8), ("app-state-changelog".to_string(), 4)])));
+/// ```
+pub fn plan(
+    specs: &[TopicSpec],
+    groups: &[CoPartitioned],
+    broker: &BTreeMap<String, BrokerTopic>,
+) -> Vec<PlanItem> {
+    let mut items = Vec::new();
+    let declared: BTreeMap<&str, &TopicSpec> = specs.iter().map(|s| (s.name.as_str(), s)).collect();
+    for s in specs {
+        match broker.get(&s.name) {
+            None => items.push(PlanItem::Create {
+                topic: s.name.clone(),
+                partitions: s.partitions,
+            }),
+            Some(b) if b.partitions != s.partitions => items.push(PlanItem::PartitionDrift {
+                topic: s.name.clone(),
+                declared: s.partitions,
+                actual: b.partitions,
+            }),
+            Some(_) => {}
+        }
+    }
+    // Changelogs: `…-changelog` by name, or declared compacted.
+    let mut changelogs: Vec<&str> = specs
+        .iter()
+        .map(|s| s.name.as_str())
+        .chain(
+            groups
+                .iter()
+                .flat_map(|g| g.topics.iter().map(String::as_str)),
+        )
+        .filter(|t| {
+            t.ends_with("-changelog")
+                || declared
+                    .get(t)
+                    .is_some_and(|s| s.cleanup_policy.contains("compact"))
+        })
+        .collect();
+    changelogs.sort_unstable();
+    changelogs.dedup();
+    for topic in changelogs {
+        let policy = match (broker.get(topic), declared.get(topic)) {
+            (Some(b), _) => b.cleanup_policy.clone(),
+            (None, Some(s)) => Some(s.cleanup_policy.clone()),
+            (None, None) => None,
+        };
+        if let Some(p) = policy.filter(|p| !p.contains("compact")) {
+            items.push(PlanItem::NotCompacted {
+                topic: topic.to_string(),
+                cleanup_policy: p,
+            });
+        }
+    }
+    for g in groups {
+        let counts: Vec<(String, i32)> = g
+            .topics
+            .iter()
+            .filter_map(|t| {
+                let n = broker
+                    .get(t)
+                    .map(|b| b.partitions)
+                    .or_else(|| declared.get(t.as_str()).map(|s| s.partitions))?;
+                Some((t.clone(), n))
+            })
+            .collect();
+        if counts.windows(2).any(|w| w[0].1 != w[1].1) {
+            items.push(PlanItem::Mismatch {
+                group: g.name.clone(),
+                counts,
+            });
+        }
+    }
+    items
+}
+
+/// The partition count and cleanup policy of each of `topics` that exists on the broker.
+pub async fn describe(
+    clients: &KafkaClients,
+    topics: &[String],
+    timeout: Duration,
+) -> Result<BTreeMap<String, BrokerTopic>, TopicsError> {
+    let admin: AdminClient<DefaultClientContext> = clients.config(ClientRole::Admin).create()?;
+    let metadata = admin.inner().fetch_metadata(None, timeout)?;
+    let mut found: BTreeMap<String, BrokerTopic> = metadata
+        .topics()
+        .iter()
+        .filter(|t| t.error().is_none() && topics.iter().any(|n| n == t.name()))
+        .map(|t| {
+            let b = BrokerTopic {
+                partitions: t.partitions().len() as i32,
+                cleanup_policy: None,
+            };
+            (t.name().to_string(), b)
+        })
+        .collect();
+    let names: Vec<String> = found.keys().cloned().collect();
+    let resources: Vec<ResourceSpecifier<'_>> =
+        names.iter().map(|n| ResourceSpecifier::Topic(n)).collect();
+    if !resources.is_empty() {
+        let opts = AdminOptions::new().operation_timeout(Some(timeout));
+        for (name, desc) in names
+            .iter()
+            .zip(admin.describe_configs(&resources, &opts).await?)
+        {
+            if let (Ok(resource), Some(b)) = (desc, found.get_mut(name)) {
+                b.cleanup_policy = resource.get("cleanup.policy").and_then(|e| e.value.clone());
+            }
+        }
+    }
+    Ok(found)
+}
+
+/// [`describe`] then [`plan`], from synchronous code: what `eosflow topics plan` prints and
+/// what a process checks before it starts.
+pub fn plan_blocking(
+    clients: &KafkaClients,
+    specs: &[TopicSpec],
+    groups: &[CoPartitioned],
+    timeout: Duration,
+) -> Result<Vec<PlanItem>, TopicsError> {
+    let mut names: Vec<String> = specs.iter().map(|s| s.name.clone()).collect();
+    names.extend(groups.iter().flat_map(|g| g.topics.iter().cloned()));
+    let broker = blocking(describe(clients, &names, timeout))?;
+    Ok(plan(specs, groups, &broker))
+}
+
+/// Runs `f` on a private current-thread runtime (tools and tests call from synchronous code).
+fn blocking<T>(
+    f: impl std::future::Future<Output = Result<T, TopicsError>>,
+) -> Result<T, TopicsError> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -306,7 +586,7 @@ pub fn apply_blocking(
             path: "tokio runtime".into(),
             source,
         })?
-        .block_on(apply(clients, specs, timeout))
+        .block_on(f)
 }
 
 #[cfg(test)]
@@ -360,5 +640,80 @@ mod tests {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("topics");
         let specs = load_dir(&dir, "eosflow").expect("topics/ parses");
         assert!(!specs.is_empty());
+    }
+
+    fn on_broker(topics: &[(&str, i32, &str)]) -> BTreeMap<String, BrokerTopic> {
+        topics
+            .iter()
+            .map(|(t, n, p)| {
+                let b = BrokerTopic {
+                    partitions: *n,
+                    cleanup_policy: Some(p.to_string()),
+                };
+                (t.to_string(), b)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn plan_is_empty_when_the_broker_matches() {
+        let specs = [
+            TopicSpec::new("in", 4, "delete"),
+            TopicSpec::new("a-s-changelog", 4, "compact"),
+        ];
+        let group = CoPartitioned {
+            name: "a".into(),
+            topics: vec!["in".into(), "a-s-changelog".into()],
+        };
+        let broker = on_broker(&[("in", 4, "delete"), ("a-s-changelog", 4, "compact")]);
+        assert_eq!(plan(&specs, &[group], &broker), vec![]);
+    }
+
+    #[test]
+    fn plan_names_every_topic_of_a_mismatched_group_and_uncompacted_changelogs() {
+        let group = CoPartitioned {
+            name: "a".into(),
+            topics: vec!["in".into(), "in.DLT".into(), "a-s-changelog".into()],
+        };
+        let broker = on_broker(&[("in", 8, "delete"), ("a-s-changelog", 4, "delete")]);
+        let specs = [TopicSpec::new("in.DLT", 4, "delete")];
+        let items = plan(&specs, &[group], &broker);
+        assert!(items.contains(&PlanItem::Create {
+            topic: "in.DLT".into(),
+            partitions: 4
+        }));
+        assert!(items.contains(&PlanItem::NotCompacted {
+            topic: "a-s-changelog".into(),
+            cleanup_policy: "delete".into()
+        }));
+        let shown: Vec<String> = items.iter().map(ToString::to_string).collect();
+        assert!(
+            shown.iter().any(|l| l.contains("in=8")
+                && l.contains("in.DLT=4")
+                && l.contains("a-s-changelog=4")),
+            "{shown:?}"
+        );
+    }
+
+    #[test]
+    fn processor_topics_follow_the_retry_ladder() {
+        let mut c = crate::Config::default();
+        c.app.id = "shop".into();
+        c.processor.input_topics = vec!["in".into()];
+        c.retry.delays_ms = vec![10, 20];
+        let (specs, group) = processor_topics(&c, "state", 3);
+        let names: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "in",
+                "in.retry.1",
+                "in.retry.2",
+                "in.DLT",
+                "shop-state-changelog"
+            ]
+        );
+        assert_eq!(group.topics.len(), 5);
+        assert!(specs.iter().all(|s| s.partitions == 3));
     }
 }

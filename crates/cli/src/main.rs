@@ -9,13 +9,14 @@ use std::time::Duration;
 use anyhow::{bail, Context as _, Result};
 use clap::{Parser, Subcommand};
 
+mod topics_cmd;
+
 use eosflow_verify::count::CountProcessor;
 
 /// mimalloc for every Rust allocation of the binary: the record path's many small, cross-thread
 /// allocations cost a quarter of the processing thread under glibc malloc.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-use eosflow::kafka::topics::{self, TopicOutcome};
 use eosflow::kafka::KafkaClients;
 use eosflow::runner::{serve_endpoints, wait_for_signal_or};
 use eosflow::telemetry::Health;
@@ -52,10 +53,10 @@ enum Command {
         #[command(flatten)]
         rates: eosflow_orders::FailureRates,
     },
-    /// Declared topics (`topics/*.toml`).
+    /// Declared topics (`topics/*.toml`) and a topology's: plan (check) or apply (create).
     Topics {
         #[command(subcommand)]
-        action: TopicsAction,
+        action: topics_cmd::TopicsAction,
     },
     /// Prove exactly-once: workload in, processes kill -9'ed, committed output checked.
     Verify(VerifyArgs),
@@ -245,16 +246,6 @@ enum StateAction {
     },
 }
 
-#[derive(Subcommand)]
-enum TopicsAction {
-    /// Create missing topics and report drift (exit 3 on drift; nothing existing is changed).
-    Apply {
-        /// Folder of declarations.
-        #[arg(long, default_value = "topics")]
-        dir: PathBuf,
-    },
-}
-
 #[derive(clap::Args)]
 struct VerifyArgs {
     /// Distinct input records.
@@ -338,9 +329,7 @@ fn dispatch(cli: Cli) -> Result<std::process::ExitCode> {
             output,
             rates,
         } => run(&config, &topology, &output, rates),
-        Command::Topics {
-            action: TopicsAction::Apply { dir },
-        } => topics_apply(&config, &dir),
+        Command::Topics { action } => topics_cmd::cmd(&config, action),
         Command::Verify(args) => verify_cmd(&config, args),
         Command::Demo(args) => demo(&config, &args),
         Command::Bench(args) => {
@@ -494,33 +483,6 @@ fn outbox_cmd(mut config: Config, args: OutboxArgs) -> Result<std::process::Exit
         .context("outbox router")?;
     tracing::info!(%summary, "outbox router stopped");
     Ok(std::process::ExitCode::SUCCESS)
-}
-
-fn topics_apply(config: &Config, dir: &std::path::Path) -> Result<std::process::ExitCode> {
-    let specs = topics::load_dir(dir, &config.app.id).context("reading topic declarations")?;
-    let clients = KafkaClients::new(config.kafka.clone());
-    let rt = tokio::runtime::Runtime::new().context("tokio")?;
-    let outcomes = rt
-        .block_on(topics::apply(&clients, &specs, Duration::from_secs(30)))
-        .with_context(|| format!("applying topics at {}", clients.bootstrap()))?;
-    let mut drift = false;
-    for (name, outcome) in &outcomes {
-        match outcome {
-            TopicOutcome::Created => println!("created   {name}"),
-            TopicOutcome::Unchanged => println!("ok        {name}"),
-            TopicOutcome::Drift(diffs) => {
-                drift = true;
-                for d in diffs {
-                    println!("DRIFT     {name}: {d}");
-                }
-            }
-        }
-    }
-    Ok(if drift {
-        std::process::ExitCode::from(3)
-    } else {
-        std::process::ExitCode::SUCCESS
-    })
 }
 
 fn verify_options(args: &VerifyArgs) -> Result<VerifyOptions> {
