@@ -404,7 +404,7 @@ fn run(
     output: &str,
     rates: eosflow_orders::FailureRates,
 ) -> Result<std::process::ExitCode> {
-    use eosflow_orders::{self as orders, Topology};
+    use eosflow_orders::Topology;
     if topology == "count" {
         let count = CountProcessor::new(output).with_registry(&config.schema_registry.url);
         // The verifier's slow-handler fault, when its variables are set.
@@ -423,20 +423,8 @@ fn run(
         return run_with(config, p);
     }
     let t: Topology = topology.parse().map_err(anyhow::Error::msg)?;
-    rates.validate().map_err(anyhow::Error::msg)?;
-    let topics = orders::Topics::new(output);
-    let c = orders::configure(config, t, &topics);
-    match t {
-        Topology::Orders => {
-            let p =
-                orders::processor::OrderProcessor::new(topics, &c.app.id, &c.schema_registry.url)
-                    .map_err(anyhow::Error::msg)?;
-            run_with(&c, p)
-        }
-        Topology::Stock => run_with(&c, orders::services::StockService::new(topics, rates)),
-        Topology::Payment => run_with(&c, orders::services::PaymentService::new(topics, rates)),
-        Topology::Customers => run_with(&c, orders::projection::CustomersProcessor::new(topics)),
-    }
+    eosflow_orders::launch::run(config, t, output, rates)?;
+    Ok(std::process::ExitCode::SUCCESS)
 }
 
 /// One processor through the public entry point, exactly as a user's `main` would run it.
