@@ -23,7 +23,7 @@ COPY . .
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/usr/local/cargo/git \
     --mount=type=cache,target=/src/target \
-    cargo build --release --locked --bin eosflow \
+    cargo build --release --locked --package eosflow-cli --bin eosflow \
  && install -D -m 0755 target/release/eosflow /out/eosflow
 
 ############################

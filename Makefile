@@ -20,8 +20,10 @@ stack-up: deps
 stack-down:
 	@dev/stack down
 
+## The workspace (docs/layout.md) is always built whole, with every target: a smaller selection
+## resolves dependency features differently and rebuilds RocksDB's C++.
 build: deps
-	$(CARGO) build --locked --all-targets
+	$(CARGO) build --locked --workspace --all-targets
 
 ## The main job end to end: the orders application (order service → Postgres outbox → Kafka →
 ## order aggregate + fulfilment saga, stock, payment, customer read model) for ~60 s, a live
@@ -36,16 +38,22 @@ demo-chaos: stack-up build
 		--stock-failure-rate 0.3 --payment-failure-rate 0.4 --ship-failure-rate 0.5 \
 		--release-failure-rate 0.5 --poison-rate 0.2 --cancel-rate 0.2
 
-## Every test against the real broker, database and registry, plus lint and compose checks.
-test: stack-up
-	$(CARGO) fmt --all -- --check
-	$(CARGO) clippy --locked --all-targets -- -D warnings
+## Every test against the real broker, database and registry, plus lint, docs and compose checks.
+test: stack-up lint
 	dev/check-compose
 	dev/check-k8s
-	@$(STACK_ENV) && $(CARGO) build --locked --all-targets --quiet && $(EOSFLOW) schemas check --dir schemas
+	@$(STACK_ENV) && $(CARGO) build --locked --workspace --all-targets --quiet && $(EOSFLOW) schemas check --dir schemas
 	@# Two tests at a time via the environment: criterion's bench harness (benches/hot_path.rs,
 	@# run once as a smoke test) rejects libtest's --test-threads argument.
-	@$(STACK_ENV) && RUST_TEST_THREADS=2 $(CARGO) test --locked --all-targets
+	@$(STACK_ENV) && RUST_TEST_THREADS=2 $(CARGO) test --locked --workspace --all-targets
+
+## Formatting, clippy over every crate and target, and rustdoc without warnings. `--examples`
+## keeps dev-dependencies in the feature resolution (as `--all-targets` does): without it,
+## `cargo doc` resolves other features and rebuilds RocksDB's C++.
+lint:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --locked --workspace --all-targets -- -D warnings
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --locked --workspace --no-deps --lib --examples
 
 ## The fault-injection suite, long versions (README, "Fault-injection suite"): kill-processors
 ## (1M records, 50 kill -9), broker-restart and outbox-crash (private broker/Postgres), zombie,

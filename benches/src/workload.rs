@@ -55,7 +55,7 @@ pub fn use_avro(registry_url: &str) -> Result<u32, BenchError> {
 /// benchmark promises (five made 173 B).
 const ORDER_LINES: i32 = 12;
 
-/// Order `i` placed with [`ORDER_LINES`] lines, `total_minor` = `amount`: about 300 bytes of Avro.
+/// Order `i` placed with `ORDER_LINES` (12) lines, `total_minor` = `amount`: about 300 bytes of Avro.
 pub fn order_event(i: u64, amount: i64) -> AvroValue {
     let lines = (0..ORDER_LINES)
         .map(|l| {

@@ -26,7 +26,7 @@ use eosflow_outbox::publish::DEFAULT_MESSAGE_MAX_BYTES;
 pub struct Options {
     /// Outbox rows written (good and bad).
     pub rows: u64,
-    /// One row in `bad_every` is a bad (or just-under) one, cycling through [`Kind`]s.
+    /// One row in `bad_every` is a bad (or just-under) one, cycling through the kinds of bad row.
     pub bad_every: u64,
     /// kill -9s of the router, spread over the writing.
     pub kills: u32,
