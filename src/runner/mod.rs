@@ -7,21 +7,20 @@
 //! ```no_run
 //! use eosflow::processor::{Context, ProcessError, Processor, Record};
 //!
+//! /// Copies every record of `in` to `out`, exactly once.
 //! struct Echo;
 //!
 //! impl Processor for Echo {
-//!     fn inputs(&self) -> Vec<String> {
-//!         vec!["in".into()]
-//!     }
-//!     fn process(&mut self, r: &Record<'_>, ctx: &mut Context<'_>) -> Result<(), ProcessError> {
-//!         ctx.emit("out", r.key.map(<[u8]>::to_vec), r.value.map(<[u8]>::to_vec));
+//!     fn process(&mut self, ctx: &mut Context<'_>, r: &Record<'_>) -> Result<(), ProcessError> {
+//!         ctx.emit("out", r.key.map(<[u8]>::to_vec), r.value.map(<[u8]>::to_vec), vec![]);
 //!         Ok(())
 //!     }
 //! }
 //!
 //! fn main() -> Result<(), Box<dyn std::error::Error>> {
 //!     eosflow::init_logging();
-//!     let config = eosflow::Config::load(None)?;
+//!     let mut config = eosflow::Config::load(None)?;
+//!     config.processor.input_topics = vec!["in".into()];
 //!     let summary = eosflow::run(&config, Echo)?;
 //!     println!("{} records", summary.records);
 //!     Ok(())
