@@ -79,7 +79,8 @@ pub struct RuntimeOptions {
     pub transaction_timeout: Duration,
     /// `session.timeout.ms`.
     pub session_timeout: Duration,
-    /// Deadline for one partition's restore.
+    /// Deadline for one partition's restore while the broker answers (an unreachable broker
+    /// is waited for, see [`crate::state::changelog::BROKER_WAIT_MAX`]).
     pub restore_timeout: Duration,
     /// Join with `group.instance.id` = instance id.
     pub static_membership: bool,
