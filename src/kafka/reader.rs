@@ -73,7 +73,26 @@ pub enum ReadError {
     /// The callback refused a record.
     #[error("{0}")]
     Callback(String),
+    /// The broker (or the partition's leader) could not be reached up to the deadline: unlike
+    /// [`ReadError::Timeout`], waiting longer for the broker to come back may succeed.
+    #[error("{topic}[{partition}]: broker unreachable for the last {seconds}s of the read: {last_error}")]
+    Unreachable {
+        /// The topic.
+        topic: String,
+        /// The partition being read (or asked for its end) at the deadline.
+        partition: i32,
+        /// The deadline.
+        seconds: u64,
+        /// The last error met.
+        last_error: String,
+    },
 }
+
+/// How long a broker error met while reading still counts, at the deadline, as the reason
+/// the read did not finish.
+const RECENT_ERROR: Duration = Duration::from_secs(10);
+/// How often a read kept waiting for the broker says so.
+const WAIT_LOG_EVERY: Duration = Duration::from_secs(10);
 
 /// Whether a metadata/offset request may succeed if asked again: a topic created a moment ago
 /// has no leader yet, a restarted broker is electing one.
@@ -136,19 +155,33 @@ where
         source,
     };
     let deadline = Instant::now() + timeout;
-    // Watermarks must come from a read_uncommitted client: asked by a read_committed one, the
-    // broker answers the last stable offset, which stops *before* a transaction whose markers
-    // are still being written — and a restore that ended there would miss committed writes.
-    let watermarks: BaseConsumer<ReaderContext> = clients
-        .config(ClientRole::Reader)
-        .set("isolation.level", "read_uncommitted")
-        .create_with_context(ReaderContext)
-        .map_err(kerr)?;
+    let mut watermarks = watermark_client(clients).map_err(kerr)?;
     let mut next: BTreeMap<i32, i64> = BTreeMap::new();
     let mut end: BTreeMap<i32, i64> = BTreeMap::new();
     let mut tpl = TopicPartitionList::new();
     for (&p, start) in starts {
-        let (low, high) = fetch_watermarks_until(&watermarks, topic, p, deadline).map_err(kerr)?;
+        let (low, high) = loop {
+            // Asked again in short rounds, each with a new client: librdkafka answers
+            // UnknownPartition from its metadata cache, as a permanent error it never refreshes,
+            // when a restarting broker once listed the topic without all its partitions.
+            let round = deadline.min(Instant::now() + RECENT_ERROR);
+            match fetch_watermarks_until(&watermarks, topic, p, round) {
+                Ok(w) => break w,
+                Err(e) if retriable(&e) && Instant::now() < deadline => {
+                    tracing::warn!(topic, partition = p, error = %e, "the partition's end is not known yet (broker away?); asking again with a new client");
+                    watermarks = watermark_client(clients).map_err(kerr)?;
+                }
+                Err(e) if retriable(&e) => {
+                    return Err(ReadError::Unreachable {
+                        topic: topic.to_string(),
+                        partition: p,
+                        seconds: timeout.as_secs(),
+                        last_error: e.to_string(),
+                    })
+                }
+                Err(e) => return Err(kerr(e)),
+            }
+        };
         if let Some(s) = start {
             if *s > high {
                 return Err(ReadError::BeyondEnd {
@@ -178,6 +211,9 @@ where
         .map_err(kerr)?;
     consumer.assign(&tpl).map_err(kerr)?;
     let mut last_refresh = Instant::now();
+    // The last broker error the read met, and when the wait for the broker was last logged.
+    let mut last_error: Option<(Instant, String)> = None;
+    let mut last_log = Instant::now();
     loop {
         let behind: Vec<i32> = next
             .iter()
@@ -189,6 +225,26 @@ where
         }
         if Instant::now() >= deadline {
             let p = behind[0];
+            let recent = last_error
+                .as_ref()
+                .filter(|(at, _)| at.elapsed() < RECENT_ERROR)
+                .map(|(_, e)| e.clone());
+            // Not reading because the broker is away, or because a transaction holds the end?
+            let away = recent.or_else(|| {
+                let probe = watermark_client(clients).ok()?;
+                match probe.fetch_watermarks(topic, p, Duration::from_secs(5)) {
+                    Err(e) if retriable(&e) => Some(e.to_string()),
+                    _ => None,
+                }
+            });
+            if let Some(last_error) = away {
+                return Err(ReadError::Unreachable {
+                    topic: topic.to_string(),
+                    partition: p,
+                    seconds: timeout.as_secs(),
+                    last_error,
+                });
+            }
             return Err(ReadError::Timeout {
                 topic: topic.to_string(),
                 partition: p,
@@ -226,12 +282,26 @@ where
             }
             // The broker going away mid-read (a restart) is waited out until the deadline.
             Some(Err(e)) if is_transient(&e) => {
-                tracing::debug!(error = %e, topic, "broker unavailable while reading; waiting");
+                if last_log.elapsed() >= WAIT_LOG_EVERY {
+                    tracing::warn!(error = %e, topic, "broker unavailable while reading; waiting");
+                    last_log = Instant::now();
+                }
+                last_error = Some((Instant::now(), e.to_string()));
                 std::thread::sleep(Duration::from_millis(250));
             }
             Some(Err(e)) => return Err(kerr(e)),
         }
     }
+}
+
+/// A read_uncommitted client for watermarks: asked by a read_committed one, the broker
+/// answers the last stable offset, which stops *before* a transaction whose markers are still
+/// being written — and a restore that ended there would miss committed writes.
+fn watermark_client(clients: &KafkaClients) -> Result<BaseConsumer<ReaderContext>, KafkaError> {
+    clients
+        .config(ClientRole::Reader)
+        .set("isolation.level", "read_uncommitted")
+        .create_with_context(ReaderContext)
 }
 
 /// Errors a restarting or briefly unreachable broker produces, which a read outlives.

@@ -79,7 +79,8 @@ pub struct RuntimeOptions {
     pub transaction_timeout: Duration,
     /// `session.timeout.ms`.
     pub session_timeout: Duration,
-    /// Deadline for one partition's restore.
+    /// Deadline for one partition's restore while the broker answers (an unreachable broker
+    /// is waited for, see [`crate::state::changelog::BROKER_WAIT_MAX`]).
     pub restore_timeout: Duration,
     /// Join with `group.instance.id` = instance id.
     pub static_membership: bool,
@@ -465,7 +466,10 @@ fn record_error_in(e: &SinkError) -> bool {
         SinkError::Abortable(k) | SinkError::Fatal(k) | SinkError::CommitUnknown(k) => {
             k.rdkafka_error_code()
         }
-        SinkError::Fenced { .. } | SinkError::NoGroupMetadata | SinkError::StateRead(_) => None,
+        SinkError::Fenced { .. }
+        | SinkError::NoGroupMetadata
+        | SinkError::StateRead(_)
+        | SinkError::Stuck(_) => None,
     };
     code.is_some_and(is_record_error)
 }
@@ -1054,15 +1058,27 @@ impl<P: Processor> Runtime<P> {
             | SinkError::StateRead(_) => {
                 if let Err(abort_err) = self.sink.abort() {
                     tracing::warn!(error = %abort_err, "abort failed; recreating the producer");
-                    self.recover_producer(&abort_err, "fatal", started.elapsed())?;
+                    let cause = match abort_err {
+                        SinkError::Stuck(_) => "stuck",
+                        _ => "fatal",
+                    };
+                    self.recover_producer(&abort_err, cause, started.elapsed())?;
                 }
             }
             SinkError::Fenced { .. } => {
                 self.recover_producer(&error, "epoch-bumped", started.elapsed())?
             }
             SinkError::Fatal(_) => self.recover_producer(&error, "fatal", started.elapsed())?,
-            SinkError::CommitUnknown(_) => {
-                self.recover_producer(&error, "commit-unknown", started.elapsed())?;
+            // A stuck call wedged the producer; stuck in the commit, the outcome is unknown.
+            SinkError::Stuck(_) if !error.commit_outcome_unknown() => {
+                self.recover_producer(&error, "stuck", started.elapsed())?
+            }
+            SinkError::CommitUnknown(_) | SinkError::Stuck(_) => {
+                let cause = match error {
+                    SinkError::Stuck(_) => "stuck",
+                    _ => "commit-unknown",
+                };
+                self.recover_producer(&error, cause, started.elapsed())?;
                 if self.committed_for_sure(&next_offsets)? {
                     tracing::warn!(error = %error, records = handled, "the commit whose outcome was unknown had landed: keeping the batch");
                     telemetry::commit_resolved("committed");
@@ -1456,7 +1472,7 @@ impl<P: Processor> Runtime<P> {
                 .group_metadata()
                 .ok_or_else(|| fail(SinkError::NoGroupMetadata, slow))?;
             self.sink
-                .send_offsets(&offsets, &group)
+                .send_offsets(&offsets, group)
                 .map_err(|e| fail(e, slow))?;
             self.sink.commit().map_err(|e| fail(e, slow))?;
         } else {

@@ -14,6 +14,7 @@
 //! idempotent producer; begin/abort do nothing and commit waits for every send to be
 //! acknowledged), so both guarantees share one loop and differ only in what they pay for.
 
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use futures::FutureExt;
@@ -23,6 +24,7 @@ use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
 use rdkafka::TopicPartitionList;
 
+use super::bounded::{CallThread, Elapsed};
 use crate::kafka::{ClientRole, KafkaClients};
 
 /// What went wrong with a transaction, by what the caller must do about it.
@@ -62,6 +64,12 @@ pub enum SinkError {
     /// be trusted, so it is aborted and processed again, never read as "not seen".
     #[error("state read failed; the batch must be aborted: {0}")]
     StateRead(#[from] crate::state::StateError),
+    /// A blocking transactional call missed its deadline (librdkafka ignores some of its own
+    /// timeouts while a coordinator is away): the producer is wedged and must be recreated.
+    /// When the stuck call was the commit, its outcome is unknown as with
+    /// [`SinkError::CommitUnknown`].
+    #[error("producer stuck, it must be recreated: {0}")]
+    Stuck(Elapsed),
 }
 
 impl SinkError {
@@ -69,6 +77,16 @@ impl SinkError {
     /// exists): either a true successor or the coordinator aborting a timed-out transaction.
     pub fn is_fenced(&self) -> bool {
         matches!(self, SinkError::Fenced { .. })
+    }
+
+    /// Whether a commit may or may not have happened: the caller must learn which before it
+    /// keeps or redoes the batch (an unknown answer, or a commit call that got stuck).
+    pub fn commit_outcome_unknown(&self) -> bool {
+        match self {
+            SinkError::CommitUnknown(_) => true,
+            SinkError::Stuck(stuck) => stuck.call == COMMIT_CALL,
+            _ => false,
+        }
     }
 }
 
@@ -99,9 +117,19 @@ pub const INIT_RETRY_FOR: Duration = Duration::from_secs(120);
 /// librdkafka keeps the commit as the current operation until it answers.
 pub const COMMIT_RETRY_FOR: Duration = Duration::from_secs(120);
 
+/// librdkafka's name for the commit, as a stuck call reports it.
+const COMMIT_CALL: &str = "commit_transaction";
+
+/// What a blocking call may take beyond the timeout it is given before it counts as stuck.
+const CALL_GRACE: Duration = Duration::from_secs(5);
+
 /// The transactional producer and its settings (to recreate it).
 pub struct TxnSink {
     producer: FutureProducer,
+    /// Runs the producer's blocking transactional calls with a deadline.
+    calls: CallThread,
+    /// Set once a call on this producer missed its deadline: every later call fails at once.
+    wedged: OnceLock<Elapsed>,
     clients: KafkaClients,
     id: String,
     timeout: Duration,
@@ -129,9 +157,11 @@ impl TxnSink {
     /// Creates the producer and calls `init_transactions`, fencing any previous instance with the
     /// same id and aborting its open transaction.
     pub fn new(clients: &KafkaClients, id: &str, timeout: Duration) -> Result<Self, SinkError> {
-        let producer = Self::create(clients, id, timeout)?;
+        let (producer, calls) = Self::create(clients, id, timeout)?;
         Ok(Self {
             producer,
+            calls,
+            wedged: OnceLock::new(),
             clients: clients.clone(),
             id: id.to_string(),
             timeout,
@@ -147,6 +177,8 @@ impl TxnSink {
             .map_err(SinkError::Fatal)?;
         Ok(Self {
             producer,
+            calls: CallThread::start("kafka-calls"),
+            wedged: OnceLock::new(),
             clients: clients.clone(),
             id: id.to_string(),
             timeout,
@@ -159,39 +191,81 @@ impl TxnSink {
         self.transactional
     }
 
+    /// A producer with its transactions initialised, and the worker its blocking calls run on.
+    /// A producer whose `init_transactions` is stuck is given up on and another one created.
     fn create(
         clients: &KafkaClients,
         id: &str,
         timeout: Duration,
-    ) -> Result<FutureProducer, SinkError> {
-        let producer: FutureProducer = clients
-            .config(ClientRole::Transactional { id, timeout })
-            .create()
-            .map_err(SinkError::Fatal)?;
+    ) -> Result<(FutureProducer, CallThread), SinkError> {
         let deadline = Instant::now() + (timeout * 3).max(INIT_RETRY_FOR);
-        loop {
-            match producer.init_transactions(timeout) {
-                Ok(()) => return Ok(producer),
-                Err(e) => match classify(id, e) {
-                    // The coordinator may still be loading or the previous epoch aborting.
-                    SinkError::Abortable(e) if Instant::now() < deadline => {
-                        tracing::warn!(error = %e, "init_transactions failed; retrying");
-                        std::thread::sleep(Duration::from_millis(500));
+        'producer: loop {
+            let producer: FutureProducer = clients
+                .config(ClientRole::Transactional { id, timeout })
+                .create()
+                .map_err(SinkError::Fatal)?;
+            let calls = CallThread::start("kafka-calls");
+            loop {
+                let p = producer.clone();
+                let called = calls.run("init_transactions", timeout + CALL_GRACE, move || {
+                    p.init_transactions(timeout)
+                });
+                match called {
+                    Ok(Ok(())) => return Ok((producer, calls)),
+                    Ok(Err(e)) => match classify(id, e) {
+                        // The coordinator may still be loading or the previous epoch aborting.
+                        SinkError::Abortable(e) if Instant::now() < deadline => {
+                            tracing::warn!(error = %e, "init_transactions failed; retrying");
+                            std::thread::sleep(Duration::from_millis(500));
+                        }
+                        other => return Err(other),
+                    },
+                    Err(stuck) => {
+                        calls.finish(move || drop(producer));
+                        if Instant::now() >= deadline {
+                            return Err(SinkError::Stuck(stuck));
+                        }
+                        continue 'producer;
                     }
-                    other => return Err(other),
-                },
+                }
             }
         }
     }
 
-    /// Replaces the producer after a fatal error (same id, new epoch).
+    /// Replaces the producer after a fatal error (same id, new epoch). The old producer is
+    /// dropped on its worker thread, after any call of it still running (a stuck one) returns.
     pub fn reset(&mut self) -> Result<(), SinkError> {
-        *self = if self.transactional {
+        let new = if self.transactional {
             Self::new(&self.clients, &self.id, self.timeout)?
         } else {
             Self::plain(&self.clients, &self.id, self.timeout)?
         };
+        let old = std::mem::replace(self, new);
+        let TxnSink {
+            producer, calls, ..
+        } = old;
+        calls.finish(move || drop(producer));
         Ok(())
+    }
+
+    /// Runs a blocking call of the producer on its worker, waiting at most `limit`; a call that
+    /// misses it wedges this sink (see [`SinkError::Stuck`]).
+    fn bounded<T: Send + 'static>(
+        &self,
+        call: &'static str,
+        limit: Duration,
+        job: impl FnOnce(FutureProducer) -> T + Send + 'static,
+    ) -> Result<T, SinkError> {
+        if let Some(stuck) = self.wedged.get() {
+            return Err(SinkError::Stuck(*stuck));
+        }
+        let producer = self.producer.clone();
+        self.calls
+            .run(call, limit, move || job(producer))
+            .map_err(|stuck| {
+                let _ = self.wedged.set(stuck);
+                SinkError::Stuck(stuck)
+            })
     }
 
     /// The broker's metadata of one topic (does it exist, how many partitions), asked through
@@ -289,17 +363,23 @@ impl TxnSink {
     /// Adds the consumer's next offsets to the transaction, bound to its group generation
     /// (KIP-447: a zombie from an older generation is rejected here).
     /// A retriable failure (the coordinator away) is retried for [`COMMIT_RETRY_FOR`].
+    /// The call runs bounded (it ignores its own timeout while the group coordinator is away):
+    /// stuck, it fails with [`SinkError::Stuck`].
     pub fn send_offsets(
         &self,
         offsets: &TopicPartitionList,
-        group: &ConsumerGroupMetadata,
+        group: ConsumerGroupMetadata,
     ) -> Result<(), SinkError> {
         let deadline = Instant::now() + COMMIT_RETRY_FOR.max(self.timeout);
+        let group = std::sync::Arc::new(group);
         loop {
-            match self
-                .producer
-                .send_offsets_to_transaction(offsets, group, self.timeout)
-            {
+            let (offsets, group, timeout) = (offsets.clone(), group.clone(), self.timeout);
+            let sent = self.bounded(
+                "send_offsets_to_transaction",
+                timeout + CALL_GRACE,
+                move |p| p.send_offsets_to_transaction(&offsets, &group, timeout),
+            )?;
+            match sent {
                 Ok(()) => return Ok(()),
                 Err(KafkaError::Transaction(e))
                     if e.is_retriable() && Instant::now() < deadline =>
@@ -334,7 +414,12 @@ impl TxnSink {
         }
         let deadline = Instant::now() + COMMIT_RETRY_FOR.max(self.timeout);
         loop {
-            match self.producer.commit_transaction(self.timeout) {
+            // rust-rdkafka flushes (up to the timeout) before committing (up to the timeout).
+            let timeout = self.timeout;
+            let committed = self.bounded(COMMIT_CALL, timeout * 2 + CALL_GRACE, move |p| {
+                p.commit_transaction(timeout)
+            })?;
+            match committed {
                 Ok(()) => return Ok(()),
                 Err(KafkaError::Transaction(e))
                     if e.is_retriable() && Instant::now() < deadline =>
@@ -361,9 +446,11 @@ impl TxnSink {
             // Nothing to take back: at-least-once outputs of a failed batch stay (and repeat).
             return Ok(());
         }
-        self.producer
-            .abort_transaction(self.timeout)
-            .map_err(|e| classify(&self.id, e))
+        let timeout = self.timeout;
+        self.bounded("abort_transaction", timeout + CALL_GRACE, move |p| {
+            p.abort_transaction(timeout)
+        })?
+        .map_err(|e| classify(&self.id, e))
     }
 
     /// Messages and delivery reports librdkafka still holds (`rd_kafka_outq_len`): zero means

@@ -130,7 +130,15 @@ pub struct RestoreStats {
 
 const APPLY_EVERY: usize = 5_000;
 
-/// Replays `topic[partition]` into `store` from its checkpoint to the end, within `timeout`.
+/// How long in all a restore keeps waiting for a broker it cannot reach (a restart, a network
+/// cut) before it fails: an instance that exits instead would only be restarted to wait again,
+/// after a longer rebalance.
+pub const BROKER_WAIT_MAX: Duration = Duration::from_secs(600);
+
+/// Replays `topic[partition]` into `store` from its checkpoint to the end, within `timeout`
+/// while the broker answers; while it cannot be reached the restore waits for it (ERROR logs,
+/// `eosflow_restore_broker_waits_total`) for up to [`BROKER_WAIT_MAX`], starting again from
+/// the checkpoint reached with new clients.
 ///
 /// Fails with [`StateError::StaleCheckpoint`] (before reading anything) when the checkpoint is
 /// older than the changelog's `delete.retention.ms` allows, and with
@@ -143,7 +151,75 @@ pub fn restore(
     partition: i32,
     timeout: Duration,
 ) -> Result<RestoreStats, StateError> {
+    restore_waiting(clients, store, topic, partition, timeout, BROKER_WAIT_MAX)
+}
+
+/// One attempt at a restore did not finish.
+enum Attempt {
+    /// It failed for good.
+    Failed(StateError),
+    /// The broker could not be reached: a later attempt may finish.
+    Unreachable(ReadError),
+}
+
+impl From<StateError> for Attempt {
+    fn from(e: StateError) -> Self {
+        Attempt::Failed(e)
+    }
+}
+
+/// [`restore`], waiting at most `broker_wait` in all for an unreachable broker.
+fn restore_waiting(
+    clients: &KafkaClients,
+    store: &Store,
+    topic: &str,
+    partition: i32,
+    timeout: Duration,
+    broker_wait: Duration,
+) -> Result<RestoreStats, StateError> {
     let started = Instant::now();
+    let mut attempts = 0u32;
+    loop {
+        attempts += 1;
+        let e = match restore_once(clients, store, topic, partition, timeout, started) {
+            Ok(stats) => return Ok(stats),
+            Err(Attempt::Failed(e)) => return Err(e),
+            Err(Attempt::Unreachable(e)) => e,
+        };
+        let waited = started.elapsed();
+        if waited >= broker_wait {
+            return Err(StateError::Changelog {
+                topic: topic.to_string(),
+                partition,
+                message: format!(
+                    "{e}; the broker stayed unreachable through {attempts} attempt(s) over {} s",
+                    waited.as_secs()
+                ),
+            });
+        }
+        tracing::error!(
+            topic,
+            partition,
+            attempts,
+            waited_s = waited.as_secs(),
+            max_wait_s = broker_wait.as_secs(),
+            error = %e,
+            "restore cannot reach the broker: waiting for it, then restoring again from the checkpoint with new clients"
+        );
+        crate::telemetry::restore_waiting_for_broker(partition);
+        std::thread::sleep(Duration::from_secs(1));
+    }
+}
+
+/// One attempt: from the store's checkpoint to the end, within `timeout`.
+fn restore_once(
+    clients: &KafkaClients,
+    store: &Store,
+    topic: &str,
+    partition: i32,
+    timeout: Duration,
+    started: Instant,
+) -> Result<RestoreStats, Attempt> {
     check_fresh(clients, store, topic, partition)?;
     let checkpoint = store.checkpoint()?;
     let mut pending: Vec<(Vec<u8>, Option<Vec<u8>>)> = Vec::with_capacity(APPLY_EVERY);
@@ -169,33 +245,34 @@ pub fn restore(
         Ok(())
     });
     if let Some(e) = apply_error {
-        return Err(e);
+        return Err(e.into());
     }
     let ends = result.map_err(|e| match e {
+        e @ ReadError::Unreachable { .. } => Attempt::Unreachable(e),
         ReadError::Timeout {
             topic,
             partition,
             position,
             end,
             seconds,
-        } => StateError::RestoreTimeout {
+        } => Attempt::Failed(StateError::RestoreTimeout {
             topic,
             partition,
             target: end,
             position,
             seconds,
-        },
-        ReadError::BeyondEnd { start, end, .. } => StateError::CheckpointAhead {
+        }),
+        ReadError::BeyondEnd { start, end, .. } => Attempt::Failed(StateError::CheckpointAhead {
             topic: topic.to_string(),
             partition,
             checkpoint: start,
             end,
-        },
-        other => StateError::Changelog {
+        }),
+        other => Attempt::Failed(StateError::Changelog {
             topic: topic.to_string(),
             partition,
             message: other.to_string(),
-        },
+        }),
     })?;
     let to = ends.get(&partition).copied().unwrap_or_default();
     if !pending.is_empty() || checkpoint != Some(to) {
@@ -271,6 +348,35 @@ mod tests {
         let old = CheckpointAt::FilesModified(0);
         assert!(stale_checkpoint("cl", 0, old, day, day)
             .is_some_and(|e| e.to_string().contains("file-mtime")));
+    }
+
+    #[test]
+    fn a_restore_waits_for_an_unreachable_broker_in_attempts_then_says_so() {
+        // Nothing listens on port 1: every attempt meets a broker that cannot be reached.
+        let clients = KafkaClients::new(crate::config::KafkaConfig {
+            bootstrap: "127.0.0.1:1".into(),
+            ..Default::default()
+        });
+        let dir = std::env::temp_dir().join(format!("eosflow-away-{}", uuid::Uuid::new_v4()));
+        let cache = StoreCache::new(8 << 20);
+        let (s, _) = Store::open(&dir, "cl[0]", &cache).expect("open");
+        let got = restore_waiting(
+            &clients,
+            &s,
+            "cl",
+            0,
+            Duration::from_secs(1),
+            Duration::from_secs(2),
+        );
+        match got {
+            Err(StateError::Changelog { message, .. }) => {
+                assert!(message.contains("broker unreachable"), "{message}");
+                assert!(!message.contains("through 1 attempt"), "{message}");
+            }
+            other => panic!("expected a changelog error after waiting, got {other:?}"),
+        }
+        drop(s);
+        Store::wipe(&dir).expect("wipe");
     }
 
     #[test]

@@ -130,8 +130,8 @@ pub fn record_skipped_unwritable(topic: &str) {
 }
 
 /// The producer was recreated in place: `cause` is `epoch-bumped` (the coordinator aborted a
-/// transaction that outlived `transaction.timeout.ms`, or a restart's epoch), `fatal`, or
-/// `commit-unknown`.
+/// transaction that outlived `transaction.timeout.ms`, or a restart's epoch), `fatal`,
+/// `commit-unknown`, or `stuck` (a call missed its deadline, see [`kafka_call_stuck`]).
 pub fn producer_recovered(cause: &'static str) {
     metrics::counter!("eosflow_producer_recoveries_total", "cause" => cause).increment(1);
 }
@@ -151,5 +151,18 @@ pub fn batch_closed_early() {
 /// runs again in a transaction of its own.
 pub fn slow_handler_call(topic: &str) {
     metrics::counter!("eosflow_slow_handler_calls_total", "topic" => topic.to_string())
+        .increment(1);
+}
+
+/// A blocking Kafka call (`call`: librdkafka's name for it) missed its deadline and was given
+/// up on, with the producer it ran on: the instance recreates the producer in place.
+pub fn kafka_call_stuck(call: &'static str) {
+    metrics::counter!("eosflow_kafka_calls_stuck_total", "call" => call).increment(1);
+}
+
+/// A changelog restore could not reach the broker and is waiting for it to come back
+/// (`eosflow_restore_broker_waits_total`, one per failed attempt).
+pub fn restore_waiting_for_broker(partition: i32) {
+    metrics::counter!("eosflow_restore_broker_waits_total", "partition" => partition.to_string())
         .increment(1);
 }
