@@ -19,6 +19,7 @@ pub mod config;
 pub mod kafka;
 pub mod outbox;
 pub mod processor;
+pub mod record;
 pub mod retry;
 pub mod sink;
 pub mod state;

@@ -17,7 +17,7 @@ use super::catalog::Catalog;
 use super::envelope::{Envelope, EnvelopeError};
 use super::project::WalkError;
 use super::registry::{CodecError, Registry};
-use crate::processor::{ProcessError, Record};
+use crate::record::{ProcessError, Record};
 
 /// Why a record is bad input: never worth retrying.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
