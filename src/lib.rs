@@ -21,6 +21,7 @@ pub mod outbox;
 pub mod processor;
 pub mod record;
 pub mod retry;
+pub mod serdes;
 pub mod sink;
 pub mod state;
 pub mod telemetry;

@@ -1,5 +1,6 @@
 //! The handler-facing types: records in, state and emits through the context, typed failures out.
 
+use super::stores::{layered_get, KeyValueStore, StoreHandle, StoreView};
 pub use crate::record::{Emit, ProcessError, Record};
 use crate::state::{Column, Overlay, Store};
 
@@ -26,6 +27,18 @@ pub trait Processor: Send {
     fn store_name(&self) -> &str {
         "state"
     }
+
+    /// The named stores the handler opens with [`Context::store`], beside the default one:
+    /// each gets its own RocksDB store per partition and changelog `<app>-<name>-changelog`.
+    fn stores(&self) -> Vec<String> {
+        Vec::new()
+    }
+
+    /// The input topics, when the processor knows them (a [`crate::topology::Topology`]
+    /// does); `None` takes `processor.input_topics` from the configuration.
+    fn input_topics(&self) -> Option<Vec<String>> {
+        None
+    }
 }
 
 /// The handler's view of its partition during one call.
@@ -35,6 +48,8 @@ pub struct Context<'a> {
     pending: Overlay,
     emits: Vec<Emit>,
     message_id: Option<&'a [u8]>,
+    named: Vec<StoreView<'a>>,
+    wall_clock_ms: i64,
 }
 
 impl<'a> Context<'a> {
@@ -45,20 +60,46 @@ impl<'a> Context<'a> {
             pending: Overlay::default(),
             emits: Vec::new(),
             message_id,
+            named: Vec::new(),
+            wall_clock_ms: 0,
         }
+    }
+
+    /// Adds the named stores of the record's partition and the batch's wall-clock time.
+    pub(crate) fn with(mut self, named: Vec<StoreView<'a>>, wall_clock_ms: i64) -> Self {
+        self.named = named;
+        self.wall_clock_ms = wall_clock_ms;
+        self
     }
 
     /// Reads state: this call's writes, then the open batch's, then the committed store.
     pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, ProcessError> {
-        if let Some(v) = self.pending.get(Column::State, key) {
-            return Ok(v.map(<[u8]>::to_vec));
-        }
-        if let Some(v) = self.batch.get(Column::State, key) {
-            return Ok(v.map(<[u8]>::to_vec));
-        }
-        self.store
-            .get(Column::State, key)
-            .map_err(|e| ProcessError::transient(format!("state read: {e}")))
+        layered_get(&self.pending, self.batch, self.store, Column::State, key)
+    }
+
+    /// Opens the named store `handle` names, typed by its serdes. Fails (permanently) when the
+    /// processor did not list the store in [`Processor::stores`].
+    pub fn store<'c, K, V>(
+        &'c mut self,
+        handle: &'c StoreHandle<K, V>,
+    ) -> Result<KeyValueStore<'c, 'a, K, V>, ProcessError> {
+        let view = self
+            .named
+            .iter_mut()
+            .find(|v| v.name == handle.name())
+            .ok_or_else(|| {
+                ProcessError::permanent(format!(
+                    "store {} is not attached to this processor (list it in Processor::stores or Topology::add_state_store)",
+                    handle.name()
+                ))
+            })?;
+        Ok(KeyValueStore::new(view, handle))
+    }
+
+    /// The wall-clock time of the batch (ms since the epoch): the runtime's clock, or the test
+    /// driver's, which only moves when the test advances it.
+    pub fn wall_clock_ms(&self) -> i64 {
+        self.wall_clock_ms
     }
 
     /// Writes state (committed with the record's offset).
@@ -92,7 +133,9 @@ impl<'a> Context<'a> {
         self.message_id
     }
 
-    pub(crate) fn into_parts(self) -> (Overlay, Vec<Emit>) {
-        (self.pending, self.emits)
+    /// The call's writes (default store, then each named store in order) and emits.
+    pub(crate) fn into_parts(self) -> (Overlay, Vec<Overlay>, Vec<Emit>) {
+        let named = self.named.into_iter().map(|v| v.pending).collect();
+        (self.pending, named, self.emits)
     }
 }

@@ -7,6 +7,7 @@ use rdkafka::message::{Headers, OwnedMessage};
 use rdkafka::Message;
 
 use super::runtime::{Runtime, Task};
+use super::stores::StoreView;
 use super::{Context, ProcessError, Processor, Record};
 use crate::codec::envelope::EnvelopeRef;
 use crate::retry::dlt::{self, DltClass};
@@ -202,7 +203,12 @@ impl<P: Processor> Runtime<P> {
         }
         let processor = &mut self.processor;
         let outcome = {
-            let mut ctx = Context::new(&task.store, &task.overlay, id.as_deref());
+            let views = task
+                .named
+                .iter()
+                .map(|n| StoreView::new(&n.name, &n.store, &n.overlay))
+                .collect();
+            let mut ctx = Context::new(&task.store, &task.overlay, id.as_deref()).with(views, now);
             match catch_unwind(AssertUnwindSafe(|| processor.process(&mut ctx, record))) {
                 Ok(Ok(())) => Ok(ctx.into_parts()),
                 Ok(Err(e)) => Err(e),
@@ -212,11 +218,14 @@ impl<P: Processor> Runtime<P> {
                 ))),
             }
         };
-        let (writes, emits) = match outcome {
+        let (writes, named, emits) = match outcome {
             Ok(parts) => parts,
             Err(e) => return Ok(Some(Err(e))),
         };
         task.overlay.absorb(writes);
+        for (n, w) in task.named.iter_mut().zip(named) {
+            n.overlay.absorb(w);
+        }
         if let (Some(id), Some(digest)) = (&id, digest) {
             task.overlay
                 .put(Column::Dedup, id, dedup::mark(now, digest));

@@ -8,6 +8,8 @@
 mod api;
 mod handle;
 pub mod runtime;
+pub mod stores;
 
 pub use api::{Context, Emit, ProcessError, Processor, Record};
 pub use runtime::{RunSummary, Runtime, RuntimeError, RuntimeOptions};
+pub use stores::{Entries, KeyValueStore, StoreHandle};
