@@ -21,6 +21,7 @@
 //! ```
 
 use std::marker::PhantomData;
+use std::sync::Arc;
 
 /// Why bytes could not become a value or a value bytes: names what was expected.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -122,6 +123,16 @@ impl<T: serde::Serialize + serde::de::DeserializeOwned> Serde<T> for JsonSerde<T
         serde_json::from_slice(bytes).map_err(|e| {
             SerdeError::new(format!("not JSON of {}: {e}", std::any::type_name::<T>()))
         })
+    }
+}
+
+/// Keeps a shared serde usable where an owned one is asked for.
+impl<T, S: Serde<T> + ?Sized> Serde<T> for Arc<S> {
+    fn serialize(&self, value: &T) -> Result<Vec<u8>, SerdeError> {
+        (**self).serialize(value)
+    }
+    fn deserialize(&self, bytes: &[u8]) -> Result<T, SerdeError> {
+        (**self).deserialize(bytes)
     }
 }
 
