@@ -6,6 +6,8 @@
 //! the record's input offset, or not at all.
 
 mod api;
+mod drive;
+mod engine;
 mod handle;
 pub mod runtime;
 pub mod stores;

@@ -20,6 +20,7 @@ use rdkafka::message::{Headers, OwnedMessage};
 use rdkafka::producer::DeliveryFuture;
 use rdkafka::{ClientContext, Message, Offset, TopicPartitionList};
 
+use super::engine::{Isolated, NamedStore, Task};
 use super::Processor;
 use crate::config::Config;
 use crate::kafka::{ClientRole, KafkaClients};
@@ -272,30 +273,6 @@ impl Assignment {
     }
 }
 
-/// One assigned partition number: its store and the open batch's writes.
-pub(super) struct Task {
-    pub(super) store: Store,
-    pub(super) overlay: Overlay,
-    last_purge: Instant,
-    /// Whether the committed store holds any parked key: almost never, and then the per-record
-    /// lookup of the record's key in `parked` is skipped.
-    pub(super) store_has_parked: bool,
-    /// Parked keys whose followers are drained a chunk per transaction (see `drain_parked`).
-    pub(super) draining: BTreeSet<Vec<u8>>,
-    /// The processor's named stores of this partition, in [`Processor::stores`] order.
-    pub(super) named: Vec<NamedStore>,
-}
-
-/// One named store of one partition: its own RocksDB store, changelog and batch overlay.
-pub(super) struct NamedStore {
-    /// The store's name.
-    pub(super) name: String,
-    /// Committed state.
-    pub(super) store: Store,
-    /// The open batch's writes.
-    pub(super) overlay: Overlay,
-}
-
 /// The exactly-once runtime of one instance.
 pub struct Runtime<P: Processor> {
     pub(super) opts: RuntimeOptions,
@@ -347,17 +324,6 @@ pub struct Runtime<P: Processor> {
     fence_recoveries: Vec<Instant>,
     /// Every topic of one partition index (inputs, retry levels, DLTs, changelog).
     copartitioned: Vec<String>,
-}
-
-/// A record isolated from a batch it made fail: dead-lettered the next time it is read.
-#[derive(Debug, Clone)]
-pub(super) struct Isolated {
-    /// The DLT class it gets.
-    pub(super) class: DltClass,
-    /// What went wrong, for `eosflow.dlt.error.message` and the log.
-    pub(super) reason: String,
-    /// 0: dead-letter it whole; 1: truncated; 2: a pointer only.
-    pub(super) stage: u8,
 }
 
 /// Why one batch did not commit, with what the loop needs to find the record to blame.
@@ -976,17 +942,7 @@ impl<P: Processor> Runtime<P> {
         );
         telemetry::restored(p, &stats);
         self.summary.restores.push((p, stats));
-        self.tasks.insert(
-            p,
-            Task {
-                store_has_parked: !store.is_empty(Column::Parked)?,
-                draining: crate::retry::parked::draining_keys(&store)?,
-                store,
-                overlay: Overlay::default(),
-                last_purge: Instant::now(),
-                named,
-            },
-        );
+        self.tasks.insert(p, Task::open(store, named)?);
         Ok(())
     }
 
@@ -1052,22 +1008,7 @@ impl<P: Processor> Runtime<P> {
         started: Instant,
     ) -> Result<(), RuntimeError> {
         for (p, task) in self.tasks.iter_mut() {
-            for (i, n) in task.named.iter_mut().enumerate() {
-                if !n.overlay.is_empty() {
-                    n.store
-                        .apply(&n.overlay, done.ends.get(&(i + 1, *p)).map(|o| o + 1))?;
-                    n.overlay.clear();
-                }
-            }
-            if task.overlay.is_empty() {
-                continue;
-            }
-            let next = done.ends.get(&(0, *p)).map(|o| o + 1);
-            task.store.apply(&task.overlay, next)?;
-            if task.overlay.column(Column::Parked).next().is_some() {
-                task.store_has_parked = !task.store.is_empty(Column::Parked)?;
-            }
-            task.overlay.clear();
+            task.apply_committed(|store| done.ends.get(&(store, *p)).map(|o| o + 1))?;
         }
         let (handled, rest) = done.order.split_at(done.handled.min(done.order.len()));
         let handled: Vec<&OwnedMessage> = handled.iter().filter_map(|i| batch.get(*i)).collect();
@@ -1162,10 +1103,7 @@ impl<P: Processor> Runtime<P> {
             }
         }
         for task in self.tasks.values_mut() {
-            task.overlay.clear();
-            for n in &mut task.named {
-                n.overlay.clear();
-            }
+            task.drop_batch();
         }
         self.produced.clear();
         self.processed.clear();
