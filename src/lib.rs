@@ -25,6 +25,7 @@ pub mod serdes;
 pub mod sink;
 pub mod state;
 pub mod telemetry;
+pub mod testing;
 pub mod topology;
 pub mod verify;
 

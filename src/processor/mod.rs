@@ -7,7 +7,7 @@
 
 mod api;
 mod drive;
-mod engine;
+pub(crate) mod engine;
 mod handle;
 pub mod runtime;
 pub mod stores;
