@@ -43,6 +43,9 @@ pub enum DriverError {
     },
 }
 
+/// Typed records read back: key and value, `None` where Kafka has null.
+pub type KeyValues<K, V> = Vec<(Option<K>, Option<V>)>;
+
 /// Where the driver starts its wall clock (ms since the epoch): 2023-11-14T22:13:20Z.
 pub const START_MS: i64 = 1_700_000_000_000;
 
@@ -440,7 +443,7 @@ impl<P: Processor> TopologyTestDriver<P> {
         topic: &str,
         keys: &dyn Serde<K>,
         values: &dyn Serde<V>,
-    ) -> Result<Vec<(Option<K>, Option<V>)>, DriverError> {
+    ) -> Result<KeyValues<K, V>, DriverError> {
         let mut out = Vec::new();
         for r in self.read_raw_output(topic) {
             let k = r.key.as_deref().map(|k| keys.deserialize(k)).transpose()?;

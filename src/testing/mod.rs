@@ -6,5 +6,5 @@
 mod driver;
 mod records;
 
-pub use driver::{DriverError, TopologyTestDriver, START_MS};
+pub use driver::{DriverError, KeyValues, TopologyTestDriver, START_MS};
 pub use records::{OutputRecord, TestRecord};
