@@ -101,6 +101,10 @@ fn outputs_and_both_stores_follow_the_records_and_a_bad_one_is_dead_lettered_wit
         vec![("a/000000".to_string(), 5), ("a/000001".to_string(), 7)]
     );
     assert_eq!(d.store_entries(&events).expect("all").len(), 3);
+    let from_second = d
+        .store_range(&events, &"a/000001".to_string(), &"b".to_string())
+        .expect("range");
+    assert_eq!(from_second, vec![("a/000001".to_string(), 7)]);
 }
 
 #[test]

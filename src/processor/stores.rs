@@ -8,6 +8,10 @@
 //! `get`/`put`/`delete` and ordered `range`/`prefix` scans that merge the call's and the
 //! batch's uncommitted writes with the committed store.
 //!
+//! A named store's changelog records are keyed like the default store's state (the byte `s`,
+//! then the serialized key; see [`crate::state::Column::parse_changelog_key`]), so restore,
+//! checkpoints and the stale-store rebuild are the default store's own code.
+//!
 //! ```
 //! use eosflow::processor::StoreHandle;
 //! use eosflow::serdes::{I64Serde, StringSerde};

@@ -516,6 +516,16 @@ impl<P: Processor> TopologyTestDriver<P> {
         self.with_store(0, handle, |s| s.prefix(prefix)?.collect())
     }
 
+    /// The committed entries of a named store (partition 0) with keys in `[from, to)`.
+    pub fn store_range<K, V>(
+        &mut self,
+        handle: &StoreHandle<K, V>,
+        from: &K,
+        to: &K,
+    ) -> Result<Vec<(K, V)>, DriverError> {
+        self.with_store(0, handle, |s| s.range(from..to)?.collect())
+    }
+
     /// The default store's committed value of `key` (what `Context::get` reads), partition 0.
     pub fn state_get(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>, DriverError> {
         self.commit(self.stamps.now_ms)?;
