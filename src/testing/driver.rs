@@ -6,9 +6,10 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::time::Duration;
 
+use super::memory::{exact_policy, DriverStamps, Topics};
 use super::records::{OutputRecord, TestRecord};
 use crate::config::Config;
-use crate::processor::engine::{Engine, NamedStore, Output, Stamps, Task};
+use crate::processor::engine::{Engine, NamedStore, Task};
 use crate::processor::runtime::{RunSummary, RuntimeOptions};
 use crate::processor::stores::StoreView;
 use crate::processor::{KeyValueStore, Processor, StoreHandle};
@@ -48,92 +49,6 @@ pub type KeyValues<K, V> = Vec<(Option<K>, Option<V>)>;
 
 /// Where the driver starts its wall clock (ms since the epoch): 2023-11-14T22:13:20Z.
 pub const START_MS: i64 = 1_700_000_000_000;
-
-/// The driver's clock and id source: moves only when the test says, ids count up.
-struct DriverStamps {
-    now_ms: i64,
-    text_ms: i64,
-    text: String,
-    ids: u128,
-}
-
-impl Stamps for DriverStamps {
-    fn occurred_at(&mut self) -> &str {
-        if self.text.is_empty() || self.text_ms != self.now_ms {
-            self.text_ms = self.now_ms;
-            self.text = chrono::DateTime::from_timestamp_millis(self.now_ms)
-                .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
-                .unwrap_or_default();
-        }
-        &self.text
-    }
-    fn new_id(&mut self) -> uuid::Uuid {
-        self.ids += 1;
-        uuid::Uuid::from_u128(self.ids)
-    }
-}
-
-/// `topic`'s retry policy without jitter: due times are exact, so a test knows how far to
-/// advance the clock.
-fn exact_policy(config: &Config, topic: &str) -> crate::retry::RetryPolicy {
-    let mut p = config.retry.policy_for(topic);
-    p.jitter = 0.0;
-    p
-}
-
-/// Records written, by topic, in order; retry forwards also wait on the ladder.
-struct Topics<'d> {
-    written: &'d mut BTreeMap<String, Vec<OutputRecord>>,
-    ladder: &'d mut Vec<OutputRecord>,
-}
-
-impl Output for Topics<'_> {
-    fn emit<'h>(
-        &mut self,
-        topic: &str,
-        key: Option<&[u8]>,
-        value: Option<&[u8]>,
-        headers: impl Iterator<Item = (&'h str, &'h [u8])>,
-    ) -> Result<(), SinkError> {
-        let record = OutputRecord {
-            topic: topic.to_string(),
-            partition: None,
-            key: key.map(<[u8]>::to_vec),
-            value: value.map(<[u8]>::to_vec),
-            headers: headers.map(|(k, v)| (k.to_string(), v.to_vec())).collect(),
-        };
-        self.written
-            .entry(topic.to_string())
-            .or_default()
-            .push(record);
-        Ok(())
-    }
-
-    fn forward(
-        &mut self,
-        topic: &str,
-        partition: i32,
-        key: Option<&[u8]>,
-        value: Option<&[u8]>,
-        headers: &[(String, Vec<u8>)],
-    ) -> Result<(), SinkError> {
-        let record = OutputRecord {
-            topic: topic.to_string(),
-            partition: Some(partition),
-            key: key.map(<[u8]>::to_vec),
-            value: value.map(<[u8]>::to_vec),
-            headers: headers.to_vec(),
-        };
-        if base_and_level(topic).1 > 0 {
-            self.ladder.push(record.clone());
-        }
-        self.written
-            .entry(topic.to_string())
-            .or_default()
-            .push(record);
-        Ok(())
-    }
-}
 
 /// Runs a [`crate::topology::Topology`] (or any [`Processor`]) without a broker: each piped
 /// record is handled and committed before `pipe` returns — dedup, the retry ladder's routing, parked keys and the

@@ -4,6 +4,7 @@
 //! only when the test says. Kafka Streams users know it as `TopologyTestDriver`.
 
 mod driver;
+mod memory;
 mod records;
 
 pub use driver::{DriverError, KeyValues, TopologyTestDriver, START_MS};
