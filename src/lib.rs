@@ -2,6 +2,7 @@
 //!
 //! A user's `main` loads the [`Config`], builds a processor and calls [`run`]
 //! (`examples/hello.rs` is the whole thing in under 60 lines). The data path, in folder order:
+//! - [`topology`] — the builder: sources, processor nodes, named stores, sinks, with [`serdes`];
 //! - [`processor`] (transform) — the Processor API and the exactly-once loop;
 //! - [`state`] — RocksDB stores, changelog, checkpoint, restore;
 //! - [`retry`] — the retry ladder and dead-letter topics;
@@ -9,7 +10,9 @@
 //! - [`kafka`] — client settings, topic declarations and checks, committed reads;
 //! - [`codec`] — schema registry and Avro;
 //! - [`telemetry`] — metrics, health;
-//! - [`runner`] — [`run`]: endpoints, signals, graceful shutdown around the loop.
+//! - [`runner`] — [`run`]: endpoints, signals, graceful shutdown around the loop;
+//! - [`testing`] — `TopologyTestDriver`: a topology in-process, no broker;
+//! - [`record`] — `Record`, `Emit`, `ProcessError`, shared by every layer.
 //!
 //! Other crates of the workspace build on this one (docs/layout.md): `eosflow-outbox` (the
 //! source side, Postgres outbox → Kafka), `eosflow-orders` (the reference application),
@@ -20,11 +23,15 @@ pub mod codec;
 pub mod config;
 pub mod kafka;
 pub mod processor;
+pub mod record;
 pub mod retry;
 pub mod runner;
+pub mod serdes;
 pub mod sink;
 pub mod state;
 pub mod telemetry;
+pub mod testing;
+pub mod topology;
 
 pub use config::Config;
 pub use runner::{init_logging, run, RunError};

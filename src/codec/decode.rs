@@ -17,7 +17,7 @@ use super::catalog::Catalog;
 use super::envelope::{Envelope, EnvelopeError};
 use super::project::WalkError;
 use super::registry::{CodecError, Registry};
-use crate::processor::{ProcessError, Record};
+use crate::record::{ProcessError, Record};
 
 /// Why a record is bad input: never worth retrying.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -550,7 +550,7 @@ impl Decoder {
 }
 
 /// The schema id and the Avro body of Confluent wire-format bytes.
-fn wire_header(bytes: &[u8]) -> Result<(u32, &[u8]), BadInput> {
+pub(crate) fn wire_header(bytes: &[u8]) -> Result<(u32, &[u8]), BadInput> {
     match bytes.first() {
         None => return Err(BadInput::ShortHeader(0)),
         Some(0) => {}

@@ -3,6 +3,7 @@
 //! catalog (`schemas/`), envelope headers, the compatibility rule, upcasting, and the decoder
 //! that turns bad input into permanent failures.
 
+pub mod avro_serde;
 pub mod catalog;
 pub mod check;
 pub mod compat;

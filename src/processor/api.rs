@@ -1,83 +1,8 @@
 //! The handler-facing types: records in, state and emits through the context, typed failures out.
 
+use super::stores::{layered_get, KeyValueStore, StoreHandle, StoreView};
+pub use crate::record::{Emit, ProcessError, Record};
 use crate::state::{Column, Overlay, Store};
-
-/// One input record, borrowed from the batch.
-#[derive(Debug, Clone, Copy)]
-pub struct Record<'a> {
-    /// Topic it was read from (an input or one of its retry levels).
-    pub topic: &'a str,
-    /// Partition: also names the state store the handler sees.
-    pub partition: i32,
-    /// Offset in `topic[partition]`.
-    pub offset: i64,
-    /// Producer or log-append time, in ms since the epoch.
-    pub timestamp: Option<i64>,
-    /// The aggregate id.
-    pub key: Option<&'a [u8]>,
-    /// The payload; `None` is a tombstone.
-    pub value: Option<&'a [u8]>,
-    /// Kafka headers in order.
-    pub headers: &'a [(String, Vec<u8>)],
-}
-
-impl Record<'_> {
-    /// First header named `name`.
-    pub fn header(&self, name: &str) -> Option<&[u8]> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.as_slice())
-    }
-}
-
-/// A record the handler asks to produce in the batch's transaction.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Emit {
-    /// Destination topic.
-    pub topic: String,
-    /// Key (partitioned with murmur2, as Java clients do).
-    pub key: Option<Vec<u8>>,
-    /// Value; `None` produces a tombstone.
-    pub value: Option<Vec<u8>>,
-    /// Headers.
-    pub headers: Vec<(String, Vec<u8>)>,
-}
-
-/// How a handler failed: decides between retrying and dead-lettering.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ProcessError {
-    /// Retrying later may succeed (a dependency is down, a timeout).
-    #[error("transient: {0}")]
-    Transient(String),
-    /// Retrying cannot help (bad input, impossible transition, a panic).
-    #[error("permanent: {0}")]
-    Permanent(String),
-}
-
-impl ProcessError {
-    /// A failure retrying cannot fix.
-    pub fn permanent(e: impl std::fmt::Display) -> Self {
-        Self::Permanent(e.to_string())
-    }
-    /// A failure retrying may fix.
-    pub fn transient(e: impl std::fmt::Display) -> Self {
-        Self::Transient(e.to_string())
-    }
-    /// `permanent` or `transient`, as written in DLT headers.
-    pub fn class(&self) -> &'static str {
-        match self {
-            Self::Transient(_) => "transient",
-            Self::Permanent(_) => "permanent",
-        }
-    }
-    /// The message without the class prefix.
-    pub fn message(&self) -> &str {
-        match self {
-            Self::Transient(m) | Self::Permanent(m) => m,
-        }
-    }
-}
 
 /// What a handler implements. One instance serves every partition of the runtime; per-key
 /// data belongs in the context's state, which moves with the partition.
@@ -102,6 +27,18 @@ pub trait Processor: Send {
     fn store_name(&self) -> &str {
         "state"
     }
+
+    /// The named stores the handler opens with [`Context::store`], beside the default one:
+    /// each gets its own RocksDB store per partition and changelog `<app>-<name>-changelog`.
+    fn stores(&self) -> Vec<String> {
+        Vec::new()
+    }
+
+    /// The input topics, when the processor knows them (a [`crate::topology::Topology`]
+    /// does); `None` takes `processor.input_topics` from the configuration.
+    fn input_topics(&self) -> Option<Vec<String>> {
+        None
+    }
 }
 
 /// The handler's view of its partition during one call.
@@ -111,6 +48,8 @@ pub struct Context<'a> {
     pending: Overlay,
     emits: Vec<Emit>,
     message_id: Option<&'a [u8]>,
+    named: Vec<StoreView<'a>>,
+    wall_clock_ms: i64,
 }
 
 impl<'a> Context<'a> {
@@ -121,20 +60,46 @@ impl<'a> Context<'a> {
             pending: Overlay::default(),
             emits: Vec::new(),
             message_id,
+            named: Vec::new(),
+            wall_clock_ms: 0,
         }
+    }
+
+    /// Adds the named stores of the record's partition and the batch's wall-clock time.
+    pub(crate) fn with(mut self, named: Vec<StoreView<'a>>, wall_clock_ms: i64) -> Self {
+        self.named = named;
+        self.wall_clock_ms = wall_clock_ms;
+        self
     }
 
     /// Reads state: this call's writes, then the open batch's, then the committed store.
     pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, ProcessError> {
-        if let Some(v) = self.pending.get(Column::State, key) {
-            return Ok(v.map(<[u8]>::to_vec));
-        }
-        if let Some(v) = self.batch.get(Column::State, key) {
-            return Ok(v.map(<[u8]>::to_vec));
-        }
-        self.store
-            .get(Column::State, key)
-            .map_err(|e| ProcessError::transient(format!("state read: {e}")))
+        layered_get(&self.pending, self.batch, self.store, Column::State, key)
+    }
+
+    /// Opens the named store `handle` names, typed by its serdes. Fails (permanently) when the
+    /// processor did not list the store in [`Processor::stores`].
+    pub fn store<'c, K, V>(
+        &'c mut self,
+        handle: &'c StoreHandle<K, V>,
+    ) -> Result<KeyValueStore<'c, 'a, K, V>, ProcessError> {
+        let view = self
+            .named
+            .iter_mut()
+            .find(|v| v.name == handle.name())
+            .ok_or_else(|| {
+                ProcessError::permanent(format!(
+                    "store {} is not attached to this processor (list it in Processor::stores or Topology::add_state_store)",
+                    handle.name()
+                ))
+            })?;
+        Ok(KeyValueStore::new(view, handle))
+    }
+
+    /// The wall-clock time of the batch (ms since the epoch): the runtime's clock, or the test
+    /// driver's, which only moves when the test advances it.
+    pub fn wall_clock_ms(&self) -> i64 {
+        self.wall_clock_ms
     }
 
     /// Writes state (committed with the record's offset).
@@ -168,7 +133,9 @@ impl<'a> Context<'a> {
         self.message_id
     }
 
-    pub(crate) fn into_parts(self) -> (Overlay, Vec<Emit>) {
-        (self.pending, self.emits)
+    /// The call's writes (default store, then each named store in order) and emits.
+    pub(crate) fn into_parts(self) -> (Overlay, Vec<Overlay>, Vec<Emit>) {
+        let named = self.named.into_iter().map(|v| v.pending).collect();
+        (self.pending, named, self.emits)
     }
 }

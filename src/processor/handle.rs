@@ -1,12 +1,11 @@
 //! One record inside the open transaction: dedup, per-key order behind the retry ladder, the
-//! handler call (panics caught), and routing a failure up the ladder or to the DLT.
+//! handler call (panics caught), and routing a failure up the ladder or to the DLT. Kafka-free:
+//! records go to the [`Engine`]'s [`Output`], so the runtime and the test driver share it.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use rdkafka::message::{Headers, OwnedMessage};
-use rdkafka::Message;
-
-use super::runtime::{Runtime, Task};
+use super::engine::{Engine, Output, Task};
+use super::stores::StoreView;
 use super::{Context, ProcessError, Processor, Record};
 use crate::codec::envelope::EnvelopeRef;
 use crate::retry::dlt::{self, DltClass};
@@ -24,22 +23,6 @@ enum AfterFailure {
     Settled,
     /// The head was dead-lettered under `continue`: the key's followers go on.
     DrainFollowers(Parked),
-}
-
-/// The record's Kafka headers as owned pairs (a header without a value becomes empty).
-fn owned_headers(m: &OwnedMessage) -> Vec<(String, Vec<u8>)> {
-    m.headers()
-        .map(|hs| {
-            hs.iter()
-                .map(|h| {
-                    (
-                        h.key.to_string(),
-                        h.value.map(<[u8]>::to_vec).unwrap_or_default(),
-                    )
-                })
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 /// Counts one record of `topic` in a per-batch tally without a `String` per record: the name
@@ -77,19 +60,10 @@ fn seen(task: &Task, id: &[u8], digest: u64) -> Result<Seen, SinkError> {
     Ok(dedup::lookup(&task.store, &task.overlay, id, digest)?)
 }
 
-impl<P: Processor> Runtime<P> {
+impl<P: Processor, O: Output> Engine<'_, P, O> {
     /// Processes one record inside the open transaction.
-    pub(super) fn handle(&mut self, m: &OwnedMessage, now: i64) -> Result<(), SinkError> {
-        let headers = owned_headers(m);
-        let record = Record {
-            topic: m.topic(),
-            partition: m.partition(),
-            offset: m.offset(),
-            timestamp: m.timestamp().to_millis(),
-            key: m.key(),
-            value: m.payload(),
-            headers: &headers,
-        };
+    pub(crate) fn handle(&mut self, record: &Record<'_>, now: i64) -> Result<(), SinkError> {
+        let record = *record;
         let ordered = self.processor.ordered() && record.key.is_some();
         let key = record.key.unwrap_or_default();
         let Some(task) = self.tasks.get_mut(&record.partition) else {
@@ -171,7 +145,7 @@ impl<P: Processor> Runtime<P> {
             let key = (record.topic.to_string(), record.partition, record.offset);
             if let Some(i) = self.isolated.get(&key) {
                 // It made a batch fail before: dead-letter it without running the handler.
-                self.forced_dead_letter = Some((i.class, i.stage));
+                *self.forced_dead_letter = Some((i.class, i.stage));
                 return Ok(Some(Err(ProcessError::Permanent(i.reason.clone()))));
             }
         }
@@ -202,7 +176,12 @@ impl<P: Processor> Runtime<P> {
         }
         let processor = &mut self.processor;
         let outcome = {
-            let mut ctx = Context::new(&task.store, &task.overlay, id.as_deref());
+            let views = task
+                .named
+                .iter()
+                .map(|n| StoreView::new(&n.name, &n.store, &n.overlay))
+                .collect();
+            let mut ctx = Context::new(&task.store, &task.overlay, id.as_deref()).with(views, now);
             match catch_unwind(AssertUnwindSafe(|| processor.process(&mut ctx, record))) {
                 Ok(Ok(())) => Ok(ctx.into_parts()),
                 Ok(Err(e)) => Err(e),
@@ -212,11 +191,14 @@ impl<P: Processor> Runtime<P> {
                 ))),
             }
         };
-        let (writes, emits) = match outcome {
+        let (writes, named, emits) = match outcome {
             Ok(parts) => parts,
             Err(e) => return Ok(Some(Err(e))),
         };
         task.overlay.absorb(writes);
+        for (n, w) in task.named.iter_mut().zip(named) {
+            n.overlay.absorb(w);
+        }
         if let (Some(id), Some(digest)) = (&id, digest) {
             task.overlay
                 .put(Column::Dedup, id, dedup::mark(now, digest));
@@ -230,13 +212,10 @@ impl<P: Processor> Runtime<P> {
             .traceparent
             .and_then(telemetry::trace::child_traceparent);
         for e in emits {
-            if !self.known_topics.contains(&e.topic) {
-                self.confirm_topic(&e.topic)?;
-            }
-            let id = uuid::Uuid::new_v4();
+            let id = self.stamps.new_id();
             let mut id_text = [0u8; uuid::fmt::Hyphenated::LENGTH];
             let id_text: &[u8] = id.hyphenated().encode_lower(&mut id_text).as_bytes();
-            let occurred_at = self.clock.rfc3339_now();
+            let occurred_at = self.stamps.occurred_at();
             let aggregate = e
                 .key
                 .as_deref()
@@ -253,24 +232,22 @@ impl<P: Processor> Runtime<P> {
                 let v = v?;
                 (!e.headers.iter().any(|(name, _)| name == k)).then_some((k, v))
             });
-            let f = self.sink.send_parts(
+            self.out.emit(
                 &e.topic,
-                None,
                 e.key.as_deref(),
                 e.value.as_deref(),
                 own.chain(stamped),
             )?;
-            self.deliveries.push((f, self.current));
-            tally(&mut self.produced, &e.topic);
+            tally(self.produced, &e.topic);
         }
-        tally(&mut self.processed, record.topic);
+        tally(self.processed, record.topic);
         Ok(Some(Ok(())))
     }
 
     /// The key's head is done: its followers are processed in order until one fails (and
     /// becomes the new head) or none is left (the key is free). At most
     /// [`parked::DRAIN_CHUNK`] of them per call: a key with more left is saved as draining and
-    /// continued by [`Runtime::drain_parked`] at the start of the next batch.
+    /// continued by [`Engine::drain_parked`] at the start of the next batch.
     fn drain(
         &mut self,
         key: &[u8],
@@ -308,16 +285,10 @@ impl<P: Processor> Runtime<P> {
         }
     }
 
-    /// Whether a parked key still has followers to drain, so a batch must run even when no
-    /// record arrived (the runtime asks before skipping an empty poll).
-    pub(super) fn parked_drain_pending(&self) -> bool {
-        self.tasks.values().any(|t| !t.draining.is_empty())
-    }
-
     /// Continues draining the keys left draining by earlier batches, a chunk each; called at
     /// the start of every batch, when the overlays are empty and the store is the truth. A key
     /// the committed store no longer has draining is forgotten.
-    pub(super) fn drain_parked(&mut self, now: i64) -> Result<(), SinkError> {
+    pub(crate) fn drain_parked(&mut self, now: i64) -> Result<(), SinkError> {
         let pending: Vec<(i32, Vec<u8>)> = self
             .tasks
             .iter()
@@ -444,14 +415,13 @@ impl<P: Processor> Runtime<P> {
                 "transient failure; retrying"
             );
             let h = rh::forward(record, history, next, due_at, seq, Some((&err, now)));
-            let f = self.sink.send(
+            self.out.forward(
                 &retry_topic(base, next),
-                Some(record.partition),
+                record.partition,
                 record.key,
                 record.value,
                 &h,
             )?;
-            self.deliveries.push((f, self.current));
             self.summary.retried += 1;
             telemetry::retried(base, next);
             return Ok(AfterFailure::Settled);
@@ -490,7 +460,7 @@ impl<P: Processor> Runtime<P> {
     }
 }
 
-impl<P: Processor> Runtime<P> {
+impl<P: Processor, O: Output> Engine<'_, P, O> {
     /// Writes a dead letter (and counts it), cut down as far as it must be to be written: whole (stage 0), with
     /// its value truncated and only the `eosflow.dlt.*` headers (1), or a pointer alone — the
     /// original topic, partition and offset with the reason (2). A record whose dead letter is
@@ -507,22 +477,17 @@ impl<P: Processor> Runtime<P> {
         let mut stage = stage.min(2);
         loop {
             let sent = match stage {
-                0 => self.sink.send(
-                    topic,
-                    Some(record.partition),
-                    record.key,
-                    record.value,
-                    headers,
-                ),
+                0 => self
+                    .out
+                    .forward(topic, record.partition, record.key, record.value, headers),
                 s => {
                     let (value, h) = dlt::truncated(record.value, headers, s >= 2);
                     let key = if s >= 2 { None } else { record.key };
-                    self.sink
-                        .send(topic, Some(record.partition), key, value, &h)
+                    self.out.forward(topic, record.partition, key, value, &h)
                 }
             };
             match sent {
-                Ok(f) => {
+                Ok(()) => {
                     if stage > 0 {
                         let what = if stage == 1 { "truncated" } else { "pointer" };
                         tracing::error!(
@@ -536,7 +501,6 @@ impl<P: Processor> Runtime<P> {
                         );
                         telemetry::dead_letter_reduced(topic, what);
                     }
-                    self.deliveries.push((f, self.current));
                     self.summary.dead_lettered += 1;
                     telemetry::dead_lettered(base_and_level(record.topic).0);
                     return Ok(());
@@ -557,27 +521,6 @@ impl<P: Processor> Runtime<P> {
                 Err(e) => return Err(e),
             }
         }
-    }
-
-    /// Confirms `topic` exists before the first output to it: librdkafka would hold a record
-    /// for an unknown topic in its queue past the commit (the batch then fails with no record
-    /// to blame); asking the broker names the record at once.
-    fn confirm_topic(&mut self, topic: &str) -> Result<(), SinkError> {
-        let md = self.sink.metadata(topic).map_err(SinkError::Abortable)?;
-        let known = md
-            .topics()
-            .iter()
-            .any(|t| t.name() == topic && t.error().is_none() && !t.partitions().is_empty());
-        if !known {
-            return Err(SinkError::Unwritable {
-                topic: topic.to_string(),
-                source: rdkafka::error::KafkaError::MessageProduction(
-                    rdkafka::types::RDKafkaErrorCode::UnknownTopicOrPartition,
-                ),
-            });
-        }
-        self.known_topics.insert(topic.to_string());
-        Ok(())
     }
 }
 

@@ -6,8 +6,12 @@
 //! the record's input offset, or not at all.
 
 mod api;
+mod drive;
+pub(crate) mod engine;
 mod handle;
 pub mod runtime;
+pub mod stores;
 
 pub use api::{Context, Emit, ProcessError, Processor, Record};
 pub use runtime::{RunSummary, Runtime, RuntimeError, RuntimeOptions};
+pub use stores::{Entries, KeyValueStore, StoreHandle};

@@ -20,6 +20,7 @@ use rdkafka::message::{Headers, OwnedMessage};
 use rdkafka::producer::DeliveryFuture;
 use rdkafka::{ClientContext, Message, Offset, TopicPartitionList};
 
+use super::engine::{Isolated, NamedStore, Task};
 use super::Processor;
 use crate::config::Config;
 use crate::kafka::{ClientRole, KafkaClients};
@@ -273,18 +274,6 @@ impl Assignment {
     }
 }
 
-/// One assigned partition number: its store and the open batch's writes.
-pub(super) struct Task {
-    pub(super) store: Store,
-    pub(super) overlay: Overlay,
-    last_purge: Instant,
-    /// Whether the committed store holds any parked key: almost never, and then the per-record
-    /// lookup of the record's key in `parked` is skipped.
-    pub(super) store_has_parked: bool,
-    /// Parked keys whose followers are drained a chunk per transaction (see `drain_parked`).
-    pub(super) draining: BTreeSet<Vec<u8>>,
-}
-
 /// The exactly-once runtime of one instance.
 pub struct Runtime<P: Processor> {
     pub(super) opts: RuntimeOptions,
@@ -294,6 +283,8 @@ pub struct Runtime<P: Processor> {
     pub(super) sink: TxnSink,
     cache: StoreCache,
     changelog: String,
+    /// The named stores: (name, changelog topic), in [`Processor::stores`] order.
+    stores: Vec<(String, String)>,
     pub(super) tasks: BTreeMap<i32, Task>,
     assigned: Assignment,
     /// Retry-level partitions paused until their head record is due (ms).
@@ -336,17 +327,6 @@ pub struct Runtime<P: Processor> {
     copartitioned: Vec<String>,
 }
 
-/// A record isolated from a batch it made fail: dead-lettered the next time it is read.
-#[derive(Debug, Clone)]
-pub(super) struct Isolated {
-    /// The DLT class it gets.
-    pub(super) class: DltClass,
-    /// What went wrong, for `eosflow.dlt.error.message` and the log.
-    pub(super) reason: String,
-    /// 0: dead-letter it whole; 1: truncated; 2: a pointer only.
-    pub(super) stage: u8,
-}
-
 /// Why one batch did not commit, with what the loop needs to find the record to blame.
 struct BatchFailure {
     error: SinkError,
@@ -364,8 +344,9 @@ struct BatchFailure {
 
 /// A batch whose transaction committed.
 struct Committed {
-    /// Last changelog offset written per partition.
-    ends: HashMap<i32, i64>,
+    /// Last changelog offset written per (store, partition); store 0 is the default one,
+    /// `i + 1` the named store `i`.
+    ends: HashMap<(usize, i32), i64>,
     /// The order records were handled in (indexes into the batch).
     order: Vec<usize>,
     /// Records handled (a prefix of `order`; the rest are read again).
@@ -487,6 +468,26 @@ fn check_copartitioned(counts: &BTreeMap<String, usize>) -> Result<(), RuntimeEr
     )))
 }
 
+/// The changelog topic of each named store, refusing a name used twice or the default store's.
+fn named_changelogs(
+    app_id: &str,
+    default_store: &str,
+    names: Vec<String>,
+) -> Result<Vec<(String, String)>, RuntimeError> {
+    let mut seen = BTreeSet::from([default_store.to_string()]);
+    let mut out = Vec::with_capacity(names.len());
+    for name in names {
+        if !seen.insert(name.clone()) {
+            return Err(RuntimeError::Config(format!(
+                "store name {name:?} is used twice (the default store is {default_store:?}): every store needs its own changelog"
+            )));
+        }
+        let topic = format!("{app_id}-{name}-changelog");
+        out.push((name, topic));
+    }
+    Ok(out)
+}
+
 /// Which of `topics` the broker does not know.
 fn missing_topics(
     consumer: &BaseConsumer<GroupContext>,
@@ -517,9 +518,17 @@ impl<P: Processor> Runtime<P> {
     /// Connects: creates the transactional producer (fencing a previous incarnation of this
     /// instance) and subscribes the group consumer.
     pub fn new(config: &Config, processor: P) -> Result<Self, RuntimeError> {
-        let opts = RuntimeOptions::from_config(config)?;
+        let opts = match processor.input_topics() {
+            Some(inputs) => {
+                let mut config = config.clone();
+                config.processor.input_topics = inputs;
+                RuntimeOptions::from_config(&config)?
+            }
+            None => RuntimeOptions::from_config(config)?,
+        };
         let clients = KafkaClients::new(config.kafka.clone());
         let changelog = format!("{}-{}-changelog", opts.app_id, processor.store_name());
+        let stores = named_changelogs(&opts.app_id, processor.store_name(), processor.stores())?;
         let sink = if opts.exactly_once {
             TxnSink::new(&clients, &opts.transactional_id(), opts.transaction_timeout)?
         } else {
@@ -538,6 +547,7 @@ impl<P: Processor> Runtime<P> {
             .flat_map(|t| ladder_topics(std::slice::from_ref(t), opts.retry_for(t).levels()))
             .collect();
         needed.push(changelog.clone());
+        needed.extend(stores.iter().map(|(_, t)| t.clone()));
         // Topics created a moment ago (by `topics apply` or a test) may take a few seconds to
         // show in metadata: a missing topic is asked for again before it is reported.
         let mut missing = missing_topics(&consumer, &needed)?;
@@ -558,7 +568,9 @@ impl<P: Processor> Runtime<P> {
         check_copartitioned(&partition_counts(&consumer, &copartitioned)?)?;
         let subscribed: Vec<String> = needed
             .iter()
-            .filter(|t| !t.ends_with(".DLT") && **t != changelog)
+            .filter(|t| {
+                !t.ends_with(".DLT") && **t != changelog && !stores.iter().any(|s| s.1 == **t)
+            })
             .cloned()
             .collect();
         let topics: Vec<&str> = subscribed.iter().map(String::as_str).collect();
@@ -582,6 +594,7 @@ impl<P: Processor> Runtime<P> {
             consumer,
             sink,
             changelog,
+            stores,
             tasks: BTreeMap::new(),
             assigned: Assignment::default(),
             paused: BTreeMap::new(),
@@ -785,7 +798,11 @@ impl<P: Processor> Runtime<P> {
         let subscribed: Vec<&String> = self
             .copartitioned
             .iter()
-            .filter(|t| !t.ends_with(".DLT") && **t != self.changelog)
+            .filter(|t| {
+                !t.ends_with(".DLT")
+                    && **t != self.changelog
+                    && !self.stores.iter().any(|s| s.1 == **t)
+            })
             .collect();
         let numbers: BTreeSet<i32> = parts.iter().map(|(_, p)| *p).collect();
         let mut missing = Vec::new();
@@ -888,11 +905,30 @@ impl<P: Processor> Runtime<P> {
 
     /// Opens partition `p`'s store and replays its changelog tail before any record is processed.
     fn open_task(&mut self, p: i32) -> Result<(), RuntimeError> {
-        let path = self.opts.state_dir.join(format!("{}-{p}", self.changelog));
-        let source = format!("{}[{p}]", self.changelog);
         self.health.set_restoring(true);
-        let restored = self.open_and_restore(p, &path, &source);
+        let restored = self.open_and_restore(p, &self.changelog);
+        let mut named = Vec::with_capacity(self.stores.len());
+        let mut named_error = None;
+        for (name, topic) in &self.stores {
+            match self.open_and_restore(p, topic) {
+                Ok((store, rebuilt, stats)) => {
+                    tracing::info!(partition = p, store = %name, rebuilt, replayed = stats.records, from = stats.from_offset, to = stats.to_offset, "restored named store");
+                    named.push(NamedStore {
+                        name: name.clone(),
+                        store,
+                        overlay: Overlay::default(),
+                    });
+                }
+                Err(e) => {
+                    named_error = Some(e);
+                    break;
+                }
+            }
+        }
         self.health.set_restoring(false);
+        if let Some(e) = named_error {
+            return Err(e);
+        }
         let (store, rebuilt, stats) = restored?;
         let keys = store.estimate_keys(Column::State)?;
         tracing::info!(
@@ -910,30 +946,26 @@ impl<P: Processor> Runtime<P> {
         );
         telemetry::restored(p, &stats);
         self.summary.restores.push((p, stats));
-        self.tasks.insert(
-            p,
-            Task {
-                store_has_parked: !store.is_empty(Column::Parked)?,
-                draining: crate::retry::parked::draining_keys(&store)?,
-                store,
-                overlay: Overlay::default(),
-                last_purge: Instant::now(),
-            },
-        );
+        self.tasks.insert(p, Task::open(store, named)?);
         Ok(())
     }
 
+    /// Opens partition `p`'s store of `changelog` and replays the changelog's tail into it
+    /// (rebuilding it from the changelog alone when its checkpoint cannot be trusted).
     fn open_and_restore(
         &self,
         p: i32,
-        path: &std::path::Path,
-        source: &str,
+        changelog: &str,
     ) -> Result<(Store, bool, RestoreStats), RuntimeError> {
+        let path = self.opts.state_dir.join(format!("{changelog}-{p}"));
+        let path = path.as_path();
+        let source = format!("{changelog}[{p}]");
+        let source = source.as_str();
         let (mut store, mut rebuilt) = Store::open(path, source, &self.cache)?;
         let stats = match restore(
             &self.clients,
             &store,
-            &self.changelog,
+            changelog,
             p,
             self.opts.restore_timeout,
         ) {
@@ -946,7 +978,7 @@ impl<P: Processor> Runtime<P> {
                 restore(
                     &self.clients,
                     &store,
-                    &self.changelog,
+                    changelog,
                     p,
                     self.opts.restore_timeout,
                 )?
@@ -980,15 +1012,7 @@ impl<P: Processor> Runtime<P> {
         started: Instant,
     ) -> Result<(), RuntimeError> {
         for (p, task) in self.tasks.iter_mut() {
-            if task.overlay.is_empty() {
-                continue;
-            }
-            let next = done.ends.get(p).map(|o| o + 1);
-            task.store.apply(&task.overlay, next)?;
-            if task.overlay.column(Column::Parked).next().is_some() {
-                task.store_has_parked = !task.store.is_empty(Column::Parked)?;
-            }
-            task.overlay.clear();
+            task.apply_committed(|store| done.ends.get(&(store, *p)).map(|o| o + 1))?;
         }
         let (handled, rest) = done.order.split_at(done.handled.min(done.order.len()));
         let handled: Vec<&OwnedMessage> = handled.iter().filter_map(|i| batch.get(*i)).collect();
@@ -1095,7 +1119,7 @@ impl<P: Processor> Runtime<P> {
             }
         }
         for task in self.tasks.values_mut() {
-            task.overlay.clear();
+            task.drop_batch();
         }
         self.produced.clear();
         self.processed.clear();
@@ -1445,7 +1469,7 @@ impl<P: Processor> Runtime<P> {
             })
         };
         self.purge_expired_dedup(now);
-        let mut last_changelog: HashMap<i32, DeliveryFuture> = HashMap::new();
+        let mut last_changelog: HashMap<(usize, i32), DeliveryFuture> = HashMap::new();
         for (p, task) in &mut self.tasks {
             dedup::seal(&mut task.overlay, now);
             for (col, key, value) in task.overlay.iter() {
@@ -1456,7 +1480,18 @@ impl<P: Processor> Runtime<P> {
                     .sink
                     .send(&self.changelog, Some(*p), Some(&k), value, &[])
                     .map_err(|e| fail(e, slow))?;
-                last_changelog.insert(*p, f);
+                last_changelog.insert((0, *p), f);
+            }
+            for (i, n) in task.named.iter().enumerate() {
+                let topic = &self.stores[i].1;
+                for (key, value) in n.overlay.column(Column::State) {
+                    let k = Column::State.changelog_key(key);
+                    let f = self
+                        .sink
+                        .send(topic, Some(*p), Some(&k), value, &[])
+                        .map_err(|e| fail(e, slow))?;
+                    last_changelog.insert((i + 1, *p), f);
+                }
             }
         }
         let mut offsets = TopicPartitionList::new();
@@ -1499,7 +1534,7 @@ impl<P: Processor> Runtime<P> {
                 Some((_, offset)) => {
                     ends.insert(p, offset);
                 }
-                None => tracing::warn!(partition = p, "no delivery report for a committed changelog record; the next restore replays more"),
+                None => tracing::warn!(partition = p.1, store = p.0, "no delivery report for a committed changelog record; the next restore replays more"),
             }
         }
         Ok(Committed {

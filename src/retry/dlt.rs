@@ -1,7 +1,7 @@
 //! Dead-letter topic naming and the headers that tell an operator what failed, where and why.
 
 use super::headers::{bound_message, user_headers, History};
-use crate::processor::{ProcessError, Record};
+use crate::record::{ProcessError, Record};
 
 /// `eosflow.dlt.*` header prefix.
 pub const PREFIX: &str = "eosflow.dlt.";

@@ -2,7 +2,7 @@
 //! when it is due, its place in its key's order. Read back on every level, so a record's
 //! history travels with it and nothing is kept outside Kafka.
 
-use crate::processor::{ProcessError, Record};
+use crate::record::{ProcessError, Record};
 
 /// Attempts made so far (0 for a record never failed).
 pub const ATTEMPT: &str = "eosflow.retry.attempt";

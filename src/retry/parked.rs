@@ -23,7 +23,7 @@ use std::collections::{BTreeSet, VecDeque};
 
 use serde::{Deserialize, Serialize};
 
-use crate::processor::Record;
+use crate::record::Record;
 use crate::state::{Column, Overlay, StateError, Store};
 
 /// Most followers of one key processed in one transaction; the rest wait for the next batch.

@@ -8,6 +8,7 @@
 
 pub mod changelog;
 pub mod dedup;
+pub mod merge;
 pub mod overlay;
 pub mod store;
 

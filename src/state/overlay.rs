@@ -3,6 +3,8 @@
 
 use std::collections::BTreeMap;
 
+use super::merge::{is_empty_range, KeyBounds};
+
 /// Which key space a write belongs to; also the first byte of a changelog key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Column {
@@ -122,6 +124,23 @@ impl Overlay {
             .map(|(k, v)| (k.as_slice(), v.as_deref()))
     }
 
+    /// The writes of one column within `bounds`, in key order (a scan's uncommitted layer).
+    pub fn range<'s>(
+        &'s self,
+        col: Column,
+        bounds: &KeyBounds,
+    ) -> impl Iterator<Item = (&'s [u8], Option<&'s [u8]>)> + 's {
+        let inner = (!is_empty_range(bounds)).then(|| {
+            let lower = bounds.0.as_ref().map(Vec::as_slice);
+            let upper = bounds.1.as_ref().map(Vec::as_slice);
+            self.writes[col.index()].range::<[u8], _>((lower, upper))
+        });
+        inner
+            .into_iter()
+            .flatten()
+            .map(|(k, v)| (k.as_slice(), v.as_deref()))
+    }
+
     /// No writes pending.
     pub fn is_empty(&self) -> bool {
         self.writes.iter().all(BTreeMap::is_empty)
@@ -163,6 +182,28 @@ mod tests {
         assert_eq!(o.get(Column::State, b"k"), Some(None));
         assert_eq!(o.get(Column::Dedup, b"k"), None);
         assert_eq!(o.len(), 1);
+    }
+
+    #[test]
+    fn a_range_lists_one_column_in_key_order_within_its_bounds() {
+        use std::ops::Bound;
+        let mut o = Overlay::default();
+        for k in ["c", "a", "b", "d"] {
+            o.put(Column::State, k.as_bytes(), k.as_bytes().to_vec());
+        }
+        o.delete(Column::State, b"bb");
+        o.put(Column::Dedup, b"b", b"x".to_vec());
+        let bounds = (
+            Bound::Excluded(b"a".to_vec()),
+            Bound::Included(b"c".to_vec()),
+        );
+        let keys: Vec<&[u8]> = o.range(Column::State, &bounds).map(|(k, _)| k).collect();
+        assert_eq!(keys, vec![&b"b"[..], b"bb", b"c"]);
+        let reversed = (
+            Bound::Included(b"d".to_vec()),
+            Bound::Excluded(b"a".to_vec()),
+        );
+        assert_eq!(o.range(Column::State, &reversed).count(), 0);
     }
 
     #[test]

@@ -1,0 +1,160 @@
+//! The Kafka-free half of the runtime: what one record does inside an open batch (dedup,
+//! per-key order behind the retry ladder, the handler call, routing a failure up the ladder
+//! or to the DLT — see `handle.rs`), written against an [`Output`] instead of a producer.
+//!
+//! The exactly-once runtime drives it with the transactional producer as its output; the
+//! [`crate::testing::TopologyTestDriver`] drives the same code with an in-memory output and
+//! its own clock, so a test sees exactly the routing the runtime would do.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::Instant;
+
+use super::runtime::{RunSummary, RuntimeOptions};
+use crate::retry::dlt::DltClass;
+use crate::sink::SinkError;
+use crate::state::{Overlay, Store};
+
+/// Where the per-record logic sends records: the transactional producer in the runtime, the
+/// driver's in-memory topics in tests.
+pub(crate) trait Output {
+    /// A handler's output (headers: its own, then the envelope).
+    fn emit<'h>(
+        &mut self,
+        topic: &str,
+        key: Option<&[u8]>,
+        value: Option<&[u8]>,
+        headers: impl Iterator<Item = (&'h str, &'h [u8])>,
+    ) -> Result<(), SinkError>;
+
+    /// A forward to a retry level or a dead-letter topic, to the input's partition.
+    fn forward(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        key: Option<&[u8]>,
+        value: Option<&[u8]>,
+        headers: &[(String, Vec<u8>)],
+    ) -> Result<(), SinkError>;
+}
+
+/// The envelope's fresh values of each output: its `occurred_at` text and its id.
+pub(crate) trait Stamps {
+    /// Now as RFC 3339 text with milliseconds.
+    fn occurred_at(&mut self) -> &str;
+    /// A new output id.
+    fn new_id(&mut self) -> uuid::Uuid;
+}
+
+/// One assigned partition number: its stores and the open batch's writes.
+pub(crate) struct Task {
+    pub(crate) store: Store,
+    pub(crate) overlay: Overlay,
+    pub(crate) last_purge: Instant,
+    /// Whether the committed store holds any parked key: almost never, and then the per-record
+    /// lookup of the record's key in `parked` is skipped.
+    pub(crate) store_has_parked: bool,
+    /// Parked keys whose followers are drained a chunk per transaction (see `drain_parked`).
+    pub(crate) draining: BTreeSet<Vec<u8>>,
+    /// The processor's named stores of this partition, in [`super::Processor::stores`] order.
+    pub(crate) named: Vec<NamedStore>,
+}
+
+impl Task {
+    /// A task over an opened (and restored) default store and its named stores.
+    pub(crate) fn open(
+        store: Store,
+        named: Vec<NamedStore>,
+    ) -> Result<Self, crate::state::StateError> {
+        Ok(Self {
+            store_has_parked: !store.is_empty(crate::state::Column::Parked)?,
+            draining: crate::retry::parked::draining_keys(&store)?,
+            store,
+            overlay: Overlay::default(),
+            last_purge: Instant::now(),
+            named,
+        })
+    }
+}
+
+impl Task {
+    /// After the batch's transaction committed: every store's overlay goes to RocksDB with the
+    /// next changelog offset `next(store)` reached (store 0 is the default one, `i + 1` the
+    /// named store `i`; `None` keeps the checkpoint).
+    pub(crate) fn apply_committed(
+        &mut self,
+        next: impl Fn(usize) -> Option<i64>,
+    ) -> Result<(), crate::state::StateError> {
+        for (i, n) in self.named.iter_mut().enumerate() {
+            if !n.overlay.is_empty() {
+                n.store.apply(&n.overlay, next(i + 1))?;
+                n.overlay.clear();
+            }
+        }
+        if self.overlay.is_empty() {
+            return Ok(());
+        }
+        self.store.apply(&self.overlay, next(0))?;
+        if self
+            .overlay
+            .column(crate::state::Column::Parked)
+            .next()
+            .is_some()
+        {
+            self.store_has_parked = !self.store.is_empty(crate::state::Column::Parked)?;
+        }
+        self.overlay.clear();
+        Ok(())
+    }
+
+    /// Drops the open batch's writes of every store (an aborted batch).
+    pub(crate) fn drop_batch(&mut self) {
+        self.overlay.clear();
+        for n in &mut self.named {
+            n.overlay.clear();
+        }
+    }
+}
+
+/// One named store of one partition: its own RocksDB store, changelog and batch overlay.
+pub(crate) struct NamedStore {
+    /// The store's name.
+    pub(crate) name: String,
+    /// Committed state.
+    pub(crate) store: Store,
+    /// The open batch's writes.
+    pub(crate) overlay: Overlay,
+}
+
+/// A record isolated from a batch it made fail: dead-lettered the next time it is read.
+#[derive(Debug, Clone)]
+pub(crate) struct Isolated {
+    /// The DLT class it gets.
+    pub(crate) class: DltClass,
+    /// What went wrong, for `eosflow.dlt.error.message` and the log.
+    pub(crate) reason: String,
+    /// 0: dead-letter it whole; 1: truncated; 2: a pointer only.
+    pub(crate) stage: u8,
+}
+
+/// The per-record logic's borrowed state: the processor, the tasks, the counters, and the
+/// output and stamps of whoever drives it.
+pub(crate) struct Engine<'e, P, O> {
+    pub(crate) opts: &'e RuntimeOptions,
+    pub(crate) processor: &'e mut P,
+    pub(crate) tasks: &'e mut BTreeMap<i32, Task>,
+    pub(crate) summary: &'e mut RunSummary,
+    pub(crate) isolated: &'e HashMap<(String, i32, i64), Isolated>,
+    pub(crate) forced_dead_letter: &'e mut Option<(DltClass, u8)>,
+    /// Outputs sent in the open batch, per topic.
+    pub(crate) produced: &'e mut BTreeMap<String, u64>,
+    /// Records the handler processed in the open batch, per input topic.
+    pub(crate) processed: &'e mut BTreeMap<String, u64>,
+    pub(crate) stamps: &'e mut dyn Stamps,
+    pub(crate) out: &'e mut O,
+}
+
+/// Whether a parked key still has followers to drain, so a batch must run even when no record
+/// arrived.
+pub(crate) fn parked_drain_pending(tasks: &BTreeMap<i32, Task>) -> bool {
+    tasks.values().any(|t| !t.draining.is_empty())
+}

@@ -1,0 +1,470 @@
+//! The test driver: a processor or topology run in-process, record by record, without a
+//! broker — through the same per-record engine as the runtime, over RocksDB in a temporary
+//! directory, with a clock only the test moves.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::memory::{exact_policy, DriverStamps, Topics};
+use super::records::{OutputRecord, TestRecord};
+use crate::config::Config;
+use crate::processor::engine::{Engine, NamedStore, Task};
+use crate::processor::runtime::{RunSummary, RuntimeOptions};
+use crate::processor::stores::StoreView;
+use crate::processor::{KeyValueStore, Processor, StoreHandle};
+use crate::record::{ProcessError, Record};
+use crate::retry::base_and_level;
+use crate::serdes::{Serde, SerdeError};
+use crate::sink::SinkError;
+use crate::state::{dedup, Column, Overlay, StateError, Store, StoreCache};
+
+/// Why the driver could not do what the test asked.
+#[derive(Debug, thiserror::Error)]
+pub enum DriverError {
+    /// A store could not be opened, read or written.
+    #[error(transparent)]
+    State(#[from] StateError),
+    /// The engine failed the batch (a store read error).
+    #[error(transparent)]
+    Sink(#[from] SinkError),
+    /// A typed read or write did not (de)serialize.
+    #[error(transparent)]
+    Serde(#[from] SerdeError),
+    /// A typed store read failed.
+    #[error(transparent)]
+    Process(#[from] ProcessError),
+    /// The temporary state directory could not be made.
+    #[error("state dir {path}: {source}")]
+    Io {
+        /// The directory.
+        path: String,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+}
+
+/// Typed records read back: key and value, `None` where Kafka has null.
+pub type KeyValues<K, V> = Vec<(Option<K>, Option<V>)>;
+
+/// Where the driver starts its wall clock (ms since the epoch): 2023-11-14T22:13:20Z.
+pub const START_MS: i64 = 1_700_000_000_000;
+
+/// Runs a [`crate::topology::Topology`] (or any [`Processor`]) without a broker: each piped
+/// record is handled and committed before `pipe` returns — dedup, the retry ladder's routing, parked keys and the
+/// stores behave as in the runtime, whose per-record engine this is. Deterministic: time moves
+/// only through [`TopologyTestDriver::advance_wall_clock`], output ids count up, no threads.
+///
+/// ```
+/// use eosflow::processor::{ProcessError, StoreHandle};
+/// use eosflow::serdes::{I64Serde, StringSerde};
+/// use eosflow::testing::{TestRecord, TopologyTestDriver};
+/// use eosflow::topology::{NodeContext, Topology, TypedRecord};
+///
+/// let totals = StoreHandle::new("totals", StringSerde, I64Serde);
+/// let store = totals.clone();
+/// let sum = move |ctx: &mut NodeContext<'_, '_>, r: TypedRecord<String, i64>| {
+///     let key = r.key.ok_or_else(|| ProcessError::permanent("no key"))?;
+///     let amount = r.value.ok_or_else(|| ProcessError::permanent("no amount"))?;
+///     if amount < 0 {
+///         return Err(ProcessError::permanent("negative amount"));
+///     }
+///     let mut s = ctx.store(&store)?;
+///     let total = s.get(&key)?.unwrap_or(0) + amount;
+///     s.put(&key, &total)?;
+///     ctx.forward(TypedRecord::new(Some(key), Some(total)));
+///     Ok(())
+/// };
+/// let topology = Topology::builder()
+///     .add_source("amounts", &["amounts"], StringSerde, I64Serde)
+///     .add_processor("sum", sum, &["amounts"])
+///     .add_state_store(&totals, &["sum"])
+///     .add_sink("out", "totals", StringSerde, I64Serde, &["sum"])
+///     .build()?;
+/// let mut driver = TopologyTestDriver::new(topology)?;
+/// driver.pipe_input("amounts", &StringSerde, &I64Serde, &"a".to_string(), &5)?;
+/// driver.pipe_input("amounts", &StringSerde, &I64Serde, &"a".to_string(), &7)?;
+/// driver.pipe_input("amounts", &StringSerde, &I64Serde, &"b".to_string(), &-1)?;
+/// let out = driver.read_output("totals", &StringSerde, &I64Serde)?;
+/// assert_eq!(out, vec![(Some("a".into()), Some(5)), (Some("a".into()), Some(12))]);
+/// assert_eq!(driver.store_get(&totals, &"a".to_string())?, Some(12));
+/// let dead = driver.read_raw_output("amounts.DLT");
+/// assert_eq!(dead[0].dlt_reason(), Some("negative amount"));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct TopologyTestDriver<P: Processor> {
+    processor: P,
+    config: Config,
+    opts: RuntimeOptions,
+    dir: PathBuf,
+    cache: StoreCache,
+    tasks: BTreeMap<i32, Task>,
+    summary: RunSummary,
+    isolated: HashMap<(String, i32, i64), crate::processor::engine::Isolated>,
+    forced: Option<(crate::retry::dlt::DltClass, u8)>,
+    produced: BTreeMap<String, u64>,
+    processed: BTreeMap<String, u64>,
+    stamps: DriverStamps,
+    /// Everything written, by topic, not yet read by the test.
+    written: BTreeMap<String, Vec<OutputRecord>>,
+    /// Retry forwards not yet piped back (the ladder the runtime would consume when due).
+    ladder: Vec<OutputRecord>,
+    /// Next offset of each (topic, partition) piped.
+    offsets: BTreeMap<(String, i32), i64>,
+    stream_time_ms: Option<i64>,
+    /// Records handled since the overlays were last applied to RocksDB.
+    uncommitted: usize,
+}
+
+/// Records whose writes the driver keeps in the batch overlays before applying them to
+/// RocksDB: reads see the overlays either way (as in the runtime), and one write per record
+/// would make RocksDB's write path most of the driver's time.
+const RECORDS_PER_APPLY: usize = 1_000;
+
+impl<P: Processor> TopologyTestDriver<P> {
+    /// A driver with the default configuration (application id `test`; retry delays 1 s, 10 s,
+    /// 60 s).
+    pub fn new(processor: P) -> Result<Self, DriverError> {
+        let mut config = Config::default();
+        config.app.id = "test".into();
+        Self::with_config(processor, config)
+    }
+
+    /// A driver with `config`'s application id, retry ladder and dedup settings.
+    pub fn with_config(processor: P, config: Config) -> Result<Self, DriverError> {
+        let dir = std::env::temp_dir().join(format!("eosflow-driver-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).map_err(|source| DriverError::Io {
+            path: dir.display().to_string(),
+            source,
+        })?;
+        let inputs = processor
+            .input_topics()
+            .unwrap_or_else(|| config.processor.input_topics.clone());
+        let opts = RuntimeOptions {
+            app_id: config.app.id.clone(),
+            instance_id: "driver".into(),
+            retry: inputs
+                .iter()
+                .map(|t| (t.clone(), exact_policy(&config, t)))
+                .collect(),
+            input_topics: inputs,
+            commit_interval: Duration::ZERO,
+            max_batch_records: 1,
+            max_batch_bytes: usize::MAX,
+            transaction_timeout: Duration::from_millis(config.processor.transaction_timeout_ms),
+            session_timeout: Duration::from_millis(config.processor.session_timeout_ms),
+            restore_timeout: Duration::ZERO,
+            static_membership: false,
+            state_dir: dir.clone(),
+            block_cache_bytes: 8 << 20,
+            dedup_retention: Duration::from_secs(config.state.dedup_retention_secs),
+            dedup_purge_interval: Duration::from_secs(config.state.dedup_purge_interval_secs),
+            dlt_depth_interval: Duration::ZERO,
+            exactly_once: true,
+        };
+        Ok(Self {
+            cache: StoreCache::new(opts.block_cache_bytes),
+            processor,
+            config,
+            opts,
+            dir,
+            tasks: BTreeMap::new(),
+            summary: RunSummary::default(),
+            isolated: HashMap::new(),
+            forced: None,
+            produced: BTreeMap::new(),
+            processed: BTreeMap::new(),
+            stamps: DriverStamps {
+                now_ms: START_MS,
+                text_ms: 0,
+                text: String::new(),
+                ids: 0,
+            },
+            written: BTreeMap::new(),
+            ladder: Vec::new(),
+            offsets: BTreeMap::new(),
+            stream_time_ms: None,
+            uncommitted: 0,
+        })
+    }
+
+    /// Opens partition `p`'s stores (empty: the driver starts from nothing).
+    fn task(&mut self, p: i32) -> Result<(), DriverError> {
+        if self.tasks.contains_key(&p) {
+            return Ok(());
+        }
+        let open = |name: &str| -> Result<Store, DriverError> {
+            let topic = format!("{}-{name}-changelog", self.opts.app_id);
+            let path = self.dir.join(format!("{topic}-{p}"));
+            Ok(Store::open(&path, &format!("{topic}[{p}]"), &self.cache)?.0)
+        };
+        let store = open(self.processor.store_name())?;
+        let mut named = Vec::new();
+        for name in self.processor.stores() {
+            named.push(NamedStore {
+                store: open(&name)?,
+                name,
+                overlay: Overlay::default(),
+            });
+        }
+        self.tasks.insert(p, Task::open(store, named)?);
+        Ok(())
+    }
+
+    /// Pipes one record in and commits it: its outputs, forwards and store writes are visible
+    /// when this returns. Retry forwards come back by themselves once the clock reaches them
+    /// ([`TopologyTestDriver::advance_wall_clock`]).
+    pub fn pipe(&mut self, record: TestRecord) -> Result<(), DriverError> {
+        self.task(record.partition)?;
+        let base = base_and_level(&record.topic).0.to_string();
+        if !self.opts.retry.contains_key(&base) {
+            let policy = exact_policy(&self.config, &base);
+            self.opts.retry.insert(base, policy);
+        }
+        let offset = self
+            .offsets
+            .entry((record.topic.clone(), record.partition))
+            .or_insert(0);
+        let at = *offset;
+        *offset += 1;
+        let now = self.stamps.now_ms;
+        let timestamp = record.timestamp.unwrap_or(now);
+        self.stream_time_ms = Some(self.stream_time_ms.map_or(timestamp, |t| t.max(timestamp)));
+        let input = Record {
+            topic: &record.topic,
+            partition: record.partition,
+            offset: at,
+            timestamp: Some(timestamp),
+            key: record.key.as_deref(),
+            value: record.value.as_deref(),
+            headers: &record.headers,
+        };
+        {
+            let mut out = Topics {
+                written: &mut self.written,
+                ladder: &mut self.ladder,
+            };
+            let mut engine = Engine {
+                opts: &self.opts,
+                processor: &mut self.processor,
+                tasks: &mut self.tasks,
+                summary: &mut self.summary,
+                isolated: &self.isolated,
+                forced_dead_letter: &mut self.forced,
+                produced: &mut self.produced,
+                processed: &mut self.processed,
+                stamps: &mut self.stamps,
+                out: &mut out,
+            };
+            engine.drain_parked(now)?;
+            engine.handle(&input, now)?;
+        }
+        self.summary.records += 1;
+        self.uncommitted += 1;
+        if self.uncommitted >= RECORDS_PER_APPLY {
+            self.commit(now)?;
+        }
+        Ok(())
+    }
+
+    /// The batch commits: dedup ids sealed, every overlay applied to its store.
+    fn commit(&mut self, now: i64) -> Result<(), DriverError> {
+        if self.uncommitted == 0 {
+            return Ok(());
+        }
+        for task in self.tasks.values_mut() {
+            dedup::seal(&mut task.overlay, now);
+            task.apply_committed(|_| None)?;
+        }
+        self.summary.commits += 1;
+        self.uncommitted = 0;
+        Ok(())
+    }
+
+    /// Pipes a typed record (key and value through the given serdes) into `topic`.
+    pub fn pipe_input<K, V>(
+        &mut self,
+        topic: &str,
+        keys: &dyn Serde<K>,
+        values: &dyn Serde<V>,
+        key: &K,
+        value: &V,
+    ) -> Result<(), DriverError> {
+        let record = TestRecord::new(
+            topic,
+            Some(keys.serialize(key)?),
+            Some(values.serialize(value)?),
+        );
+        self.pipe(record)
+    }
+
+    /// Pipes raw bytes into `topic`, partition 0.
+    pub fn pipe_raw(
+        &mut self,
+        topic: &str,
+        key: Option<&[u8]>,
+        value: Option<&[u8]>,
+    ) -> Result<(), DriverError> {
+        self.pipe(TestRecord::new(topic, key, value))
+    }
+
+    /// Moves the wall clock on by `by`, then pipes back every retry forward now due, oldest
+    /// due first (as the runtime resumes a retry level once its head is due).
+    pub fn advance_wall_clock(&mut self, by: Duration) -> Result<(), DriverError> {
+        self.stamps.now_ms += by.as_millis() as i64;
+        loop {
+            let now = self.stamps.now_ms;
+            let due = self
+                .ladder
+                .iter()
+                .enumerate()
+                .filter(|(_, r)| r.due_at().unwrap_or(i64::MIN) <= now)
+                .min_by_key(|(i, r)| (r.due_at().unwrap_or(i64::MIN), *i))
+                .map(|(i, _)| i);
+            let Some(i) = due else {
+                return Ok(());
+            };
+            let r = self.ladder.remove(i);
+            self.pipe(TestRecord {
+                topic: r.topic,
+                partition: r.partition.unwrap_or(0),
+                key: r.key,
+                value: r.value,
+                headers: r.headers,
+                timestamp: None,
+            })?;
+        }
+    }
+
+    /// The driver's wall clock (ms since the epoch; starts at [`START_MS`]).
+    pub fn wall_clock_ms(&self) -> i64 {
+        self.stamps.now_ms
+    }
+
+    /// The largest record timestamp piped so far (stream time).
+    pub fn stream_time_ms(&self) -> Option<i64> {
+        self.stream_time_ms
+    }
+
+    /// Takes every record written to `topic` since the last read (outputs, `<t>.retry.<n>`
+    /// forwards, `<t>.DLT` dead letters), with all their headers.
+    pub fn read_raw_output(&mut self, topic: &str) -> Vec<OutputRecord> {
+        self.written.remove(topic).unwrap_or_default()
+    }
+
+    /// Takes every record written to `topic` since the last read, as typed key and value.
+    pub fn read_output<K, V>(
+        &mut self,
+        topic: &str,
+        keys: &dyn Serde<K>,
+        values: &dyn Serde<V>,
+    ) -> Result<KeyValues<K, V>, DriverError> {
+        let mut out = Vec::new();
+        for r in self.read_raw_output(topic) {
+            let k = r.key.as_deref().map(|k| keys.deserialize(k)).transpose()?;
+            let v = r
+                .value
+                .as_deref()
+                .map(|v| values.deserialize(v))
+                .transpose()?;
+            out.push((k, v));
+        }
+        Ok(out)
+    }
+
+    /// The topics written to and not yet read, with how many records each.
+    pub fn pending_outputs(&self) -> BTreeMap<String, usize> {
+        self.written
+            .iter()
+            .filter(|(_, r)| !r.is_empty())
+            .map(|(t, r)| (t.clone(), r.len()))
+            .collect()
+    }
+
+    /// Runs `f` on a named store of `partition` as the next record would see it.
+    fn with_store<K, V, T>(
+        &mut self,
+        partition: i32,
+        handle: &StoreHandle<K, V>,
+        f: impl FnOnce(&KeyValueStore<'_, '_, K, V>) -> Result<T, ProcessError>,
+    ) -> Result<T, DriverError> {
+        self.commit(self.stamps.now_ms)?;
+        self.task(partition)?;
+        let empty = Overlay::default();
+        let task = self.tasks.get(&partition);
+        let named = task.and_then(|t| t.named.iter().find(|n| n.name == handle.name()));
+        let Some(n) = named else {
+            return Err(ProcessError::permanent(format!(
+                "store {} is not attached to the processor",
+                handle.name()
+            ))
+            .into());
+        };
+        let mut view = StoreView::new(&n.name, &n.store, &empty);
+        let store = KeyValueStore::new(&mut view, handle);
+        Ok(f(&store)?)
+    }
+
+    /// The committed value of `key` in a named store (partition 0).
+    pub fn store_get<K, V>(
+        &mut self,
+        handle: &StoreHandle<K, V>,
+        key: &K,
+    ) -> Result<Option<V>, DriverError> {
+        self.with_store(0, handle, |s| s.get(key))
+    }
+
+    /// Every committed entry of a named store (partition 0), in key order.
+    pub fn store_entries<K, V>(
+        &mut self,
+        handle: &StoreHandle<K, V>,
+    ) -> Result<Vec<(K, V)>, DriverError> {
+        self.with_store(0, handle, |s| s.all()?.collect())
+    }
+
+    /// The committed entries of a named store (partition 0) whose key starts with `prefix`.
+    pub fn store_prefix<K, V>(
+        &mut self,
+        handle: &StoreHandle<K, V>,
+        prefix: &K,
+    ) -> Result<Vec<(K, V)>, DriverError> {
+        self.with_store(0, handle, |s| s.prefix(prefix)?.collect())
+    }
+
+    /// The committed entries of a named store (partition 0) with keys in `[from, to)`.
+    pub fn store_range<K, V>(
+        &mut self,
+        handle: &StoreHandle<K, V>,
+        from: &K,
+        to: &K,
+    ) -> Result<Vec<(K, V)>, DriverError> {
+        self.with_store(0, handle, |s| s.range(from..to)?.collect())
+    }
+
+    /// The default store's committed value of `key` (what `Context::get` reads), partition 0.
+    pub fn state_get(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>, DriverError> {
+        self.commit(self.stamps.now_ms)?;
+        self.task(0)?;
+        match self.tasks.get(&0) {
+            Some(t) => Ok(t.store.get(Column::State, key)?),
+            None => Ok(None),
+        }
+    }
+
+    /// The counters of the run so far (records, dedup hits, retried, dead-lettered …).
+    pub fn summary(&self) -> &RunSummary {
+        &self.summary
+    }
+
+    /// The processor under test.
+    pub fn processor(&self) -> &P {
+        &self.processor
+    }
+}
+
+impl<P: Processor> Drop for TopologyTestDriver<P> {
+    fn drop(&mut self) {
+        self.tasks.clear();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

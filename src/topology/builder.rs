@@ -1,0 +1,334 @@
+//! The topology builder: named sources, processor nodes, state stores and sinks, checked for
+//! dangling names when built (Kafka Streams' `Topology.addSource/addProcessor/addStateStore/
+//! addSink`).
+
+use std::marker::PhantomData;
+
+use super::node::{downcast, AnyRecord, NodeProcessor, TypedRecord};
+use super::TopologyError;
+use crate::processor::StoreHandle;
+use crate::record::{ProcessError, Record};
+use crate::serdes::Serde;
+
+/// Decodes an input record into a typed record (source) .
+pub(crate) type Decode =
+    Box<dyn Fn(&Record<'_>) -> Result<Box<dyn AnyRecord>, ProcessError> + Send>;
+/// Encodes a typed record into key, value and headers (sink).
+pub(crate) type Encode =
+    Box<dyn Fn(&str, Box<dyn AnyRecord>) -> Result<Encoded, ProcessError> + Send>;
+/// A sink's key, value and headers.
+pub(crate) type Encoded = (Option<Vec<u8>>, Option<Vec<u8>>, Vec<(String, Vec<u8>)>);
+
+/// A typed node with its types erased.
+pub(crate) trait ErasedNode: Send {
+    fn process(
+        &mut self,
+        ctx: &mut super::NodeContext<'_, '_>,
+        record: Box<dyn AnyRecord>,
+    ) -> Result<(), ProcessError>;
+}
+
+struct Typed<P, K, V> {
+    inner: P,
+    _types: PhantomData<fn(K, V)>,
+}
+
+impl<P, K, V> ErasedNode for Typed<P, K, V>
+where
+    P: NodeProcessor<K, V>,
+    K: 'static,
+    V: 'static,
+{
+    fn process(
+        &mut self,
+        ctx: &mut super::NodeContext<'_, '_>,
+        record: Box<dyn AnyRecord>,
+    ) -> Result<(), ProcessError> {
+        let record = downcast::<K, V>(ctx.node, record)?;
+        self.inner.process(ctx, record)
+    }
+}
+
+/// What a node is.
+pub(crate) enum Kind {
+    /// Reads `topics` and decodes them.
+    Source { topics: Vec<String>, decode: Decode },
+    /// Runs user code.
+    Processor {
+        node: Box<dyn ErasedNode>,
+        stores: Vec<String>,
+    },
+    /// Writes to `topic`.
+    Sink { topic: String, encode: Encode },
+}
+
+/// One named node and the names of its parents.
+pub(crate) struct Node {
+    pub(crate) name: String,
+    pub(crate) parents: Vec<String>,
+    pub(crate) kind: Kind,
+    /// Indexes of the nodes whose parent this one is (set by `build`).
+    pub(crate) children: Vec<usize>,
+}
+
+/// Builds a [`Topology`]. Each `add_*` names a node; a mistake (a name used twice, a parent or
+/// processor that does not exist) is reported by [`TopologyBuilder::build`], naming it.
+#[derive(Default)]
+pub struct TopologyBuilder {
+    nodes: Vec<Node>,
+    stores: Vec<String>,
+    errors: Vec<String>,
+    default_store: Option<String>,
+    unordered: bool,
+}
+
+/// A runnable topology: give it to [`crate::processor::Runtime::new`] (it is a
+/// [`crate::processor::Processor`]) or to [`crate::testing::TopologyTestDriver`].
+pub struct Topology {
+    pub(crate) nodes: Vec<Node>,
+    pub(crate) stores: Vec<String>,
+    pub(crate) default_store: String,
+    pub(crate) ordered: bool,
+}
+
+impl std::fmt::Debug for Topology {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let nodes: Vec<&str> = self.nodes.iter().map(|n| n.name.as_str()).collect();
+        f.debug_struct("Topology")
+            .field("nodes", &nodes)
+            .field("stores", &self.stores)
+            .finish()
+    }
+}
+
+impl TopologyBuilder {
+    /// An empty topology.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn add(&mut self, name: &str, parents: &[&str], kind: Kind) -> &mut Self {
+        if self.nodes.iter().any(|n| n.name == name) {
+            self.errors
+                .push(format!("node name {name:?} is used twice"));
+        }
+        self.nodes.push(Node {
+            name: name.to_string(),
+            parents: parents.iter().map(|p| p.to_string()).collect(),
+            kind,
+            children: Vec::new(),
+        });
+        self
+    }
+
+    /// A source `name` reading `topics` (co-partitioned: the same key lands in the same
+    /// partition of each) with key and value serdes. A record that does not deserialize is
+    /// dead-lettered as permanent.
+    pub fn add_source<K, V>(
+        &mut self,
+        name: &str,
+        topics: &[&str],
+        keys: impl Serde<K> + 'static,
+        values: impl Serde<V> + 'static,
+    ) -> &mut Self
+    where
+        K: Clone + Send + 'static,
+        V: Clone + Send + 'static,
+    {
+        if topics.is_empty() {
+            self.errors.push(format!("source {name:?} names no topic"));
+        }
+        let source = name.to_string();
+        let decode: Decode = Box::new(move |r: &Record<'_>| {
+            let bad = |what: &str, e| {
+                ProcessError::permanent(format!("source {source} {what} of {}: {e}", r.topic))
+            };
+            let key = r
+                .key
+                .map(|k| keys.deserialize(k))
+                .transpose()
+                .map_err(|e| bad("key", e))?;
+            let value = r
+                .value
+                .map(|v| values.deserialize(v))
+                .transpose()
+                .map_err(|e| bad("value", e))?;
+            Ok(Box::new(TypedRecord {
+                key,
+                value,
+                timestamp: r.timestamp,
+                headers: Vec::new(),
+            }) as Box<dyn AnyRecord>)
+        });
+        let topics = topics.iter().map(|t| t.to_string()).collect();
+        self.add(name, &[], Kind::Source { topics, decode })
+    }
+
+    /// A processor node `name` receiving what `parents` forward, as `(K, V)` records.
+    pub fn add_processor<K, V>(
+        &mut self,
+        name: &str,
+        processor: impl NodeProcessor<K, V> + 'static,
+        parents: &[&str],
+    ) -> &mut Self
+    where
+        K: 'static,
+        V: 'static,
+    {
+        let node = Box::new(Typed {
+            inner: processor,
+            _types: PhantomData,
+        });
+        self.add(
+            name,
+            parents,
+            Kind::Processor {
+                node,
+                stores: Vec::new(),
+            },
+        )
+    }
+
+    /// A state store attached to `processors` (its changelog is `<app>-<name>-changelog`).
+    pub fn add_state_store<K, V>(
+        &mut self,
+        store: &StoreHandle<K, V>,
+        processors: &[&str],
+    ) -> &mut Self {
+        let name = store.name().to_string();
+        if self.stores.contains(&name) {
+            self.errors.push(format!("store {name:?} is added twice"));
+        } else {
+            self.stores.push(name.clone());
+        }
+        for p in processors {
+            match self.nodes.iter_mut().find(|n| n.name == *p) {
+                Some(Node {
+                    kind: Kind::Processor { stores, .. },
+                    ..
+                }) => stores.push(name.clone()),
+                _ => self.errors.push(format!(
+                    "store {name:?} is attached to {p:?}, which is not a processor added before it"
+                )),
+            }
+        }
+        self
+    }
+
+    /// A sink `name` writing what `parents` forward to `topic`, serialized with these serdes.
+    pub fn add_sink<K, V>(
+        &mut self,
+        name: &str,
+        topic: &str,
+        keys: impl Serde<K> + 'static,
+        values: impl Serde<V> + 'static,
+        parents: &[&str],
+    ) -> &mut Self
+    where
+        K: 'static,
+        V: 'static,
+    {
+        let sink = name.to_string();
+        let encode: Encode = Box::new(move |node: &str, record: Box<dyn AnyRecord>| {
+            let r = downcast::<K, V>(node, record)?;
+            let bad = |what: &str, e| ProcessError::permanent(format!("sink {sink} {what}: {e}"));
+            let key = r
+                .key
+                .as_ref()
+                .map(|k| keys.serialize(k))
+                .transpose()
+                .map_err(|e| bad("key", e))?;
+            let value = r
+                .value
+                .as_ref()
+                .map(|v| values.serialize(v))
+                .transpose()
+                .map_err(|e| bad("value", e))?;
+            Ok((key, value, r.headers))
+        });
+        self.add(
+            name,
+            parents,
+            Kind::Sink {
+                topic: topic.to_string(),
+                encode,
+            },
+        )
+    }
+
+    /// Names the default store (dedup ids, parked keys, and `Context::get/put`), and so its
+    /// changelog `<app>-<name>-changelog`; `state` when not set.
+    pub fn default_store(&mut self, name: &str) -> &mut Self {
+        self.default_store = Some(name.to_string());
+        self
+    }
+
+    /// Whether a key's later records wait behind one in the retry ladder (default: yes).
+    pub fn ordered(&mut self, ordered: bool) -> &mut Self {
+        self.unordered = !ordered;
+        self
+    }
+
+    /// Checks every name and links parents to children.
+    pub fn build(&mut self) -> Result<Topology, TopologyError> {
+        let mut errors = std::mem::take(&mut self.errors);
+        let mut nodes = std::mem::take(&mut self.nodes);
+        let default_store = self.default_store.take().unwrap_or_else(|| "state".into());
+        if self.stores.contains(&default_store) {
+            errors.push(format!(
+                "store {default_store:?} is also the default store's name"
+            ));
+        }
+        let mut seen_topics: Vec<&str> = Vec::new();
+        for n in &nodes {
+            match &n.kind {
+                Kind::Source { topics, .. } => {
+                    for t in topics {
+                        if seen_topics.contains(&t.as_str()) {
+                            errors.push(format!("topic {t:?} is read by two sources"));
+                        }
+                        seen_topics.push(t);
+                    }
+                }
+                _ if n.parents.is_empty() => {
+                    errors.push(format!("node {:?} has no parent", n.name))
+                }
+                _ => {}
+            }
+        }
+        if seen_topics.is_empty() {
+            errors.push("the topology has no source".into());
+        }
+        let mut links = Vec::new();
+        for (child, n) in nodes.iter().enumerate() {
+            for p in &n.parents {
+                match nodes.iter().position(|m| m.name == *p) {
+                    Some(i) if i >= child => errors.push(format!(
+                        "node {:?} names {p:?} as its parent, which is added after it",
+                        n.name
+                    )),
+                    Some(i) if matches!(nodes[i].kind, Kind::Sink { .. }) => {
+                        errors.push(format!("node {:?} names sink {p:?} as its parent", n.name))
+                    }
+                    Some(i) => links.push((i, child)),
+                    None => errors.push(format!(
+                        "node {:?} names {p:?} as its parent, which does not exist",
+                        n.name
+                    )),
+                }
+            }
+        }
+        if !errors.is_empty() {
+            return Err(TopologyError::Invalid(errors.join("; ")));
+        }
+        for (parent, child) in links {
+            nodes[parent].children.push(child);
+        }
+        Ok(Topology {
+            nodes,
+            stores: std::mem::take(&mut self.stores),
+            default_store,
+            ordered: !self.unordered,
+        })
+    }
+}

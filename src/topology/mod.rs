@@ -1,0 +1,295 @@
+//! Topologies: named sources, processor nodes, state stores and sinks, wired by name — the
+//! shape Kafka Streams users know from `Topology` — and everything the runtime derives from
+//! them (input topics, the retry ladder and DLT of each input, one changelog per store).
+//!
+//! A [`Topology`] is a [`crate::processor::Processor`]: the exactly-once runtime runs it like
+//! any processor (dedup, retry ladder, parked keys, transactions all apply to the input
+//! record), and [`crate::testing::TopologyTestDriver`] runs it without a broker.
+//!
+//! ```
+//! use eosflow::processor::{ProcessError, StoreHandle};
+//! use eosflow::serdes::{I64Serde, StringSerde};
+//! use eosflow::topology::{NodeContext, TopologyBuilder, TypedRecord};
+//!
+//! let totals = StoreHandle::new("totals", StringSerde, I64Serde);
+//! let store = totals.clone();
+//! let sum = move |ctx: &mut NodeContext<'_, '_>, r: TypedRecord<String, i64>| {
+//!     let key = r.key.ok_or_else(|| ProcessError::permanent("no key"))?;
+//!     let mut s = ctx.store(&store)?;
+//!     let total = s.get(&key)?.unwrap_or(0) + r.value.unwrap_or(0);
+//!     s.put(&key, &total)?;
+//!     ctx.forward(TypedRecord::new(Some(key), Some(total)));
+//!     Ok(())
+//! };
+//! let topology = TopologyBuilder::new()
+//!     .add_source("amounts", &["amounts"], StringSerde, I64Serde)
+//!     .add_processor("sum", sum, &["amounts"])
+//!     .add_state_store(&totals, &["sum"])
+//!     .add_sink("out", "totals", StringSerde, I64Serde, &["sum"])
+//!     .build()
+//!     .expect("a valid topology");
+//! assert_eq!(topology.source_topics(), vec!["amounts".to_string()]);
+//! assert_eq!(
+//!     topology.changelog_topics("app"),
+//!     vec!["app-state-changelog".to_string(), "app-totals-changelog".to_string()]
+//! );
+//! ```
+
+mod builder;
+mod node;
+
+pub use builder::{Topology, TopologyBuilder};
+pub use node::{NodeContext, NodeProcessor, TypedRecord};
+
+use builder::Kind;
+use node::AnyRecord;
+
+use crate::config::Config;
+use crate::kafka::topics::TopicSpec;
+use crate::processor::{Context, Processor};
+use crate::record::{ProcessError, Record};
+use crate::retry::{base_and_level, dlt, retry_topic};
+
+/// Why a topology cannot be built.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TopologyError {
+    /// Names that do not fit together, each mistake listed.
+    #[error("invalid topology: {0}")]
+    Invalid(String),
+}
+
+/// How long dead letters are kept by default (14 days, as `topics/` declares them).
+const DLT_RETENTION_MS: i64 = 14 * 24 * 3_600_000;
+
+impl Topology {
+    /// A builder (the same as [`TopologyBuilder::new`]).
+    pub fn builder() -> TopologyBuilder {
+        TopologyBuilder::new()
+    }
+
+    /// Every topic a source reads, in the order the sources were added.
+    pub fn source_topics(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for n in &self.nodes {
+            if let Kind::Source { topics, .. } = &n.kind {
+                out.extend(topics.iter().cloned());
+            }
+        }
+        out
+    }
+
+    /// Every topic a sink writes.
+    pub fn sink_topics(&self) -> Vec<String> {
+        self.nodes
+            .iter()
+            .filter_map(|n| match &n.kind {
+                Kind::Sink { topic, .. } => Some(topic.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The named stores, in the order they were added.
+    pub fn store_names(&self) -> &[String] {
+        &self.stores
+    }
+
+    /// The changelog of the default store, then one per named store: `<app>-<store>-changelog`.
+    pub fn changelog_topics(&self, app_id: &str) -> Vec<String> {
+        std::iter::once(&self.default_store)
+            .chain(&self.stores)
+            .map(|s| format!("{app_id}-{s}-changelog"))
+            .collect()
+    }
+
+    /// Every internal topic the runtime needs, with `partitions` (the inputs' count): each
+    /// input's retry levels (as many as `config`'s retry policy of that input has) and its DLT,
+    /// and each store's compacted changelog. Inputs and sink topics are the user's own.
+    pub fn internal_topics(&self, config: &Config, partitions: i32) -> Vec<TopicSpec> {
+        let mut out = Vec::new();
+        for input in self.source_topics() {
+            let levels = config.retry.policy_for(&input).levels();
+            for n in 1..=levels {
+                out.push(TopicSpec::new(retry_topic(&input, n), partitions, "delete"));
+            }
+            let mut dead = TopicSpec::new(dlt::topic_for(&input), partitions, "delete");
+            dead.retention_ms = Some(DLT_RETENTION_MS);
+            out.push(dead);
+        }
+        for c in self.changelog_topics(&config.app.id) {
+            out.push(TopicSpec::new(c, partitions, "compact"));
+        }
+        out
+    }
+
+    /// Sends `record` from node `from` to its children (or to the child named `child`).
+    fn deliver(
+        &mut self,
+        from: usize,
+        child: Option<&str>,
+        record: Box<dyn AnyRecord>,
+        ctx: &mut Context<'_>,
+        input: &Record<'_>,
+    ) -> Result<(), ProcessError> {
+        let targets: Vec<usize> = self.nodes[from]
+            .children
+            .iter()
+            .copied()
+            .filter(|c| child.is_none_or(|name| self.nodes[*c].name == name))
+            .collect();
+        if let (Some(name), true) = (child, targets.is_empty()) {
+            return Err(ProcessError::permanent(format!(
+                "node {} forwarded to {name}, which is not its child",
+                self.nodes[from].name
+            )));
+        }
+        let mut record = Some(record);
+        let last = targets.len();
+        for (i, target) in targets.into_iter().enumerate() {
+            let r = if i + 1 == last {
+                record.take()
+            } else {
+                record.as_ref().map(|r| r.clone_box())
+            };
+            if let Some(r) = r {
+                self.run_node(target, r, ctx, input)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs one processor or sink node on `record`, then delivers what it forwarded.
+    fn run_node(
+        &mut self,
+        at: usize,
+        record: Box<dyn AnyRecord>,
+        ctx: &mut Context<'_>,
+        input: &Record<'_>,
+    ) -> Result<(), ProcessError> {
+        let builder::Node { name, kind, .. } = &mut self.nodes[at];
+        let forwards = match kind {
+            Kind::Sink { topic, encode } => {
+                let (key, value, headers) = encode(name, record)?;
+                ctx.emit(topic.clone(), key, value, headers);
+                return Ok(());
+            }
+            Kind::Source { .. } => {
+                return Err(ProcessError::permanent(format!(
+                    "source {name} cannot receive records"
+                )))
+            }
+            Kind::Processor { node, stores } => {
+                let mut nctx = NodeContext {
+                    inner: ctx,
+                    input,
+                    node: name,
+                    stores,
+                    forwards: Vec::new(),
+                };
+                node.process(&mut nctx, record)?;
+                nctx.forwards
+            }
+        };
+        for f in forwards {
+            self.deliver(at, f.child.as_deref(), f.record, ctx, input)?;
+        }
+        Ok(())
+    }
+}
+
+impl Processor for Topology {
+    fn process(&mut self, ctx: &mut Context<'_>, record: &Record<'_>) -> Result<(), ProcessError> {
+        let base = base_and_level(record.topic).0;
+        let source = self.nodes.iter().position(
+            |n| matches!(&n.kind, Kind::Source { topics, .. } if topics.iter().any(|t| t == base)),
+        );
+        let Some(at) = source else {
+            return Err(ProcessError::permanent(format!(
+                "no source of the topology reads {base}"
+            )));
+        };
+        let typed = match &self.nodes[at].kind {
+            Kind::Source { decode, .. } => decode(record)?,
+            _ => return Err(ProcessError::permanent("not a source")),
+        };
+        self.deliver(at, None, typed, ctx, record)
+    }
+
+    fn ordered(&self) -> bool {
+        self.ordered
+    }
+
+    fn store_name(&self) -> &str {
+        &self.default_store
+    }
+
+    fn stores(&self) -> Vec<String> {
+        self.stores.clone()
+    }
+
+    fn input_topics(&self) -> Option<Vec<String>> {
+        Some(self.source_topics())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::serdes::{BytesSerde, StringSerde};
+
+    #[test]
+    fn build_names_every_dangling_or_repeated_name() {
+        let noop = |_: &mut NodeContext<'_, '_>, _: TypedRecord<String, String>| Ok(());
+        let err = TopologyBuilder::new()
+            .add_source("in", &["a"], StringSerde, StringSerde)
+            .add_source("in", &["a"], StringSerde, StringSerde)
+            .add_processor("p", noop, &["nowhere"])
+            .add_sink("out", "o", BytesSerde, BytesSerde, &["in"])
+            .add_processor("after-sink", noop, &["out"])
+            .build()
+            .expect_err("invalid");
+        let text = err.to_string();
+        for part in [
+            "node name \"in\" is used twice",
+            "topic \"a\" is read by two sources",
+            "\"nowhere\" as its parent, which does not exist",
+            "names sink \"out\" as its parent",
+        ] {
+            assert!(text.contains(part), "{part:?} missing from {text}");
+        }
+    }
+
+    #[test]
+    fn internal_topics_follow_the_retry_config_and_the_stores() {
+        let noop = |_: &mut NodeContext<'_, '_>, _: TypedRecord<String, String>| Ok(());
+        let store = crate::processor::StoreHandle::new("s", StringSerde, StringSerde);
+        let t = TopologyBuilder::new()
+            .add_source("in", &["a", "b"], StringSerde, StringSerde)
+            .add_processor("p", noop, &["in"])
+            .add_state_store(&store, &["p"])
+            .build()
+            .expect("valid");
+        let mut config = Config::default();
+        config.app.id = "app".into();
+        config.retry.delays_ms = vec![100, 200];
+        let specs = t.internal_topics(&config, 6);
+        let names: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(
+            names,
+            vec![
+                "a.retry.1",
+                "a.retry.2",
+                "a.DLT",
+                "b.retry.1",
+                "b.retry.2",
+                "b.DLT",
+                "app-state-changelog",
+                "app-s-changelog"
+            ]
+        );
+        assert!(specs.iter().all(|s| s.partitions == 6));
+        assert!(specs
+            .iter()
+            .all(|s| (s.cleanup_policy == "compact") == s.name.ends_with("-changelog")));
+    }
+}

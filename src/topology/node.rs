@@ -1,0 +1,178 @@
+//! What a topology node sees: typed records in, a context to read stores and forward records
+//! to its children (and through them to sinks).
+
+use std::any::Any;
+
+use crate::processor::{Context, KeyValueStore, StoreHandle};
+use crate::record::{ProcessError, Record};
+
+/// A record between the nodes of a topology: typed key and value (`None` is Kafka's null),
+/// the input record's timestamp, and headers the nodes set (the runtime adds the envelope).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TypedRecord<K, V> {
+    /// The key; `None` for a record without one.
+    pub key: Option<K>,
+    /// The value; `None` is a tombstone.
+    pub value: Option<V>,
+    /// Timestamp of the input record (ms since the epoch).
+    pub timestamp: Option<i64>,
+    /// Headers to write with the output (the envelope headers are added by the runtime).
+    pub headers: Vec<(String, Vec<u8>)>,
+}
+
+impl<K, V> TypedRecord<K, V> {
+    /// A record of `key` and `value` with no timestamp or headers.
+    pub fn new(key: Option<K>, value: Option<V>) -> Self {
+        Self {
+            key,
+            value,
+            timestamp: None,
+            headers: Vec::new(),
+        }
+    }
+}
+
+/// A node of a topology (Kafka Streams' `Processor<KIn, VIn, KOut, VOut>`): handles each
+/// record its parents forward, reads and writes the stores attached to it, and forwards
+/// records to its children. An error (or a panic) discards everything the input record did
+/// and routes it up the retry ladder or to the dead-letter topic.
+pub trait NodeProcessor<K, V>: Send {
+    /// Handles one record.
+    fn process(
+        &mut self,
+        ctx: &mut NodeContext<'_, '_>,
+        record: TypedRecord<K, V>,
+    ) -> Result<(), ProcessError>;
+}
+
+impl<K, V, F> NodeProcessor<K, V> for F
+where
+    F: FnMut(&mut NodeContext<'_, '_>, TypedRecord<K, V>) -> Result<(), ProcessError> + Send,
+{
+    fn process(
+        &mut self,
+        ctx: &mut NodeContext<'_, '_>,
+        record: TypedRecord<K, V>,
+    ) -> Result<(), ProcessError> {
+        self(ctx, record)
+    }
+}
+
+/// A typed record with its types erased, as it travels between nodes.
+pub(crate) trait AnyRecord: Send {
+    fn clone_box(&self) -> Box<dyn AnyRecord>;
+    fn into_any(self: Box<Self>) -> Box<dyn Any>;
+    fn type_names(&self) -> (&'static str, &'static str);
+}
+
+impl<K, V> AnyRecord for TypedRecord<K, V>
+where
+    K: Clone + Send + 'static,
+    V: Clone + Send + 'static,
+{
+    fn clone_box(&self) -> Box<dyn AnyRecord> {
+        Box::new(self.clone())
+    }
+    fn into_any(self: Box<Self>) -> Box<dyn Any> {
+        self
+    }
+    fn type_names(&self) -> (&'static str, &'static str) {
+        (std::any::type_name::<K>(), std::any::type_name::<V>())
+    }
+}
+
+/// Takes a record back to its types; a parent that forwarded other types fails the record.
+pub(crate) fn downcast<K: 'static, V: 'static>(
+    node: &str,
+    record: Box<dyn AnyRecord>,
+) -> Result<TypedRecord<K, V>, ProcessError> {
+    let (k, v) = record.type_names();
+    record
+        .into_any()
+        .downcast::<TypedRecord<K, V>>()
+        .map(|r| *r)
+        .map_err(|_| {
+            ProcessError::permanent(format!(
+                "node {node} takes ({}, {}) but was forwarded ({k}, {v})",
+                std::any::type_name::<K>(),
+                std::any::type_name::<V>()
+            ))
+        })
+}
+
+/// A record a node forwarded: to every child, or to the one named.
+pub(crate) struct Forward {
+    pub(crate) child: Option<String>,
+    pub(crate) record: Box<dyn AnyRecord>,
+}
+
+/// A node's view of one call (Kafka Streams' `ProcessorContext`): the input record's
+/// coordinates, the stores attached to the node, forwarding, and the clock.
+pub struct NodeContext<'n, 'a> {
+    pub(crate) inner: &'n mut Context<'a>,
+    pub(crate) input: &'n Record<'n>,
+    pub(crate) node: &'n str,
+    pub(crate) stores: &'n [String],
+    pub(crate) forwards: Vec<Forward>,
+}
+
+impl<'n, 'a> NodeContext<'n, 'a> {
+    /// The input record being processed (topic, partition, offset, headers, raw bytes).
+    pub fn input(&self) -> &Record<'n> {
+        self.input
+    }
+
+    /// This node's name.
+    pub fn node_name(&self) -> &str {
+        self.node
+    }
+
+    /// Opens a store attached to this node (`Topology::add_state_store`).
+    pub fn store<'c, K, V>(
+        &'c mut self,
+        handle: &'c StoreHandle<K, V>,
+    ) -> Result<KeyValueStore<'c, 'a, K, V>, ProcessError> {
+        if !self.stores.iter().any(|s| s == handle.name()) {
+            return Err(ProcessError::permanent(format!(
+                "store {} is not attached to node {}",
+                handle.name(),
+                self.node
+            )));
+        }
+        self.inner.store(handle)
+    }
+
+    /// Sends `record` to every child of this node.
+    pub fn forward<K, V>(&mut self, record: TypedRecord<K, V>)
+    where
+        K: Clone + Send + 'static,
+        V: Clone + Send + 'static,
+    {
+        self.forwards.push(Forward {
+            child: None,
+            record: Box::new(record),
+        });
+    }
+
+    /// Sends `record` to the child named `child` only.
+    pub fn forward_to<K, V>(&mut self, child: &str, record: TypedRecord<K, V>)
+    where
+        K: Clone + Send + 'static,
+        V: Clone + Send + 'static,
+    {
+        self.forwards.push(Forward {
+            child: Some(child.to_string()),
+            record: Box::new(record),
+        });
+    }
+
+    /// The batch's wall-clock time (ms): the runtime's clock, or the test driver's.
+    pub fn wall_clock_ms(&self) -> i64 {
+        self.inner.wall_clock_ms()
+    }
+
+    /// The message id dedup uses for the input record, if any.
+    pub fn message_id(&self) -> Option<&[u8]> {
+        self.inner.message_id()
+    }
+}
