@@ -10,7 +10,6 @@ use apache_avro::Schema;
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 
 use eosflow::codec::decode::{encode_wire, Decoder, FixedSource};
-use eosflow::codec::Catalog;
 use eosflow::state::{Column, Overlay, Store, StoreCache};
 
 fn order(i: u64) -> Value {
@@ -18,7 +17,7 @@ fn order(i: u64) -> Value {
 }
 
 fn avro(c: &mut Criterion) {
-    let cat = Catalog::builtin().expect("built-in contracts");
+    let cat = eosflow_orders::contracts::catalog().expect("built-in contracts");
     let text = cat
         .get("orders.order-placed.v1")
         .expect("contract")

@@ -325,7 +325,7 @@ pub struct RetryConfig {
     /// when a key's head record is dead-lettered.
     pub on_dead_letter: String,
     /// Delays of one input topic's ladder, overriding `delays_ms` (TOML: `[retry.per_topic]`,
-    /// `"orders" = [500, 5000]`): a slow dependency gets a longer ladder than a flaky one.
+    /// `"payments" = [500, 5000]`): a slow dependency gets a longer ladder than a flaky one.
     pub per_topic: BTreeMap<String, Vec<u64>>,
     /// How often `eosflow_dlt_depth_records` is refreshed (0 = no DLT depth watcher).
     pub dlt_depth_interval_ms: u64,

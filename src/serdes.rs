@@ -13,8 +13,8 @@
 //! ```
 //! use eosflow::serdes::{JsonSerde, Serde, StringSerde};
 //!
-//! let key = StringSerde.serialize(&"order-1".to_string()).unwrap();
-//! assert_eq!(key, b"order-1");
+//! let key = StringSerde.serialize(&"key-1".to_string()).unwrap();
+//! assert_eq!(key, b"key-1");
 //! let json = JsonSerde::<Vec<u32>>::new();
 //! let bytes = json.serialize(&vec![1, 2]).unwrap();
 //! assert_eq!(json.deserialize(&bytes).unwrap(), vec![1, 2]);

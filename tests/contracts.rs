@@ -11,7 +11,7 @@ use std::time::Duration;
 use apache_avro::types::Value;
 use eosflow::codec::decode::{Limits, RegistrySource};
 use eosflow::codec::registry::Registry;
-use eosflow::codec::{Catalog, Decoder, Payload, Upcasters};
+use eosflow::codec::{Catalog, Decoder, Payload};
 use eosflow::kafka::reader::read_all;
 use eosflow::processor::{Context, ProcessError, Processor, Record};
 use eosflow::retry::tooling::{self, Selector};
@@ -146,7 +146,7 @@ fn contracts_every_schema_round_trips_through_the_registry() {
 
 #[test]
 fn contracts_v1_bytes_from_the_registry_are_upcast_to_v2_and_fetched_once() {
-    let catalog = Catalog::builtin().expect("catalog");
+    let catalog = eosflow_orders::contracts::catalog().expect("catalog");
     let v1 = catalog.get("orders.order-placed.v1").expect("v1");
     let v2 =
         apache_avro::Schema::parse_str(&catalog.get("orders.order-placed.v2").expect("v2").text)
@@ -160,7 +160,8 @@ fn contracts_v1_bytes_from_the_registry_are_upcast_to_v2_and_fetched_once() {
         ))
         .expect("encode v1");
     let source = RegistrySource::new(Registry::new(&support::registry_url())).expect("source");
-    let mut d = Decoder::new(source, catalog.clone()).with_upcasters(Upcasters::orders());
+    let mut d = Decoder::new(source, catalog.clone())
+        .with_upcasters(eosflow_orders::contracts::upcasters());
     for _ in 0..50 {
         let r = Record {
             topic: &topic,
@@ -254,7 +255,7 @@ fn produce_bytes(topic: &str, records: &[Raw]) {
 #[test]
 fn contracts_each_bad_input_class_lands_in_the_dlt_with_its_reason_and_good_records_flow() {
     let p = Pipeline::new("contracts-bad", 1);
-    let catalog = Catalog::builtin().expect("catalog");
+    let catalog = eosflow_orders::contracts::catalog().expect("catalog");
     let v1 = catalog
         .get("orders.order-placed.v1")
         .expect("v1")
@@ -368,7 +369,7 @@ fn contracts_each_bad_input_class_lands_in_the_dlt_with_its_reason_and_good_reco
 
     let source = RegistrySource::new(Registry::new(&support::registry_url())).expect("source");
     let decoder = Decoder::new(source, catalog)
-        .with_upcasters(Upcasters::orders())
+        .with_upcasters(eosflow_orders::contracts::upcasters())
         .with_limits(Limits {
             max_value_bytes: 4096,
             ..Limits::default()

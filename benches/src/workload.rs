@@ -17,7 +17,6 @@ use rdkafka::types::RDKafkaErrorCode;
 use super::BenchError;
 use eosflow::codec::decode::encode_wire;
 use eosflow::codec::registry::Registry;
-use eosflow::codec::Catalog;
 use eosflow::kafka::topics::{self, TopicOutcome, TopicSpec};
 use eosflow::kafka::{ClientRole, KafkaClients};
 
@@ -33,7 +32,8 @@ pub const SUBJECT: &str = "eosflow-bench-orders.v1.OrderPlaced";
 
 /// Registers `orders.order-placed.v1` at `registry_url` and makes every input an Avro event.
 pub fn use_avro(registry_url: &str) -> Result<u32, BenchError> {
-    let catalog = Catalog::builtin().map_err(|e| BenchError::Kafka(e.to_string()))?;
+    let catalog =
+        eosflow_orders::contracts::catalog().map_err(|e| BenchError::Kafka(e.to_string()))?;
     let text = catalog
         .get("orders.order-placed.v1")
         .ok_or_else(|| BenchError::Kafka("contract orders.order-placed.v1 missing".into()))?

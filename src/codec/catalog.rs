@@ -1,6 +1,7 @@
 //! The contracts in `schemas/`: one Avro file per event type and version
 //! (`schemas/<domain>/<event>.v<n>.avsc`, type name `<domain>.<event>.v<n>`), and how their
-//! registry subjects are named.
+//! registry subjects are named. The core knows no domain: an application registers its own
+//! contracts ([`Catalog::from_texts`]) or loads a directory ([`Catalog::from_dir`]).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -39,9 +40,9 @@ pub enum CatalogError {
 pub struct Contract {
     /// `<domain>.<event>.v<n>`, the value of the `type` header.
     pub type_name: String,
-    /// The domain directory (`orders`).
+    /// The domain directory (`billing`).
     pub domain: String,
-    /// The event name (`order-placed`).
+    /// The event name (`invoice-sent`).
     pub event: String,
     /// The version number `n`.
     pub version: u32,
@@ -66,66 +67,44 @@ pub struct Catalog {
     contracts: BTreeMap<String, Contract>,
 }
 
-/// The reference contracts compiled into the binary (so processors need no schemas/ at run time).
-const BUILTIN: &[(&str, &str)] = &[
-    (
-        "orders/order-placed.v1.avsc",
-        include_str!("../../schemas/orders/order-placed.v1.avsc"),
-    ),
-    (
-        "orders/order-placed.v2.avsc",
-        include_str!("../../schemas/orders/order-placed.v2.avsc"),
-    ),
-    (
-        "orders/order-paid.v1.avsc",
-        include_str!("../../schemas/orders/order-paid.v1.avsc"),
-    ),
-    (
-        "orders/order-shipped.v1.avsc",
-        include_str!("../../schemas/orders/order-shipped.v1.avsc"),
-    ),
-    (
-        "orders/order-cancelled.v1.avsc",
-        include_str!("../../schemas/orders/order-cancelled.v1.avsc"),
-    ),
-    (
-        "orders/order-status-changed.v1.avsc",
-        include_str!("../../schemas/orders/order-status-changed.v1.avsc"),
-    ),
-    (
-        "orders/customer-order-updated.v1.avsc",
-        include_str!("../../schemas/orders/customer-order-updated.v1.avsc"),
-    ),
-    (
-        "fulfilment/stock-command.v1.avsc",
-        include_str!("../../schemas/fulfilment/stock-command.v1.avsc"),
-    ),
-    (
-        "fulfilment/stock-reply.v1.avsc",
-        include_str!("../../schemas/fulfilment/stock-reply.v1.avsc"),
-    ),
-    (
-        "fulfilment/payment-command.v1.avsc",
-        include_str!("../../schemas/fulfilment/payment-command.v1.avsc"),
-    ),
-    (
-        "fulfilment/payment-reply.v1.avsc",
-        include_str!("../../schemas/fulfilment/payment-reply.v1.avsc"),
-    ),
-    (
-        "fulfilment/saga-ended.v1.avsc",
-        include_str!("../../schemas/fulfilment/saga-ended.v1.avsc"),
-    ),
-];
-
 impl Catalog {
-    /// The contracts shipped in `schemas/` at build time.
-    pub fn builtin() -> Result<Self, CatalogError> {
-        let mut c = Self::default();
-        for (rel, text) in BUILTIN {
-            c.add(Path::new(rel), rel, text)?;
+    /// An empty catalog: add an application's contracts with [`Catalog::register`] or
+    /// [`Catalog::from_texts`], or load a directory with [`Catalog::from_dir`].
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The contracts an application compiles in (`include_str!` of its `.avsc` files), so its
+    /// processors need no schema directory at run time: pairs of the path relative to the schema
+    /// root (`<domain>/<event>.v<n>.avsc`, which names the type) and the schema text.
+    ///
+    /// ```
+    /// use eosflow::codec::Catalog;
+    ///
+    /// let v1 = r#"{"type":"record","name":"Created","namespace":"things.v1",
+    ///              "fields":[{"name":"id","type":"string"}]}"#;
+    /// let catalog = Catalog::from_texts([("things/thing-created.v1.avsc", v1)])?;
+    /// let c = catalog.get("things.thing-created.v1").expect("registered");
+    /// assert_eq!(c.full_name, "things.v1.Created");
+    /// assert!(catalog.get("things.thing-created.v2").is_none());
+    /// # Ok::<(), eosflow::codec::catalog::CatalogError>(())
+    /// ```
+    pub fn from_texts<'t>(
+        contracts: impl IntoIterator<Item = (&'t str, &'t str)>,
+    ) -> Result<Self, CatalogError> {
+        let mut c = Self::new();
+        for (rel, text) in contracts {
+            c.register(rel, text)?;
         }
         Ok(c)
+    }
+
+    /// Adds one contract: `rel` is its path under the schema root
+    /// (`<domain>/<event>.v<n>.avsc`), `text` the Avro schema. A contract of the same type name
+    /// is replaced.
+    pub fn register(&mut self, rel: &str, text: &str) -> Result<&mut Self, CatalogError> {
+        self.add(Path::new(rel), rel, text)?;
+        Ok(self)
     }
 
     /// Loads every `<domain>/<event>.v<n>.avsc` under `root`.
@@ -259,22 +238,54 @@ impl SubjectStrategy {
 mod tests {
     use super::*;
 
+    const V1: &str = r#"{"type":"record","name":"Created","namespace":"things.v1",
+        "fields":[{"name":"id","type":"string"}]}"#;
+    const V2: &str = r#"{"type":"record","name":"Created","namespace":"things.v2",
+        "fields":[{"name":"id","type":"string"},
+                  {"name":"tag","type":["null","string"],"default":null}]}"#;
+
     #[test]
-    fn builtin_matches_the_schemas_directory() {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("schemas");
-        let on_disk = Catalog::from_dir(&dir).expect("schemas/ loads");
-        let built = Catalog::builtin().expect("built-ins load");
-        let a: Vec<_> = on_disk.iter().map(|c| &c.type_name).collect();
-        let b: Vec<_> = built.iter().map(|c| &c.type_name).collect();
-        assert_eq!(a, b, "add new schemas to BUILTIN in src/codec/catalog.rs");
-        let v2 = built.get("orders.order-placed.v2").expect("v2");
+    fn registered_contracts_are_named_by_their_path_and_know_their_previous_version() {
+        let c = Catalog::from_texts([
+            ("things/thing-created.v1.avsc", V1),
+            ("things/thing-created.v2.avsc", V2),
+        ])
+        .expect("valid contracts");
+        assert_eq!(c.len(), 2);
+        let v2 = c.get("things.thing-created.v2").expect("v2");
         assert_eq!(
             v2.previous_type().as_deref(),
-            Some("orders.order-placed.v1")
+            Some("things.thing-created.v1")
         );
         assert_eq!(
-            SubjectStrategy::TopicRecord.subject("orders", v2),
-            "orders-orders.v2.OrderPlaced"
+            c.by_full_name("things.v1.Created").map(|c| c.version),
+            Some(1)
+        );
+        assert_eq!(
+            SubjectStrategy::TopicRecord.subject("things", v2),
+            "things-things.v2.Created"
+        );
+    }
+
+    #[test]
+    fn a_misnamed_file_or_invalid_schema_is_refused_naming_it() {
+        let e = Catalog::new()
+            .register("thing-created.avsc", V1)
+            .map(|_| ())
+            .expect_err("no domain, no version");
+        assert!(
+            e.to_string()
+                .contains("expected <domain>/<event>.v<n>.avsc"),
+            "{e}"
+        );
+        let e = Catalog::new()
+            .register("things/thing-created.v1.avsc", "{not avro")
+            .map(|_| ())
+            .expect_err("not Avro");
+        assert!(
+            e.to_string()
+                .starts_with("things/thing-created.v1.avsc: not valid Avro"),
+            "{e}"
         );
     }
 }

@@ -97,7 +97,7 @@ pub struct CheckOptions {
     pub topic_template: String,
 }
 
-/// The topic of `c` under `template` (`${domain}` → `orders`).
+/// The topic of `c` under `template` (`${domain}` → `billing`).
 pub fn topic_for(template: &str, c: &Contract) -> String {
     template.replace("${domain}", &c.domain)
 }

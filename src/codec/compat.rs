@@ -539,18 +539,4 @@ mod tests {
         );
         assert_eq!(r.len(), 1, "{r:?}");
     }
-
-    #[test]
-    fn every_repo_schema_is_backward_compatible_with_its_previous_version() {
-        let cat = crate::codec::catalog::Catalog::builtin().expect("catalog");
-        for c in cat.iter() {
-            if let Some(prev) = c.previous_type().and_then(|p| cat.get(&p)) {
-                assert!(
-                    reasons(Rule::Backward, &c.text, &prev.text).is_empty(),
-                    "{}",
-                    c.type_name
-                );
-            }
-        }
-    }
 }

@@ -207,7 +207,30 @@ impl SchemaSource for RegistrySource {
 /// A function converting an event's value from one version to the next.
 pub type UpcastFn = fn(Value) -> Result<Value, String>;
 
-/// Upcasters by source type: `orders.order-placed.v1` → (`orders.order-placed.v2`, f).
+/// Upcasters by source type: `things.thing-created.v1` → (`things.thing-created.v2`, f). Each
+/// application registers its own.
+///
+/// ```
+/// use apache_avro::types::Value;
+/// use eosflow::codec::Upcasters;
+///
+/// fn add_tag(v: Value) -> Result<Value, String> {
+///     match v {
+///         Value::Record(mut fields) => {
+///             fields.push(("tag".into(), Value::Union(0, Box::new(Value::Null))));
+///             Ok(Value::Record(fields))
+///         }
+///         other => Err(format!("expected a record, got {other:?}")),
+///     }
+/// }
+/// let mut upcasters = Upcasters::new();
+/// upcasters.register("things.thing-created.v1", "things.thing-created.v2", add_tag);
+/// let (t, v) = upcasters
+///     .apply("things.thing-created.v1", Value::Record(vec![]))
+///     .expect("upcasts");
+/// assert_eq!(t, "things.thing-created.v2");
+/// assert_eq!(v, Value::Record(vec![("tag".into(), Value::Union(0, Box::new(Value::Null)))]));
+/// ```
 #[derive(Debug, Clone, Default)]
 pub struct Upcasters {
     by_source: HashMap<String, (String, UpcastFn)>,
@@ -220,15 +243,9 @@ impl Upcasters {
         self
     }
 
-    /// The upcasters of the reference orders domain.
-    pub fn orders() -> Self {
-        let mut u = Self::default();
-        u.register(
-            "orders.order-placed.v1",
-            "orders.order-placed.v2",
-            order_placed_v1_to_v2,
-        );
-        u
+    /// No upcasters: every type is handed over as written.
+    pub fn new() -> Self {
+        Self::default()
     }
 
     /// Applies the chain starting at `type_name`; returns the final type and value.
@@ -251,19 +268,6 @@ impl Upcasters {
     }
 }
 
-/// `orders.order-placed.v1` → v2: v2 adds `channel` (optional), unknown for v1 orders.
-pub fn order_placed_v1_to_v2(v: Value) -> Result<Value, String> {
-    match v {
-        Value::Record(mut fields) => {
-            if !fields.iter().any(|(n, _)| n == "channel") {
-                fields.push(("channel".into(), Value::Union(0, Box::new(Value::Null))));
-            }
-            Ok(Value::Record(fields))
-        }
-        other => Err(format!("expected a record, got {other:?}")),
-    }
-}
-
 /// The payload of a decoded event.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Payload {
@@ -276,7 +280,7 @@ pub enum Payload {
 /// A decoded, validated event.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Event {
-    /// Type name after upcasting (`orders.order-placed.v2`).
+    /// Type name after upcasting (`things.thing-created.v2`).
     pub type_name: String,
     /// The type as written, when an upcaster changed it.
     pub upcast_from: Option<String>,
@@ -577,12 +581,67 @@ pub fn encode_wire(id: u32, schema: &Schema, value: Value) -> Result<Vec<u8>, ap
 mod tests {
     use super::*;
 
-    pub(crate) fn placed_v1() -> Value {
+    /// A domain-free test contract.
+    const CREATED_V1: &str = r#"{"type":"record","name":"Created","namespace":"things.v1","fields":[
+        {"name":"id","type":"string"},
+        {"name":"owner_id","type":"string"},
+        {"name":"created_at","type":{"type":"long","logicalType":"timestamp-millis"}},
+        {"name":"currency","type":"string"},
+        {"name":"total_minor","type":"long"},
+        {"name":"lines","type":{"type":"array","items":{"type":"record","name":"Line","fields":[
+            {"name":"code","type":"string"},
+            {"name":"quantity","type":"int"},
+            {"name":"unit_minor","type":"long"}]}}}]}"#;
+    /// v2 of [`CREATED_V1`]: the same record in `things.v2`, plus an optional `tag`.
+    fn created_v2() -> String {
+        let fields = CREATED_V1
+            .strip_suffix("]}")
+            .expect("the field list ends the record");
+        format!(
+            r#"{},{{"name":"tag","type":["null","string"],"default":null}}]}}"#,
+            fields.replace("things.v1", "things.v2")
+        )
+    }
+    pub(crate) const REMOVED_V1: &str = r#"{"type":"record","name":"Removed","namespace":"things.v1","fields":[
+        {"name":"id","type":"string"},
+        {"name":"removed_at","type":{"type":"long","logicalType":"timestamp-millis"}},
+        {"name":"reason","type":{"type":"enum","name":"Reason","symbols":["REQUESTED","EXPIRED","OUT_OF_STOCK","OTHER"]}},
+        {"name":"note","type":["null","string"],"default":null}]}"#;
+    pub(crate) const MOVED_V1: &str = r#"{"type":"record","name":"Moved","namespace":"things.v1","fields":[
+        {"name":"id","type":"string"},
+        {"name":"moved_at","type":{"type":"long","logicalType":"timestamp-millis"}},
+        {"name":"from_state","type":{"type":"enum","name":"State","symbols":["NEW","ACTIVE","DONE","GONE"]}},
+        {"name":"to_state","type":"State"}]}"#;
+
+    /// The test contracts.
+    pub(crate) fn catalog() -> Catalog {
+        let v2 = created_v2();
+        Catalog::from_texts([
+            ("things/thing-created.v1.avsc", CREATED_V1),
+            ("things/thing-created.v2.avsc", v2.as_str()),
+            ("things/thing-removed.v1.avsc", REMOVED_V1),
+            ("things/thing-moved.v1.avsc", MOVED_V1),
+        ])
+        .expect("test contracts")
+    }
+
+    /// `things.thing-created.v1` → v2: v2 adds `tag`, unknown for v1 records.
+    fn created_v1_to_v2(v: Value) -> Result<Value, String> {
+        match v {
+            Value::Record(mut fields) => {
+                fields.push(("tag".into(), Value::Union(0, Box::new(Value::Null))));
+                Ok(Value::Record(fields))
+            }
+            other => Err(format!("expected a record, got {other:?}")),
+        }
+    }
+
+    pub(crate) fn created_v1() -> Value {
         Value::Record(vec![
-            ("order_id".into(), Value::String("o-1".into())),
-            ("customer_id".into(), Value::String("c-1".into())),
+            ("id".into(), Value::String("t-1".into())),
+            ("owner_id".into(), Value::String("c-1".into())),
             (
-                "placed_at".into(),
+                "created_at".into(),
                 Value::TimestampMillis(1_700_000_000_000),
             ),
             ("currency".into(), Value::String("EUR".into())),
@@ -590,33 +649,34 @@ mod tests {
             (
                 "lines".into(),
                 Value::Array(vec![Value::Record(vec![
-                    ("sku".into(), Value::String("sku-1".into())),
+                    ("code".into(), Value::String("code-1".into())),
                     ("quantity".into(), Value::Int(2)),
-                    ("unit_price_minor".into(), Value::Long(625)),
+                    ("unit_minor".into(), Value::Long(625)),
                 ])]),
             ),
         ])
     }
 
     fn decoder() -> (Decoder, Vec<u8>) {
-        let cat = Catalog::builtin().expect("catalog");
-        let text = cat.get("orders.order-placed.v1").expect("v1").text.clone();
-        let schema = Schema::parse_str(&text).expect("schema");
-        let bytes = encode_wire(7, &schema, placed_v1()).expect("encode");
-        let src = FixedSource(HashMap::from([(7, text)]));
-        (
-            Decoder::new(src, cat).with_upcasters(Upcasters::orders()),
-            bytes,
-        )
+        let schema = Schema::parse_str(CREATED_V1).expect("schema");
+        let bytes = encode_wire(7, &schema, created_v1()).expect("encode");
+        let src = FixedSource(HashMap::from([(7, CREATED_V1.to_string())]));
+        let mut up = Upcasters::new();
+        up.register(
+            "things.thing-created.v1",
+            "things.thing-created.v2",
+            created_v1_to_v2,
+        );
+        (Decoder::new(src, catalog()).with_upcasters(up), bytes)
     }
 
     fn record<'a>(value: &'a [u8], headers: &'a [(String, Vec<u8>)]) -> Record<'a> {
         Record {
-            topic: "orders",
+            topic: "things",
             partition: 0,
             offset: 0,
             timestamp: None,
-            key: Some(b"o-1"),
+            key: Some(b"t-1"),
             value: Some(value),
             headers,
         }
@@ -627,16 +687,9 @@ mod tests {
         let (mut d, bytes) = decoder();
         for _ in 0..100 {
             let e = d.decode(&record(&bytes, &[])).expect("decodes");
-            assert_eq!(e.type_name, "orders.order-placed.v2");
-            assert_eq!(e.upcast_from.as_deref(), Some("orders.order-placed.v1"));
-            let v2 = Schema::parse_str(
-                &Catalog::builtin()
-                    .expect("c")
-                    .get("orders.order-placed.v2")
-                    .expect("v2")
-                    .text,
-            )
-            .expect("v2");
+            assert_eq!(e.type_name, "things.thing-created.v2");
+            assert_eq!(e.upcast_from.as_deref(), Some("things.thing-created.v1"));
+            let v2 = Schema::parse_str(&created_v2()).expect("v2");
             let Payload::Avro(v) = e.payload else {
                 panic!("avro")
             };
@@ -670,7 +723,7 @@ mod tests {
         let big = vec![0u8; 2 * 1024 * 1024];
         assert!(perm(&mut d, record(&big, &[])).starts_with("oversize: the value is 2097152 bytes"));
         assert!(perm(&mut d, record(b"{not json", &[])).starts_with("bad-json:"));
-        let t = [("type".to_string(), b"orders.order-paid.v1".to_vec())];
+        let t = [("type".to_string(), b"things.thing-removed.v1".to_vec())];
         assert!(perm(&mut d, record(&good, &t)).starts_with("type-mismatch:"));
         let json = d
             .decode(&record(
@@ -685,7 +738,7 @@ mod tests {
     fn an_unknown_writer_type_is_permanent() {
         let other = r#"{"type":"record","name":"Stranger","namespace":"x","fields":[{"name":"a","type":"int"}]}"#;
         let src = FixedSource(HashMap::from([(1, other.to_string())]));
-        let mut d = Decoder::new(src, Catalog::builtin().expect("c"));
+        let mut d = Decoder::new(src, catalog());
         let bytes = encode_wire(
             1,
             &Schema::parse_str(other).expect("s"),
@@ -709,44 +762,46 @@ mod randomized {
     use super::*;
     use rand::{Rng, SeedableRng};
 
-    /// A decoder for ids 1..=3 (order placed v1 / cancelled / status changed), and valid
+    /// A decoder for ids 1..=3 (the test contracts created v1 / removed / moved), and valid
     /// encodings of each to mutate.
     pub(crate) fn fixture() -> (Decoder, Vec<Vec<u8>>) {
-        let cat = Catalog::builtin().expect("catalog");
+        use super::tests::{catalog, created_v1, MOVED_V1, REMOVED_V1};
+        let cat = catalog();
         let mut ids = HashMap::new();
         let mut seeds = Vec::new();
-        let s = |t: &str| cat.get(t).expect("contract").text.clone();
-        let placed = s("orders.order-placed.v1");
-        let cancelled = s("orders.order-cancelled.v1");
-        let status = s("orders.order-status-changed.v1");
+        let created = cat
+            .get("things.thing-created.v1")
+            .expect("contract")
+            .text
+            .clone();
         let str_ = |v: &str| Value::String(v.into());
         let values = [
-            (1, &placed, super::tests::placed_v1()),
+            (1, created.as_str(), created_v1()),
             (
                 2,
-                &cancelled,
+                REMOVED_V1,
                 Value::Record(vec![
-                    ("order_id".into(), str_("o-1")),
-                    ("cancelled_at".into(), Value::TimestampMillis(1)),
+                    ("id".into(), str_("t-1")),
+                    ("removed_at".into(), Value::TimestampMillis(1)),
                     ("reason".into(), Value::Enum(2, "OUT_OF_STOCK".into())),
                     ("note".into(), Value::Union(1, Box::new(str_("late")))),
                 ]),
             ),
             (
                 3,
-                &status,
+                MOVED_V1,
                 Value::Record(vec![
-                    ("order_id".into(), str_("o-1")),
-                    ("changed_at".into(), Value::TimestampMillis(2)),
-                    ("from_status".into(), Value::Enum(0, "PLACED".into())),
-                    ("to_status".into(), Value::Enum(1, "PAID".into())),
+                    ("id".into(), str_("t-1")),
+                    ("moved_at".into(), Value::TimestampMillis(2)),
+                    ("from_state".into(), Value::Enum(0, "NEW".into())),
+                    ("to_state".into(), Value::Enum(1, "ACTIVE".into())),
                 ]),
             ),
         ];
         for (id, text, v) in values {
             let schema = Schema::parse_str(text).expect("schema");
             seeds.push(encode_wire(id, &schema, v).expect("encode"));
-            ids.insert(id, text.clone());
+            ids.insert(id, text.to_string());
         }
         (Decoder::new(FixedSource(ids), cat), seeds)
     }

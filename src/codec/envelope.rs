@@ -199,10 +199,10 @@ mod tests {
 
     #[test]
     fn child_of_sets_causation_and_carries_context() {
-        let mut input = Envelope::new("orders.order-placed.v1", "o-1");
+        let mut input = Envelope::new("things.thing-created.v1", "o-1");
         input.traceparent = Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into());
         input.tenant = Some("acme".into());
-        let child = Envelope::child_of(&input, "orders.order-status-changed.v1", "o-1");
+        let child = Envelope::child_of(&input, "things.thing-moved.v1", "o-1");
         assert_eq!(child.causation_id, input.id);
         assert_eq!(
             child.correlation_id, input.id,
@@ -223,7 +223,7 @@ mod tests {
     #[test]
     fn the_borrowed_form_stamps_what_child_of_stamps() {
         for input in [
-            Envelope::new("orders.order-placed.v1", "o-1"),
+            Envelope::new("things.thing-created.v1", "o-1"),
             Envelope {
                 correlation_id: Some("conv-9".into()),
                 tenant: Some("acme".into()),

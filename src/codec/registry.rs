@@ -400,8 +400,8 @@ mod tests {
 
     #[test]
     fn record_name_joins_namespace() {
-        let s = r#"{"type":"record","name":"OrderPlaced","namespace":"orders","fields":[]}"#;
-        assert_eq!(super::record_name(s).as_deref(), Some("orders.OrderPlaced"));
+        let s = r#"{"type":"record","name":"Created","namespace":"things","fields":[]}"#;
+        assert_eq!(super::record_name(s).as_deref(), Some("things.Created"));
         assert_eq!(super::record_name("not json"), None);
     }
 }

@@ -145,9 +145,9 @@ mod tests {
 
     #[test]
     fn retry_levels_share_their_base_dlt() {
-        assert_eq!(topic_for("orders"), "orders.DLT");
-        assert_eq!(topic_for("orders.retry.2"), "orders.DLT");
-        assert_eq!(topic_for("orders.retry.x"), "orders.retry.x.DLT");
+        assert_eq!(topic_for("events"), "events.DLT");
+        assert_eq!(topic_for("events.retry.2"), "events.DLT");
+        assert_eq!(topic_for("events.retry.x"), "events.retry.x.DLT");
     }
 
     #[test]
@@ -155,12 +155,12 @@ mod tests {
         let hs = vec![
             ("id".to_string(), b"m1".to_vec()),
             ("eosflow.retry.attempt".to_string(), b"3".to_vec()),
-            ("eosflow.original.topic".to_string(), b"orders".to_vec()),
+            ("eosflow.original.topic".to_string(), b"events".to_vec()),
             ("eosflow.original.offset".to_string(), b"7".to_vec()),
             ("eosflow.failure.first_at".to_string(), b"100".to_vec()),
         ];
         let r = Record {
-            topic: "orders.retry.3",
+            topic: "events.retry.3",
             partition: 3,
             offset: 70,
             timestamp: Some(5),
@@ -188,7 +188,7 @@ mod tests {
             None,
             "ladder headers are not copied"
         );
-        assert_eq!(get("eosflow.dlt.original.topic").as_deref(), Some("orders"));
+        assert_eq!(get("eosflow.dlt.original.topic").as_deref(), Some("events"));
         assert_eq!(get("eosflow.dlt.original.offset").as_deref(), Some("7"));
         assert_eq!(
             get("eosflow.dlt.error.class").as_deref(),

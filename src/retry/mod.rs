@@ -49,8 +49,8 @@ mod tests {
 
     #[test]
     fn levels_round_trip() {
-        assert_eq!(base_and_level("orders"), ("orders", 0));
-        assert_eq!(base_and_level(&retry_topic("orders", 3)), ("orders", 3));
+        assert_eq!(base_and_level("events"), ("events", 0));
+        assert_eq!(base_and_level(&retry_topic("events", 3)), ("events", 3));
         assert_eq!(base_and_level("a.retry.b"), ("a.retry.b", 0));
         assert_eq!(
             ladder_topics(&["t".into()], 2),

@@ -608,7 +608,7 @@ fn register_schemas(cfg: &Config, topics: &Topics) -> Result<usize, String> {
         .build()
         .map_err(|e| e.to_string())?;
     let registry = eosflow::codec::registry::Registry::new(&cfg.schema_registry.url);
-    let catalog = eosflow::codec::Catalog::builtin().map_err(|e| e.to_string())?;
+    let catalog = eosflow_orders::contracts::catalog().map_err(|e| e.to_string())?;
     let done = rt
         .block_on(async {
             tokio::time::timeout(

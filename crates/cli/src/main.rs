@@ -313,6 +313,10 @@ fn main() -> std::process::ExitCode {
 
 fn dispatch(cli: Cli) -> Result<std::process::ExitCode> {
     let config = Config::load(cli.config.as_deref()).context("loading configuration")?;
+    // The outbox router's contracts for `payload_format = "avro"` without a schemas_dir: the
+    // orders application's, compiled into this binary.
+    let contracts = eosflow_orders::contracts::catalog().context("the built-in contracts")?;
+    eosflow_outbox::avro::set_builtin_contracts(contracts);
     // `run` checks the connection itself (eosflow::run).
     if !matches!(
         cli.command,

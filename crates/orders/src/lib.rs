@@ -15,6 +15,7 @@
 //! ```
 
 pub mod check;
+pub mod contracts;
 pub mod launch;
 pub mod lifecycle;
 pub mod messages;

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use eosflow::codec::decode::RegistrySource;
 use eosflow::codec::registry::Registry;
-use eosflow::codec::{Catalog, Decoder, Limits, Payload, Upcasters};
+use eosflow::codec::{Decoder, Limits, Payload};
 use eosflow::processor::{Context, ProcessError, Processor, Record};
 
 /// Largest value the topology accepts (bigger is `oversize` bad input).
@@ -60,10 +60,11 @@ pub struct OrdersProcessor {
 impl OrdersProcessor {
     /// Emits to `output`; writer schemas come from the registry at `registry_url`.
     pub fn new(registry_url: &str, output: impl Into<String>) -> Result<Self, OrdersError> {
-        let catalog = Catalog::builtin().map_err(|e| OrdersError::Catalog(e.to_string()))?;
+        let catalog =
+            crate::contracts::catalog().map_err(|e| OrdersError::Catalog(e.to_string()))?;
         let source = RegistrySource::new(Registry::new(registry_url))?;
         let decoder = Decoder::new(source, catalog)
-            .with_upcasters(Upcasters::orders())
+            .with_upcasters(crate::contracts::upcasters())
             .with_limits(Limits {
                 max_value_bytes: MAX_VALUE_BYTES,
                 require_key: true,

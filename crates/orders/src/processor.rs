@@ -15,10 +15,10 @@ use super::messages::{
 };
 use super::model::{self, Order, OrderEvent, Rejection};
 use super::saga::{Action, Reply, Saga};
-use super::{now_ms, telemetry, Topics};
-use eosflow::codec::decode::RegistrySource;
+use super::{contracts, telemetry, Topics};
+use eosflow::codec::decode::{RegistrySource, SchemaSource};
 use eosflow::codec::registry::Registry;
-use eosflow::codec::{Catalog, Decoder, Upcasters};
+use eosflow::codec::Decoder;
 use eosflow::processor::{Context, ProcessError, Processor, Record};
 use eosflow::retry::dlt::{self, DltClass};
 use eosflow::retry::headers::History;
@@ -45,13 +45,24 @@ impl OrderProcessor {
     /// A processor for `topics`, in consumer group `group` (named in its alerts), decoding Avro
     /// through the registry at `registry_url` (only asked for schema ids it has not seen).
     pub fn new(topics: Topics, group: &str, registry_url: &str) -> Result<Self, String> {
-        let catalog = Catalog::builtin().map_err(|e| format!("built-in contracts: {e}"))?;
         let source = RegistrySource::new(Registry::new(registry_url))
             .map_err(|e| format!("schema registry client: {e}"))?;
+        Self::with_schemas(topics, group, source)
+    }
+
+    /// As [`OrderProcessor::new`], reading Avro writer schemas from `source` instead of a
+    /// registry: tests run the processor on `eosflow::testing::TopologyTestDriver` with a
+    /// [`eosflow::codec::decode::FixedSource`] holding the ids their records were encoded with.
+    pub fn with_schemas(
+        topics: Topics,
+        group: &str,
+        source: impl SchemaSource + 'static,
+    ) -> Result<Self, String> {
+        let catalog = contracts::catalog().map_err(|e| format!("built-in contracts: {e}"))?;
         Ok(Self {
             topics,
             group: group.to_string(),
-            decoder: Decoder::new(source, catalog).with_upcasters(Upcasters::orders()),
+            decoder: Decoder::new(source, catalog).with_upcasters(contracts::upcasters()),
         })
     }
 
@@ -169,7 +180,7 @@ impl OrderProcessor {
         let order: Order = Self::load(ctx, &format!("order/{key}"))?.ok_or_else(|| {
             ProcessError::permanent(format!("order/{key} is missing for a running saga"))
         })?;
-        match saga.on_reply(&reply, &order, now_ms()) {
+        match saga.on_reply(&reply, &order, ctx.wall_clock_ms()) {
             Ok(actions) => {
                 let alert_record = actions.iter().find_map(|a| match a {
                     Action::Alert(m) => Some(m.clone()),
@@ -185,7 +196,7 @@ impl OrderProcessor {
                         &self.group,
                         DltClass::Permanent,
                         Some(&err),
-                        now_ms(),
+                        ctx.wall_clock_ms(),
                     );
                     ctx.emit(
                         dlt::topic_for(r.topic),
@@ -247,7 +258,7 @@ impl OrderProcessor {
                         order_id: key.clone(),
                         outcome,
                         steps: saga.steps.clone(),
-                        ended_at: now_ms(),
+                        ended_at: ctx.wall_clock_ms(),
                     };
                     let (v, h) = messages::encode(types::SAGA_ENDED, &ended);
                     ctx.emit(
@@ -270,7 +281,7 @@ impl OrderProcessor {
     fn transition(&self, ctx: &mut Context<'_>, from: &Order, to: &Order) {
         let changed = StatusChanged {
             order_id: to.order_id.clone(),
-            changed_at: now_ms(),
+            changed_at: ctx.wall_clock_ms(),
             from_status: from.status,
             to_status: to.status,
         };

@@ -14,6 +14,7 @@
 
 use std::collections::HashMap;
 use std::path::Path;
+use std::sync::OnceLock;
 
 use apache_avro::types::Value;
 use apache_avro::Schema;
@@ -27,6 +28,18 @@ use eosflow::retry::headers::bound_message;
 use super::router::RoutedRecord;
 use super::telemetry;
 use super::OutboxError;
+
+/// The contracts `payload_format = "avro"` encodes with when `outbox.schemas_dir` is empty: the
+/// ones compiled into the binary by the application it links (the `eosflow` binary registers
+/// the orders application's at start). The router itself knows no domain.
+static BUILTIN: OnceLock<Catalog> = OnceLock::new();
+
+/// Registers the contracts compiled into this binary, used when `outbox.schemas_dir` is empty;
+/// call once at start, before the router runs. `false` if some were registered already (the
+/// first registration stays).
+pub fn set_builtin_contracts(catalog: Catalog) -> bool {
+    BUILTIN.set(catalog).is_ok()
+}
 
 /// Turns JSON payloads of known types into registered Avro, once per routed batch.
 pub struct PayloadEncoder {
@@ -63,11 +76,15 @@ impl PayloadEncoder {
             return Ok(None);
         }
         let catalog = if o.schemas_dir.is_empty() {
-            Catalog::builtin()
+            BUILTIN.get().cloned().ok_or_else(|| {
+                OutboxError::Config(
+                    "outbox.payload_format = \"avro\" needs outbox.schemas_dir: this binary has no contracts built in".into(),
+                )
+            })?
         } else {
             Catalog::from_dir(Path::new(&o.schemas_dir))
-        }
-        .map_err(|e| OutboxError::Config(format!("outbox.schemas_dir: {e}")))?;
+                .map_err(|e| OutboxError::Config(format!("outbox.schemas_dir: {e}")))?
+        };
         let registry = Registry::from_config(&config.schema_registry)
             .map_err(|e| OutboxError::Config(e.to_string()))?;
         Ok(Some(Self::new(catalog, registry)))
@@ -208,7 +225,8 @@ mod tests {
     use super::*;
 
     fn placed() -> Schema {
-        let c = Catalog::builtin().expect("built-ins");
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../schemas");
+        let c = Catalog::from_dir(&dir).expect("the repository's schemas/");
         Schema::parse_str(&c.get("orders.order-placed.v1").expect("v1").text).expect("parses")
     }
 

@@ -12,7 +12,6 @@ use serde::{Deserialize, Serialize};
 
 use eosflow::codec::decode::{Decoder, RegistrySource};
 use eosflow::codec::registry::Registry;
-use eosflow::codec::Catalog;
 use eosflow::processor::{Context, ProcessError, Processor, Record};
 
 /// What one output record says.
@@ -108,7 +107,7 @@ impl CountProcessor {
             let source = RegistrySource::new(Registry::new(url)).map_err(|e| {
                 ProcessError::transient(format!("starting the schema registry client: {e}"))
             })?;
-            let catalog = Catalog::builtin().map_err(ProcessError::permanent)?;
+            let catalog = eosflow_orders::contracts::catalog().map_err(ProcessError::permanent)?;
             self.decoder = Some(Decoder::new(source, catalog));
         }
         let Some(decoder) = self.decoder.as_mut() else {

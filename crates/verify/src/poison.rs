@@ -22,7 +22,6 @@ use super::scenario::{Scenario, ScenarioEnv, ScenarioReport};
 use super::{group_lag, instance_env, Instance};
 use eosflow::codec::decode::encode_wire;
 use eosflow::codec::registry::Registry;
-use eosflow::codec::Catalog;
 use eosflow::config::Config;
 use eosflow::kafka::reader::read_all;
 use eosflow::kafka::topics;
@@ -123,7 +122,7 @@ fn register(
 }
 
 fn schemas(config: &Config, input: &str) -> Result<Schemas, String> {
-    let catalog = Catalog::builtin().map_err(|e| e.to_string())?;
+    let catalog = eosflow_orders::contracts::catalog().map_err(|e| e.to_string())?;
     let text = |t: &str| {
         catalog
             .get(t)
