@@ -1,7 +1,9 @@
 //! eosflow: Kafka-native, exactly-once stream processing — the core library.
 //!
-//! A user's `main` loads the [`Config`], builds a processor and calls [`run`]
-//! (`examples/hello.rs` is the whole thing in under 60 lines). The data path, in folder order:
+//! A user's `main` loads the [`Config`], builds a topology (or a processor) and calls [`run`]
+//! (`examples/hello.rs` is the whole thing in under 60 lines; `examples/word_count/` the same on
+//! the topology builder, with two stores, scans and test-driver tests; the guide
+//! `docs/write-your-own-topology.md` walks through it). The data path, in folder order:
 //! - [`topology`] — the builder: sources, processor nodes, named stores, sinks, with [`serdes`];
 //! - [`processor`] (transform) — the Processor API and the exactly-once loop;
 //! - [`state`] — RocksDB stores, changelog, checkpoint, restore;
