@@ -138,6 +138,58 @@ pub fn fetch_watermarks_until<C: rdkafka::consumer::ConsumerContext>(
     }
 }
 
+/// A partition's low and high watermarks, asked until `timeout` in short rounds, each with a
+/// new client: librdkafka answers UnknownPartition from its metadata cache, as a permanent
+/// error it never refreshes, when a restarting broker once listed the topic without all its
+/// partitions. Callers that ask right after a broker restart use this, not a long-lived client.
+pub fn watermarks(
+    clients: &KafkaClients,
+    topic: &str,
+    partition: i32,
+    timeout: Duration,
+) -> Result<(i64, i64), ReadError> {
+    let mut client = watermark_client(clients).map_err(|source| ReadError::Kafka {
+        topic: topic.to_string(),
+        source,
+    })?;
+    let deadline = Instant::now() + timeout;
+    watermarks_with(clients, &mut client, topic, partition, deadline, timeout)
+}
+
+/// [`watermarks`] with the caller's client, replaced by a new one after each failed round.
+fn watermarks_with(
+    clients: &KafkaClients,
+    client: &mut BaseConsumer<ReaderContext>,
+    topic: &str,
+    partition: i32,
+    deadline: Instant,
+    timeout: Duration,
+) -> Result<(i64, i64), ReadError> {
+    let kerr = |source: KafkaError| ReadError::Kafka {
+        topic: topic.to_string(),
+        source,
+    };
+    loop {
+        let round = deadline.min(Instant::now() + RECENT_ERROR);
+        match fetch_watermarks_until(client, topic, partition, round) {
+            Ok(w) => return Ok(w),
+            Err(e) if retriable(&e) && Instant::now() < deadline => {
+                tracing::warn!(topic, partition, error = %e, "the partition's end is not known yet (broker away?); asking again with a new client");
+                *client = watermark_client(clients).map_err(kerr)?;
+            }
+            Err(e) if retriable(&e) => {
+                return Err(ReadError::Unreachable {
+                    topic: topic.to_string(),
+                    partition,
+                    seconds: timeout.as_secs(),
+                    last_error: e.to_string(),
+                })
+            }
+            Err(e) => return Err(kerr(e)),
+        }
+    }
+}
+
 /// Reads `topic`'s `partitions`, each from its start offset (`None` = log start), to the high
 /// watermark, calling `on_record` for every committed record. Returns the end offsets reached.
 pub fn read_to_end<F>(
@@ -160,28 +212,7 @@ where
     let mut end: BTreeMap<i32, i64> = BTreeMap::new();
     let mut tpl = TopicPartitionList::new();
     for (&p, start) in starts {
-        let (low, high) = loop {
-            // Asked again in short rounds, each with a new client: librdkafka answers
-            // UnknownPartition from its metadata cache, as a permanent error it never refreshes,
-            // when a restarting broker once listed the topic without all its partitions.
-            let round = deadline.min(Instant::now() + RECENT_ERROR);
-            match fetch_watermarks_until(&watermarks, topic, p, round) {
-                Ok(w) => break w,
-                Err(e) if retriable(&e) && Instant::now() < deadline => {
-                    tracing::warn!(topic, partition = p, error = %e, "the partition's end is not known yet (broker away?); asking again with a new client");
-                    watermarks = watermark_client(clients).map_err(kerr)?;
-                }
-                Err(e) if retriable(&e) => {
-                    return Err(ReadError::Unreachable {
-                        topic: topic.to_string(),
-                        partition: p,
-                        seconds: timeout.as_secs(),
-                        last_error: e.to_string(),
-                    })
-                }
-                Err(e) => return Err(kerr(e)),
-            }
-        };
+        let (low, high) = watermarks_with(clients, &mut watermarks, topic, p, deadline, timeout)?;
         if let Some(s) = start {
             if *s > high {
                 return Err(ReadError::BeyondEnd {

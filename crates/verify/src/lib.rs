@@ -725,10 +725,10 @@ pub fn group_lag(
     };
     let mut lag = 0;
     for p in 0..partitions {
-        // Right after a broker restart the metadata cache is empty (UnknownPartition): the
-        // reader's watermark request asks again until the deadline.
+        // Right after a broker pause or restart a client may hold UnknownPartition in its
+        // metadata cache for good: the reader asks in rounds, each with a new client.
         let (_, high) =
-            eosflow::kafka::reader::fetch_watermarks_until(&consumer, topic, p, deadline)
+            eosflow::kafka::reader::watermarks(clients, topic, p, Duration::from_secs(60))
                 .map_err(|e| format!("watermarks of {topic}[{p}]: {e}"))?;
         let at = match committed.find_partition(topic, p).map(|e| e.offset()) {
             Some(Offset::Offset(o)) => o,
