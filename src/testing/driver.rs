@@ -237,18 +237,33 @@ impl<P: Processor> TopologyTestDriver<P> {
             value: record.value.as_deref(),
             headers: &record.headers,
         };
-        let fired = self.with_engine(|engine| {
+        let partition = input.partition;
+        self.with_engine(|engine| {
             engine.drain_parked(now)?;
-            engine.handle(&input, now)?;
-            // Event-time timers the record's event time reached fire right after it.
-            engine.fire_event_time(input.partition, usize::MAX, now)
+            engine.handle(&input, now)
         })?;
         self.summary.records += 1;
-        self.uncommitted += 1 + fired;
-        if self.uncommitted >= RECORDS_PER_APPLY {
-            self.commit(now)?;
+        self.uncommitted += 1;
+        // Event-time timers the record's event time reached fire right after it.
+        self.fire_in_chunks(|e, chunk| e.fire_event_time(partition, chunk, now))
+    }
+
+    /// Fires timers with `fire` a chunk at a time, committing between chunks (as the runtime's
+    /// batch limit does): a clock jump over a million timers never holds them all in memory.
+    fn fire_in_chunks(
+        &mut self,
+        mut fire: impl FnMut(&mut Engine<'_, P, Topics<'_>>, usize) -> Result<usize, SinkError>,
+    ) -> Result<(), DriverError> {
+        loop {
+            let fired = self.with_engine(|e| fire(e, RECORDS_PER_APPLY))?;
+            self.uncommitted += fired;
+            if self.uncommitted >= RECORDS_PER_APPLY {
+                self.commit(self.stamps.now_ms)?;
+            }
+            if fired < RECORDS_PER_APPLY {
+                return Ok(());
+            }
         }
-        Ok(())
     }
 
     /// Runs `f` on the engine over the driver's state, with its in-memory topics as output.
@@ -322,9 +337,7 @@ impl<P: Processor> TopologyTestDriver<P> {
     pub fn advance_wall_clock(&mut self, by: Duration) -> Result<(), DriverError> {
         self.stamps.now_ms += by.as_millis() as i64;
         let now = self.stamps.now_ms;
-        let fired = self.with_engine(|engine| engine.fire_due(usize::MAX, now))?;
-        self.uncommitted += fired;
-        self.commit(now)?;
+        self.fire_in_chunks(|e, chunk| e.fire_due(chunk, now))?;
         loop {
             let now = self.stamps.now_ms;
             let due = self

@@ -41,7 +41,7 @@ mod time;
 
 pub use builder::{Topology, TopologyBuilder};
 pub use node::{NodeContext, NodeProcessor, TypedRecord};
-pub use time::TimestampExtractor;
+pub use time::{ExtractFn, TimestampExtractor};
 
 use builder::Kind;
 use node::AnyRecord;

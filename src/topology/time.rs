@@ -41,8 +41,11 @@ pub enum TimestampExtractor {
     /// or as 8 big-endian bytes (Kafka's `LongSerializer`); text is tried first.
     Header(String),
     /// A function of the record (parse the value, read an Avro field …).
-    Function(Arc<dyn Fn(&Record<'_>) -> Option<i64> + Send + Sync>),
+    Function(ExtractFn),
 }
+
+/// A user function reading a record's event time.
+pub type ExtractFn = Arc<dyn Fn(&Record<'_>) -> Option<i64> + Send + Sync>;
 
 impl std::fmt::Debug for TimestampExtractor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
