@@ -10,10 +10,13 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Instant;
 
 use super::runtime::{RunSummary, RuntimeOptions};
+use super::stores::StoreView;
 use super::timers::{self, TimerKind};
+use crate::record::{Emit, ProcessError};
 use crate::retry::dlt::DltClass;
 use crate::sink::SinkError;
 use crate::state::{Overlay, Store};
+use std::panic::{catch_unwind, AssertUnwindSafe};
 
 /// Where the per-record logic sends records: the transactional producer in the runtime, the
 /// driver's in-memory topics in tests.
@@ -70,6 +73,9 @@ pub(crate) struct Task {
     /// `i64::MAX` with none pending): the idle loop's "is a wall-clock timer due" is one compare.
     pub(crate) scan_from: [i64; 2],
 }
+
+/// What a successful handler call did: its default-store writes, each named store's, its emits.
+pub(crate) type CallParts = (Overlay, Vec<Overlay>, Vec<Emit>);
 
 /// The default store's key of the partition's stream time in [`crate::state::Column::Time`].
 const STREAM_TIME_KEY: &[u8] = b"stream";
@@ -133,6 +139,43 @@ impl Task {
                 .map_or(i64::MAX, |(_, t)| t.due_ms);
         }
         Ok(())
+    }
+
+    /// Runs one handler call (`what`: `handler` or `timer callback`) with a context over this
+    /// partition's stores: its writes and emits, or its failure (a panic is a permanent one).
+    pub(crate) fn call(
+        &self,
+        id: Option<&[u8]>,
+        now: i64,
+        event_time: Option<i64>,
+        what: &str,
+        f: impl FnOnce(&mut super::Context<'_>) -> Result<(), ProcessError>,
+    ) -> Result<CallParts, ProcessError> {
+        let views = self
+            .named
+            .iter()
+            .map(|n| StoreView::new(&n.name, &n.store, &n.overlay))
+            .collect();
+        let mut ctx = super::Context::new(&self.store, &self.overlay, id)
+            .with(views, now)
+            .at(event_time, self.stream_time);
+        match catch_unwind(AssertUnwindSafe(|| f(&mut ctx))) {
+            Ok(Ok(())) => Ok(ctx.into_parts()),
+            Ok(Err(e)) => Err(e),
+            Err(panic) => Err(ProcessError::permanent(format!(
+                "{what} panicked: {}",
+                panic_message(&panic)
+            ))),
+        }
+    }
+
+    /// Adds a successful call's writes (default store, then each named store) to the batch.
+    pub(crate) fn absorb(&mut self, writes: Overlay, named: Vec<Overlay>) {
+        self.note_scheduled(&writes);
+        self.overlay.absorb(writes);
+        for (n, w) in self.named.iter_mut().zip(named) {
+            n.overlay.absorb(w);
+        }
     }
 
     /// Whether a timer of this partition is due: a wall-clock one at `now`, or an event-time
@@ -231,4 +274,15 @@ pub(crate) fn work_pending(tasks: &BTreeMap<i32, Task>, now: i64) -> bool {
     tasks
         .values()
         .any(|t| !t.draining.is_empty() || t.timer_due(now))
+}
+
+/// A panic's message, for the failure it becomes.
+pub(crate) fn panic_message(p: &Box<dyn std::any::Any + Send>) -> String {
+    if let Some(s) = p.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = p.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "non-string panic payload".into()
+    }
 }

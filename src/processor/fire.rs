@@ -10,12 +10,10 @@
 //! counted in `eosflow_timers_failed_total{kind}`. No timer can stall its partition.
 
 use std::ops::Bound;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use super::engine::{Engine, Output};
-use super::stores::StoreView;
 use super::timers::{self, Timer, TimerKind};
-use super::{Context, ProcessError, Processor, Record};
+use super::{ProcessError, Processor, Record};
 use crate::retry::dlt::{self, DltClass};
 use crate::retry::headers::History;
 use crate::sink::SinkError;
@@ -107,31 +105,12 @@ impl<P: Processor, O: Output> Engine<'_, P, O> {
             return Ok(());
         };
         let processor = &mut self.processor;
-        let outcome = {
-            let views = task
-                .named
-                .iter()
-                .map(|n| StoreView::new(&n.name, &n.store, &n.overlay))
-                .collect();
-            let mut ctx = Context::new(&task.store, &task.overlay, None)
-                .with(views, now)
-                .at(Some(timer.due_ms), task.stream_time);
-            match catch_unwind(AssertUnwindSafe(|| processor.on_timer(&mut ctx, timer))) {
-                Ok(Ok(())) => Ok(ctx.into_parts()),
-                Ok(Err(e)) => Err(e),
-                Err(panic) => Err(ProcessError::permanent(format!(
-                    "timer callback panicked: {}",
-                    super::handle::panic_message(&panic)
-                ))),
-            }
-        };
+        let outcome = task.call(None, now, Some(timer.due_ms), "timer callback", |ctx| {
+            processor.on_timer(ctx, timer)
+        });
         match outcome {
             Ok((writes, named, emits)) => {
-                task.note_scheduled(&writes);
-                task.overlay.absorb(writes);
-                for (n, w) in task.named.iter_mut().zip(named) {
-                    n.overlay.absorb(w);
-                }
+                task.absorb(writes, named);
                 self.send_emits(emits, &[], Some(timer.due_ms))
             }
             Err(e) => self.timer_failed(partition, timer, &e, now),

@@ -2,11 +2,8 @@
 //! handler call (panics caught), and routing a failure up the ladder or to the DLT. Kafka-free:
 //! records go to the [`Engine`]'s [`Output`], so the runtime and the test driver share it.
 
-use std::panic::{catch_unwind, AssertUnwindSafe};
-
 use super::engine::{Engine, Output, Task};
-use super::stores::StoreView;
-use super::{Context, ProcessError, Processor, Record};
+use super::{ProcessError, Processor, Record};
 use crate::codec::envelope::EnvelopeRef;
 use crate::retry::dlt::{self, DltClass};
 use crate::retry::headers::{self as rh, History};
@@ -177,33 +174,14 @@ impl<P: Processor, O: Output> Engine<'_, P, O> {
         }
         let event_time = self.processor.event_time(record);
         let processor = &mut self.processor;
-        let outcome = {
-            let views = task
-                .named
-                .iter()
-                .map(|n| StoreView::new(&n.name, &n.store, &n.overlay))
-                .collect();
-            let mut ctx = Context::new(&task.store, &task.overlay, id.as_deref())
-                .with(views, now)
-                .at(event_time, task.stream_time);
-            match catch_unwind(AssertUnwindSafe(|| processor.process(&mut ctx, record))) {
-                Ok(Ok(())) => Ok(ctx.into_parts()),
-                Ok(Err(e)) => Err(e),
-                Err(panic) => Err(ProcessError::permanent(format!(
-                    "handler panicked: {}",
-                    panic_message(&panic)
-                ))),
-            }
-        };
+        let outcome = task.call(id.as_deref(), now, event_time, "handler", |ctx| {
+            processor.process(ctx, record)
+        });
         let (writes, named, emits) = match outcome {
             Ok(parts) => parts,
             Err(e) => return Ok(Some(Err(e))),
         };
-        task.note_scheduled(&writes);
-        task.overlay.absorb(writes);
-        for (n, w) in task.named.iter_mut().zip(named) {
-            n.overlay.absorb(w);
-        }
+        task.absorb(writes, named);
         if let (Some(id), Some(digest)) = (&id, digest) {
             task.overlay
                 .put(Column::Dedup, id, dedup::mark(now, digest));
@@ -558,14 +536,4 @@ fn message_id(record: &Record<'_>) -> String {
         .header("id")
         .map(|i| String::from_utf8_lossy(i).to_string())
         .unwrap_or_default()
-}
-
-pub(super) fn panic_message(p: &Box<dyn std::any::Any + Send>) -> String {
-    if let Some(s) = p.downcast_ref::<&str>() {
-        (*s).to_string()
-    } else if let Some(s) = p.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "non-string panic payload".into()
-    }
 }
