@@ -213,12 +213,12 @@ impl<'a> Context<'a> {
 
     /// When the timer of `kind`, `name` and `key` is due, if one is pending.
     pub fn timer_due(
-        &mut self,
+        &self,
         kind: TimerKind,
         name: &str,
         key: &[u8],
     ) -> Result<Option<i64>, ProcessError> {
-        self.timers().due(kind, name, key)
+        super::timers::due((&self.pending, self.batch, self.store), kind, name, key)
     }
 
     /// Writes state (committed with the record's offset).

@@ -198,19 +198,20 @@ pub(crate) struct Layers<'l> {
     pub(crate) store: &'l Store,
 }
 
-impl Layers<'_> {
-    /// When the timer (kind, name, key) is due, if one is pending.
-    pub(crate) fn due(
-        &self,
-        kind: TimerKind,
-        name: &str,
-        key: &[u8],
-    ) -> Result<Option<i64>, ProcessError> {
-        let k = index_key(kind, name, key);
-        let v = layered_get(self.pending, self.batch, self.store, Column::TimerIndex, &k)?;
-        Ok(v.as_deref().and_then(due_value))
-    }
+/// When the timer (kind, name, key) is due, if one is pending: the call's writes, then the
+/// batch's, then the committed store.
+pub(crate) fn due(
+    (pending, batch, store): (&Overlay, &Overlay, &Store),
+    kind: TimerKind,
+    name: &str,
+    key: &[u8],
+) -> Result<Option<i64>, ProcessError> {
+    let k = index_key(kind, name, key);
+    let v = layered_get(pending, batch, store, Column::TimerIndex, &k)?;
+    Ok(v.as_deref().and_then(due_value))
+}
 
+impl Layers<'_> {
     /// Schedules `timer`, moving the one pending for its identity.
     pub(crate) fn schedule(&mut self, timer: &Timer) -> Result<(), ProcessError> {
         if timer.name.len() > MAX_NAME_BYTES {
@@ -241,7 +242,8 @@ impl Layers<'_> {
         name: &str,
         key: &[u8],
     ) -> Result<bool, ProcessError> {
-        let Some(due) = self.due(kind, name, key)? else {
+        let layers = (&*self.pending, self.batch, self.store);
+        let Some(due) = due(layers, kind, name, key)? else {
             return Ok(false);
         };
         self.pending

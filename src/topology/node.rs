@@ -218,7 +218,7 @@ impl<'n, 'a> NodeContext<'n, 'a> {
     }
 
     /// When this node's timer of `kind` for `key` is due, if one is pending.
-    pub fn timer_due(&mut self, kind: TimerKind, key: &[u8]) -> Result<Option<i64>, ProcessError> {
+    pub fn timer_due(&self, kind: TimerKind, key: &[u8]) -> Result<Option<i64>, ProcessError> {
         self.inner.timer_due(kind, self.node, key)
     }
 
