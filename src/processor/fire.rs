@@ -35,6 +35,7 @@ impl<P: Processor, O: Output> Engine<'_, P, O> {
         // Within one call the scan goes on after the last timer fired (its tombstone is in the
         // batch), unless a callback scheduled an earlier one and so lowered `scan_from`.
         let mut cursor: Option<(i64, Vec<u8>)> = None;
+        let mut queue = timers::QueueReader::default();
         loop {
             let Some(task) = self.tasks.get_mut(&partition) else {
                 return Ok(fired);
@@ -48,8 +49,8 @@ impl<P: Processor, O: Output> Engine<'_, P, O> {
                 _ => timers::from_due(kind, from),
             };
             let bounds = timers::due_bounds(kind, start, i64::MAX);
-            let next = timers::first(&task.overlay, &task.store, &bounds)?;
-            let Some((queue, timer)) = next else {
+            let next = queue.next(&task.overlay, &task.store, &bounds)?;
+            let Some((key, timer)) = next else {
                 task.scan_from[kind.index()] = i64::MAX;
                 return Ok(fired);
             };
@@ -57,12 +58,12 @@ impl<P: Processor, O: Output> Engine<'_, P, O> {
             if timer.due_ms > up_to || fired >= budget {
                 return Ok(fired);
             }
-            timers::remove(&mut task.overlay, &queue, &timer);
+            timers::remove(&mut task.overlay, &key, &timer);
             fired += 1;
             self.summary.timers_fired += 1;
             telemetry::timer_fired(kind.as_str());
             self.fire(partition, &timer, now)?;
-            cursor = Some((timer.due_ms, queue));
+            cursor = Some((timer.due_ms, key));
         }
     }
 

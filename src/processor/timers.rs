@@ -27,7 +27,7 @@ use std::ops::Bound;
 
 use super::stores::layered_get;
 use crate::record::ProcessError;
-use crate::state::merge::{prefix_bounds, KeyBounds, Layer, Merged};
+use crate::state::merge::{above_lower, prefix_bounds, KeyBounds, Layer, Merged};
 use crate::state::{Column, Overlay, StateError, Store};
 
 /// Which clock a timer waits for.
@@ -298,6 +298,86 @@ pub(crate) fn first(
         }
     }
     Ok(None)
+}
+
+/// Reads one kind's queue in due order through a firing round: the committed entries a chunk
+/// at a time with one RocksDB iterator (the committed store does not change inside a batch),
+/// merged at each step with the batch's writes, which the round's own firing changes.
+#[derive(Default)]
+pub(crate) struct QueueReader {
+    /// Committed entries read ahead, in key order.
+    chunk: std::collections::VecDeque<(Vec<u8>, Vec<u8>)>,
+    /// The last committed key read.
+    fetched_to: Option<Vec<u8>>,
+    /// No committed entry lies past `fetched_to`.
+    exhausted: bool,
+    /// The lower bound of the previous step: a lower one starts the read-ahead again.
+    previous: Option<(Vec<u8>, bool)>,
+}
+
+/// Committed entries read with one iterator.
+const READ_AHEAD: usize = 256;
+
+impl QueueReader {
+    /// The first pending timer within `(lower, upper)` as the batch sees it, with its queue key.
+    pub(crate) fn next(
+        &mut self,
+        batch: &Overlay,
+        store: &Store,
+        (lower, upper): &KeyBounds,
+    ) -> Result<Option<(Vec<u8>, Timer)>, StateError> {
+        let at = match lower {
+            Bound::Included(k) => Some((k.clone(), false)),
+            Bound::Excluded(k) => Some((k.clone(), true)),
+            Bound::Unbounded => None,
+        };
+        if at < self.previous {
+            *self = Self::default();
+        }
+        self.previous = at;
+        let committed = loop {
+            // A committed entry the batch wrote is the batch's to report (or deleted).
+            while let Some((k, _)) = self.chunk.front() {
+                if above_lower(k, lower) && batch.get(Column::Timer, k).is_none() {
+                    break;
+                }
+                self.chunk.pop_front();
+            }
+            if !self.chunk.is_empty() || self.exhausted {
+                break self.chunk.front().cloned();
+            }
+            let from = match &self.fetched_to {
+                Some(k) if above_lower(k, lower) => Bound::Excluded(k.clone()),
+                _ => lower.clone(),
+            };
+            let mut n = 0;
+            for item in store
+                .range(Column::Timer, &(from, upper.clone()))?
+                .take(READ_AHEAD)
+            {
+                let (k, v) = item?;
+                self.fetched_to = Some(k.clone());
+                self.chunk.push_back((k, v.unwrap_or_default()));
+                n += 1;
+            }
+            self.exhausted = n < READ_AHEAD;
+        };
+        let bounds = (lower.clone(), upper.clone());
+        let written = batch
+            .range(Column::Timer, &bounds)
+            .find_map(|(k, v)| Some((k.to_vec(), v?.to_vec())));
+        let head = match (committed, written) {
+            (Some(c), Some(w)) => Some(if c.0 < w.0 { c } else { w }),
+            (c, w) => c.or(w),
+        };
+        Ok(head.and_then(|(k, v)| {
+            let t = parse(&k, &v);
+            if t.is_none() {
+                tracing::warn!(key = ?k, "not a timer key in the timers column; skipped");
+            }
+            Some((k, t?))
+        }))
+    }
 }
 
 /// Removes a timer that fires from the batch: its queue entry and its index entry.

@@ -265,6 +265,65 @@ fn a_record_forwarded_up_the_retry_ladder_keeps_its_event_time() {
     assert_eq!(forwarded[0].timestamp, Some(77));
 }
 
+/// Schedules 600 timers in a scrambled order (`load`), or cancels every tenth of them and adds
+/// one between each pair (`edit`); a firing timer emits its due time.
+struct Bulk;
+
+impl Processor for Bulk {
+    fn process(&mut self, ctx: &mut Context<'_>, r: &Record<'_>) -> Result<(), ProcessError> {
+        match r.value.unwrap_or_default() {
+            b"load" => {
+                for i in 0..600i64 {
+                    let due = i * 7 % 600 * 10;
+                    ctx.schedule_event_time(format!("t{due:05}").as_bytes(), due)?;
+                }
+            }
+            b"edit" => {
+                for due in (0..6_000i64).step_by(100) {
+                    ctx.cancel_event_time(format!("t{due:05}").as_bytes())?;
+                }
+                for due in (5..6_000i64).step_by(10) {
+                    ctx.schedule_event_time(format!("u{due:05}").as_bytes(), due)?;
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn on_timer(&mut self, ctx: &mut Context<'_>, t: &Timer) -> Result<(), ProcessError> {
+        ctx.emit("out", None, Some(t.due_ms.to_string().into_bytes()), vec![]);
+        Ok(())
+    }
+
+    fn input_topics(&self) -> Option<Vec<String>> {
+        Some(vec!["in".into()])
+    }
+}
+
+#[test]
+fn committed_and_uncommitted_timers_fire_merged_in_due_order_past_the_read_ahead() {
+    let mut d = TopologyTestDriver::new(Bulk).expect("driver");
+    let pipe = |d: &mut TopologyTestDriver<Bulk>, v: &str, ts: i64| {
+        d.pipe(TestRecord::new("in", None::<Vec<u8>>, Some(v)).timestamp(ts))
+            .expect("pipe")
+    };
+    pipe(&mut d, "load", -1);
+    assert_eq!(d.pending_timers(0).expect("timers").len(), 600); // committed
+    pipe(&mut d, "edit", -1); // uncommitted: 60 cancelled, 600 added
+    pipe(&mut d, "go", 10_000);
+    let got: Vec<i64> = d
+        .read_raw_output("out")
+        .iter()
+        .filter_map(|r| r.value_text().parse().ok())
+        .collect();
+    let mut want: Vec<i64> = (0..6_000).step_by(10).filter(|d| d % 100 != 0).collect();
+    want.extend((5..6_000).step_by(10));
+    want.sort();
+    assert_eq!(got, want);
+    assert!(d.pending_timers(0).expect("timers").is_empty());
+}
+
 /// Not a test of behaviour: how fast the driver fires timers, and what a million pending
 /// timers cost on disk. `cargo test --release -p eosflow --lib timer_throughput -- --ignored
 /// --nocapture`.
