@@ -8,6 +8,15 @@
 //! first input topic, on the task's partition, keyed by the timer's key with its payload as the
 //! value and `eosflow.dlt.timer.{kind,name,due}` headers (offset `-1`), logged at ERROR and
 //! counted in `eosflow_timers_failed_total{kind}`. No timer can stall its partition.
+//!
+//! In the runtime, timers fired count like records against `processor.max_batch_records`: at
+//! the start of each batch the due wall-clock timers (and event-time ones a full batch left)
+//! fire, then each record's partition fires what its stream time reached. An idle instance
+//! checks each task's next wall-clock due time (kept exact at every commit) once per commit
+//! interval, so a wall-clock timer fires within about `processor.commit_interval_ms` of its
+//! due time. Known limit: an output of a timer callback the broker refuses outright (over the
+//! size limit, unknown topic) fails the batch like a record's output would, but no record is
+//! there to isolate, so the batch is retried; keep timer outputs small and to existing topics.
 
 use std::ops::Bound;
 
