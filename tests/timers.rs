@@ -378,3 +378,87 @@ fn timers_move_with_their_partition_to_another_instance_and_fire_once() {
     );
     let _ = std::fs::remove_dir_all(&config(&app, "a").state.dir);
 }
+
+/// Sends a timer of key `bad` to a sink whose topic does not exist, the others to `out`.
+struct Misrouted;
+
+impl NodeProcessor<String, String> for Misrouted {
+    fn process(
+        &mut self,
+        ctx: &mut NodeContext<'_, '_>,
+        r: TypedRecord<String, String>,
+    ) -> Result<(), ProcessError> {
+        let t = ctx.event_time_ms().unwrap_or_default();
+        ctx.schedule_event_time(r.key.unwrap_or_default().as_bytes(), t + DELAY_MS)
+    }
+
+    fn on_timer(&mut self, ctx: &mut NodeContext<'_, '_>, t: &Timer) -> Result<(), ProcessError> {
+        let key = String::from_utf8_lossy(&t.key).to_string();
+        let sink = if key == "bad" { "nowhere" } else { "out" };
+        ctx.forward_to(
+            sink,
+            TypedRecord::new(Some(key), Some(format!("fired:{}", t.due_ms))),
+        );
+        Ok(())
+    }
+}
+
+#[test]
+fn a_timer_whose_output_cannot_be_written_is_dead_lettered_and_the_partition_goes_on() {
+    if std::env::var(CHILD).is_ok() {
+        return;
+    }
+    let app = support::unique("timers-unwritable");
+    create(&app, 1);
+    let topology = Topology::builder()
+        .add_source("in", &[&format!("{app}.in")], StringSerde, StringSerde)
+        .add_processor("misrouted", Misrouted, &["in"])
+        .add_sink(
+            "out",
+            &format!("{app}.out"),
+            StringSerde,
+            StringSerde,
+            &["misrouted"],
+        )
+        .add_sink(
+            "nowhere",
+            &format!("{app}.nowhere"),
+            StringSerde,
+            StringSerde,
+            &["misrouted"],
+        )
+        .build()
+        .expect("valid topology");
+    let t0 = now_ms() - 3_600_000;
+    let at = |k: &str, ts: i64| (Some(0), k.to_string(), "x".to_string(), ts);
+    produce(
+        &format!("{app}.in"),
+        &[at("bad", t0), at("good", t0 + 1), at("tick", t0 + 1_000)],
+    );
+    let instance = Instance::start(&config(&app, "a"), topology);
+    support::wait_for("the input processed", Duration::from_secs(60), || {
+        (lag(&app, 1) == 0).then_some(())
+    });
+    instance.stop();
+    assert_eq!(fired(&app).keys().collect::<Vec<_>>(), ["good"]);
+    let mut dead = Vec::new();
+    read_all(
+        &support::clients(),
+        &format!("{app}.in.DLT"),
+        Duration::from_secs(60),
+        |m| {
+            let timer = m.headers().is_some_and(|h| {
+                use rdkafka::message::Headers;
+                h.iter().any(|h| h.key == "eosflow.dlt.timer.kind")
+            });
+            dead.push((
+                String::from_utf8_lossy(m.key().unwrap_or_default()).to_string(),
+                timer,
+            ));
+            Ok(())
+        },
+    )
+    .expect("read the DLT");
+    assert_eq!(dead, [("bad".to_string(), true)]);
+    let _ = std::fs::remove_dir_all(&config(&app, "a").state.dir);
+}

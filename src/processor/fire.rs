@@ -14,9 +14,10 @@
 //! fire, then each record's partition fires what its stream time reached. An idle instance
 //! checks each task's next wall-clock due time (kept exact at every commit) once per commit
 //! interval, so a wall-clock timer fires within about `processor.commit_interval_ms` of its
-//! due time. Known limit: an output of a timer callback the broker refuses outright (over the
-//! size limit, unknown topic) fails the batch like a record's output would, but no record is
-//! there to isolate, so the batch is retried; keep timer outputs small and to existing topics.
+//! due time. An output of a timer callback the broker refuses outright (over the size limit,
+//! an unknown topic) dead-letters the timer too; unlike a record's, the callback's writes and
+//! the outputs sent before that one stay in the batch (there is no record to isolate and run
+//! again without).
 
 use std::ops::Bound;
 
@@ -121,7 +122,15 @@ impl<P: Processor, O: Output> Engine<'_, P, O> {
         match outcome {
             Ok((writes, named, emits)) => {
                 task.absorb(writes, named);
-                self.send_emits(emits, &[], Some(timer.due_ms))
+                match self.send_emits(emits, &[], Some(timer.due_ms)) {
+                    // No record to isolate and retry without: the timer is dead-lettered so the
+                    // batch can commit (see the module doc).
+                    Err(SinkError::Unwritable { topic, source }) => {
+                        let e = ProcessError::permanent(format!("output to {topic}: {source}"));
+                        self.timer_failed(partition, timer, &e, now)
+                    }
+                    other => other,
+                }
             }
             Err(e) => self.timer_failed(partition, timer, &e, now),
         }
