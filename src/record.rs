@@ -44,6 +44,9 @@ pub struct Emit {
     pub value: Option<Vec<u8>>,
     /// Headers.
     pub headers: Vec<(String, Vec<u8>)>,
+    /// Kafka timestamp (ms since the epoch); `None` takes the event time of what caused the
+    /// output (the input record's, or a firing timer's due time).
+    pub timestamp: Option<i64>,
 }
 
 /// How a handler failed: decides between retrying and dead-lettering.

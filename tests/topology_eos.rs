@@ -9,7 +9,7 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
@@ -102,19 +102,7 @@ fn child_instance() {
 }
 
 fn spawn(app: &str) -> Child {
-    Command::new(std::env::current_exe().expect("test binary"))
-        .args([
-            "child_instance",
-            "--exact",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(CHILD, app)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn the instance")
+    support::spawn_child(CHILD, app)
 }
 
 fn lag(app: &str) -> i64 {

@@ -3,11 +3,12 @@
 
 use std::time::Duration;
 
+use eosflow::processor::{ProcessError, Timer};
 use eosflow::serdes::StringSerde;
 use eosflow::testing::{DriverError, TestRecord, TopologyTestDriver};
-use eosflow::topology::Topology;
+use eosflow::topology::{NodeContext, NodeProcessor, TimestampExtractor, Topology, TypedRecord};
 
-use super::{stores, topology, LINES, SUMMARIES};
+use super::{stores, topology, DAY_MS, LINES, SUMMARIES};
 
 type Driver = TopologyTestDriver<Topology>;
 
@@ -132,4 +133,66 @@ fn every_rust_block_of_the_guide_is_part_of_this_example() {
             "a Rust block of the guide is not in examples/word_count:\n{block}"
         );
     }
+}
+
+/// Tells an author who wrote nothing for a day of event time that they went quiet.
+struct Quiet;
+
+impl NodeProcessor<String, String> for Quiet {
+    fn process(
+        &mut self,
+        ctx: &mut NodeContext<'_, '_>,
+        line: TypedRecord<String, String>,
+    ) -> Result<(), ProcessError> {
+        let author = line
+            .key
+            .ok_or_else(|| ProcessError::permanent("a line needs an author"))?;
+        // One event-time timer per author: each new line moves it a day after the line.
+        let written = ctx.event_time_ms().unwrap_or(0);
+        ctx.schedule_event_time(author.as_bytes(), written + DAY_MS)
+    }
+
+    fn on_timer(
+        &mut self,
+        ctx: &mut NodeContext<'_, '_>,
+        timer: &Timer,
+    ) -> Result<(), ProcessError> {
+        let author = String::from_utf8_lossy(&timer.key).to_string();
+        ctx.forward(TypedRecord::new(
+            Some(author),
+            Some("quiet for a day".to_string()),
+        ));
+        Ok(())
+    }
+}
+
+#[test]
+fn an_author_quiet_for_a_day_of_event_time_is_told_so() -> Result<(), Box<dyn std::error::Error>> {
+    let topology = Topology::builder()
+        .add_source("lines", &[LINES], StringSerde, StringSerde)
+        .timestamp_extractor("lines", TimestampExtractor::header("written-at"))
+        .add_processor("quiet", Quiet, &["lines"])
+        .add_sink(
+            "nudges",
+            "word-count.nudges",
+            StringSerde,
+            StringSerde,
+            &["quiet"],
+        )
+        .build()?;
+    let mut driver = TopologyTestDriver::new(topology)?;
+    let line = |author: &str, at: i64| {
+        TestRecord::new(LINES, Some(author), Some("hi")).header("written-at", at.to_string())
+    };
+    driver.pipe(line("alice", 0))?;
+    driver.pipe(line("bob", 1_000))?;
+    driver.pipe(line("alice", DAY_MS))?; // alice's timer moves to day 2
+    assert!(driver.read_raw_output("word-count.nudges").is_empty());
+    driver.pipe(line("carol", DAY_MS + 5_000))?; // stream time passes bob's timer
+    let nudges = driver.read_raw_output("word-count.nudges");
+    assert_eq!(nudges.len(), 1);
+    assert_eq!(nudges[0].key_text(), "bob");
+    assert_eq!(nudges[0].timestamp, Some(DAY_MS + 1_000)); // its due time, not the wall clock
+    assert_eq!(driver.pending_timers(0)?.len(), 2); // alice's and carol's
+    Ok(())
 }

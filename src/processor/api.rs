@@ -1,6 +1,7 @@
 //! The handler-facing types: records in, state and emits through the context, typed failures out.
 
 use super::stores::{layered_get, KeyValueStore, StoreHandle, StoreView};
+use super::timers::{Layers, Timer, TimerKind};
 pub use crate::record::{Emit, ProcessError, Record};
 use crate::state::{Column, Overlay, Store};
 
@@ -10,6 +11,22 @@ pub trait Processor: Send {
     /// Handles one record. Returning an error (or panicking) discards this record's state writes
     /// and emits, and routes the record to its dead-letter topic in the same transaction.
     fn process(&mut self, ctx: &mut Context<'_>, record: &Record<'_>) -> Result<(), ProcessError>;
+
+    /// Called when a timer this processor scheduled ([`Context::schedule`]) is due, inside the
+    /// batch's transaction: its state writes, emits and new timers commit with the batch that
+    /// fired it, or it fires again after a crash. An error (or a panic) discards what the call
+    /// did and dead-letters the timer (see [`super::timers`]). The default does nothing.
+    fn on_timer(&mut self, ctx: &mut Context<'_>, timer: &Timer) -> Result<(), ProcessError> {
+        let _ = (ctx, timer);
+        Ok(())
+    }
+
+    /// The record's event time (ms since the epoch): what moves the partition's stream time,
+    /// fires event-time timers and stamps the outputs the record causes. By default the
+    /// record's Kafka timestamp; a topology applies its sources' timestamp extractors.
+    fn event_time(&self, record: &Record<'_>) -> Option<i64> {
+        record.timestamp
+    }
 
     /// The id dedup remembers: by default the `id` header; override to name a business key.
     /// `None` disables dedup for the record.
@@ -50,6 +67,8 @@ pub struct Context<'a> {
     message_id: Option<&'a [u8]>,
     named: Vec<StoreView<'a>>,
     wall_clock_ms: i64,
+    event_time_ms: Option<i64>,
+    stream_time_ms: Option<i64>,
 }
 
 impl<'a> Context<'a> {
@@ -62,7 +81,17 @@ impl<'a> Context<'a> {
             message_id,
             named: Vec::new(),
             wall_clock_ms: 0,
+            event_time_ms: None,
+            stream_time_ms: None,
         }
+    }
+
+    /// Adds the event time of what is handled (a record's, or a firing timer's due time) and
+    /// the partition's stream time.
+    pub(crate) fn at(mut self, event_time_ms: Option<i64>, stream_time_ms: Option<i64>) -> Self {
+        self.event_time_ms = event_time_ms;
+        self.stream_time_ms = stream_time_ms;
+        self
     }
 
     /// Adds the named stores of the record's partition and the batch's wall-clock time.
@@ -102,6 +131,96 @@ impl<'a> Context<'a> {
         self.wall_clock_ms
     }
 
+    /// The event time of what is handled (ms since the epoch): the record's (its source's
+    /// timestamp extractor, by default its Kafka timestamp), or in [`Processor::on_timer`] the
+    /// timer's due time. Outputs carry it as their Kafka timestamp.
+    pub fn event_time_ms(&self) -> Option<i64> {
+        self.event_time_ms
+    }
+
+    /// The partition's stream time: the largest event time it has seen, this record's
+    /// included. `None` before any record with an event time. It never goes back, survives
+    /// restarts and moves with the partition.
+    pub fn stream_time_ms(&self) -> Option<i64> {
+        self.stream_time_ms
+    }
+
+    fn timers(&mut self) -> Layers<'_> {
+        Layers {
+            pending: &mut self.pending,
+            batch: self.batch,
+            store: self.store,
+        }
+    }
+
+    /// Schedules `timer`, replacing the one pending for its kind, name and key: it fires in
+    /// [`Processor::on_timer`] once its clock reaches its due time (a due time already passed
+    /// fires right after this call). Committed with this call's other writes, or not at all.
+    ///
+    /// ```
+    /// use eosflow::processor::{Context, ProcessError, Processor, Record, Timer};
+    ///
+    /// /// Says `expired` for a key that had no record for a minute of event time.
+    /// struct Expiry;
+    ///
+    /// impl Processor for Expiry {
+    ///     fn process(&mut self, ctx: &mut Context<'_>, r: &Record<'_>) -> Result<(), ProcessError> {
+    ///         let (Some(key), Some(now)) = (r.key, ctx.event_time_ms()) else {
+    ///             return Ok(());
+    ///         };
+    ///         ctx.schedule_event_time(key, now + 60_000)
+    ///     }
+    ///
+    ///     fn on_timer(&mut self, ctx: &mut Context<'_>, t: &Timer) -> Result<(), ProcessError> {
+    ///         ctx.emit("expired", Some(t.key.clone()), Some(b"expired".to_vec()), vec![]);
+    ///         Ok(())
+    ///     }
+    /// }
+    /// ```
+    pub fn schedule(&mut self, timer: Timer) -> Result<(), ProcessError> {
+        self.timers().schedule(&timer)
+    }
+
+    /// Schedules the event-time timer of `key` at `at_ms` (replacing the pending one).
+    pub fn schedule_event_time(&mut self, key: &[u8], at_ms: i64) -> Result<(), ProcessError> {
+        self.schedule(Timer::event_time(key, at_ms))
+    }
+
+    /// Schedules the wall-clock timer of `key` at `at_ms` (replacing the pending one).
+    pub fn schedule_wall_clock(&mut self, key: &[u8], at_ms: i64) -> Result<(), ProcessError> {
+        self.schedule(Timer::wall_clock(key, at_ms))
+    }
+
+    /// Cancels the timer of `kind`, `name` and `key`; whether one was pending.
+    pub fn cancel(
+        &mut self,
+        kind: TimerKind,
+        name: &str,
+        key: &[u8],
+    ) -> Result<bool, ProcessError> {
+        self.timers().cancel(kind, name, key)
+    }
+
+    /// Cancels the event-time timer of `key` (unnamed); whether one was pending.
+    pub fn cancel_event_time(&mut self, key: &[u8]) -> Result<bool, ProcessError> {
+        self.cancel(TimerKind::EventTime, "", key)
+    }
+
+    /// Cancels the wall-clock timer of `key` (unnamed); whether one was pending.
+    pub fn cancel_wall_clock(&mut self, key: &[u8]) -> Result<bool, ProcessError> {
+        self.cancel(TimerKind::WallClock, "", key)
+    }
+
+    /// When the timer of `kind`, `name` and `key` is due, if one is pending.
+    pub fn timer_due(
+        &self,
+        kind: TimerKind,
+        name: &str,
+        key: &[u8],
+    ) -> Result<Option<i64>, ProcessError> {
+        super::timers::due((&self.pending, self.batch, self.store), kind, name, key)
+    }
+
     /// Writes state (committed with the record's offset).
     pub fn put(&mut self, key: &[u8], value: Vec<u8>) {
         self.pending.put(Column::State, key, value);
@@ -125,7 +244,13 @@ impl<'a> Context<'a> {
             key,
             value,
             headers,
+            timestamp: None,
         });
+    }
+
+    /// Produces `emit` in the same transaction, with its own timestamp if it has one.
+    pub fn emit_record(&mut self, emit: Emit) {
+        self.emits.push(emit);
     }
 
     /// The id dedup uses for this record, if any.

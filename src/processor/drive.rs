@@ -8,7 +8,7 @@ use rdkafka::message::{Headers, OwnedMessage};
 use rdkafka::producer::DeliveryFuture;
 use rdkafka::Message;
 
-use super::engine::{parked_drain_pending, Engine, Output, Stamps};
+use super::engine::{work_pending, Engine, Output, Stamps};
 use super::runtime::{Rfc3339Clock, Runtime};
 use super::{Processor, Record};
 use crate::sink::{SinkError, TxnSink};
@@ -48,6 +48,7 @@ impl Output for KafkaOut<'_> {
     fn emit<'h>(
         &mut self,
         topic: &str,
+        timestamp: Option<i64>,
         key: Option<&[u8]>,
         value: Option<&[u8]>,
         headers: impl Iterator<Item = (&'h str, &'h [u8])>,
@@ -55,7 +56,9 @@ impl Output for KafkaOut<'_> {
         if !self.known_topics.contains(topic) {
             self.confirm_topic(topic)?;
         }
-        let f = self.sink.send_parts(topic, None, key, value, headers)?;
+        let f = self
+            .sink
+            .send_at(topic, None, timestamp, key, value, headers)?;
         self.deliveries.push((f, self.current));
         Ok(())
     }
@@ -64,13 +67,15 @@ impl Output for KafkaOut<'_> {
         &mut self,
         topic: &str,
         partition: i32,
+        timestamp: Option<i64>,
         key: Option<&[u8]>,
         value: Option<&[u8]>,
         headers: &[(String, Vec<u8>)],
     ) -> Result<(), SinkError> {
+        let headers = headers.iter().map(|(k, v)| (k.as_str(), v.as_slice()));
         let f = self
             .sink
-            .send(topic, Some(partition), key, value, headers)?;
+            .send_at(topic, Some(partition), timestamp, key, value, headers)?;
         self.deliveries.push((f, self.current));
         Ok(())
     }
@@ -140,13 +145,30 @@ impl<P: Processor> Runtime<P> {
         self.with_engine(|e| e.handle(&record, now))
     }
 
+    /// Fires the timers due at the start of a batch (at most `budget`); how many fired.
+    pub(super) fn fire_due(&mut self, budget: usize, now: i64) -> Result<usize, SinkError> {
+        self.current = usize::MAX;
+        self.with_engine(|e| e.fire_due(budget, now))
+    }
+
+    /// Fires the event-time timers the last record's partition reached (at most `budget`).
+    pub(super) fn fire_event_time(
+        &mut self,
+        partition: i32,
+        budget: usize,
+        now: i64,
+    ) -> Result<usize, SinkError> {
+        self.with_engine(|e| e.fire_event_time(partition, budget, now))
+    }
+
     /// Continues draining parked keys left draining by earlier batches (a chunk each).
     pub(super) fn drain_parked(&mut self, now: i64) -> Result<(), SinkError> {
         self.with_engine(|e| e.drain_parked(now))
     }
 
-    /// Whether a batch must run even when no record arrived (parked keys still draining).
-    pub(super) fn parked_drain_pending(&self) -> bool {
-        parked_drain_pending(&self.tasks)
+    /// Whether a batch must run even when no record arrived (parked keys still draining, or a
+    /// timer due at `now`).
+    pub(super) fn work_pending(&self, now: i64) -> bool {
+        work_pending(&self.tasks, now)
     }
 }

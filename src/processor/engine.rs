@@ -10,9 +10,13 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Instant;
 
 use super::runtime::{RunSummary, RuntimeOptions};
+use super::stores::StoreView;
+use super::timers::{self, TimerKind};
+use crate::record::{Emit, ProcessError};
 use crate::retry::dlt::DltClass;
 use crate::sink::SinkError;
 use crate::state::{Overlay, Store};
+use std::panic::{catch_unwind, AssertUnwindSafe};
 
 /// Where the per-record logic sends records: the transactional producer in the runtime, the
 /// driver's in-memory topics in tests.
@@ -21,6 +25,7 @@ pub(crate) trait Output {
     fn emit<'h>(
         &mut self,
         topic: &str,
+        timestamp: Option<i64>,
         key: Option<&[u8]>,
         value: Option<&[u8]>,
         headers: impl Iterator<Item = (&'h str, &'h [u8])>,
@@ -31,6 +36,7 @@ pub(crate) trait Output {
         &mut self,
         topic: &str,
         partition: i32,
+        timestamp: Option<i64>,
         key: Option<&[u8]>,
         value: Option<&[u8]>,
         headers: &[(String, Vec<u8>)],
@@ -57,7 +63,22 @@ pub(crate) struct Task {
     pub(crate) draining: BTreeSet<Vec<u8>>,
     /// The processor's named stores of this partition, in [`super::Processor::stores`] order.
     pub(crate) named: Vec<NamedStore>,
+    /// Stream time as the open batch sees it (the largest event time seen).
+    pub(crate) stream_time: Option<i64>,
+    /// Stream time as committed.
+    committed_stream_time: Option<i64>,
+    /// Per timer kind: no timer of that kind due before this is pending (as the open batch sees
+    /// it), so a firing scan starts here instead of at the queue's head, where the tombstones of
+    /// fired timers wait for compaction. Exact after each commit (the next due time, or
+    /// `i64::MAX` with none pending): the idle loop's "is a wall-clock timer due" is one compare.
+    pub(crate) scan_from: [i64; 2],
 }
+
+/// What a successful handler call did: its default-store writes, each named store's, its emits.
+pub(crate) type CallParts = (Overlay, Vec<Overlay>, Vec<Emit>);
+
+/// The default store's key of the partition's stream time in [`crate::state::Column::Time`].
+const STREAM_TIME_KEY: &[u8] = b"stream";
 
 impl Task {
     /// A task over an opened (and restored) default store and its named stores.
@@ -65,14 +86,103 @@ impl Task {
         store: Store,
         named: Vec<NamedStore>,
     ) -> Result<Self, crate::state::StateError> {
-        Ok(Self {
+        let stream_time = store
+            .get(crate::state::Column::Time, STREAM_TIME_KEY)?
+            .and_then(|v| Some(i64::from_be_bytes(v.as_slice().try_into().ok()?)));
+        let mut task = Self {
             store_has_parked: !store.is_empty(crate::state::Column::Parked)?,
             draining: crate::retry::parked::draining_keys(&store)?,
             store,
             overlay: Overlay::default(),
             last_purge: Instant::now(),
             named,
-        })
+            stream_time,
+            committed_stream_time: stream_time,
+            scan_from: [i64::MIN; 2],
+        };
+        task.refresh_timers()?;
+        Ok(task)
+    }
+
+    /// Moves stream time to `event_time` if it is later (written to the batch, so it commits
+    /// with the record that moved it).
+    pub(crate) fn observe(&mut self, event_time: Option<i64>) {
+        let Some(t) = event_time else { return };
+        if self.stream_time.is_some_and(|s| s >= t) {
+            return;
+        }
+        self.stream_time = Some(t);
+        self.overlay.put(
+            crate::state::Column::Time,
+            STREAM_TIME_KEY,
+            t.to_be_bytes().to_vec(),
+        );
+    }
+
+    /// Lowers the scan start of each kind to the earliest timer `writes` schedule.
+    pub(crate) fn note_scheduled(&mut self, writes: &Overlay) {
+        for kind in TimerKind::ALL {
+            if let Some(at) = timers::earliest_scheduled(writes, kind) {
+                let from = &mut self.scan_from[kind.index()];
+                *from = (*from).min(at);
+            }
+        }
+    }
+
+    /// Sets each kind's scan start to its next pending due time (one seek per kind), as the
+    /// open batch sees it.
+    pub(crate) fn refresh_timers(&mut self) -> Result<(), crate::state::StateError> {
+        for kind in TimerKind::ALL {
+            let from = timers::from_due(kind, self.scan_from[kind.index()]);
+            let bounds = timers::due_bounds(kind, from, i64::MAX);
+            self.scan_from[kind.index()] = timers::first(&self.overlay, &self.store, &bounds)?
+                .map_or(i64::MAX, |(_, t)| t.due_ms);
+        }
+        Ok(())
+    }
+
+    /// Runs one handler call (`what`: `handler` or `timer callback`) with a context over this
+    /// partition's stores: its writes and emits, or its failure (a panic is a permanent one).
+    pub(crate) fn call(
+        &self,
+        id: Option<&[u8]>,
+        now: i64,
+        event_time: Option<i64>,
+        what: &str,
+        f: impl FnOnce(&mut super::Context<'_>) -> Result<(), ProcessError>,
+    ) -> Result<CallParts, ProcessError> {
+        let views = self
+            .named
+            .iter()
+            .map(|n| StoreView::new(&n.name, &n.store, &n.overlay))
+            .collect();
+        let mut ctx = super::Context::new(&self.store, &self.overlay, id)
+            .with(views, now)
+            .at(event_time, self.stream_time);
+        match catch_unwind(AssertUnwindSafe(|| f(&mut ctx))) {
+            Ok(Ok(())) => Ok(ctx.into_parts()),
+            Ok(Err(e)) => Err(e),
+            Err(panic) => Err(ProcessError::permanent(format!(
+                "{what} panicked: {}",
+                panic_message(&panic)
+            ))),
+        }
+    }
+
+    /// Adds a successful call's writes (default store, then each named store) to the batch.
+    pub(crate) fn absorb(&mut self, writes: Overlay, named: Vec<Overlay>) {
+        self.note_scheduled(&writes);
+        self.overlay.absorb(writes);
+        for (n, w) in self.named.iter_mut().zip(named) {
+            n.overlay.absorb(w);
+        }
+    }
+
+    /// Whether a timer of this partition is due: a wall-clock one at `now`, or an event-time
+    /// one left over by a batch that reached its limit.
+    pub(crate) fn timer_due(&self, now: i64) -> bool {
+        let [event, wall] = self.scan_from;
+        wall <= now || self.stream_time.is_some_and(|s| event <= s)
     }
 }
 
@@ -94,6 +204,7 @@ impl Task {
             return Ok(());
         }
         self.store.apply(&self.overlay, next(0))?;
+        self.committed_stream_time = self.stream_time;
         if self
             .overlay
             .column(crate::state::Column::Parked)
@@ -103,11 +214,15 @@ impl Task {
             self.store_has_parked = !self.store.is_empty(crate::state::Column::Parked)?;
         }
         self.overlay.clear();
-        Ok(())
+        self.refresh_timers()
     }
 
-    /// Drops the open batch's writes of every store (an aborted batch).
+    /// Drops the open batch's writes of every store (an aborted batch). Stream time goes back
+    /// to the committed one; the timers' scan starts go back to the queues' heads (the next
+    /// batch finds what is due from there).
     pub(crate) fn drop_batch(&mut self) {
+        self.stream_time = self.committed_stream_time;
+        self.scan_from = [i64::MIN; 2];
         self.overlay.clear();
         for n in &mut self.named {
             n.overlay.clear();
@@ -153,8 +268,21 @@ pub(crate) struct Engine<'e, P, O> {
     pub(crate) out: &'e mut O,
 }
 
-/// Whether a parked key still has followers to drain, so a batch must run even when no record
-/// arrived.
-pub(crate) fn parked_drain_pending(tasks: &BTreeMap<i32, Task>) -> bool {
-    tasks.values().any(|t| !t.draining.is_empty())
+/// Whether a batch must run even when no record arrived: a parked key still has followers to
+/// drain, or a timer is due at `now`.
+pub(crate) fn work_pending(tasks: &BTreeMap<i32, Task>, now: i64) -> bool {
+    tasks
+        .values()
+        .any(|t| !t.draining.is_empty() || t.timer_due(now))
+}
+
+/// A panic's message, for the failure it becomes.
+pub(crate) fn panic_message(p: &Box<dyn std::any::Any + Send>) -> String {
+    if let Some(s) = p.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = p.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "non-string panic payload".into()
+    }
 }

@@ -2,11 +2,8 @@
 //! handler call (panics caught), and routing a failure up the ladder or to the DLT. Kafka-free:
 //! records go to the [`Engine`]'s [`Output`], so the runtime and the test driver share it.
 
-use std::panic::{catch_unwind, AssertUnwindSafe};
-
 use super::engine::{Engine, Output, Task};
-use super::stores::StoreView;
-use super::{Context, ProcessError, Processor, Record};
+use super::{ProcessError, Processor, Record};
 use crate::codec::envelope::EnvelopeRef;
 use crate::retry::dlt::{self, DltClass};
 use crate::retry::headers::{self as rh, History};
@@ -69,6 +66,7 @@ impl<P: Processor, O: Output> Engine<'_, P, O> {
         let Some(task) = self.tasks.get_mut(&record.partition) else {
             return Ok(());
         };
+        task.observe(self.processor.event_time(&record));
         let parked = if ordered {
             load_parked(task, key)?
         } else {
@@ -174,40 +172,39 @@ impl<P: Processor, O: Output> Engine<'_, P, O> {
                 }
             }
         }
+        let event_time = self.processor.event_time(record);
         let processor = &mut self.processor;
-        let outcome = {
-            let views = task
-                .named
-                .iter()
-                .map(|n| StoreView::new(&n.name, &n.store, &n.overlay))
-                .collect();
-            let mut ctx = Context::new(&task.store, &task.overlay, id.as_deref()).with(views, now);
-            match catch_unwind(AssertUnwindSafe(|| processor.process(&mut ctx, record))) {
-                Ok(Ok(())) => Ok(ctx.into_parts()),
-                Ok(Err(e)) => Err(e),
-                Err(panic) => Err(ProcessError::permanent(format!(
-                    "handler panicked: {}",
-                    panic_message(&panic)
-                ))),
-            }
-        };
+        let outcome = task.call(id.as_deref(), now, event_time, "handler", |ctx| {
+            processor.process(ctx, record)
+        });
         let (writes, named, emits) = match outcome {
             Ok(parts) => parts,
             Err(e) => return Ok(Some(Err(e))),
         };
-        task.overlay.absorb(writes);
-        for (n, w) in task.named.iter_mut().zip(named) {
-            n.overlay.absorb(w);
-        }
+        task.absorb(writes, named);
         if let (Some(id), Some(digest)) = (&id, digest) {
             task.overlay
                 .put(Column::Dedup, id, dedup::mark(now, digest));
         }
+        self.send_emits(emits, record.headers, event_time)?;
+        tally(self.processed, record.topic);
+        Ok(Some(Ok(())))
+    }
+
+    /// Sends a call's emits in the open transaction, each stamped with `event_time` unless it
+    /// has its own timestamp, and each carrying the envelope of an output caused by an input
+    /// with `input_headers`.
+    pub(crate) fn send_emits(
+        &mut self,
+        emits: Vec<crate::record::Emit>,
+        input_headers: &[(String, Vec<u8>)],
+        event_time: Option<i64>,
+    ) -> Result<(), SinkError> {
         // Every output carries the envelope (README, "Contracts"): a fresh id, occurred_at, aggregate_id
         // (its key), causation = the input's id, correlation/tenant carried, and the input's
         // trace continued as a child span. Headers the handler set itself win. Built from
         // borrowed bytes: this runs for every output.
-        let input = EnvelopeRef::of(record.headers);
+        let input = EnvelopeRef::of(input_headers);
         let child_trace = input
             .traceparent
             .and_then(telemetry::trace::child_traceparent);
@@ -234,14 +231,14 @@ impl<P: Processor, O: Output> Engine<'_, P, O> {
             });
             self.out.emit(
                 &e.topic,
+                e.timestamp.or(event_time),
                 e.key.as_deref(),
                 e.value.as_deref(),
                 own.chain(stamped),
             )?;
             tally(self.produced, &e.topic);
         }
-        tally(self.processed, record.topic);
-        Ok(Some(Ok(())))
+        Ok(())
     }
 
     /// The key's head is done: its followers are processed in order until one fails (and
@@ -415,9 +412,11 @@ impl<P: Processor, O: Output> Engine<'_, P, O> {
                 "transient failure; retrying"
             );
             let h = rh::forward(record, history, next, due_at, seq, Some((&err, now)));
+            let event_time = self.processor.event_time(record);
             self.out.forward(
                 &retry_topic(base, next),
                 record.partition,
+                event_time,
                 record.key,
                 record.value,
                 &h,
@@ -467,7 +466,7 @@ impl<P: Processor, O: Output> Engine<'_, P, O> {
     /// over the size limit (a 1 MB input plus the DLT headers) thereby still reaches the DLT. If
     /// not even the pointer can be written the record is skipped, loudly: its partition must
     /// not stall behind it.
-    fn send_dead_letter(
+    pub(super) fn send_dead_letter(
         &mut self,
         record: &Record<'_>,
         topic: &str,
@@ -475,15 +474,22 @@ impl<P: Processor, O: Output> Engine<'_, P, O> {
         stage: u8,
     ) -> Result<(), SinkError> {
         let mut stage = stage.min(2);
+        let event_time = self.processor.event_time(record);
         loop {
             let sent = match stage {
-                0 => self
-                    .out
-                    .forward(topic, record.partition, record.key, record.value, headers),
+                0 => self.out.forward(
+                    topic,
+                    record.partition,
+                    event_time,
+                    record.key,
+                    record.value,
+                    headers,
+                ),
                 s => {
                     let (value, h) = dlt::truncated(record.value, headers, s >= 2);
                     let key = if s >= 2 { None } else { record.key };
-                    self.out.forward(topic, record.partition, key, value, &h)
+                    self.out
+                        .forward(topic, record.partition, event_time, key, value, &h)
                 }
             };
             match sent {
@@ -530,14 +536,4 @@ fn message_id(record: &Record<'_>) -> String {
         .header("id")
         .map(|i| String::from_utf8_lossy(i).to_string())
         .unwrap_or_default()
-}
-
-fn panic_message(p: &Box<dyn std::any::Any + Send>) -> String {
-    if let Some(s) = p.downcast_ref::<&str>() {
-        (*s).to_string()
-    } else if let Some(s) = p.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "non-string panic payload".into()
-    }
 }

@@ -8,10 +8,13 @@
 mod api;
 mod drive;
 pub(crate) mod engine;
+mod fire;
 mod handle;
 pub mod runtime;
 pub mod stores;
+pub mod timers;
 
 pub use api::{Context, Emit, ProcessError, Processor, Record};
 pub use runtime::{RunSummary, Runtime, RuntimeError, RuntimeOptions};
 pub use stores::{Entries, KeyValueStore, StoreHandle};
+pub use timers::{Timer, TimerKind};

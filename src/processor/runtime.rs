@@ -163,6 +163,9 @@ pub struct RunSummary {
     pub retried: u64,
     /// Records forwarded behind their key's head instead of being processed.
     pub parked_followers: u64,
+    /// Timers fired (their callbacks run, or dead-lettered when they failed); a batch that
+    /// aborted after firing some counts them again when it is redone.
+    pub timers_fired: u64,
     /// Transactions committed.
     pub commits: u64,
     /// Transactions aborted.
@@ -674,7 +677,7 @@ impl<P: Processor> Runtime<P> {
     fn run_loop(&mut self, shutdown: &AtomicBool) -> Result<(), RuntimeError> {
         while !shutdown.load(Ordering::Relaxed) {
             let batch = self.poll_batch(shutdown)?;
-            if batch.is_empty() && !self.parked_drain_pending() {
+            if batch.is_empty() && !self.work_pending(now_ms()) {
                 continue;
             }
             self.commit_batch(batch)?;
@@ -1393,6 +1396,12 @@ impl<P: Processor> Runtime<P> {
         if let Err(e) = self.drain_parked(now) {
             return Err(plain(e, order));
         }
+        // Timers fired count like records against the batch's limit.
+        let limit = self.opts.max_batch_records.max(1);
+        let mut fired = match self.fire_due(limit, now) {
+            Ok(n) => n,
+            Err(e) => return Err(plain(e, order)),
+        };
         let budget = self.opts.transaction_timeout / 2;
         let begun = Instant::now();
         let mut handled = order.len();
@@ -1415,6 +1424,15 @@ impl<P: Processor> Runtime<P> {
                     break;
                 }
             }
+            if k + fired >= limit {
+                handled = k;
+                tracing::debug!(
+                    handled = k,
+                    fired,
+                    "batch closed at its limit by timers fired; the rest is read again"
+                );
+                break;
+            }
             last = t;
             previous = i;
             let is_alone = self
@@ -1427,7 +1445,11 @@ impl<P: Processor> Runtime<P> {
                 break;
             }
             self.current = i;
-            if let Err(error) = self.handle(m, now) {
+            let handled_record = self.handle(m, now).and_then(|()| {
+                let left = limit.saturating_sub(k + 1 + fired);
+                self.fire_event_time(m.partition(), left, now)
+            });
+            if let Err(error) = handled_record.map(|n| fired += n) {
                 let culprit = matches!(error, SinkError::Unwritable { .. }).then_some(i);
                 return Err(Box::new(BatchFailure {
                     error,

@@ -320,6 +320,21 @@ impl TxnSink {
         value: Option<&[u8]>,
         headers: impl Iterator<Item = (&'h str, &'h [u8])>,
     ) -> Result<DeliveryFuture, SinkError> {
+        self.send_at(topic, partition, None, key, value, headers)
+    }
+
+    /// As [`TxnSink::send_parts`], with the record's Kafka timestamp (ms since the epoch) set
+    /// instead of left to the producer's clock: outputs carry the event time of what caused
+    /// them.
+    pub fn send_at<'h>(
+        &self,
+        topic: &str,
+        partition: Option<i32>,
+        timestamp: Option<i64>,
+        key: Option<&[u8]>,
+        value: Option<&[u8]>,
+        headers: impl Iterator<Item = (&'h str, &'h [u8])>,
+    ) -> Result<DeliveryFuture, SinkError> {
         let mut h = OwnedHeaders::new_with_capacity(headers.size_hint().0.max(8));
         for (k, v) in headers {
             h = h.insert(Header {
@@ -330,6 +345,9 @@ impl TxnSink {
         let mut record: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(topic).headers(h);
         if let Some(p) = partition {
             record = record.partition(p);
+        }
+        if let Some(t) = timestamp {
+            record = record.timestamp(t);
         }
         if let Some(k) = key {
             record = record.key(k);

@@ -20,6 +20,15 @@ pub enum Column {
     /// `key length (4 bytes, big-endian) · key · sequence (8 bytes, big-endian)` so that a
     /// key's followers sort in arrival order (see [`crate::retry::parked`]).
     ParkedFollower,
+    /// Pending timers in due order: `kind · due (sign-flipped, big-endian) · name · key` →
+    /// payload (see [`crate::processor::timers`]).
+    Timer,
+    /// Each pending timer's due time by `kind · name · key`, so rescheduling or cancelling a
+    /// key finds its entry in [`Column::Timer`] with one read.
+    TimerIndex,
+    /// The partition's clocks: its stream time (the largest event time seen), changelogged with
+    /// the batch that moved it so it survives a crash and moves with the partition.
+    Time,
 }
 
 impl Column {
@@ -31,16 +40,22 @@ impl Column {
             Column::Parked => "parked",
             Column::DedupBatch => "dedup_batches",
             Column::ParkedFollower => "parked_followers",
+            Column::Timer => "timers",
+            Column::TimerIndex => "timer_index",
+            Column::Time => "time",
         }
     }
 
     /// Every column, in the order the changelog and the overlay list them.
-    pub const ALL: [Column; 5] = [
+    pub const ALL: [Column; 8] = [
         Column::State,
         Column::Dedup,
         Column::Parked,
         Column::DedupBatch,
         Column::ParkedFollower,
+        Column::Timer,
+        Column::TimerIndex,
+        Column::Time,
     ];
 
     /// The column's slot in per-column arrays (the order of [`Column::ALL`]).
@@ -51,6 +66,9 @@ impl Column {
             Column::Parked => 2,
             Column::DedupBatch => 3,
             Column::ParkedFollower => 4,
+            Column::Timer => 5,
+            Column::TimerIndex => 6,
+            Column::Time => 7,
         }
     }
 
@@ -61,6 +79,9 @@ impl Column {
             Column::Parked => b'p',
             Column::DedupBatch => b'b',
             Column::ParkedFollower => b'f',
+            Column::Timer => b't',
+            Column::TimerIndex => b'i',
+            Column::Time => b'c',
         }
     }
 
@@ -80,6 +101,9 @@ impl Column {
             (b'p', rest) => Some((Column::Parked, rest)),
             (b'b', rest) => Some((Column::DedupBatch, rest)),
             (b'f', rest) => Some((Column::ParkedFollower, rest)),
+            (b't', rest) => Some((Column::Timer, rest)),
+            (b'i', rest) => Some((Column::TimerIndex, rest)),
+            (b'c', rest) => Some((Column::Time, rest)),
             _ => None,
         }
     }
@@ -91,7 +115,7 @@ pub struct Overlay {
     /// One map per column (indexed by [`Column::index`]): a lookup borrows the caller's key
     /// instead of building a `(Column, Vec<u8>)` for it, and that lookup runs several times per
     /// record.
-    writes: [BTreeMap<Vec<u8>, Option<Vec<u8>>>; 5],
+    writes: [BTreeMap<Vec<u8>, Option<Vec<u8>>>; Column::ALL.len()],
 }
 
 impl Overlay {

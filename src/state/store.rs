@@ -1,5 +1,5 @@
 //! One partition's RocksDB store: column families `state`, `dedup`, `dedup_batches`, `parked`,
-//! `parked_followers` and `meta`, the last holding the changelog checkpoint (and the wall time
+//! `parked_followers`, `timers`, `timer_index`, `time` and `meta`, the last holding the changelog checkpoint (and the wall time
 //! it was reached) written atomically with the data it covers.
 
 use std::path::{Path, PathBuf};
@@ -164,16 +164,11 @@ impl Store {
 
     fn open_raw(path: &Path, cache: &StoreCache) -> Result<Self, StateError> {
         let opts = options(cache);
-        let cfs = [
-            Column::State.cf(),
-            Column::Dedup.cf(),
-            Column::Parked.cf(),
-            Column::DedupBatch.cf(),
-            Column::ParkedFollower.cf(),
-            META,
-        ]
-        .into_iter()
-        .map(|n| ColumnFamilyDescriptor::new(n, options(cache)));
+        let cfs = Column::ALL
+            .map(Column::cf)
+            .into_iter()
+            .chain([META])
+            .map(|n| ColumnFamilyDescriptor::new(n, options(cache)));
         let db = DB::open_cf_descriptors(&opts, path, cfs).map_err(|source| StateError::Rocks {
             path: path.display().to_string(),
             source,

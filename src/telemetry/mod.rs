@@ -50,6 +50,16 @@ pub fn retried(topic: &str, level: u32) {
     metrics::counter!("eosflow_retries_total", "topic" => topic.to_string(), "level" => level.to_string()).increment(1);
 }
 
+/// A timer of `kind` (`event-time` or `wall-clock`) fired inside a batch.
+pub fn timer_fired(kind: &str) {
+    metrics::counter!("eosflow_timers_fired_total", "kind" => kind.to_string()).increment(1);
+}
+
+/// A timer's callback failed and the timer was dead-lettered.
+pub fn timer_failed(kind: &str) {
+    metrics::counter!("eosflow_timers_failed_total", "kind" => kind.to_string()).increment(1);
+}
+
 /// A record of a parked key was forwarded behind its key's head.
 pub fn parked_follower(topic: &str) {
     metrics::counter!("eosflow_parked_followers_total", "topic" => topic.to_string()).increment(1);

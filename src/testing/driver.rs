@@ -12,6 +12,7 @@ use crate::config::Config;
 use crate::processor::engine::{Engine, NamedStore, Task};
 use crate::processor::runtime::{RunSummary, RuntimeOptions};
 use crate::processor::stores::StoreView;
+use crate::processor::timers::{self, Timer};
 use crate::processor::{KeyValueStore, Processor, StoreHandle};
 use crate::record::{ProcessError, Record};
 use crate::retry::base_and_level;
@@ -111,7 +112,6 @@ pub struct TopologyTestDriver<P: Processor> {
     ladder: Vec<OutputRecord>,
     /// Next offset of each (topic, partition) piped.
     offsets: BTreeMap<(String, i32), i64>,
-    stream_time_ms: Option<i64>,
     /// Records handled since the overlays were last applied to RocksDB.
     uncommitted: usize,
 }
@@ -183,7 +183,6 @@ impl<P: Processor> TopologyTestDriver<P> {
             written: BTreeMap::new(),
             ladder: Vec::new(),
             offsets: BTreeMap::new(),
-            stream_time_ms: None,
             uncommitted: 0,
         })
     }
@@ -229,7 +228,6 @@ impl<P: Processor> TopologyTestDriver<P> {
         *offset += 1;
         let now = self.stamps.now_ms;
         let timestamp = record.timestamp.unwrap_or(now);
-        self.stream_time_ms = Some(self.stream_time_ms.map_or(timestamp, |t| t.max(timestamp)));
         let input = Record {
             topic: &record.topic,
             partition: record.partition,
@@ -239,32 +237,57 @@ impl<P: Processor> TopologyTestDriver<P> {
             value: record.value.as_deref(),
             headers: &record.headers,
         };
-        {
-            let mut out = Topics {
-                written: &mut self.written,
-                ladder: &mut self.ladder,
-            };
-            let mut engine = Engine {
-                opts: &self.opts,
-                processor: &mut self.processor,
-                tasks: &mut self.tasks,
-                summary: &mut self.summary,
-                isolated: &self.isolated,
-                forced_dead_letter: &mut self.forced,
-                produced: &mut self.produced,
-                processed: &mut self.processed,
-                stamps: &mut self.stamps,
-                out: &mut out,
-            };
+        let partition = input.partition;
+        self.with_engine(|engine| {
             engine.drain_parked(now)?;
-            engine.handle(&input, now)?;
-        }
+            engine.handle(&input, now)
+        })?;
         self.summary.records += 1;
         self.uncommitted += 1;
-        if self.uncommitted >= RECORDS_PER_APPLY {
-            self.commit(now)?;
+        // Event-time timers the record's event time reached fire right after it.
+        self.fire_in_chunks(|e, chunk| e.fire_event_time(partition, chunk, now))
+    }
+
+    /// Fires timers with `fire` a chunk at a time, committing between chunks (as the runtime's
+    /// batch limit does): a clock jump over a million timers never holds them all in memory.
+    fn fire_in_chunks(
+        &mut self,
+        mut fire: impl FnMut(&mut Engine<'_, P, Topics<'_>>, usize) -> Result<usize, SinkError>,
+    ) -> Result<(), DriverError> {
+        loop {
+            let fired = self.with_engine(|e| fire(e, RECORDS_PER_APPLY))?;
+            self.uncommitted += fired;
+            if self.uncommitted >= RECORDS_PER_APPLY {
+                self.commit(self.stamps.now_ms)?;
+            }
+            if fired < RECORDS_PER_APPLY {
+                return Ok(());
+            }
         }
-        Ok(())
+    }
+
+    /// Runs `f` on the engine over the driver's state, with its in-memory topics as output.
+    fn with_engine<T>(
+        &mut self,
+        f: impl FnOnce(&mut Engine<'_, P, Topics<'_>>) -> Result<T, SinkError>,
+    ) -> Result<T, SinkError> {
+        let mut out = Topics {
+            written: &mut self.written,
+            ladder: &mut self.ladder,
+        };
+        let mut engine = Engine {
+            opts: &self.opts,
+            processor: &mut self.processor,
+            tasks: &mut self.tasks,
+            summary: &mut self.summary,
+            isolated: &self.isolated,
+            forced_dead_letter: &mut self.forced,
+            produced: &mut self.produced,
+            processed: &mut self.processed,
+            stamps: &mut self.stamps,
+            out: &mut out,
+        };
+        f(&mut engine)
     }
 
     /// The batch commits: dedup ids sealed, every overlay applied to its store.
@@ -308,10 +331,13 @@ impl<P: Processor> TopologyTestDriver<P> {
         self.pipe(TestRecord::new(topic, key, value))
     }
 
-    /// Moves the wall clock on by `by`, then pipes back every retry forward now due, oldest
-    /// due first (as the runtime resumes a retry level once its head is due).
+    /// Moves the wall clock on by `by`, fires every wall-clock timer now due (in due order, on
+    /// every partition), then pipes back every retry forward now due, oldest due first (as the
+    /// runtime resumes a retry level once its head is due).
     pub fn advance_wall_clock(&mut self, by: Duration) -> Result<(), DriverError> {
         self.stamps.now_ms += by.as_millis() as i64;
+        let now = self.stamps.now_ms;
+        self.fire_in_chunks(|e, chunk| e.fire_due(chunk, now))?;
         loop {
             let now = self.stamps.now_ms;
             let due = self
@@ -331,7 +357,7 @@ impl<P: Processor> TopologyTestDriver<P> {
                 key: r.key,
                 value: r.value,
                 headers: r.headers,
-                timestamp: None,
+                timestamp: r.timestamp,
             })?;
         }
     }
@@ -341,9 +367,24 @@ impl<P: Processor> TopologyTestDriver<P> {
         self.stamps.now_ms
     }
 
-    /// The largest record timestamp piped so far (stream time).
+    /// The largest event time piped so far over every partition (each partition's stream time
+    /// is its own: [`TopologyTestDriver::partition_stream_time_ms`]).
     pub fn stream_time_ms(&self) -> Option<i64> {
-        self.stream_time_ms
+        self.tasks.values().filter_map(|t| t.stream_time).max()
+    }
+
+    /// Partition `partition`'s stream time: the largest event time it has seen.
+    pub fn partition_stream_time_ms(&self, partition: i32) -> Option<i64> {
+        self.tasks.get(&partition).and_then(|t| t.stream_time)
+    }
+
+    /// The timers pending on `partition`, both kinds, each in due order (event time first).
+    pub fn pending_timers(&mut self, partition: i32) -> Result<Vec<Timer>, DriverError> {
+        self.commit(self.stamps.now_ms)?;
+        match self.tasks.get(&partition) {
+            Some(t) => Ok(timers::committed(&t.store)?),
+            None => Ok(Vec::new()),
+        }
     }
 
     /// Takes every record written to `topic` since the last read (outputs, `<t>.retry.<n>`
@@ -449,6 +490,29 @@ impl<P: Processor> TopologyTestDriver<P> {
             Some(t) => Ok(t.store.get(Column::State, key)?),
             None => Ok(None),
         }
+    }
+
+    /// Bytes of every store on disk after a commit and a flush (measurements).
+    #[cfg(test)]
+    pub(crate) fn flushed_state_bytes(&mut self) -> Result<u64, DriverError> {
+        self.commit(self.stamps.now_ms)?;
+        for t in self.tasks.values() {
+            t.store.flush()?;
+        }
+        fn size(p: &std::path::Path) -> u64 {
+            match std::fs::read_dir(p) {
+                Ok(entries) => entries
+                    .filter_map(Result::ok)
+                    .map(|e| match e.metadata() {
+                        Ok(m) if m.is_dir() => size(&e.path()),
+                        Ok(m) => m.len(),
+                        Err(_) => 0,
+                    })
+                    .sum(),
+                Err(_) => 0,
+            }
+        }
+        Ok(size(&self.dir))
     }
 
     /// The counters of the run so far (records, dedup hits, retried, dead-lettered …).

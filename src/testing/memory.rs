@@ -51,6 +51,7 @@ impl Output for Topics<'_> {
     fn emit<'h>(
         &mut self,
         topic: &str,
+        timestamp: Option<i64>,
         key: Option<&[u8]>,
         value: Option<&[u8]>,
         headers: impl Iterator<Item = (&'h str, &'h [u8])>,
@@ -58,6 +59,7 @@ impl Output for Topics<'_> {
         let record = OutputRecord {
             topic: topic.to_string(),
             partition: None,
+            timestamp,
             key: key.map(<[u8]>::to_vec),
             value: value.map(<[u8]>::to_vec),
             headers: headers.map(|(k, v)| (k.to_string(), v.to_vec())).collect(),
@@ -73,6 +75,7 @@ impl Output for Topics<'_> {
         &mut self,
         topic: &str,
         partition: i32,
+        timestamp: Option<i64>,
         key: Option<&[u8]>,
         value: Option<&[u8]>,
         headers: &[(String, Vec<u8>)],
@@ -80,6 +83,7 @@ impl Output for Topics<'_> {
         let record = OutputRecord {
             topic: topic.to_string(),
             partition: Some(partition),
+            timestamp,
             key: key.map(<[u8]>::to_vec),
             value: value.map(<[u8]>::to_vec),
             headers: headers.to_vec(),

@@ -6,6 +6,8 @@
 mod driver;
 mod memory;
 mod records;
+#[cfg(test)]
+mod timer_tests;
 
 pub use driver::{DriverError, KeyValues, TopologyTestDriver, START_MS};
 pub use records::{OutputRecord, TestRecord};

@@ -69,6 +69,9 @@ pub struct OutputRecord {
     pub topic: String,
     /// Partition, when the runtime names one (forwards go to the input's partition).
     pub partition: Option<i32>,
+    /// Kafka timestamp the runtime would set: the event time of the record (or the due time
+    /// of the timer) that caused it; `None` leaves it to the producer's clock.
+    pub timestamp: Option<i64>,
     /// Key bytes.
     pub key: Option<Vec<u8>>,
     /// Value bytes.

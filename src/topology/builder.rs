@@ -5,19 +5,25 @@
 use std::marker::PhantomData;
 
 use super::node::{downcast, AnyRecord, NodeProcessor, TypedRecord};
+use super::time::TimestampExtractor;
 use super::TopologyError;
 use crate::processor::StoreHandle;
 use crate::record::{ProcessError, Record};
 use crate::serdes::Serde;
 
-/// Decodes an input record into a typed record (source) .
+/// Decodes an input record into a typed record carrying its event time (source).
 pub(crate) type Decode =
-    Box<dyn Fn(&Record<'_>) -> Result<Box<dyn AnyRecord>, ProcessError> + Send>;
+    Box<dyn Fn(&Record<'_>, Option<i64>) -> Result<Box<dyn AnyRecord>, ProcessError> + Send>;
 /// Encodes a typed record into key, value and headers (sink).
 pub(crate) type Encode =
     Box<dyn Fn(&str, Box<dyn AnyRecord>) -> Result<Encoded, ProcessError> + Send>;
-/// A sink's key, value and headers.
-pub(crate) type Encoded = (Option<Vec<u8>>, Option<Vec<u8>>, Vec<(String, Vec<u8>)>);
+/// A sink's key, value, headers and timestamp.
+pub(crate) type Encoded = (
+    Option<Vec<u8>>,
+    Option<Vec<u8>>,
+    Vec<(String, Vec<u8>)>,
+    Option<i64>,
+);
 
 /// A typed node with its types erased.
 pub(crate) trait ErasedNode: Send {
@@ -25,6 +31,12 @@ pub(crate) trait ErasedNode: Send {
         &mut self,
         ctx: &mut super::NodeContext<'_, '_>,
         record: Box<dyn AnyRecord>,
+    ) -> Result<(), ProcessError>;
+
+    fn on_timer(
+        &mut self,
+        ctx: &mut super::NodeContext<'_, '_>,
+        timer: &crate::processor::Timer,
     ) -> Result<(), ProcessError>;
 }
 
@@ -47,12 +59,24 @@ where
         let record = downcast::<K, V>(ctx.node, record)?;
         self.inner.process(ctx, record)
     }
+
+    fn on_timer(
+        &mut self,
+        ctx: &mut super::NodeContext<'_, '_>,
+        timer: &crate::processor::Timer,
+    ) -> Result<(), ProcessError> {
+        self.inner.on_timer(ctx, timer)
+    }
 }
 
 /// What a node is.
 pub(crate) enum Kind {
-    /// Reads `topics` and decodes them.
-    Source { topics: Vec<String>, decode: Decode },
+    /// Reads `topics` and decodes them, with their event time read by `time`.
+    Source {
+        topics: Vec<String>,
+        decode: Decode,
+        time: TimestampExtractor,
+    },
     /// Runs user code.
     Processor {
         node: Box<dyn ErasedNode>,
@@ -139,7 +163,7 @@ impl TopologyBuilder {
             self.errors.push(format!("source {name:?} names no topic"));
         }
         let source = name.to_string();
-        let decode: Decode = Box::new(move |r: &Record<'_>| {
+        let decode: Decode = Box::new(move |r: &Record<'_>, event_time: Option<i64>| {
             let bad = |what: &str, e| {
                 ProcessError::permanent(format!("source {source} {what} of {}: {e}", r.topic))
             };
@@ -156,12 +180,40 @@ impl TopologyBuilder {
             Ok(Box::new(TypedRecord {
                 key,
                 value,
-                timestamp: r.timestamp,
+                timestamp: event_time,
                 headers: Vec::new(),
             }) as Box<dyn AnyRecord>)
         });
         let topics = topics.iter().map(|t| t.to_string()).collect();
-        self.add(name, &[], Kind::Source { topics, decode })
+        let time = TimestampExtractor::default();
+        self.add(
+            name,
+            &[],
+            Kind::Source {
+                topics,
+                decode,
+                time,
+            },
+        )
+    }
+
+    /// Reads the event time of source `source`'s records with `extractor` instead of taking
+    /// their Kafka timestamp (see [`TimestampExtractor`]).
+    pub fn timestamp_extractor(
+        &mut self,
+        source: &str,
+        extractor: TimestampExtractor,
+    ) -> &mut Self {
+        match self.nodes.iter_mut().find(|n| n.name == source) {
+            Some(Node {
+                kind: Kind::Source { time, .. },
+                ..
+            }) => *time = extractor,
+            _ => self.errors.push(format!(
+                "timestamp extractor for {source:?}, which is not a source added before it"
+            )),
+        }
+        self
     }
 
     /// A processor node `name` receiving what `parents` forward, as `(K, V)` records.
@@ -244,7 +296,7 @@ impl TopologyBuilder {
                 .map(|v| values.serialize(v))
                 .transpose()
                 .map_err(|e| bad("value", e))?;
-            Ok((key, value, r.headers))
+            Ok((key, value, r.headers, r.timestamp))
         });
         self.add(
             name,

@@ -37,16 +37,18 @@
 
 mod builder;
 mod node;
+mod time;
 
 pub use builder::{Topology, TopologyBuilder};
 pub use node::{NodeContext, NodeProcessor, TypedRecord};
+pub use time::{ExtractFn, TimestampExtractor};
 
 use builder::Kind;
 use node::AnyRecord;
 
 use crate::config::Config;
 use crate::kafka::topics::TopicSpec;
-use crate::processor::{Context, Processor};
+use crate::processor::{Context, Emit, Processor, Timer};
 use crate::record::{ProcessError, Record};
 use crate::retry::{base_and_level, dlt, retry_topic};
 
@@ -169,8 +171,14 @@ impl Topology {
         let builder::Node { name, kind, .. } = &mut self.nodes[at];
         let forwards = match kind {
             Kind::Sink { topic, encode } => {
-                let (key, value, headers) = encode(name, record)?;
-                ctx.emit(topic.clone(), key, value, headers);
+                let (key, value, headers, timestamp) = encode(name, record)?;
+                ctx.emit_record(Emit {
+                    topic: topic.clone(),
+                    key,
+                    value,
+                    headers,
+                    timestamp,
+                });
                 return Ok(());
             }
             Kind::Source { .. } => {
@@ -197,22 +205,80 @@ impl Topology {
     }
 }
 
+impl Topology {
+    /// The node of the source reading `topic` (or the input of its retry level).
+    fn source_of(&self, topic: &str) -> Option<usize> {
+        let base = base_and_level(topic).0;
+        self.nodes.iter().position(
+            |n| matches!(&n.kind, Kind::Source { topics, .. } if topics.iter().any(|t| t == base)),
+        )
+    }
+}
+
 impl Processor for Topology {
     fn process(&mut self, ctx: &mut Context<'_>, record: &Record<'_>) -> Result<(), ProcessError> {
-        let base = base_and_level(record.topic).0;
-        let source = self.nodes.iter().position(
-            |n| matches!(&n.kind, Kind::Source { topics, .. } if topics.iter().any(|t| t == base)),
-        );
-        let Some(at) = source else {
+        let Some(at) = self.source_of(record.topic) else {
             return Err(ProcessError::permanent(format!(
-                "no source of the topology reads {base}"
+                "no source of the topology reads {}",
+                base_and_level(record.topic).0
             )));
         };
         let typed = match &self.nodes[at].kind {
-            Kind::Source { decode, .. } => decode(record)?,
+            Kind::Source { decode, .. } => decode(record, ctx.event_time_ms())?,
             _ => return Err(ProcessError::permanent("not a source")),
         };
         self.deliver(at, None, typed, ctx, record)
+    }
+
+    fn event_time(&self, record: &Record<'_>) -> Option<i64> {
+        match self.source_of(record.topic).map(|at| &self.nodes[at].kind) {
+            Some(Kind::Source { time, .. }) => time.extract(record),
+            _ => record.timestamp,
+        }
+    }
+
+    /// Hands the timer to the processor node that scheduled it (the timer's name is the node's
+    /// name); what it forwards flows to its children as a record's would.
+    fn on_timer(&mut self, ctx: &mut Context<'_>, timer: &Timer) -> Result<(), ProcessError> {
+        let at = self
+            .nodes
+            .iter()
+            .position(|n| n.name == timer.name && matches!(n.kind, Kind::Processor { .. }));
+        let Some(at) = at else {
+            return Err(ProcessError::permanent(format!(
+                "timer named {:?}: no processor node of that name",
+                timer.name
+            )));
+        };
+        // The node sees the timer as its input: no topic, offset -1, the key and payload.
+        let input = Record {
+            topic: "",
+            partition: -1,
+            offset: -1,
+            timestamp: Some(timer.due_ms),
+            key: Some(&timer.key),
+            value: Some(&timer.payload),
+            headers: &[],
+        };
+        let builder::Node { name, kind, .. } = &mut self.nodes[at];
+        let forwards = match kind {
+            Kind::Processor { node, stores } => {
+                let mut nctx = NodeContext {
+                    inner: ctx,
+                    input: &input,
+                    node: name,
+                    stores,
+                    forwards: Vec::new(),
+                };
+                node.on_timer(&mut nctx, timer)?;
+                nctx.forwards
+            }
+            _ => Vec::new(),
+        };
+        for f in forwards {
+            self.deliver(at, f.child.as_deref(), f.record, ctx, &input)?;
+        }
+        Ok(())
     }
 
     fn ordered(&self) -> bool {

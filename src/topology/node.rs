@@ -3,7 +3,7 @@
 
 use std::any::Any;
 
-use crate::processor::{Context, KeyValueStore, StoreHandle};
+use crate::processor::{Context, KeyValueStore, StoreHandle, Timer, TimerKind};
 use crate::record::{ProcessError, Record};
 
 /// A record between the nodes of a topology: typed key and value (`None` is Kafka's null),
@@ -43,6 +43,18 @@ pub trait NodeProcessor<K, V>: Send {
         ctx: &mut NodeContext<'_, '_>,
         record: TypedRecord<K, V>,
     ) -> Result<(), ProcessError>;
+
+    /// Called when a timer this node scheduled ([`NodeContext::schedule_event_time`] …) is
+    /// due; what it writes, forwards and schedules commits with the batch that fired it. An
+    /// error (or a panic) discards that and dead-letters the timer. The default does nothing.
+    fn on_timer(
+        &mut self,
+        ctx: &mut NodeContext<'_, '_>,
+        timer: &Timer,
+    ) -> Result<(), ProcessError> {
+        let _ = (ctx, timer);
+        Ok(())
+    }
 }
 
 impl<K, V, F> NodeProcessor<K, V> for F
@@ -169,6 +181,45 @@ impl<'n, 'a> NodeContext<'n, 'a> {
     /// The batch's wall-clock time (ms): the runtime's clock, or the test driver's.
     pub fn wall_clock_ms(&self) -> i64 {
         self.inner.wall_clock_ms()
+    }
+
+    /// The event time of the input record (its source's timestamp extractor), or in
+    /// [`NodeProcessor::on_timer`] the timer's due time. Outputs carry it unless a forwarded
+    /// record sets its own `timestamp`.
+    pub fn event_time_ms(&self) -> Option<i64> {
+        self.inner.event_time_ms()
+    }
+
+    /// The partition's stream time: the largest event time it has seen (this record's
+    /// included).
+    pub fn stream_time_ms(&self) -> Option<i64> {
+        self.inner.stream_time_ms()
+    }
+
+    /// Schedules this node's event-time timer of `key` at `at_ms` (replacing its pending one):
+    /// [`NodeProcessor::on_timer`] is called once stream time reaches it.
+    pub fn schedule_event_time(&mut self, key: &[u8], at_ms: i64) -> Result<(), ProcessError> {
+        self.schedule(Timer::event_time(key, at_ms))
+    }
+
+    /// Schedules this node's wall-clock timer of `key` at `at_ms` (replacing its pending one).
+    pub fn schedule_wall_clock(&mut self, key: &[u8], at_ms: i64) -> Result<(), ProcessError> {
+        self.schedule(Timer::wall_clock(key, at_ms))
+    }
+
+    /// Schedules `timer` (with its payload) for this node: its name becomes the node's.
+    pub fn schedule(&mut self, timer: Timer) -> Result<(), ProcessError> {
+        self.inner.schedule(timer.named(self.node))
+    }
+
+    /// Cancels this node's timer of `kind` for `key`; whether one was pending.
+    pub fn cancel(&mut self, kind: TimerKind, key: &[u8]) -> Result<bool, ProcessError> {
+        self.inner.cancel(kind, self.node, key)
+    }
+
+    /// When this node's timer of `kind` for `key` is due, if one is pending.
+    pub fn timer_due(&self, kind: TimerKind, key: &[u8]) -> Result<Option<i64>, ProcessError> {
+        self.inner.timer_due(kind, self.node, key)
     }
 
     /// The message id dedup uses for the input record, if any.

@@ -98,6 +98,24 @@ pub fn create_topics(names: &[&str], partitions: i32) {
     topics::apply_blocking(&clients(), &specs, Duration::from_secs(30)).expect("creating topics");
 }
 
+/// Re-executes this test binary running only its `child_instance` test, with `env` set to
+/// `value`: an instance a test can kill as a process (SIGKILL with `Child::kill`).
+pub fn spawn_child(env: &str, value: &str) -> std::process::Child {
+    std::process::Command::new(std::env::current_exe().expect("test binary"))
+        .args([
+            "child_instance",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(env, value)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn the instance")
+}
+
 /// Polls `f` every 100 ms until it returns `Some`, failing the test after `timeout`.
 pub fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
     let deadline = Instant::now() + timeout;

@@ -1,0 +1,191 @@
+//! Firing due timers inside the open batch: the queue of one kind is scanned in due order from
+//! where nothing earlier is pending up to the clock, each timer is removed and handed to
+//! [`super::Processor::on_timer`], and its writes, emits and new timers join the batch — so a
+//! timer fires exactly once with its effects, or again after a crash.
+//!
+//! A callback that fails (an error or a panic) cannot go up a retry ladder: there is no record
+//! to forward. Its effects are discarded and the timer is dead-lettered to the DLT of the
+//! first input topic, on the task's partition, keyed by the timer's key with its payload as the
+//! value and `eosflow.dlt.timer.{kind,name,due}` headers (offset `-1`), logged at ERROR and
+//! counted in `eosflow_timers_failed_total{kind}`. No timer can stall its partition.
+//!
+//! In the runtime, timers fired count like records against `processor.max_batch_records`: at
+//! the start of each batch the due wall-clock timers (and event-time ones a full batch left)
+//! fire, then each record's partition fires what its stream time reached. An idle instance
+//! checks each task's next wall-clock due time (kept exact at every commit) once per commit
+//! interval, so a wall-clock timer fires within about `processor.commit_interval_ms` of its
+//! due time. An output of a timer callback the broker refuses outright (over the size limit,
+//! an unknown topic) dead-letters the timer too; unlike a record's, the callback's writes and
+//! the outputs sent before that one stay in the batch (there is no record to isolate and run
+//! again without).
+
+use std::ops::Bound;
+
+use super::engine::{Engine, Output};
+use super::timers::{self, Timer, TimerKind};
+use super::{ProcessError, Processor, Record};
+use crate::retry::dlt::{self, DltClass};
+use crate::retry::headers::History;
+use crate::sink::SinkError;
+use crate::telemetry;
+
+impl<P: Processor, O: Output> Engine<'_, P, O> {
+    /// Fires the timers of `kind` due at `up_to` or before on `partition`, in due order, at
+    /// most `budget` of them (timers a callback schedules at or before `up_to` fire in the same
+    /// call). Returns how many fired; what the budget left stays due for the next batch.
+    pub(crate) fn fire_timers(
+        &mut self,
+        partition: i32,
+        kind: TimerKind,
+        up_to: i64,
+        budget: usize,
+        now: i64,
+    ) -> Result<usize, SinkError> {
+        let mut fired = 0;
+        // Within one call the scan goes on after the last timer fired (its tombstone is in the
+        // batch), unless a callback scheduled an earlier one and so lowered `scan_from`.
+        let mut cursor: Option<(i64, Vec<u8>)> = None;
+        let mut queue = timers::QueueReader::default();
+        loop {
+            let Some(task) = self.tasks.get_mut(&partition) else {
+                return Ok(fired);
+            };
+            let from = task.scan_from[kind.index()];
+            if from > up_to {
+                return Ok(fired);
+            }
+            let start = match cursor.take() {
+                Some((due, key)) if from >= due => Bound::Excluded(key),
+                _ => timers::from_due(kind, from),
+            };
+            let bounds = timers::due_bounds(kind, start, i64::MAX);
+            let next = queue.next(&task.overlay, &task.store, &bounds)?;
+            let Some((key, timer)) = next else {
+                task.scan_from[kind.index()] = i64::MAX;
+                return Ok(fired);
+            };
+            task.scan_from[kind.index()] = timer.due_ms;
+            if timer.due_ms > up_to || fired >= budget {
+                return Ok(fired);
+            }
+            timers::remove(&mut task.overlay, &key, &timer);
+            fired += 1;
+            self.summary.timers_fired += 1;
+            telemetry::timer_fired(kind.as_str());
+            self.fire(partition, &timer, now)?;
+            cursor = Some((timer.due_ms, key));
+        }
+    }
+
+    /// Fires the event-time timers of `partition` its stream time has reached (at most
+    /// `budget`).
+    pub(crate) fn fire_event_time(
+        &mut self,
+        partition: i32,
+        budget: usize,
+        now: i64,
+    ) -> Result<usize, SinkError> {
+        let Some(stream) = self.tasks.get(&partition).and_then(|t| t.stream_time) else {
+            return Ok(0);
+        };
+        self.fire_timers(partition, TimerKind::EventTime, stream, budget, now)
+    }
+
+    /// Fires every partition's timers due at the start of a batch — wall-clock ones due at
+    /// `now`, and event-time ones an earlier batch's limit left — at most `budget` in all.
+    pub(crate) fn fire_due(&mut self, budget: usize, now: i64) -> Result<usize, SinkError> {
+        let due: Vec<i32> = self
+            .tasks
+            .iter()
+            .filter(|(_, t)| t.timer_due(now))
+            .map(|(p, _)| *p)
+            .collect();
+        let mut fired = 0;
+        for p in due {
+            fired += self.fire_event_time(p, budget.saturating_sub(fired), now)?;
+            let left = budget.saturating_sub(fired);
+            fired += self.fire_timers(p, TimerKind::WallClock, now, left, now)?;
+        }
+        Ok(fired)
+    }
+
+    /// Calls the processor's `on_timer` for one removed timer and keeps its effects, or
+    /// dead-letters the timer if the call fails.
+    fn fire(&mut self, partition: i32, timer: &Timer, now: i64) -> Result<(), SinkError> {
+        let Some(task) = self.tasks.get_mut(&partition) else {
+            return Ok(());
+        };
+        let processor = &mut self.processor;
+        let outcome = task.call(None, now, Some(timer.due_ms), "timer callback", |ctx| {
+            processor.on_timer(ctx, timer)
+        });
+        match outcome {
+            Ok((writes, named, emits)) => {
+                task.absorb(writes, named);
+                match self.send_emits(emits, &[], Some(timer.due_ms)) {
+                    // No record to isolate and retry without: the timer is dead-lettered so the
+                    // batch can commit (see the module doc).
+                    Err(SinkError::Unwritable { topic, source }) => {
+                        let e = ProcessError::permanent(format!("output to {topic}: {source}"));
+                        self.timer_failed(partition, timer, &e, now)
+                    }
+                    other => other,
+                }
+            }
+            Err(e) => self.timer_failed(partition, timer, &e, now),
+        }
+    }
+
+    /// A timer whose callback failed: logged, counted and dead-lettered (see the module doc).
+    fn timer_failed(
+        &mut self,
+        partition: i32,
+        timer: &Timer,
+        err: &ProcessError,
+        now: i64,
+    ) -> Result<(), SinkError> {
+        let kind = timer.kind.as_str();
+        tracing::error!(
+            partition,
+            kind,
+            name = %timer.name,
+            key = %String::from_utf8_lossy(&timer.key),
+            due_ms = timer.due_ms,
+            error = %err,
+            "timer callback failed: its effects are discarded and the timer is dead-lettered"
+        );
+        telemetry::timer_failed(kind);
+        let Some(input) = self.opts.input_topics.first().cloned() else {
+            return Ok(());
+        };
+        let record = Record {
+            topic: &input,
+            partition,
+            offset: -1,
+            timestamp: Some(timer.due_ms),
+            key: Some(&timer.key),
+            value: Some(&timer.payload),
+            headers: &[],
+        };
+        let class = match err {
+            ProcessError::Transient(_) => DltClass::TransientExhausted,
+            ProcessError::Permanent(_) => DltClass::Permanent,
+        };
+        let mut h = dlt::headers(
+            &record,
+            &History::of(&record),
+            &self.opts.app_id,
+            class,
+            Some(err),
+            now,
+        );
+        for (k, v) in [
+            ("timer.kind", kind.to_string()),
+            ("timer.name", timer.name.clone()),
+            ("timer.due", timer.due_ms.to_string()),
+        ] {
+            h.push((format!("{}{k}", dlt::PREFIX), v.into_bytes()));
+        }
+        self.send_dead_letter(&record, &dlt::topic_for(&input), &h, 0)
+    }
+}
