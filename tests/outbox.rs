@@ -7,6 +7,10 @@
 //! and removes its slot at the end (a forgotten slot pins WAL on the shared stack).
 
 mod support;
+#[path = "outbox/tables.rs"]
+mod tables;
+#[path = "outbox/writer.rs"]
+mod writer;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
