@@ -1183,6 +1183,15 @@ impl Config {
                     ));
                 }
             }
+            if !o.column_schema_version.is_empty() && !ident(&o.column_schema_version) {
+                return Err(bad(
+                    "outbox.column_schema_version",
+                    format!(
+                        "{:?}: a column name, or empty for none",
+                        o.column_schema_version
+                    ),
+                ));
+            }
             if !o.route_by.is_empty() && !ident(&o.route_by) {
                 return Err(bad(
                     "outbox.route_by",
@@ -1678,6 +1687,48 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("outbox.topic_template"), "{err}");
+    }
+
+    #[test]
+    fn outbox_tables_inherit_the_outbox_keys_and_bad_entries_are_named() {
+        let c = Config::from_sources(
+            Some(
+                "[outbox]\ncolumn_id = \"event_id\"\n[[outbox.tables]]\ntable = \"s.events\"\n\
+                 column_payload = \"body\"\nroute_by = \"kind\"\n",
+            ),
+            None,
+            &[],
+        )
+        .expect("valid");
+        let served = c.outbox.served();
+        assert_eq!(served.len(), 2);
+        assert_eq!(
+            (served[1].table.as_str(), served[1].column_id.as_str()),
+            ("s.events", "event_id")
+        );
+        assert_eq!(
+            (
+                served[1].column_payload.as_str(),
+                served[1].route_by.as_str()
+            ),
+            ("body", "kind")
+        );
+        assert_eq!(served[0].column_payload, "payload");
+        assert!(served.iter().all(|t| t.tables.is_empty()));
+        let bad = |toml: &str| {
+            Config::from_sources(Some(toml), None, &[])
+                .unwrap_err()
+                .to_string()
+        };
+        let err = bad("[[outbox.tables]]\ntable = \"s.events\"\ncolumn_id = \"Bad\"\n");
+        assert!(
+            err.contains("outbox.tables") && err.contains("s.events") && err.contains("column_id"),
+            "{err}"
+        );
+        let err = bad("[[outbox.tables]]\ntable = \"outbox\"\n");
+        assert!(err.contains("twice"), "{err}");
+        let err = bad("[outbox]\nmode = \"poll\"\n[[outbox.tables]]\ntable = \"b\"\n");
+        assert!(err.contains("CDC mode only"), "{err}");
     }
 
     #[test]
