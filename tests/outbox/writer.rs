@@ -79,20 +79,20 @@ fn rows_appended_in_tokio_postgres_and_sqlx_transactions_arrive_once_with_the_co
             .expect("sqlx connect");
         let mut tx = conn.begin().await.expect("begin");
         let id = writer
-            .append_sqlx(&mut *tx, &placed("o-sqlx"), &ctx("sqlx"))
+            .append_sqlx(&mut tx, &placed("o-sqlx"), &ctx("sqlx"))
             .await
             .expect("append");
         tx.commit().await.expect("commit");
         let mut tx = conn.begin().await.expect("begin");
         let gone = writer
-            .append_sqlx(&mut *tx, &placed("o-rolled-back"), &ctx("rb"))
+            .append_sqlx(&mut tx, &placed("o-rolled-back"), &ctx("rb"))
             .await
             .expect("append");
         tx.rollback().await.expect("rollback");
         // Committed after the rollbacks: once it is in Kafka, they would have been too.
         let mut tx = conn.begin().await.expect("begin");
         let last = writer
-            .append_sqlx(&mut *tx, &placed("o-last"), &ctx("last"))
+            .append_sqlx(&mut tx, &placed("o-last"), &ctx("last"))
             .await
             .expect("append");
         tx.commit().await.expect("commit");
