@@ -74,8 +74,10 @@ pub struct OutboxRow {
 }
 
 impl OutboxRow {
-    /// The row's parameters in [`OutboxWriter::insert_sql`] order, text ones as text.
-    pub(crate) fn text_params(&self) -> [String; 6] {
+    /// `$1`‥`$6` of [`OutboxWriter::insert_sql`] as text (id, occurred_at in RFC 3339,
+    /// aggregate type and id, type, headers JSON); `$7` is [`OutboxRow::payload`]. With these a
+    /// service on another driver runs the same `INSERT`.
+    pub fn text_params(&self) -> [String; 6] {
         [
             self.id.to_string(),
             self.occurred_at
