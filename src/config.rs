@@ -458,6 +458,9 @@ pub struct OutboxConfig {
     pub column_headers: String,
     /// Set by the polling publisher when a row is published; pruning uses it.
     pub column_sent_at: String,
+    /// Optional column holding the payload's schema version: the `schema_version` header
+    /// (Debezium's `table.field.event.schema.version`); empty = none.
+    pub column_schema_version: String,
     /// Column whose value routes the row; empty = aggregate type, else the `type` prefix.
     pub route_by: String,
     /// Topic name template; `${routedByValue}` is replaced by the route value.
@@ -500,10 +503,45 @@ pub struct OutboxConfig {
     /// Extra columns copied into Kafka headers, `column:header[:name]` (Debezium's
     /// `table.fields.additional.placement`; only the `header` placement is supported).
     pub additional_placement: Vec<String>,
+    /// Further outbox tables served by the same router (`[[outbox.tables]]`), each with its
+    /// own column mappings and routing; `outbox.table` is always served too. All go through the
+    /// one slot and publication, in commit order. CDC mode only.
+    pub tables: Vec<OutboxTableConfig>,
     /// Debezium Outbox Event Router options by their Debezium names (`"table.field.event.id" =
     /// "event_id"`, …), mapped onto the keys above so a connector's configuration carries over;
     /// an option without an equivalent fails at start naming it.
     pub debezium: BTreeMap<String, String>,
+}
+
+/// One more outbox table of a router (`[[outbox.tables]]`): its name and the mappings that
+/// differ from the `outbox.*` ones (an empty key inherits the `outbox.*` value).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct OutboxTableConfig {
+    /// The table (optionally `schema.table`).
+    pub table: String,
+    /// `outbox.column_id` for this table.
+    pub column_id: String,
+    /// `outbox.column_occurred_at` for this table.
+    pub column_occurred_at: String,
+    /// `outbox.column_aggregate_type` for this table.
+    pub column_aggregate_type: String,
+    /// `outbox.column_aggregate_id` for this table.
+    pub column_aggregate_id: String,
+    /// `outbox.column_type` for this table.
+    pub column_type: String,
+    /// `outbox.column_payload` for this table.
+    pub column_payload: String,
+    /// `outbox.column_headers` for this table.
+    pub column_headers: String,
+    /// `outbox.column_schema_version` for this table.
+    pub column_schema_version: String,
+    /// `outbox.route_by` for this table.
+    pub route_by: String,
+    /// `outbox.topic_template` for this table.
+    pub topic_template: String,
+    /// `outbox.additional_placement` for this table.
+    pub additional_placement: Vec<String>,
 }
 
 /// Debezium option → the `outbox.*` key it sets (options with a fixed behaviour here are
@@ -517,6 +555,7 @@ pub const DEBEZIUM_OUTBOX_OPTIONS: &[(&str, &str)] = &[
     ("route.by.field", "route_by"),
     ("route.topic.replacement", "topic_template"),
     ("table.fields.additional.placement", "additional_placement"),
+    ("table.field.event.schema.version", "column_schema_version"),
 ];
 
 impl OutboxConfig {
@@ -548,6 +587,10 @@ impl OutboxConfig {
                     (&mut c.column_occurred_at, &defaults.column_occurred_at)
                 }
                 "route.by.field" => (&mut c.route_by, &defaults.route_by),
+                "table.field.event.schema.version" => (
+                    &mut c.column_schema_version,
+                    &defaults.column_schema_version,
+                ),
                 "route.topic.replacement" => (&mut c.topic_template, &defaults.topic_template),
                 "table.fields.additional.placement" => {
                     c.additional_placement.extend(
@@ -583,6 +626,42 @@ impl OutboxConfig {
         }
         Ok(c)
     }
+
+    /// Every table the router serves, each as a whole configuration: `outbox.table` first,
+    /// then `outbox.tables` in order with their keys over the `outbox.*` ones (`tables`
+    /// empty in each).
+    pub fn served(&self) -> Vec<OutboxConfig> {
+        let base = OutboxConfig {
+            tables: vec![],
+            ..self.clone()
+        };
+        let mut out = vec![base.clone()];
+        for t in &self.tables {
+            let mut c = base.clone();
+            c.table = t.table.clone();
+            for (field, value) in [
+                (&mut c.column_id, &t.column_id),
+                (&mut c.column_occurred_at, &t.column_occurred_at),
+                (&mut c.column_aggregate_type, &t.column_aggregate_type),
+                (&mut c.column_aggregate_id, &t.column_aggregate_id),
+                (&mut c.column_type, &t.column_type),
+                (&mut c.column_payload, &t.column_payload),
+                (&mut c.column_headers, &t.column_headers),
+                (&mut c.column_schema_version, &t.column_schema_version),
+                (&mut c.route_by, &t.route_by),
+                (&mut c.topic_template, &t.topic_template),
+            ] {
+                if !value.is_empty() {
+                    *field = value.clone();
+                }
+            }
+            if !t.additional_placement.is_empty() {
+                c.additional_placement = t.additional_placement.clone();
+            }
+            out.push(c);
+        }
+        out
+    }
 }
 
 impl Default for OutboxConfig {
@@ -598,6 +677,7 @@ impl Default for OutboxConfig {
             column_payload: "payload".into(),
             column_headers: "headers".into(),
             column_sent_at: "sent_at".into(),
+            column_schema_version: String::new(),
             route_by: String::new(),
             topic_template: "outbox.event.${routedByValue}".into(),
             topic_partitions: 8,
@@ -616,6 +696,7 @@ impl Default for OutboxConfig {
             discard_checkpoint: String::new(),
             snapshot: "initial".into(),
             additional_placement: vec![],
+            tables: vec![],
             debezium: BTreeMap::new(),
         }
     }
@@ -1051,21 +1132,112 @@ impl Config {
             .effective()
             .map_err(|(option, reason)| bad("outbox.debezium", format!("{option:?}: {reason}")))?;
         let o = &effective;
-        for p in &o.additional_placement {
-            let ok = match p.split(':').collect::<Vec<_>>().as_slice() {
-                [column, "header"] => ident(column),
-                [column, "header", name] => ident(column) && !name.is_empty(),
-                _ => false,
+        /// The checks of one served table (`outbox.table` or an `outbox.tables` entry).
+        fn check_table(o: &OutboxConfig) -> Result<(), ConfigError> {
+            for p in &o.additional_placement {
+                let ok = match p.split(':').collect::<Vec<_>>().as_slice() {
+                    [column, "header"] => ident(column),
+                    [column, "header", name] => ident(column) && !name.is_empty(),
+                    _ => false,
+                };
+                if !ok {
+                    return Err(bad(
+                        "outbox.additional_placement",
+                        format!(
+                            "{p:?}: use `column:header` or `column:header:name` (placements other \
+                             than `header` are not supported)"
+                        ),
+                    ));
+                }
+            }
+            let table_ok = match o.table.split_once('.') {
+                Some((schema, table)) => ident(schema) && ident(table),
+                None => ident(&o.table),
             };
-            if !ok {
+            if !table_ok {
                 return Err(bad(
-                    "outbox.additional_placement",
+                    "outbox.table",
                     format!(
-                        "{p:?}: use `column:header` or `column:header:name` (placements other \
-                         than `header` are not supported)"
+                        "{:?}: use a lower-case identifier, optionally schema.table",
+                        o.table
                     ),
                 ));
             }
+            let columns: [(&'static str, &str); 8] = [
+                ("outbox.column_id", &o.column_id),
+                ("outbox.column_occurred_at", &o.column_occurred_at),
+                ("outbox.column_aggregate_type", &o.column_aggregate_type),
+                ("outbox.column_aggregate_id", &o.column_aggregate_id),
+                ("outbox.column_type", &o.column_type),
+                ("outbox.column_payload", &o.column_payload),
+                ("outbox.column_headers", &o.column_headers),
+                ("outbox.column_sent_at", &o.column_sent_at),
+            ];
+            for (key, value) in columns {
+                if !ident(value) {
+                    return Err(bad(
+                        key,
+                        format!(
+                            "{value:?}: use a lower-case identifier (letters, digits, '_', ≤ 63)"
+                        ),
+                    ));
+                }
+            }
+            if !o.column_schema_version.is_empty() && !ident(&o.column_schema_version) {
+                return Err(bad(
+                    "outbox.column_schema_version",
+                    format!(
+                        "{:?}: a column name, or empty for none",
+                        o.column_schema_version
+                    ),
+                ));
+            }
+            if !o.route_by.is_empty() && !ident(&o.route_by) {
+                return Err(bad(
+                    "outbox.route_by",
+                    format!(
+                        "{:?}: a column name, or empty for the aggregate type",
+                        o.route_by
+                    ),
+                ));
+            }
+            if !o.topic_template.contains("${routedByValue}") {
+                return Err(bad(
+                    "outbox.topic_template",
+                    format!("{:?} must contain ${{routedByValue}}", o.topic_template),
+                ));
+            }
+            Ok(())
+        }
+        for (i, t) in o.served().iter().enumerate() {
+            check_table(t).map_err(|e| match e {
+                ConfigError::Invalid { key, reason, .. } if i > 0 => bad(
+                    "outbox.tables",
+                    format!("entry {i} ({}): {key}: {reason}", t.table),
+                ),
+                e => e,
+            })?;
+        }
+        let mut names: Vec<_> = o.served().iter().map(|t| t.table.clone()).collect();
+        names.sort();
+        names.dedup();
+        if names.len() != o.tables.len() + 1 {
+            return Err(bad("outbox.tables", "a table is listed twice"));
+        }
+        if !o.tables.is_empty() && o.mode != "cdc" {
+            return Err(bad(
+                "outbox.tables",
+                "several tables are served in CDC mode only (outbox.mode = \"cdc\")",
+            ));
+        }
+        if !ident(&o.slot) {
+            return Err(bad(
+                "outbox.slot",
+                format!(
+                    "{:?}: use a lower-case identifier (letters, digits, '_', ≤ 63)",
+                    o.slot
+                ),
+            ));
         }
         if o.mode != "cdc" && o.mode != "poll" {
             return Err(bad(
@@ -1073,57 +1245,10 @@ impl Config {
                 format!("{:?}: use `cdc` or `poll`", o.mode),
             ));
         }
-        let table_ok = match o.table.split_once('.') {
-            Some((schema, table)) => ident(schema) && ident(table),
-            None => ident(&o.table),
-        };
-        if !table_ok {
-            return Err(bad(
-                "outbox.table",
-                format!(
-                    "{:?}: use a lower-case identifier, optionally schema.table",
-                    o.table
-                ),
-            ));
-        }
-        let columns: [(&'static str, &str); 9] = [
-            ("outbox.column_id", &o.column_id),
-            ("outbox.column_occurred_at", &o.column_occurred_at),
-            ("outbox.column_aggregate_type", &o.column_aggregate_type),
-            ("outbox.column_aggregate_id", &o.column_aggregate_id),
-            ("outbox.column_type", &o.column_type),
-            ("outbox.column_payload", &o.column_payload),
-            ("outbox.column_headers", &o.column_headers),
-            ("outbox.column_sent_at", &o.column_sent_at),
-            ("outbox.slot", &o.slot),
-        ];
-        for (key, value) in columns {
-            if !ident(value) {
-                return Err(bad(
-                    key,
-                    format!("{value:?}: use a lower-case identifier (letters, digits, '_', ≤ 63)"),
-                ));
-            }
-        }
         if !ident(&o.publication) {
             return Err(bad(
                 "outbox.publication",
                 format!("{:?}: use a lower-case identifier", o.publication),
-            ));
-        }
-        if !o.route_by.is_empty() && !ident(&o.route_by) {
-            return Err(bad(
-                "outbox.route_by",
-                format!(
-                    "{:?}: a column name, or empty for the aggregate type",
-                    o.route_by
-                ),
-            ));
-        }
-        if !o.topic_template.contains("${routedByValue}") {
-            return Err(bad(
-                "outbox.topic_template",
-                format!("{:?} must contain ${{routedByValue}}", o.topic_template),
             ));
         }
         if !(1..=10_000).contains(&o.topic_partitions) {
@@ -1562,6 +1687,48 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("outbox.topic_template"), "{err}");
+    }
+
+    #[test]
+    fn outbox_tables_inherit_the_outbox_keys_and_bad_entries_are_named() {
+        let c = Config::from_sources(
+            Some(
+                "[outbox]\ncolumn_id = \"event_id\"\n[[outbox.tables]]\ntable = \"s.events\"\n\
+                 column_payload = \"body\"\nroute_by = \"kind\"\n",
+            ),
+            None,
+            &[],
+        )
+        .expect("valid");
+        let served = c.outbox.served();
+        assert_eq!(served.len(), 2);
+        assert_eq!(
+            (served[1].table.as_str(), served[1].column_id.as_str()),
+            ("s.events", "event_id")
+        );
+        assert_eq!(
+            (
+                served[1].column_payload.as_str(),
+                served[1].route_by.as_str()
+            ),
+            ("body", "kind")
+        );
+        assert_eq!(served[0].column_payload, "payload");
+        assert!(served.iter().all(|t| t.tables.is_empty()));
+        let bad = |toml: &str| {
+            Config::from_sources(Some(toml), None, &[])
+                .unwrap_err()
+                .to_string()
+        };
+        let err = bad("[[outbox.tables]]\ntable = \"s.events\"\ncolumn_id = \"Bad\"\n");
+        assert!(
+            err.contains("outbox.tables") && err.contains("s.events") && err.contains("column_id"),
+            "{err}"
+        );
+        let err = bad("[[outbox.tables]]\ntable = \"outbox\"\n");
+        assert!(err.contains("twice"), "{err}");
+        let err = bad("[outbox]\nmode = \"poll\"\n[[outbox.tables]]\ntable = \"b\"\n");
+        assert!(err.contains("CDC mode only"), "{err}");
     }
 
     #[test]

@@ -6,7 +6,13 @@
 //! Every test uses its own table, slot, publication, app id (offsets topic) and routed topics,
 //! and removes its slot at the end (a forgotten slot pins WAL on the shared stack).
 
+#[path = "outbox/large.rs"]
+mod large;
 mod support;
+#[path = "outbox/tables.rs"]
+mod tables;
+#[path = "outbox/writer.rs"]
+mod writer;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
@@ -82,6 +88,9 @@ struct Outbox {
 #[derive(Debug, Clone)]
 struct Seen {
     topic: String,
+    /// Where it is: a failed order check names both records.
+    partition: i32,
+    offset: i64,
     key: String,
     value: Option<String>,
     headers: BTreeMap<String, String>,
@@ -256,6 +265,8 @@ impl Outbox {
                 }
                 seen.push(Seen {
                     topic: topic.clone(),
+                    partition: m.partition(),
+                    offset: m.offset(),
                     key: String::from_utf8_lossy(m.key().unwrap_or_default()).into_owned(),
                     value: m.payload().map(|p| String::from_utf8_lossy(p).into_owned()),
                     headers,
@@ -599,22 +610,37 @@ fn kill_9_of_the_router_at_random_points_leaves_every_row_in_kafka_exactly_once(
         let seen = o.read(&["Order"]);
         (count_by_id(&seen).len() >= ROWS).then_some(seen)
     });
+    // Duplicates first: a re-published row also breaks the order below, and would be
+    // reported as an order violation that hides what happened.
+    let counts = count_by_id(&seen);
+    let dups: Vec<_> = counts.iter().filter(|(_, &n)| n > 1).collect();
+    assert!(
+        dups.is_empty(),
+        "{} ids duplicated after {kills} kills, e.g. {:?} (router logs in {})",
+        dups.len(),
+        dups.iter().take(5).collect::<Vec<_>>(),
+        o.logs.display()
+    );
     // Per-aggregate order across the crashes: `n` rises with commit order within an aggregate.
-    let mut last: HashMap<&str, i64> = HashMap::new();
+    let mut last: HashMap<&str, (i64, &Seen)> = HashMap::new();
     for s in &seen {
         let v: serde_json::Value =
             serde_json::from_str(s.value.as_deref().unwrap_or("null")).expect("json payload");
         let n = v["n"].as_i64().expect("n");
-        if let Some(prev) = last.insert(s.key.as_str(), n) {
-            assert!(prev < n, "{}: {n} after {prev}", s.key);
+        if let Some((prev, p)) = last.insert(s.key.as_str(), (n, s)) {
+            assert!(
+                prev < n,
+                "{}: {n} (partition {} offset {}) after {prev} (partition {} offset {}); \
+                 router logs in {}",
+                s.key,
+                s.partition,
+                s.offset,
+                p.partition,
+                p.offset,
+                o.logs.display()
+            );
         }
     }
-    let counts = count_by_id(&seen);
-    let dups: Vec<_> = counts.iter().filter(|(_, &n)| n > 1).take(5).collect();
-    assert!(
-        dups.is_empty(),
-        "duplicated ids after {kills} kills: {dups:?}"
-    );
     assert_eq!(seen.len(), ROWS, "after {kills} kills");
     eprintln!("{ROWS} rows exactly once after {kills} kill -9");
 }

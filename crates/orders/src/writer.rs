@@ -16,6 +16,7 @@ use super::now_ms;
 use super::processor::EVENT_ID_HEADER;
 use eosflow::config::OutboxConfig;
 use eosflow_outbox::quote_ident;
+use eosflow_outbox_writer::{Columns, Context, OutboxEvent, OutboxWriter, Payload};
 
 /// Why the writer stopped.
 #[derive(Debug, thiserror::Error)]
@@ -28,9 +29,34 @@ pub enum WriterError {
         /// The driver's error.
         source: tokio_postgres::Error,
     },
+    /// The outbox row could not be appended.
+    #[error("outbox: {0}")]
+    Outbox(#[from] eosflow_outbox_writer::WriteError),
     /// Anything else (runtime, migration).
     #[error("{0}")]
     Other(String),
+}
+
+/// An order event as the outbox writer library takes it: aggregate `Order`, keyed by order id.
+struct OrderEvent<'a> {
+    order_id: &'a str,
+    type_name: &'a str,
+    payload: &'a serde_json::Value,
+}
+
+impl OutboxEvent for OrderEvent<'_> {
+    fn aggregate_type(&self) -> &str {
+        "Order"
+    }
+    fn aggregate_id(&self) -> &str {
+        self.order_id
+    }
+    fn event_type(&self) -> &str {
+        self.type_name
+    }
+    fn payload(&self) -> Payload {
+        Payload::Json(self.payload.clone())
+    }
 }
 
 fn pg(what: &str) -> impl FnOnce(tokio_postgres::Error) -> WriterError + '_ {
@@ -91,7 +117,7 @@ pub struct Writer {
     client: tokio_postgres::Client,
     rt: tokio::runtime::Runtime,
     orders: String,
-    outbox: String,
+    outbox: OutboxWriter,
 }
 
 impl std::fmt::Debug for Writer {
@@ -140,7 +166,19 @@ impl Writer {
             client,
             rt,
             orders: quote_ident(orders_table),
-            outbox: eosflow_outbox::quoted_table(outbox),
+            outbox: OutboxWriter::with_columns(
+                &outbox.table,
+                Columns {
+                    id: outbox.column_id.clone(),
+                    occurred_at: outbox.column_occurred_at.clone(),
+                    aggregate_type: outbox.column_aggregate_type.clone(),
+                    aggregate_id: outbox.column_aggregate_id.clone(),
+                    event_type: outbox.column_type.clone(),
+                    payload: outbox.column_payload.clone(),
+                    headers: outbox.column_headers.clone(),
+                    payload_bytea: false,
+                },
+            ),
         })
     }
 
@@ -175,31 +213,6 @@ impl Writer {
         Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
     }
 
-    async fn outbox_row(
-        tx: &tokio_postgres::Transaction<'_>,
-        outbox: &str,
-        order_id: &str,
-        type_name: &str,
-        payload: &serde_json::Value,
-        event_id: &str,
-    ) -> Result<(), WriterError> {
-        tx.execute(
-            &format!(
-                "insert into {outbox} (id, aggregate_type, aggregate_id, type, payload, headers) values ($1, 'Order', $2, $3, $4, $5)"
-            ),
-            &[
-                &uuid::Uuid::new_v4(),
-                &order_id,
-                &type_name,
-                payload,
-                &json!({ EVENT_ID_HEADER: event_id }),
-            ],
-        )
-        .await
-        .map_err(pg("inserting the outbox row"))?;
-        Ok(())
-    }
-
     /// One SQL transaction: optionally an `orders` statement, then one outbox row.
     fn write(
         &mut self,
@@ -209,7 +222,7 @@ impl Writer {
         payload: &serde_json::Value,
         event_id: &str,
     ) -> Result<(), WriterError> {
-        let outbox = self.outbox.clone();
+        let outbox = &self.outbox;
         let client = &mut self.client;
         self.rt.block_on(async {
             let tx = client.transaction().await.map_err(pg("begin"))?;
@@ -222,7 +235,15 @@ impl Writer {
                     .await
                     .map_err(pg("writing the orders row"))?;
             }
-            Self::outbox_row(&tx, &outbox, order_id, type_name, payload, event_id).await?;
+            // The service's event, through the outbox writer library: the event id the
+            // processor deduplicates by travels as a header of the context.
+            let event = OrderEvent {
+                order_id,
+                type_name,
+                payload,
+            };
+            let ctx = Context::default().header(EVENT_ID_HEADER, event_id);
+            outbox.append_tokio_postgres(&tx, &event, &ctx).await?;
             tx.commit().await.map_err(pg("commit"))
         })
     }

@@ -64,6 +64,8 @@ pub enum Outcome {
     Avro,
     /// No contract for its type (or a tombstone): the JSON as is.
     Json,
+    /// Already Confluent-framed Avro (written by `eosflow-outbox-writer`): as is.
+    Prebuilt,
     /// The payload does not fit its contract: sent to the DLT with this reason.
     DeadLettered(String),
 }
@@ -141,6 +143,11 @@ impl PayloadEncoder {
         let Some(json) = r.value.as_deref() else {
             return Ok(Outcome::Json);
         };
+        // Already in the Confluent wire format (a `bytea` payload the writer library encoded
+        // and registered): published as is. JSON text never starts with a zero byte.
+        if json.first() == Some(&0) {
+            return Ok(Outcome::Prebuilt);
+        }
         let (schema, text) = match self.schema(&type_name) {
             None => return Ok(Outcome::Json),
             Some(Err(e)) => return Err(OutboxError::Config(e)),

@@ -137,6 +137,7 @@ pub async fn ensure_publication(
     config: &Config,
 ) -> Result<(), OutboxError> {
     let o = &config.outbox;
+    let served = o.served();
     let has_pub = pg
         .query_opt(
             "select 1 from pg_publication where pubname = $1",
@@ -146,33 +147,36 @@ pub async fn ensure_publication(
         .map_err(pg_err("looking up the publication"))?
         .is_some();
     if !has_pub {
+        let tables: Vec<String> = served.iter().map(quoted_table).collect();
         let sql = format!(
             "create publication {} for table {}",
             quote_ident(&o.publication),
-            quoted_table(o)
+            tables.join(", ")
         );
         if let Err(e) = pg.batch_execute(&sql).await {
             if e.code() != Some(&tokio_postgres::error::SqlState::DUPLICATE_OBJECT) {
                 return Err(pg_err("creating the publication")(e));
             }
         }
-        tracing::info!(publication = %o.publication, table = %o.table, "created publication");
+        tracing::info!(publication = %o.publication, tables = ?tables, "created publication");
     }
-    let (schema, table) = super::schema_table(o);
-    let covers = pg
-        .query_opt(
-            "select 1 from pg_publication_tables where pubname = $1 and schemaname = $2 and tablename = $3",
-            &[&o.publication, &schema, &table],
-        )
-        .await
-        .map_err(pg_err("checking the publication's tables"))?
-        .is_some();
-    if !covers {
-        return Err(OutboxError::Config(format!(
-            "publication {} exists but does not publish {} (outbox.publication / outbox.table): \
-             ALTER PUBLICATION … ADD TABLE, or name another publication",
-            o.publication, o.table
-        )));
+    for t in &served {
+        let (schema, table) = super::schema_table(t);
+        let covers = pg
+            .query_opt(
+                "select 1 from pg_publication_tables where pubname = $1 and schemaname = $2 and tablename = $3",
+                &[&o.publication, &schema, &table],
+            )
+            .await
+            .map_err(pg_err("checking the publication's tables"))?
+            .is_some();
+        if !covers {
+            return Err(OutboxError::Config(format!(
+                "publication {} exists but does not publish {} (outbox.publication / outbox.table / \
+                 outbox.tables): ALTER PUBLICATION … ADD TABLE, or name another publication",
+                o.publication, t.table
+            )));
+        }
     }
     Ok(())
 }
@@ -271,11 +275,20 @@ async fn lock_slot(
     }
 }
 
+/// One served outbox table in a session: rows of other tables of the publication are not routed.
+struct Served {
+    /// (schema, table), as pgoutput's Relation message names it.
+    name: (String, String),
+    /// Its payload column (a `bytea` one is published as its bytes).
+    payload: String,
+    /// Its mapping.
+    router: EventRouter,
+}
+
 struct Session<'a> {
     config: &'a Config,
-    router: EventRouter,
-    /// (schema, table) of the outbox: other tables of the publication are not routed.
-    table: (String, String),
+    /// Every served table (`outbox.table`, then `outbox.tables`).
+    tables: Vec<Served>,
     relations: HashMap<u32, Relation>,
     /// Rows of the Postgres transaction being received.
     open_tx: Vec<RoutedRecord>,
@@ -299,11 +312,18 @@ impl<'a> Session<'a> {
         Session {
             encoder,
             config,
-            router: EventRouter::new(o),
-            table: {
-                let (schema, table) = super::schema_table(o);
-                (schema.to_string(), table.to_string())
-            },
+            tables: o
+                .served()
+                .iter()
+                .map(|t| {
+                    let (schema, table) = super::schema_table(t);
+                    Served {
+                        name: (schema.to_string(), table.to_string()),
+                        payload: t.column_payload.clone(),
+                        router: EventRouter::new(t),
+                    }
+                })
+                .collect(),
             relations: HashMap::new(),
             open_tx: vec![],
             open_ignored: 0,
@@ -317,6 +337,13 @@ impl<'a> Session<'a> {
         }
     }
 
+    /// The served table named (schema, table), if it is one.
+    fn served_mut(&mut self, schema: &str, table: &str) -> Option<&mut Served> {
+        self.tables
+            .iter_mut()
+            .find(|t| t.name.0 == schema && t.name.1 == table)
+    }
+
     fn on_begin(&mut self, commit_time_micros: i64) {
         self.open_tx.clear();
         self.open_ignored = 0;
@@ -326,6 +353,13 @@ impl<'a> Session<'a> {
     fn on_change(&mut self, data: &[u8]) -> Result<(), OutboxError> {
         match pgoutput::decode(data)? {
             Message::Relation(r) => {
+                if let Some(t) = self.served_mut(&r.namespace, &r.name) {
+                    let binary = r
+                        .columns
+                        .iter()
+                        .any(|c| c.name == t.payload && c.type_oid == super::router::BYTEA_OID);
+                    t.router.set_binary_payload(binary);
+                }
                 self.relations.insert(r.id, r);
             }
             Message::Insert { relation, new } => {
@@ -334,11 +368,13 @@ impl<'a> Session<'a> {
                         "insert into relation {relation} before its Relation message"
                     )));
                 };
-                if (rel.namespace.as_str(), rel.name.as_str())
-                    != (self.table.0.as_str(), self.table.1.as_str())
-                {
+                let Some(t) = self
+                    .tables
+                    .iter()
+                    .find(|t| t.name.0 == rel.namespace && t.name.1 == rel.name)
+                else {
                     return Ok(());
-                }
+                };
                 let row: Row = rel
                     .columns
                     .iter()
@@ -352,7 +388,7 @@ impl<'a> Session<'a> {
                         (c.name.clone(), v)
                     })
                     .collect();
-                self.open_tx.push(self.router.route(&row));
+                self.open_tx.push(t.router.route(&row));
             }
             Message::Update { .. } => {
                 telemetry::ignored("update", 1);
@@ -594,8 +630,10 @@ async fn session(
 ) -> Result<(), OutboxError> {
     let o = &config.outbox;
     let pg = super::connect(&config.postgres.url).await?;
-    if migrate::ensure(&pg, o).await? {
-        tracing::info!(table = %o.table, "created the outbox table");
+    for t in o.served() {
+        if migrate::ensure(&pg, &t).await? {
+            tracing::info!(table = %t.table, "created the outbox table");
+        }
     }
     ensure_publication(&pg, config).await?;
     if !lock_slot(&pg, &o.slot, shutdown, health).await? {
@@ -730,26 +768,29 @@ async fn session(
 /// rows already sent). In CDC mode a row's INSERT is in the WAL (held by the slot) whatever
 /// happens to the row, and the DELETE it causes is ignored by the router.
 pub async fn prune(pg: &tokio_postgres::Client, config: &Config) -> Result<u64, OutboxError> {
-    let o = &config.outbox;
-    let only_sent = if o.mode == "poll" {
-        format!(" and {} is not null", quote_ident(&o.column_sent_at))
-    } else {
-        String::new()
-    };
-    let sql = format!(
-        "delete from {} where {} < now() - make_interval(secs => $1){only_sent}",
-        quoted_table(o),
-        quote_ident(&o.column_occurred_at),
-    );
-    let n = pg
-        .execute(&sql, &[&(o.prune_after_secs as f64)])
-        .await
-        .map_err(pg_err("pruning old rows"))?;
-    if n > 0 {
-        telemetry::pruned(n);
-        tracing::info!(rows = n, "pruned old outbox rows");
+    let mut pruned = 0;
+    for o in config.outbox.served() {
+        let only_sent = if o.mode == "poll" {
+            format!(" and {} is not null", quote_ident(&o.column_sent_at))
+        } else {
+            String::new()
+        };
+        let sql = format!(
+            "delete from {} where {} < now() - make_interval(secs => $1){only_sent}",
+            quoted_table(&o),
+            quote_ident(&o.column_occurred_at),
+        );
+        let n = pg
+            .execute(&sql, &[&(o.prune_after_secs as f64)])
+            .await
+            .map_err(pg_err("pruning old rows"))?;
+        if n > 0 {
+            telemetry::pruned(n);
+            tracing::info!(rows = n, table = %o.table, "pruned old outbox rows");
+        }
+        pruned += n;
     }
-    Ok(n)
+    Ok(pruned)
 }
 
 #[cfg(test)]

@@ -141,6 +141,23 @@ pub(crate) async fn table_columns(
         .collect())
 }
 
+/// Whether the payload column is `bytea` (its text is then published as the bytes).
+pub(crate) async fn payload_is_bytea(
+    pg: &tokio_postgres::Client,
+    cfg: &OutboxConfig,
+) -> Result<bool, OutboxError> {
+    let (schema, table) = schema_table(cfg);
+    Ok(pg
+        .query_opt(
+            "select 1 from information_schema.columns where table_schema = $1 \
+             and table_name = $2 and column_name = $3 and data_type = 'bytea'",
+            &[&schema, &table, &cfg.column_payload],
+        )
+        .await
+        .map_err(pg_err("reading the payload column's type"))?
+        .is_some())
+}
+
 /// The select list reading `columns` as text: the same text the CDC stream carries.
 pub(crate) fn text_columns(columns: &[String]) -> String {
     columns
@@ -208,7 +225,8 @@ pub fn run(
     }
 }
 
-/// `eosflow outbox migrate`: creates the table and index if absent.
+/// `eosflow outbox migrate`: creates every served table and its index if absent (`true` if
+/// one was created).
 pub fn migrate_cmd(config: &eosflow::Config) -> Result<bool, OutboxError> {
     let config = &effective(config)?;
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -217,7 +235,11 @@ pub fn migrate_cmd(config: &eosflow::Config) -> Result<bool, OutboxError> {
         .map_err(|e| OutboxError::Other(format!("tokio runtime: {e}")))?;
     rt.block_on(async {
         let pg = connect(&config.postgres.url).await?;
-        migrate::migrate(&pg, &config.outbox).await
+        let mut created = false;
+        for t in config.outbox.served() {
+            created |= migrate::migrate(&pg, &t).await?;
+        }
+        Ok(created)
     })
 }
 

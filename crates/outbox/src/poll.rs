@@ -115,7 +115,8 @@ async fn session(
     let mut gate = Gate::new(&clients, &producer_config, o.topic_partitions);
     let dlt = super::dlt_topic(&config.app.id);
     gate.ensure_dlt(&dlt).await?;
-    let router = EventRouter::new(o);
+    let mut router = EventRouter::new(o);
+    router.set_binary_payload(super::payload_is_bytea(&pg, o).await?);
     // Every column, as text (the same text the CDC stream carries).
     let columns = super::table_columns(&pg, o).await?;
     let (schema, table) = super::schema_table(o);

@@ -5,9 +5,12 @@
 //!   NULL, else the `type` column's prefix before the first `.` (`Order.Created` → `Order`);
 //!   characters Kafka does not allow in topic names become `_`;
 //! - key: the aggregate id (so per-aggregate order is per-partition order);
-//! - value: the payload's JSON text as Postgres prints it; a NULL payload is a tombstone;
+//! - value: the payload's JSON text as Postgres prints it, or the bytes of a `bytea` payload
+//!   column (e.g. Confluent-framed Avro from `eosflow-outbox-writer`); a NULL payload is a
+//!   tombstone;
 //! - headers: `id`, `type`, `occurred_at`, `aggregate_id`, `aggregate_type` (when not NULL),
-//!   the `additional_placement` columns, then every key of the row's `headers` object
+//!   `schema_version` (the `column_schema_version` column, when set), the `additional_placement`
+//!   columns, then every key of the row's `headers` object
 //!   (strings as they are, other JSON values as JSON text).
 //!
 //! Routing never fails: a row is never stuck in the WAL because of its content.
@@ -43,6 +46,23 @@ pub struct EventRouter {
     cfg: OutboxConfig,
     /// `additional_placement` parsed: (column, header name).
     extra_headers: Vec<(String, String)>,
+    /// The payload column is `bytea`: its text (`\\x` + hex) is published as the bytes.
+    binary_payload: bool,
+}
+
+/// Postgres's `bytea` type OID (pgoutput's Relation message names column types by OID).
+pub const BYTEA_OID: u32 = 17;
+
+/// The bytes of a `bytea` value in Postgres's hex text format (`\\x0a1b…`); `None` when it is
+/// not in that format.
+pub fn bytea_from_text(text: &str) -> Option<Vec<u8>> {
+    let hex = text.strip_prefix("\\x")?.as_bytes();
+    if hex.len() % 2 != 0 {
+        return None;
+    }
+    hex.chunks(2)
+        .map(|p| u8::from_str_radix(std::str::from_utf8(p).ok()?, 16).ok())
+        .collect()
 }
 
 /// Replaces characters Kafka rejects in topic names and caps the length at 249.
@@ -84,7 +104,23 @@ impl EventRouter {
         Self {
             cfg: cfg.clone(),
             extra_headers,
+            binary_payload: false,
         }
+    }
+
+    /// Says whether the payload column is `bytea` (known from the table's column types).
+    pub fn set_binary_payload(&mut self, binary: bool) {
+        self.binary_payload = binary;
+    }
+
+    /// The record value of a payload column's text.
+    fn value(&self, text: &str) -> Vec<u8> {
+        if self.binary_payload {
+            if let Some(bytes) = bytea_from_text(text) {
+                return bytes;
+            }
+        }
+        text.as_bytes().to_vec()
     }
 
     fn get<'r>(&self, row: &'r Row, column: &str) -> Option<&'r str> {
@@ -126,6 +162,7 @@ impl EventRouter {
             ("occurred_at", &c.column_occurred_at),
             ("aggregate_id", &c.column_aggregate_id),
             ("aggregate_type", &c.column_aggregate_type),
+            ("schema_version", &c.column_schema_version),
         ] {
             if let Some(v) = self.get(row, column) {
                 headers.push((name.to_string(), v.as_bytes().to_vec()));
@@ -159,9 +196,7 @@ impl EventRouter {
             key: self
                 .get(row, &c.column_aggregate_id)
                 .map(|k| k.as_bytes().to_vec()),
-            value: self
-                .get(row, &c.column_payload)
-                .map(|p| p.as_bytes().to_vec()),
+            value: self.get(row, &c.column_payload).map(|p| self.value(p)),
             headers,
             id,
             commit_lsn: None,
@@ -214,6 +249,18 @@ mod tests {
                 ("tenant", b"t1"),
             ]
         );
+    }
+
+    #[test]
+    fn a_bytea_payload_is_published_as_its_bytes() {
+        assert_eq!(bytea_from_text("\\x00ff10"), Some(vec![0, 255, 16]));
+        assert_eq!(bytea_from_text("\\x0"), None);
+        assert_eq!(bytea_from_text("{}"), None);
+        let mut r = EventRouter::new(&OutboxConfig::default());
+        let row = row(&[("id", Some("x")), ("payload", Some("\\x0001"))]);
+        assert_eq!(r.route(&row).value.as_deref(), Some(&b"\\x0001"[..]));
+        r.set_binary_payload(true);
+        assert_eq!(r.route(&row).value.as_deref(), Some(&[0u8, 1][..]));
     }
 
     #[test]

@@ -20,7 +20,7 @@ use super::avro::PayloadEncoder;
 use super::publish::{lsn_text, parse_lsn, ClusterId, LsnCheckpoint, Publisher};
 use super::router::EventRouter;
 use super::{pg_err, quote_ident, quoted_table, OutboxError};
-use eosflow::config::Config;
+use eosflow::config::{Config, OutboxConfig};
 
 /// How far the snapshot got: stored with the checkpoint while it runs.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -32,6 +32,10 @@ pub struct SnapshotProgress {
     pub after_id: Option<String>,
     /// Rows published by the snapshot so far.
     pub rows: u64,
+    /// The served table being read (`outbox.table` when absent): several tables are read one
+    /// after the other, in configuration order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub table: Option<String>,
 }
 
 /// Creates `slot` on a replication session with an exported snapshot (dropping a slot left by
@@ -88,6 +92,7 @@ pub async fn create_slot(
         snapshot,
         after_id: None,
         rows: 0,
+        table: None,
     };
     publisher.set_snapshot(Some(progress.clone()));
     publisher.publish(&[], point).await?;
@@ -117,15 +122,80 @@ pub async fn run(
     mut progress: SnapshotProgress,
     imported: Option<tokio_postgres::Client>,
 ) -> Result<u64, OutboxError> {
-    let o = &config.outbox;
     let pg = match imported {
         Some(c) => c,
         None => {
-            tracing::info!(after_id = ?progress.after_id, rows = progress.rows, "resuming the snapshot after the last committed chunk");
+            tracing::info!(table = ?progress.table, after_id = ?progress.after_id, rows = progress.rows, "resuming the snapshot after the last committed chunk");
             super::connect(&config.postgres.url).await?
         }
     };
-    let columns = super::table_columns(&pg, o).await?;
+    let served = config.outbox.served();
+    let at = match &progress.table {
+        None => 0,
+        Some(t) => served.iter().position(|s| &s.table == t).ok_or_else(|| {
+            OutboxError::Config(format!(
+                "the interrupted snapshot was of table {t}, which is no longer served \
+                 (outbox.table / outbox.tables): serve it until the snapshot completes"
+            ))
+        })?,
+    };
+    let mut encoder = PayloadEncoder::from_config(config)?;
+    let started = std::time::Instant::now();
+    let mut log = ProgressLog {
+        started,
+        last: started,
+        first: progress.rows,
+    };
+    let mut routed = 0u64;
+    for (i, t) in served.iter().enumerate().skip(at) {
+        if i > at {
+            progress.table = Some(t.table.clone());
+            progress.after_id = None;
+        }
+        routed += publish_table(
+            &pg,
+            t,
+            publisher,
+            point,
+            &mut progress,
+            &mut encoder,
+            &mut log,
+        )
+        .await?;
+    }
+    let _ = pg.batch_execute("commit").await;
+    publisher.set_snapshot(None);
+    publisher.publish(&[], point).await?;
+    let secs = started.elapsed().as_secs_f64().max(0.001);
+    tracing::info!(
+        rows = progress.rows,
+        rows_per_s = ((progress.rows - log.first) as f64 / secs) as u64,
+        lsn = %lsn_text(point),
+        "snapshot complete; streaming from the slot's consistent point"
+    );
+    Ok(routed)
+}
+
+/// When the snapshot started and last logged its progress.
+struct ProgressLog {
+    started: std::time::Instant,
+    last: std::time::Instant,
+    /// Rows published before this run (a resumed snapshot).
+    first: u64,
+}
+
+/// Publishes the rows of one served table `o` the snapshot sees after `progress.after_id`,
+/// chunk by chunk; returns the rows written to their routed topics.
+async fn publish_table(
+    pg: &tokio_postgres::Client,
+    o: &OutboxConfig,
+    publisher: &mut Publisher,
+    point: u64,
+    progress: &mut SnapshotProgress,
+    encoder: &mut Option<PayloadEncoder>,
+    log: &mut ProgressLog,
+) -> Result<u64, OutboxError> {
+    let columns = super::table_columns(pg, o).await?;
     let id_type: String = pg
         .query_one(
             "select format_type(atttypid, atttypmod) from pg_attribute \
@@ -157,11 +227,8 @@ pub async fn run(
         select("$1::text is null"),
         select(&format!("{id} > $1::text::{id_type}")),
     );
-    let router = EventRouter::new(o);
-    let mut encoder = PayloadEncoder::from_config(config)?;
-    let started = std::time::Instant::now();
-    let mut last_log = started;
-    let first = progress.rows;
+    let mut router = EventRouter::new(o);
+    router.set_binary_payload(super::payload_is_bytea(pg, o).await?);
     let mut routed = 0u64;
     loop {
         let rows = pg
@@ -207,25 +274,16 @@ pub async fn run(
         super::telemetry::routed(published.routed, "snapshot");
         routed += published.routed as u64;
         super::telemetry::snapshot_rows(records.len());
-        if last_log.elapsed().as_secs() >= 5 {
-            let secs = started.elapsed().as_secs_f64().max(0.001);
+        if log.last.elapsed().as_secs() >= 5 {
+            let secs = log.started.elapsed().as_secs_f64().max(0.001);
             tracing::info!(
+                table = %o.table,
                 rows = progress.rows,
-                rows_per_s = ((progress.rows - first) as f64 / secs) as u64,
+                rows_per_s = ((progress.rows - log.first) as f64 / secs) as u64,
                 "snapshot in progress"
             );
-            last_log = std::time::Instant::now();
+            log.last = std::time::Instant::now();
         }
     }
-    let _ = pg.batch_execute("commit").await;
-    publisher.set_snapshot(None);
-    publisher.publish(&[], point).await?;
-    let secs = started.elapsed().as_secs_f64().max(0.001);
-    tracing::info!(
-        rows = progress.rows,
-        rows_per_s = ((progress.rows - first) as f64 / secs) as u64,
-        lsn = %lsn_text(point),
-        "snapshot complete; streaming from the slot's consistent point"
-    );
     Ok(routed)
 }

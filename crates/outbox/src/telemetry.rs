@@ -53,6 +53,7 @@ pub fn payload(outcome: &super::avro::Outcome) {
     let kind = match outcome {
         super::avro::Outcome::Avro => "avro",
         super::avro::Outcome::Json => "json",
+        super::avro::Outcome::Prebuilt => "prebuilt",
         super::avro::Outcome::DeadLettered(_) => "dead_lettered",
     };
     metrics::counter!("eosflow_outbox_payloads_total", "format" => kind).increment(1);

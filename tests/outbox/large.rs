@@ -1,0 +1,81 @@
+//! A very large Postgres transaction (1M outbox rows). The router never splits a Postgres
+//! transaction: its rows are buffered until the Commit and published in one Kafka transaction
+//! with the checkpoint. That is exactly-once, but the Kafka transaction must finish within
+//! `outbox.transaction_timeout_ms`: publishing 1M rows takes tens of seconds, far past the
+//! 10 s default, which the coordinator would abort (and the router retry the same transaction
+//! forever). This test states the working configuration: a timeout raised to fit.
+//!
+//! Not part of `make test` (about two minutes, a gigabyte of router memory); `make bench` runs
+//! it: `cargo test --all-targets --test outbox -- --ignored --nocapture large_transaction`.
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use rdkafka::message::Headers;
+use rdkafka::Message;
+
+use super::{support, Outbox, PG_RESTART};
+
+#[test]
+#[ignore]
+fn large_transaction_of_1m_rows_is_published_exactly_once_in_one_kafka_transaction() {
+    let _shared = PG_RESTART.read().unwrap_or_else(|e| e.into_inner());
+    const ROWS: usize = 1_000_000;
+    let mut o = Outbox::new("outbox-large");
+    o.migrate();
+    o.spawn(
+        "cdc",
+        &[
+            ("EOSFLOW_OUTBOX_TRANSACTION_TIMEOUT_MS", "600000"),
+            ("EOSFLOW_OUTBOX_BATCH_SIZE", "100000"),
+        ],
+    );
+    o.wait_streaming();
+    let start = Instant::now();
+    let end = o.lsn_inside_tx(&format!(
+        "insert into {} (id, aggregate_id, type, payload) \
+         select gen_random_uuid(), 'agg-' || (i % 1000), 'Order.Changed', \
+                jsonb_build_object('n', i) \
+         from generate_series(0, {}) i",
+        o.table,
+        ROWS - 1
+    ));
+    let inserted = start.elapsed();
+    let confirmed = format!(
+        "select confirmed_flush_lsn::text from pg_replication_slots where slot_name = '{}'",
+        o.slot
+    );
+    support::wait_for(
+        "the slot confirmed past the 1M rows",
+        Duration::from_secs(900),
+        || (o.pg.lsn(&confirmed) >= end).then_some(()),
+    );
+    let published = start.elapsed();
+    let mut ids = HashSet::with_capacity(ROWS);
+    let mut records = 0usize;
+    eosflow::kafka::reader::read_all(
+        &support::clients(),
+        &o.topic("Order"),
+        Duration::from_secs(300),
+        |m| {
+            records += 1;
+            if let Some(id) = m
+                .headers()
+                .and_then(|h| h.iter().find(|h| h.key == "id"))
+                .and_then(|h| h.value)
+            {
+                ids.insert(id.to_vec());
+            }
+            Ok(())
+        },
+    )
+    .expect("read");
+    assert_eq!(records, ROWS, "records on the routed topic");
+    assert_eq!(ids.len(), ROWS, "distinct ids");
+    eprintln!(
+        "large transaction of {ROWS} rows: inserted in {:.1}s, published (slot confirmed) after \
+         {:.1}s, exactly once in one Kafka transaction",
+        inserted.as_secs_f64(),
+        published.as_secs_f64()
+    );
+}
