@@ -8,7 +8,7 @@ CARGO ?= cargo
 EOSFLOW := $(CARGO_TARGET_DIR)/debug/eosflow
 STACK_ENV = eval "$$(dev/stack env)"
 
-.PHONY: demo demo-chaos test deps stack-up stack-down lint build verify verify-long verify-scenario check-compose bench
+.PHONY: demo demo-chaos test deps stack-up stack-down lint build verify verify-long verify-scenario check-compose check-rules bench
 
 ## Install the system packages the build and the stack need (Debian; skipped when present).
 deps:
@@ -42,6 +42,7 @@ demo-chaos: stack-up build
 test: stack-up lint
 	dev/check-compose
 	dev/check-k8s
+	$(MAKE) --no-print-directory check-rules
 	@$(STACK_ENV) && $(CARGO) build --locked --workspace --all-targets --quiet && $(EOSFLOW) schemas check --dir schemas
 	@# Two tests at a time via the environment: criterion's bench harness (benches/hot_path.rs,
 	@# run once as a smoke test) rejects libtest's --test-threads argument.
@@ -67,6 +68,13 @@ verify-scenario: stack-up build
 
 check-compose:
 	dev/check-compose
+
+## The alert rules (ops/prometheus/rules.yml) parse and pass their unit tests (rules.test.yml).
+## dev/promtool builds a pinned promtool once from the Go module proxy. The metric names the
+## rules and the Grafana dashboard query are checked against the code by tests/ops_pack.rs.
+check-rules:
+	dev/promtool check rules ops/prometheus/rules.yml
+	cd ops/prometheus && ../../dev/promtool test rules rules.test.yml
 
 ## Benchmarks (≈ 40 min, not part of test): raw pipe, eosflow at-least-once/exactly-once and
 ## Kafka Streams in one run, sweeps, recovery, micro-benchmarks → target/bench/report.md + SVGs.

@@ -125,6 +125,22 @@ fn metrics_show_lag_commit_latency_and_dead_letters_during_a_real_run() {
         Some(20_000.0),
         "one committed output per good input"
     );
+    // Every metric shown carries the HELP text of its table (src/telemetry/catalog.rs).
+    for name in [
+        "eosflow_commit_seconds",
+        "eosflow_transactions_committed_total",
+        "eosflow_dlt_records_total",
+    ] {
+        let help = eosflow::telemetry::catalog::FRAMEWORK
+            .iter()
+            .find(|m| m.name == name)
+            .map(|m| m.help)
+            .unwrap_or_default();
+        assert!(
+            text.contains(&format!("# HELP {name} {help}")),
+            "/metrics lacks the HELP line of {name}"
+        );
+    }
     // The exposition is valid Prometheus text format.
     if let Ok(mut promtool) = std::process::Command::new("promtool")
         .args(["check", "metrics"])

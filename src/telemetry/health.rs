@@ -46,12 +46,14 @@ impl Health {
     /// Every assigned partition is restored and processing (or not, during a rebalance).
     pub fn set_ready(&self, ready: bool) {
         self.ready.store(ready, Ordering::Relaxed);
+        super::ready(ready);
     }
 
     /// A restore is running: it has its own deadline, and a liveness probe must not kill a pod
     /// for a long restore.
     pub fn set_restoring(&self, restoring: bool) {
         self.restoring.store(restoring, Ordering::Relaxed);
+        super::restoring(restoring);
         self.beat();
     }
 

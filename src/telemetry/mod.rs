@@ -1,11 +1,12 @@
 //! Every metric eosflow emits goes through one function here (Vector's "internal event"
-//! shape), so names and labels live in one place. `/metrics` is served by
-//! metrics-exporter-prometheus when `metrics.listen` is set.
+//! shape), so names and labels live in one place; [`catalog`] lists them with their HELP text
+//! and unit. `/metrics` ([`http`]) is served when `metrics.listen` is set.
 
 use std::time::Duration;
 
 use crate::state::RestoreStats;
 
+pub mod catalog;
 mod health;
 pub mod http;
 pub mod trace;
@@ -175,4 +176,14 @@ pub fn kafka_call_stuck(call: &'static str) {
 pub fn restore_waiting_for_broker(partition: i32) {
     metrics::counter!("eosflow_restore_broker_waits_total", "partition" => partition.to_string())
         .increment(1);
+}
+
+/// Whether `/readyz` answers 200 (exported so an alert can see a pod that stays unready).
+pub fn ready(ready: bool) {
+    metrics::gauge!("eosflow_ready").set(if ready { 1.0 } else { 0.0 });
+}
+
+/// Whether a state restore is running (a restore that never ends is an alert).
+pub fn restoring(restoring: bool) {
+    metrics::gauge!("eosflow_restore_in_progress").set(if restoring { 1.0 } else { 0.0 });
 }

@@ -4,3 +4,4 @@
 //! (`eosflow-orders`), the verifier (`eosflow-verify`) and the benchmarks (`eosflow-bench`).
 
 pub mod demo;
+pub mod outbox_metrics;

@@ -38,6 +38,7 @@ pub fn run(
     rates: FailureRates,
 ) -> Result<RunSummary, LaunchError> {
     rates.validate().map_err(LaunchError::Rates)?;
+    eosflow::telemetry::catalog::register(crate::telemetry::METRICS);
     let topics = Topics::new(ns);
     let c = configure(config, topology, &topics);
     Ok(match topology {

@@ -1,0 +1,292 @@
+//! The one authoritative list of the metrics eosflow exports: name, kind, unit and the HELP
+//! text `/metrics` shows. Each crate that emits metrics keeps one such table ([`FRAMEWORK`]
+//! here); [`register`] hands a table to the exporter, which describes it (`# HELP`) once the
+//! recorder is installed. Tests check the names used in `ops/` (dashboard, alert rules) and in
+//! the emitting code against these tables, so a rename cannot leave an alert watching nothing.
+
+use std::sync::Mutex;
+
+/// The units a metric is described with (re-exported so tables need no `metrics` dependency).
+pub use metrics::Unit;
+
+/// The Prometheus type a metric is exported as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetricKind {
+    /// Only goes up (resets when the process restarts): `rate()` / `increase()` it.
+    Counter,
+    /// A current value that goes up and down.
+    Gauge,
+    /// Observations in buckets: `_bucket`, `_sum` and `_count` series.
+    Histogram,
+}
+
+/// One exported metric, as operators see it on `/metrics`.
+#[derive(Debug, Clone, Copy)]
+pub struct MetricDef {
+    /// The Prometheus name (framework metrics start with `eosflow_`).
+    pub name: &'static str,
+    /// Counter, gauge or histogram.
+    pub kind: MetricKind,
+    /// What one unit of the value is.
+    pub unit: Unit,
+    /// The `# HELP` line: what the metric means to an operator.
+    pub help: &'static str,
+}
+
+/// A table entry, for the `const` tables of each crate.
+///
+/// ```
+/// use eosflow::telemetry::catalog::{metric, MetricDef, MetricKind, Unit};
+/// const MINE: &[MetricDef] = &[metric("myapp_things_total", MetricKind::Counter, Unit::Count, "Things done.")];
+/// assert_eq!(MINE[0].kind, MetricKind::Counter);
+/// ```
+pub const fn metric(
+    name: &'static str,
+    kind: MetricKind,
+    unit: Unit,
+    help: &'static str,
+) -> MetricDef {
+    MetricDef {
+        name,
+        kind,
+        unit,
+        help,
+    }
+}
+
+use MetricKind::{Counter, Gauge, Histogram};
+
+/// Every metric the core library (`eosflow`, [`super`]) emits.
+pub const FRAMEWORK: &[MetricDef] = &[
+    metric(
+        "eosflow_transactions_committed_total",
+        Counter,
+        Unit::Count,
+        "Kafka transactions committed (one per batch).",
+    ),
+    metric(
+        "eosflow_transactions_aborted_total",
+        Counter,
+        Unit::Count,
+        "Kafka transactions aborted; their batch is processed again.",
+    ),
+    metric(
+        "eosflow_records_committed_total",
+        Counter,
+        Unit::Count,
+        "Input records whose batch committed.",
+    ),
+    metric(
+        "eosflow_batch_records",
+        Histogram,
+        Unit::Count,
+        "Input records per committed batch.",
+    ),
+    metric(
+        "eosflow_batch_seconds",
+        Histogram,
+        Unit::Seconds,
+        "Time from a batch's first record to its commit.",
+    ),
+    metric(
+        "eosflow_records_processed_total",
+        Counter,
+        Unit::Count,
+        "Records of an input topic the handler processed in committed batches.",
+    ),
+    metric(
+        "eosflow_dedup_hits_total",
+        Counter,
+        Unit::Count,
+        "Records skipped because their message id was already processed.",
+    ),
+    metric(
+        "eosflow_dlt_depth_records",
+        Gauge,
+        Unit::Count,
+        "Dead letters waiting in a dead-letter topic (committed, not purged).",
+    ),
+    metric(
+        "eosflow_dlt_records_total",
+        Counter,
+        Unit::Count,
+        "Records dead-lettered, by dead-letter topic.",
+    ),
+    metric(
+        "eosflow_retries_total",
+        Counter,
+        Unit::Count,
+        "Records sent up a retry ladder, by topic and level.",
+    ),
+    metric(
+        "eosflow_parked_followers_total",
+        Counter,
+        Unit::Count,
+        "Records of a parked key forwarded behind their key's head.",
+    ),
+    metric(
+        "eosflow_parked_overflow_total",
+        Counter,
+        Unit::Count,
+        "Records dead-lettered because too many records already waited behind their key's head.",
+    ),
+    metric(
+        "eosflow_id_conflicts_total",
+        Counter,
+        Unit::Count,
+        "Records that reused a processed message id with another key or value (dead-lettered).",
+    ),
+    metric(
+        "eosflow_restore_records_total",
+        Counter,
+        Unit::Count,
+        "Changelog records replayed into state stores, by partition.",
+    ),
+    metric(
+        "eosflow_restore_seconds",
+        Histogram,
+        Unit::Seconds,
+        "Duration of a partition's state restore.",
+    ),
+    metric(
+        "eosflow_restore_in_progress",
+        Gauge,
+        Unit::Count,
+        "1 while a state restore runs in this process, else 0.",
+    ),
+    metric(
+        "eosflow_ready",
+        Gauge,
+        Unit::Count,
+        "1 when /readyz answers 200 (every assigned partition restored), else 0.",
+    ),
+    metric(
+        "eosflow_rebalances_total",
+        Counter,
+        Unit::Count,
+        "Consumer group rebalances, by kind (assign or revoke).",
+    ),
+    metric(
+        "eosflow_consumer_lag_records",
+        Gauge,
+        Unit::Count,
+        "Records between a partition's high watermark and the consumer's position.",
+    ),
+    metric(
+        "eosflow_records_produced_total",
+        Counter,
+        Unit::Count,
+        "Output records produced in committed transactions, by topic.",
+    ),
+    metric(
+        "eosflow_records_consumed_total",
+        Counter,
+        Unit::Count,
+        "Records consumed, by topic and partition.",
+    ),
+    metric(
+        "eosflow_commit_seconds",
+        Histogram,
+        Unit::Seconds,
+        "Time from a transaction's begin to its commit returning.",
+    ),
+    metric(
+        "eosflow_consumer_errors_total",
+        Counter,
+        Unit::Count,
+        "Errors the Kafka consumer reported.",
+    ),
+    metric(
+        "eosflow_records_isolated_total",
+        Counter,
+        Unit::Count,
+        "Unwritable records isolated from their batch and dead-lettered.",
+    ),
+    metric(
+        "eosflow_dead_letters_reduced_total",
+        Counter,
+        Unit::Count,
+        "Dead letters cut down to fit (stage truncated or pointer).",
+    ),
+    metric(
+        "eosflow_records_skipped_unwritable_total",
+        Counter,
+        Unit::Count,
+        "Records skipped because not even a pointer could be dead-lettered (see the ERROR log).",
+    ),
+    metric(
+        "eosflow_producer_recoveries_total",
+        Counter,
+        Unit::Count,
+        "Transactional producers recreated in place, by cause (epoch-bumped = fenced).",
+    ),
+    metric(
+        "eosflow_commit_outcome_resolved_total",
+        Counter,
+        Unit::Count,
+        "Commits with an unknown outcome resolved from the group's offsets, by outcome.",
+    ),
+    metric(
+        "eosflow_batches_closed_early_total",
+        Counter,
+        Unit::Count,
+        "Batches closed early at half of transaction.timeout.ms.",
+    ),
+    metric(
+        "eosflow_slow_handler_calls_total",
+        Counter,
+        Unit::Count,
+        "Handler calls that outlived half the transaction timeout in a failed batch.",
+    ),
+    metric(
+        "eosflow_kafka_calls_stuck_total",
+        Counter,
+        Unit::Count,
+        "Blocking Kafka calls that missed their deadline, by librdkafka call.",
+    ),
+    metric(
+        "eosflow_restore_broker_waits_total",
+        Counter,
+        Unit::Count,
+        "Changelog restore attempts that could not reach the broker, by partition.",
+    ),
+];
+
+static REGISTERED: Mutex<Vec<&'static [MetricDef]>> = Mutex::new(Vec::new());
+
+/// Adds `table` to what `/metrics` describes: now if the recorder is installed, and again when
+/// one is installed later ([`describe_registered`]). Call it once at a component's start, e.g.
+/// `eosflow::telemetry::catalog::register(FRAMEWORK)`.
+///
+/// ```
+/// use eosflow::telemetry::catalog::{register, FRAMEWORK};
+/// register(FRAMEWORK); // harmless before a recorder exists: described again at install
+/// ```
+pub fn register(table: &'static [MetricDef]) {
+    if let Ok(mut tables) = REGISTERED.lock() {
+        if !tables.iter().any(|t| std::ptr::eq(*t, table)) {
+            tables.push(table);
+        }
+    }
+    describe(table);
+}
+
+/// Describes every registered table and [`FRAMEWORK`] to the installed recorder.
+pub fn describe_registered() {
+    describe(FRAMEWORK);
+    let tables = REGISTERED.lock().map(|t| t.clone()).unwrap_or_default();
+    for table in tables {
+        describe(table);
+    }
+}
+
+/// Sends `table`'s HELP texts and units to the current global recorder.
+pub fn describe(table: &[MetricDef]) {
+    for m in table {
+        match m.kind {
+            Counter => metrics::describe_counter!(m.name, m.unit, m.help),
+            Gauge => metrics::describe_gauge!(m.name, m.unit, m.help),
+            Histogram => metrics::describe_histogram!(m.name, m.unit, m.help),
+        }
+    }
+}
