@@ -239,6 +239,18 @@ pub const FRAMEWORK: &[MetricDef] = &[
         "Handler calls that outlived half the transaction timeout in a failed batch.",
     ),
     metric(
+        "eosflow_timers_fired_total",
+        Counter,
+        Unit::Count,
+        "Durable timers fired inside a batch, by kind (event-time, wall-clock); a batch that aborts and is redone counts its timers again.",
+    ),
+    metric(
+        "eosflow_timers_failed_total",
+        Counter,
+        Unit::Count,
+        "Timer callbacks that failed or whose outputs were refused; each such timer was dead-lettered to the first input's DLT, by kind.",
+    ),
+    metric(
         "eosflow_kafka_calls_stuck_total",
         Counter,
         Unit::Count,
