@@ -47,6 +47,8 @@ test: stack-up lint
 	@# Two tests at a time via the environment: criterion's bench harness (benches/hot_path.rs,
 	@# run once as a smoke test) rejects libtest's --test-threads argument.
 	@$(STACK_ENV) && RUST_TEST_THREADS=2 $(CARGO) test --locked --workspace --all-targets
+	@# `--all-targets` leaves out doctests: the public API's examples run here (same features).
+	@$(STACK_ENV) && $(CARGO) test --locked --workspace --doc
 
 ## Formatting, clippy over every crate and target, and rustdoc without warnings. `--examples`
 ## keeps dev-dependencies in the feature resolution (as `--all-targets` does): without it,
