@@ -21,6 +21,7 @@
 //! `eosflow-verify` (the exactly-once verifier), `eosflow-bench` and `eosflow-cli` (the
 //! `eosflow` binary).
 
+pub mod clock;
 pub mod codec;
 pub mod config;
 pub mod kafka;

@@ -205,12 +205,7 @@ fn operator() -> String {
         .unwrap_or_else(|_| "unknown".into())
 }
 
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or_default()
-}
+use crate::clock::now_ms;
 
 /// Sends `letters` back to their original topics in one transaction, with an audit record.
 /// `progress` is called after each record.

@@ -105,10 +105,7 @@ fn check_fresh(
         tracing::warn!(topic, error = %e, default_ms = DEFAULT_DELETE_RETENTION_MS, "delete.retention.ms of the changelog unknown; assuming Kafka's default");
         DEFAULT_DELETE_RETENTION_MS
     });
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or_default();
+    let now = crate::clock::now_ms();
     match stale_checkpoint(topic, partition, at, now, retention_ms) {
         Some(e) => Err(e),
         None => Ok(()),
@@ -389,10 +386,7 @@ mod tests {
             None,
             "no checkpoint, no age"
         );
-        let before = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_millis() as i64)
-            .unwrap_or_default();
+        let before = crate::clock::now_ms();
         s.apply(&Overlay::default(), Some(5)).expect("apply");
         match s.checkpoint_at().expect("at") {
             Some(CheckpointAt::Recorded(t)) => assert!(t >= before, "{t} < {before}"),

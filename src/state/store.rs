@@ -40,12 +40,7 @@ impl CheckpointAt {
     }
 }
 
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or_default()
-}
+use crate::clock::now_ms;
 
 /// The newest modification time (ms) of the files directly in `dir`, if any.
 fn newest_file_time(dir: &Path) -> Option<i64> {

@@ -587,7 +587,7 @@ fn dlt_cmd(config: &Config, action: DltAction) -> Result<std::process::ExitCode>
                 println!("  {class:<28} {n:>8}");
             }
             if let Some(oldest) = s.oldest {
-                let age = (chrono::Utc::now().timestamp_millis() - oldest).max(0) / 1000;
+                let age = (eosflow::clock::now_ms() - oldest).max(0) / 1000;
                 println!("  oldest failure {age} s ago");
             }
         }

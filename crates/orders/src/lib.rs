@@ -246,10 +246,8 @@ pub fn draw(order: &str, step: &str, attempt: u32) -> f64 {
     (h >> 11) as f64 / (1u64 << 53) as f64
 }
 
-/// Milliseconds since the epoch.
-pub fn now_ms() -> i64 {
-    chrono::Utc::now().timestamp_millis()
-}
+/// Milliseconds since the epoch (the core's one wall-clock read).
+pub use eosflow::clock::now_ms;
 
 #[cfg(test)]
 mod tests {

@@ -212,7 +212,7 @@ fn from_json(v: serde_json::Value) -> Value {
 fn dead_letter(r: &mut RoutedRecord, reason: &str) {
     let dlt_topic = dlt::topic_for(&r.topic);
     let original = std::mem::replace(&mut r.topic, dlt_topic);
-    let now = chrono::Utc::now().timestamp_millis().to_string();
+    let now = eosflow::clock::now_ms().to_string();
     for (k, v) in [
         ("original.topic", original),
         ("error.class", "permanent".to_string()),
