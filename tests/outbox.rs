@@ -299,15 +299,18 @@ impl Outbox {
 
     /// Waits until the slot's confirmed LSN reaches `lsn`: the slot no longer pins that WAL.
     fn wait_confirmed(&self, lsn: u64) {
+        self.wait_confirmed_within(lsn, Duration::from_secs(60));
+    }
+
+    /// [`Self::wait_confirmed`] with the caller's deadline (a 1M-row transaction needs minutes).
+    fn wait_confirmed_within(&self, lsn: u64, deadline: Duration) {
         let confirmed = format!(
             "select confirmed_flush_lsn::text from pg_replication_slots where slot_name = '{}'",
             self.slot
         );
-        support::wait_for(
-            "the slot confirmed past the rows",
-            Duration::from_secs(60),
-            || (self.pg.lsn(&confirmed) >= lsn).then_some(()),
-        );
+        support::wait_for("the slot confirmed past the rows", deadline, || {
+            (self.pg.lsn(&confirmed) >= lsn).then_some(())
+        });
     }
 
     /// Waits for `n` dead letters in the outbox's DLT and returns them.

@@ -41,15 +41,7 @@ fn large_transaction_of_1m_rows_is_published_exactly_once_in_one_kafka_transacti
         ROWS - 1
     ));
     let inserted = start.elapsed();
-    let confirmed = format!(
-        "select confirmed_flush_lsn::text from pg_replication_slots where slot_name = '{}'",
-        o.slot
-    );
-    support::wait_for(
-        "the slot confirmed past the 1M rows",
-        Duration::from_secs(900),
-        || (o.pg.lsn(&confirmed) >= end).then_some(()),
-    );
+    o.wait_confirmed_within(end, Duration::from_secs(900));
     let published = start.elapsed();
     let mut ids = HashSet::with_capacity(ROWS);
     let mut records = 0usize;
