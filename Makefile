@@ -6,9 +6,11 @@ SHELL := /bin/bash
 export CARGO_TARGET_DIR ?= $(HOME)/.cache/eosflow/target
 CARGO ?= cargo
 EOSFLOW := $(CARGO_TARGET_DIR)/debug/eosflow
+MDBOOK_VERSION := 0.5.4
+MDBOOK := $(HOME)/.cache/eosflow/tools/mdbook-$(MDBOOK_VERSION)/bin/mdbook
 STACK_ENV = eval "$$(dev/stack env)"
 
-.PHONY: demo demo-chaos test deps stack-up stack-down lint build verify verify-long verify-scenario check-compose check-rules bench
+.PHONY: demo demo-chaos test deps stack-up stack-down lint docs build verify verify-long verify-scenario check-compose check-rules bench
 
 ## Install the system packages the build and the stack need (Debian; skipped when present).
 deps:
@@ -40,6 +42,7 @@ demo-chaos: stack-up build
 
 ## Every test against the real broker, database and registry, plus lint, docs and compose checks.
 test: stack-up lint
+	$(MAKE) --no-print-directory docs
 	dev/check-compose
 	dev/check-k8s
 	$(MAKE) --no-print-directory check-rules
@@ -50,15 +53,16 @@ test: stack-up lint
 	@# `--all-targets` leaves out doctests: the public API's examples run here (same features).
 	@$(STACK_ENV) && $(CARGO) test --locked --workspace --doc
 
-## Formatting, clippy over every crate and target, and rustdoc without warnings. `--examples`
-## keeps dev-dependencies in the feature resolution (as `--all-targets` does): without it,
-## `cargo doc` resolves other features and rebuilds RocksDB's C++.
+## Formatting, clippy over every crate and target, rustdoc without warnings, and the docs' links
+## (dev/check-links). `--examples` keeps dev-dependencies in the feature resolution (as
+## `--all-targets` does): without it, `cargo doc` resolves other features and rebuilds RocksDB's C++.
 lint:
+	dev/check-links
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --locked --workspace --all-targets -- -D warnings
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --locked --workspace --no-deps --lib --examples
 
-## The fault-injection suite, long versions (README, "Fault-injection suite"): kill-processors
+## The fault-injection suite, long versions (docs/verification.md): kill-processors
 ## (1M records, 50 kill -9), broker-restart and outbox-crash (private broker/Postgres), zombie,
 ## poison. One closing line per scenario; exit 2 on any violation. About 20–25 min on 2 cores.
 verify-long: stack-up build
@@ -70,6 +74,19 @@ verify-scenario: stack-up build
 
 check-compose:
 	dev/check-compose
+
+## The docs (docs/, an mdBook: docs/book.toml, docs/SUMMARY.md) built into target/book/, then
+## every link, anchor and image checked by dev/check-links, after its self-test (a checker that
+## stopped finding problems fails). mdBook is built once from crates.io into ~/.cache/eosflow/tools
+## (about 7 min on two busy cores), skipped when present.
+docs: $(MDBOOK)
+	dev/check-links --self-test
+	$(MDBOOK) build docs
+	dev/check-links
+
+$(MDBOOK):
+	CARGO_TARGET_DIR=$(HOME)/.cache/eosflow/target-tools $(CARGO) install mdbook --locked \
+		--no-default-features --version $(MDBOOK_VERSION) --root $(HOME)/.cache/eosflow/tools/mdbook-$(MDBOOK_VERSION)
 
 ## The alert rules (ops/prometheus/rules.yml) parse and pass their unit tests (rules.test.yml).
 ## dev/promtool builds a pinned promtool once from the Go module proxy. The metric names the

@@ -1,7 +1,7 @@
 //! Hello, eosflow: a per-key running total, exactly once. Reads decimal amounts from
 //! `hello.input` (key = account), keeps each key's total in the processor's store and writes
 //! `<key> total=<n>` to `hello.totals` in the transaction that commits the input offset: kill it
-//! anywhere, no amount is counted twice or lost. With the local stack (README, quick start):
+//! anywhere, no amount is counted twice or lost. With the local stack (docs/quick-start.md):
 //!
 //! ```text
 //! eval "$(dev/stack env)"

@@ -4,7 +4,7 @@
 //! duplicated. broker-restart and outbox-crash start a PRIVATE broker / Postgres (ports 21092+)
 //! and stop it at the end: the shared stack is never restarted.
 //!
-//! The long versions: `make verify-long` (see README, "Fault-injection suite").
+//! The long versions: `make verify-long` (see docs/verification.md).
 
 mod support;
 

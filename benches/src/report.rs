@@ -56,7 +56,7 @@ fn group(samples: &[Sample]) -> Grouped {
     g
 }
 
-/// The markdown tables (also pasted into the README).
+/// The markdown tables (also pasted into docs/benchmarks.md).
 pub fn tables(results: &Results) -> String {
     let g = group(&results.samples);
     let mut md = String::new();

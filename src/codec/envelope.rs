@@ -1,4 +1,4 @@
-//! The envelope headers every message carries (README, "Contracts"): who it is, what it is, when it
+//! The envelope headers every message carries (docs/contracts.md): who it is, what it is, when it
 //! happened, and which conversation and trace it belongs to.
 
 /// Header names, in the order they are written.

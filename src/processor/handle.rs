@@ -200,7 +200,7 @@ impl<P: Processor, O: Output> Engine<'_, P, O> {
         input_headers: &[(String, Vec<u8>)],
         event_time: Option<i64>,
     ) -> Result<(), SinkError> {
-        // Every output carries the envelope (README, "Contracts"): a fresh id, occurred_at, aggregate_id
+        // Every output carries the envelope (docs/contracts.md): a fresh id, occurred_at, aggregate_id
         // (its key), causation = the input's id, correlation/tenant carried, and the input's
         // trace continued as a child span. Headers the handler set itself win. Built from
         // borrowed bytes: this runs for every output.
