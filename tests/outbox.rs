@@ -6,6 +6,8 @@
 //! Every test uses its own table, slot, publication, app id (offsets topic) and routed topics,
 //! and removes its slot at the end (a forgotten slot pins WAL on the shared stack).
 
+#[path = "outbox/debezium.rs"]
+mod debezium;
 #[path = "outbox/large.rs"]
 mod large;
 mod support;

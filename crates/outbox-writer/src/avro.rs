@@ -31,11 +31,24 @@ impl std::fmt::Debug for AvroRegistry {
 }
 
 /// The topic the router publishes a row of `aggregate_type` to under `template`
-/// (`${routedByValue}` replaced, characters Kafka rejects turned into `_`): the schema's
-/// subject is named after it.
+/// (`${routedByValue}` replaced, then [`sanitize_topic`]): the schema's subject is named after
+/// it.
 pub fn routed_topic(template: &str, aggregate_type: &str) -> String {
-    let mut s: String = template
-        .replace("${routedByValue}", aggregate_type)
+    sanitize_topic(&template.replace("${routedByValue}", aggregate_type))
+}
+
+/// A topic name Kafka accepts, from any text: characters it rejects become `_`, the name is cut
+/// at 249 characters, and the names it refuses (empty, `.`, `..`) become `_`. One function for
+/// the router (which names the topics of rows with it) and the writer (which registers schemas
+/// under the routed topic's subject), so the two never disagree.
+///
+/// ```
+/// use eosflow_outbox_writer::avro::sanitize_topic;
+/// assert_eq!(sanitize_topic("orders.Customer Account"), "orders.Customer_Account");
+/// assert_eq!(sanitize_topic(".."), "_");
+/// ```
+pub fn sanitize_topic(name: &str) -> String {
+    let mut s: String = name
         .chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() || "._-".contains(c) {
@@ -46,6 +59,9 @@ pub fn routed_topic(template: &str, aggregate_type: &str) -> String {
         })
         .collect();
     s.truncate(249);
+    if s.is_empty() || s == "." || s == ".." {
+        s = "_".into();
+    }
     s
 }
 

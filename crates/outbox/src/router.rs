@@ -65,24 +65,7 @@ pub fn bytea_from_text(text: &str) -> Option<Vec<u8>> {
         .collect()
 }
 
-/// Replaces characters Kafka rejects in topic names and caps the length at 249.
-pub fn sanitize_topic(name: &str) -> String {
-    let mut s: String = name
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || "._-".contains(c) {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
-    s.truncate(249);
-    if s.is_empty() || s == "." || s == ".." {
-        s = "_".into();
-    }
-    s
-}
+pub use eosflow_outbox_writer::avro::sanitize_topic;
 
 impl EventRouter {
     /// A router for the configured columns and template.
