@@ -132,7 +132,7 @@ impl RuntimeOptions {
                 .map(|t| (t.clone(), config.retry.policy_for(t)))
                 .collect(),
             dlt_depth_interval: Duration::from_millis(config.retry.dlt_depth_interval_ms),
-            exactly_once: config.processor.guarantee != "at_least_once",
+            exactly_once: config.processor.guarantee == crate::config::Guarantee::ExactlyOnce,
         })
     }
 

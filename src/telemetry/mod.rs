@@ -7,6 +7,7 @@ use std::time::Duration;
 use crate::state::RestoreStats;
 
 pub mod catalog;
+pub mod config;
 mod health;
 pub mod http;
 pub mod trace;

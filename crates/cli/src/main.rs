@@ -388,11 +388,6 @@ fn dispatch(cli: Cli) -> Result<std::process::ExitCode> {
                     *v = "***".into();
                 }
             }
-            if let Some((head, tail)) = shown.postgres.url.split_once('@') {
-                if let Some((user, _)) = head.rsplit_once(':') {
-                    shown.postgres.url = format!("{user}:***@{tail}");
-                }
-            }
             println!(
                 "{}",
                 toml::to_string_pretty(&shown).context("rendering the config")?
@@ -442,7 +437,7 @@ fn run_with<P: eosflow::processor::Processor + 'static>(
 
 fn outbox_cmd(mut config: Config, args: OutboxArgs) -> Result<std::process::ExitCode> {
     if let Some(mode) = args.mode {
-        config.outbox.mode = mode;
+        config.outbox.mode = mode.parse().map_err(anyhow::Error::msg).context("--mode")?;
         config.validate().context("--mode")?;
     }
     if let Some(OutboxAction::Migrate) = args.action {
