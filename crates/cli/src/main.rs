@@ -416,9 +416,11 @@ fn run(
         };
     }
     if topology == "order-lifecycle" {
-        let p =
-            eosflow_orders::lifecycle::OrdersProcessor::new(&config.schema_registry.url, output)
-                .context("building the order-lifecycle topology")?;
+        let p = eosflow_orders::poison_lifecycle::PoisonLifecycleProcessor::new(
+            &config.schema_registry.url,
+            output,
+        )
+        .context("building the order-lifecycle topology")?;
         return run_with(config, p);
     }
     let t: Topology = topology.parse().map_err(anyhow::Error::msg)?;
