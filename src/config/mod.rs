@@ -2,7 +2,7 @@
 //! validation entry point.
 //!
 //! Sources, later ones winning: built-in defaults → a TOML file (`--config`) → `EOSFLOW_*`
-//! environment variables ([`sources`]). Every key has an environment name derived from its path:
+//! environment variables (`sources.rs`). Every key has an environment name derived from its path:
 //! `kafka.bootstrap` ↔ `EOSFLOW_KAFKA_BOOTSTRAP`, `processor.commit_interval_ms` ↔
 //! `EOSFLOW_PROCESSOR_COMMIT_INTERVAL_MS`. Unknown keys and bad values are rejected at start
 //! with the key's name (and, for a choice, the accepted values), so a typo never silently falls
@@ -10,7 +10,7 @@
 //!
 //! Each section is declared, documented and validated next to the module that owns it
 //! (`kafka::config`, `processor::config`, `state::config`, `retry::config`, `codec::config`,
-//! `telemetry::config`; the outbox's in [`outbox`]) and re-exported here, so
+//! `telemetry::config`; the outbox's in `config/outbox.rs`) and re-exported here, so
 //! `eosflow::config::KafkaConfig` and friends stay where users import them from. The
 //! configuration reference (`docs/reference/configuration.md`) is generated from these doc
 //! comments (`make config-reference`).

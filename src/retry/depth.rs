@@ -32,10 +32,13 @@ pub struct DepthWatcher {
     handle: Option<JoinHandle<()>>,
 }
 
-/// Committed dead letters not yet purged, per DLT partition: (offset, Kafka timestamp in ms).
+/// One waiting dead letter: its offset and Kafka timestamp (ms), if it has one.
+type Letter = (i64, Option<i64>);
+
+/// Committed dead letters not yet purged, per DLT partition, in offset order.
 #[derive(Debug, Default)]
 struct Depth {
-    offsets: BTreeMap<(String, i32), VecDeque<(i64, Option<i64>)>>,
+    offsets: BTreeMap<(String, i32), VecDeque<Letter>>,
 }
 
 impl Depth {
