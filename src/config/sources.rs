@@ -210,12 +210,18 @@ pub(super) fn parse_error(
         }
         let mut trial = base.clone();
         merge(&mut trial, layer);
-        Config::deserialize(trial)
-            .err()
-            .map(|e| ConfigError::Parse {
+        Config::deserialize(trial).err().map(|e| {
+            // toml's own "in `key`" line is left out: the key leads the message.
+            let text = e.to_string();
+            let serde_message: Vec<&str> = text
+                .lines()
+                .filter(|l| !l.starts_with("in `") && !l.trim().is_empty())
+                .collect();
+            ConfigError::Parse {
                 origin: origin.clone(),
-                message: format!("`{}`: {}", path.join("."), e.to_string().trim_end()),
-            })
+                message: format!("`{}`: {}", path.join("."), serde_message.join(" ")),
+            }
+        })
     });
     failing.unwrap_or_else(|| ConfigError::Parse {
         origin: whole.0,

@@ -6,7 +6,14 @@ use serde::{Deserialize, Serialize};
 use crate::config::choice::choice_strings;
 use crate::config::ConfigError;
 
-/// What a committed batch promises about its input records' effects.
+/// What a committed batch promises about its input records' effects (`processor.guarantee`).
+///
+/// ```
+/// use eosflow::config::Guarantee;
+/// assert_eq!("at_least_once".parse::<Guarantee>(), Ok(Guarantee::AtLeastOnce));
+/// let err = "exactly-once".parse::<Guarantee>().unwrap_err();
+/// assert!(err.contains("`exactly_once`") && err.contains("`at_least_once`"), "{err}");
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Guarantee {

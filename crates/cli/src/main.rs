@@ -219,7 +219,7 @@ enum DltAction {
 struct OutboxArgs {
     /// `cdc` (logical replication, exactly-once) or `poll` (at-least-once); overrides outbox.mode.
     #[arg(long)]
-    mode: Option<String>,
+    mode: Option<eosflow::config::OutboxMode>,
     #[command(subcommand)]
     action: Option<OutboxAction>,
 }
@@ -439,7 +439,7 @@ fn run_with<P: eosflow::processor::Processor + 'static>(
 
 fn outbox_cmd(mut config: Config, args: OutboxArgs) -> Result<std::process::ExitCode> {
     if let Some(mode) = args.mode {
-        config.outbox.mode = mode.parse().map_err(anyhow::Error::msg).context("--mode")?;
+        config.outbox.mode = mode;
         config.validate().context("--mode")?;
     }
     if let Some(OutboxAction::Migrate) = args.action {
