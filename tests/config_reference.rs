@@ -338,6 +338,29 @@ fn generate() -> String {
     for (name, ty) in &sections {
         section(&types, &defaults, &mut out, name, ty, false);
     }
+    // Every key the loader knows (the defaults' leaves) is in the reference.
+    fn keys(node: &toml::Value, prefix: &str, out: &mut Vec<String>) {
+        match node.as_table() {
+            Some(t) if !t.is_empty() => {
+                for (k, v) in t {
+                    let key = if prefix.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{prefix}.{k}")
+                    };
+                    keys(v, &key, out);
+                }
+            }
+            _ => out.push(prefix.to_string()),
+        }
+    }
+    let mut known = vec![];
+    keys(&defaults, "", &mut known);
+    let absent: Vec<_> = known.iter().filter(|k| !out.contains(k.as_str())).collect();
+    assert!(
+        absent.is_empty(),
+        "keys the loader accepts but the reference leaves out: {absent:?}"
+    );
     assert!(
         types.missing_docs.is_empty(),
         "every configuration key and choice needs a doc comment (it is the reference's text); \
