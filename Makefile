@@ -10,7 +10,7 @@ MDBOOK_VERSION := 0.5.4
 MDBOOK := $(HOME)/.cache/eosflow/tools/mdbook-$(MDBOOK_VERSION)/bin/mdbook
 STACK_ENV = eval "$$(dev/stack env)"
 
-.PHONY: demo demo-chaos test deps stack-up stack-down lint docs build verify verify-long verify-scenario check-compose check-rules bench
+.PHONY: demo demo-chaos test deps stack-up stack-down lint docs build verify verify-long verify-scenario check-compose check-rules config-reference bench
 
 ## Install the system packages the build and the stack need (Debian; skipped when present).
 deps:
@@ -94,6 +94,13 @@ $(MDBOOK):
 check-rules:
 	dev/promtool check rules ops/prometheus/rules.yml
 	cd ops/prometheus && ../../dev/promtool test rules rules.test.yml
+
+## Regenerates docs/reference/configuration.md from the config types' doc comments (the
+## config_reference test, which `make test` runs to check the file, writes it with BLESS=1).
+config-reference:
+	@bin=$$($(CARGO) test --locked --workspace --all-targets --no-run 2>&1 \
+		| grep -oE '\(/[^)]*/config_reference-[^)]*\)' | tr -d '()') \
+		&& BLESS=1 "$$bin" --quiet && echo "wrote docs/reference/configuration.md"
 
 ## Benchmarks (≈ 40 min, not part of test): raw pipe, eosflow at-least-once/exactly-once and
 ## Kafka Streams in one run, sweeps, recovery, micro-benchmarks → target/bench/report.md + SVGs.

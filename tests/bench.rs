@@ -124,7 +124,7 @@ fn at_least_once_mode_counts_everything_and_writes_no_transaction_markers() {
     w.produce(&support::clients(), &p.input, Duration::ZERO)
         .expect("produce");
     let mut config = p.config("a");
-    config.processor.guarantee = "at_least_once".into();
+    config.processor.guarantee = eosflow::config::Guarantee::AtLeastOnce;
     let inst = Instance::start(&config, CountProcessor::new(&p.output));
     p.wait_drained(Duration::from_secs(90));
     let summary = inst.stop();

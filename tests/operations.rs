@@ -85,6 +85,16 @@ fn metrics_show_lag_commit_latency_and_dead_letters_during_a_real_run() {
         )
     };
     depth(1.0);
+    // Its age: how long the oldest letter not purged has waited (it grows while it waits).
+    let age = |what: &str, ok: fn(f64) -> bool| {
+        support::wait_for(what, Duration::from_secs(30), || {
+            let (_, text) = get(&addr, "/metrics")?;
+            metric(&text, "eosflow_dlt_oldest_age_seconds", &[&depth_label])
+                .filter(|a| ok(*a))
+                .map(|_| ())
+        })
+    };
+    age("eosflow_dlt_oldest_age_seconds > 0.5", |a| a > 0.5);
     let purge = std::process::Command::new(env!("CARGO_BIN_EXE_eosflow"))
         .args(["dlt", "purge", &dlt, "--reason", "test: depth gauge"])
         .env("EOSFLOW_KAFKA_BOOTSTRAP", support::bootstrap())
@@ -97,6 +107,9 @@ fn metrics_show_lag_commit_latency_and_dead_letters_during_a_real_run() {
         String::from_utf8_lossy(&purge.stderr)
     );
     depth(0.0);
+    age("eosflow_dlt_oldest_age_seconds == 0 once purged", |a| {
+        a == 0.0
+    });
     let _ = child.kill();
     let _ = child.wait();
     assert!(
@@ -106,6 +119,17 @@ fn metrics_show_lag_commit_latency_and_dead_letters_during_a_real_run() {
     let commits = metric(&text, "eosflow_commit_seconds_count", &[]).unwrap_or(0.0);
     assert!(commits >= 1.0, "commit latency histogram has samples");
     assert!(metric(&text, "eosflow_commit_seconds_bucket", &["le=\"+Inf\""]).is_some());
+    // End-to-end latency: one observation per committed input record (the 20 000 good ones and
+    // the dead-lettered one), each after its Kafka timestamp, in buckets that reach an hour.
+    let e2e = metric(&text, "eosflow_end_to_end_latency_seconds_count", &[]).unwrap_or(0.0);
+    assert!(e2e >= 20_001.0, "end-to-end latency observations: {e2e}");
+    assert!(metric(&text, "eosflow_end_to_end_latency_seconds_sum", &[]).unwrap_or(0.0) > 0.0);
+    assert!(metric(
+        &text,
+        "eosflow_end_to_end_latency_seconds_bucket",
+        &["le=\"3600"]
+    )
+    .is_some());
     assert_eq!(
         metric(
             &text,
@@ -128,6 +152,7 @@ fn metrics_show_lag_commit_latency_and_dead_letters_during_a_real_run() {
     // Every metric shown carries the HELP text of its table (src/telemetry/catalog.rs).
     for name in [
         "eosflow_commit_seconds",
+        "eosflow_end_to_end_latency_seconds",
         "eosflow_transactions_committed_total",
         "eosflow_dlt_records_total",
     ] {

@@ -29,7 +29,7 @@ fn hostile() -> FailureRates {
 #[test]
 fn the_demo_ends_consistent_under_high_failure_rates_with_poison_in_the_dlt() {
     let mut config = support::config();
-    config.postgres.url = support::postgres_url();
+    config.postgres.url = eosflow::config::Secret::new(support::postgres_url());
     config.schema_registry.url = support::registry_url();
     let args = DemoArgs {
         duration_secs: 8,

@@ -41,8 +41,8 @@ fn sasl_config(mechanism: &str, password: &str) -> Config {
     let mut c = support::config();
     c.kafka.bootstrap = sasl_bootstrap();
     let s = &mut c.kafka.security;
-    s.protocol = "sasl_plaintext".into();
-    s.sasl_mechanism = mechanism.into();
+    s.protocol = eosflow::config::SecurityProtocol::SaslPlaintext;
+    s.sasl_mechanism = Some(mechanism.parse().expect("a SASL mechanism"));
     s.username = sasl_user();
     s.password = Secret::new(password);
     c.validate().expect("valid SASL config");

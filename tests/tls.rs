@@ -31,7 +31,7 @@ fn ssl_bootstrap() -> String {
 fn tls_clients(ca: &str) -> KafkaClients {
     let mut c = support::config();
     c.kafka.bootstrap = ssl_bootstrap();
-    c.kafka.security.protocol = "ssl".into();
+    c.kafka.security.protocol = eosflow::config::SecurityProtocol::Ssl;
     c.kafka.security.ssl_ca_location = ca.into();
     c.validate().expect("valid TLS config");
     KafkaClients::new(c.kafka)

@@ -7,6 +7,7 @@ pub mod avro_serde;
 pub mod catalog;
 pub mod check;
 pub mod compat;
+pub mod config;
 pub mod decode;
 pub mod envelope;
 pub mod project;

@@ -65,13 +65,13 @@ impl Registry {
         };
         let client_builder = || -> Result<reqwest::ClientBuilder, CodecError> {
             let mut b = reqwest::Client::builder().timeout(std::time::Duration::from_secs(30));
-            if !cfg.ca_file.is_empty() {
+            if !cfg.ca_file.as_os_str().is_empty() {
+                let ca = cfg.ca_file.display().to_string();
                 let pem = std::fs::read(&cfg.ca_file)
-                    .map_err(|e| bad(format!("schema_registry.ca_file {:?}: {e}", cfg.ca_file)))?;
+                    .map_err(|e| bad(format!("schema_registry.ca_file {ca:?}: {e}")))?;
                 let certs = reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| {
                     bad(format!(
-                        "schema_registry.ca_file {:?} is not a PEM CA bundle: {e}",
-                        cfg.ca_file
+                        "schema_registry.ca_file {ca:?} is not a PEM CA bundle: {e}"
                     ))
                 })?;
                 for c in certs {

@@ -228,7 +228,9 @@ impl KafkaClients {
             if security.uses_sasl() && is_auth_error(code, &detail) {
                 return Err(ConnectError::Authentication {
                     user: security.username.clone(),
-                    mechanism: security.sasl_mechanism.clone(),
+                    mechanism: security
+                        .sasl_mechanism
+                        .map_or_else(String::new, |m| m.to_string()),
                     bootstrap: self.base.bootstrap.clone(),
                     detail,
                 });
@@ -236,14 +238,14 @@ impl KafkaClients {
             if security.uses_tls() && is_tls_error(code, &detail) {
                 return Err(ConnectError::Tls {
                     bootstrap: self.base.bootstrap.clone(),
-                    ca: security.ssl_ca_location.clone(),
+                    ca: security.ssl_ca_location.display().to_string(),
                     detail,
                 });
             }
             if Instant::now() >= deadline {
                 return Err(ConnectError::Unreachable {
                     bootstrap: self.base.bootstrap.clone(),
-                    protocol: security.protocol.clone(),
+                    protocol: security.protocol.to_string(),
                     timeout,
                     detail,
                 });

@@ -4,6 +4,7 @@
 //! eosflow (processors, outbox router, verifier, tools) connects the same way.
 
 pub mod client;
+pub mod config;
 pub mod reader;
 pub mod topics;
 

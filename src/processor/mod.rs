@@ -6,6 +6,7 @@
 //! the record's input offset, or not at all.
 
 mod api;
+pub mod config;
 mod drive;
 pub(crate) mod engine;
 mod fire;

@@ -132,7 +132,7 @@ impl RuntimeOptions {
                 .map(|t| (t.clone(), config.retry.policy_for(t)))
                 .collect(),
             dlt_depth_interval: Duration::from_millis(config.retry.dlt_depth_interval_ms),
-            exactly_once: config.processor.guarantee != "at_least_once",
+            exactly_once: config.processor.guarantee == crate::config::Guarantee::ExactlyOnce,
         })
     }
 
@@ -1024,6 +1024,10 @@ impl<P: Processor> Runtime<P> {
             telemetry::consumed(t, p, n);
         }
         telemetry::committed(handled.len(), started.elapsed());
+        telemetry::end_to_end_latency(
+            crate::clock::now_ms(),
+            handled.iter().filter_map(|m| m.timestamp().to_millis()),
+        );
         for (topic, n) in std::mem::take(&mut self.produced) {
             telemetry::produced(&topic, n);
         }

@@ -1,11 +1,17 @@
-//! DLT depth: how many dead letters wait in each `<topic>.DLT`, as a gauge an operator can
-//! alert on (`eosflow_dlt_depth_records{topic}`).
+//! DLT depth and age: how many dead letters wait in each `<topic>.DLT`, and how long the oldest
+//! of them has waited, as gauges an operator can alert on (`eosflow_dlt_depth_records{topic}`,
+//! `eosflow_dlt_oldest_age_seconds{topic}`).
 //!
 //! A DLT's offsets include transaction markers (every dead letter is written in a transaction),
 //! so "high watermark − low watermark" overcounts. The watcher instead reads the DLT
 //! `read_committed` from the start, remembers the offsets of committed records, and drops those
 //! below the low watermark (what `eosflow dlt purge` deleted). A redriven letter stays counted
-//! until it is purged: redrive copies, it does not delete. Memory: 8 bytes per waiting letter.
+//! until it is purged: redrive copies, it does not delete. Memory: 16 bytes per waiting letter.
+//!
+//! The age is now minus the Kafka timestamp (the time it was dead-lettered) of the oldest
+//! letter still waiting, the same letters the depth counts: committed, not purged (`eosflow dlt
+//! purge` is how an operator marks letters handled). Per partition the oldest is taken to be
+//! the one at the lowest offset; 0 when the DLT is empty.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -26,26 +32,39 @@ pub struct DepthWatcher {
     handle: Option<JoinHandle<()>>,
 }
 
-/// Committed dead letters not yet purged, per DLT partition.
+/// One waiting dead letter: its offset and Kafka timestamp (ms), if it has one.
+type Letter = (i64, Option<i64>);
+
+/// Committed dead letters not yet purged, per DLT partition, in offset order.
 #[derive(Debug, Default)]
 struct Depth {
-    offsets: BTreeMap<(String, i32), VecDeque<i64>>,
+    offsets: BTreeMap<(String, i32), VecDeque<Letter>>,
 }
 
 impl Depth {
-    fn seen(&mut self, topic: &str, partition: i32, offset: i64) {
+    fn seen(&mut self, topic: &str, partition: i32, offset: i64, timestamp_ms: Option<i64>) {
         self.offsets
             .entry((topic.to_string(), partition))
             .or_default()
-            .push_back(offset);
+            .push_back((offset, timestamp_ms));
     }
 
     fn purged_below(&mut self, topic: &str, partition: i32, low: i64) {
         if let Some(q) = self.offsets.get_mut(&(topic.to_string(), partition)) {
-            while q.front().is_some_and(|o| *o < low) {
+            while q.front().is_some_and(|(o, _)| *o < low) {
                 q.pop_front();
             }
         }
+    }
+
+    /// Seconds the oldest waiting letter of `topic` has waited at `now_ms` (0: none waits).
+    fn oldest_age_secs(&self, topic: &str, now_ms: i64) -> f64 {
+        self.offsets
+            .iter()
+            .filter(|((t, _), _)| t == topic)
+            .filter_map(|(_, q)| q.front().and_then(|(_, ts)| *ts))
+            .min()
+            .map_or(0.0, |oldest| (now_ms - oldest).max(0) as f64 / 1000.0)
     }
 
     fn of_topic(&self, topic: &str) -> usize {
@@ -128,13 +147,19 @@ fn watch(
                     depth.purged_below(t, *p, low);
                 }
             }
+            let now = crate::clock::now_ms();
             for t in &topics {
-                crate::telemetry::dlt_depth(t, depth.of_topic(t));
+                crate::telemetry::dlt_depth(t, depth.of_topic(t), depth.oldest_age_secs(t, now));
             }
             last = Instant::now();
         }
         match consumer.poll(Duration::from_millis(200)) {
-            Some(Ok(m)) => depth.seen(m.topic(), m.partition(), m.offset()),
+            Some(Ok(m)) => depth.seen(
+                m.topic(),
+                m.partition(),
+                m.offset(),
+                m.timestamp().to_millis(),
+            ),
             Some(Err(e)) => tracing::debug!(error = %e, "DLT depth watcher"),
             None => {}
         }
@@ -149,13 +174,31 @@ mod tests {
     fn depth_counts_committed_letters_and_forgets_purged_ones() {
         let mut d = Depth::default();
         for o in [0, 2, 4, 6] {
-            d.seen("a.DLT", 0, o);
+            d.seen("a.DLT", 0, o, Some(1_000 + o));
         }
-        d.seen("a.DLT", 1, 10);
-        d.seen("b.DLT", 0, 0);
+        d.seen("a.DLT", 1, 10, Some(1_003));
+        d.seen("b.DLT", 0, 0, None);
         assert_eq!(d.of_topic("a.DLT"), 5);
         d.purged_below("a.DLT", 0, 5);
         assert_eq!(d.of_topic("a.DLT"), 2);
         assert_eq!(d.of_topic("b.DLT"), 1);
+    }
+
+    #[test]
+    fn age_is_that_of_the_oldest_letter_not_purged() {
+        let mut d = Depth::default();
+        assert_eq!(d.oldest_age_secs("a.DLT", 10_000), 0.0, "empty: 0");
+        d.seen("a.DLT", 0, 0, Some(1_000));
+        d.seen("a.DLT", 0, 1, Some(7_000));
+        d.seen("a.DLT", 1, 0, Some(4_000));
+        d.seen("b.DLT", 0, 0, Some(0));
+        assert_eq!(d.oldest_age_secs("a.DLT", 10_000), 9.0);
+        d.purged_below("a.DLT", 0, 1);
+        assert_eq!(d.oldest_age_secs("a.DLT", 10_000), 6.0);
+        d.purged_below("a.DLT", 1, 1);
+        assert_eq!(d.oldest_age_secs("a.DLT", 10_000), 3.0);
+        d.purged_below("a.DLT", 0, 2);
+        assert_eq!(d.oldest_age_secs("a.DLT", 10_000), 0.0);
+        assert_eq!(d.oldest_age_secs("b.DLT", 10_000), 10.0);
     }
 }

@@ -4,6 +4,7 @@
 //! Every forward — to a retry level or to the DLT — is produced in the same Kafka transaction
 //! as the input offset and the state change, so routing is exactly-once too.
 
+pub mod config;
 pub mod depth;
 pub mod dlt;
 pub mod headers;

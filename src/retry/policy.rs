@@ -3,11 +3,15 @@
 use std::time::Duration;
 
 use rand::Rng;
+use serde::{Deserialize, Serialize};
 
-/// What happens to later records of a key whose head record was dead-lettered.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What happens to later records of a key whose head record was dead-lettered
+/// (`retry.on_dead_letter`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum OnDeadLetter {
     /// The next record of the key becomes its head and is processed.
+    #[default]
     Continue,
     /// The key stays parked: its later records go to the DLT behind the head until a redrive
     /// of the key brings them back in order.
@@ -29,6 +33,18 @@ pub struct RetryPolicy {
     /// dead-lettered with class `parked-overflow`.
     pub max_parked_followers: u64,
 }
+
+impl OnDeadLetter {
+    /// The name the configuration uses.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Continue => "continue",
+            Self::Park => "park",
+        }
+    }
+}
+
+crate::config::choice::choice_strings!(OnDeadLetter);
 
 impl Default for RetryPolicy {
     fn default() -> Self {

@@ -7,6 +7,7 @@
 //! the changelog tail after the last checkpoint.
 
 pub mod changelog;
+pub mod config;
 pub mod dedup;
 pub mod merge;
 pub mod overlay;

@@ -107,6 +107,12 @@ pub const FRAMEWORK: &[MetricDef] = &[
         "Dead letters waiting in a dead-letter topic (committed, not purged).",
     ),
     metric(
+        "eosflow_dlt_oldest_age_seconds",
+        Gauge,
+        Unit::Seconds,
+        "Age of the oldest dead letter waiting in a dead-letter topic (committed, not purged; 0 when empty).",
+    ),
+    metric(
         "eosflow_dlt_records_total",
         Counter,
         Unit::Count,
@@ -189,6 +195,12 @@ pub const FRAMEWORK: &[MetricDef] = &[
         Histogram,
         Unit::Seconds,
         "Time from a transaction's begin to its commit returning.",
+    ),
+    metric(
+        "eosflow_end_to_end_latency_seconds",
+        Histogram,
+        Unit::Seconds,
+        "Time from an input record's Kafka timestamp to the commit that made its effects visible, per committed input record.",
     ),
     metric(
         "eosflow_consumer_errors_total",

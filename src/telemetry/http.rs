@@ -37,13 +37,23 @@ pub enum HttpError {
 }
 
 /// Installs the global metrics recorder (`_seconds` metrics become histograms with latency
-/// buckets) and describes every registered metric table ([`catalog::register`]).
+/// buckets; the end-to-end latency's reach hours, as a record may wait out a retry ladder) and
+/// describes every registered metric table ([`catalog::register`]).
 pub fn install_recorder() -> Result<PrometheusHandle, HttpError> {
     let buckets = [
         0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
     ];
     let handle = PrometheusBuilder::new()
         .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), &buckets)
+        .and_then(|b| {
+            b.set_buckets_for_metric(
+                Matcher::Full("eosflow_end_to_end_latency_seconds".into()),
+                &[
+                    0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0,
+                    900.0, 3600.0,
+                ],
+            )
+        })
         .and_then(|b| {
             b.set_buckets_for_metric(
                 Matcher::Full("eosflow_batch_records".into()),

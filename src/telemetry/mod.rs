@@ -7,6 +7,7 @@ use std::time::Duration;
 use crate::state::RestoreStats;
 
 pub mod catalog;
+pub mod config;
 mod health;
 pub mod http;
 pub mod trace;
@@ -19,6 +20,30 @@ pub fn committed(records: usize, elapsed: Duration) {
     metrics::counter!("eosflow_records_committed_total").increment(records as u64);
     metrics::histogram!("eosflow_batch_records").record(records as f64);
     metrics::histogram!("eosflow_batch_seconds").record(elapsed.as_secs_f64());
+}
+
+/// A batch committed, making its input records' effects visible at `now_ms`: observes each
+/// record's end-to-end latency (its Kafka timestamp → now). One histogram handle per batch;
+/// runs of equal timestamps are recorded at once.
+pub fn end_to_end_latency(now_ms: i64, input_timestamps_ms: impl IntoIterator<Item = i64>) {
+    let histogram = metrics::histogram!("eosflow_end_to_end_latency_seconds");
+    let mut run: Option<(i64, usize)> = None;
+    let flush = |(ts, n): (i64, usize)| {
+        histogram.record_many((now_ms - ts).max(0) as f64 / 1000.0, n);
+    };
+    for ts in input_timestamps_ms {
+        match run {
+            Some((t, n)) if t == ts => run = Some((t, n + 1)),
+            Some(done) => {
+                flush(done);
+                run = Some((ts, 1));
+            }
+            None => run = Some((ts, 1)),
+        }
+    }
+    if let Some(done) = run {
+        flush(done);
+    }
 }
 
 /// A transaction was aborted.
@@ -36,9 +61,12 @@ pub fn dedup_hit(topic: &str) {
     metrics::counter!("eosflow_dedup_hits_total", "topic" => topic.to_string()).increment(1);
 }
 
-/// Dead letters waiting in `topic` (committed, not purged): what an operator must look at.
-pub fn dlt_depth(topic: &str, letters: usize) {
+/// A DLT holds `letters` dead letters (committed, not purged), the oldest of which has waited
+/// `oldest_age_secs` (0 when none waits).
+pub fn dlt_depth(topic: &str, letters: usize, oldest_age_secs: f64) {
     metrics::gauge!("eosflow_dlt_depth_records", "topic" => topic.to_string()).set(letters as f64);
+    metrics::gauge!("eosflow_dlt_oldest_age_seconds", "topic" => topic.to_string())
+        .set(oldest_age_secs);
 }
 
 /// A record was dead-lettered to `topic`.

@@ -20,9 +20,9 @@ use eosflow::kafka::reader::ReaderContext;
 use eosflow::kafka::topics::{self, TopicOutcome, TopicSpec};
 use eosflow::kafka::{ClientRole, KafkaClients};
 use eosflow::processor::{Processor, RunSummary, Runtime};
+use eosflow_orders::aggregate::OrderProcessor;
 use eosflow_orders::check::{self, Outputs, Verdict};
 use eosflow_orders::messages::{SagaEnded, SagaOutcome, StatusChanged};
-use eosflow_orders::processor::OrderProcessor;
 use eosflow_orders::projection::CustomersProcessor;
 use eosflow_orders::services::{PaymentService, StockService};
 use eosflow_orders::writer::{Mix, Tally, Writer};
@@ -367,7 +367,7 @@ pub fn run(config: &Config, args: &DemoArgs, progress: bool) -> Result<DemoRepor
     }
 
     let orders_table = format!("{}_orders", ns.replace('-', "_"));
-    let mut writer = Writer::connect(&cfg.postgres.url, &orders_table, &cfg.outbox)
+    let mut writer = Writer::connect(cfg.postgres.url.expose(), &orders_table, &cfg.outbox)
         .map_err(|e| e.to_string())?;
     let cleanup = Cleanup {
         sql: format!(
@@ -566,7 +566,7 @@ pub fn run(config: &Config, args: &DemoArgs, progress: bool) -> Result<DemoRepor
         }
         Err(e) => {
             // The writer went into its thread; a fresh connection drops the slot and tables.
-            if let Ok(w) = Writer::connect(&cfg.postgres.url, &orders_table, &cfg.outbox) {
+            if let Ok(w) = Writer::connect(cfg.postgres.url.expose(), &orders_table, &cfg.outbox) {
                 cleanup.run(&w);
             }
             Err(e)

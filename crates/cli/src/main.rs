@@ -219,7 +219,7 @@ enum DltAction {
 struct OutboxArgs {
     /// `cdc` (logical replication, exactly-once) or `poll` (at-least-once); overrides outbox.mode.
     #[arg(long)]
-    mode: Option<String>,
+    mode: Option<eosflow::config::OutboxMode>,
     #[command(subcommand)]
     action: Option<OutboxAction>,
 }
@@ -388,11 +388,6 @@ fn dispatch(cli: Cli) -> Result<std::process::ExitCode> {
                     *v = "***".into();
                 }
             }
-            if let Some((head, tail)) = shown.postgres.url.split_once('@') {
-                if let Some((user, _)) = head.rsplit_once(':') {
-                    shown.postgres.url = format!("{user}:***@{tail}");
-                }
-            }
             println!(
                 "{}",
                 toml::to_string_pretty(&shown).context("rendering the config")?
@@ -421,9 +416,11 @@ fn run(
         };
     }
     if topology == "order-lifecycle" {
-        let p =
-            eosflow_orders::lifecycle::OrdersProcessor::new(&config.schema_registry.url, output)
-                .context("building the order-lifecycle topology")?;
+        let p = eosflow_orders::poison_lifecycle::PoisonLifecycleProcessor::new(
+            &config.schema_registry.url,
+            output,
+        )
+        .context("building the order-lifecycle topology")?;
         return run_with(config, p);
     }
     let t: Topology = topology.parse().map_err(anyhow::Error::msg)?;

@@ -5,7 +5,7 @@
 use eosflow::processor::RunSummary;
 use eosflow::{Config, RunError};
 
-use crate::processor::OrderProcessor;
+use crate::aggregate::OrderProcessor;
 use crate::projection::CustomersProcessor;
 use crate::services::{PaymentService, StockService};
 use crate::{configure, FailureRates, Topics, Topology};

@@ -13,14 +13,18 @@
 //!          <ns>.stock-commands ─▶ stock ─┤
 //!          <ns>.payment-commands ─▶ payment
 //! ```
+//!
+//! Two order state machines live here, for different jobs: [`aggregate`] (with [`model`] and
+//! [`saga`]) is the application above; [`poison_lifecycle`] is the fault suite's `poison`
+//! target (`--topology order-lifecycle`), a small Avro order-status machine.
 
+pub mod aggregate;
 pub mod check;
 pub mod contracts;
 pub mod launch;
-pub mod lifecycle;
 pub mod messages;
 pub mod model;
-pub mod processor;
+pub mod poison_lifecycle;
 pub mod projection;
 pub mod saga;
 pub mod services;

@@ -11,9 +11,9 @@ use std::time::{Duration, Instant};
 use rand::Rng;
 use serde_json::json;
 
+use super::aggregate::EVENT_ID_HEADER;
 use super::messages::types;
 use super::now_ms;
-use super::processor::EVENT_ID_HEADER;
 use eosflow::config::OutboxConfig;
 use eosflow_outbox::quote_ident;
 use eosflow_outbox_writer::{Columns, Context, OutboxEvent, OutboxWriter, Payload};

@@ -13,7 +13,6 @@
 //! the router retries the same rows after reconnecting.
 
 use std::collections::HashMap;
-use std::path::Path;
 use std::sync::OnceLock;
 
 use apache_avro::types::Value;
@@ -74,17 +73,17 @@ impl PayloadEncoder {
     /// The encoder the configuration asks for: `None` for `payload_format = "json"`.
     pub fn from_config(config: &Config) -> Result<Option<Self>, OutboxError> {
         let o = &config.outbox;
-        if o.payload_format != "avro" {
+        if o.payload_format != eosflow::config::PayloadFormat::Avro {
             return Ok(None);
         }
-        let catalog = if o.schemas_dir.is_empty() {
+        let catalog = if o.schemas_dir.as_os_str().is_empty() {
             BUILTIN.get().cloned().ok_or_else(|| {
                 OutboxError::Config(
                     "outbox.payload_format = \"avro\" needs outbox.schemas_dir: this binary has no contracts built in".into(),
                 )
             })?
         } else {
-            Catalog::from_dir(Path::new(&o.schemas_dir))
+            Catalog::from_dir(&o.schemas_dir)
                 .map_err(|e| OutboxError::Config(format!("outbox.schemas_dir: {e}")))?
         };
         let registry = Registry::from_config(&config.schema_registry)
@@ -232,7 +231,7 @@ mod tests {
     use super::*;
 
     fn placed() -> Schema {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../schemas");
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../schemas");
         let c = Catalog::from_dir(&dir).expect("the repository's schemas/");
         Schema::parse_str(&c.get("orders.order-placed.v1").expect("v1").text).expect("parses")
     }

@@ -212,7 +212,7 @@ pub async fn ensure_slot(pg: &tokio_postgres::Client, config: &Config) -> Result
 }
 
 fn replication_config(config: &Config, start: u64) -> Result<ReplicationConfig, OutboxError> {
-    let target = super::pgtls::PgTarget::parse(&config.postgres.url)?;
+    let target = super::pgtls::PgTarget::parse(config.postgres.url.expose())?;
     let pc = &target.config;
     let host = match pc.get_hosts().first() {
         Some(tokio_postgres::config::Host::Tcp(h)) => h.clone(),
@@ -629,7 +629,7 @@ async fn session(
     health: &Health,
 ) -> Result<(), OutboxError> {
     let o = &config.outbox;
-    let pg = super::connect(&config.postgres.url).await?;
+    let pg = super::connect(config.postgres.url.expose()).await?;
     for t in o.served() {
         if migrate::ensure(&pg, &t).await? {
             tracing::info!(table = %t.table, "created the outbox table");
@@ -658,7 +658,7 @@ async fn session(
         read_checkpoint(&clients, &offsets_topic, &o.slot, Duration::from_secs(60))
     })?;
     let mut imported = None;
-    if o.snapshot == "initial" && stored.is_none() {
+    if o.snapshot == eosflow::config::OutboxSnapshot::Initial && stored.is_none() {
         // Nothing was ever published for this slot: (re)create it with an exported snapshot
         // and publish the rows already in the table before streaming.
         let mut repl = ReplicationClient::connect_gated(replication_config(config, 0)?)
@@ -770,7 +770,7 @@ async fn session(
 pub async fn prune(pg: &tokio_postgres::Client, config: &Config) -> Result<u64, OutboxError> {
     let mut pruned = 0;
     for o in config.outbox.served() {
-        let only_sent = if o.mode == "poll" {
+        let only_sent = if o.mode == eosflow::config::OutboxMode::Poll {
             format!(" and {} is not null", quote_ident(&o.column_sent_at))
         } else {
             String::new()

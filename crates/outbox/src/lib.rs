@@ -207,7 +207,7 @@ pub fn run(
     health: &eosflow::telemetry::Health,
 ) -> Result<String, OutboxError> {
     let config = &effective(config)?;
-    if config.outbox.mode == "poll" {
+    if config.outbox.mode == eosflow::config::OutboxMode::Poll {
         let s = poll::run(config, shutdown, health)?;
         Ok(format!("poll: rows={} batches={}", s.rows, s.batches))
     } else {
@@ -234,7 +234,7 @@ pub fn migrate_cmd(config: &eosflow::Config) -> Result<bool, OutboxError> {
         .build()
         .map_err(|e| OutboxError::Other(format!("tokio runtime: {e}")))?;
     rt.block_on(async {
-        let pg = connect(&config.postgres.url).await?;
+        let pg = connect(config.postgres.url.expose()).await?;
         let mut created = false;
         for t in config.outbox.served() {
             created |= migrate::migrate(&pg, &t).await?;

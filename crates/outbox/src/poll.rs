@@ -105,7 +105,7 @@ async fn session(
     health: &eosflow::telemetry::Health,
 ) -> Result<(), OutboxError> {
     let o = &config.outbox;
-    let mut pg = super::connect(&config.postgres.url).await?;
+    let mut pg = super::connect(config.postgres.url.expose()).await?;
     migrate::ensure(&pg, o).await?;
     let clients = KafkaClients::new(config.kafka.clone());
     let producer_config = clients.config(ClientRole::Idempotent);

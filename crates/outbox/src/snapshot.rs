@@ -73,7 +73,7 @@ pub async fn create_slot(
             "CREATE_REPLICATION_SLOT answered {rows:?}"
         )));
     };
-    let snap_pg = super::connect(&config.postgres.url).await?;
+    let snap_pg = super::connect(config.postgres.url.expose()).await?;
     snap_pg
         .batch_execute(&format!(
             "begin isolation level repeatable read read only; set transaction snapshot '{}'",
@@ -126,7 +126,7 @@ pub async fn run(
         Some(c) => c,
         None => {
             tracing::info!(table = ?progress.table, after_id = ?progress.after_id, rows = progress.rows, "resuming the snapshot after the last committed chunk");
-            super::connect(&config.postgres.url).await?
+            super::connect(config.postgres.url.expose()).await?
         }
     };
     let served = config.outbox.served();

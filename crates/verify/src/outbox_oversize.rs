@@ -250,7 +250,10 @@ pub fn run(config: &Config, env: &ScenarioEnv, opts: &Options) -> Result<Scenari
             ("RUST_LOG", "info,rdkafka=warn".to_string()),
             ("EOSFLOW_APP_ID", app.clone()),
             ("EOSFLOW_KAFKA_BOOTSTRAP", config.kafka.bootstrap.clone()),
-            ("EOSFLOW_POSTGRES_URL", config.postgres.url.clone()),
+            (
+                "EOSFLOW_POSTGRES_URL",
+                config.postgres.url.expose().to_string(),
+            ),
             ("EOSFLOW_OUTBOX_MODE", "cdc".into()),
             ("EOSFLOW_OUTBOX_TABLE", table.clone()),
             ("EOSFLOW_OUTBOX_SLOT", slot.clone()),
@@ -288,7 +291,7 @@ pub fn run(config: &Config, env: &ScenarioEnv, opts: &Options) -> Result<Scenari
         .build()
         .map_err(|e| e.to_string())?;
     let pg = rt
-        .block_on(eosflow_outbox::connect(&config.postgres.url))
+        .block_on(eosflow_outbox::connect(config.postgres.url.expose()))
         .map_err(|e| e.to_string())?;
     let text = |sql: &str| -> Option<String> {
         rt.block_on(pg.query_opt(sql, &[]))

@@ -27,7 +27,7 @@ use eosflow::kafka::reader::read_all;
 use eosflow::kafka::topics;
 use eosflow::kafka::{ClientRole, KafkaClients};
 use eosflow::retry::tooling::{self, Selector};
-use eosflow_orders::lifecycle::{OrderOutput, MAX_VALUE_BYTES};
+use eosflow_orders::poison_lifecycle::{OrderOutput, MAX_VALUE_BYTES};
 
 /// Shape of a poison run.
 #[derive(Debug, Clone)]

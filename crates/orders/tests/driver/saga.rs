@@ -3,8 +3,8 @@
 //! on its own driver, the way the four processors run in production.
 
 use eosflow::testing::TopologyTestDriver;
+use eosflow_orders::aggregate::OrderProcessor;
 use eosflow_orders::messages::types;
-use eosflow_orders::processor::OrderProcessor;
 use eosflow_orders::projection::CustomersProcessor;
 use eosflow_orders::services::{PaymentService, StockService};
 use eosflow_orders::{draw, FailureRates, Topics};

@@ -1,10 +1,12 @@
-//! The orders lifecycle topology: Avro order events (Confluent-framed, schemas from the
-//! registry) decoded through the contracts decoder, a per-order state machine in state
-//! (PLACED → PAID → SHIPPED, PLACED|PAID → CANCELLED), one JSON output per accepted event.
+//! The `order-lifecycle` topology, the fault suite's `poison` target — not the reference
+//! application (that is [`crate::aggregate`]: the order aggregate with its saga). Avro order
+//! events (Confluent-framed, schemas from the registry) decoded through the contracts decoder,
+//! a per-order status machine in state (PLACED → PAID → SHIPPED, PLACED|PAID → CANCELLED), one
+//! JSON output per accepted event.
 //!
-//! It is the fault suite's `poison` target: every kind of bad input must reach the DLT with its
-//! reason, illegal transitions are permanent failures, and an order's `customer_id` can ask the
-//! handler to misbehave (`poison:panic`, `poison:transient:<k>`, `poison:always-transient`).
+//! As the `poison` target, every kind of bad input must reach the DLT with its reason, illegal
+//! transitions are permanent failures, and an order's `customer_id` can ask the handler to
+//! misbehave (`poison:panic`, `poison:transient:<k>`, `poison:always-transient`).
 
 use apache_avro::types::Value;
 use serde::{Deserialize, Serialize};
@@ -19,7 +21,7 @@ pub const MAX_VALUE_BYTES: usize = 64 * 1024;
 
 /// Per-order state.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct OrderState {
+pub struct LifecycleState {
     /// PLACED, PAID, SHIPPED or CANCELLED.
     pub status: String,
     /// Accepted events for the order.
@@ -42,7 +44,7 @@ pub struct OrderOutput {
 
 /// Why building the topology failed.
 #[derive(Debug, thiserror::Error)]
-pub enum OrdersError {
+pub enum PoisonLifecycleError {
     /// The built-in contracts did not load.
     #[error("loading the built-in contracts: {0}")]
     Catalog(String),
@@ -52,16 +54,19 @@ pub enum OrdersError {
 }
 
 /// The handler.
-pub struct OrdersProcessor {
+pub struct PoisonLifecycleProcessor {
     decoder: Decoder,
     output: String,
 }
 
-impl OrdersProcessor {
+impl PoisonLifecycleProcessor {
     /// Emits to `output`; writer schemas come from the registry at `registry_url`.
-    pub fn new(registry_url: &str, output: impl Into<String>) -> Result<Self, OrdersError> {
-        let catalog =
-            crate::contracts::catalog().map_err(|e| OrdersError::Catalog(e.to_string()))?;
+    pub fn new(
+        registry_url: &str,
+        output: impl Into<String>,
+    ) -> Result<Self, PoisonLifecycleError> {
+        let catalog = crate::contracts::catalog()
+            .map_err(|e| PoisonLifecycleError::Catalog(e.to_string()))?;
         let source = RegistrySource::new(Registry::new(registry_url))?;
         let decoder = Decoder::new(source, catalog)
             .with_upcasters(crate::contracts::upcasters())
@@ -182,7 +187,7 @@ fn transition(
     }
 }
 
-impl Processor for OrdersProcessor {
+impl Processor for PoisonLifecycleProcessor {
     fn process(&mut self, ctx: &mut Context<'_>, record: &Record<'_>) -> Result<(), ProcessError> {
         let event = self.decoder.decode(record)?;
         let Payload::Avro(Value::Record(fields)) = &event.payload else {
@@ -193,7 +198,7 @@ impl Processor for OrdersProcessor {
         let key = record
             .key
             .ok_or_else(|| ProcessError::permanent("null-key: orders are keyed by order id"))?;
-        let mut state: Option<OrderState> = match ctx.get(key)? {
+        let mut state: Option<LifecycleState> = match ctx.get(key)? {
             Some(b) => Some(serde_json::from_slice(&b).map_err(|e| {
                 ProcessError::permanent(format!("stored order state is corrupt: {e}"))
             })?),
@@ -205,7 +210,7 @@ impl Processor for OrdersProcessor {
             state.as_ref().map(|s| s.status.as_str()),
             record,
         )?;
-        let s = state.get_or_insert(OrderState {
+        let s = state.get_or_insert(LifecycleState {
             status: String::new(),
             events: 0,
         });

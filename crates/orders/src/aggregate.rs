@@ -1,5 +1,7 @@
-//! The order processor: the order aggregate and its fulfilment saga, on the exactly-once
-//! runtime. Inputs: `<ns>.orders` (placed/cancelled from the order service's outbox, JSON or
+//! The order processor (`eosflow run --topology orders`): the reference application's order
+//! aggregate ([`crate::model`]) and its fulfilment saga ([`crate::saga`]), on the exactly-once
+//! runtime. Not to be confused with [`crate::poison_lifecycle`], the fault suite's small
+//! stand-alone order-status machine. Inputs: `<ns>.orders` (placed/cancelled from the order service's outbox, JSON or
 //! Confluent-framed Avro) and `<ns>.saga-replies` (the services' answers), co-partitioned by
 //! order id, so every decision about one order — a customer's cancel racing the payment, a
 //! late reply — is taken in one partition, in one transaction with the state it changes.

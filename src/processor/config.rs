@@ -1,0 +1,128 @@
+//! `[processor]`: the exactly-once loop's knobs (Kafka Streams names where they exist) and
+//! their range checks.
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::choice::choice_strings;
+use crate::config::ConfigError;
+
+/// What a committed batch promises about its input records' effects (`processor.guarantee`).
+///
+/// ```
+/// use eosflow::config::Guarantee;
+/// assert_eq!("at_least_once".parse::<Guarantee>(), Ok(Guarantee::AtLeastOnce));
+/// let err = "exactly-once".parse::<Guarantee>().unwrap_err();
+/// assert!(err.contains("`exactly_once`") && err.contains("`at_least_once`"), "{err}");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Guarantee {
+    /// Kafka transactions: outputs, state and input offsets commit together, or not at all.
+    #[default]
+    ExactlyOnce,
+    /// Outputs acknowledged, then plain offset commits; a crash replays the last batch. The
+    /// baseline that prices exactly-once.
+    AtLeastOnce,
+}
+
+impl Guarantee {
+    /// The name the configuration uses.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::ExactlyOnce => "exactly_once",
+            Self::AtLeastOnce => "at_least_once",
+        }
+    }
+}
+
+choice_strings!(Guarantee);
+
+/// The exactly-once loop's knobs (Kafka Streams names where they exist).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ProcessorConfig {
+    /// Input topics, co-partitioned (same partition count, keyed by aggregate id).
+    pub input_topics: Vec<String>,
+    /// Longest a batch stays open before its transaction commits (`commit.interval.ms`), 1..=60000.
+    pub commit_interval_ms: u64,
+    /// Most records in one transaction.
+    pub max_batch_records: usize,
+    /// Most key + value bytes in one transaction (≥ 1 MiB): bounds the memory a batch holds
+    /// (Kafka Streams bounds it with `buffered.records.per.partition`; bytes is what memory is).
+    pub max_batch_bytes: usize,
+    /// `transaction.timeout.ms`: how long a dead instance's open transaction blocks its partitions.
+    pub transaction_timeout_ms: u64,
+    /// `session.timeout.ms` of the consumer group.
+    pub session_timeout_ms: u64,
+    /// Deadline for restoring one partition's store from its changelog.
+    pub restore_timeout_ms: u64,
+    /// `group.instance.id` = the instance id: a restart within the session timeout keeps the
+    /// assignment (no rebalance). On in Kubernetes (stable pod names).
+    pub static_membership: bool,
+    /// Longest a SIGTERM/SIGINT shutdown may take (commit the open batch, leave) before exiting.
+    pub shutdown_timeout_ms: u64,
+    /// `/healthz` fails when the loop has not turned for this long (restores excepted).
+    pub stuck_after_ms: u64,
+    /// Exactly-once (transactions; the default) or at-least-once (the baseline that prices it).
+    pub guarantee: Guarantee,
+}
+
+impl Default for ProcessorConfig {
+    fn default() -> Self {
+        Self {
+            input_topics: vec![],
+            commit_interval_ms: 100,
+            max_batch_records: 10_000,
+            max_batch_bytes: 32 * 1024 * 1024,
+            transaction_timeout_ms: 10_000,
+            session_timeout_ms: 10_000,
+            restore_timeout_ms: 120_000,
+            static_membership: false,
+            shutdown_timeout_ms: 30_000,
+            stuck_after_ms: 60_000,
+            guarantee: Guarantee::ExactlyOnce,
+        }
+    }
+}
+
+impl ProcessorConfig {
+    /// Range checks serde cannot express.
+    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
+        if !(1..=60_000).contains(&self.commit_interval_ms) {
+            return Err(ConfigError::invalid(
+                "processor.commit_interval_ms",
+                format!("{} is outside 1..=60000", self.commit_interval_ms),
+            ));
+        }
+        if self.max_batch_records == 0 {
+            return Err(ConfigError::invalid(
+                "processor.max_batch_records",
+                "must be at least 1",
+            ));
+        }
+        if self.max_batch_bytes < 1024 * 1024 {
+            return Err(ConfigError::invalid(
+                "processor.max_batch_bytes",
+                "must be ≥ 1 MiB (1048576): a batch always takes at least one record",
+            ));
+        }
+        if self.transaction_timeout_ms < 1000
+            || self.transaction_timeout_ms <= self.commit_interval_ms
+        {
+            return Err(ConfigError::invalid(
+                "processor.transaction_timeout_ms",
+                format!(
+                    "{} must be ≥ 1000 and larger than processor.commit_interval_ms",
+                    self.transaction_timeout_ms
+                ),
+            ));
+        }
+        if self.session_timeout_ms < 1000 {
+            return Err(ConfigError::invalid(
+                "processor.session_timeout_ms",
+                "must be ≥ 1000",
+            ));
+        }
+        Ok(())
+    }
+}
