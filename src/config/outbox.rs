@@ -488,7 +488,8 @@ impl OutboxConfig {
                 _ => {
                     return Err((
                         option.clone(),
-                        "not supported (docs/outbox.md, \"Table and mapping\": Debezium options)".into(),
+                        "not supported (docs/outbox.md, \"Table and mapping\": Debezium options)"
+                            .into(),
                     ))
                 }
             };
