@@ -10,6 +10,8 @@
 mod debezium;
 #[path = "outbox/large.rs"]
 mod large;
+#[path = "outbox/split.rs"]
+mod split;
 mod support;
 #[path = "outbox/tables.rs"]
 mod tables;

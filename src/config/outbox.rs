@@ -135,8 +135,15 @@ pub struct OutboxConfig {
     pub slot: String,
     /// Publication on the outbox table.
     pub publication: String,
-    /// Most rows in one Kafka transaction (a Postgres transaction is never split).
+    /// Most rows in one Kafka transaction made of whole Postgres transactions (a Postgres
+    /// transaction up to `max_rows_per_transaction` rows is never split).
     pub batch_size: usize,
+    /// A Postgres transaction with more outbox rows than this is published in several Kafka
+    /// transactions of at most this many rows each, the checkpoint recording how far it got,
+    /// so that no transaction is too large to commit within `transaction_timeout_ms`: exactly
+    /// once still, but a `read_committed` consumer may see its first parts before the rest.
+    /// At least `batch_size`.
+    pub max_rows_per_transaction: usize,
     /// Longest rows wait before their Kafka transaction commits.
     pub commit_interval_ms: u64,
     /// How often an idle router writes a WAL heartbeat so the slot keeps advancing (0 = never).
@@ -364,6 +371,12 @@ impl OutboxConfig {
                 "must be in 1..=100000",
             ));
         }
+        if !(o.batch_size..=10_000_000).contains(&o.max_rows_per_transaction) {
+            return Err(ConfigError::invalid(
+                "outbox.max_rows_per_transaction",
+                format!("must be in outbox.batch_size ({})..=10000000", o.batch_size),
+            ));
+        }
         if !(1..=60_000).contains(&o.commit_interval_ms) {
             return Err(ConfigError::invalid(
                 "outbox.commit_interval_ms",
@@ -561,6 +574,7 @@ impl Default for OutboxConfig {
             slot: "eosflow_outbox".into(),
             publication: "eosflow_outbox".into(),
             batch_size: 1000,
+            max_rows_per_transaction: 100_000,
             commit_interval_ms: 100,
             heartbeat_interval_ms: 10_000,
             status_interval_ms: 1000,

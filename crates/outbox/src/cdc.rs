@@ -2,8 +2,10 @@
 //! transactions → Kafka transactions with the LSN checkpoint → confirmed LSN.
 //!
 //! The rules that make it exactly-once into Kafka:
-//! - a Postgres transaction's rows are buffered until its Commit and never split across Kafka
-//!   transactions; the checkpoint of a Kafka transaction is the last included commit's end LSN;
+//! - a Postgres transaction's rows are buffered until its Commit; the checkpoint of a Kafka
+//!   transaction is the last included commit's end LSN. A transaction over
+//!   `outbox.max_rows_per_transaction` rows is split into parts ([`split`]) whose checkpoints
+//!   add how many of its rows (in WAL order) are in Kafka; a replay drops those;
 //! - the LSN is confirmed to Postgres (`update_applied_lsn`) only after the Kafka commit, so
 //!   the slot never moves past what Kafka holds;
 //! - on (re)start the committed LSN is read back from the offsets topic (`read_committed`) and
@@ -31,7 +33,7 @@ use eosflow::kafka::KafkaClients;
 use super::avro::PayloadEncoder;
 use super::identity::{self, Resume};
 use super::pgoutput::{self, Message, Relation, Value};
-use super::publish::{lsn_text, read_checkpoint, ClusterId, LsnCheckpoint, Publisher};
+use super::publish::{lsn_text, read_checkpoint, ClusterId, LsnCheckpoint, PartialTx, Publisher};
 use super::router::{EventRouter, RoutedRecord, Row};
 use super::{migrate, pg_err, quote_ident, quoted_table, telemetry, OutboxError};
 use eosflow::telemetry::Health;
@@ -300,6 +302,12 @@ struct Session<'a> {
     batch_oldest_commit: Option<i64>,
     batch_since: Instant,
     committed: u64,
+    /// Rows of a split Postgres transaction already in Kafka (from the stored checkpoint):
+    /// dropped from the front of that transaction when the stream replays it.
+    resume_partial: Option<PartialTx>,
+    /// Rows of a transaction in `batch` that were dropped so (its end LSN, how many): the
+    /// parts of it published next count from there.
+    batch_offset: Option<PartialTx>,
     /// Commit time of the newest transaction received (Postgres epoch µs).
     last_commit_micros: Option<i64>,
     /// `payload_format = "avro"`: encodes each batch before its Kafka transaction.
@@ -307,7 +315,12 @@ struct Session<'a> {
 }
 
 impl<'a> Session<'a> {
-    fn new(config: &'a Config, committed: u64, encoder: Option<PayloadEncoder>) -> Self {
+    fn new(
+        config: &'a Config,
+        committed: u64,
+        resume_partial: Option<PartialTx>,
+        encoder: Option<PayloadEncoder>,
+    ) -> Self {
         let o = &config.outbox;
         Session {
             encoder,
@@ -333,6 +346,8 @@ impl<'a> Session<'a> {
             batch_oldest_commit: None,
             batch_since: Instant::now(),
             committed,
+            resume_partial: resume_partial.filter(|p| p.end_lsn > committed),
+            batch_offset: None,
             last_commit_micros: None,
         }
     }
@@ -433,6 +448,32 @@ impl<'a> Session<'a> {
             }
             return;
         }
+        let mut rows = rows;
+        if let Some(p) = self.resume_partial.take() {
+            if p.end_lsn == end_lsn {
+                // Its first parts are in Kafka already: the rest follows from there.
+                let done = (p.rows as usize).min(rows.len());
+                tracing::info!(
+                    rows = done,
+                    of = rows.len(),
+                    lsn = %lsn_text(end_lsn),
+                    "resuming a split transaction after its parts already in Kafka"
+                );
+                telemetry::skipped_replayed(done);
+                summary.skipped += done as u64;
+                rows.drain(..done);
+                self.batch_offset = Some(p);
+            } else if p.end_lsn > end_lsn {
+                // Not reached yet (transactions before it had no rows to publish again).
+                self.resume_partial = Some(p);
+            } else {
+                tracing::error!(
+                    partial = %lsn_text(p.end_lsn),
+                    received = %lsn_text(end_lsn),
+                    "the stream passed the split transaction of the checkpoint without replaying it; its remaining rows are published as received"
+                );
+            }
+        }
         if self.batch_end.is_none() {
             self.batch_since = Instant::now();
         }
@@ -459,27 +500,48 @@ impl<'a> Session<'a> {
             if let Some(enc) = self.encoder.as_mut() {
                 enc.encode_all(&mut self.batch).await?;
             }
-            let kafka_started = Instant::now();
-            let published = publisher.publish(&self.batch, end).await?;
-            let kafka_ms = kafka_started.elapsed().as_millis() as u64;
-            let rows = published.routed;
-            summary.dead_lettered += published.dead_lettered as u64;
-            let latency = self
-                .batch_oldest_commit
-                .map(since_pg_micros)
-                .unwrap_or_default();
-            telemetry::routed(rows, "cdc");
-            telemetry::committed(rows, latency);
-            summary.rows += rows as u64;
-            summary.commits += 1;
-            tracing::debug!(
-                rows,
-                lsn = %lsn_text(end),
-                since_commit_ms = latency.as_millis() as u64,
-                kafka_ms,
-                "published"
+            let parts = split(
+                &self.batch,
+                end,
+                self.committed,
+                self.batch_offset,
+                self.config.outbox.max_rows_per_transaction,
             );
+            if parts.len() > 1 {
+                tracing::info!(
+                    rows = self.batch.len(),
+                    parts = parts.len(),
+                    lsn = %lsn_text(end),
+                    "a Postgres transaction over outbox.max_rows_per_transaction rows: publishing it in parts"
+                );
+            }
+            for (range, lsn, partial) in parts {
+                let kafka_started = Instant::now();
+                let published = publisher
+                    .publish_part(&self.batch[range], lsn, partial)
+                    .await?;
+                let kafka_ms = kafka_started.elapsed().as_millis() as u64;
+                let rows = published.routed;
+                summary.dead_lettered += published.dead_lettered as u64;
+                let latency = self
+                    .batch_oldest_commit
+                    .map(since_pg_micros)
+                    .unwrap_or_default();
+                telemetry::routed(rows, "cdc");
+                telemetry::committed(rows, latency);
+                summary.rows += rows as u64;
+                summary.commits += 1;
+                tracing::debug!(
+                    rows,
+                    lsn = %lsn_text(lsn),
+                    split_rows_done = partial.map(|p| p.rows),
+                    since_commit_ms = latency.as_millis() as u64,
+                    kafka_ms,
+                    "published"
+                );
+            }
         }
+        self.batch_offset = None;
         self.committed = end;
         summary.committed_lsn = end;
         repl.update_applied_lsn(Lsn::from_u64(end));
@@ -495,6 +557,55 @@ impl<'a> Session<'a> {
         self.batch_oldest_commit = None;
         Ok(())
     }
+}
+
+/// The Kafka transactions `batch` (whole Postgres transactions received after `committed`,
+/// ending at `end`) is published in: one when it holds at most `limit` rows, else parts of at
+/// most `limit` rows. Each part comes with its checkpoint: the end LSN of the last transaction
+/// it completes (or the one before, `committed` at first), and, when it ends inside a
+/// transaction, that transaction's rows in Kafka after it (counting the `offset` rows of a
+/// transaction resumed after a crash).
+fn split(
+    batch: &[RoutedRecord],
+    end: u64,
+    committed: u64,
+    offset: Option<PartialTx>,
+    limit: usize,
+) -> Vec<(std::ops::Range<usize>, u64, Option<PartialTx>)> {
+    if batch.len() <= limit {
+        return vec![(0..batch.len(), end, None)];
+    }
+    let lsn_of = |i: usize| batch[i].commit_lsn.unwrap_or(end);
+    let mut parts = vec![];
+    let mut whole = committed;
+    let mut start = 0;
+    while start < batch.len() {
+        let stop = (start + limit.max(1)).min(batch.len());
+        let last = lsn_of(stop - 1);
+        if stop == batch.len() {
+            parts.push((start..stop, end, None));
+        } else if lsn_of(stop) != last {
+            whole = last;
+            parts.push((start..stop, last, None));
+        } else {
+            // Ends inside the transaction `last`: its rows up to `stop`.
+            let first = batch[..stop]
+                .iter()
+                .rposition(|r| r.commit_lsn.unwrap_or(end) != last)
+                .map_or(0, |i| i + 1);
+            if first > 0 {
+                whole = lsn_of(first - 1);
+            }
+            let before = offset.filter(|p| p.end_lsn == last).map_or(0, |p| p.rows);
+            let partial = PartialTx {
+                end_lsn: last,
+                rows: before + (stop - first) as u64,
+            };
+            parts.push((start..stop, whole, Some(partial)));
+        }
+        start = stop;
+    }
+    parts
 }
 
 /// A fence seen while this session's connection — which holds the slot's advisory lock — still
@@ -547,7 +658,7 @@ async fn open_stream(
     mut stored: Option<LsnCheckpoint>,
     mut imported: Option<tokio_postgres::Client>,
     summary: &mut CdcSummary,
-) -> Result<(ReplicationClient, u64), OutboxError> {
+) -> Result<(ReplicationClient, u64, Option<PartialTx>), OutboxError> {
     let o = &config.outbox;
     loop {
         let start = stored
@@ -586,7 +697,7 @@ async fn open_stream(
                 repl.wait_started()
                     .await
                     .map_err(|e| OutboxError::Replication(e.to_string()))?;
-                return Ok((repl, start));
+                return Ok((repl, start, stored.as_ref().and_then(|c| c.partial)));
             }
             Resume::Discard => slot_position(pg, &o.slot).await?,
         };
@@ -603,6 +714,7 @@ async fn open_stream(
             system_id: Some(server.cluster.system_id),
             timeline: Some(server.cluster.timeline),
             snapshot: None,
+            partial: None,
         });
     }
 }
@@ -674,9 +786,14 @@ async fn session(
     } else {
         ensure_slot(&pg, config).await?;
     }
-    let (mut repl, committed) =
+    let (mut repl, committed, partial) =
         open_stream(config, &pg, &mut publisher, stored, imported, summary).await?;
-    let mut s = Session::new(config, committed, PayloadEncoder::from_config(config)?);
+    let mut s = Session::new(
+        config,
+        committed,
+        partial,
+        PayloadEncoder::from_config(config)?,
+    );
     health.set_ready(true);
     let commit_interval = Duration::from_millis(o.commit_interval_ms);
     let heartbeat_every = Duration::from_millis(o.heartbeat_interval_ms);
@@ -797,12 +914,59 @@ pub async fn prune(pg: &tokio_postgres::Client, config: &Config) -> Result<u64, 
 mod tests {
     use super::*;
 
+    /// Rows of transactions (end LSN, rows), in order.
+    fn batch(txs: &[(u64, usize)]) -> Vec<RoutedRecord> {
+        txs.iter()
+            .flat_map(|&(lsn, n)| {
+                (0..n).map(move |i| RoutedRecord {
+                    id: format!("{lsn}-{i}"),
+                    commit_lsn: Some(lsn),
+                    ..RoutedRecord::default()
+                })
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_batch_within_the_limit_is_one_kafka_transaction_at_its_end() {
+        let b = batch(&[(10, 2), (20, 5)]);
+        assert_eq!(split(&b, 25, 5, None, 7), vec![(0..7, 25, None)]);
+    }
+
+    #[test]
+    fn a_transaction_over_the_limit_is_split_and_each_part_says_how_far_it_got() {
+        // A(2 rows, end 10), B(5, end 20), C(1, end 30); committed 5; the batch ends at 35.
+        let b = batch(&[(10, 2), (20, 5), (30, 1)]);
+        let part = |end_lsn, rows| Some(PartialTx { end_lsn, rows });
+        assert_eq!(
+            split(&b, 35, 5, None, 3),
+            vec![
+                (0..3, 10, part(20, 1)),
+                (3..6, 10, part(20, 4)),
+                (6..8, 35, None),
+            ]
+        );
+        // A part ending at a transaction's end is whole there.
+        assert_eq!(split(&b, 35, 5, None, 2)[0], (0..2, 10, None));
+        // B resumed after its first 3 rows (dropped from the batch): its parts count on.
+        let resumed = batch(&[(20, 2), (30, 3)]);
+        assert_eq!(
+            split(&resumed, 30, 5, part(20, 3), 3),
+            vec![(0..3, 20, part(30, 1)), (3..5, 30, None)]
+        );
+        let resumed = batch(&[(20, 4)]);
+        assert_eq!(
+            split(&resumed, 20, 5, part(20, 1), 3),
+            vec![(0..3, 5, part(20, 4)), (3..4, 20, None)]
+        );
+    }
+
     /// Feeds the captured real pgoutput stream (see pgoutput's tests) through a session, the
     /// way the replication loop does (Begin/Commit arrive as their own events).
     fn feed(committed: u64) -> (Vec<RoutedRecord>, CdcSummary) {
         let mut config = Config::default();
         config.outbox.table = "cap_outbox".into();
-        let mut s = Session::new(&config, committed, None);
+        let mut s = Session::new(&config, committed, None, None);
         let mut summary = CdcSummary::default();
         for line in include_str!("testdata/pgoutput_v1.hex").lines() {
             let bytes: Vec<u8> = (0..line.trim().len())

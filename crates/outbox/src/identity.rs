@@ -131,6 +131,7 @@ mod tests {
             system_id: sid.map(str::to_string),
             timeline: tl,
             snapshot: None,
+            partial: None,
         }
     }
 

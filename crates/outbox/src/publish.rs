@@ -44,6 +44,38 @@ pub struct LsnCheckpoint {
     /// checkpoints of older versions): a restart resumes it after the last committed chunk.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub snapshot: Option<super::snapshot::SnapshotProgress>,
+    /// A Postgres transaction over `outbox.max_rows_per_transaction` rows is published in
+    /// several Kafka transactions: while it is, how far it got (absent otherwise, and in
+    /// checkpoints of older versions). `lsn` stays the last whole transaction's end.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partial: Option<PartialTx>,
+}
+
+/// The part of one Postgres transaction already in Kafka: its first `rows` outbox rows, in WAL
+/// order (the order a replay delivers them in again).
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+pub struct PartialTx {
+    /// The transaction's end LSN.
+    pub end_lsn: u64,
+    /// Its rows published so far.
+    pub rows: u64,
+}
+
+impl LsnCheckpoint {
+    /// How far the checkpoint reaches, comparable across whole and partial ones: after the
+    /// whole transaction ending at `lsn`, or inside the transaction ending at
+    /// `partial.end_lsn` (always past `lsn`) after its first `partial.rows` rows.
+    pub fn position(&self) -> (u64, u64) {
+        position(self.lsn, self.partial)
+    }
+}
+
+/// [`LsnCheckpoint::position`] of a checkpoint at `lsn` with `partial`.
+fn position(lsn: u64, partial: Option<PartialTx>) -> (u64, u64) {
+    match partial {
+        Some(p) => (p.end_lsn, p.rows),
+        None => (lsn, u64::MAX),
+    }
 }
 
 /// Which WAL history an LSN belongs to: the cluster's system identifier and timeline, as the
@@ -549,6 +581,18 @@ impl Publisher {
         records: &[RoutedRecord],
         end_lsn: u64,
     ) -> Result<Published, OutboxError> {
+        self.publish_part(records, end_lsn, None).await
+    }
+
+    /// [`Self::publish`] of one part of a Postgres transaction too large for one Kafka
+    /// transaction: the checkpoint stays at the last whole transaction (`end_lsn`) and says
+    /// how many rows of the split one are in Kafka (`partial`).
+    pub async fn publish_part(
+        &mut self,
+        records: &[RoutedRecord],
+        end_lsn: u64,
+        partial: Option<PartialTx>,
+    ) -> Result<Published, OutboxError> {
         self.gate.ensure_routed_topics(records).await?;
         let mut dead: Vec<Option<(Unwritable, usize)>> =
             records.iter().map(|r| self.gate.check(r)).collect();
@@ -560,6 +604,7 @@ impl Publisher {
             system_id: self.cluster.as_ref().map(|c| c.system_id.clone()),
             timeline: self.cluster.as_ref().map(|c| c.timeline),
             snapshot: self.snapshot.clone(),
+            partial,
         })
         .map_err(|e| OutboxError::Other(format!("encoding the checkpoint: {e}")))?;
         let mut attempt = 0;
@@ -594,7 +639,7 @@ impl Publisher {
                     self.abort_or_replace()?
                 }
             };
-            if replace && self.replace_and_check(end_lsn)? {
+            if replace && self.replace_and_check(position(end_lsn, partial))? {
                 break;
             }
         }
@@ -635,22 +680,24 @@ impl Publisher {
     }
 
     /// Replaces the producer (its `init_transactions` completes or aborts what the old one
-    /// left open) and reads the stored LSN back: `true` when the batch ending at `end_lsn`
-    /// did commit, so it must not be published again.
-    fn replace_and_check(&mut self, end_lsn: u64) -> Result<bool, OutboxError> {
+    /// left open) and reads the stored checkpoint back: `true` when the batch reaching
+    /// `target` ([`LsnCheckpoint::position`]) did commit, so it must not be published again.
+    fn replace_and_check(&mut self, target: (u64, u64)) -> Result<bool, OutboxError> {
         tokio::task::block_in_place(|| {
             self.sink.reset()?;
-            let stored = read_committed_lsn(
+            let stored = read_checkpoint(
                 &self.clients,
                 &self.offsets_topic,
                 &self.slot,
                 Duration::from_secs(60),
             )?
-            .unwrap_or(0);
-            let committed = stored >= end_lsn;
+            .map_or((0, u64::MAX), |c| c.position());
+            let committed = stored >= target;
             tracing::warn!(
-                stored = %lsn_text(stored),
-                batch = %lsn_text(end_lsn),
+                stored = %lsn_text(stored.0),
+                stored_rows_of_split = (stored.1 != u64::MAX).then_some(stored.1),
+                batch = %lsn_text(target.0),
+                batch_rows_of_split = (target.1 != u64::MAX).then_some(target.1),
                 committed,
                 "producer replaced; the stored LSN tells whether the last commit happened"
             );

@@ -105,6 +105,7 @@ pub async fn create_slot(
             system_id: Some(cluster.system_id.clone()),
             timeline: Some(cluster.timeline),
             snapshot: Some(progress),
+            partial: None,
         },
         snap_pg,
     ))
