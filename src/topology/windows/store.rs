@@ -350,7 +350,7 @@ mod tests {
 
     #[test]
     fn data_keys_sort_by_key_then_start_including_negative_starts() {
-        let mut keys = vec![
+        let mut keys = [
             data_key(b"b", -5),
             data_key(b"a", 10),
             data_key(b"a", -3),
