@@ -14,11 +14,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::process::Child;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use eosflow::config::Config;
 use eosflow::kafka::reader::read_all;
-use eosflow::kafka::topics::{self, TopicSpec};
 use eosflow::processor::Runtime;
 use eosflow::serdes::{I64Serde, Serde, StringSerde};
 use eosflow::topology::windows::{
@@ -68,23 +67,6 @@ fn config(app: &str) -> Config {
     c.processor.max_batch_records = 20;
     c.state.dir = std::env::temp_dir().join(format!("eosflow-test-{app}"));
     c
-}
-
-fn create(app: &str) {
-    let mut specs = vec![
-        TopicSpec::new(format!("{app}.in"), PARTITIONS, "delete"),
-        TopicSpec::new(format!("{app}.out"), PARTITIONS, "delete"),
-    ];
-    specs.extend(topology(app).internal_topics(&config(app), PARTITIONS));
-    topics::apply_blocking(&support::clients(), &specs, Duration::from_secs(30))
-        .expect("creating topics");
-}
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or_default()
 }
 
 /// One input record: partition, key, value (a unique id), event time.
@@ -176,23 +158,6 @@ fn expected(input: &[Input]) -> Expected {
     e
 }
 
-fn produce(topic: &str, records: &[Input]) {
-    use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
-    let producer: ThreadedProducer<DefaultProducerContext> = support::clients()
-        .config(eosflow::kafka::ClientRole::Idempotent)
-        .create()
-        .expect("producer");
-    for r in records {
-        let record = BaseRecord::to(topic)
-            .partition(r.partition)
-            .key(r.key.as_bytes())
-            .payload(r.id.as_bytes())
-            .timestamp(r.ts);
-        producer.send(record).map_err(|(e, _)| e).expect("send");
-    }
-    producer.flush(Duration::from_secs(30)).expect("flush");
-}
-
 fn lag(app: &str) -> i64 {
     group_lag(&support::clients(), app, &format!("{app}.in"), PARTITIONS).unwrap_or(i64::MAX)
 }
@@ -275,8 +240,8 @@ fn tumbling_on_close_counts_are_exact_across_kill_9_and_late_records_reach_the_d
     }
     let started = Instant::now();
     let app = support::unique("windows-kill");
-    create(&app);
-    let input = workload(now_ms() - 3 * 3_600_000);
+    support::create_app_topics(&app, &topology(&app), PARTITIONS);
+    let input = workload(eosflow::clock::now_ms() - 3 * 3_600_000);
     let want = expected(&input);
     let records = PER_PARTITION * PARTITIONS as usize;
     println!(
@@ -292,7 +257,11 @@ fn tumbling_on_close_counts_are_exact_across_kill_9_and_late_records_reach_the_d
         "at least 1% out of order"
     );
     assert!(want.late.len() * 200 >= records, "at least 0.5% late");
-    produce(&format!("{app}.in"), &input);
+    let timed: Vec<support::Timed> = input
+        .iter()
+        .map(|r| (Some(r.partition), r.key.clone(), r.id.clone(), r.ts))
+        .collect();
+    support::produce_timed(&format!("{app}.in"), &timed);
     let total = input.len() as i64;
 
     let mut kills = 0;

@@ -98,6 +98,43 @@ pub fn create_topics(names: &[&str], partitions: i32) {
     topics::apply_blocking(&clients(), &specs, Duration::from_secs(30)).expect("creating topics");
 }
 
+/// Creates an application's input and output topics (`<app>.in`, `<app>.out`) and the
+/// internal topics of `topology` (retry levels, DLT, changelogs), `partitions` each.
+pub fn create_app_topics(app: &str, topology: &eosflow::topology::Topology, partitions: i32) {
+    let mut c = config();
+    c.app.id = app.to_string();
+    let mut specs = vec![
+        TopicSpec::new(format!("{app}.in"), partitions, "delete"),
+        TopicSpec::new(format!("{app}.out"), partitions, "delete"),
+    ];
+    specs.extend(topology.internal_topics(&c, partitions));
+    topics::apply_blocking(&clients(), &specs, Duration::from_secs(30)).expect("creating topics");
+}
+
+/// One record to produce with [`produce_timed`]: partition (`None`: by key), key, value and
+/// Kafka timestamp (ms).
+pub type Timed = (Option<i32>, String, String, i64);
+
+/// Produces `records` to `topic` in order with an idempotent producer and waits for them all.
+pub fn produce_timed(topic: &str, records: &[Timed]) {
+    use rdkafka::producer::{DefaultProducerContext, ThreadedProducer};
+    let producer: ThreadedProducer<DefaultProducerContext> = clients()
+        .config(ClientRole::Idempotent)
+        .create()
+        .expect("producer");
+    for (partition, key, value, ts) in records {
+        let mut r = BaseRecord::to(topic)
+            .key(key.as_bytes())
+            .payload(value.as_bytes())
+            .timestamp(*ts);
+        if let Some(p) = partition {
+            r = r.partition(*p);
+        }
+        producer.send(r).map_err(|(e, _)| e).expect("send");
+    }
+    producer.flush(Duration::from_secs(30)).expect("flush");
+}
+
 /// Re-executes this test binary running only its `child_instance` test, with `env` set to
 /// `value`: an instance a test can kill as a process (SIGKILL with `Child::kill`).
 pub fn spawn_child(env: &str, value: &str) -> std::process::Child {

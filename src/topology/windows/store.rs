@@ -11,10 +11,10 @@
 //!   the last one stopped (`m` + `expired`, the end it reached), never a full scan.
 
 use std::ops::Bound;
-use std::sync::Arc;
 
 use super::Window;
 use crate::processor::stores::StoreView;
+use crate::processor::StoreHandle;
 use crate::record::ProcessError;
 use crate::serdes::Serde;
 use crate::state::merge::prefix_bounds;
@@ -33,26 +33,18 @@ use crate::topology::NodeContext;
 ///     WindowStoreHandle::new("counts-per-minute", StringSerde, I64Serde);
 /// assert_eq!(counts.name(), "counts-per-minute");
 /// ```
-pub struct WindowStoreHandle<K, V> {
-    name: Arc<str>,
-    keys: Arc<dyn Serde<K>>,
-    values: Arc<dyn Serde<V>>,
-}
+pub struct WindowStoreHandle<K, V>(StoreHandle<K, V>);
 
 impl<K, V> Clone for WindowStoreHandle<K, V> {
     fn clone(&self) -> Self {
-        Self {
-            name: self.name.clone(),
-            keys: self.keys.clone(),
-            values: self.values.clone(),
-        }
+        Self(self.0.clone())
     }
 }
 
 impl<K, V> std::fmt::Debug for WindowStoreHandle<K, V> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("WindowStoreHandle")
-            .field("name", &self.name)
+        f.debug_tuple("WindowStoreHandle")
+            .field(&self.0.name())
             .finish()
     }
 }
@@ -64,21 +56,21 @@ impl<K, V> WindowStoreHandle<K, V> {
         keys: impl Serde<K> + 'static,
         values: impl Serde<V> + 'static,
     ) -> Self {
-        Self {
-            name: Arc::from(name.into()),
-            keys: Arc::new(keys),
-            values: Arc::new(values),
-        }
+        Self(StoreHandle::new(name, keys, values))
     }
 
     /// The store's name.
     pub fn name(&self) -> &str {
-        &self.name
+        self.0.name()
     }
 
     /// The key serde (how the store orders a key's windows).
     pub fn key_serde(&self) -> &dyn Serde<K> {
-        &*self.keys
+        self.0.key_serde()
+    }
+
+    fn value_serde(&self) -> &dyn Serde<V> {
+        self.0.value_serde()
     }
 }
 
@@ -188,14 +180,14 @@ impl<'c, 'a, K, V> WindowStore<'c, 'a, K, V> {
     }
 
     fn key_bytes(&self, key: &K) -> Result<Vec<u8>, ProcessError> {
-        self.handle.keys.serialize(key).map_err(|e| {
-            ProcessError::permanent(format!("window store {} key: {e}", self.handle.name))
+        self.handle.key_serde().serialize(key).map_err(|e| {
+            ProcessError::permanent(format!("window store {} key: {e}", self.handle.name()))
         })
     }
 
     fn value_of(&self, bytes: &[u8]) -> Result<V, ProcessError> {
-        self.handle.values.deserialize(bytes).map_err(|e| {
-            ProcessError::permanent(format!("window store {} value: {e}", self.handle.name))
+        self.handle.value_serde().deserialize(bytes).map_err(|e| {
+            ProcessError::permanent(format!("window store {} value: {e}", self.handle.name()))
         })
     }
 
@@ -210,8 +202,8 @@ impl<'c, 'a, K, V> WindowStore<'c, 'a, K, V> {
         let Some(bytes) = self.view.get(data)? else {
             return Ok(None);
         };
-        let (_, start) = parse_data_key(data).ok_or_else(|| corrupt(&self.handle.name))?;
-        let (end, v) = split_value(&bytes).ok_or_else(|| corrupt(&self.handle.name))?;
+        let (_, start) = parse_data_key(data).ok_or_else(|| corrupt(self.handle.name()))?;
+        let (end, v) = split_value(&bytes).ok_or_else(|| corrupt(self.handle.name()))?;
         Ok(Some((Window { start, end }, self.value_of(v)?)))
     }
 
@@ -230,7 +222,7 @@ impl<'c, 'a, K, V> WindowStore<'c, 'a, K, V> {
         let mut out = Vec::new();
         for item in self.view.scan(&bounds)? {
             let (dk, bytes) = item.map_err(crate::processor::stores::read_error)?;
-            let name = &self.handle.name;
+            let name = self.handle.name();
             let (_, start) = parse_data_key(&dk).ok_or_else(|| corrupt(name))?;
             let (end, v) = split_value(&bytes).ok_or_else(|| corrupt(name))?;
             out.push((Window { start, end }, self.value_of(v)?));
@@ -255,8 +247,8 @@ impl<'c, 'a, K, V> WindowStore<'c, 'a, K, V> {
                 .pending
                 .put(Column::State, &index_key(&k, window), Vec::new());
         }
-        let v = self.handle.values.serialize(value).map_err(|e| {
-            ProcessError::permanent(format!("window store {} value: {e}", self.handle.name))
+        let v = self.handle.value_serde().serialize(value).map_err(|e| {
+            ProcessError::permanent(format!("window store {} value: {e}", self.handle.name()))
         })?;
         let mut bytes = window.end.to_be_bytes().to_vec();
         bytes.extend_from_slice(&v);
@@ -275,7 +267,7 @@ impl<'c, 'a, K, V> WindowStore<'c, 'a, K, V> {
         let Some(bytes) = self.view.get(data)? else {
             return Ok(false);
         };
-        let name = &self.handle.name;
+        let name = self.handle.name();
         let (key, start) = parse_data_key(data).ok_or_else(|| corrupt(name))?;
         let (end, _) = split_value(&bytes).ok_or_else(|| corrupt(name))?;
         let index = index_key(key, Window { start, end });
@@ -308,7 +300,8 @@ impl<'c, 'a, K, V> WindowStore<'c, 'a, K, V> {
         }
         let mut reached = cutoff;
         for index in &expired {
-            let (key, window) = parse_index_key(index).ok_or_else(|| corrupt(&self.handle.name))?;
+            let (key, window) =
+                parse_index_key(index).ok_or_else(|| corrupt(self.handle.name()))?;
             let data = data_key(key, window.start);
             self.view.pending.delete(Column::State, &data);
             self.view.pending.delete(Column::State, index);
@@ -331,11 +324,11 @@ impl<'c, 'a, K, V> WindowStore<'c, 'a, K, V> {
         let mut out = Vec::new();
         for item in self.view.scan(&prefix_bounds(&[DATA]))? {
             let (dk, bytes) = item.map_err(crate::processor::stores::read_error)?;
-            let name = &self.handle.name;
+            let name = self.handle.name();
             let (key, start) = parse_data_key(&dk).ok_or_else(|| corrupt(name))?;
             let (end, v) = split_value(&bytes).ok_or_else(|| corrupt(name))?;
             let key =
-                self.handle.keys.deserialize(key).map_err(|e| {
+                self.handle.key_serde().deserialize(key).map_err(|e| {
                     ProcessError::permanent(format!("window store {name} key: {e}"))
                 })?;
             out.push((key, Window { start, end }, self.value_of(v)?));
