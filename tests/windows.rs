@@ -320,3 +320,57 @@ fn tumbling_on_close_counts_are_exact_across_kill_9_and_late_records_reach_the_d
     assert!(dead.values().flatten().all(|c| c == "late-record"));
     let _ = std::fs::remove_dir_all(&config(&app).state.dir);
 }
+
+/// Throughput of the same topology in one in-process instance with the default batch size:
+/// `cargo test … --test windows -- --ignored --nocapture` prints records/s. Not a pass/fail
+/// figure (no timed asserts): it checks only that every window came out.
+#[test]
+#[ignore = "a measurement: run by hand"]
+fn windowed_count_throughput_against_the_broker() {
+    if std::env::var(CHILD).is_ok() {
+        return;
+    }
+    let app = support::unique("windows-rate");
+    support::create_app_topics(&app, &topology(&app), PARTITIONS);
+    let base = eosflow::clock::now_ms() - 3 * 3_600_000;
+    let per_partition = 25_000i64;
+    let mut timed: Vec<support::Timed> = Vec::new();
+    for p in 0..PARTITIONS {
+        for i in 0..per_partition {
+            let key = format!("p{p}k{}", i % 10);
+            timed.push((Some(p), key, format!("r{i}"), base + i * 10));
+        }
+        let flush = (
+            Some(p),
+            format!("flush{p}"),
+            "f".into(),
+            base + per_partition * 10 + 60_000,
+        );
+        timed.push(flush);
+    }
+    support::produce_timed(&format!("{app}.in"), &timed);
+    let mut c = config(&app);
+    c.processor.max_batch_records = 1_000;
+    let started = Instant::now();
+    let instance = support::pipeline::Instance::start(&c, topology(&app));
+    support::wait_for("the input processed", Duration::from_secs(300), || {
+        (lag(&app) == 0).then_some(())
+    });
+    let elapsed = started.elapsed();
+    let summary = instance.stop();
+    let windows = results(&app).len();
+    println!(
+        "{} records, {windows} window results, {} timers in {elapsed:?} (restore and join included): {:.0} records/s",
+        timed.len(),
+        summary.timers_fired,
+        timed.len() as f64 / elapsed.as_secs_f64()
+    );
+    // Every (key, window) of the workload, closed by the flush records.
+    let want: BTreeSet<(&str, i64)> = timed
+        .iter()
+        .filter(|(_, k, _, _)| !k.starts_with("flush"))
+        .map(|(_, k, _, ts)| (k.as_str(), ts - ts.rem_euclid(SIZE_MS)))
+        .collect();
+    assert_eq!(windows, want.len());
+    let _ = std::fs::remove_dir_all(&c.state.dir);
+}

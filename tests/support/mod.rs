@@ -130,7 +130,14 @@ pub fn produce_timed(topic: &str, records: &[Timed]) {
         if let Some(p) = partition {
             r = r.partition(*p);
         }
-        producer.send(r).map_err(|(e, _)| e).expect("send");
+        // A full queue waits for deliveries (large workloads), anything else fails the test.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while let Err((e, back)) = producer.send(r) {
+            let full = e.rdkafka_error_code() == Some(rdkafka::types::RDKafkaErrorCode::QueueFull);
+            assert!(full && Instant::now() < deadline, "send: {e}");
+            let _ = producer.flush(Duration::from_millis(50));
+            r = back;
+        }
     }
     producer.flush(Duration::from_secs(30)).expect("flush");
 }
