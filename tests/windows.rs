@@ -12,12 +12,9 @@ mod support;
 
 use std::collections::BTreeSet;
 use std::process::Child;
-use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use eosflow::config::Config;
-use eosflow::processor::Runtime;
 use eosflow::topology::Topology;
 use eosflow_verify::group_lag;
 use eosflow_verify::windows::{self as w, SIZE_MS};
@@ -54,12 +51,7 @@ fn child_instance() {
     let Ok(app) = std::env::var(CHILD) else {
         return;
     };
-    let mut c = config(&app);
-    c.processor.static_membership = true;
-    let runtime = Runtime::new(&c, topology(&app)).expect("runtime starts");
-    runtime
-        .run(Arc::new(AtomicBool::new(false)))
-        .expect("runs until killed");
+    support::run_until_killed(config(&app), topology(&app));
 }
 
 fn spawn(app: &str) -> Child {

@@ -142,6 +142,21 @@ pub fn produce_timed(topic: &str, records: &[Timed]) {
     producer.flush(Duration::from_secs(30)).expect("flush");
 }
 
+/// The body of a `child_instance` test: runs `processor` with `config` (static membership,
+/// so a restarted child takes its partitions back at once) until the parent kills it.
+pub fn run_until_killed<P: eosflow::processor::Processor + 'static>(
+    mut config: Config,
+    processor: P,
+) {
+    config.processor.static_membership = true;
+    let runtime = eosflow::processor::Runtime::new(&config, processor).expect("runtime starts");
+    runtime
+        .run(std::sync::Arc::new(std::sync::atomic::AtomicBool::new(
+            false,
+        )))
+        .expect("runs until killed");
+}
+
 /// Re-executes this test binary running only its `child_instance` test, with `env` set to
 /// `value`: an instance a test can kill as a process (SIGKILL with `Child::kill`).
 pub fn spawn_child(env: &str, value: &str) -> std::process::Child {
