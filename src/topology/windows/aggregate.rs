@@ -32,6 +32,41 @@ enum Kind<K, A> {
 /// [`crate::topology::TopologyBuilder::add_windowed_aggregate`]; it forwards
 /// `TypedRecord<Windowed<K>, A>` to its children. A record without a key, value or event time
 /// is dead-lettered as permanent. See [`super`] for the semantics.
+///
+/// Sessions of activity per user, the number of clicks in each, one result per session:
+///
+/// ```
+/// use std::time::Duration;
+/// use eosflow::serdes::{I64Serde, StringSerde};
+/// use eosflow::testing::{TestRecord, TopologyTestDriver};
+/// use eosflow::topology::windows::{
+///     EmitStrategy, SessionWindows, WindowStoreHandle, Windowed, WindowedAggregate, WindowedSerde,
+/// };
+/// use eosflow::topology::Topology;
+///
+/// let idle = SessionWindows::with_inactivity_gap_no_grace(Duration::from_secs(30));
+/// let store = WindowStoreHandle::new("sessions", StringSerde, I64Serde);
+/// let clicks = WindowedAggregate::session(
+///     store,
+///     idle,
+///     || 0,
+///     |_user, _click: &String, n: i64| n + 1,
+///     |_user, a, b| a + b,
+/// )
+/// .emit(EmitStrategy::OnWindowClose);
+/// let topology = Topology::builder()
+///     .add_source("clicks", &["clicks"], StringSerde, StringSerde)
+///     .add_windowed_aggregate("sessions", &["clicks"], clicks)
+///     .add_sink("out", "sessions", WindowedSerde::new(StringSerde), I64Serde, &["sessions"])
+///     .build()?;
+/// let mut driver = TopologyTestDriver::new(topology)?;
+/// for ms in [0, 20_000, 45_000, 200_000] {
+///     driver.pipe(TestRecord::new("clicks", Some("ann"), Some("click")).timestamp(ms))?;
+/// }
+/// let out = driver.read_output("sessions", &WindowedSerde::new(StringSerde), &I64Serde)?;
+/// assert_eq!(out, vec![(Some(Windowed::new("ann".to_string(), 0, 45_000)), Some(3))]);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub struct WindowedAggregate<K, V, A> {
     store: WindowStoreHandle<K, A>,
     kind: Kind<K, A>,

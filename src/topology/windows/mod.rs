@@ -96,6 +96,20 @@ impl<K> Windowed<K> {
 
 /// Writes a [`Windowed<K>`] as `key bytes (the inner serde's) · start · end`, each time 8
 /// big-endian bytes (two's complement), so a consumer reads the window from the last 16 bytes.
+///
+/// ```
+/// use eosflow::serdes::{Serde, StringSerde};
+/// use eosflow::topology::windows::{Windowed, WindowedSerde};
+///
+/// let serde = WindowedSerde::new(StringSerde);
+/// let key = Windowed::new("ann".to_string(), 60_000, 120_000);
+/// let bytes = serde.serialize(&key)?;
+/// assert_eq!(&bytes[..3], b"ann");
+/// assert_eq!(bytes[3..11], 60_000i64.to_be_bytes());
+/// assert_eq!(bytes[11..], 120_000i64.to_be_bytes());
+/// assert_eq!(serde.deserialize(&bytes)?, key);
+/// # Ok::<(), eosflow::serdes::SerdeError>(())
+/// ```
 #[derive(Debug, Clone, Copy, Default)]
 pub struct WindowedSerde<S>(S);
 
