@@ -272,3 +272,18 @@ fn fault_stale_store_short_rebuilds_a_store_kept_away_past_the_delete_retention(
     assert!(line.contains("state_mismatches=0"), "{line}");
     assert!(figure(&line, "stale_rebuilds") >= 2, "{line}");
 }
+
+#[test]
+fn fault_windows_short_emits_every_window_once_and_dead_letters_every_late_record() {
+    let line = scenario("windows", 21092);
+    for exact in [
+        "wrong_windows=0",
+        "late_missing=0",
+        "dlt_wrong=0",
+        "kills=3",
+    ] {
+        assert!(line.contains(exact), "{line}");
+    }
+    assert!(figure(&line, "late") > 0, "{line}");
+    assert_eq!(figure(&line, "late"), figure(&line, "dlt"), "{line}");
+}

@@ -69,6 +69,20 @@ pub struct Context<'a> {
     wall_clock_ms: i64,
     event_time_ms: Option<i64>,
     stream_time_ms: Option<i64>,
+    dead_letter: Option<DeadLetterRequest>,
+}
+
+/// A handler's request to send its input record to the input's DLT while its call succeeds
+/// (its writes and emits kept): a late record of a windowed aggregate. Sent in the same
+/// transaction, counted as dead-lettered, never parks the key.
+#[derive(Debug, Clone)]
+pub(crate) struct DeadLetterRequest {
+    /// The DLT class (`eosflow.dlt.error.class`).
+    pub(crate) class: crate::retry::dlt::DltClass,
+    /// `eosflow.dlt.error.message`.
+    pub(crate) reason: String,
+    /// Extra `eosflow.dlt.*` headers.
+    pub(crate) headers: Vec<(String, Vec<u8>)>,
 }
 
 impl<'a> Context<'a> {
@@ -83,6 +97,7 @@ impl<'a> Context<'a> {
             wall_clock_ms: 0,
             event_time_ms: None,
             stream_time_ms: None,
+            dead_letter: None,
         }
     }
 
@@ -258,9 +273,20 @@ impl<'a> Context<'a> {
         self.message_id
     }
 
-    /// The call's writes (default store, then each named store in order) and emits.
-    pub(crate) fn into_parts(self) -> (Overlay, Vec<Overlay>, Vec<Emit>) {
+    /// Asks for the input record to be dead-lettered once this call succeeds.
+    pub(crate) fn request_dead_letter(&mut self, request: DeadLetterRequest) {
+        self.dead_letter = Some(request);
+    }
+
+    /// The named store `name` as this call sees it, if the processor has it.
+    pub(crate) fn named_view(&mut self, name: &str) -> Option<&mut StoreView<'a>> {
+        self.named.iter_mut().find(|v| v.name == name)
+    }
+
+    /// The call's writes (default store, then each named store in order), emits and
+    /// dead-letter request.
+    pub(crate) fn into_parts(self) -> super::engine::CallParts {
         let named = self.named.into_iter().map(|v| v.pending).collect();
-        (self.pending, named, self.emits)
+        (self.pending, named, self.emits, self.dead_letter)
     }
 }

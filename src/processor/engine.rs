@@ -74,8 +74,14 @@ pub(crate) struct Task {
     pub(crate) scan_from: [i64; 2],
 }
 
-/// What a successful handler call did: its default-store writes, each named store's, its emits.
-pub(crate) type CallParts = (Overlay, Vec<Overlay>, Vec<Emit>);
+/// What a successful handler call did: its default-store writes, each named store's, its
+/// emits, and whether it asked for its input to be dead-lettered.
+pub(crate) type CallParts = (
+    Overlay,
+    Vec<Overlay>,
+    Vec<Emit>,
+    Option<super::api::DeadLetterRequest>,
+);
 
 /// The default store's key of the partition's stream time in [`crate::state::Column::Time`].
 const STREAM_TIME_KEY: &[u8] = b"stream";

@@ -120,7 +120,8 @@ impl<P: Processor, O: Output> Engine<'_, P, O> {
             processor.on_timer(ctx, timer)
         });
         match outcome {
-            Ok((writes, named, emits)) => {
+            // A timer has no input record to dead-letter: a request is ignored.
+            Ok((writes, named, emits, _)) => {
                 task.absorb(writes, named);
                 match self.send_emits(emits, &[], Some(timer.due_ms)) {
                     // No record to isolate and retry without: the timer is dead-lettered so the

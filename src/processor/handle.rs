@@ -177,7 +177,7 @@ impl<P: Processor, O: Output> Engine<'_, P, O> {
         let outcome = task.call(id.as_deref(), now, event_time, "handler", |ctx| {
             processor.process(ctx, record)
         });
-        let (writes, named, emits) = match outcome {
+        let (writes, named, emits, dead_letter) = match outcome {
             Ok(parts) => parts,
             Err(e) => return Ok(Some(Err(e))),
         };
@@ -188,6 +188,12 @@ impl<P: Processor, O: Output> Engine<'_, P, O> {
         }
         self.send_emits(emits, record.headers, event_time)?;
         tally(self.processed, record.topic);
+        if let Some(d) = dead_letter {
+            // The call succeeded and asked for its input in the DLT (a late record): no retry,
+            // no parked key; the dead letter commits with the call's writes.
+            let history = History::of(record);
+            self.dead_letter(record, &history, d.class, d.reason, d.headers, now)?;
+        }
         Ok(Some(Ok(())))
     }
 

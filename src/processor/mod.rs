@@ -15,6 +15,7 @@ pub mod runtime;
 pub mod stores;
 pub mod timers;
 
+pub(crate) use api::DeadLetterRequest;
 pub use api::{Context, Emit, ProcessError, Processor, Record};
 pub use runtime::{RunSummary, Runtime, RuntimeError, RuntimeOptions};
 pub use stores::{Entries, KeyValueStore, StoreHandle};

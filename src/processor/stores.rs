@@ -104,6 +104,18 @@ impl<'a> StoreView<'a> {
     }
 }
 
+impl StoreView<'_> {
+    /// The newest value of `key` in the store's state: this call's, the batch's, the store's.
+    pub(crate) fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, ProcessError> {
+        layered_get(&self.pending, self.batch, self.store, Column::State, key)
+    }
+
+    /// The live entries within `bounds`, in key order, over the three layers.
+    pub(crate) fn scan(&self, bounds: &KeyBounds) -> Result<Merged<'_>, ProcessError> {
+        layered_scan(&self.pending, self.batch, self.store, Column::State, bounds)
+    }
+}
+
 /// Reads the newest value of `key`: the call's writes, the batch's, then the committed store.
 pub(crate) fn layered_get(
     pending: &Overlay,

@@ -23,6 +23,10 @@ pub enum DltClass {
     ParkedOverflow,
     /// Its message id was processed before with another key or value.
     IdConflict,
+    /// Its event time lies before every window it belongs to that is still open (stream time
+    /// passed their end plus grace): a windowed aggregate could not count it (see
+    /// [`crate::topology::windows`]).
+    LateRecord,
 }
 
 impl DltClass {
@@ -35,6 +39,7 @@ impl DltClass {
             Self::Unwritable => "unwritable",
             Self::ParkedOverflow => "parked-overflow",
             Self::IdConflict => "id-conflict",
+            Self::LateRecord => "late-record",
         }
     }
 }

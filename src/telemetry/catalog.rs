@@ -263,6 +263,12 @@ pub const FRAMEWORK: &[MetricDef] = &[
         "Timer callbacks that failed or whose outputs were refused; each such timer was dead-lettered to the first input's DLT, by kind.",
     ),
     metric(
+        "eosflow_late_records_total",
+        Counter,
+        Unit::Count,
+        "Records a windowed aggregate could not count because stream time had passed the end plus grace of every window they belong to; each went to the input's DLT (class late-record) or the node's late-record sink, by node.",
+    ),
+    metric(
         "eosflow_kafka_calls_stuck_total",
         Counter,
         Unit::Count,

@@ -89,6 +89,12 @@ pub fn timer_failed(kind: &str) {
     metrics::counter!("eosflow_timers_failed_total", "kind" => kind.to_string()).increment(1);
 }
 
+/// A windowed aggregate node met a record too late for every window it belongs to (it went
+/// to the DLT or the node's late-record sink).
+pub fn late_record(node: &str) {
+    metrics::counter!("eosflow_late_records_total", "node" => node.to_string()).increment(1);
+}
+
 /// A record of a parked key was forwarded behind its key's head.
 pub fn parked_follower(topic: &str) {
     metrics::counter!("eosflow_parked_followers_total", "topic" => topic.to_string()).increment(1);

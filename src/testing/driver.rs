@@ -19,6 +19,7 @@ use crate::retry::base_and_level;
 use crate::serdes::{Serde, SerdeError};
 use crate::sink::SinkError;
 use crate::state::{dedup, Column, Overlay, StateError, Store, StoreCache};
+use crate::topology::windows::{Window, WindowStore, WindowStoreHandle};
 
 /// Why the driver could not do what the test asked.
 #[derive(Debug, thiserror::Error)]
@@ -429,21 +430,45 @@ impl<P: Processor> TopologyTestDriver<P> {
         handle: &StoreHandle<K, V>,
         f: impl FnOnce(&KeyValueStore<'_, '_, K, V>) -> Result<T, ProcessError>,
     ) -> Result<T, DriverError> {
+        self.with_view(partition, handle.name(), |view| {
+            f(&KeyValueStore::new(view, handle))
+        })
+    }
+
+    /// Runs `f` on the committed view of named store `name` of `partition`.
+    fn with_view<T>(
+        &mut self,
+        partition: i32,
+        name: &str,
+        f: impl FnOnce(&mut StoreView<'_>) -> Result<T, ProcessError>,
+    ) -> Result<T, DriverError> {
         self.commit(self.stamps.now_ms)?;
         self.task(partition)?;
         let empty = Overlay::default();
         let task = self.tasks.get(&partition);
-        let named = task.and_then(|t| t.named.iter().find(|n| n.name == handle.name()));
+        let named = task.and_then(|t| t.named.iter().find(|n| n.name == name));
         let Some(n) = named else {
             return Err(ProcessError::permanent(format!(
-                "store {} is not attached to the processor",
-                handle.name()
+                "store {name} is not attached to the processor"
             ))
             .into());
         };
         let mut view = StoreView::new(&n.name, &n.store, &empty);
-        let store = KeyValueStore::new(&mut view, handle);
-        Ok(f(&store)?)
+        Ok(f(&mut view)?)
+    }
+
+    /// The committed windows of `key` in a windowed store (partition 0) whose start lies in
+    /// `from..=to`, in start order.
+    pub fn window_fetch_range<K, V>(
+        &mut self,
+        handle: &WindowStoreHandle<K, V>,
+        key: &K,
+        from: i64,
+        to: i64,
+    ) -> Result<Vec<(Window, V)>, DriverError> {
+        self.with_view(0, handle.name(), |view| {
+            WindowStore::new(view, handle).fetch_range(key, from, to)
+        })
     }
 
     /// The committed value of `key` in a named store (partition 0).

@@ -8,6 +8,8 @@ mod memory;
 mod records;
 #[cfg(test)]
 mod timer_tests;
+#[cfg(test)]
+mod window_tests;
 
 pub use driver::{DriverError, KeyValues, TopologyTestDriver, START_MS};
 pub use records::{OutputRecord, TestRecord};

@@ -6,6 +6,7 @@ use std::marker::PhantomData;
 
 use super::node::{downcast, AnyRecord, NodeProcessor, TypedRecord};
 use super::time::TimestampExtractor;
+use super::windows::{WindowStoreHandle, WindowedAggregate};
 use super::TopologyError;
 use crate::processor::StoreHandle;
 use crate::record::{ProcessError, Record};
@@ -247,7 +248,44 @@ impl TopologyBuilder {
         store: &StoreHandle<K, V>,
         processors: &[&str],
     ) -> &mut Self {
-        let name = store.name().to_string();
+        self.attach_store(store.name(), processors)
+    }
+
+    /// A windowed store attached to `processors` (a named store with its own changelog,
+    /// opened with [`super::NodeContext::window_store`]).
+    pub fn add_window_store<K, V>(
+        &mut self,
+        store: &WindowStoreHandle<K, V>,
+        processors: &[&str],
+    ) -> &mut Self {
+        self.attach_store(store.name(), processors)
+    }
+
+    /// A windowed aggregate node `name` over what `parents` forward (keyed `(K, V)` records),
+    /// with its windowed store attached; it forwards `(Windowed<K>, A)` results (see
+    /// [`super::windows`]).
+    pub fn add_windowed_aggregate<K, V, A>(
+        &mut self,
+        name: &str,
+        parents: &[&str],
+        aggregate: WindowedAggregate<K, V, A>,
+    ) -> &mut Self
+    where
+        K: Clone + Send + 'static,
+        V: Clone + Send + 'static,
+        A: Clone + Send + 'static,
+    {
+        if let Err(e) = aggregate.check() {
+            self.errors
+                .push(format!("windowed aggregate {name:?}: {e}"));
+        }
+        let store = aggregate.store().name().to_string();
+        self.add_processor(name, aggregate, parents);
+        self.attach_store(&store, &[name])
+    }
+
+    fn attach_store(&mut self, name: &str, processors: &[&str]) -> &mut Self {
+        let name = name.to_string();
         if self.stores.contains(&name) {
             self.errors.push(format!("store {name:?} is added twice"));
         } else {

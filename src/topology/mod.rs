@@ -38,6 +38,7 @@
 mod builder;
 mod node;
 mod time;
+pub mod windows;
 
 pub use builder::{Topology, TopologyBuilder};
 pub use node::{NodeContext, NodeProcessor, TypedRecord};
@@ -128,7 +129,7 @@ impl Topology {
     fn deliver(
         &mut self,
         from: usize,
-        child: Option<&str>,
+        (child, except): (Option<&str>, Option<&str>),
         record: Box<dyn AnyRecord>,
         ctx: &mut Context<'_>,
         input: &Record<'_>,
@@ -138,6 +139,7 @@ impl Topology {
             .iter()
             .copied()
             .filter(|c| child.is_none_or(|name| self.nodes[*c].name == name))
+            .filter(|c| except.is_none_or(|name| self.nodes[*c].name != name))
             .collect();
         if let (Some(name), true) = (child, targets.is_empty()) {
             return Err(ProcessError::permanent(format!(
@@ -199,7 +201,13 @@ impl Topology {
             }
         };
         for f in forwards {
-            self.deliver(at, f.child.as_deref(), f.record, ctx, input)?;
+            self.deliver(
+                at,
+                (f.child.as_deref(), f.except.as_deref()),
+                f.record,
+                ctx,
+                input,
+            )?;
         }
         Ok(())
     }
@@ -227,7 +235,7 @@ impl Processor for Topology {
             Kind::Source { decode, .. } => decode(record, ctx.event_time_ms())?,
             _ => return Err(ProcessError::permanent("not a source")),
         };
-        self.deliver(at, None, typed, ctx, record)
+        self.deliver(at, (None, None), typed, ctx, record)
     }
 
     fn event_time(&self, record: &Record<'_>) -> Option<i64> {
@@ -276,7 +284,13 @@ impl Processor for Topology {
             _ => Vec::new(),
         };
         for f in forwards {
-            self.deliver(at, f.child.as_deref(), f.record, ctx, &input)?;
+            self.deliver(
+                at,
+                (f.child.as_deref(), f.except.as_deref()),
+                f.record,
+                ctx,
+                &input,
+            )?;
         }
         Ok(())
     }

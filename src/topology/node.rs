@@ -115,6 +115,8 @@ pub(crate) fn downcast<K: 'static, V: 'static>(
 /// A record a node forwarded: to every child, or to the one named.
 pub(crate) struct Forward {
     pub(crate) child: Option<String>,
+    /// A child left out of a forward to every child (a windowed aggregate's late-record sink).
+    pub(crate) except: Option<String>,
     pub(crate) record: Box<dyn AnyRecord>,
 }
 
@@ -162,6 +164,7 @@ impl<'n, 'a> NodeContext<'n, 'a> {
     {
         self.forwards.push(Forward {
             child: None,
+            except: None,
             record: Box::new(record),
         });
     }
@@ -174,6 +177,20 @@ impl<'n, 'a> NodeContext<'n, 'a> {
     {
         self.forwards.push(Forward {
             child: Some(child.to_string()),
+            except: None,
+            record: Box::new(record),
+        });
+    }
+
+    /// Sends `record` to every child of this node but `except`.
+    pub(crate) fn forward_except<K, V>(&mut self, except: Option<&str>, record: TypedRecord<K, V>)
+    where
+        K: Clone + Send + 'static,
+        V: Clone + Send + 'static,
+    {
+        self.forwards.push(Forward {
+            child: None,
+            except: except.map(str::to_string),
             record: Box::new(record),
         });
     }

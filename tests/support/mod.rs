@@ -98,6 +98,65 @@ pub fn create_topics(names: &[&str], partitions: i32) {
     topics::apply_blocking(&clients(), &specs, Duration::from_secs(30)).expect("creating topics");
 }
 
+/// Creates an application's input and output topics (`<app>.in`, `<app>.out`) and the
+/// internal topics of `topology` (retry levels, DLT, changelogs), `partitions` each.
+pub fn create_app_topics(app: &str, topology: &eosflow::topology::Topology, partitions: i32) {
+    let mut c = config();
+    c.app.id = app.to_string();
+    let mut specs = vec![
+        TopicSpec::new(format!("{app}.in"), partitions, "delete"),
+        TopicSpec::new(format!("{app}.out"), partitions, "delete"),
+    ];
+    specs.extend(topology.internal_topics(&c, partitions));
+    topics::apply_blocking(&clients(), &specs, Duration::from_secs(30)).expect("creating topics");
+}
+
+/// One record to produce with [`produce_timed`]: partition (`None`: by key), key, value and
+/// Kafka timestamp (ms).
+pub type Timed = (Option<i32>, String, String, i64);
+
+/// Produces `records` to `topic` in order with an idempotent producer and waits for them all.
+pub fn produce_timed(topic: &str, records: &[Timed]) {
+    use rdkafka::producer::{DefaultProducerContext, ThreadedProducer};
+    let producer: ThreadedProducer<DefaultProducerContext> = clients()
+        .config(ClientRole::Idempotent)
+        .create()
+        .expect("producer");
+    for (partition, key, value, ts) in records {
+        let mut r = BaseRecord::to(topic)
+            .key(key.as_bytes())
+            .payload(value.as_bytes())
+            .timestamp(*ts);
+        if let Some(p) = partition {
+            r = r.partition(*p);
+        }
+        // A full queue waits for deliveries (large workloads), anything else fails the test.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while let Err((e, back)) = producer.send(r) {
+            let full = e.rdkafka_error_code() == Some(rdkafka::types::RDKafkaErrorCode::QueueFull);
+            assert!(full && Instant::now() < deadline, "send: {e}");
+            let _ = producer.flush(Duration::from_millis(50));
+            r = back;
+        }
+    }
+    producer.flush(Duration::from_secs(30)).expect("flush");
+}
+
+/// The body of a `child_instance` test: runs `processor` with `config` (static membership,
+/// so a restarted child takes its partitions back at once) until the parent kills it.
+pub fn run_until_killed<P: eosflow::processor::Processor + 'static>(
+    mut config: Config,
+    processor: P,
+) {
+    config.processor.static_membership = true;
+    let runtime = eosflow::processor::Runtime::new(&config, processor).expect("runtime starts");
+    runtime
+        .run(std::sync::Arc::new(std::sync::atomic::AtomicBool::new(
+            false,
+        )))
+        .expect("runs until killed");
+}
+
 /// Re-executes this test binary running only its `child_instance` test, with `env` set to
 /// `value`: an instance a test can kill as a process (SIGKILL with `Child::kill`).
 pub fn spawn_child(env: &str, value: &str) -> std::process::Child {

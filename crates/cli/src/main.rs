@@ -43,7 +43,8 @@ enum Command {
     Run {
         /// Which topology: `count` (per-key count and sum; the verifier's and benchmark's); one
         /// of the orders application's: `orders` (aggregate + saga), `stock`, `payment`,
-        /// `customers`; or `order-lifecycle` (Avro order lifecycle; the poison scenario's).
+        /// `customers`; `order-lifecycle` (Avro order lifecycle; the poison scenario's); or
+        /// `windowed-count` (per-key counts in tumbling event-time windows; the windows scenario's).
         #[arg(long, default_value = "count")]
         topology: String,
         /// Output topic of `count`; the topic namespace (`<ns>.orders`, …) of the orders topologies.
@@ -414,6 +415,16 @@ fn run(
             ),
             None => run_with(config, count),
         };
+    }
+    if topology == "windowed-count" {
+        let input = config
+            .processor
+            .input_topics
+            .first()
+            .context("windowed-count reads processor.input_topics")?;
+        let t = verify::windows::topology(input, output)
+            .context("building the windowed-count topology")?;
+        return run_with(config, t);
     }
     if topology == "order-lifecycle" {
         let p = eosflow_orders::poison_lifecycle::PoisonLifecycleProcessor::new(

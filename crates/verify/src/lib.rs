@@ -15,6 +15,7 @@ pub mod scenario;
 pub mod slow;
 pub mod stack;
 pub mod stale_store;
+pub mod windows;
 pub mod workload;
 
 use std::path::PathBuf;

@@ -34,11 +34,13 @@ pub enum Scenario {
     ParkedFlood,
     /// An instance kept away past its changelog's delete retention while its keys are deleted.
     StaleStore,
+    /// Event-time windows: on-close counts with out-of-order and late records, kill -9s.
+    Windows,
 }
 
 impl Scenario {
     /// Every scenario, in the order `--scenario all` runs them.
-    pub const ALL: [Scenario; 10] = [
+    pub const ALL: [Scenario; 11] = [
         Scenario::KillProcessors,
         Scenario::BrokerRestart,
         Scenario::Zombie,
@@ -49,6 +51,7 @@ impl Scenario {
         Scenario::OutboxOversize,
         Scenario::ParkedFlood,
         Scenario::StaleStore,
+        Scenario::Windows,
     ];
 
     /// The name on the command line and in the closing line.
@@ -64,6 +67,7 @@ impl Scenario {
             Scenario::OutboxOversize => "outbox-oversize",
             Scenario::ParkedFlood => "parked-flood",
             Scenario::StaleStore => "stale-store",
+            Scenario::Windows => "windows",
         }
     }
 }
@@ -391,6 +395,14 @@ pub fn run(
                 super::stale_store::Options::long()
             };
             super::stale_store::run(config, env, &opts)
+        }
+        Scenario::Windows => {
+            let opts = if short {
+                super::windows::Options::short()
+            } else {
+                super::windows::Options::long()
+            };
+            super::windows::run(config, env, &opts)
         }
     }
 }

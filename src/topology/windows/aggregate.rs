@@ -1,0 +1,432 @@
+//! The windowed aggregate node: assigns each record to its windows (fixed or session), folds it
+//! into the open ones in the windowed store, forwards results as its emit strategy says (on
+//! close through one durable event-time timer per window, keyed by the window's store key),
+//! expires windows past retention, and routes records too late for every window to the DLT or
+//! the late-record sink.
+
+use std::time::Duration;
+
+use super::store::{data_key, parse_data_key, WindowStoreHandle};
+use super::{millis, EmitStrategy, LateRecords, SessionWindows, TimeWindows, Window, Windowed};
+use crate::processor::{DeadLetterRequest, Timer, TimerKind};
+use crate::record::ProcessError;
+use crate::retry::dlt::{DltClass, PREFIX};
+use crate::topology::{NodeContext, NodeProcessor, TypedRecord};
+
+/// Windows expired at most per record (or per closing window): retention's work is spread
+/// over the records that move stream time.
+pub const EXPIRE_PER_CALL: usize = 64;
+
+type Init<A> = Box<dyn Fn() -> A + Send>;
+type Aggregator<K, V, A> = Box<dyn Fn(&K, &V, A) -> A + Send>;
+type Merger<K, A> = Box<dyn Fn(&K, A, A) -> A + Send>;
+
+/// Which windows.
+enum Kind<K, A> {
+    Time(TimeWindows),
+    Session(SessionWindows, Merger<K, A>),
+}
+
+/// A windowed aggregation of a keyed stream (Kafka Streams'
+/// `groupByKey().windowedBy(…).aggregate(initializer, aggregator[, merger])`): add it with
+/// [`crate::topology::TopologyBuilder::add_windowed_aggregate`]; it forwards
+/// `TypedRecord<Windowed<K>, A>` to its children. A record without a key, value or event time
+/// is dead-lettered as permanent. See [`super`] for the semantics.
+///
+/// Sessions of activity per user, the number of clicks in each, one result per session:
+///
+/// ```
+/// use std::time::Duration;
+/// use eosflow::serdes::{I64Serde, StringSerde};
+/// use eosflow::testing::{TestRecord, TopologyTestDriver};
+/// use eosflow::topology::windows::{
+///     EmitStrategy, SessionWindows, WindowStoreHandle, Windowed, WindowedAggregate, WindowedSerde,
+/// };
+/// use eosflow::topology::Topology;
+///
+/// let idle = SessionWindows::with_inactivity_gap_no_grace(Duration::from_secs(30));
+/// let store = WindowStoreHandle::new("sessions", StringSerde, I64Serde);
+/// let clicks = WindowedAggregate::session(
+///     store,
+///     idle,
+///     || 0,
+///     |_user, _click: &String, n: i64| n + 1,
+///     |_user, a, b| a + b,
+/// )
+/// .emit(EmitStrategy::OnWindowClose);
+/// let topology = Topology::builder()
+///     .add_source("clicks", &["clicks"], StringSerde, StringSerde)
+///     .add_windowed_aggregate("sessions", &["clicks"], clicks)
+///     .add_sink("out", "sessions", WindowedSerde::new(StringSerde), I64Serde, &["sessions"])
+///     .build()?;
+/// let mut driver = TopologyTestDriver::new(topology)?;
+/// for ms in [0, 20_000, 45_000, 200_000] {
+///     driver.pipe(TestRecord::new("clicks", Some("ann"), Some("click")).timestamp(ms))?;
+/// }
+/// let out = driver.read_output("sessions", &WindowedSerde::new(StringSerde), &I64Serde)?;
+/// assert_eq!(out, vec![(Some(Windowed::new("ann".to_string(), 0, 45_000)), Some(3))]);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct WindowedAggregate<K, V, A> {
+    store: WindowStoreHandle<K, A>,
+    kind: Kind<K, A>,
+    init: Init<A>,
+    aggregate: Aggregator<K, V, A>,
+    emit: EmitStrategy,
+    retention: i64,
+    late: LateRecords,
+}
+
+impl<K, V, A> WindowedAggregate<K, V, A> {
+    /// Fixed windows (tumbling or hopping) aggregated into `store`: each window starts at
+    /// `init()`, and each record `v` of key `k` makes its aggregate `aggregate(k, v, agg)`.
+    pub fn time(
+        store: WindowStoreHandle<K, A>,
+        windows: TimeWindows,
+        init: impl Fn() -> A + Send + 'static,
+        aggregate: impl Fn(&K, &V, A) -> A + Send + 'static,
+    ) -> Self {
+        Self::with_kind(
+            store,
+            Kind::Time(windows),
+            Box::new(init),
+            Box::new(aggregate),
+        )
+    }
+
+    /// Session windows aggregated into `store`; when a record bridges sessions, their
+    /// aggregates are combined with `merge(k, left, right)` (earlier session first, starting
+    /// from `init()`) before the record is aggregated.
+    pub fn session(
+        store: WindowStoreHandle<K, A>,
+        windows: SessionWindows,
+        init: impl Fn() -> A + Send + 'static,
+        aggregate: impl Fn(&K, &V, A) -> A + Send + 'static,
+        merge: impl Fn(&K, A, A) -> A + Send + 'static,
+    ) -> Self {
+        let kind = Kind::Session(windows, Box::new(merge));
+        Self::with_kind(store, kind, Box::new(init), Box::new(aggregate))
+    }
+
+    fn with_kind(
+        store: WindowStoreHandle<K, A>,
+        kind: Kind<K, A>,
+        init: Init<A>,
+        aggregate: Aggregator<K, V, A>,
+    ) -> Self {
+        Self {
+            store,
+            kind,
+            init,
+            aggregate,
+            emit: EmitStrategy::default(),
+            retention: 0,
+            late: LateRecords::default(),
+        }
+    }
+
+    /// Forward on every update (the default) or once per window when it closes.
+    pub fn emit(mut self, emit: EmitStrategy) -> Self {
+        self.emit = emit;
+        self
+    }
+
+    /// How long a closed window stays in the store (for a node reading it) before it is
+    /// deleted; 0 (the default) deletes it when it closes.
+    pub fn retention(mut self, retention: Duration) -> Self {
+        self.retention = millis(retention);
+        self
+    }
+
+    /// Sends late records to the child `sink` instead of the input's DLT.
+    pub fn late_records_to(mut self, sink: &str) -> Self {
+        self.late = LateRecords::Forward(sink.to_string());
+        self
+    }
+
+    /// The windowed store it aggregates into.
+    pub fn store(&self) -> &WindowStoreHandle<K, A> {
+        &self.store
+    }
+
+    /// What is wrong with its windows, if anything (reported by the builder).
+    pub(crate) fn check(&self) -> Result<(), String> {
+        match &self.kind {
+            Kind::Time(w) => w.check(),
+            Kind::Session(w, _) => w.check(),
+        }
+    }
+
+    /// From a window's end to its close time: the grace (plus the gap, for sessions).
+    fn close_delay(&self) -> i64 {
+        match &self.kind {
+            Kind::Time(w) => w.grace,
+            Kind::Session(w, _) => w.gap.saturating_add(w.grace),
+        }
+    }
+
+    fn close_time(&self, w: Window) -> i64 {
+        w.end.saturating_add(self.close_delay())
+    }
+
+    /// The timestamp of a window's result: its last millisecond.
+    fn result_time(&self, w: Window) -> i64 {
+        match &self.kind {
+            Kind::Time(_) => w.end - 1,
+            Kind::Session(..) => w.end,
+        }
+    }
+}
+
+impl<K, V, A> WindowedAggregate<K, V, A>
+where
+    K: Clone + Send + 'static,
+    V: Clone + Send + 'static,
+    A: Clone + Send + 'static,
+{
+    fn forward(&self, ctx: &mut NodeContext<'_, '_>, key: &K, w: Window, agg: Option<A>) {
+        let mut r = TypedRecord::new(
+            Some(Windowed {
+                key: key.clone(),
+                window: w,
+            }),
+            agg,
+        );
+        r.timestamp = Some(self.result_time(w));
+        let late_sink = match &self.late {
+            LateRecords::Forward(sink) => Some(sink.as_str()),
+            LateRecords::DeadLetter => None,
+        };
+        ctx.forward_except(late_sink, r);
+    }
+
+    /// Routes a record too late for every window it belongs to.
+    fn late(
+        &self,
+        ctx: &mut NodeContext<'_, '_>,
+        mut record: TypedRecord<K, V>,
+        windows: &[Window],
+        ts: i64,
+        stream: i64,
+    ) -> Result<(), ProcessError> {
+        crate::telemetry::late_record(ctx.node_name());
+        let list = windows
+            .iter()
+            .map(|w| format!("{}-{}", w.start, w.end))
+            .collect::<Vec<_>>()
+            .join(",");
+        match &self.late {
+            LateRecords::DeadLetter => {
+                let reason = format!(
+                    "late record: event time {ts} is past the close time of every window it belongs to ({list}; close = end + {} ms) at stream time {stream}",
+                    self.close_delay()
+                );
+                let headers = [
+                    ("late.windows", list),
+                    ("late.stream.time", stream.to_string()),
+                    ("late.node", ctx.node_name().to_string()),
+                ]
+                .into_iter()
+                .map(|(k, v)| (format!("{PREFIX}{k}"), v.into_bytes()))
+                .collect();
+                ctx.inner.request_dead_letter(DeadLetterRequest {
+                    class: DltClass::LateRecord,
+                    reason,
+                    headers,
+                });
+            }
+            LateRecords::Forward(child) => {
+                record
+                    .headers
+                    .push(("eosflow.late.windows".into(), list.into_bytes()));
+                record.headers.push((
+                    "eosflow.late.stream.time".into(),
+                    stream.to_string().into_bytes(),
+                ));
+                ctx.forward_to(child, record);
+            }
+        }
+        Ok(())
+    }
+
+    /// Retention: deletes the windows whose close time plus retention is before `now`.
+    fn expire(&self, ctx: &mut NodeContext<'_, '_>, now: i64) -> Result<(), ProcessError> {
+        let cutoff = now
+            .saturating_sub(self.close_delay())
+            .saturating_sub(self.retention);
+        ctx.window_store(&self.store)?
+            .expire(cutoff, EXPIRE_PER_CALL)
+            .map(drop)
+    }
+
+    /// A record of fixed windows.
+    fn process_time(
+        &self,
+        ctx: &mut NodeContext<'_, '_>,
+        windows: &TimeWindows,
+        record: TypedRecord<K, V>,
+        (key, value, ts, stream): (&K, &V, i64, i64),
+    ) -> Result<(), ProcessError> {
+        let all = windows.windows_for(ts);
+        let open: Vec<Window> = all
+            .iter()
+            .copied()
+            .filter(|w| self.close_time(*w) > stream)
+            .collect();
+        if open.is_empty() {
+            return self.late(ctx, record, &all, ts, stream);
+        }
+        for w in open {
+            let mut store = ctx.window_store(&self.store)?;
+            let previous = store.fetch(key, w.start)?;
+            let new = previous.is_none();
+            let agg = (self.aggregate)(key, value, previous.unwrap_or_else(|| (self.init)()));
+            store.put(key, w, &agg)?;
+            self.after_update(ctx, key, w, agg, new)?;
+        }
+        Ok(())
+    }
+
+    /// Forwards an update, or schedules the close of a new window.
+    fn after_update(
+        &self,
+        ctx: &mut NodeContext<'_, '_>,
+        key: &K,
+        w: Window,
+        agg: A,
+        new: bool,
+    ) -> Result<(), ProcessError> {
+        match self.emit {
+            EmitStrategy::OnWindowUpdate => {
+                self.forward(ctx, key, w, Some(agg));
+                Ok(())
+            }
+            EmitStrategy::OnWindowClose if new => {
+                let k = self.store_key(key, w.start)?;
+                ctx.schedule(Timer::event_time(k, self.close_time(w)))
+            }
+            EmitStrategy::OnWindowClose => Ok(()),
+        }
+    }
+
+    fn store_key(&self, key: &K, start: i64) -> Result<Vec<u8>, ProcessError> {
+        let k = self.store.key_serde().serialize(key).map_err(|e| {
+            ProcessError::permanent(format!("window store {} key: {e}", self.store.name()))
+        })?;
+        Ok(data_key(&k, start))
+    }
+
+    /// A record of session windows: merged with the open sessions within the gap of it.
+    fn process_session(
+        &self,
+        ctx: &mut NodeContext<'_, '_>,
+        (windows, merge): (&SessionWindows, &Merger<K, A>),
+        record: TypedRecord<K, V>,
+        (key, value, ts, stream): (&K, &V, i64, i64),
+    ) -> Result<(), ProcessError> {
+        let own = Window { start: ts, end: ts };
+        if self.close_time(own) <= stream {
+            return self.late(ctx, record, &[own], ts, stream);
+        }
+        let mut store = ctx.window_store(&self.store)?;
+        let near: Vec<(Window, A)> = store
+            .fetch_range(key, i64::MIN, ts.saturating_add(windows.gap))?
+            .into_iter()
+            .filter(|(w, _)| w.end.saturating_add(windows.gap) >= ts)
+            .filter(|(w, _)| self.close_time(*w) > stream)
+            .collect();
+        let mut session = own;
+        let mut agg = (self.init)();
+        for (w, a) in &near {
+            session.start = session.start.min(w.start);
+            session.end = session.end.max(w.end);
+            agg = merge(key, agg, a.clone());
+        }
+        let agg = (self.aggregate)(key, value, agg);
+        let mut gone = Vec::new();
+        for (w, _) in &near {
+            if w.start != session.start {
+                store.remove(key, w.start)?;
+                gone.push(*w);
+            }
+        }
+        store.put(key, session, &agg)?;
+        let existed = near.iter().any(|(w, _)| w.start == session.start);
+        for w in gone {
+            match self.emit {
+                EmitStrategy::OnWindowUpdate => self.forward(ctx, key, w, None),
+                EmitStrategy::OnWindowClose => {
+                    ctx.cancel(TimerKind::EventTime, &self.store_key(key, w.start)?)?;
+                }
+            }
+        }
+        if self.emit == EmitStrategy::OnWindowClose {
+            // A session that grew moves its close.
+            let k = self.store_key(key, session.start)?;
+            return ctx.schedule(Timer::event_time(k, self.close_time(session)));
+        }
+        self.after_update(ctx, key, session, agg, !existed)
+    }
+}
+
+impl<K, V, A> NodeProcessor<K, V> for WindowedAggregate<K, V, A>
+where
+    K: Clone + Send + 'static,
+    V: Clone + Send + 'static,
+    A: Clone + Send + 'static,
+{
+    fn process(
+        &mut self,
+        ctx: &mut NodeContext<'_, '_>,
+        record: TypedRecord<K, V>,
+    ) -> Result<(), ProcessError> {
+        let (Some(key), Some(value)) = (record.key.clone(), record.value.clone()) else {
+            return Err(ProcessError::permanent(
+                "a windowed aggregate needs a key and a value",
+            ));
+        };
+        let ts = ctx
+            .event_time_ms()
+            .ok_or_else(|| ProcessError::permanent("a windowed aggregate needs an event time"))?;
+        let stream = ctx.stream_time_ms().unwrap_or(ts).max(ts);
+        let at = (&key, &value, ts, stream);
+        match &self.kind {
+            Kind::Time(w) => self.process_time(ctx, w, record, at)?,
+            Kind::Session(w, m) => self.process_session(ctx, (w, m), record, at)?,
+        }
+        if self.emit == EmitStrategy::OnWindowUpdate {
+            self.expire(ctx, stream)?;
+        }
+        Ok(())
+    }
+
+    /// A window closed: its final result is forwarded; it is deleted now (no retention) or
+    /// with the windows whose retention ended.
+    fn on_timer(
+        &mut self,
+        ctx: &mut NodeContext<'_, '_>,
+        timer: &Timer,
+    ) -> Result<(), ProcessError> {
+        let mut store = ctx.window_store(&self.store)?;
+        let Some((w, agg)) = store.fetch_raw(&timer.key)? else {
+            return Ok(());
+        };
+        let key_bytes = parse_data_key(&timer.key)
+            .map(|(k, _)| k.to_vec())
+            .ok_or_else(|| ProcessError::permanent("a window timer's key is not a window's"))?;
+        let key = self
+            .store
+            .key_serde()
+            .deserialize(&key_bytes)
+            .map_err(|e| {
+                ProcessError::permanent(format!("window store {} key: {e}", self.store.name()))
+            })?;
+        if self.retention == 0 {
+            store.remove_raw(&timer.key)?;
+        } else {
+            self.expire(ctx, timer.due_ms)?;
+        }
+        self.forward(ctx, &key, w, Some(agg));
+        Ok(())
+    }
+}

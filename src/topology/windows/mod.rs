@@ -1,0 +1,288 @@
+//! Event-time windows: tumbling, hopping and session windows over a keyed stream, aggregated
+//! into a windowed store, with a grace period for out-of-order records, emitted on every
+//! update or once when the window closes, and late records sent to the DLT — never dropped.
+//! Kafka Streams' `windowedBy(TimeWindows…|SessionWindows…).aggregate(…)` plus
+//! `suppress(untilWindowCloses)`, built on stream time and durable event-time timers.
+//!
+//! - A **window** belongs to one key and covers `[start, end)` of event time (a session
+//!   `[start, end]`: its first and last record).
+//! - It is **open** while the partition's stream time is before its *close time*: `end + grace`
+//!   (sessions: `end + inactivity gap + grace`). A record is aggregated into each of its windows
+//!   that is open; one whose windows are all closed is **late**: it goes to the input's DLT
+//!   (`eosflow.dlt.error.class: late-record`, the windows and stream time in headers) or to the
+//!   node's late-record sink, and is counted in `eosflow_late_records_total{node}`.
+//! - [`EmitStrategy::OnWindowUpdate`] forwards the window's aggregate after every record;
+//!   [`EmitStrategy::OnWindowClose`] forwards it once, when stream time reaches its close time
+//!   (a durable timer: exactly once across crashes and rebalances).
+//! - **Retention**: a window is deleted from the store once stream time passes its close time
+//!   plus [`WindowedAggregate::retention`] (default 0: at close).
+//! - Results are keyed by [`Windowed<K>`] (the key and its window; [`WindowedSerde`] writes
+//!   `key bytes · start · end`, 8 big-endian bytes each) and carry the window's last
+//!   millisecond as their timestamp (`end - 1`; a session's `end`).
+//!
+//! ```
+//! use std::time::Duration;
+//! use eosflow::serdes::{I64Serde, StringSerde};
+//! use eosflow::testing::{TestRecord, TopologyTestDriver};
+//! use eosflow::topology::windows::{
+//!     EmitStrategy, TimeWindows, WindowStoreHandle, Windowed, WindowedAggregate, WindowedSerde,
+//! };
+//! use eosflow::topology::Topology;
+//!
+//! // Clicks per user per minute, one final count per window, 10 s for stragglers.
+//! let minute = TimeWindows::of_size_with_grace(Duration::from_secs(60), Duration::from_secs(10));
+//! let store = WindowStoreHandle::new("clicks-per-minute", StringSerde, I64Serde);
+//! let count = WindowedAggregate::time(store, minute, || 0, |_user, _click: &String, n: i64| n + 1)
+//!     .emit(EmitStrategy::OnWindowClose);
+//! let topology = Topology::builder()
+//!     .add_source("clicks", &["clicks"], StringSerde, StringSerde)
+//!     .add_windowed_aggregate("count", &["clicks"], count)
+//!     .add_sink("out", "clicks-per-minute", WindowedSerde::new(StringSerde), I64Serde, &["count"])
+//!     .build()?;
+//!
+//! let mut driver = TopologyTestDriver::new(topology)?;
+//! let click = |ms: i64| TestRecord::new("clicks", Some("ann"), Some("click")).timestamp(ms);
+//! driver.pipe(click(1_000))?;
+//! driver.pipe(click(59_000))?;
+//! driver.pipe(click(65_000))?; // stream time 65 s: the first minute is still in its grace
+//! driver.pipe(click(30_000))?; // out of order, within grace: counted
+//! driver.pipe(click(70_000))?; // stream time 70 s: the first minute closes
+//! driver.pipe(click(2_000))?; // too late: to clicks.DLT, not counted
+//! let out = driver.read_output("clicks-per-minute", &WindowedSerde::new(StringSerde), &I64Serde)?;
+//! let first = Windowed::new("ann".to_string(), 0, 60_000);
+//! assert_eq!(out, vec![(Some(first), Some(3))]);
+//! let dead = driver.read_raw_output("clicks.DLT");
+//! assert_eq!(dead[0].dlt_class(), Some("late-record"));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod aggregate;
+mod store;
+
+pub use aggregate::{WindowedAggregate, EXPIRE_PER_CALL};
+pub use store::{WindowStore, WindowStoreHandle};
+
+use std::time::Duration;
+
+use crate::serdes::{Serde, SerdeError};
+
+/// One window of event time: `[start, end)` for time windows, `[start, end]` for a session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Window {
+    /// Its first millisecond.
+    pub start: i64,
+    /// Time windows: the first millisecond after it. Sessions: its last record's time.
+    pub end: i64,
+}
+
+/// A result's key: the aggregated key and its window (Kafka Streams' `Windowed<K>`).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Windowed<K> {
+    /// The key.
+    pub key: K,
+    /// The window.
+    pub window: Window,
+}
+
+impl<K> Windowed<K> {
+    /// `key` in the window `[start, end)`.
+    pub fn new(key: K, start: i64, end: i64) -> Self {
+        Self {
+            key,
+            window: Window { start, end },
+        }
+    }
+}
+
+/// Writes a [`Windowed<K>`] as `key bytes (the inner serde's) · start · end`, each time 8
+/// big-endian bytes (two's complement), so a consumer reads the window from the last 16 bytes.
+///
+/// ```
+/// use eosflow::serdes::{Serde, StringSerde};
+/// use eosflow::topology::windows::{Windowed, WindowedSerde};
+///
+/// let serde = WindowedSerde::new(StringSerde);
+/// let key = Windowed::new("ann".to_string(), 60_000, 120_000);
+/// let bytes = serde.serialize(&key)?;
+/// assert_eq!(&bytes[..3], b"ann");
+/// assert_eq!(bytes[3..11], 60_000i64.to_be_bytes());
+/// assert_eq!(bytes[11..], 120_000i64.to_be_bytes());
+/// assert_eq!(serde.deserialize(&bytes)?, key);
+/// # Ok::<(), eosflow::serdes::SerdeError>(())
+/// ```
+#[derive(Debug, Clone, Copy, Default)]
+pub struct WindowedSerde<S>(S);
+
+impl<S> WindowedSerde<S> {
+    /// Windowed keys whose key part uses `inner`.
+    pub fn new(inner: S) -> Self {
+        Self(inner)
+    }
+}
+
+impl<K, S: Serde<K>> Serde<Windowed<K>> for WindowedSerde<S> {
+    fn serialize(&self, value: &Windowed<K>) -> Result<Vec<u8>, SerdeError> {
+        let mut out = self.0.serialize(&value.key)?;
+        out.extend_from_slice(&value.window.start.to_be_bytes());
+        out.extend_from_slice(&value.window.end.to_be_bytes());
+        Ok(out)
+    }
+
+    fn deserialize(&self, bytes: &[u8]) -> Result<Windowed<K>, SerdeError> {
+        let split = bytes
+            .len()
+            .checked_sub(16)
+            .ok_or_else(|| SerdeError::new("a windowed key is at least 16 bytes"))?;
+        let (key, times) = bytes.split_at(split);
+        let time = |b: &[u8]| b.try_into().map(i64::from_be_bytes);
+        let (start, end) = times.split_at(8);
+        match (time(start), time(end)) {
+            (Ok(start), Ok(end)) => Ok(Windowed::new(self.0.deserialize(key)?, start, end)),
+            _ => Err(SerdeError::new("a windowed key ends with two 8-byte times")),
+        }
+    }
+}
+
+/// Milliseconds of a duration, saturating.
+fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// Fixed-size windows: tumbling (the default: each record in one window) or hopping
+/// ([`TimeWindows::advance_by`]: windows every `advance`, overlapping when shorter than the
+/// size). Windows are aligned to the epoch: `start` is a multiple of the advance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimeWindows {
+    size: i64,
+    advance: i64,
+    grace: i64,
+}
+
+impl TimeWindows {
+    /// Tumbling windows of `size`, accepting records up to `grace` after a window's end (in
+    /// stream time).
+    pub fn of_size_with_grace(size: Duration, grace: Duration) -> Self {
+        let size = millis(size);
+        Self {
+            size,
+            advance: size,
+            grace: millis(grace),
+        }
+    }
+
+    /// Tumbling windows of `size` that close at their end.
+    pub fn of_size_no_grace(size: Duration) -> Self {
+        Self::of_size_with_grace(size, Duration::ZERO)
+    }
+
+    /// Hopping windows: one starts every `advance` (at most the size).
+    pub fn advance_by(mut self, advance: Duration) -> Self {
+        self.advance = millis(advance);
+        self
+    }
+
+    /// The grace period (ms).
+    pub fn grace_ms(&self) -> i64 {
+        self.grace
+    }
+
+    /// What is wrong with these windows, if anything.
+    fn check(&self) -> Result<(), String> {
+        if self.size <= 0 {
+            return Err("the window size must be positive".into());
+        }
+        if self.advance <= 0 || self.advance > self.size {
+            return Err(format!(
+                "the advance ({} ms) must be positive and at most the size ({} ms)",
+                self.advance, self.size
+            ));
+        }
+        Ok(())
+    }
+
+    /// The windows a record at `ts` belongs to, earliest start first.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use eosflow::topology::windows::{TimeWindows, Window};
+    ///
+    /// let hopping = TimeWindows::of_size_no_grace(Duration::from_millis(10))
+    ///     .advance_by(Duration::from_millis(5));
+    /// assert_eq!(
+    ///     hopping.windows_for(12),
+    ///     vec![Window { start: 5, end: 15 }, Window { start: 10, end: 20 }]
+    /// );
+    /// ```
+    pub fn windows_for(&self, ts: i64) -> Vec<Window> {
+        if self.check().is_err() {
+            return Vec::new();
+        }
+        let mut out = Vec::new();
+        let mut start = ts - ts.rem_euclid(self.advance);
+        while start > ts.saturating_sub(self.size) {
+            out.push(Window {
+                start,
+                end: start.saturating_add(self.size),
+            });
+            start -= self.advance;
+        }
+        out.reverse();
+        out
+    }
+}
+
+/// Session windows: a key's records closer than the inactivity gap in event time form one
+/// session; a record that bridges two sessions merges them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SessionWindows {
+    gap: i64,
+    grace: i64,
+}
+
+impl SessionWindows {
+    /// Sessions split by `gap` of inactivity, accepting records up to `grace` after a
+    /// session could last have been extended (its end plus the gap).
+    pub fn with_inactivity_gap_and_grace(gap: Duration, grace: Duration) -> Self {
+        Self {
+            gap: millis(gap),
+            grace: millis(grace),
+        }
+    }
+
+    /// Sessions that close as soon as their gap has passed.
+    pub fn with_inactivity_gap_no_grace(gap: Duration) -> Self {
+        Self::with_inactivity_gap_and_grace(gap, Duration::ZERO)
+    }
+
+    fn check(&self) -> Result<(), String> {
+        if self.gap <= 0 {
+            return Err("the inactivity gap must be positive".into());
+        }
+        Ok(())
+    }
+}
+
+/// When a windowed aggregate forwards its results.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum EmitStrategy {
+    /// After every record: each update of a window is forwarded (a merged-away session as a
+    /// tombstone). Kafka Streams' default.
+    #[default]
+    OnWindowUpdate,
+    /// Once per window, when stream time reaches its close time: the final result
+    /// (Kafka Streams' `suppress(untilWindowCloses)` / `EmitStrategy.onWindowClose()`).
+    OnWindowClose,
+}
+
+/// Where records too late for every window go.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum LateRecords {
+    /// The input topic's DLT, class `late-record`, with `eosflow.dlt.late.windows` (the
+    /// windows, `start-end` comma-separated), `eosflow.dlt.late.stream.time` and
+    /// `eosflow.dlt.late.node` headers.
+    #[default]
+    DeadLetter,
+    /// The node's child of that name (a sink with the input's serdes), the record unchanged
+    /// with `eosflow.late.windows` and `eosflow.late.stream.time` headers.
+    Forward(String),
+}

@@ -1,0 +1,374 @@
+//! The windowed store: a named store whose entries are (key, window) → value, laid out so that
+//! RocksDB keeps one key's windows together in time order, with a time index for retention.
+//!
+//! Inside the named store's state (so it has its own changelog like any named store):
+//!
+//! - `w · key length (4 bytes, big-endian) · key · start (8 bytes, sign-flipped big-endian)` →
+//!   `end (8 bytes, big-endian) · value`: a key's windows are contiguous and sorted by start,
+//!   so [`WindowStore::fetch_range`] is one range scan.
+//! - `x · end (sign-flipped) · key length · key · start` → empty: the windows in end order, so
+//!   [`WindowStore::expire`] deletes what retention lets go with one bounded scan from where
+//!   the last one stopped (`m` + `expired`, the end it reached), never a full scan.
+
+use std::ops::Bound;
+
+use super::Window;
+use crate::processor::stores::StoreView;
+use crate::processor::StoreHandle;
+use crate::record::ProcessError;
+use crate::serdes::Serde;
+use crate::state::merge::prefix_bounds;
+use crate::state::Column;
+use crate::topology::NodeContext;
+
+/// The name and serdes of a windowed store: what a node opens it with
+/// ([`NodeContext::window_store`]) and what the builder attaches to nodes
+/// ([`crate::topology::TopologyBuilder::add_window_store`]). Cheap to clone.
+///
+/// ```
+/// use eosflow::serdes::{I64Serde, StringSerde};
+/// use eosflow::topology::windows::WindowStoreHandle;
+///
+/// let counts: WindowStoreHandle<String, i64> =
+///     WindowStoreHandle::new("counts-per-minute", StringSerde, I64Serde);
+/// assert_eq!(counts.name(), "counts-per-minute");
+/// ```
+pub struct WindowStoreHandle<K, V>(StoreHandle<K, V>);
+
+impl<K, V> Clone for WindowStoreHandle<K, V> {
+    fn clone(&self) -> Self {
+        Self(self.0.clone())
+    }
+}
+
+impl<K, V> std::fmt::Debug for WindowStoreHandle<K, V> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("WindowStoreHandle")
+            .field(&self.0.name())
+            .finish()
+    }
+}
+
+impl<K, V> WindowStoreHandle<K, V> {
+    /// A windowed store called `name` (changelog `<app>-<name>-changelog`) with these serdes.
+    pub fn new(
+        name: impl Into<String>,
+        keys: impl Serde<K> + 'static,
+        values: impl Serde<V> + 'static,
+    ) -> Self {
+        Self(StoreHandle::new(name, keys, values))
+    }
+
+    /// The store's name.
+    pub fn name(&self) -> &str {
+        self.0.name()
+    }
+
+    /// The key serde (how the store orders a key's windows).
+    pub fn key_serde(&self) -> &dyn Serde<K> {
+        self.0.key_serde()
+    }
+
+    fn value_serde(&self) -> &dyn Serde<V> {
+        self.0.value_serde()
+    }
+}
+
+const DATA: u8 = b'w';
+const INDEX: u8 = b'x';
+const WATERMARK: &[u8] = b"mexpired";
+
+/// `t` as 8 bytes that sort like the number.
+fn flip(t: i64) -> [u8; 8] {
+    ((t as u64) ^ (1 << 63)).to_be_bytes()
+}
+
+fn unflip(b: &[u8]) -> Option<i64> {
+    Some((u64::from_be_bytes(b.try_into().ok()?) ^ (1 << 63)) as i64)
+}
+
+/// `tag · key length · key`: the prefix of a key's windows.
+fn key_prefix(tag: u8, key: &[u8]) -> Vec<u8> {
+    let mut k = Vec::with_capacity(13 + key.len());
+    k.push(tag);
+    k.extend_from_slice(&(key.len() as u32).to_be_bytes());
+    k.extend_from_slice(key);
+    k
+}
+
+/// The data key of `key`'s window starting at `start`.
+pub(crate) fn data_key(key: &[u8], start: i64) -> Vec<u8> {
+    let mut k = key_prefix(DATA, key);
+    k.extend_from_slice(&flip(start));
+    k
+}
+
+/// The index key of a window.
+fn index_key(key: &[u8], window: Window) -> Vec<u8> {
+    let mut k = vec![INDEX];
+    k.extend_from_slice(&flip(window.end));
+    k.extend_from_slice(&key_prefix(DATA, key)[1..]);
+    k.extend_from_slice(&flip(window.start));
+    k
+}
+
+/// The key bytes and start of a data key.
+pub(crate) fn parse_data_key(k: &[u8]) -> Option<(&[u8], i64)> {
+    let (&DATA, rest) = k.split_first()? else {
+        return None;
+    };
+    let len = u32::from_be_bytes(rest.get(..4)?.try_into().ok()?) as usize;
+    let key = rest.get(4..4 + len)?;
+    let start = unflip(rest.get(4 + len..)?)?;
+    Some((key, start))
+}
+
+/// The key bytes and window of an index key.
+fn parse_index_key(k: &[u8]) -> Option<(&[u8], Window)> {
+    let (&INDEX, rest) = k.split_first()? else {
+        return None;
+    };
+    let end = unflip(rest.get(..8)?)?;
+    let mut data = vec![DATA];
+    data.extend_from_slice(rest.get(8..)?);
+    let (_, start) = parse_data_key(&data)?;
+    let len = u32::from_be_bytes(rest.get(8..12)?.try_into().ok()?) as usize;
+    Some((rest.get(12..12 + len)?, Window { start, end }))
+}
+
+/// A stored value's window end and value bytes.
+fn split_value(v: &[u8]) -> Option<(i64, &[u8])> {
+    let end = i64::from_be_bytes(v.get(..8)?.try_into().ok()?);
+    Some((end, v.get(8..)?))
+}
+
+fn corrupt(store: &str) -> ProcessError {
+    ProcessError::permanent(format!("window store {store}: an entry is not a window"))
+}
+
+/// Typed access to one windowed store during a node call (Kafka Streams' `WindowStore`):
+/// writes commit with the record's offset, or not at all; reads see this call's and the
+/// batch's writes over the committed store.
+pub struct WindowStore<'c, 'a, K, V> {
+    view: &'c mut StoreView<'a>,
+    handle: &'c WindowStoreHandle<K, V>,
+}
+
+impl<'n, 'a> NodeContext<'n, 'a> {
+    /// Opens a windowed store attached to this node
+    /// ([`crate::topology::TopologyBuilder::add_window_store`]).
+    pub fn window_store<'c, K, V>(
+        &'c mut self,
+        handle: &'c WindowStoreHandle<K, V>,
+    ) -> Result<WindowStore<'c, 'a, K, V>, ProcessError> {
+        let name = handle.name();
+        let attached = self.stores.iter().any(|s| s == name);
+        let node = self.node;
+        match self.inner.named_view(name) {
+            Some(view) if attached => Ok(WindowStore { view, handle }),
+            _ => Err(ProcessError::permanent(format!(
+                "window store {name} is not attached to node {node}"
+            ))),
+        }
+    }
+}
+
+impl<'c, 'a, K, V> WindowStore<'c, 'a, K, V> {
+    /// The store `handle` names over `view` (the test driver's committed view).
+    pub(crate) fn new(view: &'c mut StoreView<'a>, handle: &'c WindowStoreHandle<K, V>) -> Self {
+        Self { view, handle }
+    }
+
+    fn key_bytes(&self, key: &K) -> Result<Vec<u8>, ProcessError> {
+        self.handle.key_serde().serialize(key).map_err(|e| {
+            ProcessError::permanent(format!("window store {} key: {e}", self.handle.name()))
+        })
+    }
+
+    fn value_of(&self, bytes: &[u8]) -> Result<V, ProcessError> {
+        self.handle.value_serde().deserialize(bytes).map_err(|e| {
+            ProcessError::permanent(format!("window store {} value: {e}", self.handle.name()))
+        })
+    }
+
+    /// The value of `key`'s window starting at `start`.
+    pub fn fetch(&self, key: &K, start: i64) -> Result<Option<V>, ProcessError> {
+        let k = data_key(&self.key_bytes(key)?, start);
+        Ok(self.fetch_raw(&k)?.map(|(_, v)| v))
+    }
+
+    /// The window and value under a data key (`None` when absent).
+    pub(crate) fn fetch_raw(&self, data: &[u8]) -> Result<Option<(Window, V)>, ProcessError> {
+        let Some(bytes) = self.view.get(data)? else {
+            return Ok(None);
+        };
+        let (_, start) = parse_data_key(data).ok_or_else(|| corrupt(self.handle.name()))?;
+        let (end, v) = split_value(&bytes).ok_or_else(|| corrupt(self.handle.name()))?;
+        Ok(Some((Window { start, end }, self.value_of(v)?)))
+    }
+
+    /// `key`'s windows whose start lies in `from..=to`, in start order.
+    pub fn fetch_range(
+        &self,
+        key: &K,
+        from: i64,
+        to: i64,
+    ) -> Result<Vec<(Window, V)>, ProcessError> {
+        let k = self.key_bytes(key)?;
+        let bounds = (
+            Bound::Included(data_key(&k, from)),
+            Bound::Included(data_key(&k, to)),
+        );
+        let mut out = Vec::new();
+        for item in self.view.scan(&bounds)? {
+            let (dk, bytes) = item.map_err(crate::processor::stores::read_error)?;
+            let name = self.handle.name();
+            let (_, start) = parse_data_key(&dk).ok_or_else(|| corrupt(name))?;
+            let (end, v) = split_value(&bytes).ok_or_else(|| corrupt(name))?;
+            out.push((Window { start, end }, self.value_of(v)?));
+        }
+        Ok(out)
+    }
+
+    /// Writes `key`'s `window` (replacing the one with the same start, whatever its end).
+    pub fn put(&mut self, key: &K, window: Window, value: &V) -> Result<(), ProcessError> {
+        let k = self.key_bytes(key)?;
+        let dk = data_key(&k, window.start);
+        let previous_end = self
+            .view
+            .get(&dk)?
+            .and_then(|b| split_value(&b).map(|(end, _)| end));
+        if previous_end != Some(window.end) {
+            if let Some(end) = previous_end {
+                let old = Window { end, ..window };
+                self.view.pending.delete(Column::State, &index_key(&k, old));
+            }
+            self.view
+                .pending
+                .put(Column::State, &index_key(&k, window), Vec::new());
+        }
+        let v = self.handle.value_serde().serialize(value).map_err(|e| {
+            ProcessError::permanent(format!("window store {} value: {e}", self.handle.name()))
+        })?;
+        let mut bytes = window.end.to_be_bytes().to_vec();
+        bytes.extend_from_slice(&v);
+        self.view.pending.put(Column::State, &dk, bytes);
+        Ok(())
+    }
+
+    /// Deletes `key`'s window starting at `start`; whether there was one.
+    pub fn remove(&mut self, key: &K, start: i64) -> Result<bool, ProcessError> {
+        let k = self.key_bytes(key)?;
+        self.remove_raw(&data_key(&k, start))
+    }
+
+    /// Deletes the window under a data key (and its index entry); whether there was one.
+    pub(crate) fn remove_raw(&mut self, data: &[u8]) -> Result<bool, ProcessError> {
+        let Some(bytes) = self.view.get(data)? else {
+            return Ok(false);
+        };
+        let name = self.handle.name();
+        let (key, start) = parse_data_key(data).ok_or_else(|| corrupt(name))?;
+        let (end, _) = split_value(&bytes).ok_or_else(|| corrupt(name))?;
+        let index = index_key(key, Window { start, end });
+        self.view.pending.delete(Column::State, &index);
+        self.view.pending.delete(Column::State, data);
+        Ok(true)
+    }
+
+    /// Retention: deletes the windows whose end is before `cutoff`, earliest end first, at
+    /// most `max` of them (the rest go on the next call); how many went. Each call starts
+    /// where the last one stopped: the work is bounded by what expires, never by the store's
+    /// size.
+    pub fn expire(&mut self, cutoff: i64, max: usize) -> Result<usize, ProcessError> {
+        let from = match self.view.get(WATERMARK)? {
+            Some(b) => unflip(&b).unwrap_or(i64::MIN),
+            None => i64::MIN,
+        };
+        if from >= cutoff {
+            return Ok(0);
+        }
+        let mut lower = vec![INDEX];
+        lower.extend_from_slice(&flip(from));
+        let mut upper = vec![INDEX];
+        upper.extend_from_slice(&flip(cutoff));
+        let bounds = (Bound::Included(lower), Bound::Excluded(upper));
+        let mut expired = Vec::new();
+        for item in self.view.scan(&bounds)?.take(max) {
+            let (k, _) = item.map_err(crate::processor::stores::read_error)?;
+            expired.push(k);
+        }
+        let mut reached = cutoff;
+        for index in &expired {
+            let (key, window) =
+                parse_index_key(index).ok_or_else(|| corrupt(self.handle.name()))?;
+            let data = data_key(key, window.start);
+            self.view.pending.delete(Column::State, &data);
+            self.view.pending.delete(Column::State, index);
+            reached = window.end;
+        }
+        if expired.len() < max {
+            reached = cutoff;
+        }
+        if !expired.is_empty() {
+            self.view
+                .pending
+                .put(Column::State, WATERMARK, flip(reached).to_vec());
+        }
+        Ok(expired.len())
+    }
+
+    /// Every window of the store (any key) and its value, in key then start order: for tests
+    /// and tools (it reads them all).
+    pub fn all(&self) -> Result<Vec<(K, Window, V)>, ProcessError> {
+        let mut out = Vec::new();
+        for item in self.view.scan(&prefix_bounds(&[DATA]))? {
+            let (dk, bytes) = item.map_err(crate::processor::stores::read_error)?;
+            let name = self.handle.name();
+            let (key, start) = parse_data_key(&dk).ok_or_else(|| corrupt(name))?;
+            let (end, v) = split_value(&bytes).ok_or_else(|| corrupt(name))?;
+            let key =
+                self.handle.key_serde().deserialize(key).map_err(|e| {
+                    ProcessError::permanent(format!("window store {name} key: {e}"))
+                })?;
+            out.push((key, Window { start, end }, self.value_of(v)?));
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn data_keys_sort_by_key_then_start_including_negative_starts() {
+        let mut keys = [
+            data_key(b"b", -5),
+            data_key(b"a", 10),
+            data_key(b"a", -3),
+            data_key(b"ab", i64::MIN),
+            data_key(b"a", 2),
+        ];
+        keys.sort();
+        let parsed: Vec<(Vec<u8>, i64)> = keys
+            .iter()
+            .filter_map(|k| parse_data_key(k).map(|(k, s)| (k.to_vec(), s)))
+            .collect();
+        assert_eq!(
+            parsed,
+            vec![
+                (b"a".to_vec(), -3),
+                (b"a".to_vec(), 2),
+                (b"a".to_vec(), 10),
+                (b"b".to_vec(), -5),
+                (b"ab".to_vec(), i64::MIN),
+            ],
+            "length-prefixed: a key's windows never interleave with a longer key's"
+        );
+        let w = Window { start: -7, end: 9 };
+        let i = index_key(b"k\x00", w);
+        assert_eq!(parse_index_key(&i), Some((b"k\x00".as_slice(), w)));
+        assert!(index_key(b"z", Window { start: 0, end: -1 }) < i);
+    }
+}
