@@ -465,7 +465,7 @@ fn outbox_cmd(mut config: Config, args: OutboxArgs) -> Result<std::process::Exit
     let health = Arc::new(Health::new(Duration::from_millis(
         config.processor.stuck_after_ms,
     )));
-    eosflow::telemetry::catalog::register(eosflow_cli::outbox_metrics::METRICS);
+    eosflow::telemetry::catalog::register(eosflow_outbox::telemetry::METRICS);
     let _endpoints = serve_endpoints(&config, health.clone())?;
     let shutdown = Arc::new(AtomicBool::new(false));
     let worker = {
