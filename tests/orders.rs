@@ -368,6 +368,15 @@ fn kill_9_while_saga_timeouts_are_pending_fires_each_timeout_exactly_once() {
     let state = std::env::temp_dir().join(format!("eosflow-test-{ns}"));
     std::fs::create_dir_all(&state).expect("state dir");
     let log = state.join("orders.log");
+    let mut base = support::config();
+    base.app.id = ns.clone();
+    base.app.instance_id = "t".into();
+    base.state.dir = state.clone();
+    base.processor.session_timeout_ms = 6000;
+    let read_model = Instance::start(
+        &orders::configure(&base, Topology::Customers, &topics),
+        CustomersProcessor::new(topics.clone()),
+    );
     let timeout_ms = "10000";
     let spawn = || {
         let out = std::fs::OpenOptions::new()
@@ -577,6 +586,7 @@ fn kill_9_while_saga_timeouts_are_pending_fires_each_timeout_exactly_once() {
         assert!(late <= n as u64, "a late reply reported twice: {late}");
         (late == n as u64).then_some(())
     });
+    read_model.stop();
     println!("done in {:?}", t0.elapsed());
 }
 
