@@ -690,8 +690,8 @@ pub fn summary(r: &DemoReport) -> String {
     }
     let late: u64 = o
         .dead_letters
-        .iter()
-        .filter_map(|(_, codes)| codes.get("late-reply"))
+        .values()
+        .filter_map(|codes| codes.get("late-reply"))
         .sum();
     row("late replies (after their timeout)", late.to_string());
     for (topic, codes) in &o.dead_letters {
