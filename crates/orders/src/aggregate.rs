@@ -115,7 +115,7 @@ impl OrderProcessor {
                 }
                 Action::TimeoutAlert(reason) => {
                     self.dead_letter(ctx, record, reason);
-                    tracing::error!(error = %reason, "saga step timed out past the pivot; alerted");
+                    tracing::warn!(error = %reason, "saga step timed out past the pivot; alerted");
                 }
                 Action::LateReply { step, reason } => {
                     self.dead_letter(ctx, record, reason);
