@@ -138,12 +138,20 @@ fn bench_smoke_measures_every_contender_and_writes_the_report() {
         assert_eq!(w["expected"]["windows"], 402, "{s}");
         assert_eq!(w["emitted"]["records"], 2_002, "{s}");
         assert!(s["per_partition"].as_f64().unwrap_or(0.0) > 0.0, "{s}");
-        assert_eq!(w["partition_rates"].as_array().map(Vec::len), Some(2), "{s}");
+        assert_eq!(
+            w["partition_rates"].as_array().map(Vec::len),
+            Some(2),
+            "{s}"
+        );
         assert!(s["peak_rss_mib"].as_f64().unwrap_or(0.0) > 1.0, "{s}");
         emitted.push(w["emitted"]["windows"].as_u64());
     }
     emitted.dedup();
-    assert_eq!(emitted.len(), 1, "both contenders emit as many window results");
+    assert_eq!(
+        emitted.len(),
+        1,
+        "both contenders emit as many window results"
+    );
     assert!(report.contains("## Windowed aggregation"), "{report}");
     let _ = std::fs::remove_dir_all(&out);
 }

@@ -124,9 +124,7 @@ pub struct BenchArgs {
 }
 
 /// What the contenders compute.
-#[derive(
-    Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize,
-)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Shape {
     /// Per-key running count and sum, one output per input (`--topology count`, `CountPeer`).
@@ -658,12 +656,9 @@ fn run_windowed_point(
     if point.contender.is_eosflow() {
         let mut app = config.clone();
         app.app.id = launch.app_id.clone();
-        let topology = windowed::topology(
-            &launch.input,
-            &launch.output,
-            &config.schema_registry.url,
-        )
-        .map_err(|e| BenchError::Instance(format!("the windowed topology: {e}")))?;
+        let topology =
+            windowed::topology(&launch.input, &launch.output, &config.schema_registry.url)
+                .map_err(|e| BenchError::Instance(format!("the windowed topology: {e}")))?;
         specs.extend(topology.internal_topics(&app, p));
     }
     workload::create_topics(clients, &specs)?;

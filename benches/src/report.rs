@@ -280,8 +280,11 @@ pub fn write(args: &BenchArgs, results: &Results) -> Result<(), BenchError> {
     for (k, v) in &results.settings {
         let _ = writeln!(md, "- {k}: {v}");
     }
-    let _ = writeln!(md, "\nThroughput is the steady state (10th→90th percentile of the backlog's output arrivals) divided by the partitions; latency is send → `read_committed` visibility of the output at a paced rate. Ratios come from this run only.\n");
-    md.push_str(&tables(results));
+    let count = tables(results);
+    if !count.is_empty() {
+        let _ = writeln!(md, "\nThroughput is the steady state (10th→90th percentile of the backlog's output arrivals) divided by the partitions; latency is send → `read_committed` visibility of the output at a paced rate. Ratios come from this run only.\n");
+        md.push_str(&count);
+    }
     let windowed = windowed_tables(results);
     if !windowed.is_empty() {
         let _ = writeln!(
@@ -301,10 +304,12 @@ pub fn write(args: &BenchArgs, results: &Results) -> Result<(), BenchError> {
             let _ = writeln!(md, "- {p}: {e}");
         }
     }
-    let _ = writeln!(
-        md,
-        "\n![throughput](throughput.svg)\n\n![latency CDF](latency-cdf.svg)"
-    );
+    if !count.is_empty() {
+        let _ = writeln!(
+            md,
+            "\n![throughput](throughput.svg)\n\n![latency CDF](latency-cdf.svg)"
+        );
+    }
     let perf = out.join("perf-eosflow-eos.txt");
     if let Ok(p) = std::fs::read_to_string(&perf) {
         let _ = writeln!(

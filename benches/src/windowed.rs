@@ -192,7 +192,11 @@ pub struct Expected {
 
 /// The backlog records `r<i>` (key `k<i % keys>`, event time `base + i·step`, amount of record
 /// `i`) and one probe per partition (key `probe-<p>`, event time `base`, amount of record 0).
-pub fn expected((records, keys): (u64, u64), partitions: i32, (base, step): (i64, i64)) -> Expected {
+pub fn expected(
+    (records, keys): (u64, u64),
+    partitions: i32,
+    (base, step): (i64, i64),
+) -> Expected {
     let keys = keys.max(1);
     let mut windows: HashSet<(u64, i64)> = HashSet::new();
     let mut amount = 0i64;
@@ -296,8 +300,7 @@ impl OffsetPoller {
                 while !stop.load(Ordering::Relaxed) {
                     let started = std::time::Instant::now();
                     let before = now_us();
-                    if let Ok(c) = consumer.committed_offsets(tpl.clone(), Duration::from_secs(5))
-                    {
+                    if let Ok(c) = consumer.committed_offsets(tpl.clone(), Duration::from_secs(5)) {
                         let at = before + (now_us().saturating_sub(before)) / 2;
                         let offsets = (0..partitions)
                             .map(|p| match c.find_partition(&topic, p).map(|e| e.offset()) {
