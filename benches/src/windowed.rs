@@ -145,6 +145,25 @@ impl Serde<i64> for AmountSerde {
 /// counted and summed per key in tumbling windows of [`SIZE_MS`] with [`GRACE_MS`] grace, one
 /// final result per window to `output` (`WindowedSerde<String>` keys — key, start, end —
 /// and [`CountSumSerde`] values), Avro schemas from `registry_url`.
+///
+/// Decimal amounts need no registry; in the broker-free test driver:
+///
+/// ```
+/// use eosflow::serdes::StringSerde;
+/// use eosflow::testing::{TestRecord, TopologyTestDriver};
+/// use eosflow::topology::windows::{Windowed, WindowedSerde};
+/// use eosflow_bench::windowed::{topology, CountSum, CountSumSerde};
+///
+/// let mut driver = TopologyTestDriver::new(topology("orders", "totals", "http://127.0.0.1:9")?)?;
+/// for (ms, amount) in [(1_000, "5"), (4_000, "7"), (25_000, "1")] {
+///     driver.pipe(TestRecord::new("orders", Some("ann"), Some(amount)).timestamp(ms))?;
+/// }
+/// // Stream time 25 s: the window [0, 10 s) closed at 12 s (its end plus 2 s of grace).
+/// let out = driver.read_output("totals", &WindowedSerde::new(StringSerde), &CountSumSerde)?;
+/// let first = Windowed::new("ann".to_string(), 0, 10_000);
+/// assert_eq!(out, vec![(Some(first), Some(CountSum { count: 2, sum: 12 }))]);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn topology(input: &str, output: &str, registry_url: &str) -> Result<Topology, TopologyError> {
     let windows = TimeWindows::of_size_with_grace(
         Duration::from_millis(SIZE_MS as u64),
