@@ -1,6 +1,8 @@
 //! The benchmark driver's smoke run (part of `make test`): one tiny point of every contender,
-//! Kafka Streams peer included, against the local broker (the recovery benchmark is left to
-//! `make bench`). It checks that the driver measures and reports, never how fast anything is.
+//! Kafka Streams peer included, against the local broker, in both shapes (the recovery
+//! benchmark is left to `make bench`). It checks that the driver measures and reports, and that
+//! the windowed shape's contenders emit the same, right window results — never how fast
+//! anything is.
 
 mod support;
 
@@ -50,6 +52,14 @@ fn bench_smoke_measures_every_contender_and_writes_the_report() {
             "0",
             "--contenders",
             contenders,
+            "--shapes",
+            "count,windowed",
+            "--windowed-partitions",
+            "2",
+            // 2 000 records 20 ms apart: 40 s of event time, four 10 s windows per key, three
+            // of them closed by the backlog itself and the last by the closing records.
+            "--event-time-step-ms",
+            "20",
         ])
         .arg("--out")
         .arg(&out)
@@ -59,14 +69,14 @@ fn bench_smoke_measures_every_contender_and_writes_the_report() {
         .env("RUST_LOG", "warn")
         .spawn()
         .expect("eosflow bench starts");
-    let deadline = Instant::now() + Duration::from_secs(240);
+    let deadline = Instant::now() + Duration::from_secs(360);
     let status = loop {
         if let Some(s) = child.try_wait().expect("wait") {
             break s;
         }
         if Instant::now() > deadline {
             let _ = child.kill();
-            panic!("eosflow bench did not finish within 240 s");
+            panic!("eosflow bench did not finish within 360 s");
         }
         std::thread::sleep(Duration::from_millis(200));
     };
@@ -84,7 +94,7 @@ fn bench_smoke_measures_every_contender_and_writes_the_report() {
         );
         let s = samples
             .iter()
-            .find(|s| s["point"]["contender"] == c)
+            .find(|s| s["point"]["contender"] == c && s["point"]["shape"] == "count")
             .unwrap_or_else(|| panic!("no sample of {c}"));
         assert!(
             s["records_per_sec"].as_f64().unwrap_or(0.0) > 0.0,
@@ -101,6 +111,48 @@ fn bench_smoke_measures_every_contender_and_writes_the_report() {
         let svg = std::fs::read_to_string(out.join(f)).expect(f);
         assert!(svg.contains("<svg"), "{f}");
     }
+
+    // The windowed shape: eosflow and (with Java) Kafka Streams exactly-once, each with a rate
+    // from the committed offsets and exactly the window results the input implies — so the
+    // same number for both.
+    let windowed: Vec<&serde_json::Value> = samples
+        .iter()
+        .filter(|s| s["point"]["shape"] == "windowed")
+        .collect();
+    let windowed_contenders: Vec<&str> = contenders
+        .split(',')
+        .filter(|c| *c == "eosflow-eos" || *c == "kstreams-eos")
+        .collect();
+    assert_eq!(
+        windowed.len(),
+        windowed_contenders.len(),
+        "one windowed sample per exactly-once contender: {windowed:?}"
+    );
+    let mut emitted = Vec::new();
+    for s in &windowed {
+        let w = &s["windows"];
+        assert_eq!(w["ok"], true, "window results: {s}");
+        assert_eq!(w["emitted"]["duplicates"], 0, "{s}");
+        // 100 keys × 4 windows (40 s of event time) and one probe per partition; counts add up
+        // to the backlog and the probes.
+        assert_eq!(w["expected"]["windows"], 402, "{s}");
+        assert_eq!(w["emitted"]["records"], 2_002, "{s}");
+        assert!(s["per_partition"].as_f64().unwrap_or(0.0) > 0.0, "{s}");
+        assert_eq!(
+            w["partition_rates"].as_array().map(Vec::len),
+            Some(2),
+            "{s}"
+        );
+        assert!(s["peak_rss_mib"].as_f64().unwrap_or(0.0) > 1.0, "{s}");
+        emitted.push(w["emitted"]["windows"].as_u64());
+    }
+    emitted.dedup();
+    assert_eq!(
+        emitted.len(),
+        1,
+        "both contenders emit as many window results"
+    );
+    assert!(report.contains("## Windowed aggregation"), "{report}");
     let _ = std::fs::remove_dir_all(&out);
 }
 

@@ -1,11 +1,12 @@
 //! The contenders and how each runs as OS processes: the raw pipe (`eosflow bench-pipe`),
 //! eosflow's counting topology at-least-once and exactly-once (`eosflow run`), and Kafka
-//! Streams `exactly_once_v2` (the Java peer in `benches/peer/`).
+//! Streams `exactly_once_v2` (the Java peer in `benches/peer/`); each in the count or the
+//! windowed shape.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
-use super::BenchError;
+use super::{windowed, BenchError, Shape};
 
 /// Who is measured.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -56,6 +57,8 @@ pub const SCHEMA: &str = "schemas/orders/order-placed.v1.avsc";
 /// How to start a point's instances.
 #[derive(Debug, Clone)]
 pub struct Launch {
+    /// What the instances compute.
+    pub shape: Shape,
     /// The `eosflow` binary.
     pub exe: PathBuf,
     /// Classpath of the Kafka Streams peer, when it was built.
@@ -168,7 +171,11 @@ pub fn spawn(who: Contender, l: &Launch, i: usize) -> Result<Instance, BenchErro
             } else {
                 "at_least_once"
             };
-            c.args(["run", "--topology", "count", "--output", &l.output])
+            let topology = match l.shape {
+                Shape::Count => "count",
+                Shape::Windowed => "windowed-sum",
+            };
+            c.args(["run", "--topology", topology, "--output", &l.output])
                 .env("EOSFLOW_APP_ID", &l.app_id)
                 .env("EOSFLOW_APP_INSTANCE_ID", format!("i{i}"))
                 .env("EOSFLOW_KAFKA_BOOTSTRAP", &l.bootstrap)
@@ -190,8 +197,12 @@ pub fn spawn(who: Contender, l: &Launch, i: usize) -> Result<Instance, BenchErro
                         .into(),
                 )
             })?;
+            let class = match l.shape {
+                Shape::Count => "CountPeer",
+                Shape::Windowed => "WindowPeer",
+            };
             let mut c = Command::new("java");
-            c.args(["-Xms256m", "-Xmx512m", "-cp", cp, "CountPeer"])
+            c.args(["-Xms256m", "-Xmx512m", "-cp", cp, class])
                 .arg(&l.bootstrap)
                 .arg(&l.input)
                 .arg(&l.output)
@@ -200,6 +211,10 @@ pub fn spawn(who: Contender, l: &Launch, i: usize) -> Result<Instance, BenchErro
                 .arg("exactly_once_v2")
                 .arg(l.commit_interval_ms.to_string())
                 .arg(&l.schema);
+            if l.shape == Shape::Windowed {
+                c.arg(windowed::SIZE_MS.to_string())
+                    .arg(windowed::GRACE_MS.to_string());
+            }
             c
         }
     };

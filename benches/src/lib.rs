@@ -7,12 +7,17 @@
 //! committed and the clock starts → its outputs' arrival times give records/s at steady state
 //! (10th to 90th percentile of arrivals) → a paced stream gives the latencies (send →
 //! `read_committed` visibility of the output) → instances killed, topics deleted.
+//!
+//! The windowed shape ([`windowed`]) runs the same backlog with event times through a tumbling
+//! window count and sum emitted on window close, for eosflow and Kafka Streams exactly-once,
+//! and measures records/s from the group's committed offsets instead of the outputs.
 
 pub mod contender;
 pub mod pipe;
 pub mod reader;
 pub mod recovery;
 pub mod report;
+pub mod windowed;
 pub mod workload;
 
 use std::path::PathBuf;
@@ -100,14 +105,58 @@ pub struct BenchArgs {
     /// How the binary was built (for the report): `release` or `dev-opt` (see benches/run).
     #[arg(long, default_value = "release")]
     pub build: String,
-    /// Profile the exactly-once instance of one point with `perf` (report in the output dir).
+    /// Profile the exactly-once instance of one point with `perf` (report in the output dir);
+    /// with the windowed shape, also one windowed exactly-once instance.
     #[arg(long)]
     pub perf: bool,
+    /// Shapes: `count` (per-key running count and sum, one output per input) and `windowed`
+    /// (tumbling 10 s windows with 2 s grace, count and sum per key, emitted on close; eosflow
+    /// and Kafka Streams exactly-once only).
+    #[arg(long, value_delimiter = ',', default_value = "count,windowed")]
+    pub shapes: Vec<String>,
+    /// Partition counts of the windowed shape (each with the `--instances` counts).
+    #[arg(long, value_delimiter = ',', default_value = "1,4")]
+    pub windowed_partitions: Vec<i32>,
+    /// Event time between consecutive backlog records of the windowed shape (ms). With 1 ms,
+    /// 1 000 keys and 10 s windows a key has about 10 records per window.
+    #[arg(long, default_value_t = 1)]
+    pub event_time_step_ms: i64,
+}
+
+/// What the contenders compute.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Shape {
+    /// Per-key running count and sum, one output per input (`--topology count`, `CountPeer`).
+    #[default]
+    Count,
+    /// Count and sum per key in tumbling event-time windows, one output per window when it
+    /// closes (`--topology windowed-sum`, `WindowPeer`): see [`windowed`].
+    Windowed,
+}
+
+impl Shape {
+    /// Name on the command line and in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Shape::Count => "count",
+            Shape::Windowed => "windowed",
+        }
+    }
+
+    /// Parses a name from [`Shape::name`].
+    pub fn parse(s: &str) -> Option<Self> {
+        [Shape::Count, Shape::Windowed]
+            .into_iter()
+            .find(|c| c.name() == s)
+    }
 }
 
 /// One measured configuration.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
 pub struct Point {
+    /// What is computed.
+    pub shape: Shape,
     /// Who.
     #[serde(serialize_with = "ser_contender")]
     pub contender: Contender,
@@ -141,6 +190,22 @@ pub struct Sample {
     /// Peak resident memory of the largest instance (MiB, `VmHWM`): the memory bound per
     /// instance, reported beside its throughput.
     pub peak_rss_mib: f64,
+    /// The windowed shape's per-partition rates and its check of the window results.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub windows: Option<WindowCheck>,
+}
+
+/// What a windowed point measured beside its throughput.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct WindowCheck {
+    /// Steady-state records/s of each partition (committed offsets, 10th→90th percentile).
+    pub partition_rates: Vec<f64>,
+    /// The window results the input implies.
+    pub expected: windowed::Expected,
+    /// The committed window results once every window was closed.
+    pub emitted: windowed::Emitted,
+    /// Whether they are exactly the expected ones.
+    pub ok: bool,
 }
 
 /// The whole run's results.
@@ -163,14 +228,17 @@ pub fn plan(args: &BenchArgs) -> Vec<Point> {
         .iter()
         .filter_map(|c| Contender::parse(c))
         .collect();
+    let shapes: Vec<Shape> = args.shapes.iter().filter_map(|s| Shape::parse(s)).collect();
     let mut points = vec![];
-    for &p in &args.partitions {
+    let count = shapes.contains(&Shape::Count);
+    for &p in args.partitions.iter().filter(|_| count) {
         for &n in &args.instances {
             if n as i32 > p {
                 continue;
             }
             for &c in &contenders {
                 points.push(Point {
+                    shape: Shape::Count,
                     contender: c,
                     partitions: p,
                     instances: n,
@@ -179,11 +247,32 @@ pub fn plan(args: &BenchArgs) -> Vec<Point> {
             }
         }
     }
-    if contenders.contains(&Contender::EosflowEos) {
+    if shapes.contains(&Shape::Windowed) {
+        for &p in &args.windowed_partitions {
+            for &n in &args.instances {
+                if n as i32 > p {
+                    continue;
+                }
+                for &c in &contenders {
+                    if matches!(c, Contender::EosflowEos | Contender::KafkaStreams) {
+                        points.push(Point {
+                            shape: Shape::Windowed,
+                            contender: c,
+                            partitions: p,
+                            instances: n,
+                            commit_interval_ms: 100,
+                        });
+                    }
+                }
+            }
+        }
+    }
+    if count && contenders.contains(&Contender::EosflowEos) {
         let mid = args.partitions[args.partitions.len() / 2];
         for &ci in &args.commit_intervals {
             if ci != 100 {
                 points.push(Point {
+                    shape: Shape::Count,
                     contender: Contender::EosflowEos,
                     partitions: mid,
                     instances: 1,
@@ -197,9 +286,14 @@ pub fn plan(args: &BenchArgs) -> Vec<Point> {
 
 /// Runs the whole benchmark and writes the report; returns the results.
 pub fn run(config: &Config, args: &BenchArgs) -> Result<Results, BenchError> {
-    if args.partitions.is_empty() || args.instances.is_empty() || args.repeats == 0 {
+    if args.partitions.is_empty()
+        || args.windowed_partitions.is_empty()
+        || args.instances.is_empty()
+        || args.repeats == 0
+    {
         return Err(BenchError::Instance(
-            "--partitions, --instances and --repeats need at least one value".into(),
+            "--partitions, --windowed-partitions, --instances and --repeats need at least one value"
+                .into(),
         ));
     }
     if args.records < 10 || args.latency_rate == 0 || args.latency_secs == 0 {
@@ -207,10 +301,23 @@ pub fn run(config: &Config, args: &BenchArgs) -> Result<Results, BenchError> {
             "--records must be ≥ 10, --latency-rate and --latency-secs ≥ 1".into(),
         ));
     }
+    if !(1..=1_000).contains(&args.event_time_step_ms) {
+        return Err(BenchError::Instance(
+            "--event-time-step-ms must be 1 to 1000: the backlog's event times stay in the past"
+                .into(),
+        ));
+    }
     for c in &args.contenders {
         if Contender::parse(c).is_none() {
             return Err(BenchError::Instance(format!(
                 "unknown contender {c:?}: use raw-pipe, eosflow-alo, eosflow-eos, kstreams-eos"
+            )));
+        }
+    }
+    for s in &args.shapes {
+        if Shape::parse(s).is_none() {
+            return Err(BenchError::Instance(format!(
+                "unknown shape {s:?}: use count, windowed"
             )));
         }
     }
@@ -254,14 +361,25 @@ pub fn run(config: &Config, args: &BenchArgs) -> Result<Results, BenchError> {
                 format!("{} rec/s for {} s", args.latency_rate, args.latency_secs),
             ),
             ("bootstrap".into(), config.kafka.bootstrap.clone()),
+            (
+                "windowed shape".into(),
+                format!(
+                    "tumbling {} s windows, {} s grace, count + sum per key, emitted on close; event time {} ms per record",
+                    windowed::SIZE_MS / 1000,
+                    windowed::GRACE_MS / 1000,
+                    args.event_time_step_ms
+                ),
+            ),
         ],
         ..Results::default()
     };
     let points = plan(args);
     let mut profiled = !args.perf;
+    let mut profiled_windowed = !args.perf;
     for round in 1..=args.repeats {
         for (i, point) in points.iter().enumerate() {
             let launch = Launch {
+                shape: point.shape,
                 exe: exe.clone(),
                 peer_classpath: peer.clone(),
                 schema: args.repo.join(contender::SCHEMA),
@@ -272,13 +390,23 @@ pub fn run(config: &Config, args: &BenchArgs) -> Result<Results, BenchError> {
                 commit_interval_ms: point.commit_interval_ms,
                 dir: args.out.join("runs").join(format!("{run_id}-{round}-{i}")),
             };
-            let profile = !profiled
-                && point.contender == Contender::EosflowEos
-                && point.partitions == args.partitions[args.partitions.len() / 2]
-                && point.instances == 1;
-            profiled |= profile;
             let started = Instant::now();
-            let outcome = run_point(&clients, args, *point, round, &launch, profile);
+            let outcome = if point.shape == Shape::Windowed {
+                let profile = !profiled_windowed
+                    && point.contender == Contender::EosflowEos
+                    && point.partitions
+                        == args.windowed_partitions[args.windowed_partitions.len() / 2]
+                    && point.instances == 1;
+                profiled_windowed |= profile;
+                run_windowed_point(config, &clients, args, *point, round, &launch, profile)
+            } else {
+                let profile = !profiled
+                    && point.contender == Contender::EosflowEos
+                    && point.partitions == args.partitions[args.partitions.len() / 2]
+                    && point.instances == 1;
+                profiled |= profile;
+                run_point(&clients, args, *point, round, &launch, profile)
+            };
             let deleted = workload::delete_topics_with_prefix(&clients, &launch.app_id);
             if let Err(e) = &deleted {
                 eprintln!("bench: {e}");
@@ -286,6 +414,23 @@ pub fn run(config: &Config, args: &BenchArgs) -> Result<Results, BenchError> {
             let _ = std::fs::remove_dir_all(launch.dir.join("state-i0"));
             let _ = std::fs::remove_dir_all(launch.dir.join("state-i1"));
             match outcome {
+                Ok(s) if point.shape == Shape::Windowed => {
+                    eprintln!(
+                        "bench: round {round} windowed {:<13} P={} inst={}: {:>9.0} rec/s/partition, {} ({:.0} s)",
+                        point.contender.name(),
+                        point.partitions,
+                        point.instances,
+                        s.per_partition,
+                        s.windows.as_ref().map_or_else(String::new, |w| format!(
+                            "{} of {} window results{}",
+                            w.emitted.windows,
+                            w.expected.windows,
+                            if w.ok { "" } else { " — WRONG" }
+                        )),
+                        started.elapsed().as_secs_f64()
+                    );
+                    results.samples.push(s);
+                }
                 Ok(s) => {
                     eprintln!(
                         "bench: round {round} {:<13} P={} inst={} ci={:>3}ms: {:>9.0} rec/s/partition, p50 {:.1} ms, p99 {:.1} ms ({:.0} s)",
@@ -393,9 +538,9 @@ fn run_point(
     let backlog = workload::Backlog::write(
         clients,
         &launch.input,
-        args.records,
-        args.keys,
+        (args.records, args.keys),
         &format!("{}-backlog", launch.app_id),
+        None,
     )?;
     let reader = Reader::start(clients, &launch.output, point.partitions)?;
     let mut instances: Vec<Instance> = (0..point.instances)
@@ -426,7 +571,11 @@ fn run_point(
         reader.counts().0 >= n
     })?;
     if let Some(perf) = perf {
-        report::stop_perf(perf, &args.out.join("perf-eosflow-eos.data"), &args.out);
+        report::stop_perf(
+            perf,
+            &args.out.join("perf-eosflow-eos.data"),
+            &args.out.join("perf-eosflow-eos.txt"),
+        );
     }
     let paced_n = args.latency_rate * args.latency_secs;
     let sent = workload::paced(
@@ -442,11 +591,7 @@ fn run_point(
         &mut instances,
         || reader.counts().1 >= paced_n as usize,
     )?;
-    let peak_rss_mib = instances
-        .iter()
-        .filter_map(Instance::peak_rss_bytes)
-        .max()
-        .map_or(0.0, |b| b as f64 / (1024.0 * 1024.0));
+    let peak_rss_mib = peak_rss(&instances);
     for i in instances.iter_mut() {
         i.kill9();
     }
@@ -476,5 +621,158 @@ fn run_point(
         latencies_ms,
         repeats: seen.repeats,
         peak_rss_mib,
+        windows: None,
+    })
+}
+
+/// The peak RSS of the largest instance, MiB.
+fn peak_rss(instances: &[Instance]) -> f64 {
+    instances
+        .iter()
+        .filter_map(Instance::peak_rss_bytes)
+        .max()
+        .map_or(0.0, |b| b as f64 / (1024.0 * 1024.0))
+}
+
+/// One point of the windowed shape (see [`windowed`]): fresh topics → a probe per partition at
+/// the first event time → the backlog, event times `--event-time-step-ms` apart, in an open
+/// transaction → instances start, join and commit the probes → the backlog is committed and
+/// the committed offsets are polled until it is all processed → one record per partition far
+/// ahead in event time closes every window → the committed window results are checked.
+fn run_windowed_point(
+    config: &Config,
+    clients: &KafkaClients,
+    args: &BenchArgs,
+    point: Point,
+    round: usize,
+    launch: &Launch,
+    profile: bool,
+) -> Result<Sample, BenchError> {
+    let p = point.partitions;
+    let mut specs = vec![
+        TopicSpec::new(launch.input.clone(), p, "delete"),
+        TopicSpec::new(launch.output.clone(), p, "delete"),
+    ];
+    if point.contender.is_eosflow() {
+        let mut app = config.clone();
+        app.app.id = launch.app_id.clone();
+        let topology =
+            windowed::topology(&launch.input, &launch.output, &config.schema_registry.url)
+                .map_err(|e| BenchError::Instance(format!("the windowed topology: {e}")))?;
+        specs.extend(topology.internal_topics(&app, p));
+    }
+    workload::create_topics(clients, &specs)?;
+    // Three hours back, on a window boundary: every event time is in the past (the broker
+    // refuses timestamps too far ahead) and well inside the topics' retention.
+    let base = windowed::window_start(eosflow::clock::now_ms() - 3 * 3_600_000);
+    workload::probes_at(clients, &launch.input, p, 0, Some(base))?;
+    let backlog = workload::Backlog::write(
+        clients,
+        &launch.input,
+        (args.records, args.keys),
+        &format!("{}-backlog", launch.app_id),
+        Some((base, args.event_time_step_ms)),
+    )?;
+    let poller = windowed::OffsetPoller::start(clients, &launch.app_id, &launch.input, p)?;
+    let mut instances: Vec<Instance> = (0..point.instances)
+        .map(|i| contender::spawn(point.contender, launch, i))
+        .collect::<Result<_, _>>()?;
+    let start_timeout = Duration::from_secs(120);
+    let logs: Vec<PathBuf> = instances.iter().map(|i| i.log.clone()).collect();
+    wait_until("instances joined", start_timeout, &mut instances, || {
+        all_joined(&logs)
+    })?;
+    let at_least = |want: &[i64], got: &[i64]| {
+        got.len() == want.len() && got.iter().zip(want).all(|(g, w)| g >= w)
+    };
+    // Every probe processed and its offset committed (the backlog is not visible yet).
+    let probed = vec![1; p as usize];
+    wait_until("probes committed", start_timeout, &mut instances, || {
+        at_least(&probed, &poller.latest())
+    })?;
+    std::thread::sleep(Duration::from_secs(if point.instances > 1 { 3 } else { 1 }));
+    let from = poller.latest();
+    let perf_data = args.out.join("perf-eosflow-windowed.data");
+    let perf = if profile {
+        instances
+            .first()
+            .and_then(Instance::pid)
+            .and_then(|pid| report::start_perf(pid, &perf_data))
+    } else {
+        None
+    };
+    backlog.release()?;
+    // The backlog ends before its transaction's commit marker (the high watermark's last offset).
+    let high = |part: i32| {
+        eosflow::kafka::reader::watermarks(clients, &launch.input, part, Duration::from_secs(30))
+            .map(|(_, h)| h)
+            .map_err(|e| BenchError::Kafka(format!("watermarks of {}: {e}", launch.input)))
+    };
+    let ends: Vec<i64> = (0..p)
+        .map(|part| high(part).map(|h| h - 1))
+        .collect::<Result<_, _>>()?;
+    let drain_timeout = Duration::from_secs(120 + args.records / 500);
+    wait_until("backlog processed", drain_timeout, &mut instances, || {
+        at_least(&ends, &poller.latest())
+    })?;
+    if let Some(perf) = perf {
+        report::stop_perf(
+            perf,
+            &perf_data,
+            &args.out.join("perf-eosflow-windowed.txt"),
+        );
+    }
+    // Close every window: one record per partition a minute of event time past the last.
+    let last = base + (args.records.saturating_sub(1) as i64) * args.event_time_step_ms;
+    workload::probes_at(
+        clients,
+        &launch.input,
+        p,
+        p as u64,
+        Some(last + windowed::CLOSE_AHEAD_MS),
+    )?;
+    let closed: Vec<i64> = (0..p).map(high).collect::<Result<_, _>>()?;
+    wait_until(
+        "the closing records processed",
+        Duration::from_secs(120),
+        &mut instances,
+        || at_least(&closed, &poller.latest()),
+    )?;
+    let peak_rss_mib = peak_rss(&instances);
+    let want = windowed::expected(
+        (args.records, args.keys),
+        p,
+        (base, args.event_time_step_ms),
+    );
+    // Everything is committed once the offsets are: read until the results are complete (a
+    // mismatch is reported, not retried forever).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let got = loop {
+        let got = windowed::emitted(clients, &launch.output)?;
+        if got.windows >= want.windows || Instant::now() > deadline {
+            break got;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    for i in instances.iter_mut() {
+        i.kill9();
+    }
+    let polls = poller.finish();
+    let rates = windowed::rates(&polls, &from, &ends)?;
+    let per_partition = rates.iter().sum::<f64>() / rates.len().max(1) as f64;
+    Ok(Sample {
+        point,
+        round,
+        records_per_sec: per_partition * p as f64,
+        per_partition,
+        latencies_ms: Vec::new(),
+        repeats: got.duplicates,
+        peak_rss_mib,
+        windows: Some(WindowCheck {
+            partition_rates: rates,
+            expected: want,
+            emitted: got,
+            ok: got.matches(&want),
+        }),
     })
 }

@@ -10,7 +10,7 @@ use std::time::Duration;
 use super::contender::{self, Contender, Instance, Launch};
 use super::reader::Reader;
 use super::workload::{self, now_us};
-use super::{wait_until, BenchArgs, BenchError, Point};
+use super::{wait_until, BenchArgs, BenchError, Point, Shape};
 use eosflow::kafka::KafkaClients;
 
 /// Runs the recovery benchmark for eosflow exactly-once and Kafka Streams; seconds per restart.
@@ -28,6 +28,7 @@ pub fn run(
         }
         let app = format!("bench-{run_id}-rec-{}", who.name());
         let launch = Launch {
+            shape: Shape::Count,
             exe: exe.to_path_buf(),
             peer_classpath: peer.map(str::to_string),
             schema: args.repo.join(contender::SCHEMA),
@@ -66,6 +67,7 @@ fn one(
 ) -> Result<Vec<f64>, BenchError> {
     let p = args.recovery_partitions;
     let point = Point {
+        shape: Shape::Count,
         contender: who,
         partitions: p,
         instances: 1,

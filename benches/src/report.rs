@@ -1,6 +1,7 @@
 //! The write-up of a run: `report.md` (medians with min–max spread, ratios to the raw pipe and
-//! of eosflow exactly-once to Kafka Streams, latency percentiles, recovery), `results.json`
-//! (every sample), and two SVG charts drawn with plotters; plus the `perf` helpers.
+//! of eosflow exactly-once to Kafka Streams, latency percentiles, recovery, the windowed
+//! shape's table), `results.json` (every sample), and two SVG charts drawn with plotters (the
+//! count shape); plus the `perf` helpers.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -9,7 +10,7 @@ use std::process::{Child, Command, Stdio};
 
 use plotters::prelude::*;
 
-use super::{BenchArgs, BenchError, Contender, Point, Results, Sample};
+use super::{BenchArgs, BenchError, Contender, Point, Results, Sample, Shape};
 
 /// The `q`-th percentile (0..=100) of sorted values; NaN when empty.
 pub fn percentile(sorted: &[f64], q: f64) -> f64 {
@@ -41,9 +42,10 @@ type Rounds = (Vec<f64>, Vec<[f64; 3]>, Vec<f64>);
 /// [`Rounds`] by point.
 type Grouped = BTreeMap<Point, Rounds>;
 
+/// The count shape's samples by point.
 fn group(samples: &[Sample]) -> Grouped {
     let mut g: Grouped = BTreeMap::new();
-    for s in samples {
+    for s in samples.iter().filter(|s| s.point.shape == Shape::Count) {
         let e = g.entry(s.point).or_default();
         e.0.push(s.per_partition);
         e.1.push([
@@ -60,6 +62,9 @@ fn group(samples: &[Sample]) -> Grouped {
 pub fn tables(results: &Results) -> String {
     let g = group(&results.samples);
     let mut md = String::new();
+    if g.is_empty() {
+        return md;
+    }
     let _ = writeln!(
         md,
         "| contender | partitions | instances | commit ms | records/s per partition (median [min–max]) | ratio to raw pipe | p50 ms | p99 ms | p999 ms | peak RSS MiB per instance (max) |"
@@ -159,6 +164,111 @@ pub fn tables(results: &Results) -> String {
     md
 }
 
+/// The windowed shape's section: records/s per partition, the window-result check and peak
+/// RSS per point, then eosflow ÷ Kafka Streams per round. Empty without windowed samples.
+pub fn windowed_tables(results: &Results) -> String {
+    let mut g: BTreeMap<Point, Vec<&Sample>> = BTreeMap::new();
+    for s in results
+        .samples
+        .iter()
+        .filter(|s| s.point.shape == Shape::Windowed)
+    {
+        g.entry(s.point).or_default().push(s);
+    }
+    let mut md = String::new();
+    if g.is_empty() {
+        return md;
+    }
+    let _ = writeln!(
+        md,
+        "| contender | partitions | instances | records/s per partition (median [min–max]) | window results emitted / expected | peak RSS MiB per instance (max) |"
+    );
+    let _ = writeln!(md, "|---|---:|---:|---:|---:|---:|");
+    let mut rows: Vec<(&Point, &Vec<&Sample>)> = g.iter().collect();
+    rows.sort_by_key(|(p, _)| (p.partitions, p.instances, p.contender));
+    for (point, samples) in &rows {
+        let tput: Vec<f64> = samples.iter().map(|s| s.per_partition).collect();
+        let (lo, hi) = min_max(&tput);
+        let checks: Vec<&super::WindowCheck> =
+            samples.iter().filter_map(|s| s.windows.as_ref()).collect();
+        let check = match checks.last() {
+            Some(last) if checks.iter().all(|c| c.ok) => format!(
+                "{} / {} (every round)",
+                last.emitted.windows, last.expected.windows
+            ),
+            _ => {
+                let bad: Vec<String> = checks
+                    .iter()
+                    .filter(|c| !c.ok)
+                    .map(|c| {
+                        format!(
+                            "{} / {}, {} duplicates, counts {} / {}",
+                            c.emitted.windows,
+                            c.expected.windows,
+                            c.emitted.duplicates,
+                            c.emitted.records,
+                            c.expected.records
+                        )
+                    })
+                    .collect();
+                format!("**WRONG**: {}", bad.join("; "))
+            }
+        };
+        let rss = samples.iter().map(|s| s.peak_rss_mib).fold(0.0, f64::max);
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {:.0} [{:.0}–{:.0}] | {} | {:.0} |",
+            point.contender.name(),
+            point.partitions,
+            point.instances,
+            median(&tput),
+            lo,
+            hi,
+            check,
+            rss
+        );
+    }
+    let _ = writeln!(
+        md,
+        "\n**Windowed: eosflow exactly-once ÷ Kafka Streams exactly_once_v2** (same partitions and instances; per-round ratios in brackets):\n"
+    );
+    let _ = writeln!(
+        md,
+        "| partitions | instances | throughput ratio (median [per round]) |"
+    );
+    let _ = writeln!(md, "|---:|---:|---:|");
+    for (point, samples) in &rows {
+        if point.contender != Contender::EosflowEos {
+            continue;
+        }
+        let Some(ks) = g.get(&Point {
+            contender: Contender::KafkaStreams,
+            ..**point
+        }) else {
+            continue;
+        };
+        let ours: Vec<f64> = samples.iter().map(|s| s.per_partition).collect();
+        let theirs: Vec<f64> = ks.iter().map(|s| s.per_partition).collect();
+        let per_round: Vec<String> = samples
+            .iter()
+            .filter_map(|s| {
+                ks.iter()
+                    .find(|k| k.round == s.round)
+                    .map(|k| format!("{:.2}", s.per_partition / k.per_partition))
+            })
+            .collect();
+        let _ = writeln!(
+            md,
+            "| {} | {} | {:.2} [{}] |",
+            point.partitions,
+            point.instances,
+            median(&ours) / median(&theirs),
+            per_round.join(", ")
+        );
+    }
+    md
+}
+
 /// Writes report.md, results.json and the charts into `args.out`.
 pub fn write(args: &BenchArgs, results: &Results) -> Result<(), BenchError> {
     let out = &args.out;
@@ -170,23 +280,48 @@ pub fn write(args: &BenchArgs, results: &Results) -> Result<(), BenchError> {
     for (k, v) in &results.settings {
         let _ = writeln!(md, "- {k}: {v}");
     }
-    let _ = writeln!(md, "\nThroughput is the steady state (10th→90th percentile of the backlog's output arrivals) divided by the partitions; latency is send → `read_committed` visibility of the output at a paced rate. Ratios come from this run only.\n");
-    md.push_str(&tables(results));
+    let count = tables(results);
+    if !count.is_empty() {
+        let _ = writeln!(md, "\nThroughput is the steady state (10th→90th percentile of the backlog's output arrivals) divided by the partitions; latency is send → `read_committed` visibility of the output at a paced rate. Ratios come from this run only.\n");
+        md.push_str(&count);
+    }
+    let windowed = windowed_tables(results);
+    if !windowed.is_empty() {
+        let _ = writeln!(
+            md,
+            "\n## Windowed aggregation\n\nTumbling {} s event-time windows with {} s grace, count and sum of the amount per key, one result per window when it closes (eosflow `EmitStrategy::OnWindowClose`, Kafka Streams `suppress(untilWindowCloses(unbounded()))`), exactly-once, 100 ms commits, the same backlog with event times {} ms apart ({} keys). Records/s per partition from the group's committed input offsets, polled every {} ms (10th→90th percentile of each partition's progress, mean over the partitions). After the backlog one record per partition far ahead in event time closes every window; the committed results must be one per (key, window) of the input, their counts and sums adding up to the input's.\n",
+            super::windowed::SIZE_MS / 1000,
+            super::windowed::GRACE_MS / 1000,
+            args.event_time_step_ms,
+            args.keys,
+            super::windowed::POLL_MS
+        );
+        md.push_str(&windowed);
+    }
     if !results.failures.is_empty() {
         let _ = writeln!(md, "\n**Failed points**\n");
         for (p, e) in &results.failures {
             let _ = writeln!(md, "- {p}: {e}");
         }
     }
-    let _ = writeln!(
-        md,
-        "\n![throughput](throughput.svg)\n\n![latency CDF](latency-cdf.svg)"
-    );
+    if !count.is_empty() {
+        let _ = writeln!(
+            md,
+            "\n![throughput](throughput.svg)\n\n![latency CDF](latency-cdf.svg)"
+        );
+    }
     let perf = out.join("perf-eosflow-eos.txt");
     if let Ok(p) = std::fs::read_to_string(&perf) {
         let _ = writeln!(
             md,
             "\n## Profile of eosflow exactly-once (perf, top symbols)\n\n```\n{p}```"
+        );
+    }
+    let perf = out.join("perf-eosflow-windowed.txt");
+    if let Ok(p) = std::fs::read_to_string(&perf) {
+        let _ = writeln!(
+            md,
+            "\n## Profile of eosflow exactly-once, windowed shape (perf, top symbols)\n\n```\n{p}```"
         );
     }
     std::fs::write(out.join("report.md"), md).map_err(rerr)?;
@@ -272,12 +407,18 @@ fn throughput_chart(path: &Path, results: &Results) -> Result<(), BenchError> {
 
 /// CDF of latencies (all rounds) at the middle partition count, one instance, 100 ms commits.
 fn latency_chart(path: &Path, results: &Results) -> Result<(), BenchError> {
-    let mut parts: Vec<i32> = results.samples.iter().map(|s| s.point.partitions).collect();
+    let count = || {
+        results
+            .samples
+            .iter()
+            .filter(|s| s.point.shape == Shape::Count)
+    };
+    let mut parts: Vec<i32> = count().map(|s| s.point.partitions).collect();
     parts.sort_unstable();
     parts.dedup();
     let mid = parts.get(parts.len() / 2).copied().unwrap_or(1);
     let mut series: BTreeMap<Contender, Vec<f64>> = BTreeMap::new();
-    for s in &results.samples {
+    for s in count() {
         let p = s.point;
         if p.partitions == mid && p.instances == 1 && p.commit_interval_ms == 100 {
             series
@@ -351,8 +492,9 @@ pub fn start_perf(pid: u32, data: &Path) -> Option<Child> {
         .ok()
 }
 
-/// Stops `perf record` (SIGINT, so it writes its data) and keeps the top symbols as text.
-pub fn stop_perf(mut perf: Child, data: &Path, out: &Path) {
+/// Stops `perf record` (SIGINT, so it writes its data) and keeps the top symbols as text in
+/// `text`.
+pub fn stop_perf(mut perf: Child, data: &Path, text_path: &Path) {
     let _ = Command::new("kill")
         .args(["-INT", &perf.id().to_string()])
         .status();
@@ -381,6 +523,6 @@ pub fn stop_perf(mut perf: Child, data: &Path, out: &Path) {
             // perf pads every line to the terminal width and ends it with two `-` columns.
             .map(|l| format!("{}\n", l.trim_end_matches([' ', '-'])))
             .collect();
-        let _ = std::fs::write(out.join("perf-eosflow-eos.txt"), text);
+        let _ = std::fs::write(text_path, text);
     }
 }

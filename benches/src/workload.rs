@@ -173,6 +173,18 @@ pub fn send(
     id: &str,
     value: &[u8],
 ) -> Result<(), BenchError> {
+    send_at(producer, topic, (partition, None), key, id, value)
+}
+
+/// [`send`] with the record's timestamp (its event time) set when `ts` is given.
+pub fn send_at(
+    producer: &BaseProducer,
+    topic: &str,
+    (partition, ts): (Option<i32>, Option<i64>),
+    key: &str,
+    id: &str,
+    value: &[u8],
+) -> Result<(), BenchError> {
     let mut record = BaseRecord::to(topic)
         .key(key.as_bytes())
         .payload(value)
@@ -182,6 +194,9 @@ pub fn send(
         }));
     if let Some(p) = partition {
         record = record.partition(p);
+    }
+    if let Some(ts) = ts {
+        record = record.timestamp(ts);
     }
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
@@ -213,13 +228,14 @@ pub struct Backlog {
 }
 
 impl Backlog {
-    /// Writes `records` records `r<i>` over `keys` keys (`k<i % keys>`) in one open transaction.
+    /// Writes `records` records `r<i>` over `keys` keys (`k<i % keys>`) in one open transaction;
+    /// with `times`, record `i`'s timestamp (event time) is `base + i·step` for `(base, step)`.
     pub fn write(
         clients: &KafkaClients,
         topic: &str,
-        records: u64,
-        keys: u64,
+        (records, keys): (u64, u64),
         id: &str,
+        times: Option<(i64, i64)>,
     ) -> Result<Self, BenchError> {
         let kerr = |e: KafkaError| BenchError::Kafka(format!("backlog transaction: {e}"));
         let timeout = Duration::from_secs(600);
@@ -229,7 +245,7 @@ impl Backlog {
             .map_err(kerr)?;
         p.init_transactions(Duration::from_secs(30)).map_err(kerr)?;
         p.begin_transaction().map_err(kerr)?;
-        fill(&p, topic, records, keys)?;
+        fill(&p, topic, records, keys, times)?;
         flush(&p)?;
         Ok(Self { producer: p })
     }
@@ -250,7 +266,7 @@ pub fn preload(
     keys: u64,
 ) -> Result<(), BenchError> {
     let p = producer(clients, 5)?;
-    fill(&p, topic, records, keys)?;
+    fill(&p, topic, records, keys, None)?;
     flush(&p)
 }
 
@@ -262,13 +278,24 @@ pub fn probes(
     partitions: i32,
     base: u64,
 ) -> Result<(), BenchError> {
+    probes_at(clients, topic, partitions, base, None)
+}
+
+/// [`probes`] with timestamp (event time) `ts` when given.
+pub fn probes_at(
+    clients: &KafkaClients,
+    topic: &str,
+    partitions: i32,
+    base: u64,
+    ts: Option<i64>,
+) -> Result<(), BenchError> {
     let p = producer(clients, 0)?;
     for part in 0..partitions {
         let n = base + part as u64;
-        send(
+        send_at(
             &p,
             topic,
-            Some(part),
+            (Some(part), ts),
             &format!("probe-{part}"),
             &format!("p{n}"),
             &value(0)?,
@@ -277,12 +304,19 @@ pub fn probes(
     flush(&p)
 }
 
-fn fill(p: &BaseProducer, topic: &str, records: u64, keys: u64) -> Result<(), BenchError> {
+fn fill(
+    p: &BaseProducer,
+    topic: &str,
+    records: u64,
+    keys: u64,
+    times: Option<(i64, i64)>,
+) -> Result<(), BenchError> {
     for i in 0..records {
-        send(
+        let ts = times.map(|(base, step)| base + i as i64 * step);
+        send_at(
             p,
             topic,
-            None,
+            (None, ts),
             &format!("k{}", i % keys.max(1)),
             &format!("r{i}"),
             &value(i)?,

@@ -43,8 +43,10 @@ enum Command {
     Run {
         /// Which topology: `count` (per-key count and sum; the verifier's and benchmark's); one
         /// of the orders application's: `orders` (aggregate + saga), `stock`, `payment`,
-        /// `customers`; `order-lifecycle` (Avro order lifecycle; the poison scenario's); or
-        /// `windowed-count` (per-key counts in tumbling event-time windows; the windows scenario's).
+        /// `customers`; `order-lifecycle` (Avro order lifecycle; the poison scenario's);
+        /// `windowed-count` (per-key counts in tumbling event-time windows; the windows
+        /// scenario's); or `windowed-sum` (per-key count and sum of order amounts in 10 s
+        /// tumbling windows, emitted on close; the benchmarks' windowed shape).
         #[arg(long, default_value = "count")]
         topology: String,
         /// Output topic of `count`; the topic namespace (`<ns>.orders`, …) of the orders topologies.
@@ -429,6 +431,16 @@ fn run(
             .context("windowed-count reads processor.input_topics")?;
         let t = verify::windows::topology(input, output)
             .context("building the windowed-count topology")?;
+        return run_with(config, t);
+    }
+    if topology == "windowed-sum" {
+        let input = config
+            .processor
+            .input_topics
+            .first()
+            .context("windowed-sum reads processor.input_topics")?;
+        let t = eosflow_bench::windowed::topology(input, output, &config.schema_registry.url)
+            .context("building the windowed-sum topology")?;
         return run_with(config, t);
     }
     if topology == "order-lifecycle" {
