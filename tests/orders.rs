@@ -173,6 +173,41 @@ fn ended(topics: &Topics) -> usize {
     ids.len()
 }
 
+/// `eosflow run --topology orders` as a child process of app `ns` (instance `p0`, state in
+/// `state`, stdout and stderr appended to `log`) with `extra` arguments: what the kill -9 tests
+/// start, kill and start again.
+fn spawn_order_processor(
+    ns: &str,
+    state: &std::path::Path,
+    log: &std::path::Path,
+    extra: &[&str],
+) -> Running {
+    let out = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .expect("log");
+    let err = out.try_clone().expect("log");
+    std::process::Command::new(env!("CARGO_BIN_EXE_eosflow"))
+        .args(["run", "--topology", "orders", "--output", ns])
+        .args(extra)
+        .env("EOSFLOW_KAFKA_BOOTSTRAP", support::bootstrap())
+        .env("EOSFLOW_SCHEMA_REGISTRY_URL", support::registry_url())
+        .env("EOSFLOW_APP_ID", ns)
+        .env("EOSFLOW_APP_INSTANCE_ID", "p0")
+        .env("EOSFLOW_STATE_DIR", state)
+        .env("EOSFLOW_PROCESSOR_SESSION_TIMEOUT_MS", "6000")
+        .env("EOSFLOW_RETRY_DELAYS_MS", "200,500,1000")
+        .env("EOSFLOW_METRICS_LISTEN", "")
+        .env("RUST_LOG", "info")
+        .stdin(std::process::Stdio::null())
+        .stdout(out)
+        .stderr(err)
+        .spawn()
+        .map(Running)
+        .expect("spawn eosflow run --topology orders")
+}
+
 #[test]
 fn kill_9_of_the_order_processor_mid_sagas_still_ends_every_saga_exactly_once() {
     let ns = support::unique("orders-kill");
@@ -205,30 +240,12 @@ fn kill_9_of_the_order_processor_mid_sagas_still_ends_every_saga_exactly_once() 
     let log = state.join("orders.log");
     std::fs::create_dir_all(&state).expect("state dir");
     let spawn = || {
-        let out = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log)
-            .expect("log");
-        let err = out.try_clone().expect("log");
-        std::process::Command::new(env!("CARGO_BIN_EXE_eosflow"))
-            .args(["run", "--topology", "orders", "--output", &ns])
-            .args(["--stock-failure-rate", "0", "--payment-failure-rate", "0"]) // rates act in the services
-            .env("EOSFLOW_KAFKA_BOOTSTRAP", support::bootstrap())
-            .env("EOSFLOW_SCHEMA_REGISTRY_URL", support::registry_url())
-            .env("EOSFLOW_APP_ID", &ns)
-            .env("EOSFLOW_APP_INSTANCE_ID", "p0")
-            .env("EOSFLOW_STATE_DIR", &state)
-            .env("EOSFLOW_PROCESSOR_SESSION_TIMEOUT_MS", "6000")
-            .env("EOSFLOW_RETRY_DELAYS_MS", "200,500,1000")
-            .env("EOSFLOW_METRICS_LISTEN", "")
-            .env("RUST_LOG", "info")
-            .stdin(std::process::Stdio::null())
-            .stdout(out)
-            .stderr(err)
-            .spawn()
-            .map(Running)
-            .expect("spawn eosflow run --topology orders")
+        spawn_order_processor(
+            &ns,
+            &state,
+            &log,
+            &["--stock-failure-rate", "0", "--payment-failure-rate", "0"], // rates act in the services
+        )
     };
     let mut processor = spawn();
 
@@ -379,41 +396,21 @@ fn kill_9_while_saga_timeouts_are_pending_fires_each_timeout_exactly_once() {
     );
     let timeout_ms = "10000";
     let spawn = || {
-        let out = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log)
-            .expect("log");
-        let err = out.try_clone().expect("log");
-        std::process::Command::new(env!("CARGO_BIN_EXE_eosflow"))
-            .args(["run", "--topology", "orders", "--output", &ns])
-            .args([
+        spawn_order_processor(
+            &ns,
+            &state,
+            &log,
+            &[
                 "--reserve-timeout-ms",
                 timeout_ms,
                 "--charge-timeout-ms",
                 timeout_ms,
-            ])
-            .args([
                 "--ship-timeout-ms",
                 timeout_ms,
                 "--release-timeout-ms",
                 timeout_ms,
-            ])
-            .env("EOSFLOW_KAFKA_BOOTSTRAP", support::bootstrap())
-            .env("EOSFLOW_SCHEMA_REGISTRY_URL", support::registry_url())
-            .env("EOSFLOW_APP_ID", &ns)
-            .env("EOSFLOW_APP_INSTANCE_ID", "p0")
-            .env("EOSFLOW_STATE_DIR", &state)
-            .env("EOSFLOW_PROCESSOR_SESSION_TIMEOUT_MS", "6000")
-            .env("EOSFLOW_RETRY_DELAYS_MS", "200,500,1000")
-            .env("EOSFLOW_METRICS_LISTEN", "")
-            .env("RUST_LOG", "info")
-            .stdin(std::process::Stdio::null())
-            .stdout(out)
-            .stderr(err)
-            .spawn()
-            .map(Running)
-            .expect("spawn eosflow run --topology orders")
+            ],
+        )
     };
     let t0 = Instant::now();
     let mut processor = spawn();

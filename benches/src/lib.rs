@@ -512,6 +512,21 @@ pub(crate) fn wait_until(
     }
 }
 
+/// How long a point's instances get to join the group, and then to process their probes.
+const START_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Starts `point`'s instances of its contender and waits until every one has joined the group.
+fn start_joined(point: Point, launch: &Launch) -> Result<Vec<Instance>, BenchError> {
+    let mut instances: Vec<Instance> = (0..point.instances)
+        .map(|i| contender::spawn(point.contender, launch, i))
+        .collect::<Result<_, _>>()?;
+    let logs: Vec<PathBuf> = instances.iter().map(|i| i.log.clone()).collect();
+    wait_until("instances joined", START_TIMEOUT, &mut instances, || {
+        all_joined(&logs)
+    })?;
+    Ok(instances)
+}
+
 /// Whether every instance's log shows it took part in a rebalance (joined the group).
 fn all_joined(logs: &[PathBuf]) -> bool {
     logs.iter().all(|log| {
@@ -543,15 +558,8 @@ fn run_point(
         None,
     )?;
     let reader = Reader::start(clients, &launch.output, point.partitions)?;
-    let mut instances: Vec<Instance> = (0..point.instances)
-        .map(|i| contender::spawn(point.contender, launch, i))
-        .collect::<Result<_, _>>()?;
-    let start_timeout = Duration::from_secs(120);
-    let logs: Vec<PathBuf> = instances.iter().map(|i| i.log.clone()).collect();
-    wait_until("instances joined", start_timeout, &mut instances, || {
-        all_joined(&logs)
-    })?;
-    wait_until("probes processed", start_timeout, &mut instances, || {
+    let mut instances = start_joined(point, launch)?;
+    wait_until("probes processed", START_TIMEOUT, &mut instances, || {
         reader.counts().2 >= point.partitions as usize
     })?;
     // A second member's rebalance may still be settling: give it a moment.
@@ -674,20 +682,13 @@ fn run_windowed_point(
         Some((base, args.event_time_step_ms)),
     )?;
     let poller = windowed::OffsetPoller::start(clients, &launch.app_id, &launch.input, p)?;
-    let mut instances: Vec<Instance> = (0..point.instances)
-        .map(|i| contender::spawn(point.contender, launch, i))
-        .collect::<Result<_, _>>()?;
-    let start_timeout = Duration::from_secs(120);
-    let logs: Vec<PathBuf> = instances.iter().map(|i| i.log.clone()).collect();
-    wait_until("instances joined", start_timeout, &mut instances, || {
-        all_joined(&logs)
-    })?;
+    let mut instances = start_joined(point, launch)?;
     let at_least = |want: &[i64], got: &[i64]| {
         got.len() == want.len() && got.iter().zip(want).all(|(g, w)| g >= w)
     };
     // Every probe processed and its offset committed (the backlog is not visible yet).
     let probed = vec![1; p as usize];
-    wait_until("probes committed", start_timeout, &mut instances, || {
+    wait_until("probes committed", START_TIMEOUT, &mut instances, || {
         at_least(&probed, &poller.latest())
     })?;
     std::thread::sleep(Duration::from_secs(if point.instances > 1 { 3 } else { 1 }));
