@@ -28,7 +28,9 @@ use crate::retry::depth::DepthWatcher;
 use crate::retry::dlt::DltClass;
 use crate::retry::{dlt, headers as retry_headers, ladder_topics, RetryPolicy};
 use crate::sink::{is_record_error, SinkError, TxnSink};
-use crate::state::{dedup, restore, Column, Overlay, RestoreStats, StateError, Store, StoreCache};
+use crate::state::{
+    dedup, restore, restore_table, Column, Overlay, RestoreStats, StateError, Store, StoreCache,
+};
 use crate::telemetry::{self, Health};
 
 /// Why the runtime stopped.
@@ -99,6 +101,8 @@ pub struct RuntimeOptions {
     pub dlt_depth_interval: Duration,
     /// False (`processor.guarantee = "at_least_once"`): no transactions, plain offset commits.
     pub exactly_once: bool,
+    /// The processor's tables, `(store name, topic)` ([`Processor::tables`]).
+    pub tables: Vec<(String, String)>,
 }
 
 impl RuntimeOptions {
@@ -133,6 +137,7 @@ impl RuntimeOptions {
                 .collect(),
             dlt_depth_interval: Duration::from_millis(config.retry.dlt_depth_interval_ms),
             exactly_once: config.processor.guarantee == crate::config::Guarantee::ExactlyOnce,
+            tables: Vec::new(),
         })
     }
 
@@ -166,6 +171,9 @@ pub struct RunSummary {
     /// Timers fired (their callbacks run, or dead-lettered when they failed); a batch that
     /// aborted after firing some counts them again when it is redone.
     pub timers_fired: u64,
+    /// Table records written into their table's store (a batch that aborted counts its own
+    /// again when it is redone).
+    pub table_updates: u64,
     /// Transactions committed.
     pub commits: u64,
     /// Transactions aborted.
@@ -471,6 +479,31 @@ fn check_copartitioned(counts: &BTreeMap<String, usize>) -> Result<(), RuntimeEr
     )))
 }
 
+/// Refuses a table whose store name is another store's, whose topic is also an input, or
+/// that is listed twice.
+fn check_tables(
+    opts: &RuntimeOptions,
+    default_store: &str,
+    stores: &[(String, String)],
+) -> Result<(), RuntimeError> {
+    let mut names = BTreeSet::from([default_store.to_string()]);
+    names.extend(stores.iter().map(|(n, _)| n.clone()));
+    let mut topics = BTreeSet::new();
+    for (name, topic) in &opts.tables {
+        if !names.insert(name.clone()) {
+            return Err(RuntimeError::Config(format!(
+                "table store name {name:?} is also another store's: every store needs its own name"
+            )));
+        }
+        if opts.input_topics.contains(topic) || !topics.insert(topic.clone()) {
+            return Err(RuntimeError::Config(format!(
+                "table topic {topic:?} is also an input or another table's topic"
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// The changelog topic of each named store, refusing a name used twice or the default store's.
 fn named_changelogs(
     app_id: &str,
@@ -516,7 +549,7 @@ impl<P: Processor> Runtime<P> {
     /// Connects: creates the transactional producer (fencing a previous incarnation of this
     /// instance) and subscribes the group consumer.
     pub fn new(config: &Config, processor: P) -> Result<Self, RuntimeError> {
-        let opts = match processor.input_topics() {
+        let mut opts = match processor.input_topics() {
             Some(inputs) => {
                 let mut config = config.clone();
                 config.processor.input_topics = inputs;
@@ -527,6 +560,8 @@ impl<P: Processor> Runtime<P> {
         let clients = KafkaClients::new(config.kafka.clone());
         let changelog = format!("{}-{}-changelog", opts.app_id, processor.store_name());
         let stores = named_changelogs(&opts.app_id, processor.store_name(), processor.stores())?;
+        opts.tables = processor.tables();
+        check_tables(&opts, processor.store_name(), &stores)?;
         let sink = if opts.exactly_once {
             TxnSink::new(&clients, &opts.transactional_id(), opts.transaction_timeout)?
         } else {
@@ -546,6 +581,9 @@ impl<P: Processor> Runtime<P> {
             .collect();
         needed.push(changelog.clone());
         needed.extend(stores.iter().map(|(_, t)| t.clone()));
+        // A table's topic is consumed with the inputs and co-partitioned with them; it has no
+        // retry levels, DLT or changelog of its own.
+        needed.extend(opts.tables.iter().map(|(_, t)| t.clone()));
         // Topics created a moment ago (by `topics apply` or a test) may take a few seconds to
         // show in metadata: a missing topic is asked for again before it is reported.
         let mut missing = missing_topics(&consumer, &needed)?;
@@ -915,12 +953,19 @@ impl<P: Processor> Runtime<P> {
                         name: name.clone(),
                         store,
                         overlay: Overlay::default(),
+                        table: false,
                     });
                 }
                 Err(e) => {
                     named_error = Some(e);
                     break;
                 }
+            }
+        }
+        if named_error.is_none() && !self.opts.tables.is_empty() {
+            match self.open_tables(p) {
+                Ok(tables) => named.extend(tables),
+                Err(e) => named_error = Some(e),
             }
         }
         self.health.set_restoring(false);
@@ -946,6 +991,100 @@ impl<P: Processor> Runtime<P> {
         self.summary.restores.push((p, stats));
         self.tasks.insert(p, Task::open(store, named)?);
         Ok(())
+    }
+
+    /// The group's committed offset of each table topic's partition `p`, in table order
+    /// (`None`: the group has not committed one yet). Asked again until the restore timeout:
+    /// a table cannot be restored without knowing where its processing stopped.
+    fn table_offsets(&self, p: i32) -> Result<Vec<Option<i64>>, RuntimeError> {
+        let mut tpl = TopicPartitionList::new();
+        for (_, topic) in &self.opts.tables {
+            tpl.add_partition(topic, p);
+        }
+        let deadline = Instant::now() + self.opts.restore_timeout.max(Duration::from_secs(10));
+        loop {
+            match self
+                .consumer
+                .committed_offsets(tpl.clone(), Duration::from_secs(10))
+            {
+                Ok(got) => {
+                    return Ok(self
+                        .opts
+                        .tables
+                        .iter()
+                        .map(
+                            |(_, topic)| match got.find_partition(topic, p).map(|e| e.offset()) {
+                                Some(Offset::Offset(o)) => Some(o),
+                                _ => None,
+                            },
+                        )
+                        .collect())
+                }
+                Err(e) if Instant::now() < deadline => {
+                    tracing::warn!(partition = p, error = %e, "committed offsets of the table topics unknown; asking again");
+                    std::thread::sleep(Duration::from_millis(500));
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// Opens partition `p`'s store of every table and restores it from the table's topic up to
+    /// the group's committed offset, so it holds exactly the table records processed before
+    /// (the ones after are read as input, in order with the stream). A store whose checkpoint
+    /// cannot be trusted (stale, past the committed offset, from another topic) is rebuilt
+    /// from the topic alone; with no committed offset the group reads the topic from its start,
+    /// so the store starts empty.
+    fn open_tables(&self, p: i32) -> Result<Vec<NamedStore>, RuntimeError> {
+        let offsets = self.table_offsets(p)?;
+        let mut out = Vec::with_capacity(offsets.len());
+        for ((name, topic), until) in self.opts.tables.iter().zip(offsets) {
+            let path = self
+                .opts
+                .state_dir
+                .join(format!("{}-{name}-table-{p}", self.opts.app_id));
+            let path = path.as_path();
+            let source = format!("{topic}[{p}]");
+            let (mut store, mut rebuilt) = Store::open(path, &source, &self.cache)?;
+            let Some(until) = until else {
+                if store.checkpoint()?.is_some() {
+                    drop(store);
+                    Store::wipe(path)?;
+                    (store, _) = Store::open(path, &source, &self.cache)?;
+                    rebuilt = true;
+                }
+                tracing::info!(partition = p, table = %name, topic = %topic, rebuilt, "no committed offset of the table topic yet: the table starts empty");
+                out.push(NamedStore {
+                    name: name.clone(),
+                    store,
+                    overlay: Overlay::default(),
+                    table: true,
+                });
+                continue;
+            };
+            let timeout = self.opts.restore_timeout;
+            let stats = match restore_table(&self.clients, &store, topic, p, until, timeout) {
+                Err(
+                    e @ (StateError::CheckpointAhead { .. } | StateError::StaleCheckpoint { .. }),
+                ) => {
+                    tracing::warn!(partition = p, table = %name, error = %e, "rebuilding the table from its topic alone");
+                    drop(store);
+                    Store::wipe(path)?;
+                    (store, _) = Store::open(path, &source, &self.cache)?;
+                    rebuilt = true;
+                    restore_table(&self.clients, &store, topic, p, until, timeout)?
+                }
+                other => other?,
+            };
+            tracing::info!(partition = p, table = %name, topic = %topic, rebuilt, replayed = stats.records, from = stats.from_offset, to = stats.to_offset, "restored table");
+            out.push(NamedStore {
+                name: name.clone(),
+                store,
+                overlay: Overlay::default(),
+                table: true,
+            });
+        }
+        Ok(out)
     }
 
     /// Opens partition `p`'s store of `changelog` and replays the changelog's tail into it
@@ -1009,8 +1148,20 @@ impl<P: Processor> Runtime<P> {
         done: Committed,
         started: Instant,
     ) -> Result<(), RuntimeError> {
+        let named = self.stores.len();
         for (p, task) in self.tasks.iter_mut() {
-            task.apply_committed(|store| done.ends.get(&(store, *p)).map(|o| o + 1))?;
+            // A table's checkpoint is its topic's next offset committed in this transaction.
+            let table_next = |i: usize| {
+                let (_, topic) = self.opts.tables.get(i - 1 - named)?;
+                done.next_offsets
+                    .iter()
+                    .find(|(t, q, _)| t == topic && q == p)
+                    .map(|(_, _, o)| *o)
+            };
+            task.apply_committed(|store| match store {
+                s if s > named => table_next(s),
+                s => done.ends.get(&(s, *p)).map(|o| o + 1),
+            })?;
         }
         let (handled, rest) = done.order.split_at(done.handled.min(done.order.len()));
         let handled: Vec<&OwnedMessage> = handled.iter().filter_map(|i| batch.get(*i)).collect();
@@ -1503,7 +1654,8 @@ impl<P: Processor> Runtime<P> {
                     .map_err(|e| fail(e, slow))?;
                 last_changelog.insert((0, *p), f);
             }
-            for (i, n) in task.named.iter().enumerate() {
+            // Tables (after the named stores) have no changelog: their topic is one.
+            for (i, n) in task.named.iter().enumerate().take(self.stores.len()) {
                 let topic = &self.stores[i].1;
                 for (key, value) in n.overlay.column(Column::State) {
                     let k = Column::State.changelog_key(key);

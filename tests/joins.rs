@@ -1,0 +1,352 @@
+//! Tables and stream-table joins against the real broker: a compacted `users` table topic and
+//! a `clicks` stream, co-partitioned on 4 partitions, joined inner and left by one topology;
+//! the instance is `kill -9`ed mid-stream twice — once restarting on its own state directory
+//! (the table store replays its topic's tail from its checkpoint), once on a wiped one (the
+//! table is rebuilt from its own topic alone). The read_committed outputs must equal, key by
+//! key, what the workload alone says: every click once, joined with the row its key had at
+//! that point, a tombstone reading as no row.
+//!
+//! Order between the two topics: the runtime has no timestamp alignment between a table and a
+//! stream yet, so the workload fixes the order in phases: a phase's table updates are consumed
+//! (the group's committed offsets of the table topic reach its end) before its clicks are
+//! produced, and its clicks are consumed before the next phase's updates. Within a phase the
+//! kill lands mid-stream, so the restarted instance must restore exactly the table the killed
+//! one had committed.
+//!
+//! The killed instance is this test binary re-executed in child mode (`JOINS_CHILD`).
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::process::Child;
+use std::time::{Duration, Instant};
+
+use eosflow::config::Config;
+use eosflow::kafka::reader::read_all;
+use eosflow::kafka::topics::{self, TopicSpec};
+use eosflow::kafka::ClientRole;
+use eosflow::serdes::StringSerde;
+use eosflow::topology::{TableHandle, Topology};
+use eosflow_verify::group_lag;
+use rdkafka::message::{Header, Headers, OwnedHeaders};
+use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+use rdkafka::Message;
+
+const CHILD: &str = "JOINS_CHILD";
+const PARTITIONS: i32 = 4;
+const KEYS: usize = 24;
+/// Clicks per phase; the phases where the instance is killed get more, so the kill lands
+/// mid-stream.
+const PHASES: [usize; 8] = [300, 300, 3000, 300, 300, 3000, 300, 300];
+const KILL_KEEP_STATE: usize = 2;
+const KILL_WIPE_STATE: usize = 5;
+
+fn key(k: usize) -> String {
+    format!("user-{k:02}")
+}
+
+/// Clicks joined with the users table: `click|name` to `<app>.inner` when the user has a row,
+/// and to `<app>.left` always (`click|-` without one).
+fn topology(app: &str) -> Topology {
+    let users = TableHandle::new("users", format!("{app}.users"), StringSerde, StringSerde);
+    let clicks = format!("{app}.clicks");
+    Topology::builder()
+        .add_source("clicks", &[clicks.as_str()], StringSerde, StringSerde)
+        .add_table(&users)
+        .add_stream_table_join(
+            "inner-join",
+            &["clicks"],
+            &users,
+            |_: &String, click: &String, name: &String| Some(format!("{click}|{name}")),
+        )
+        .add_stream_table_left_join(
+            "left-join",
+            &["clicks"],
+            &users,
+            |_: &String, click: &String, name: Option<&String>| {
+                Some(format!("{click}|{}", name.map_or("-", String::as_str)))
+            },
+        )
+        .add_sink(
+            "inner",
+            &format!("{app}.inner"),
+            StringSerde,
+            StringSerde,
+            &["inner-join"],
+        )
+        .add_sink(
+            "left",
+            &format!("{app}.left"),
+            StringSerde,
+            StringSerde,
+            &["left-join"],
+        )
+        .build()
+        .expect("valid topology")
+}
+
+fn config(app: &str) -> Config {
+    let mut c = support::config();
+    c.app.id = app.to_string();
+    c.app.instance_id = "a".into();
+    c.processor.session_timeout_ms = 6000;
+    c.processor.commit_interval_ms = 100;
+    // Small transactions: a phase spans many, so a kill lands between two of them.
+    c.processor.max_batch_records = 20;
+    c.state.dir = std::env::temp_dir().join(format!("eosflow-test-{app}"));
+    c
+}
+
+/// Child mode: runs the topology until killed.
+#[test]
+fn child_instance() {
+    let Ok(app) = std::env::var(CHILD) else {
+        return;
+    };
+    support::run_until_killed(config(&app), topology(&app));
+}
+
+fn spawn(app: &str) -> Child {
+    support::spawn_child(CHILD, app)
+}
+
+fn lag(app: &str, topic: &str) -> i64 {
+    group_lag(
+        &support::clients(),
+        app,
+        &format!("{app}.{topic}"),
+        PARTITIONS,
+    )
+    .unwrap_or(i64::MAX)
+}
+
+/// The table updates of phase `phase`: per key, a new name, a tombstone, or nothing. Phase 0
+/// names every key but every fourth, which stays without a row until a later phase.
+fn updates(phase: usize) -> Vec<(String, Option<String>)> {
+    (0..KEYS)
+        .filter_map(|k| {
+            let name = Some(format!("name-{k}-{phase}"));
+            match (phase, (k + phase) % 5) {
+                (0, _) if k % 4 == 3 => None,
+                (0, _) => Some((key(k), name)),
+                (_, 0) => Some((key(k), None)),
+                (_, 1 | 2) => Some((key(k), name)),
+                _ => None,
+            }
+        })
+        .collect()
+}
+
+/// The clicks of phase `phase`, numbered from `first`: (key, click id, which is the value).
+fn clicks(phase: usize, first: usize) -> Vec<(String, String)> {
+    (0..PHASES[phase])
+        .map(|i| {
+            let n = first + i;
+            (key((n * 7 + phase) % KEYS), format!("click-{n}"))
+        })
+        .collect()
+}
+
+/// Produces keyed records in order (a `None` value is a tombstone), each click with its id
+/// header, and waits for them all. Both topics use the same partitioner and partition count,
+/// so a key's row and its clicks share a partition number.
+fn produce(topic: &str, records: &[(String, Option<String>)]) {
+    let producer: ThreadedProducer<DefaultProducerContext> = support::clients()
+        .config(ClientRole::Idempotent)
+        .create()
+        .expect("producer");
+    for (k, v) in records {
+        let mut r = BaseRecord::<str, str>::to(topic).key(k.as_str());
+        if let Some(v) = v {
+            r = r
+                .payload(v.as_str())
+                .headers(OwnedHeaders::new().insert(Header {
+                    key: "id",
+                    value: Some(v.as_bytes()),
+                }));
+        }
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while let Err((e, back)) = producer.send(r) {
+            let full = e.rdkafka_error_code() == Some(rdkafka::types::RDKafkaErrorCode::QueueFull);
+            assert!(full && Instant::now() < deadline, "send: {e}");
+            let _ = producer.flush(Duration::from_millis(50));
+            r = back;
+        }
+    }
+    producer.flush(Duration::from_secs(30)).expect("flush");
+}
+
+/// Every output of `topic`, read_committed, per key in order; each output's `causation_id`
+/// must be the click it joined.
+fn outputs(topic: &str) -> BTreeMap<String, Vec<String>> {
+    let mut got: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    read_all(&support::clients(), topic, Duration::from_secs(60), |m| {
+        let key = String::from_utf8_lossy(m.key().unwrap_or_default()).to_string();
+        let value = String::from_utf8_lossy(m.payload().unwrap_or_default()).to_string();
+        let cause = m
+            .headers()
+            .and_then(|hs| hs.iter().find(|h| h.key == "causation_id"))
+            .and_then(|h| h.value)
+            .map(|v| String::from_utf8_lossy(v).to_string());
+        let click = value.split('|').next().unwrap_or_default();
+        if cause.as_deref() != Some(click) {
+            return Err(format!("{topic}: {value} has causation {cause:?}"));
+        }
+        got.entry(key).or_default().push(value);
+        Ok(())
+    })
+    .expect("read outputs");
+    got
+}
+
+/// Kills the instance once the phase's clicks are partly processed; checks it died
+/// mid-stream.
+fn kill_mid_stream(app: &str, instance: &mut Child, clicks: usize) {
+    support::wait_for(
+        "a tenth of the phase's clicks processed",
+        Duration::from_secs(60),
+        || (lag(app, "clicks") <= (clicks - clicks / 10) as i64).then_some(()),
+    );
+    instance.kill().expect("kill -9");
+    instance.wait().expect("reaped");
+    let left = lag(app, "clicks");
+    println!("killed with {left} of {clicks} clicks of the phase left");
+    assert!(left > 0, "the instance must die mid-stream");
+}
+
+/// Every topic the broker knows.
+fn topic_names() -> Vec<String> {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    let consumer: BaseConsumer = support::clients()
+        .config(ClientRole::Reader)
+        .create()
+        .expect("consumer");
+    let md = consumer
+        .fetch_metadata(None, Duration::from_secs(10))
+        .expect("metadata");
+    md.topics().iter().map(|t| t.name().to_string()).collect()
+}
+
+#[test]
+fn stream_table_joins_killed_mid_stream_join_every_click_once_with_its_row() {
+    if std::env::var(CHILD).is_ok() {
+        return;
+    }
+    let started = Instant::now();
+    let app = support::unique("joins");
+    let cfg = config(&app);
+    let t = topology(&app);
+    let mut specs = vec![
+        TopicSpec::new(format!("{app}.clicks"), PARTITIONS, "delete"),
+        TopicSpec::new(format!("{app}.users"), PARTITIONS, "compact"),
+        TopicSpec::new(format!("{app}.inner"), PARTITIONS, "delete"),
+        TopicSpec::new(format!("{app}.left"), PARTITIONS, "delete"),
+    ];
+    specs.extend(t.internal_topics(&cfg, PARTITIONS));
+    assert!(
+        !specs.iter().any(|s| s.name.contains("users-changelog")),
+        "a table has no changelog of its own"
+    );
+    topics::apply_blocking(&support::clients(), &specs, Duration::from_secs(30))
+        .expect("creating topics");
+
+    let mut instance = spawn(&app);
+    let mut table: BTreeMap<String, String> = BTreeMap::new();
+    let mut want_inner: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut want_left: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut first = 0;
+    for phase in 0..PHASES.len() {
+        let rows = updates(phase);
+        produce(&format!("{app}.users"), &rows);
+        for (k, v) in rows {
+            match v {
+                Some(v) => table.insert(k, v),
+                None => table.remove(&k),
+            };
+        }
+        support::wait_for(
+            "the phase's table updates consumed",
+            Duration::from_secs(60),
+            || (lag(&app, "users") == 0).then_some(()),
+        );
+        let batch = clicks(phase, first);
+        first += batch.len();
+        for (k, click) in &batch {
+            let row = table.get(k);
+            if let Some(name) = row {
+                want_inner
+                    .entry(k.clone())
+                    .or_default()
+                    .push(format!("{click}|{name}"));
+            }
+            let name = row.map_or("-", String::as_str);
+            want_left
+                .entry(k.clone())
+                .or_default()
+                .push(format!("{click}|{name}"));
+        }
+        let produced: Vec<(String, Option<String>)> =
+            batch.into_iter().map(|(k, c)| (k, Some(c))).collect();
+        produce(&format!("{app}.clicks"), &produced);
+        if phase == KILL_KEEP_STATE || phase == KILL_WIPE_STATE {
+            kill_mid_stream(&app, &mut instance, produced.len());
+            if phase == KILL_WIPE_STATE {
+                // The replacement has no state at all: its table comes from the topic alone.
+                std::fs::remove_dir_all(&cfg.state.dir).expect("wipe the state dir");
+            }
+            instance = spawn(&app);
+        }
+        support::wait_for(
+            "the phase's clicks consumed",
+            Duration::from_secs(90),
+            || (lag(&app, "clicks") == 0).then_some(()),
+        );
+    }
+    instance.kill().expect("kill -9");
+    instance.wait().expect("reaped");
+
+    let (inner, left) = (
+        outputs(&format!("{app}.inner")),
+        outputs(&format!("{app}.left")),
+    );
+    let total: usize = PHASES.iter().sum();
+    assert_eq!(
+        left.values().map(Vec::len).sum::<usize>(),
+        total,
+        "every click once, left"
+    );
+    for (k, list) in &want_left {
+        assert_eq!(left.get(k), Some(list), "left results of {k}");
+    }
+    assert_eq!(inner.len(), want_inner.len());
+    for (k, list) in &want_inner {
+        assert_eq!(inner.get(k), Some(list), "inner results of {k}");
+    }
+    let dropped = total - want_inner.values().map(Vec::len).sum::<usize>();
+    assert!(dropped > 0, "the workload has clicks without a row");
+    let mut dead = 0;
+    read_all(
+        &support::clients(),
+        &format!("{app}.clicks.DLT"),
+        Duration::from_secs(30),
+        |_| {
+            dead += 1;
+            Ok(())
+        },
+    )
+    .expect("read the DLT");
+    assert_eq!(dead, 0, "nothing dead-lettered");
+    let names = topic_names();
+    assert!(
+        !names
+            .iter()
+            .any(|n| n.starts_with(&app) && n.contains("users-changelog")),
+        "no changelog copy of the table topic was created"
+    );
+    println!(
+        "{total} clicks, {} inner results ({dropped} clicks without a row), 2 kills, {:.1} s",
+        total - dropped,
+        started.elapsed().as_secs_f64()
+    );
+    let _ = std::fs::remove_dir_all(&cfg.state.dir);
+}
