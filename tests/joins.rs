@@ -350,3 +350,176 @@ fn stream_table_joins_killed_mid_stream_join_every_click_once_with_its_row() {
     );
     let _ = std::fs::remove_dir_all(&cfg.state.dir);
 }
+
+/// One event of the interleaved workload: a table row (`Some(name)` or a tombstone) or a
+/// click, in timestamp order.
+enum Event {
+    Row(String, Option<String>),
+    Click(String, String),
+}
+
+/// Runs of table rows (1–4) and clicks (5–40) over the keys, deterministic: `n` events.
+fn interleaved(n: usize) -> Vec<Event> {
+    let mut out = Vec::with_capacity(n);
+    let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut next = |m: u64| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        (x % m) as usize
+    };
+    let mut clicks = 0;
+    while out.len() < n {
+        for _ in 0..1 + next(4) {
+            let i = out.len();
+            let k = key(next(KEYS as u64));
+            let name = (next(5) != 0).then(|| format!("name-{i}"));
+            out.push(Event::Row(k, name));
+        }
+        for _ in 0..5 + next(36) {
+            out.push(Event::Click(
+                key(next(KEYS as u64)),
+                format!("click-{clicks}"),
+            ));
+            clicks += 1;
+        }
+    }
+    out
+}
+
+/// Produces the events in order, timestamp `base + i` each, flushing at every switch between
+/// the two topics: each record is in the log before any later one is written.
+fn produce_interleaved(app: &str, events: &[Event], base: i64) {
+    let producer: ThreadedProducer<DefaultProducerContext> = support::clients()
+        .config(ClientRole::Idempotent)
+        .create()
+        .expect("producer");
+    let (users, clicks) = (format!("{app}.users"), format!("{app}.clicks"));
+    let mut last_was_row = None;
+    for (i, e) in events.iter().enumerate() {
+        let (topic, k, v, row) = match e {
+            Event::Row(k, v) => (&users, k, v.as_deref(), true),
+            Event::Click(k, c) => (&clicks, k, Some(c.as_str()), false),
+        };
+        if last_was_row.is_some_and(|r| r != row) {
+            producer.flush(Duration::from_secs(30)).expect("flush");
+        }
+        last_was_row = Some(row);
+        let mut r = BaseRecord::<str, str>::to(topic)
+            .key(k.as_str())
+            .timestamp(base + i as i64);
+        if let Some(v) = v {
+            r = r.payload(v);
+            if !row {
+                r = r.headers(OwnedHeaders::new().insert(Header {
+                    key: "id",
+                    value: Some(v.as_bytes()),
+                }));
+            }
+        }
+        producer.send(r).map_err(|(e, _)| e).expect("send");
+    }
+    producer.flush(Duration::from_secs(30)).expect("flush");
+}
+
+#[test]
+fn rows_and_clicks_interleaved_by_timestamp_join_as_written_across_kill_9() {
+    if std::env::var(CHILD).is_ok() {
+        return;
+    }
+    let started = Instant::now();
+    let app = support::unique("joins-ts");
+    let cfg = config(&app);
+    let mut specs = vec![
+        TopicSpec::new(format!("{app}.clicks"), PARTITIONS, "delete"),
+        TopicSpec::new(format!("{app}.users"), PARTITIONS, "compact"),
+        TopicSpec::new(format!("{app}.inner"), PARTITIONS, "delete"),
+        TopicSpec::new(format!("{app}.left"), PARTITIONS, "delete"),
+    ];
+    specs.extend(topology(&app).internal_topics(&cfg, PARTITIONS));
+    topics::apply_blocking(&support::clients(), &specs, Duration::from_secs(30))
+        .expect("creating topics");
+    let events = interleaved(8_000);
+    let base = eosflow::clock::now_ms() - 3_600_000;
+    produce_interleaved(&app, &events, base);
+
+    // The expectation, from the events alone: each click with its key's row at that point.
+    let mut table: BTreeMap<String, String> = BTreeMap::new();
+    let mut want_inner: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut want_left: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut total = 0;
+    for e in &events {
+        match e {
+            Event::Row(k, Some(v)) => {
+                table.insert(k.clone(), v.clone());
+            }
+            Event::Row(k, None) => {
+                table.remove(k);
+            }
+            Event::Click(k, c) => {
+                total += 1;
+                let row = table.get(k);
+                if let Some(name) = row {
+                    want_inner
+                        .entry(k.clone())
+                        .or_default()
+                        .push(format!("{c}|{name}"));
+                }
+                let name = row.map_or("-", String::as_str);
+                want_left
+                    .entry(k.clone())
+                    .or_default()
+                    .push(format!("{c}|{name}"));
+            }
+        }
+    }
+    let rows = events.len() - total;
+
+    let mut instance = spawn(&app);
+    for (n, wipe) in [(3, false), (3 * 2, true)] {
+        support::wait_for(
+            "part of the clicks processed",
+            Duration::from_secs(60),
+            || (lag(&app, "clicks") <= (total - total * n / 10) as i64).then_some(()),
+        );
+        instance.kill().expect("kill -9");
+        instance.wait().expect("reaped");
+        let left = lag(&app, "clicks");
+        println!("killed with {left} of {total} clicks left (state dir wiped: {wipe})");
+        assert!(left > 0, "the instance must die mid-stream");
+        if wipe {
+            std::fs::remove_dir_all(&cfg.state.dir).expect("wipe the state dir");
+        }
+        instance = spawn(&app);
+    }
+    support::wait_for(
+        "every click and row consumed",
+        Duration::from_secs(120),
+        || (lag(&app, "clicks") == 0 && lag(&app, "users") == 0).then_some(()),
+    );
+    instance.kill().expect("kill -9");
+    instance.wait().expect("reaped");
+
+    let (inner, left) = (
+        outputs(&format!("{app}.inner")),
+        outputs(&format!("{app}.left")),
+    );
+    assert_eq!(
+        left.values().map(Vec::len).sum::<usize>(),
+        total,
+        "every click once, left"
+    );
+    for (k, list) in &want_left {
+        assert_eq!(left.get(k), Some(list), "left results of {k}");
+    }
+    assert_eq!(inner.len(), want_inner.len());
+    for (k, list) in &want_inner {
+        assert_eq!(inner.get(k), Some(list), "inner results of {k}");
+    }
+    println!(
+        "{total} clicks interleaved with {rows} rows, {} inner results, 2 kills, {:.1} s",
+        want_inner.values().map(Vec::len).sum::<usize>(),
+        started.elapsed().as_secs_f64()
+    );
+    let _ = std::fs::remove_dir_all(&cfg.state.dir);
+}

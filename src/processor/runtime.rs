@@ -20,6 +20,7 @@ use rdkafka::message::{Headers, OwnedMessage};
 use rdkafka::producer::DeliveryFuture;
 use rdkafka::{ClientContext, Message, Offset, TopicPartitionList};
 
+use super::align;
 use super::engine::{Isolated, NamedStore, Task};
 use super::Processor;
 use crate::config::Config;
@@ -336,6 +337,22 @@ pub struct Runtime<P: Processor> {
     fence_recoveries: Vec<Instant>,
     /// Every topic of one partition index (inputs, retry levels, DLTs, changelog).
     copartitioned: Vec<String>,
+    /// With tables: the latest timestamp committed per input or table (topic, partition)
+    /// (see [`super::align`]).
+    aligned_seen: HashMap<(String, i32), i64>,
+    /// With tables: a lower bound of the timestamps not handled yet per input or table (topic,
+    /// partition): the earliest record of it a batch polled and did not handle (records are
+    /// assumed in timestamp order within a partition). It lets a partition number progress
+    /// when a batch holds records of only one of its topics.
+    aligned_head: HashMap<(String, i32), i64>,
+    /// The open batch's records held by timestamp alignment (indexes into the batch), the
+    /// latest timestamps it handled and the heads it left: applied if it commits (on any
+    /// path), dropped if not.
+    batch_alignment: (
+        Vec<usize>,
+        HashMap<(String, i32), i64>,
+        HashMap<(String, i32), i64>,
+    ),
 }
 
 /// Why one batch did not commit, with what the loop needs to find the record to blame.
@@ -650,6 +667,9 @@ impl<P: Processor> Runtime<P> {
             known_topics: BTreeSet::new(),
             fence_recoveries: Vec::new(),
             copartitioned,
+            aligned_seen: HashMap::new(),
+            aligned_head: HashMap::new(),
+            batch_alignment: (Vec::new(), HashMap::new(), HashMap::new()),
         })
     }
 
@@ -792,6 +812,9 @@ impl<P: Processor> Runtime<P> {
                     batch.retain(|m| self.assigned.contains(m.topic(), m.partition()));
                     let live = self.assigned.partitions();
                     self.tasks.retain(|p, _| live.contains(p));
+                    // What a partition's next owner handled is not known here.
+                    self.aligned_seen.retain(|(_, p), _| live.contains(p));
+                    self.aligned_head.retain(|(_, p), _| live.contains(p));
                 }
                 GroupEvent::Assigned(parts) => {
                     tracing::info!(partitions = ?parts, "partitions assigned");
@@ -1199,12 +1222,21 @@ impl<P: Processor> Runtime<P> {
         if let Some(cap) = self.batch_cap {
             self.batch_cap = Some(cap * 2).filter(|c| *c < self.opts.max_batch_records);
         }
+        let (held, seen, heads) = std::mem::take(&mut self.batch_alignment);
+        if !rest.is_empty() || !held.is_empty() {
+            // One seek for both: a partition's held records come before its unread rest.
+            let again = rest.iter().chain(&held);
+            self.seek_back(again.filter_map(|i| batch.get(*i)))?;
+        }
         if !rest.is_empty() {
-            self.seek_back(rest.iter().filter_map(|i| batch.get(*i)))?;
             // Half the timeout was not enough for the batch: poll fewer records next time.
             self.time_cap = Some(handled.len().max(1));
         } else if let Some(cap) = self.time_cap {
             self.time_cap = Some(cap + cap / 4 + 1).filter(|c| *c < self.opts.max_batch_records);
+        }
+        if !self.opts.tables.is_empty() {
+            self.aligned_seen = seen;
+            self.aligned_head.extend(heads);
         }
         Ok(())
     }
@@ -1527,6 +1559,25 @@ impl<P: Processor> Runtime<P> {
     /// commits well inside `transaction.timeout.ms`.
     fn try_commit_batch(&mut self, batch: &[OwnedMessage]) -> Result<Committed, Box<BatchFailure>> {
         let order = fair_order(batch, self.alone.as_ref());
+        let aligning = !self.opts.tables.is_empty();
+        self.batch_alignment = (Vec::new(), HashMap::new(), HashMap::new());
+        let (tables, inputs) = (&self.opts.tables, &self.opts.input_topics);
+        let rank = |t: &str| align::rank(tables, inputs, t);
+        let mut gate = align::Gate::default();
+        let order = if aligning {
+            let order = align::merge(batch, order, rank);
+            for (k, &i) in order.iter().enumerate() {
+                let m = &batch[i];
+                if rank(m.topic()).is_some() {
+                    gate.last_slot
+                        .insert((m.topic().to_string(), m.partition()), k);
+                }
+            }
+            gate.seen = self.aligned_seen.clone();
+            order
+        } else {
+            order
+        };
         let plain = |error: SinkError, order: Vec<usize>| {
             Box::new(BatchFailure {
                 error,
@@ -1594,6 +1645,10 @@ impl<P: Processor> Runtime<P> {
                 handled = k;
                 break;
             }
+            if aligning && !self.may_handle(&mut gate, k, m) {
+                gate.held_records.push(i);
+                continue;
+            }
             self.current = i;
             let handled_record = self.handle(m, now).and_then(|()| {
                 let left = limit.saturating_sub(k + 1 + fired);
@@ -1611,6 +1666,15 @@ impl<P: Processor> Runtime<P> {
                 }));
             }
             next_offsets.insert((m.topic(), m.partition()), m.offset() + 1);
+            if aligning
+                && align::rank(&self.opts.tables, &self.opts.input_topics, m.topic()).is_some()
+            {
+                let seen = gate
+                    .seen
+                    .entry((m.topic().to_string(), m.partition()))
+                    .or_insert(i64::MIN);
+                *seen = (*seen).max(align::ts(m));
+            }
             if is_alone {
                 handled = 1;
                 let took = last.elapsed();
@@ -1625,6 +1689,25 @@ impl<P: Processor> Runtime<P> {
             if took >= budget && slow.is_none_or(|(_, s)| took > s) {
                 slow = Some((previous, took));
             }
+        }
+        if aligning {
+            // The earliest record of each aligned partition left for later (held, or after
+            // the batch closed): nothing after it in its partition is earlier.
+            let mut heads: HashMap<(String, i32), i64> = HashMap::new();
+            for &i in gate
+                .held_records
+                .iter()
+                .chain(&order[handled.min(order.len())..])
+            {
+                let m = &batch[i];
+                if align::rank(&self.opts.tables, &self.opts.input_topics, m.topic()).is_some() {
+                    let head = heads
+                        .entry((m.topic().to_string(), m.partition()))
+                        .or_insert(i64::MAX);
+                    *head = (*head).min(align::ts(m));
+                }
+            }
+            self.batch_alignment = (gate.held_records, gate.seen, heads);
         }
         let owned_offsets: Vec<(String, i32, i64)> = next_offsets
             .iter()
@@ -1716,6 +1799,83 @@ impl<P: Processor> Runtime<P> {
             handled,
             next_offsets: owned_offsets,
         })
+    }
+
+    /// Timestamp alignment ([`super::align`]): whether the aligned record `m` (slot `k` of the
+    /// order) may be handled now — every other table or input partition of its partition
+    /// number holds nothing that must come first. If not, its partition number is held for
+    /// the rest of the batch. Records of other topics are always handled.
+    fn may_handle(&self, gate: &mut align::Gate, k: usize, m: &OwnedMessage) -> bool {
+        let (tables, inputs) = (&self.opts.tables, &self.opts.input_topics);
+        let Some(r) = align::rank(tables, inputs, m.topic()) else {
+            return true;
+        };
+        let p = m.partition();
+        if gate.held.contains(&p) {
+            return false;
+        }
+        let t = align::ts(m);
+        let others = tables
+            .iter()
+            .map(|(_, t)| (t.as_str(), 0u8))
+            .chain(inputs.iter().map(|t| (t.as_str(), 1u8)))
+            .filter(|(t, _)| *t != m.topic());
+        for (other, other_rank) in others {
+            let key = (other.to_string(), p);
+            if gate.last_slot.get(&key).is_some_and(|l| *l > k) {
+                continue;
+            }
+            if align::seen_past(gate.seen.get(&key).copied(), t, r, other_rank)
+                || align::seen_past(self.aligned_head.get(&key).copied(), t, r, other_rank)
+            {
+                continue;
+            }
+            let caught_up = match gate.caught_up.get(&key) {
+                Some(c) => *c,
+                None => {
+                    let c = self.read_to_its_end(other, p);
+                    gate.caught_up.insert(key, c);
+                    c
+                }
+            };
+            if !caught_up {
+                tracing::debug!(
+                    topic = m.topic(),
+                    partition = p,
+                    offset = m.offset(),
+                    waits_for = other,
+                    "held for timestamp alignment"
+                );
+                gate.held.insert(p);
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Whether this consumer has read `topic[partition]` to its last stable offset: nothing
+    /// committed there is left to fetch (markers included, which move the position too).
+    fn read_to_its_end(&self, topic: &str, partition: i32) -> bool {
+        let position = self
+            .consumer
+            .position()
+            .ok()
+            .and_then(|tpl| tpl.find_partition(topic, partition).map(|e| e.offset()));
+        let position = match position {
+            Some(Offset::Offset(o)) => o,
+            _ => -1,
+        };
+        // Asked by a read_committed consumer, the broker answers the last stable offset.
+        match self
+            .consumer
+            .fetch_watermarks(topic, partition, Duration::from_secs(5))
+        {
+            Ok((low, stable)) => stable <= position.max(low),
+            Err(e) => {
+                tracing::warn!(topic, partition, error = %e, "end of a partition unknown; its partition number waits");
+                false
+            }
+        }
     }
 
     /// Expires dedup ids older than the retention window, oldest batch first and a bounded
