@@ -92,7 +92,7 @@ fn config(app: &str) -> Config {
     c.processor.session_timeout_ms = 6000;
     c.processor.commit_interval_ms = 100;
     // Small transactions: a phase spans many, so a kill lands between two of them.
-    c.processor.max_batch_records = 20;
+    c.processor.max_batch_records = 100;
     c.state.dir = std::env::temp_dir().join(format!("eosflow-test-{app}"));
     c
 }
@@ -387,8 +387,10 @@ fn interleaved(n: usize) -> Vec<Event> {
     out
 }
 
-/// Produces the events in order, timestamp `base + i` each, flushing at every switch between
-/// the two topics: each record is in the log before any later one is written.
+/// Produces the events in order, timestamp `base + i` each, waiting at every switch between
+/// the two topics until every record sent is acknowledged: each record is in the log before
+/// any later one of the other topic is written. (The waits watch the out-queue:
+/// rust-rdkafka's `flush` polls in 100 ms steps.)
 fn produce_interleaved(app: &str, events: &[Event], base: i64) {
     let producer: ThreadedProducer<DefaultProducerContext> = support::clients()
         .config(ClientRole::Idempotent)
@@ -402,7 +404,14 @@ fn produce_interleaved(app: &str, events: &[Event], base: i64) {
             Event::Click(k, c) => (&clicks, k, Some(c.as_str()), false),
         };
         if last_was_row.is_some_and(|r| r != row) {
-            producer.flush(Duration::from_secs(30)).expect("flush");
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while producer.in_flight_count() > 0 {
+                assert!(
+                    Instant::now() < deadline,
+                    "records not acknowledged in 30 s"
+                );
+                std::thread::sleep(Duration::from_micros(200));
+            }
         }
         last_was_row = Some(row);
         let mut r = BaseRecord::<str, str>::to(topic)
@@ -439,9 +448,14 @@ fn rows_and_clicks_interleaved_by_timestamp_join_as_written_across_kill_9() {
     specs.extend(topology(&app).internal_topics(&cfg, PARTITIONS));
     topics::apply_blocking(&support::clients(), &specs, Duration::from_secs(30))
         .expect("creating topics");
-    let events = interleaved(8_000);
+    let events = interleaved(4_000);
     let base = eosflow::clock::now_ms() - 3_600_000;
     produce_interleaved(&app, &events, base);
+    println!(
+        "produced {} events in {:.1} s",
+        events.len(),
+        started.elapsed().as_secs_f64()
+    );
 
     // The expectation, from the events alone: each click with its key's row at that point.
     let mut table: BTreeMap<String, String> = BTreeMap::new();
@@ -485,7 +499,10 @@ fn rows_and_clicks_interleaved_by_timestamp_join_as_written_across_kill_9() {
         instance.kill().expect("kill -9");
         instance.wait().expect("reaped");
         let left = lag(&app, "clicks");
-        println!("killed with {left} of {total} clicks left (state dir wiped: {wipe})");
+        println!(
+            "killed with {left} of {total} clicks left (state dir wiped: {wipe}) at {:.1} s",
+            started.elapsed().as_secs_f64()
+        );
         assert!(left > 0, "the instance must die mid-stream");
         if wipe {
             std::fs::remove_dir_all(&cfg.state.dir).expect("wipe the state dir");

@@ -1863,7 +1863,20 @@ impl<P: Processor> Runtime<P> {
             .and_then(|tpl| tpl.find_partition(topic, partition).map(|e| e.offset()));
         let position = match position {
             Some(Offset::Offset(o)) => o,
-            _ => -1,
+            // Nothing delivered since the assignment (or a seek): the consumer fetches from
+            // the group's committed offset.
+            _ => {
+                let mut tpl = TopicPartitionList::new();
+                tpl.add_partition(topic, partition);
+                match self
+                    .consumer
+                    .committed_offsets(tpl, Duration::from_secs(5))
+                    .map(|c| c.find_partition(topic, partition).map(|e| e.offset()))
+                {
+                    Ok(Some(Offset::Offset(o))) => o,
+                    _ => -1,
+                }
+            }
         };
         // Asked by a read_committed consumer, the broker answers the last stable offset.
         match self
