@@ -6,12 +6,13 @@
 //! key, what the workload alone says: every click once, joined with the row its key had at
 //! that point, a tombstone reading as no row.
 //!
-//! Order between the two topics: the runtime has no timestamp alignment between a table and a
-//! stream yet, so the workload fixes the order in phases: a phase's table updates are consumed
-//! (the group's committed offsets of the table topic reach its end) before its clicks are
-//! produced, and its clicks are consumed before the next phase's updates. Within a phase the
-//! kill lands mid-stream, so the restarted instance must restore exactly the table the killed
-//! one had committed.
+//! Two workloads. `rows_and_clicks_interleaved_…`: row changes and clicks produced up front,
+//! interleaved, each with the next timestamp — the runtime's timestamp alignment must handle
+//! each partition number's rows and clicks in that order, and a restarted instance must
+//! restore the table only up to the committed offset (the rows after it are still to come, in
+//! order with the clicks). `stream_table_joins_…`: phases, a phase's row changes consumed
+//! before its clicks are produced and its clicks before the next changes — the order does not
+//! depend on alignment, and the run also checks the DLT and the absence of a changelog copy.
 //!
 //! The killed instance is this test binary re-executed in child mode (`JOINS_CHILD`).
 

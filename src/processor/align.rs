@@ -13,6 +13,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use rdkafka::message::OwnedMessage;
 use rdkafka::Message;
 
+/// A timestamp per (topic, partition).
+pub(super) type Times = HashMap<(String, i32), i64>;
+
 /// How a topic takes part in alignment: tables first at equal times, then inputs.
 pub(super) fn rank(tables: &[(String, String)], inputs: &[String], topic: &str) -> Option<u8> {
     if tables.iter().any(|(_, t)| t == topic) {

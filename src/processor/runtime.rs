@@ -348,11 +348,7 @@ pub struct Runtime<P: Processor> {
     /// The open batch's records held by timestamp alignment (indexes into the batch), the
     /// latest timestamps it handled and the heads it left: applied if it commits (on any
     /// path), dropped if not.
-    batch_alignment: (
-        Vec<usize>,
-        HashMap<(String, i32), i64>,
-        HashMap<(String, i32), i64>,
-    ),
+    batch_alignment: (Vec<usize>, align::Times, align::Times),
 }
 
 /// Why one batch did not commit, with what the loop needs to find the record to blame.

@@ -25,12 +25,13 @@
 //! Either kind drops stream records without a key (`reason="no-key"`) or without a value
 //! (`reason="no-value"`), as Kafka Streams does. The joiner returning `None` forwards nothing.
 //!
-//! Order between the two topics: a task handles the records of its partitions in the order it
-//! receives them (each partition in offset order); the table a stream record joins is the
-//! table as updated by the table records handled before it. There is no timestamp alignment
-//! between the two topics yet (Kafka Streams picks the lowest timestamp across a task's
-//! partitions and can wait for the other partition): a table update and a stream record that
-//! reach the instance in the same poll may be handled in either order.
+//! Order between the two topics is by timestamp: within one partition number, the runtime
+//! handles the table's and the inputs' records in timestamp order (a table record before a
+//! stream record of the same time) and handles a record only once the other partitions have
+//! shown they hold nothing earlier — a later record of theirs polled, or read to their end —
+//! so a stream record joins the row its key had at the stream record's time, across restarts
+//! too. Each partition is assumed to be in timestamp order (Kafka Streams' choice of the
+//! record with the lowest timestamp across a task's partitions).
 //!
 //! ```
 //! use eosflow::serdes::StringSerde;
