@@ -22,7 +22,7 @@ fn tables() -> Vec<(&'static str, &'static [MetricDef])> {
         ("src/telemetry/mod.rs", FRAMEWORK),
         (
             "crates/outbox/src/telemetry.rs",
-            eosflow_cli::outbox_metrics::METRICS,
+            eosflow_outbox::telemetry::METRICS,
         ),
         (
             "crates/orders/src/telemetry.rs",
@@ -112,7 +112,7 @@ fn every_emitted_metric_is_in_its_crates_table_and_back() {
             m.name
         );
     }
-    for m in FRAMEWORK.iter().chain(eosflow_cli::outbox_metrics::METRICS) {
+    for m in FRAMEWORK.iter().chain(eosflow_outbox::telemetry::METRICS) {
         assert_eq!(
             prefix_of(m.name),
             "eosflow",

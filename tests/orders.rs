@@ -1,6 +1,7 @@
 //! The reference orders application against the real stack: the demo end to end with high
-//! failure rates (compensations and poison events included), and a `kill -9` of the order
-//! processor in the middle of sagas after which every saga still ends exactly once.
+//! failure rates (compensations, poison events, lost and late replies included), a `kill -9` of
+//! the order processor in the middle of sagas after which every saga still ends exactly once,
+//! and one while saga timeouts are pending after which each fires exactly once.
 
 mod support;
 
@@ -23,6 +24,9 @@ fn hostile() -> FailureRates {
         payment_failure_rate: 0.3,
         ship_failure_rate: 0.4,
         release_failure_rate: 0.4,
+        lost_reply_rate: 0.0,
+        late_reply_rate: 0.0,
+        late_reply_delay_ms: 0,
     }
 }
 
@@ -39,7 +43,13 @@ fn the_demo_ends_consistent_under_high_failure_rates_with_poison_in_the_dlt() {
         resend_rate: 0.1,
         drain_timeout_secs: 60,
         work_dir: std::env::temp_dir().join("eosflow-test-demo"),
-        rates: hostile(),
+        // Some replies lost, some held back 3 s: past the demo's 2 s saga timeout.
+        rates: FailureRates {
+            lost_reply_rate: 0.05,
+            late_reply_rate: 0.05,
+            late_reply_delay_ms: 3_000,
+            ..hostile()
+        },
         ..DemoArgs::default()
     };
     let report = demo::run(&config, &args, false).expect("the demo runs");
@@ -50,6 +60,10 @@ fn the_demo_ends_consistent_under_high_failure_rates_with_poison_in_the_dlt() {
     assert!(
         v.sagas.get(&SagaOutcome::Compensated).copied().unwrap_or(0) > 0,
         "with a 30 % decline rate some sagas compensate: {v:?}"
+    );
+    assert!(
+        v.timeouts.values().sum::<usize>() > 0,
+        "with 5 % of replies lost some steps time out: {v}"
     );
     let dlt = report
         .outputs
@@ -112,6 +126,10 @@ impl Burst {
     }
 
     fn send(&self, topic: &str, key: &str, value: &[u8], id: &str) {
+        self.send_typed(topic, key, value, id, "orders.order-placed.v2");
+    }
+
+    fn send_typed(&self, topic: &str, key: &str, value: &[u8], id: &str, type_name: &str) {
         use rdkafka::producer::BaseRecord;
         let headers = rdkafka::message::OwnedHeaders::new()
             .insert(rdkafka::message::Header {
@@ -120,7 +138,7 @@ impl Burst {
             })
             .insert(rdkafka::message::Header {
                 key: "type",
-                value: Some(b"orders.order-placed.v2".as_slice()),
+                value: Some(type_name.as_bytes()),
             });
         self.0
             .send(
@@ -300,6 +318,276 @@ fn kill_9_of_the_order_processor_mid_sagas_still_ends_every_saga_exactly_once() 
     for s in services {
         s.stop();
     }
+}
+
+/// Every record of `topic` (read_committed) as JSON.
+fn json_of(topic: &str) -> Vec<serde_json::Value> {
+    let mut out = Vec::new();
+    read_all(&support::clients(), topic, Duration::from_secs(30), |m| {
+        use rdkafka::message::Message;
+        out.push(serde_json::from_slice(m.payload().unwrap_or_default()).unwrap_or_default());
+        Ok(())
+    })
+    .expect("reading a topic");
+    out
+}
+
+/// `(order, "ACTION #attempt")` of every stock command.
+fn stock_commands(topics: &Topics) -> Vec<(String, String)> {
+    json_of(&topics.stock)
+        .iter()
+        .map(|c| {
+            (
+                c["order_id"].as_str().unwrap_or_default().to_string(),
+                format!(
+                    "{} #{}",
+                    c["action"].as_str().unwrap_or_default(),
+                    c["attempt"]
+                ),
+            )
+        })
+        .collect()
+}
+
+fn count(items: &[(String, String)], what: &str) -> usize {
+    items.iter().filter(|(_, w)| w == what).count()
+}
+
+/// The test plays the stock and payment services itself, so it decides which replies never
+/// come: even orders get their reservation (and then wait for a charge), odd ones wait for
+/// their reservation. The order processor is killed while all those timeouts are pending and
+/// restarted; each timeout must then fire exactly once: one release per order, one void per
+/// unanswered charge, one saga-ended (compensated), one cancellation. Then every withheld reply
+/// arrives, late: each is reported once and changes nothing.
+#[test]
+fn kill_9_while_saga_timeouts_are_pending_fires_each_timeout_exactly_once() {
+    let ns = support::unique("orders-timeouts");
+    let topics = Topics::new(&ns);
+    let clients = support::clients();
+    demo::create_topics(&clients, &topics, &ns, 4, 3).expect("topics");
+    let state = std::env::temp_dir().join(format!("eosflow-test-{ns}"));
+    std::fs::create_dir_all(&state).expect("state dir");
+    let log = state.join("orders.log");
+    let mut base = support::config();
+    base.app.id = ns.clone();
+    base.app.instance_id = "t".into();
+    base.state.dir = state.clone();
+    base.processor.session_timeout_ms = 6000;
+    let read_model = Instance::start(
+        &orders::configure(&base, Topology::Customers, &topics),
+        CustomersProcessor::new(topics.clone()),
+    );
+    let timeout_ms = "10000";
+    let spawn = || {
+        let out = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .expect("log");
+        let err = out.try_clone().expect("log");
+        std::process::Command::new(env!("CARGO_BIN_EXE_eosflow"))
+            .args(["run", "--topology", "orders", "--output", &ns])
+            .args([
+                "--reserve-timeout-ms",
+                timeout_ms,
+                "--charge-timeout-ms",
+                timeout_ms,
+            ])
+            .args([
+                "--ship-timeout-ms",
+                timeout_ms,
+                "--release-timeout-ms",
+                timeout_ms,
+            ])
+            .env("EOSFLOW_KAFKA_BOOTSTRAP", support::bootstrap())
+            .env("EOSFLOW_SCHEMA_REGISTRY_URL", support::registry_url())
+            .env("EOSFLOW_APP_ID", &ns)
+            .env("EOSFLOW_APP_INSTANCE_ID", "p0")
+            .env("EOSFLOW_STATE_DIR", &state)
+            .env("EOSFLOW_PROCESSOR_SESSION_TIMEOUT_MS", "6000")
+            .env("EOSFLOW_RETRY_DELAYS_MS", "200,500,1000")
+            .env("EOSFLOW_METRICS_LISTEN", "")
+            .env("RUST_LOG", "info")
+            .stdin(std::process::Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .map(Running)
+            .expect("spawn eosflow run --topology orders")
+    };
+    let t0 = Instant::now();
+    let mut processor = spawn();
+
+    let n = 40;
+    let ids: Vec<String> = (0..n).map(|i| format!("t-{i:03}")).collect();
+    let burst = Burst::new();
+    let mut placed = BTreeMap::new();
+    for (i, order) in ids.iter().enumerate() {
+        let customer = format!("c-{:02}", i % 10);
+        let json = placed_json(order, &customer);
+        burst.send(
+            &topics.orders,
+            order,
+            json.as_bytes(),
+            &format!("e-{order}"),
+        );
+        placed.insert(order.clone(), customer);
+    }
+    burst.flush();
+    let reply = |order: &str, body: serde_json::Value, id: String, type_name: &str| {
+        burst.send_typed(
+            &topics.replies,
+            order,
+            body.to_string().as_bytes(),
+            &id,
+            type_name,
+        );
+    };
+    let stock_reply = |order: &str, action: &str| {
+        let body =
+            serde_json::json!({"order_id": order, "action": action, "attempt": 1, "outcome": "OK"});
+        reply(
+            order,
+            body,
+            format!("{action}-{order}"),
+            "fulfilment.stock-reply.v1",
+        );
+    };
+    let payment_ok = |order: &str| {
+        let body = serde_json::json!({"order_id": order, "outcome": "OK", "payment_id": format!("pay-{order}")});
+        reply(
+            order,
+            body,
+            format!("PAY-{order}"),
+            "fulfilment.payment-reply.v1",
+        );
+    };
+
+    support::wait_for("every reservation command", Duration::from_secs(60), || {
+        (count(&stock_commands(&topics), "RESERVE #1") >= n).then_some(())
+    });
+    let even: Vec<&String> = ids.iter().step_by(2).collect();
+    for o in &even {
+        stock_reply(o, "RESERVE");
+    }
+    burst.flush();
+    support::wait_for(
+        "a charge per reserved order",
+        Duration::from_secs(30),
+        || (json_of(&topics.payment).len() >= even.len()).then_some(()),
+    );
+    let released = count(&stock_commands(&topics), "RELEASE #1");
+    let before = ended(&topics);
+    assert_eq!(
+        (released, before),
+        (0, 0),
+        "the kill must land while every timeout is pending ({:?} after the start)",
+        t0.elapsed()
+    );
+    processor.kill().expect("kill -9");
+    processor.wait().expect("reaped");
+    println!(
+        "kill -9 after {:?}: {n} reserve and {} charge timeouts pending",
+        t0.elapsed(),
+        even.len()
+    );
+    let _processor = spawn();
+
+    // The timeouts fire after the restart: a release for every order.
+    support::wait_for("a release per order", Duration::from_secs(60), || {
+        let c = stock_commands(&topics);
+        (count(&c, "RELEASE #1") >= n).then_some(())
+    });
+    println!("every timeout fired {:?} after the start", t0.elapsed());
+    for (i, o) in ids.iter().enumerate() {
+        stock_reply(o, "RELEASE");
+        // The withheld replies, late: a reservation for odd orders, the charge for even ones.
+        if i % 2 == 0 {
+            payment_ok(o);
+        } else {
+            stock_reply(o, "RESERVE");
+        }
+    }
+    burst.flush();
+    support::wait_for("every saga to end", Duration::from_secs(60), || {
+        (ended(&topics) >= n).then_some(())
+    });
+    let group = orders::app_id(&ns, Topology::Orders);
+    support::wait_for(
+        "the order processor's lag to reach 0",
+        Duration::from_secs(60),
+        || {
+            let lag: i64 = topics
+                .inputs(Topology::Orders)
+                .iter()
+                .map(|t| eosflow_verify::group_lag(&clients, &group, t, 4).unwrap_or(1))
+                .sum();
+            (lag == 0).then_some(())
+        },
+    );
+
+    let out = check::read(&clients, &topics, Duration::from_secs(60)).expect("reading outputs");
+    let commands = stock_commands(&topics);
+    let payments = json_of(&topics.payment);
+    for (i, o) in ids.iter().enumerate() {
+        let mine: Vec<&str> = commands
+            .iter()
+            .filter(|(order, _)| order == o)
+            .map(|(_, c)| c.as_str())
+            .collect();
+        assert_eq!(
+            mine,
+            ["RESERVE #1", "RELEASE #1"],
+            "{o}: one reservation, one release"
+        );
+        let paid: Vec<&str> = payments
+            .iter()
+            .filter(|p| p["order_id"] == o.as_str())
+            .map(|p| p["action"].as_str().unwrap_or("CHARGE"))
+            .collect();
+        let want: &[&str] = if i % 2 == 0 { &["CHARGE", "VOID"] } else { &[] };
+        assert_eq!(
+            paid, want,
+            "{o}: its charge voided exactly once, or never charged"
+        );
+        assert_eq!(
+            out.sagas.get(o).map(Vec::as_slice),
+            Some([SagaOutcome::Compensated].as_slice()),
+            "{o}: one saga-ended"
+        );
+        let step = if i % 2 == 0 {
+            "timeout:charge#1"
+        } else {
+            "timeout:reserve#1"
+        };
+        let steps = out.saga_steps.get(o).cloned().unwrap_or_default();
+        assert_eq!(
+            steps.iter().filter(|s| s.starts_with("timeout:")).count(),
+            1,
+            "{o}: {steps:?}"
+        );
+        assert!(steps.contains(&step.to_string()), "{o}: {steps:?}");
+    }
+    let v = check::judge(&placed, &out);
+    println!("{v} dlt={:?}", out.dead_letters);
+    assert!(v.ok(), "{v}");
+    assert_eq!((v.cancelled, v.final_once), (n, n), "{v}");
+    assert_eq!(v.timeouts.get("reserve"), Some(&(n / 2)));
+    assert_eq!(v.timeouts.get("charge"), Some(&(n / 2)));
+    let replies_dlt = eosflow::retry::dlt::topic_for(&topics.replies);
+    support::wait_for("every late reply reported", Duration::from_secs(30), || {
+        let out = check::read(&clients, &topics, Duration::from_secs(30)).ok()?;
+        let late = out
+            .dead_letters
+            .get(&replies_dlt)
+            .and_then(|c| c.get("late-reply"))
+            .copied()
+            .unwrap_or(0);
+        assert!(late <= n as u64, "a late reply reported twice: {late}");
+        (late == n as u64).then_some(())
+    });
+    read_model.stop();
+    println!("done in {:?}", t0.elapsed());
 }
 
 /// Regression: a changelog restore right after its topic was created failed the whole runtime

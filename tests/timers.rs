@@ -457,18 +457,27 @@ fn a_timer_whose_output_cannot_be_written_is_dead_lettered_and_the_partition_goe
         &format!("{app}.in.DLT"),
         Duration::from_secs(60),
         |m| {
-            let timer = m.headers().is_some_and(|h| {
-                use rdkafka::message::Headers;
-                h.iter().any(|h| h.key == "eosflow.dlt.timer.kind")
-            });
+            use rdkafka::message::Headers;
+            let header = |name: &str| {
+                m.headers().and_then(|h| {
+                    h.iter()
+                        .find(|h| h.key == name)
+                        .map(|h| String::from_utf8_lossy(h.value.unwrap_or_default()).to_string())
+                })
+            };
             dead.push((
                 String::from_utf8_lossy(m.key().unwrap_or_default()).to_string(),
-                timer,
+                header("eosflow.dlt.timer.kind").is_some(),
+                header("eosflow.dlt.error.class"),
             ));
             Ok(())
         },
     )
     .expect("read the DLT");
-    assert_eq!(dead, [("bad".to_string(), true)]);
+    // Refused by the broker, like a record's unwritable output: not a failure of the callback.
+    assert_eq!(
+        dead,
+        [("bad".to_string(), true, Some("unwritable".to_string()))]
+    );
     let _ = std::fs::remove_dir_all(&config(&app, "a").state.dir);
 }

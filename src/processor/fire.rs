@@ -15,9 +15,9 @@
 //! checks each task's next wall-clock due time (kept exact at every commit) once per commit
 //! interval, so a wall-clock timer fires within about `processor.commit_interval_ms` of its
 //! due time. An output of a timer callback the broker refuses outright (over the size limit,
-//! an unknown topic) dead-letters the timer too; unlike a record's, the callback's writes and
-//! the outputs sent before that one stay in the batch (there is no record to isolate and run
-//! again without).
+//! an unknown topic) dead-letters the timer too, class `unwritable` as for a record; unlike a
+//! record's, the callback's writes and the outputs sent before that one stay in the batch
+//! (there is no record to isolate and run again without).
 
 use std::ops::Bound;
 
@@ -128,32 +128,41 @@ impl<P: Processor, O: Output> Engine<'_, P, O> {
                     // batch can commit (see the module doc).
                     Err(SinkError::Unwritable { topic, source }) => {
                         let e = ProcessError::permanent(format!("output to {topic}: {source}"));
-                        self.timer_failed(partition, timer, &e, now)
+                        self.timer_failed(partition, timer, &e, DltClass::Unwritable, now)
                     }
                     other => other,
                 }
             }
-            Err(e) => self.timer_failed(partition, timer, &e, now),
+            Err(e) => self.timer_failed(partition, timer, &e, DltClass::of(&e), now),
         }
     }
 
-    /// A timer whose callback failed: logged, counted and dead-lettered (see the module doc).
+    /// A timer that failed: logged, counted and dead-lettered (see the module doc). `class` is
+    /// [`DltClass::Unwritable`] when the callback ran but its output was refused (its store
+    /// writes stay), otherwise the callback's own failure (its effects are discarded).
     fn timer_failed(
         &mut self,
         partition: i32,
         timer: &Timer,
         err: &ProcessError,
+        class: DltClass,
         now: i64,
     ) -> Result<(), SinkError> {
         let kind = timer.kind.as_str();
+        let effects = if class == DltClass::Unwritable {
+            "its output was refused (its store writes stay)"
+        } else {
+            "its effects are discarded"
+        };
         tracing::error!(
             partition,
             kind,
             name = %timer.name,
             key = %String::from_utf8_lossy(&timer.key),
             due_ms = timer.due_ms,
+            class = class.as_str(),
             error = %err,
-            "timer callback failed: its effects are discarded and the timer is dead-lettered"
+            "timer failed: {effects}; the timer is dead-lettered"
         );
         telemetry::timer_failed(kind);
         let Some(input) = self.opts.input_topics.first().cloned() else {
@@ -167,10 +176,6 @@ impl<P: Processor, O: Output> Engine<'_, P, O> {
             key: Some(&timer.key),
             value: Some(&timer.payload),
             headers: &[],
-        };
-        let class = match err {
-            ProcessError::Transient(_) => DltClass::TransientExhausted,
-            ProcessError::Permanent(_) => DltClass::Permanent,
         };
         let mut h = dlt::headers(
             &record,

@@ -464,11 +464,7 @@ impl<P: Processor, O: Output> Engine<'_, P, O> {
             telemetry::retried(base, next);
             return Ok(AfterFailure::Settled);
         }
-        let (class, stage) = match (forced, &err) {
-            (Some(f), _) => f,
-            (None, ProcessError::Transient(_)) => (DltClass::TransientExhausted, 0),
-            (None, ProcessError::Permanent(_)) => (DltClass::Permanent, 0),
-        };
+        let (class, stage) = forced.unwrap_or((DltClass::of(&err), 0));
         tracing::warn!(
             topic = record.topic,
             partition = record.partition,

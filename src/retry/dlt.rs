@@ -42,6 +42,15 @@ impl DltClass {
             Self::LateRecord => "late-record",
         }
     }
+
+    /// The class of a failure that ran out of options on its own (no more specific reason such
+    /// as a parked key or an unwritable output): one mapping for records and timers alike.
+    pub fn of(err: &ProcessError) -> Self {
+        match err {
+            ProcessError::Transient(_) => Self::TransientExhausted,
+            ProcessError::Permanent(_) => Self::Permanent,
+        }
+    }
 }
 
 /// Owned Kafka headers, in order.

@@ -26,7 +26,7 @@ use eosflow_orders::messages::{SagaEnded, SagaOutcome, StatusChanged};
 use eosflow_orders::projection::CustomersProcessor;
 use eosflow_orders::services::{PaymentService, StockService};
 use eosflow_orders::writer::{Mix, Tally, Writer};
-use eosflow_orders::{self as orders, FailureRates, Topics, Topology};
+use eosflow_orders::{self as orders, FailureRates, SagaTimeouts, Topics, Topology};
 
 /// How long, how fast, how hostile.
 #[derive(Debug, Clone, clap::Args)]
@@ -55,6 +55,10 @@ pub struct DemoArgs {
     /// Where the stores live.
     #[arg(long, default_value = "target/demo")]
     pub work_dir: PathBuf,
+    /// Milliseconds the saga waits for any step's reply before its timeout fires (short, so
+    /// the demo's lost and late replies show timeouts; `eosflow run` defaults to 30 s).
+    #[arg(long, default_value_t = 2_000)]
+    pub saga_timeout_ms: u64,
     /// Failure rates of the simulated services.
     #[command(flatten)]
     pub rates: FailureRates,
@@ -71,6 +75,7 @@ impl Default for DemoArgs {
             resend_rate: 0.02,
             drain_timeout_secs: 120,
             work_dir: PathBuf::from("target/demo"),
+            saga_timeout_ms: 2_000,
             rates: FailureRates::default(),
         }
     }
@@ -204,14 +209,20 @@ fn start<P: Processor + 'static>(
 
 /// Starts the four processors of the application under `base` (app id, stack addresses) on
 /// threads of this process; what `eosflow run --topology <t>` does one per process.
-fn start_all(base: &Config, topics: &Topics, rates: FailureRates) -> Result<Vec<Running>, String> {
+fn start_all(
+    base: &Config,
+    topics: &Topics,
+    rates: FailureRates,
+    timeouts: SagaTimeouts,
+) -> Result<Vec<Running>, String> {
     let cfg = |t: Topology| orders::configure(base, t, topics);
     let group = orders::app_id(&base.app.id, Topology::Orders);
     Ok(vec![
         start(
             "orders",
             &cfg(Topology::Orders),
-            OrderProcessor::new(topics.clone(), &group, &base.schema_registry.url)?,
+            OrderProcessor::new(topics.clone(), &group, &base.schema_registry.url)?
+                .with_timeouts(timeouts),
         )?,
         start(
             "stock",
@@ -340,6 +351,8 @@ fn group_lag(clients: &KafkaClients, group: &str, topics: &Topics, partitions: i
 /// once a second (when `progress`); the outputs read back and judged.
 pub fn run(config: &Config, args: &DemoArgs, progress: bool) -> Result<DemoReport, String> {
     args.rates.validate()?;
+    let timeouts = SagaTimeouts::uniform(args.saga_timeout_ms);
+    timeouts.validate()?;
     let run_id = uuid::Uuid::new_v4().simple().to_string()[..8].to_string();
     let ns = format!("demo-{run_id}");
     let topics = Topics::new(&ns);
@@ -380,7 +393,7 @@ pub fn run(config: &Config, args: &DemoArgs, progress: bool) -> Result<DemoRepor
     };
 
     let result = (|| {
-        let processors = start_all(&cfg, &topics, args.rates)?;
+        let processors = start_all(&cfg, &topics, args.rates, timeouts)?;
         let router_stop = Arc::new(AtomicBool::new(false));
         let router = {
             let (c, s) = (cfg.clone(), router_stop.clone());
@@ -405,8 +418,9 @@ pub fn run(config: &Config, args: &DemoArgs, progress: bool) -> Result<DemoRepor
             std::thread::sleep(Duration::from_millis(200));
         }
         say(format!(
-            "running    order service {:.0}/s for {} s → outbox router → orders+saga, stock, payment, customers (failure rates: stock {}, payment {}, ship {}, release {})",
-            args.rate, args.duration_secs, args.rates.stock_failure_rate, args.rates.payment_failure_rate, args.rates.ship_failure_rate, args.rates.release_failure_rate
+            "running    order service {:.0}/s for {} s → outbox router → orders+saga, stock, payment, customers (failure rates: stock {}, payment {}, ship {}, release {}; replies lost {}, late {} by {} ms; saga timeout {} ms)",
+            args.rate, args.duration_secs, args.rates.stock_failure_rate, args.rates.payment_failure_rate, args.rates.ship_failure_rate, args.rates.release_failure_rate,
+            args.rates.lost_reply_rate, args.rates.late_reply_rate, args.rates.late_reply_delay_ms, args.saga_timeout_ms
         ));
 
         let live = Arc::new(Live::default());
@@ -664,6 +678,22 @@ pub fn summary(r: &DemoReport) -> String {
             v.sagas.get(&outcome).copied().unwrap_or(0).to_string(),
         );
     }
+    for step in orders::saga::TimedStep::ALL {
+        row(
+            &format!("saga timeouts: {}", step.as_str()),
+            v.timeouts
+                .get(step.as_str())
+                .copied()
+                .unwrap_or(0)
+                .to_string(),
+        );
+    }
+    let late: u64 = o
+        .dead_letters
+        .values()
+        .filter_map(|codes| codes.get("late-reply"))
+        .sum();
+    row("late replies (after their timeout)", late.to_string());
     for (topic, codes) in &o.dead_letters {
         for (code, n) in codes {
             row(
@@ -684,6 +714,13 @@ pub fn summary(r: &DemoReport) -> String {
         format!("every placed order reached a final state exactly once ({} of {}; {} twice, {} never, {} unexpected)", v.final_once, v.orders, v.final_twice, v.no_final, v.unexpected_finals)));
     s.push_str(&check(v.saga_missing == 0 && v.saga_twice == 0 && v.disagreements == 0,
         format!("every saga ended once, completed or compensated, agreeing with its order ({} missing, {} twice, {} disagree)", v.saga_missing, v.saga_twice, v.disagreements)));
+    s.push_str(&check(
+        v.timeout_inconsistent == 0 && v.timeout_alerts_missing == 0,
+        format!(
+            "every timed-out saga ended as its step demands: cancelled before the pivot, shipped and alerted once per timeout after it ({} inconsistent, {} alerts missing)",
+            v.timeout_inconsistent, v.timeout_alerts_missing
+        ),
+    ));
     s.push_str(&check(
         v.view_mismatches == 0,
         format!(

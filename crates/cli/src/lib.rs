@@ -4,4 +4,3 @@
 //! (`eosflow-orders`), the verifier (`eosflow-verify`) and the benchmarks (`eosflow-bench`).
 
 pub mod demo;
-pub mod outbox_metrics;

@@ -53,6 +53,9 @@ enum Command {
         /// Failure rates of the simulated stock and payment services.
         #[command(flatten)]
         rates: eosflow_orders::FailureRates,
+        /// The orders topology's saga step timeouts.
+        #[command(flatten)]
+        timeouts: eosflow_orders::SagaTimeouts,
     },
     /// Declared topics (`topics/*.toml`) and a topology's: plan (check) or apply (create).
     Topics {
@@ -333,7 +336,8 @@ fn dispatch(cli: Cli) -> Result<std::process::ExitCode> {
             topology,
             output,
             rates,
-        } => run(&config, &topology, &output, rates),
+            timeouts,
+        } => run(&config, &topology, &output, rates, timeouts),
         Command::Topics { action } => topics_cmd::cmd(&config, action),
         Command::Verify(args) => verify_cmd(&config, args),
         Command::Demo(args) => demo(&config, &args),
@@ -403,6 +407,7 @@ fn run(
     topology: &str,
     output: &str,
     rates: eosflow_orders::FailureRates,
+    timeouts: eosflow_orders::SagaTimeouts,
 ) -> Result<std::process::ExitCode> {
     use eosflow_orders::Topology;
     if topology == "count" {
@@ -435,7 +440,7 @@ fn run(
         return run_with(config, p);
     }
     let t: Topology = topology.parse().map_err(anyhow::Error::msg)?;
-    eosflow_orders::launch::run(config, t, output, rates)?;
+    eosflow_orders::launch::run(config, t, output, rates, timeouts)?;
     Ok(std::process::ExitCode::SUCCESS)
 }
 
@@ -465,7 +470,7 @@ fn outbox_cmd(mut config: Config, args: OutboxArgs) -> Result<std::process::Exit
     let health = Arc::new(Health::new(Duration::from_millis(
         config.processor.stuck_after_ms,
     )));
-    eosflow::telemetry::catalog::register(eosflow_cli::outbox_metrics::METRICS);
+    eosflow::telemetry::catalog::register(eosflow_outbox::telemetry::METRICS);
     let _endpoints = serve_endpoints(&config, health.clone())?;
     let shutdown = Arc::new(AtomicBool::new(false));
     let worker = {

@@ -7,9 +7,10 @@
 //! ```
 
 use clap::Parser;
-use eosflow_orders::{FailureRates, Topology};
+use eosflow_orders::{FailureRates, SagaTimeouts, Topology};
 
-/// Arguments: which topology, the topic namespace, the simulated services' failure rates.
+/// Arguments: which topology, the topic namespace, the simulated services' failure rates, the
+/// saga's timeouts.
 #[derive(Parser)]
 struct Args {
     /// `orders`, `stock`, `payment` or `customers`.
@@ -20,6 +21,8 @@ struct Args {
     output: String,
     #[command(flatten)]
     rates: FailureRates,
+    #[command(flatten)]
+    timeouts: SagaTimeouts,
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -27,7 +30,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args = Args::parse();
     let topology: Topology = args.topology.parse()?;
     let config = eosflow::Config::load(None)?;
-    let summary = eosflow_orders::launch::run(&config, topology, &args.output, args.rates)?;
+    let summary =
+        eosflow_orders::launch::run(&config, topology, &args.output, args.rates, args.timeouts)?;
     println!("{} records", summary.records);
     Ok(())
 }

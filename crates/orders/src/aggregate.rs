@@ -9,6 +9,13 @@
 //! State per order: `order/<id>` (the aggregate) and `saga/<id>` (the saga), both written after
 //! every step. Outputs: `orders.order-status-changed.v1` on every transition, the read model's
 //! feed (keyed by customer), saga commands, and one `fulfilment.saga-ended.v1` per saga.
+//!
+//! Every saga command starts a durable wall-clock timer (named [`saga::TIMER_NAME`], keyed by
+//! [`Timeout::timer_key`]: order, step, attempt) due after [`SagaTimeouts`]; its reply cancels
+//! it. A timer that fires calls [`Saga::on_timeout`] in the transaction of what it causes, so a
+//! timeout's compensation is sent exactly once even across `kill -9`. Alerts (a shipment that
+//! timed out, a compensation that failed) and late replies go to `<ns>.saga-replies.DLT` with
+//! their reason, in the same transaction.
 
 use serde::de::DeserializeOwned;
 
@@ -16,12 +23,12 @@ use super::messages::{
     self, types, CustomerOrderUpdated, PaymentReply, SagaEnded, StatusChanged, StockReply,
 };
 use super::model::{self, Order, OrderEvent, Rejection};
-use super::saga::{Action, Reply, Saga};
-use super::{contracts, telemetry, Topics};
+use super::saga::{self, Action, Reply, Saga, Timeout};
+use super::{contracts, telemetry, SagaTimeouts, Topics};
 use eosflow::codec::decode::{RegistrySource, SchemaSource};
 use eosflow::codec::registry::Registry;
 use eosflow::codec::Decoder;
-use eosflow::processor::{Context, ProcessError, Processor, Record};
+use eosflow::processor::{Context, ProcessError, Processor, Record, Timer, TimerKind};
 use eosflow::retry::dlt::{self, DltClass};
 use eosflow::retry::headers::History;
 
@@ -33,12 +40,14 @@ pub struct OrderProcessor {
     topics: Topics,
     group: String,
     decoder: Decoder,
+    timeouts: SagaTimeouts,
 }
 
 impl std::fmt::Debug for OrderProcessor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("OrderProcessor")
             .field("topics", &self.topics)
+            .field("timeouts", &self.timeouts)
             .finish()
     }
 }
@@ -65,7 +74,111 @@ impl OrderProcessor {
             topics,
             group: group.to_string(),
             decoder: Decoder::new(source, catalog).with_upcasters(contracts::upcasters()),
+            timeouts: SagaTimeouts::default(),
         })
+    }
+
+    /// The same processor with the saga's step timeouts `timeouts` (default: 30 s each).
+    pub fn with_timeouts(mut self, timeouts: SagaTimeouts) -> Self {
+        self.timeouts = timeouts;
+        self
+    }
+
+    /// Sends `record` (a reply, or a timeout's stand-in) to the replies' DLT with `reason`, in
+    /// this transaction: what an operator sees (`eosflow dlt list`).
+    fn dead_letter(&self, ctx: &mut Context<'_>, record: &Record<'_>, reason: &str) {
+        let err = ProcessError::Permanent(reason.to_string());
+        let headers = dlt::headers(
+            record,
+            &History::of(record),
+            &self.group,
+            DltClass::Permanent,
+            Some(&err),
+            ctx.wall_clock_ms(),
+        );
+        ctx.emit(
+            dlt::topic_for(&self.topics.replies),
+            record.key.map(<[u8]>::to_vec),
+            record.value.map(<[u8]>::to_vec),
+            headers,
+        );
+    }
+
+    /// Reports what the saga asked to be reported about `record`: alerts and late replies.
+    fn report(&self, ctx: &mut Context<'_>, record: &Record<'_>, actions: &[Action]) {
+        for a in actions {
+            match a {
+                Action::Alert(reason) => {
+                    self.dead_letter(ctx, record, reason);
+                    telemetry::compensation_failed();
+                    tracing::error!(error = %reason, "saga compensation failed; alerted");
+                }
+                Action::TimeoutAlert(reason) => {
+                    self.dead_letter(ctx, record, reason);
+                    tracing::warn!(error = %reason, "saga step timed out past the pivot; alerted");
+                }
+                Action::LateReply { step, reason } => {
+                    self.dead_letter(ctx, record, reason);
+                    telemetry::late_reply(*step);
+                    tracing::warn!(%reason, "late saga reply");
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// A saga timer fired.
+    fn on_saga_timeout(
+        &mut self,
+        ctx: &mut Context<'_>,
+        timer: &Timer,
+    ) -> Result<(), ProcessError> {
+        let fired = Timeout::from_timer_key(&timer.key).ok_or_else(|| {
+            ProcessError::Permanent(format!(
+                "bad-timer: {:?} is not a saga timeout's key",
+                String::from_utf8_lossy(&timer.key)
+            ))
+        })?;
+        let key = fired.order_id.clone();
+        let Some(mut saga) = Self::load::<Saga>(ctx, &format!("saga/{key}"))? else {
+            return Err(ProcessError::Permanent(format!(
+                "unknown-saga: a timeout for order {key}, which has no saga"
+            )));
+        };
+        let order: Order = Self::load(ctx, &format!("order/{key}"))?.ok_or_else(|| {
+            ProcessError::permanent(format!("order/{key} is missing for a running saga"))
+        })?;
+        match saga.on_timeout(&fired, &order, ctx.wall_clock_ms()) {
+            Ok(actions) => {
+                telemetry::saga_timeout(fired.step);
+                tracing::info!(order = %key, step = %fired.label(), "saga step timed out");
+                // The timeout has no record of its own: an alert carries a stand-in, keyed by
+                // the order, its value naming the step that went unanswered.
+                let value = serde_json::json!({
+                    "order_id": key,
+                    "timed_out": fired.label(),
+                    "due_ms": timer.due_ms,
+                })
+                .to_string();
+                let headers = [("type".to_string(), b"fulfilment.saga-timeout".to_vec())];
+                let stand_in = Record {
+                    topic: &self.topics.replies,
+                    partition: -1,
+                    offset: -1,
+                    timestamp: Some(timer.due_ms),
+                    key: Some(key.as_bytes()),
+                    value: Some(value.as_bytes()),
+                    headers: &headers,
+                };
+                self.report(ctx, &stand_in, &actions);
+                self.run(ctx, order, saga, actions)
+            }
+            Err(stale) => {
+                telemetry::stale_timeout();
+                tracing::debug!(%stale, "ignored");
+                Ok(())
+            }
+        }
     }
 
     fn load<T: DeserializeOwned>(ctx: &Context<'_>, key: &str) -> Result<Option<T>, ProcessError> {
@@ -184,31 +297,9 @@ impl OrderProcessor {
         })?;
         match saga.on_reply(&reply, &order, ctx.wall_clock_ms()) {
             Ok(actions) => {
-                let alert_record = actions.iter().find_map(|a| match a {
-                    Action::Alert(m) => Some(m.clone()),
-                    _ => None,
-                });
-                if let Some(reason) = alert_record {
-                    // The failed compensation's last reply goes to the DLT with the reason, in
-                    // this transaction: an operator sees it (`eosflow dlt list`), it is not lost.
-                    let err = ProcessError::Permanent(reason);
-                    let headers = dlt::headers(
-                        r,
-                        &History::of(r),
-                        &self.group,
-                        DltClass::Permanent,
-                        Some(&err),
-                        ctx.wall_clock_ms(),
-                    );
-                    ctx.emit(
-                        dlt::topic_for(r.topic),
-                        r.key.map(<[u8]>::to_vec),
-                        r.value.map(<[u8]>::to_vec),
-                        headers,
-                    );
-                    telemetry::compensation_failed();
-                    tracing::error!(order = %key, error = %err, "saga compensation failed; alerted");
-                }
+                // A failed compensation's last reply, or a late reply, goes to the DLT with the
+                // reason, in this transaction: an operator sees it, it is not lost.
+                self.report(ctx, r, &actions);
                 self.run(ctx, order, saga, actions)
             }
             Err(stale) => {
@@ -271,7 +362,16 @@ impl OrderProcessor {
                     );
                     telemetry::saga_ended(outcome);
                 }
-                Action::Alert(_) => {} // emitted by on_reply, which has the reply record
+                Action::ScheduleTimeout(t) => {
+                    let after = i64::try_from(self.timeouts.for_step(t.step)).unwrap_or(i64::MAX);
+                    let due = ctx.wall_clock_ms().saturating_add(after);
+                    ctx.schedule(Timer::wall_clock(t.timer_key(), due).named(saga::TIMER_NAME))?;
+                }
+                Action::CancelTimeout(t) => {
+                    ctx.cancel(TimerKind::WallClock, saga::TIMER_NAME, &t.timer_key())?;
+                }
+                // Reported by `report`, which has the record.
+                Action::Alert(_) | Action::TimeoutAlert(_) | Action::LateReply { .. } => {}
             }
         }
         Self::save(ctx, &format!("order/{key}"), &order);
@@ -329,6 +429,14 @@ impl Processor for OrderProcessor {
         } else {
             self.on_order_event(ctx, r)
         }
+    }
+
+    /// A saga timeout fired (the only timers this processor schedules).
+    fn on_timer(&mut self, ctx: &mut Context<'_>, timer: &Timer) -> Result<(), ProcessError> {
+        if timer.name != saga::TIMER_NAME {
+            return Ok(());
+        }
+        self.on_saga_timeout(ctx, timer)
     }
 
     /// The business event id when the order service set one (a re-sent event keeps it), else

@@ -1,6 +1,8 @@
 //! Reading the application's committed outputs back (`read_committed`) and judging them:
 //! every placed order reached a final state exactly once, every saga ended exactly once and
 //! agrees with its order, the read model agrees with both, and the dead letters carry reasons.
+//! Timed-out sagas are judged by their steps: a step that timed out before the pivot ends in a
+//! cancellation, one after it ends shipped with one alert per timeout in the replies' DLT.
 //! Only the topics are read — never a processor's own counters.
 
 use std::collections::{BTreeMap, HashMap};
@@ -24,6 +26,8 @@ pub struct Outputs {
     pub transitions: usize,
     /// Saga outcomes per order.
     pub sagas: HashMap<String, Vec<SagaOutcome>>,
+    /// The steps of each order's (last) saga-ended event.
+    pub saga_steps: HashMap<String, Vec<String>>,
     /// The read model: the last view per customer.
     pub views: HashMap<String, CustomerView>,
     /// Dead letters per input topic, by the reason's code (`invalid-order`, …).
@@ -66,7 +70,11 @@ pub fn read(clients: &KafkaClients, topics: &Topics, timeout: Duration) -> Resul
     read_all(clients, &topics.saga_events, timeout, |m| {
         let s: SagaEnded = serde_json::from_slice(m.payload().unwrap_or_default())
             .map_err(|err| format!("a saga-ended event that is not one: {err}"))?;
-        out.sagas.entry(s.order_id).or_default().push(s.outcome);
+        out.sagas
+            .entry(s.order_id.clone())
+            .or_default()
+            .push(s.outcome);
+        out.saga_steps.insert(s.order_id, s.steps);
         Ok(())
     })
     .map_err(e(&topics.saga_events))?;
@@ -123,6 +131,14 @@ pub struct Verdict {
     pub shipped: usize,
     /// Cancelled.
     pub cancelled: usize,
+    /// Saga steps that timed out, by step (`reserve`, `charge`, `ship`, `release`).
+    pub timeouts: BTreeMap<String, usize>,
+    /// Sagas with a timeout that did not end as it must: cancelled after a timeout before the
+    /// pivot (reserve, charge), shipped after one past it (ship).
+    pub timeout_inconsistent: usize,
+    /// Shipment timeouts in the steps minus `ship-timeout` alerts in the replies' DLT: 0 when
+    /// each timeout alerted exactly once.
+    pub timeout_alerts_missing: i64,
 }
 
 impl Verdict {
@@ -137,6 +153,8 @@ impl Verdict {
             && self.saga_twice == 0
             && self.disagreements == 0
             && self.view_mismatches == 0
+            && self.timeout_inconsistent == 0
+            && self.timeout_alerts_missing == 0
     }
 }
 
@@ -144,7 +162,7 @@ impl std::fmt::Display for Verdict {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "{} orders={} final_once={} no_final={} final_twice={} unexpected={} saga_missing={} saga_twice={} disagreements={} view_mismatches={}",
+            "{} orders={} final_once={} no_final={} final_twice={} unexpected={} saga_missing={} saga_twice={} disagreements={} view_mismatches={} timeouts={:?} timeout_inconsistent={} timeout_alerts_missing={}",
             if self.ok() { "PASS" } else { "FAIL" },
             self.orders,
             self.final_once,
@@ -154,7 +172,10 @@ impl std::fmt::Display for Verdict {
             self.saga_missing,
             self.saga_twice,
             self.disagreements,
-            self.view_mismatches
+            self.view_mismatches,
+            self.timeouts,
+            self.timeout_inconsistent,
+            self.timeout_alerts_missing
         )
     }
 }
@@ -197,6 +218,27 @@ pub fn judge(placed: &BTreeMap<String, String>, out: &Outputs) -> Verdict {
             }
             _ => v.saga_twice += 1,
         }
+        let timed_out: Vec<&str> = out
+            .saga_steps
+            .get(order)
+            .into_iter()
+            .flatten()
+            .filter_map(|s| s.strip_prefix("timeout:"))
+            .map(|s| s.split('#').next().unwrap_or(s))
+            .collect();
+        for step in &timed_out {
+            *v.timeouts.entry(step.to_string()).or_default() += 1;
+        }
+        let before_pivot = timed_out.iter().any(|s| matches!(*s, "reserve" | "charge"));
+        let after_pivot = timed_out.contains(&"ship");
+        let outcome = sagas.first().copied();
+        if (before_pivot
+            && (last != Some(OrderStatus::Cancelled) || outcome == Some(SagaOutcome::Completed)))
+            || (after_pivot
+                && (last != Some(OrderStatus::Shipped) || outcome != Some(SagaOutcome::Completed)))
+        {
+            v.timeout_inconsistent += 1;
+        }
         let seen = out
             .views
             .get(customer)
@@ -206,6 +248,14 @@ pub fn judge(placed: &BTreeMap<String, String>, out: &Outputs) -> Verdict {
             v.view_mismatches += 1;
         }
     }
+    let ship_alerts: u64 = out
+        .dead_letters
+        .iter()
+        .filter(|(t, _)| t.ends_with(".saga-replies.DLT"))
+        .filter_map(|(_, codes)| codes.get("ship-timeout"))
+        .sum();
+    let ship_timeouts = v.timeouts.get("ship").copied().unwrap_or(0);
+    v.timeout_alerts_missing = ship_timeouts as i64 - ship_alerts as i64;
     v.unexpected_finals = out
         .finals
         .keys()
@@ -264,5 +314,43 @@ mod tests {
         out.sagas.remove("o-2");
         assert_eq!(judge(&placed, &out).saga_missing, 1);
         assert!(!judge(&placed, &out).ok());
+        out.sagas
+            .insert("o-2".into(), vec![SagaOutcome::Compensated]);
+
+        // Timeouts: before the pivot the order must be cancelled; after it, shipped and alerted.
+        let steps = |s: &[&str]| s.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        out.saga_steps.insert(
+            "o-2".into(),
+            steps(&["reserve", "timeout:reserve#1", "release"]),
+        );
+        out.saga_steps.insert(
+            "o-1".into(),
+            steps(&["reserve", "charge", "ship", "timeout:ship#1", "ship#2"]),
+        );
+        let v = judge(&placed, &out);
+        assert_eq!(
+            v.timeout_alerts_missing, 1,
+            "the shipment's alert is missing"
+        );
+        assert!(!v.ok());
+        out.dead_letters.insert(
+            "x.saga-replies.DLT".into(),
+            BTreeMap::from([("ship-timeout".to_string(), 1)]),
+        );
+        let v = judge(&placed, &out);
+        assert!(v.ok(), "{v}");
+        assert_eq!(
+            v.timeouts,
+            BTreeMap::from([("reserve".to_string(), 1), ("ship".to_string(), 1)])
+        );
+        out.saga_steps.insert(
+            "o-1".into(),
+            steps(&["reserve", "charge", "timeout:charge#1", "ship"]),
+        );
+        assert_eq!(
+            judge(&placed, &out).timeout_inconsistent,
+            1,
+            "a charge that timed out must not end shipped"
+        );
     }
 }

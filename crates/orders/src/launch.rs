@@ -8,12 +8,12 @@ use eosflow::{Config, RunError};
 use crate::aggregate::OrderProcessor;
 use crate::projection::CustomersProcessor;
 use crate::services::{PaymentService, StockService};
-use crate::{configure, FailureRates, Topics, Topology};
+use crate::{configure, FailureRates, SagaTimeouts, Topics, Topology};
 
 /// Why a topology did not start or stopped on an error.
 #[derive(Debug, thiserror::Error)]
 pub enum LaunchError {
-    /// A failure rate is out of range.
+    /// A failure rate or a saga timeout is out of range.
     #[error("{0}")]
     Rates(String),
     /// The processor could not be built (its contracts, the registry).
@@ -30,25 +30,28 @@ pub enum LaunchError {
 }
 
 /// Runs `topology` under topic namespace `ns` (`<ns>.orders`, …) until SIGTERM/SIGINT, in its
-/// own group `<app.id>-<topology>`; `rates` drive the simulated stock and payment services.
+/// own group `<app.id>-<topology>`; `rates` drive the simulated stock and payment services,
+/// `timeouts` the order processor's saga.
 pub fn run(
     config: &Config,
     topology: Topology,
     ns: &str,
     rates: FailureRates,
+    timeouts: SagaTimeouts,
 ) -> Result<RunSummary, LaunchError> {
     rates.validate().map_err(LaunchError::Rates)?;
+    timeouts.validate().map_err(LaunchError::Rates)?;
     eosflow::telemetry::catalog::register(crate::telemetry::METRICS);
     let topics = Topics::new(ns);
     let c = configure(config, topology, &topics);
     Ok(match topology {
         Topology::Orders => {
-            let p = OrderProcessor::new(topics, &c.app.id, &c.schema_registry.url).map_err(
-                |reason| LaunchError::Build {
+            let p = OrderProcessor::new(topics, &c.app.id, &c.schema_registry.url)
+                .map_err(|reason| LaunchError::Build {
                     topology: topology.name(),
                     reason,
-                },
-            )?;
+                })?
+                .with_timeouts(timeouts);
             eosflow::run(&c, p)?
         }
         Topology::Stock => eosflow::run(&c, StockService::new(topics, rates))?,

@@ -177,6 +177,71 @@ pub fn configure(config: &Config, topology: Topology, topics: &Topics) -> Config
     c
 }
 
+/// How long the fulfilment saga waits for each step's reply before it gives up on it (see
+/// [`saga::Saga::on_timeout`]): per step, each `--<step>-timeout-ms` (default 30 s).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::Args)]
+pub struct SagaTimeouts {
+    /// Milliseconds the saga waits for the stock reservation's reply (then: release, cancel).
+    #[arg(long, default_value_t = 30_000)]
+    pub reserve_timeout_ms: u64,
+    /// Milliseconds it waits for the payment's reply (then: void, release, cancel).
+    #[arg(long, default_value_t = 30_000)]
+    pub charge_timeout_ms: u64,
+    /// Milliseconds it waits for a shipment's reply (then: alert, ship again).
+    #[arg(long, default_value_t = 30_000)]
+    pub ship_timeout_ms: u64,
+    /// Milliseconds it waits for a release's reply (then: as a failed release).
+    #[arg(long, default_value_t = 30_000)]
+    pub release_timeout_ms: u64,
+}
+
+impl Default for SagaTimeouts {
+    fn default() -> Self {
+        Self::uniform(30_000)
+    }
+}
+
+impl SagaTimeouts {
+    /// The same timeout for every step.
+    ///
+    /// ```
+    /// use eosflow_orders::{saga::TimedStep, SagaTimeouts};
+    ///
+    /// let t = SagaTimeouts { ship_timeout_ms: 60_000, ..SagaTimeouts::uniform(2_000) };
+    /// assert_eq!(t.for_step(TimedStep::Reserve), 2_000);
+    /// assert_eq!(t.for_step(TimedStep::Ship), 60_000);
+    /// ```
+    pub fn uniform(ms: u64) -> Self {
+        Self {
+            reserve_timeout_ms: ms,
+            charge_timeout_ms: ms,
+            ship_timeout_ms: ms,
+            release_timeout_ms: ms,
+        }
+    }
+
+    /// The timeout of `step`, in ms.
+    pub fn for_step(&self, step: saga::TimedStep) -> u64 {
+        match step {
+            saga::TimedStep::Reserve => self.reserve_timeout_ms,
+            saga::TimedStep::Charge => self.charge_timeout_ms,
+            saga::TimedStep::Ship => self.ship_timeout_ms,
+            saga::TimedStep::Release => self.release_timeout_ms,
+        }
+    }
+
+    /// Every timeout above zero.
+    pub fn validate(&self) -> Result<(), String> {
+        match saga::TimedStep::ALL
+            .into_iter()
+            .find(|s| self.for_step(*s) == 0)
+        {
+            Some(s) => Err(format!("--{}-timeout-ms must be above 0", s.as_str())),
+            None => Ok(()),
+        }
+    }
+}
+
 /// How often each simulated dependency fails; decided per order by a hash, so a replayed
 /// command gets the same answer.
 #[derive(Debug, Clone, Copy, PartialEq, clap::Args)]
@@ -193,6 +258,17 @@ pub struct FailureRates {
     /// Share of stock releases that fail (a compensation failing: retried, then alerted).
     #[arg(long, default_value_t = 0.0)]
     pub release_failure_rate: f64,
+    /// Share of commands a service carries out but never answers (the reply is lost): the
+    /// saga's timeout for that step fires.
+    #[arg(long, default_value_t = 0.01)]
+    pub lost_reply_rate: f64,
+    /// Share of commands a service answers only after `late_reply_delay_ms`: late if that is
+    /// longer than the saga's timeout for the step (as in the demo).
+    #[arg(long, default_value_t = 0.01)]
+    pub late_reply_rate: f64,
+    /// How long a late reply is held back, ms.
+    #[arg(long, default_value_t = 3_000)]
+    pub late_reply_delay_ms: u64,
 }
 
 impl Default for FailureRates {
@@ -202,6 +278,9 @@ impl Default for FailureRates {
             payment_failure_rate: 0.05,
             ship_failure_rate: 0.1,
             release_failure_rate: 0.0,
+            lost_reply_rate: 0.01,
+            late_reply_rate: 0.01,
+            late_reply_delay_ms: 3_000,
         }
     }
 }
@@ -213,10 +292,18 @@ impl FailureRates {
             ("--stock-failure-rate", self.stock_failure_rate),
             ("--payment-failure-rate", self.payment_failure_rate),
             ("--release-failure-rate", self.release_failure_rate),
+            ("--lost-reply-rate", self.lost_reply_rate),
+            ("--late-reply-rate", self.late_reply_rate),
         ] {
             if !(0.0..=1.0).contains(&v) {
                 return Err(format!("{name} must be within 0..=1, got {v}"));
             }
+        }
+        if self.lost_reply_rate + self.late_reply_rate > 0.95 {
+            return Err(format!(
+                "--lost-reply-rate + --late-reply-rate must be at most 0.95 (a shipment is retried until it is answered), got {}",
+                self.lost_reply_rate + self.late_reply_rate
+            ));
         }
         if !(0.0..=0.95).contains(&self.ship_failure_rate) {
             return Err(format!(

@@ -118,6 +118,18 @@ pub struct StockReply {
     pub tracking_number: Option<String>,
 }
 
+/// What the payment service is asked to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum PaymentAction {
+    /// Charge the order (the saga's pivot); answered with a payment reply.
+    #[default]
+    Charge,
+    /// The charge timed out: refund it if it was made, refuse it if it comes later. Not
+    /// answered (it is idempotent, and the saga does not wait for it).
+    Void,
+}
+
 /// `fulfilment.payment-command.v1`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PaymentCommand {
@@ -129,6 +141,9 @@ pub struct PaymentCommand {
     pub amount_minor: i64,
     /// ISO 4217.
     pub currency: String,
+    /// Charge, or void a charge that timed out (absent: charge).
+    #[serde(default)]
+    pub action: PaymentAction,
 }
 
 /// `fulfilment.payment-reply.v1`.

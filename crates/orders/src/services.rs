@@ -2,14 +2,98 @@
 //! `<ns>.saga-replies`, remembers what it did per order (so a repeated command gets the same
 //! answer and a release never frees stock twice), and fails at a configured rate decided by a
 //! hash of (order, step, attempt) — the same question always gets the same answer.
+//!
+//! They also misbehave the way remote services do, at [`FailureRates::lost_reply_rate`] and
+//! [`FailureRates::late_reply_rate`]: a *lost* reply is a command carried out but never
+//! answered (the saga's timeout fires, and must assume the work may have been done); a *late*
+//! reply is held back in a durable wall-clock timer and sent `late_reply_delay_ms` later.
 
 use serde::{Deserialize, Serialize};
 
 use super::messages::{
-    self, types, Outcome, PaymentCommand, PaymentReply, StockAction, StockCommand, StockReply,
+    self, types, Outcome, PaymentAction, PaymentCommand, PaymentReply, StockAction, StockCommand,
+    StockReply,
 };
 use super::{draw, FailureRates, Topics};
-use eosflow::processor::{Context, ProcessError, Processor, Record};
+use eosflow::processor::{Context, ProcessError, Processor, Record, Timer};
+
+/// The name of the services' timers holding a late reply (payload: the reply's JSON).
+pub const LATE_REPLY_TIMER: &str = "late-reply";
+
+/// How a service answers one command: now, never, or late.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Delivery {
+    /// Answered at once.
+    Now,
+    /// Carried out, never answered.
+    Lost,
+    /// Answered after the delay.
+    Late,
+}
+
+/// How `(order, step, attempt)` is answered at `rates` (a hash: the same every time).
+pub fn delivery(rates: &FailureRates, order: &str, step: &str, attempt: u32) -> Delivery {
+    let d = draw(order, &format!("delivery-{step}"), attempt);
+    if d < rates.lost_reply_rate {
+        Delivery::Lost
+    } else if d < rates.lost_reply_rate + rates.late_reply_rate {
+        Delivery::Late
+    } else {
+        Delivery::Now
+    }
+}
+
+/// Sends `reply` now, never, or schedules it, as `delivery` says.
+fn deliver<T: serde::Serialize>(
+    ctx: &mut Context<'_>,
+    topics: &Topics,
+    rates: &FailureRates,
+    (order_id, step, attempt): (String, &str, u32),
+    type_name: &str,
+    reply: &T,
+) -> Result<(), ProcessError> {
+    match delivery(rates, &order_id, step, attempt) {
+        Delivery::Now => reply_to(ctx, topics, order_id, type_name, reply),
+        Delivery::Lost => {
+            tracing::debug!(order = %order_id, step, attempt, "reply lost (simulated)");
+        }
+        Delivery::Late => {
+            let (payload, _) = messages::encode(type_name, reply);
+            let delay = i64::try_from(rates.late_reply_delay_ms).unwrap_or(i64::MAX);
+            let due = ctx.wall_clock_ms().saturating_add(delay);
+            let key = format!("{step}#{attempt}/{order_id}");
+            ctx.schedule(
+                Timer::wall_clock(key.into_bytes(), due)
+                    .named(LATE_REPLY_TIMER)
+                    .with_payload(payload),
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// A late reply's timer fired: send the reply it holds.
+fn send_late(
+    ctx: &mut Context<'_>,
+    topics: &Topics,
+    timer: &Timer,
+    type_name: &str,
+) -> Result<(), ProcessError> {
+    if timer.name != LATE_REPLY_TIMER {
+        return Ok(());
+    }
+    let order_id = String::from_utf8_lossy(&timer.key)
+        .split_once('/')
+        .map(|(_, o)| o.to_string())
+        .ok_or_else(|| ProcessError::permanent("bad-timer: a late reply's key without an order"))?;
+    ctx.emit(
+        topics.replies.clone(),
+        Some(order_id.into_bytes()),
+        Some(timer.payload.clone()),
+        vec![("type".into(), type_name.as_bytes().to_vec())],
+    );
+    Ok(())
+}
 
 fn parse<T: serde::de::DeserializeOwned>(
     r: &Record<'_>,
@@ -145,8 +229,23 @@ impl Processor for StockService {
                 },
             ),
         };
-        reply_to(ctx, &self.topics, cmd.order_id, types::STOCK_REPLY, &reply);
-        Ok(())
+        let step = match cmd.action {
+            StockAction::Reserve => "reserve",
+            StockAction::Release => "release",
+            StockAction::Ship => "ship",
+        };
+        deliver(
+            ctx,
+            &self.topics,
+            &self.rates,
+            (cmd.order_id, step, cmd.attempt),
+            types::STOCK_REPLY,
+            &reply,
+        )
+    }
+
+    fn on_timer(&mut self, ctx: &mut Context<'_>, timer: &Timer) -> Result<(), ProcessError> {
+        send_late(ctx, &self.topics, timer, types::STOCK_REPLY)
     }
 
     fn store_name(&self) -> &str {
@@ -168,10 +267,64 @@ impl PaymentService {
     }
 }
 
+/// What a void did, stored as `void/<order>`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Voided {
+    /// The charge had been made: refunded.
+    Refunded,
+    /// No charge yet: none will be made (a later charge is declined).
+    Blocked,
+}
+
+impl PaymentService {
+    /// Voids the order's charge (the saga's charge timed out): refunds it, or blocks it by
+    /// storing a declined answer a later charge command gets. Idempotent; not answered.
+    fn void(
+        &self,
+        ctx: &mut Context<'_>,
+        cmd: &PaymentCommand,
+        charge_key: &str,
+    ) -> Result<(), ProcessError> {
+        let void_key = format!("void/{}", cmd.order_id);
+        if ctx.get(void_key.as_bytes())?.is_some() {
+            return Ok(());
+        }
+        let charged = ctx
+            .get(charge_key.as_bytes())?
+            .and_then(|b| serde_json::from_slice::<PaymentReply>(&b).ok());
+        let done = match charged {
+            Some(c) if c.outcome == Outcome::Ok => Voided::Refunded,
+            Some(_) => Voided::Blocked, // declined already: nothing to refund
+            None => {
+                let declined = PaymentReply {
+                    order_id: cmd.order_id.clone(),
+                    outcome: Outcome::Rejected,
+                    payment_id: None,
+                    reason: Some("voided before it was charged (the saga timed out)".into()),
+                };
+                ctx.put(
+                    charge_key.as_bytes(),
+                    serde_json::to_vec(&declined).unwrap_or_default(),
+                );
+                Voided::Blocked
+            }
+        };
+        ctx.put(
+            void_key.as_bytes(),
+            serde_json::to_vec(&done).unwrap_or_default(),
+        );
+        Ok(())
+    }
+}
+
 impl Processor for PaymentService {
     fn process(&mut self, ctx: &mut Context<'_>, r: &Record<'_>) -> Result<(), ProcessError> {
         let cmd: PaymentCommand = parse(r, types::PAYMENT_COMMAND)?;
         let key = format!("charge/{}", cmd.order_id);
+        if cmd.action == PaymentAction::Void {
+            return self.void(ctx, &cmd, &key);
+        }
         let reply = match ctx
             .get(key.as_bytes())?
             .and_then(|b| serde_json::from_slice::<PaymentReply>(&b).ok())
@@ -203,14 +356,18 @@ impl Processor for PaymentService {
                 reply
             }
         };
-        reply_to(
+        deliver(
             ctx,
             &self.topics,
-            cmd.order_id,
+            &self.rates,
+            (cmd.order_id, "charge", 1),
             types::PAYMENT_REPLY,
             &reply,
-        );
-        Ok(())
+        )
+    }
+
+    fn on_timer(&mut self, ctx: &mut Context<'_>, timer: &Timer) -> Result<(), ProcessError> {
+        send_late(ctx, &self.topics, timer, types::PAYMENT_REPLY)
     }
 
     fn store_name(&self) -> &str {

@@ -5,6 +5,7 @@
 use eosflow::telemetry::catalog::{metric, MetricDef, MetricKind, Unit};
 
 use super::messages::SagaOutcome;
+use super::saga::TimedStep;
 
 /// An order event was refused (`code`: invalid-order, unknown-order, impossible-transition, …).
 pub fn rejected(code: &str) {
@@ -29,6 +30,21 @@ pub fn compensation_failed() {
 /// A reply that did not fit the saga's step (late or duplicate) was ignored.
 pub fn stale_reply() {
     metrics::counter!("orders_saga_stale_replies_total").increment(1);
+}
+
+/// A saga step got no reply in time (`step`: reserve, charge, ship, release).
+pub fn saga_timeout(step: TimedStep) {
+    metrics::counter!("orders_saga_timeouts_total", "step" => step.as_str()).increment(1);
+}
+
+/// A reply arrived after its step had timed out: it changed nothing.
+pub fn late_reply(step: TimedStep) {
+    metrics::counter!("orders_saga_late_replies_total", "step" => step.as_str()).increment(1);
+}
+
+/// A saga timer fired for a step the saga had already left (cancelled too late): ignored.
+pub fn stale_timeout() {
+    metrics::counter!("orders_saga_stale_timeouts_total").increment(1);
 }
 
 /// The read model ignored an update older than what it holds.
@@ -61,6 +77,18 @@ pub const METRICS: &[MetricDef] = &[
     counter(
         "orders_saga_stale_replies_total",
         "Saga replies ignored because they did not fit the saga's step (late or duplicate).",
+    ),
+    counter(
+        "orders_saga_timeouts_total",
+        "Saga steps that got no reply in time, by step (reserve, charge, ship, release): compensated before the pivot, alerted and retried after it.",
+    ),
+    counter(
+        "orders_saga_late_replies_total",
+        "Saga replies that arrived after their step timed out, by step: recorded, nothing changed.",
+    ),
+    counter(
+        "orders_saga_stale_timeouts_total",
+        "Saga timeouts that fired for a step the saga had already left: ignored.",
     ),
     counter(
         "orders_readmodel_stale_updates_total",

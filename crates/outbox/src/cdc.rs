@@ -4,7 +4,7 @@
 //! The rules that make it exactly-once into Kafka:
 //! - a Postgres transaction's rows are buffered until its Commit; the checkpoint of a Kafka
 //!   transaction is the last included commit's end LSN. A transaction over
-//!   `outbox.max_rows_per_transaction` rows is split into parts ([`split`]) whose checkpoints
+//!   `outbox.max_rows_per_transaction` rows is split into parts (`split`) whose checkpoints
 //!   add how many of its rows (in WAL order) are in Kafka; a replay drops those;
 //! - the LSN is confirmed to Postgres (`update_applied_lsn`) only after the Kafka commit, so
 //!   the slot never moves past what Kafka holds;

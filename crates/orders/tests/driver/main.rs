@@ -7,9 +7,11 @@
 //!
 //! - [`saga`] — the order processor and the fulfilment saga, alone and wired to the services;
 //! - [`input`] — bad input, the registry down (retry ladder, parked followers), re-sent events;
-//! - [`services`] — the stock and payment services and the customers read model.
+//! - [`services`] — the stock and payment services and the customers read model;
+//! - [`timeouts`] — saga timeouts: each step unanswered, late replies, replies in time.
 
 mod input;
 mod saga;
 mod services;
 mod support;
+mod timeouts;

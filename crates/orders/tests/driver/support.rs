@@ -70,6 +70,9 @@ pub fn never_fail() -> FailureRates {
         payment_failure_rate: 0.0,
         ship_failure_rate: 0.0,
         release_failure_rate: 0.0,
+        lost_reply_rate: 0.0,
+        late_reply_rate: 0.0,
+        late_reply_delay_ms: 0,
     }
 }
 
