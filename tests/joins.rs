@@ -541,3 +541,31 @@ fn rows_and_clicks_interleaved_by_timestamp_join_as_written_across_kill_9() {
     );
     let _ = std::fs::remove_dir_all(&cfg.state.dir);
 }
+
+#[test]
+fn a_table_topic_with_another_partition_count_refuses_to_start() {
+    if std::env::var(CHILD).is_ok() {
+        return;
+    }
+    let app = support::unique("joins-copart");
+    let mut cfg = config(&app);
+    cfg.processor.static_membership = true;
+    let mut specs = vec![
+        TopicSpec::new(format!("{app}.clicks"), PARTITIONS, "delete"),
+        TopicSpec::new(format!("{app}.users"), 2, "compact"),
+    ];
+    specs.extend(topology(&app).internal_topics(&cfg, PARTITIONS));
+    topics::apply_blocking(&support::clients(), &specs, Duration::from_secs(30))
+        .expect("creating topics");
+    let err = eosflow::processor::Runtime::new(&cfg, topology(&app))
+        .err()
+        .expect("a table on 2 partitions beside inputs on 4 must not start")
+        .to_string();
+    for part in [
+        format!("{app}.users=2"),
+        format!("{app}.clicks=4"),
+        "not co-partitioned".to_string(),
+    ] {
+        assert!(err.contains(&part), "{part:?} missing from {err}");
+    }
+}
