@@ -197,11 +197,30 @@ pub fn read_to_end<F>(
     topic: &str,
     starts: &BTreeMap<i32, Option<i64>>,
     timeout: Duration,
+    on_record: F,
+) -> Result<BTreeMap<i32, i64>, ReadError>
+where
+    F: FnMut(&BorrowedMessage<'_>) -> Result<(), String>,
+{
+    read_until(clients, topic, starts, &BTreeMap::new(), timeout, on_record)
+}
+
+/// As [`read_to_end`], but a partition listed in `until` is read only up to that offset (at
+/// most its end): `on_record` never sees a record at or past it. A table restores this way up
+/// to the group's committed offset of its topic, no further: the records after it are the
+/// table's input still to be processed, in order with the stream.
+pub fn read_until<F>(
+    clients: &KafkaClients,
+    topic: &str,
+    starts: &BTreeMap<i32, Option<i64>>,
+    until: &BTreeMap<i32, i64>,
+    timeout: Duration,
     mut on_record: F,
 ) -> Result<BTreeMap<i32, i64>, ReadError>
 where
     F: FnMut(&BorrowedMessage<'_>) -> Result<(), String>,
 {
+    let bounded = |p: i32, high: i64| until.get(&p).map_or(high, |u| high.min(*u));
     let kerr = |source: KafkaError| ReadError::Kafka {
         topic: topic.to_string(),
         source,
@@ -224,6 +243,7 @@ where
             }
         }
         let from = start.unwrap_or(low).max(low);
+        let high = bounded(p, high);
         next.insert(p, from);
         end.insert(p, high);
         if from < high {
@@ -287,6 +307,11 @@ where
         match consumer.poll(Duration::from_millis(200)) {
             Some(Ok(m)) => {
                 use rdkafka::Message;
+                if until.get(&m.partition()).is_some_and(|u| m.offset() >= *u) {
+                    let slot = next.entry(m.partition()).or_default();
+                    *slot = (*slot).max(m.offset() + 1);
+                    continue;
+                }
                 on_record(&m).map_err(ReadError::Callback)?;
                 let slot = next.entry(m.partition()).or_default();
                 *slot = (*slot).max(m.offset() + 1);
@@ -305,7 +330,7 @@ where
                         if let Ok((_, h)) =
                             watermarks.fetch_watermarks(topic, *p, Duration::from_secs(5))
                         {
-                            end.insert(*p, h);
+                            end.insert(*p, bounded(*p, h));
                         }
                     }
                     last_refresh = Instant::now();

@@ -51,6 +51,17 @@ pub trait Processor: Send {
         Vec::new()
     }
 
+    /// The tables the processor reads, as `(store name, topic)`: each topic is consumed with
+    /// the inputs (co-partitioned with them) and its records go straight into the store of
+    /// that name — never to the handler, the dedup store or the retry ladder; a null value
+    /// deletes the key. The topic is the store's changelog (no `<app>-<name>-changelog`): on
+    /// assignment the store is restored from it up to the group's committed offset. The
+    /// handler reads the store with [`Context::store`] and cannot write it. See
+    /// [`crate::topology::TableHandle`].
+    fn tables(&self) -> Vec<(String, String)> {
+        Vec::new()
+    }
+
     /// The input topics, when the processor knows them (a [`crate::topology::Topology`]
     /// does); `None` takes `processor.input_topics` from the configuration.
     fn input_topics(&self) -> Option<Vec<String>> {

@@ -160,7 +160,7 @@ impl Task {
         let views = self
             .named
             .iter()
-            .map(|n| StoreView::new(&n.name, &n.store, &n.overlay))
+            .map(|n| StoreView::new(&n.name, &n.store, &n.overlay).read_only(n.table))
             .collect();
         let mut ctx = super::Context::new(&self.store, &self.overlay, id)
             .with(views, now)
@@ -244,6 +244,9 @@ pub(crate) struct NamedStore {
     pub(crate) store: Store,
     /// The open batch's writes.
     pub(crate) overlay: Overlay,
+    /// A table's store: written only by its topic's records, read-only to handlers, no
+    /// changelog of its own (the topic is one), checkpointed at the topic's offset.
+    pub(crate) table: bool,
 }
 
 /// A record isolated from a batch it made fail: dead-lettered the next time it is read.

@@ -58,9 +58,42 @@ fn seen(task: &Task, id: &[u8], digest: u64) -> Result<Seen, SinkError> {
 }
 
 impl<P: Processor, O: Output> Engine<'_, P, O> {
+    /// A table topic's record: written into the table's store in the open batch (a null value
+    /// deletes the key), committed with the topic's offset. No handler, dedup or retry ladder:
+    /// the topic is the table's changelog, and restore applies its records the same way. A
+    /// record without a key cannot be a table row: it is skipped and counted.
+    fn update_table(&mut self, name: &str, record: &Record<'_>) {
+        let Some(task) = self.tasks.get_mut(&record.partition) else {
+            return;
+        };
+        let Some(table) = task.named.iter_mut().find(|n| n.table && n.name == name) else {
+            return;
+        };
+        let Some(key) = record.key else {
+            tracing::warn!(
+                topic = record.topic,
+                partition = record.partition,
+                offset = record.offset,
+                "table record without a key skipped"
+            );
+            telemetry::table_record_skipped(name);
+            return;
+        };
+        match record.value {
+            Some(v) => table.overlay.put(Column::State, key, v.to_vec()),
+            None => table.overlay.delete(Column::State, key),
+        }
+        self.summary.table_updates += 1;
+    }
+
     /// Processes one record inside the open transaction.
     pub(crate) fn handle(&mut self, record: &Record<'_>, now: i64) -> Result<(), SinkError> {
         let record = *record;
+        let opts = self.opts;
+        if let Some((name, _)) = opts.tables.iter().find(|(_, t)| t == record.topic) {
+            self.update_table(name, &record);
+            return Ok(());
+        }
         let ordered = self.processor.ordered() && record.key.is_some();
         let key = record.key.unwrap_or_default();
         let Some(task) = self.tasks.get_mut(&record.partition) else {

@@ -5,6 +5,7 @@
 //! does — state writes, emitted records, the dedup mark — commits in one Kafka transaction with
 //! the record's input offset, or not at all.
 
+mod align;
 mod api;
 pub mod config;
 mod drive;

@@ -20,6 +20,7 @@ use rdkafka::message::{Headers, OwnedMessage};
 use rdkafka::producer::DeliveryFuture;
 use rdkafka::{ClientContext, Message, Offset, TopicPartitionList};
 
+use super::align;
 use super::engine::{Isolated, NamedStore, Task};
 use super::Processor;
 use crate::config::Config;
@@ -28,7 +29,9 @@ use crate::retry::depth::DepthWatcher;
 use crate::retry::dlt::DltClass;
 use crate::retry::{dlt, headers as retry_headers, ladder_topics, RetryPolicy};
 use crate::sink::{is_record_error, SinkError, TxnSink};
-use crate::state::{dedup, restore, Column, Overlay, RestoreStats, StateError, Store, StoreCache};
+use crate::state::{
+    dedup, restore, restore_table, Column, Overlay, RestoreStats, StateError, Store, StoreCache,
+};
 use crate::telemetry::{self, Health};
 
 /// Why the runtime stopped.
@@ -99,6 +102,8 @@ pub struct RuntimeOptions {
     pub dlt_depth_interval: Duration,
     /// False (`processor.guarantee = "at_least_once"`): no transactions, plain offset commits.
     pub exactly_once: bool,
+    /// The processor's tables, `(store name, topic)` ([`Processor::tables`]).
+    pub tables: Vec<(String, String)>,
 }
 
 impl RuntimeOptions {
@@ -133,6 +138,7 @@ impl RuntimeOptions {
                 .collect(),
             dlt_depth_interval: Duration::from_millis(config.retry.dlt_depth_interval_ms),
             exactly_once: config.processor.guarantee == crate::config::Guarantee::ExactlyOnce,
+            tables: Vec::new(),
         })
     }
 
@@ -166,6 +172,9 @@ pub struct RunSummary {
     /// Timers fired (their callbacks run, or dead-lettered when they failed); a batch that
     /// aborted after firing some counts them again when it is redone.
     pub timers_fired: u64,
+    /// Table records written into their table's store (a batch that aborted counts its own
+    /// again when it is redone).
+    pub table_updates: u64,
     /// Transactions committed.
     pub commits: u64,
     /// Transactions aborted.
@@ -328,6 +337,18 @@ pub struct Runtime<P: Processor> {
     fence_recoveries: Vec<Instant>,
     /// Every topic of one partition index (inputs, retry levels, DLTs, changelog).
     copartitioned: Vec<String>,
+    /// With tables: the latest timestamp committed per input or table (topic, partition)
+    /// (see [`super::align`]).
+    aligned_seen: HashMap<(String, i32), i64>,
+    /// With tables: a lower bound of the timestamps not handled yet per input or table (topic,
+    /// partition): the earliest record of it a batch polled and did not handle (records are
+    /// assumed in timestamp order within a partition). It lets a partition number progress
+    /// when a batch holds records of only one of its topics.
+    aligned_head: HashMap<(String, i32), i64>,
+    /// The open batch's records held by timestamp alignment (indexes into the batch), the
+    /// latest timestamps it handled and the heads it left: applied if it commits (on any
+    /// path), dropped if not.
+    batch_alignment: (Vec<usize>, align::Times, align::Times),
 }
 
 /// Why one batch did not commit, with what the loop needs to find the record to blame.
@@ -471,6 +492,31 @@ fn check_copartitioned(counts: &BTreeMap<String, usize>) -> Result<(), RuntimeEr
     )))
 }
 
+/// Refuses a table whose store name is another store's, whose topic is also an input, or
+/// that is listed twice.
+fn check_tables(
+    opts: &RuntimeOptions,
+    default_store: &str,
+    stores: &[(String, String)],
+) -> Result<(), RuntimeError> {
+    let mut names = BTreeSet::from([default_store.to_string()]);
+    names.extend(stores.iter().map(|(n, _)| n.clone()));
+    let mut topics = BTreeSet::new();
+    for (name, topic) in &opts.tables {
+        if !names.insert(name.clone()) {
+            return Err(RuntimeError::Config(format!(
+                "table store name {name:?} is also another store's: every store needs its own name"
+            )));
+        }
+        if opts.input_topics.contains(topic) || !topics.insert(topic.clone()) {
+            return Err(RuntimeError::Config(format!(
+                "table topic {topic:?} is also an input or another table's topic"
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// The changelog topic of each named store, refusing a name used twice or the default store's.
 fn named_changelogs(
     app_id: &str,
@@ -516,7 +562,7 @@ impl<P: Processor> Runtime<P> {
     /// Connects: creates the transactional producer (fencing a previous incarnation of this
     /// instance) and subscribes the group consumer.
     pub fn new(config: &Config, processor: P) -> Result<Self, RuntimeError> {
-        let opts = match processor.input_topics() {
+        let mut opts = match processor.input_topics() {
             Some(inputs) => {
                 let mut config = config.clone();
                 config.processor.input_topics = inputs;
@@ -527,6 +573,8 @@ impl<P: Processor> Runtime<P> {
         let clients = KafkaClients::new(config.kafka.clone());
         let changelog = format!("{}-{}-changelog", opts.app_id, processor.store_name());
         let stores = named_changelogs(&opts.app_id, processor.store_name(), processor.stores())?;
+        opts.tables = processor.tables();
+        check_tables(&opts, processor.store_name(), &stores)?;
         let sink = if opts.exactly_once {
             TxnSink::new(&clients, &opts.transactional_id(), opts.transaction_timeout)?
         } else {
@@ -546,6 +594,9 @@ impl<P: Processor> Runtime<P> {
             .collect();
         needed.push(changelog.clone());
         needed.extend(stores.iter().map(|(_, t)| t.clone()));
+        // A table's topic is consumed with the inputs and co-partitioned with them; it has no
+        // retry levels, DLT or changelog of its own.
+        needed.extend(opts.tables.iter().map(|(_, t)| t.clone()));
         // Topics created a moment ago (by `topics apply` or a test) may take a few seconds to
         // show in metadata: a missing topic is asked for again before it is reported.
         let mut missing = missing_topics(&consumer, &needed)?;
@@ -612,6 +663,9 @@ impl<P: Processor> Runtime<P> {
             known_topics: BTreeSet::new(),
             fence_recoveries: Vec::new(),
             copartitioned,
+            aligned_seen: HashMap::new(),
+            aligned_head: HashMap::new(),
+            batch_alignment: (Vec::new(), HashMap::new(), HashMap::new()),
         })
     }
 
@@ -754,6 +808,9 @@ impl<P: Processor> Runtime<P> {
                     batch.retain(|m| self.assigned.contains(m.topic(), m.partition()));
                     let live = self.assigned.partitions();
                     self.tasks.retain(|p, _| live.contains(p));
+                    // What a partition's next owner handled is not known here.
+                    self.aligned_seen.retain(|(_, p), _| live.contains(p));
+                    self.aligned_head.retain(|(_, p), _| live.contains(p));
                 }
                 GroupEvent::Assigned(parts) => {
                     tracing::info!(partitions = ?parts, "partitions assigned");
@@ -915,12 +972,19 @@ impl<P: Processor> Runtime<P> {
                         name: name.clone(),
                         store,
                         overlay: Overlay::default(),
+                        table: false,
                     });
                 }
                 Err(e) => {
                     named_error = Some(e);
                     break;
                 }
+            }
+        }
+        if named_error.is_none() && !self.opts.tables.is_empty() {
+            match self.open_tables(p) {
+                Ok(tables) => named.extend(tables),
+                Err(e) => named_error = Some(e),
             }
         }
         self.health.set_restoring(false);
@@ -946,6 +1010,100 @@ impl<P: Processor> Runtime<P> {
         self.summary.restores.push((p, stats));
         self.tasks.insert(p, Task::open(store, named)?);
         Ok(())
+    }
+
+    /// The group's committed offset of each table topic's partition `p`, in table order
+    /// (`None`: the group has not committed one yet). Asked again until the restore timeout:
+    /// a table cannot be restored without knowing where its processing stopped.
+    fn table_offsets(&self, p: i32) -> Result<Vec<Option<i64>>, RuntimeError> {
+        let mut tpl = TopicPartitionList::new();
+        for (_, topic) in &self.opts.tables {
+            tpl.add_partition(topic, p);
+        }
+        let deadline = Instant::now() + self.opts.restore_timeout.max(Duration::from_secs(10));
+        loop {
+            match self
+                .consumer
+                .committed_offsets(tpl.clone(), Duration::from_secs(10))
+            {
+                Ok(got) => {
+                    return Ok(self
+                        .opts
+                        .tables
+                        .iter()
+                        .map(
+                            |(_, topic)| match got.find_partition(topic, p).map(|e| e.offset()) {
+                                Some(Offset::Offset(o)) => Some(o),
+                                _ => None,
+                            },
+                        )
+                        .collect())
+                }
+                Err(e) if Instant::now() < deadline => {
+                    tracing::warn!(partition = p, error = %e, "committed offsets of the table topics unknown; asking again");
+                    std::thread::sleep(Duration::from_millis(500));
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// Opens partition `p`'s store of every table and restores it from the table's topic up to
+    /// the group's committed offset, so it holds exactly the table records processed before
+    /// (the ones after are read as input, in order with the stream). A store whose checkpoint
+    /// cannot be trusted (stale, past the committed offset, from another topic) is rebuilt
+    /// from the topic alone; with no committed offset the group reads the topic from its start,
+    /// so the store starts empty.
+    fn open_tables(&self, p: i32) -> Result<Vec<NamedStore>, RuntimeError> {
+        let offsets = self.table_offsets(p)?;
+        let mut out = Vec::with_capacity(offsets.len());
+        for ((name, topic), until) in self.opts.tables.iter().zip(offsets) {
+            let path = self
+                .opts
+                .state_dir
+                .join(format!("{}-{name}-table-{p}", self.opts.app_id));
+            let path = path.as_path();
+            let source = format!("{topic}[{p}]");
+            let (mut store, mut rebuilt) = Store::open(path, &source, &self.cache)?;
+            let Some(until) = until else {
+                if store.checkpoint()?.is_some() {
+                    drop(store);
+                    Store::wipe(path)?;
+                    (store, _) = Store::open(path, &source, &self.cache)?;
+                    rebuilt = true;
+                }
+                tracing::info!(partition = p, table = %name, topic = %topic, rebuilt, "no committed offset of the table topic yet: the table starts empty");
+                out.push(NamedStore {
+                    name: name.clone(),
+                    store,
+                    overlay: Overlay::default(),
+                    table: true,
+                });
+                continue;
+            };
+            let timeout = self.opts.restore_timeout;
+            let stats = match restore_table(&self.clients, &store, topic, p, until, timeout) {
+                Err(
+                    e @ (StateError::CheckpointAhead { .. } | StateError::StaleCheckpoint { .. }),
+                ) => {
+                    tracing::warn!(partition = p, table = %name, error = %e, "rebuilding the table from its topic alone");
+                    drop(store);
+                    Store::wipe(path)?;
+                    (store, _) = Store::open(path, &source, &self.cache)?;
+                    rebuilt = true;
+                    restore_table(&self.clients, &store, topic, p, until, timeout)?
+                }
+                other => other?,
+            };
+            tracing::info!(partition = p, table = %name, topic = %topic, rebuilt, replayed = stats.records, from = stats.from_offset, to = stats.to_offset, "restored table");
+            out.push(NamedStore {
+                name: name.clone(),
+                store,
+                overlay: Overlay::default(),
+                table: true,
+            });
+        }
+        Ok(out)
     }
 
     /// Opens partition `p`'s store of `changelog` and replays the changelog's tail into it
@@ -1009,8 +1167,20 @@ impl<P: Processor> Runtime<P> {
         done: Committed,
         started: Instant,
     ) -> Result<(), RuntimeError> {
+        let named = self.stores.len();
         for (p, task) in self.tasks.iter_mut() {
-            task.apply_committed(|store| done.ends.get(&(store, *p)).map(|o| o + 1))?;
+            // A table's checkpoint is its topic's next offset committed in this transaction.
+            let table_next = |i: usize| {
+                let (_, topic) = self.opts.tables.get(i - 1 - named)?;
+                done.next_offsets
+                    .iter()
+                    .find(|(t, q, _)| t == topic && q == p)
+                    .map(|(_, _, o)| *o)
+            };
+            task.apply_committed(|store| match store {
+                s if s > named => table_next(s),
+                s => done.ends.get(&(s, *p)).map(|o| o + 1),
+            })?;
         }
         let (handled, rest) = done.order.split_at(done.handled.min(done.order.len()));
         let handled: Vec<&OwnedMessage> = handled.iter().filter_map(|i| batch.get(*i)).collect();
@@ -1048,12 +1218,21 @@ impl<P: Processor> Runtime<P> {
         if let Some(cap) = self.batch_cap {
             self.batch_cap = Some(cap * 2).filter(|c| *c < self.opts.max_batch_records);
         }
+        let (held, seen, heads) = std::mem::take(&mut self.batch_alignment);
+        if !rest.is_empty() || !held.is_empty() {
+            // One seek for both: a partition's held records come before its unread rest.
+            let again = rest.iter().chain(&held);
+            self.seek_back(again.filter_map(|i| batch.get(*i)))?;
+        }
         if !rest.is_empty() {
-            self.seek_back(rest.iter().filter_map(|i| batch.get(*i)))?;
             // Half the timeout was not enough for the batch: poll fewer records next time.
             self.time_cap = Some(handled.len().max(1));
         } else if let Some(cap) = self.time_cap {
             self.time_cap = Some(cap + cap / 4 + 1).filter(|c| *c < self.opts.max_batch_records);
+        }
+        if !self.opts.tables.is_empty() {
+            self.aligned_seen = seen;
+            self.aligned_head.extend(heads);
         }
         Ok(())
     }
@@ -1376,6 +1555,25 @@ impl<P: Processor> Runtime<P> {
     /// commits well inside `transaction.timeout.ms`.
     fn try_commit_batch(&mut self, batch: &[OwnedMessage]) -> Result<Committed, Box<BatchFailure>> {
         let order = fair_order(batch, self.alone.as_ref());
+        let aligning = !self.opts.tables.is_empty();
+        self.batch_alignment = (Vec::new(), HashMap::new(), HashMap::new());
+        let (tables, inputs) = (&self.opts.tables, &self.opts.input_topics);
+        let rank = |t: &str| align::rank(tables, inputs, t);
+        let mut gate = align::Gate::default();
+        let order = if aligning {
+            let order = align::merge(batch, order, rank);
+            for (k, &i) in order.iter().enumerate() {
+                let m = &batch[i];
+                if rank(m.topic()).is_some() {
+                    gate.last_slot
+                        .insert((m.topic().to_string(), m.partition()), k);
+                }
+            }
+            gate.seen = self.aligned_seen.clone();
+            order
+        } else {
+            order
+        };
         let plain = |error: SinkError, order: Vec<usize>| {
             Box::new(BatchFailure {
                 error,
@@ -1443,6 +1641,10 @@ impl<P: Processor> Runtime<P> {
                 handled = k;
                 break;
             }
+            if aligning && !self.may_handle(&mut gate, k, m) {
+                gate.held_records.push(i);
+                continue;
+            }
             self.current = i;
             let handled_record = self.handle(m, now).and_then(|()| {
                 let left = limit.saturating_sub(k + 1 + fired);
@@ -1460,6 +1662,15 @@ impl<P: Processor> Runtime<P> {
                 }));
             }
             next_offsets.insert((m.topic(), m.partition()), m.offset() + 1);
+            if aligning
+                && align::rank(&self.opts.tables, &self.opts.input_topics, m.topic()).is_some()
+            {
+                let seen = gate
+                    .seen
+                    .entry((m.topic().to_string(), m.partition()))
+                    .or_insert(i64::MIN);
+                *seen = (*seen).max(align::ts(m));
+            }
             if is_alone {
                 handled = 1;
                 let took = last.elapsed();
@@ -1474,6 +1685,25 @@ impl<P: Processor> Runtime<P> {
             if took >= budget && slow.is_none_or(|(_, s)| took > s) {
                 slow = Some((previous, took));
             }
+        }
+        if aligning {
+            // The earliest record of each aligned partition left for later (held, or after
+            // the batch closed): nothing after it in its partition is earlier.
+            let mut heads: HashMap<(String, i32), i64> = HashMap::new();
+            for &i in gate
+                .held_records
+                .iter()
+                .chain(&order[handled.min(order.len())..])
+            {
+                let m = &batch[i];
+                if align::rank(&self.opts.tables, &self.opts.input_topics, m.topic()).is_some() {
+                    let head = heads
+                        .entry((m.topic().to_string(), m.partition()))
+                        .or_insert(i64::MAX);
+                    *head = (*head).min(align::ts(m));
+                }
+            }
+            self.batch_alignment = (gate.held_records, gate.seen, heads);
         }
         let owned_offsets: Vec<(String, i32, i64)> = next_offsets
             .iter()
@@ -1503,7 +1733,8 @@ impl<P: Processor> Runtime<P> {
                     .map_err(|e| fail(e, slow))?;
                 last_changelog.insert((0, *p), f);
             }
-            for (i, n) in task.named.iter().enumerate() {
+            // Tables (after the named stores) have no changelog: their topic is one.
+            for (i, n) in task.named.iter().enumerate().take(self.stores.len()) {
                 let topic = &self.stores[i].1;
                 for (key, value) in n.overlay.column(Column::State) {
                     let k = Column::State.changelog_key(key);
@@ -1564,6 +1795,96 @@ impl<P: Processor> Runtime<P> {
             handled,
             next_offsets: owned_offsets,
         })
+    }
+
+    /// Timestamp alignment ([`super::align`]): whether the aligned record `m` (slot `k` of the
+    /// order) may be handled now — every other table or input partition of its partition
+    /// number holds nothing that must come first. If not, its partition number is held for
+    /// the rest of the batch. Records of other topics are always handled.
+    fn may_handle(&self, gate: &mut align::Gate, k: usize, m: &OwnedMessage) -> bool {
+        let (tables, inputs) = (&self.opts.tables, &self.opts.input_topics);
+        let Some(r) = align::rank(tables, inputs, m.topic()) else {
+            return true;
+        };
+        let p = m.partition();
+        if gate.held.contains(&p) {
+            return false;
+        }
+        let t = align::ts(m);
+        let others = tables
+            .iter()
+            .map(|(_, t)| (t.as_str(), 0u8))
+            .chain(inputs.iter().map(|t| (t.as_str(), 1u8)))
+            .filter(|(t, _)| *t != m.topic());
+        for (other, other_rank) in others {
+            let key = (other.to_string(), p);
+            if gate.last_slot.get(&key).is_some_and(|l| *l > k) {
+                continue;
+            }
+            if align::seen_past(gate.seen.get(&key).copied(), t, r, other_rank)
+                || align::seen_past(self.aligned_head.get(&key).copied(), t, r, other_rank)
+            {
+                continue;
+            }
+            let caught_up = match gate.caught_up.get(&key) {
+                Some(c) => *c,
+                None => {
+                    let c = self.read_to_its_end(other, p);
+                    gate.caught_up.insert(key, c);
+                    c
+                }
+            };
+            if !caught_up {
+                tracing::debug!(
+                    topic = m.topic(),
+                    partition = p,
+                    offset = m.offset(),
+                    waits_for = other,
+                    "held for timestamp alignment"
+                );
+                gate.held.insert(p);
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Whether this consumer has read `topic[partition]` to its last stable offset: nothing
+    /// committed there is left to fetch (markers included, which move the position too).
+    fn read_to_its_end(&self, topic: &str, partition: i32) -> bool {
+        let position = self
+            .consumer
+            .position()
+            .ok()
+            .and_then(|tpl| tpl.find_partition(topic, partition).map(|e| e.offset()));
+        let position = match position {
+            Some(Offset::Offset(o)) => o,
+            // Nothing delivered since the assignment (or a seek): the consumer fetches from
+            // the group's committed offset.
+            _ => {
+                let mut tpl = TopicPartitionList::new();
+                tpl.add_partition(topic, partition);
+                match self
+                    .consumer
+                    .committed_offsets(tpl, Duration::from_secs(5))
+                    .map(|c| c.find_partition(topic, partition).map(|e| e.offset()))
+                {
+                    Ok(Some(Offset::Offset(o))) => o,
+                    _ => -1,
+                }
+            }
+        };
+        // Asked by a read_committed consumer, the broker answers the last stable offset.
+        match self
+            .consumer
+            .fetch_watermarks(topic, partition, Duration::from_secs(5))
+        {
+            Ok((low, stable)) => stable <= position.max(low),
+            Err(e) => {
+                tracing::warn!(topic, partition, error = %e, "end of a partition unknown; its partition number waits");
+                false
+            }
+        }
     }
 
     /// Expires dedup ids older than the retention window, oldest batch first and a bounded

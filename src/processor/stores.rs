@@ -91,6 +91,8 @@ pub(crate) struct StoreView<'a> {
     store: &'a Store,
     batch: &'a Overlay,
     pub(crate) pending: Overlay,
+    /// A table's store: only its topic's records write it.
+    read_only: bool,
 }
 
 impl<'a> StoreView<'a> {
@@ -100,7 +102,14 @@ impl<'a> StoreView<'a> {
             store,
             batch,
             pending: Overlay::default(),
+            read_only: false,
         }
+    }
+
+    /// Marks the view as a table's: `put` and `delete` fail.
+    pub(crate) fn read_only(mut self, read_only: bool) -> Self {
+        self.read_only = read_only;
+        self
     }
 }
 
@@ -194,8 +203,21 @@ impl<'c, 'a, K, V> KeyValueStore<'c, 'a, K, V> {
         }
     }
 
-    /// Writes `key` (committed with the record's offset).
+    /// A write to a table's store fails: a table changes only through its topic, which is its
+    /// changelog (a write here would never reach it and be lost on the next restore).
+    fn writable(&self) -> Result<(), ProcessError> {
+        if self.view.read_only {
+            return Err(ProcessError::permanent(format!(
+                "store {} is a table: it changes only through its topic",
+                self.handle.name
+            )));
+        }
+        Ok(())
+    }
+
+    /// Writes `key` (committed with the record's offset). Fails on a table's store.
     pub fn put(&mut self, key: &K, value: &V) -> Result<(), ProcessError> {
+        self.writable()?;
         let k = self.key_bytes(key)?;
         let bytes = self.handle.values.serialize(value).map_err(|e| {
             ProcessError::permanent(format!("store {} value: {e}", self.handle.name))
@@ -204,8 +226,9 @@ impl<'c, 'a, K, V> KeyValueStore<'c, 'a, K, V> {
         Ok(())
     }
 
-    /// Deletes `key` (a changelog tombstone at commit).
+    /// Deletes `key` (a changelog tombstone at commit). Fails on a table's store.
     pub fn delete(&mut self, key: &K) -> Result<(), ProcessError> {
+        self.writable()?;
         let k = self.key_bytes(key)?;
         self.view.pending.delete(Column::State, &k);
         Ok(())

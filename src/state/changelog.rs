@@ -20,7 +20,7 @@ use rdkafka::Message;
 
 use super::store::CheckpointAt;
 use super::{dedup, Column, Overlay, StateError, Store};
-use crate::kafka::reader::{read_to_end, ReadError};
+use crate::kafka::reader::{read_until, ReadError};
 use crate::kafka::{ClientRole, KafkaClients};
 
 /// Kafka's default `delete.retention.ms` (one day): assumed when the topic's cannot be read.
@@ -148,7 +148,44 @@ pub fn restore(
     partition: i32,
     timeout: Duration,
 ) -> Result<RestoreStats, StateError> {
-    restore_waiting(clients, store, topic, partition, timeout, BROKER_WAIT_MAX)
+    restore_waiting(
+        clients,
+        store,
+        topic,
+        partition,
+        timeout,
+        BROKER_WAIT_MAX,
+        None,
+    )
+}
+
+/// Restores a table's store from the table's own topic (which is its changelog: there is no
+/// second copy), from the store's checkpoint up to `until`, the group's committed offset of
+/// `topic[partition]` — not to the end: the records after it are input the runtime has yet to
+/// process, in order with the stream. Records are applied as they are (key bytes → value
+/// bytes; a null value deletes the key; a record without a key is skipped), and the checkpoint
+/// is the table topic's offset.
+///
+/// Fails like [`restore`] when the checkpoint is stale, and with
+/// [`StateError::CheckpointAhead`] when it lies past `until` (the group's offsets were reset
+/// or expired): the caller wipes the store and restores it again from the topic alone.
+pub fn restore_table(
+    clients: &KafkaClients,
+    store: &Store,
+    topic: &str,
+    partition: i32,
+    until: i64,
+    timeout: Duration,
+) -> Result<RestoreStats, StateError> {
+    restore_waiting(
+        clients,
+        store,
+        topic,
+        partition,
+        timeout,
+        BROKER_WAIT_MAX,
+        Some(until),
+    )
 }
 
 /// One attempt at a restore did not finish.
@@ -173,12 +210,13 @@ fn restore_waiting(
     partition: i32,
     timeout: Duration,
     broker_wait: Duration,
+    until: Option<i64>,
 ) -> Result<RestoreStats, StateError> {
     let started = Instant::now();
     let mut attempts = 0u32;
     loop {
         attempts += 1;
-        let e = match restore_once(clients, store, topic, partition, timeout, started) {
+        let e = match restore_once(clients, store, topic, partition, timeout, started, until) {
             Ok(stats) => return Ok(stats),
             Err(Attempt::Failed(e)) => return Err(e),
             Err(Attempt::Unreachable(e)) => e,
@@ -208,7 +246,8 @@ fn restore_waiting(
     }
 }
 
-/// One attempt: from the store's checkpoint to the end, within `timeout`.
+/// One attempt: from the store's checkpoint to the end (a table: to `until`, its records
+/// applied as they are), within `timeout`.
 fn restore_once(
     clients: &KafkaClients,
     store: &Store,
@@ -216,15 +255,35 @@ fn restore_once(
     partition: i32,
     timeout: Duration,
     started: Instant,
+    until: Option<i64>,
 ) -> Result<RestoreStats, Attempt> {
     check_fresh(clients, store, topic, partition)?;
     let checkpoint = store.checkpoint()?;
+    if let (Some(c), Some(u)) = (checkpoint, until) {
+        if c > u {
+            return Err(Attempt::Failed(StateError::CheckpointAhead {
+                topic: topic.to_string(),
+                partition,
+                checkpoint: c,
+                end: u,
+            }));
+        }
+    }
+    let table = until.is_some();
+    let flush = |store: &Store, pending: &mut Vec<_>, next: i64| {
+        if table {
+            flush_table(store, pending, next)
+        } else {
+            flush(store, pending, next)
+        }
+    };
     let mut pending: Vec<(Vec<u8>, Option<Vec<u8>>)> = Vec::with_capacity(APPLY_EVERY);
     let mut records = 0u64;
     let mut first: Option<i64> = None;
     let mut apply_error: Option<StateError> = None;
     let starts = BTreeMap::from([(partition, checkpoint)]);
-    let result = read_to_end(clients, topic, &starts, timeout, |m| {
+    let bound: BTreeMap<i32, i64> = until.map(|u| (partition, u)).into_iter().collect();
+    let result = read_until(clients, topic, &starts, &bound, timeout, |m| {
         first.get_or_insert(m.offset());
         if let Some(k) = m.key() {
             pending.push((k.to_vec(), m.payload().map(<[u8]>::to_vec)));
@@ -271,7 +330,7 @@ fn restore_once(
             message: other.to_string(),
         }),
     })?;
-    let to = ends.get(&partition).copied().unwrap_or_default();
+    let to = until.unwrap_or_else(|| ends.get(&partition).copied().unwrap_or_default());
     if !pending.is_empty() || checkpoint != Some(to) {
         records += flush(store, &mut pending, to)? as u64;
     }
@@ -296,6 +355,26 @@ fn flush(
         }
     }
     store.apply(&overlay, Some(next))?;
+    pending.clear();
+    Ok(n)
+}
+
+/// Applies a table's records (raw key → value, a null value deleting the key) with the table
+/// topic's offset `next` as the checkpoint.
+fn flush_table(
+    store: &Store,
+    pending: &mut Vec<(Vec<u8>, Option<Vec<u8>>)>,
+    next: i64,
+) -> Result<usize, StateError> {
+    let mut overlay = Overlay::default();
+    for (k, v) in pending.iter() {
+        match v {
+            Some(v) => overlay.put(Column::State, k, v.clone()),
+            None => overlay.delete(Column::State, k),
+        }
+    }
+    store.apply(&overlay, Some(next))?;
+    let n = pending.len();
     pending.clear();
     Ok(n)
 }
@@ -364,6 +443,7 @@ mod tests {
             0,
             Duration::from_secs(1),
             Duration::from_secs(2),
+            None,
         );
         match got {
             Err(StateError::Changelog { message, .. }) => {

@@ -13,7 +13,7 @@ pub mod merge;
 pub mod overlay;
 pub mod store;
 
-pub use changelog::{restore, RestoreStats};
+pub use changelog::{restore, restore_table, RestoreStats};
 pub use overlay::{Column, Overlay};
 pub use store::{CheckpointAt, Entry, Store, StoreCache};
 

@@ -263,6 +263,18 @@ pub const FRAMEWORK: &[MetricDef] = &[
         "Timer callbacks that failed or whose outputs were refused; each such timer was dead-lettered to the first input's DLT, by kind.",
     ),
     metric(
+        "eosflow_table_records_skipped_total",
+        Counter,
+        Unit::Count,
+        "Records of a table's topic without a key, skipped (a table row needs one), by table.",
+    ),
+    metric(
+        "eosflow_join_dropped_records_total",
+        Counter,
+        Unit::Count,
+        "Stream records a stream-table join produced no result for, by node and reason: no-key, no-value (a stream tombstone), no-table-value (an inner join whose key the table lacks at that point).",
+    ),
+    metric(
         "eosflow_late_records_total",
         Counter,
         Unit::Count,

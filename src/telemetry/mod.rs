@@ -89,6 +89,19 @@ pub fn timer_failed(kind: &str) {
     metrics::counter!("eosflow_timers_failed_total", "kind" => kind.to_string()).increment(1);
 }
 
+/// A table topic's record without a key, skipped (it cannot be a table row).
+pub fn table_record_skipped(table: &str) {
+    metrics::counter!("eosflow_table_records_skipped_total", "table" => table.to_string())
+        .increment(1);
+}
+
+/// A stream record a stream-table join node dropped, by node and reason (`no-key`,
+/// `no-value`, `no-table-value`: an inner join's stream record whose key the table lacks).
+pub fn join_dropped(node: &str, reason: &'static str) {
+    metrics::counter!("eosflow_join_dropped_records_total", "node" => node.to_string(), "reason" => reason)
+        .increment(1);
+}
+
 /// A windowed aggregate node met a record too late for every window it belongs to (it went
 /// to the DLT or the node's late-record sink).
 pub fn late_record(node: &str) {

@@ -20,6 +20,7 @@ use crate::serdes::{Serde, SerdeError};
 use crate::sink::SinkError;
 use crate::state::{dedup, Column, Overlay, StateError, Store, StoreCache};
 use crate::topology::windows::{Window, WindowStore, WindowStoreHandle};
+use crate::topology::TableHandle;
 
 /// Why the driver could not do what the test asked.
 #[derive(Debug, thiserror::Error)]
@@ -162,6 +163,7 @@ impl<P: Processor> TopologyTestDriver<P> {
             dedup_purge_interval: Duration::from_secs(config.state.dedup_purge_interval_secs),
             dlt_depth_interval: Duration::ZERO,
             exactly_once: true,
+            tables: processor.tables(),
         };
         Ok(Self {
             cache: StoreCache::new(opts.block_cache_bytes),
@@ -205,6 +207,20 @@ impl<P: Processor> TopologyTestDriver<P> {
                 store: open(&name)?,
                 name,
                 overlay: Overlay::default(),
+                table: false,
+            });
+        }
+        // Tables after the named stores, as in the runtime; piped records of a table's topic
+        // update its store (the engine's own rule).
+        for (name, topic) in self.opts.tables.clone() {
+            let path = self
+                .dir
+                .join(format!("{}-{name}-table-{p}", self.opts.app_id));
+            named.push(NamedStore {
+                store: Store::open(&path, &format!("{topic}[{p}]"), &self.cache)?.0,
+                name,
+                overlay: Overlay::default(),
+                table: true,
             });
         }
         self.tasks.insert(p, Task::open(store, named)?);
@@ -320,6 +336,30 @@ impl<P: Processor> TopologyTestDriver<P> {
             Some(values.serialize(value)?),
         );
         self.pipe(record)
+    }
+
+    /// Pipes one row into `table`'s topic, partition 0: `Some(value)` sets `key`, `None` is a
+    /// tombstone that deletes it (serialized with the table's serdes).
+    pub fn pipe_table<K, V>(
+        &mut self,
+        table: &TableHandle<K, V>,
+        key: &K,
+        value: Option<&V>,
+    ) -> Result<(), DriverError> {
+        let key = table.store().key_serde().serialize(key)?;
+        let value = value
+            .map(|v| table.store().value_serde().serialize(v))
+            .transpose()?;
+        self.pipe(TestRecord::new(table.topic(), Some(key), value))
+    }
+
+    /// The committed row of `key` in `table` (partition 0).
+    pub fn table_get<K, V>(
+        &mut self,
+        table: &TableHandle<K, V>,
+        key: &K,
+    ) -> Result<Option<V>, DriverError> {
+        self.store_get(table.store(), key)
     }
 
     /// Pipes raw bytes into `topic`, partition 0.

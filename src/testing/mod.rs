@@ -4,6 +4,8 @@
 //! only when the test says. Kafka Streams users know it as `TopologyTestDriver`.
 
 mod driver;
+#[cfg(test)]
+mod join_tests;
 mod memory;
 mod records;
 #[cfg(test)]

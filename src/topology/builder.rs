@@ -5,6 +5,7 @@
 use std::marker::PhantomData;
 
 use super::node::{downcast, AnyRecord, NodeProcessor, TypedRecord};
+use super::tables::{StreamTableJoin, TableHandle};
 use super::time::TimestampExtractor;
 use super::windows::{WindowStoreHandle, WindowedAggregate};
 use super::TopologyError;
@@ -105,6 +106,8 @@ pub struct TopologyBuilder {
     errors: Vec<String>,
     default_store: Option<String>,
     unordered: bool,
+    /// The tables added: (store name, topic).
+    tables: Vec<(String, String)>,
 }
 
 /// A runnable topology: give it to [`crate::processor::Runtime::new`] (it is a
@@ -114,6 +117,8 @@ pub struct Topology {
     pub(crate) stores: Vec<String>,
     pub(crate) default_store: String,
     pub(crate) ordered: bool,
+    /// The tables: (store name, topic).
+    pub(crate) tables: Vec<(String, String)>,
 }
 
 impl std::fmt::Debug for Topology {
@@ -122,6 +127,7 @@ impl std::fmt::Debug for Topology {
         f.debug_struct("Topology")
             .field("nodes", &nodes)
             .field("stores", &self.stores)
+            .field("tables", &self.tables)
             .finish()
     }
 }
@@ -305,6 +311,124 @@ impl TopologyBuilder {
         self
     }
 
+    /// A table materializing `table`'s topic (see [`super::tables`]): the topic is consumed
+    /// with the sources (co-partitioned with them) and is the table's changelog — no
+    /// `<app>-<name>-changelog` is created. Join it with
+    /// [`TopologyBuilder::add_stream_table_join`] or
+    /// [`TopologyBuilder::add_stream_table_left_join`].
+    pub fn add_table<K, V>(&mut self, table: &TableHandle<K, V>) -> &mut Self {
+        let (name, topic) = (table.name().to_string(), table.topic().to_string());
+        if self.tables.iter().any(|(n, _)| *n == name) {
+            self.errors.push(format!("table {name:?} is added twice"));
+        }
+        self.tables.push((name, topic));
+        self
+    }
+
+    /// An inner stream-table join node `name`: each `(K, V)` record its `parents` forward is
+    /// looked up in `table` by key; when the table has the key, `joiner(key, value, row)` is
+    /// forwarded as `(K, R)` (nothing if it returns `None`). A record whose key the table
+    /// lacks gives nothing and is counted (`eosflow_join_dropped_records_total`). The table
+    /// must be added first ([`TopologyBuilder::add_table`]).
+    pub fn add_stream_table_join<K, V, T, R>(
+        &mut self,
+        name: &str,
+        parents: &[&str],
+        table: &TableHandle<K, T>,
+        joiner: impl Fn(&K, &V, &T) -> Option<R> + Send + 'static,
+    ) -> &mut Self
+    where
+        K: Clone + Send + 'static,
+        V: Send + 'static,
+        T: 'static,
+        R: Clone + Send + 'static,
+    {
+        let joiner = move |k: &K, v: &V, t: Option<&T>| t.and_then(|t| joiner(k, v, t));
+        self.add_join(name, parents, table, Box::new(joiner), false)
+    }
+
+    /// A left stream-table join node `name`: as [`TopologyBuilder::add_stream_table_join`],
+    /// but a record whose key the table lacks is joined with `None`.
+    pub fn add_stream_table_left_join<K, V, T, R>(
+        &mut self,
+        name: &str,
+        parents: &[&str],
+        table: &TableHandle<K, T>,
+        joiner: impl Fn(&K, &V, Option<&T>) -> Option<R> + Send + 'static,
+    ) -> &mut Self
+    where
+        K: Clone + Send + 'static,
+        V: Send + 'static,
+        T: 'static,
+        R: Clone + Send + 'static,
+    {
+        self.add_join(name, parents, table, Box::new(joiner), true)
+    }
+
+    fn add_join<K, V, T, R>(
+        &mut self,
+        name: &str,
+        parents: &[&str],
+        table: &TableHandle<K, T>,
+        joiner: super::tables::Joiner<K, V, T, R>,
+        left: bool,
+    ) -> &mut Self
+    where
+        K: Clone + Send + 'static,
+        V: Send + 'static,
+        T: 'static,
+        R: Clone + Send + 'static,
+    {
+        let known = self
+            .tables
+            .iter()
+            .any(|(n, t)| n == table.name() && t == table.topic());
+        if !known {
+            self.errors.push(format!(
+                "join {name:?} reads table {:?} of {:?}, which is not added before it (add_table)",
+                table.name(),
+                table.topic()
+            ));
+        }
+        let node = StreamTableJoin {
+            table: table.store().clone(),
+            joiner,
+            left,
+            _types: PhantomData,
+        };
+        self.add_processor(name, node, parents);
+        if let Some(Node {
+            kind: Kind::Processor { stores, .. },
+            ..
+        }) = self.nodes.last_mut()
+        {
+            stores.push(table.name().to_string());
+        }
+        self
+    }
+
+    /// Lets `processors` read `table` with [`super::NodeContext::store`]`(table.store())`
+    /// (read-only: a table changes only through its topic).
+    pub fn attach_table<K, V>(
+        &mut self,
+        table: &TableHandle<K, V>,
+        processors: &[&str],
+    ) -> &mut Self {
+        for p in processors {
+            match self.nodes.iter_mut().find(|n| n.name == *p) {
+                Some(Node {
+                    kind: Kind::Processor { stores, .. },
+                    ..
+                }) => stores.push(table.name().to_string()),
+                _ => self.errors.push(format!(
+                    "table {:?} is attached to {p:?}, which is not a processor added before it",
+                    table.name()
+                )),
+            }
+        }
+        self
+    }
+
     /// A sink `name` writing what `parents` forward to `topic`, serialized with these serdes.
     pub fn add_sink<K, V>(
         &mut self,
@@ -369,6 +493,19 @@ impl TopologyBuilder {
                 "store {default_store:?} is also the default store's name"
             ));
         }
+        for (name, topic) in &self.tables {
+            if self.stores.contains(name) || *name == default_store {
+                errors.push(format!("table {name:?} has the name of a store"));
+            }
+            if nodes
+                .iter()
+                .any(|n| matches!(&n.kind, Kind::Source { topics, .. } if topics.contains(topic)))
+            {
+                errors.push(format!(
+                    "topic {topic:?} is read by a source and by table {name:?}"
+                ));
+            }
+        }
         let mut seen_topics: Vec<&str> = Vec::new();
         for n in &nodes {
             match &n.kind {
@@ -419,6 +556,7 @@ impl TopologyBuilder {
             stores: std::mem::take(&mut self.stores),
             default_store,
             ordered: !self.unordered,
+            tables: std::mem::take(&mut self.tables),
         })
     }
 }

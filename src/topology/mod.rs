@@ -37,11 +37,13 @@
 
 mod builder;
 mod node;
+pub mod tables;
 mod time;
 pub mod windows;
 
 pub use builder::{Topology, TopologyBuilder};
 pub use node::{NodeContext, NodeProcessor, TypedRecord};
+pub use tables::TableHandle;
 pub use time::{ExtractFn, TimestampExtractor};
 
 use builder::Kind;
@@ -90,6 +92,12 @@ impl Topology {
                 _ => None,
             })
             .collect()
+    }
+
+    /// Every table's topic, in the order the tables were added: consumed with the sources,
+    /// co-partitioned with them, and each its table's changelog.
+    pub fn table_topics(&self) -> Vec<String> {
+        self.tables.iter().map(|(_, t)| t.clone()).collect()
     }
 
     /// The named stores, in the order they were added.
@@ -309,6 +317,10 @@ impl Processor for Topology {
 
     fn input_topics(&self) -> Option<Vec<String>> {
         Some(self.source_topics())
+    }
+
+    fn tables(&self) -> Vec<(String, String)> {
+        self.tables.clone()
     }
 }
 

@@ -1,0 +1,192 @@
+//! Tables and stream-table joins (Kafka Streams' `builder.table(topic)`, `KStream.join(KTable)`
+//! and `KStream.leftJoin(KTable)`).
+//!
+//! A **table** materializes a compacted topic, co-partitioned with the stream, into a store per
+//! partition: each record of the topic is an upsert of its key (a null value deletes it). The
+//! topic is the table's changelog — there is no `<app>-<table>-changelog` copy: on assignment
+//! the store is restored from the topic up to the group's committed offset of it, then the
+//! runtime consumes the topic with the inputs and writes its records into the store inside
+//! the batch's transaction, committed with the offsets. The store's checkpoint is the topic's
+//! offset, applied only after the commit; so across `kill -9` a table record is applied once
+//! to the state every later stream record sees, never skipped.
+//!
+//! A **stream-table join** node looks each stream record's key up in the table as it stands
+//! when the record is processed and forwards the joiner's result, keyed by the stream key,
+//! with the stream record's timestamp and headers (the runtime stamps the envelope with the
+//! stream record as cause). Only the stream side triggers output: a table update joins
+//! nothing by itself, and does not change results already sent.
+//!
+//! - inner ([`super::TopologyBuilder::add_stream_table_join`]): a stream record whose key is
+//!   not in the table gives nothing, counted in
+//!   `eosflow_join_dropped_records_total{node, reason="no-table-value"}` (Kafka Streams drops it
+//!   silently);
+//! - left ([`super::TopologyBuilder::add_stream_table_left_join`]): the joiner gets `None`.
+//!
+//! Either kind drops stream records without a key (`reason="no-key"`) or without a value
+//! (`reason="no-value"`), as Kafka Streams does. The joiner returning `None` forwards nothing.
+//!
+//! Order between the two topics is by timestamp: within one partition number, the runtime
+//! handles the table's and the inputs' records in timestamp order (a table record before a
+//! stream record of the same time) and handles a record only once the other partitions have
+//! shown they hold nothing earlier — a later record of theirs polled, or read to their end —
+//! so a stream record joins the row its key had at the stream record's time, across restarts
+//! too. Each partition is assumed to be in timestamp order (Kafka Streams' choice of the
+//! record with the lowest timestamp across a task's partitions).
+//!
+//! ```
+//! use eosflow::serdes::StringSerde;
+//! use eosflow::testing::{TestRecord, TopologyTestDriver};
+//! use eosflow::topology::{TableHandle, Topology};
+//!
+//! // Page views enriched with the user's name from the compacted `users` topic.
+//! let users = TableHandle::new("users", "users", StringSerde, StringSerde);
+//! let topology = Topology::builder()
+//!     .add_source("views", &["views"], StringSerde, StringSerde)
+//!     .add_table(&users)
+//!     .add_stream_table_left_join("enrich", &["views"], &users, |_user, page: &String, name: Option<&String>| {
+//!         Some(format!("{page} by {}", name.map_or("someone", String::as_str)))
+//!     })
+//!     .add_sink("out", "enriched-views", StringSerde, StringSerde, &["enrich"])
+//!     .build()?;
+//! assert_eq!(topology.table_topics(), vec!["users".to_string()]);
+//! // The users topic is the table's changelog: no `<app>-users-changelog` is needed.
+//! assert_eq!(topology.changelog_topics("app"), vec!["app-state-changelog".to_string()]);
+//!
+//! let mut driver = TopologyTestDriver::new(topology)?;
+//! driver.pipe(TestRecord::new("views", Some("ann"), Some("/home")).id("view-1"))?;
+//! driver.pipe_table(&users, &"ann".to_string(), Some(&"Ann".to_string()))?; // joins nothing
+//! driver.pipe(TestRecord::new("views", Some("ann"), Some("/cart")).id("view-2"))?;
+//! driver.pipe_table(&users, &"ann".to_string(), None)?; // a tombstone deletes the row
+//! driver.pipe(TestRecord::new("views", Some("ann"), Some("/exit")).id("view-3"))?;
+//! let out = driver.read_raw_output("enriched-views");
+//! let values: Vec<String> = out.iter().map(|r| r.value_text()).collect();
+//! assert_eq!(values, ["/home by someone", "/cart by Ann", "/exit by someone"]);
+//! // Each result is caused by its stream record.
+//! assert_eq!(out[1].header("causation_id"), Some("view-2"));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use super::node::{NodeContext, NodeProcessor, TypedRecord};
+use crate::processor::StoreHandle;
+use crate::record::ProcessError;
+use crate::serdes::Serde;
+use crate::telemetry;
+
+/// A table: its store's name, its topic and its key and value serdes. Added to a topology
+/// with [`super::TopologyBuilder::add_table`] and joined with
+/// [`super::TopologyBuilder::add_stream_table_join`] (or `_left_join`); processors it is
+/// attached to read it with [`super::NodeContext::store`]`(table.store())` (read-only).
+/// Cheap to clone.
+pub struct TableHandle<K, V> {
+    store: StoreHandle<K, V>,
+    topic: Arc<str>,
+}
+
+impl<K, V> Clone for TableHandle<K, V> {
+    fn clone(&self) -> Self {
+        Self {
+            store: self.store.clone(),
+            topic: self.topic.clone(),
+        }
+    }
+}
+
+impl<K, V> std::fmt::Debug for TableHandle<K, V> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TableHandle")
+            .field("name", &self.store.name())
+            .field("topic", &self.topic)
+            .finish()
+    }
+}
+
+impl<K, V> TableHandle<K, V> {
+    /// The table `name` (its store's name) of `topic`, whose keys and values use these serdes.
+    /// The key serde must write keys as the stream's key serde does: the join looks the
+    /// stream key up by its bytes.
+    pub fn new(
+        name: impl Into<String>,
+        topic: impl Into<String>,
+        keys: impl Serde<K> + 'static,
+        values: impl Serde<V> + 'static,
+    ) -> Self {
+        Self {
+            store: StoreHandle::new(name, keys, values),
+            topic: Arc::from(topic.into()),
+        }
+    }
+
+    /// The table's name (its store's).
+    pub fn name(&self) -> &str {
+        self.store.name()
+    }
+
+    /// The topic the table materializes (and restores from).
+    pub fn topic(&self) -> &str {
+        &self.topic
+    }
+
+    /// The table's store, to read it from a processor it is attached to.
+    pub fn store(&self) -> &StoreHandle<K, V> {
+        &self.store
+    }
+}
+
+/// The joiner of a stream-table join: the stream key and value and the table's value (`None`
+/// only in a left join), to the result (`None`: forward nothing).
+pub(crate) type Joiner<K, V, T, R> = Box<dyn Fn(&K, &V, Option<&T>) -> Option<R> + Send>;
+
+/// The node of a stream-table join.
+pub(crate) struct StreamTableJoin<K, V, T, R> {
+    pub(crate) table: StoreHandle<K, T>,
+    pub(crate) joiner: Joiner<K, V, T, R>,
+    /// Left join: a stream record whose key the table lacks is joined with `None`.
+    pub(crate) left: bool,
+    pub(crate) _types: PhantomData<fn(V, R)>,
+}
+
+impl<K, V, T, R> NodeProcessor<K, V> for StreamTableJoin<K, V, T, R>
+where
+    K: Clone + Send + 'static,
+    V: Send + 'static,
+    T: 'static,
+    R: Clone + Send + 'static,
+{
+    fn process(
+        &mut self,
+        ctx: &mut NodeContext<'_, '_>,
+        record: TypedRecord<K, V>,
+    ) -> Result<(), ProcessError> {
+        let TypedRecord {
+            key,
+            value,
+            timestamp,
+            headers,
+        } = record;
+        let Some(key) = key else {
+            telemetry::join_dropped(ctx.node_name(), "no-key");
+            return Ok(());
+        };
+        let Some(value) = value else {
+            telemetry::join_dropped(ctx.node_name(), "no-value");
+            return Ok(());
+        };
+        let row = ctx.store(&self.table)?.get(&key)?;
+        if row.is_none() && !self.left {
+            telemetry::join_dropped(ctx.node_name(), "no-table-value");
+            return Ok(());
+        }
+        if let Some(out) = (self.joiner)(&key, &value, row.as_ref()) {
+            ctx.forward(TypedRecord {
+                key: Some(key),
+                value: Some(out),
+                timestamp,
+                headers,
+            });
+        }
+        Ok(())
+    }
+}
