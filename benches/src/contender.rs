@@ -187,7 +187,12 @@ pub fn spawn(who: Contender, l: &Launch, i: usize) -> Result<Instance, BenchErro
                 .env("EOSFLOW_PROCESSOR_GUARANTEE", guarantee)
                 .env("EOSFLOW_PROCESSOR_SESSION_TIMEOUT_MS", "6000")
                 .env("EOSFLOW_STATE_DIR", &state)
-                .env("EOSFLOW_METRICS_LISTEN", "");
+                // No endpoint (instances would share a port), unless `BENCH_METRICS_LISTEN`
+                // asks for one: to watch a single instance's batches while it runs.
+                .env(
+                    "EOSFLOW_METRICS_LISTEN",
+                    std::env::var("BENCH_METRICS_LISTEN").unwrap_or_default(),
+                );
             c
         }
         Contender::KafkaStreams => {

@@ -276,23 +276,31 @@ where
         if open.is_empty() {
             return self.late(ctx, record, &all, ts, stream);
         }
+        let k = self.key_bytes(key)?;
         for w in open {
+            let dk = data_key(&k, w.start);
             let mut store = ctx.window_store(&self.store)?;
-            let previous = store.fetch(key, w.start)?;
-            let new = previous.is_none();
-            let agg = (self.aggregate)(key, value, previous.unwrap_or_else(|| (self.init)()));
-            store.put(key, w, &agg)?;
-            self.after_update(ctx, key, w, agg, new)?;
+            // One read per window: its value and end go to the write.
+            let previous = store.fetch_raw(&dk)?;
+            let previous_end = previous.as_ref().map(|(pw, _)| pw.end);
+            let agg = match previous {
+                Some((_, a)) => (self.aggregate)(key, value, a),
+                None => (self.aggregate)(key, value, (self.init)()),
+            };
+            store.put_read(&k, w, previous_end, &agg)?;
+            self.after_update(ctx, key, (w, dk), agg, previous_end.is_none())?;
         }
         Ok(())
     }
 
     /// Forwards an update, or schedules the close of a new window.
+    /// What follows a window's update: its result forwarded, or its close timer scheduled when
+    /// the window is new (`dk`: the window's store key, which the timer carries).
     fn after_update(
         &self,
         ctx: &mut NodeContext<'_, '_>,
         key: &K,
-        w: Window,
+        (w, dk): (Window, Vec<u8>),
         agg: A,
         new: bool,
     ) -> Result<(), ProcessError> {
@@ -302,18 +310,20 @@ where
                 Ok(())
             }
             EmitStrategy::OnWindowClose if new => {
-                let k = self.store_key(key, w.start)?;
-                ctx.schedule(Timer::event_time(k, self.close_time(w)))
+                ctx.schedule(Timer::event_time(dk, self.close_time(w)))
             }
             EmitStrategy::OnWindowClose => Ok(()),
         }
     }
 
-    fn store_key(&self, key: &K, start: i64) -> Result<Vec<u8>, ProcessError> {
-        let k = self.store.key_serde().serialize(key).map_err(|e| {
+    fn key_bytes(&self, key: &K) -> Result<Vec<u8>, ProcessError> {
+        self.store.key_serde().serialize(key).map_err(|e| {
             ProcessError::permanent(format!("window store {} key: {e}", self.store.name()))
-        })?;
-        Ok(data_key(&k, start))
+        })
+    }
+
+    fn store_key(&self, key: &K, start: i64) -> Result<Vec<u8>, ProcessError> {
+        Ok(data_key(&self.key_bytes(key)?, start))
     }
 
     /// A record of session windows: merged with the open sessions within the gap of it.
@@ -351,7 +361,6 @@ where
             }
         }
         store.put(key, session, &agg)?;
-        let existed = near.iter().any(|(w, _)| w.start == session.start);
         for w in gone {
             match self.emit {
                 EmitStrategy::OnWindowUpdate => self.forward(ctx, key, w, None),
@@ -365,7 +374,9 @@ where
             let k = self.store_key(key, session.start)?;
             return ctx.schedule(Timer::event_time(k, self.close_time(session)));
         }
-        self.after_update(ctx, key, session, agg, !existed)
+        // On update (on close returned above): the merged session's result.
+        self.forward(ctx, key, session, Some(agg));
+        Ok(())
     }
 }
 
@@ -422,7 +433,7 @@ where
                 ProcessError::permanent(format!("window store {} key: {e}", self.store.name()))
             })?;
         if self.retention == 0 {
-            store.remove_raw(&timer.key)?;
+            store.remove_read(&timer.key, w)?;
         } else {
             self.expire(ctx, timer.due_ms)?;
         }

@@ -238,14 +238,28 @@ impl<'c, 'a, K, V> WindowStore<'c, 'a, K, V> {
             .view
             .get(&dk)?
             .and_then(|b| split_value(&b).map(|(end, _)| end));
+        self.put_read(&k, window, previous_end, value)
+    }
+
+    /// [`Self::put`] for a caller that has just read the window under the same start
+    /// ([`Self::fetch_raw`]): `previous_end` is its end, `None` when there was none. Saves the
+    /// store read `put` makes to find it (the aggregate node reads every window it updates).
+    pub(crate) fn put_read(
+        &mut self,
+        k: &[u8],
+        window: Window,
+        previous_end: Option<i64>,
+        value: &V,
+    ) -> Result<(), ProcessError> {
+        let dk = data_key(k, window.start);
         if previous_end != Some(window.end) {
             if let Some(end) = previous_end {
                 let old = Window { end, ..window };
-                self.view.pending.delete(Column::State, &index_key(&k, old));
+                self.view.pending.delete(Column::State, &index_key(k, old));
             }
             self.view
                 .pending
-                .put(Column::State, &index_key(&k, window), Vec::new());
+                .put(Column::State, &index_key(k, window), Vec::new());
         }
         let v = self.handle.value_serde().serialize(value).map_err(|e| {
             ProcessError::permanent(format!("window store {} value: {e}", self.handle.name()))
@@ -268,12 +282,20 @@ impl<'c, 'a, K, V> WindowStore<'c, 'a, K, V> {
             return Ok(false);
         };
         let name = self.handle.name();
-        let (key, start) = parse_data_key(data).ok_or_else(|| corrupt(name))?;
+        let (_, start) = parse_data_key(data).ok_or_else(|| corrupt(name))?;
         let (end, _) = split_value(&bytes).ok_or_else(|| corrupt(name))?;
-        let index = index_key(key, Window { start, end });
+        self.remove_read(data, Window { start, end })?;
+        Ok(true)
+    }
+
+    /// [`Self::remove_raw`] for a caller that has just read the window under `data`
+    /// ([`Self::fetch_raw`]): no second read to find its end.
+    pub(crate) fn remove_read(&mut self, data: &[u8], window: Window) -> Result<(), ProcessError> {
+        let (key, _) = parse_data_key(data).ok_or_else(|| corrupt(self.handle.name()))?;
+        let index = index_key(key, window);
         self.view.pending.delete(Column::State, &index);
         self.view.pending.delete(Column::State, data);
-        Ok(true)
+        Ok(())
     }
 
     /// Retention: deletes the windows whose end is before `cutoff`, earliest end first, at
