@@ -753,12 +753,8 @@ impl<P: Processor> Runtime<P> {
             state_dir: self.opts.state_dir.clone(),
         };
         let owned = self.tasks.keys().copied().collect();
-        match super::standby::Standby::start(
-            self.clients.clone(),
-            self.cache.clone(),
-            opts,
-            owned,
-        ) {
+        match super::standby::Standby::start(self.clients.clone(), self.cache.clone(), opts, owned)
+        {
             Ok(s) => self.standby = Some(s),
             Err(e) => {
                 tracing::error!(error = %e, "standby replicas could not start; running without them")
@@ -850,8 +846,12 @@ impl<P: Processor> Runtime<P> {
                     }
                     batch.retain(|m| self.assigned.contains(m.topic(), m.partition()));
                     let live = self.assigned.partitions();
-                    let gone: Vec<i32> =
-                        self.tasks.keys().filter(|p| !live.contains(p)).copied().collect();
+                    let gone: Vec<i32> = self
+                        .tasks
+                        .keys()
+                        .filter(|p| !live.contains(p))
+                        .copied()
+                        .collect();
                     self.tasks.retain(|p, _| live.contains(p));
                     if let Some(s) = &self.standby {
                         s.disown(&gone);

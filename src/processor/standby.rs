@@ -110,11 +110,7 @@ pub fn assigned_partitions(bytes: &[u8], topic: &str) -> Option<Vec<i32>> {
 /// // Two copies with three members: every partition on both members that do not own it.
 /// assert_eq!(placement(&members, "eosflow-a", 2), [2, 3].into());
 /// ```
-pub fn placement(
-    members: &[(String, Vec<i32>)],
-    me: &str,
-    replicas: usize,
-) -> BTreeSet<i32> {
+pub fn placement(members: &[(String, Vec<i32>)], me: &str, replicas: usize) -> BTreeSet<i32> {
     let mut sorted: Vec<&(String, Vec<i32>)> = members.iter().collect();
     sorted.sort_by(|a, b| a.0.cmp(&b.0));
     sorted.dedup_by(|a, b| a.0 == b.0);
@@ -131,6 +127,9 @@ pub fn placement(
     }
     out
 }
+
+/// One changelog record as restore applies it: key, value (`None`: a tombstone).
+type Change = (Vec<u8>, Option<Vec<u8>>);
 
 /// What the tailer needs from the runtime.
 #[derive(Debug, Clone)]
@@ -219,9 +218,7 @@ impl Standby {
         let thread = std::thread::Builder::new()
             .name("eosflow-standby".into())
             .spawn(move || tailer.run())
-            .map_err(|e| {
-                KafkaError::ClientCreation(format!("standby tailer thread: {e}"))
-            })?;
+            .map_err(|e| KafkaError::ClientCreation(format!("standby tailer thread: {e}")))?;
         Ok(Self {
             shared,
             thread: Some(thread),
@@ -235,8 +232,12 @@ impl Standby {
         let mut copies = self.shared.lock();
         for p in partitions {
             copies.owned.insert(*p);
-            let keys: Vec<(usize, i32)> =
-                copies.stores.keys().filter(|(_, q)| q == p).copied().collect();
+            let keys: Vec<(usize, i32)> = copies
+                .stores
+                .keys()
+                .filter(|(_, q)| q == p)
+                .copied()
+                .collect();
             for k in keys {
                 copies.stores.remove(&k);
             }
@@ -387,11 +388,13 @@ impl Tailer {
         }
         let kept: BTreeSet<i32> = copies.stores.keys().map(|(_, p)| *p).collect();
         drop(copies);
-        self.consumer.assign(&tpl).map_err(|e| StateError::Changelog {
-            topic: self.opts.changelogs.join(","),
-            partition: -1,
-            message: format!("standby assign: {e}"),
-        })?;
+        self.consumer
+            .assign(&tpl)
+            .map_err(|e| StateError::Changelog {
+                topic: self.opts.changelogs.join(","),
+                partition: -1,
+                message: format!("standby assign: {e}"),
+            })?;
         self.assigned = want;
         for k in self.lag.keys().filter(|k| !self.assigned.contains(k)) {
             telemetry::standby_lag(&self.opts.changelogs[k.0], k.1, 0);
@@ -439,8 +442,7 @@ impl Tailer {
     /// consumer's position as its checkpoint (past transaction markers and aborted records).
     fn round(&mut self) -> Result<(), StateError> {
         let started = Instant::now();
-        let mut pending: BTreeMap<(usize, i32), Vec<(Vec<u8>, Option<Vec<u8>>)>> =
-            BTreeMap::new();
+        let mut pending: BTreeMap<(usize, i32), Vec<Change>> = BTreeMap::new();
         let mut read = 0usize;
         while started.elapsed() < ROUND && read < ROUND_RECORDS {
             match self.consumer.poll(Duration::from_millis(50)) {
@@ -465,11 +467,14 @@ impl Tailer {
                 None => break,
             }
         }
-        let positions = self.consumer.position().map_err(|e| StateError::Changelog {
-            topic: self.opts.changelogs.join(","),
-            partition: -1,
-            message: format!("standby position: {e}"),
-        })?;
+        let positions = self
+            .consumer
+            .position()
+            .map_err(|e| StateError::Changelog {
+                topic: self.opts.changelogs.join(","),
+                partition: -1,
+                message: format!("standby position: {e}"),
+            })?;
         let copies = self.shared.lock();
         for (&(c, p), store) in &copies.stores {
             let Some(Offset::Offset(next)) = positions
@@ -505,8 +510,7 @@ impl Tailer {
     fn report_lag(&mut self) {
         for &(c, p) in &self.assigned {
             let topic = &self.opts.changelogs[c];
-            let Ok((_, high)) = self.ends.fetch_watermarks(topic, p, Duration::from_secs(5))
-            else {
+            let Ok((_, high)) = self.ends.fetch_watermarks(topic, p, Duration::from_secs(5)) else {
                 continue;
             };
             let at = self.at.get(&(c, p)).copied().unwrap_or(0);
@@ -548,10 +552,7 @@ mod tests {
 
     #[test]
     fn placement_never_puts_a_copy_on_its_owner_and_caps_at_the_other_members() {
-        let members = vec![
-            ("b".to_string(), vec![1]),
-            ("a".to_string(), vec![0]),
-        ];
+        let members = vec![("b".to_string(), vec![1]), ("a".to_string(), vec![0])];
         assert_eq!(placement(&members, "a", 1), [1].into());
         assert_eq!(placement(&members, "b", 1), [0].into());
         // More copies than other members: each member still holds every partition it does not own.
