@@ -20,12 +20,16 @@ use rdkafka::Message;
 use support::http::{free_addr, get, metric};
 use support::pipeline::{produce_range, Pipeline, Running};
 
-/// Records of the first phase (produced before the instances start) and in all, over
-/// [`KEYS`] keys: each key gets two records, and the second phase's records are second ones,
-/// whose counts the survivor can only get right from the state the dead owner left.
-const PHASE1: u64 = 16_000;
-const RECORDS: u64 = 20_000;
-const KEYS: u64 = 10_000;
+/// Records in all (`STANDBY_TEST_RECORDS` overrides it, for measuring larger stores by hand),
+/// over half as many keys: each key gets two records. The first phase (four fifths) is
+/// produced before the instances start; the second phase's records are all second ones, whose
+/// counts the survivor can only get right from the state the dead owner left.
+fn records() -> u64 {
+    std::env::var("STANDBY_TEST_RECORDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20_000)
+}
 
 /// The values of label `label` on the series of `name`.
 fn label_values(text: &str, name: &str, label: &str) -> BTreeSet<String> {
@@ -38,6 +42,37 @@ fn label_values(text: &str, name: &str, label: &str) -> BTreeSet<String> {
             Some(rest[..rest.find('"')?].to_string())
         })
         .collect()
+}
+
+/// Produces records `range` of `w` (as `produce_range` does) at about 2 000 records/s, with
+/// one producer: 100 records, then 50 ms.
+fn produce_paced(topic: &str, w: &Workload, range: std::ops::Range<u64>) {
+    use rdkafka::message::{Header, OwnedHeaders};
+    use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+    let producer: ThreadedProducer<DefaultProducerContext> = support::clients()
+        .config(eosflow::kafka::ClientRole::Idempotent)
+        .create()
+        .expect("producer");
+    for i in range {
+        let (key, value, id) = (w.key(i), Workload::amount(i).to_string(), Workload::id(i));
+        let headers = OwnedHeaders::new().insert(Header {
+            key: "id",
+            value: Some(id.as_bytes()),
+        });
+        producer
+            .send(
+                BaseRecord::to(topic)
+                    .key(key.as_bytes())
+                    .payload(value.as_bytes())
+                    .headers(headers),
+            )
+            .map_err(|(e, _)| e)
+            .expect("send");
+        if i % 100 == 99 {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    producer.flush(Duration::from_secs(30)).expect("flush");
 }
 
 fn scrape(addr: &str) -> Option<String> {
@@ -84,18 +119,22 @@ fn spawn(p: &Pipeline, instance: &str, addr: &str, standbys: &str) -> Running {
 fn failover(name: &str, standbys: u32) -> Failover {
     let p = Pipeline::new(name, 2);
     std::fs::create_dir_all(&p.state_root).expect("state root");
+    let (records, phase1) = (records(), records() / 5 * 4);
     let w = Workload {
-        records: RECORDS,
-        keys: KEYS,
+        records,
+        keys: records / 2,
         duplicate_every: 0,
         transient_every: 0,
     };
-    produce_range(&p.input, &w, 0..PHASE1);
+    // In chunks: the producer's queue holds 100 000 messages.
+    for from in (0..phase1).step_by(50_000) {
+        produce_range(&p.input, &w, from..(from + 50_000).min(phase1));
+    }
     let (addr_a, addr_b) = (free_addr(), free_addr());
     let standbys_text = standbys.to_string();
     // `a` alone first works off the first phase; `b` then joins and takes one partition.
     let mut a = spawn(&p, "a", &addr_a, &standbys_text);
-    p.wait_drained(Duration::from_secs(120));
+    p.wait_drained(Duration::from_secs(120 + records / 1000));
     let _b = spawn(&p, "b", &addr_b, &standbys_text);
     let b_owns = support::wait_for(
         "b restored the partition it was given and a kept the other",
@@ -151,13 +190,7 @@ fn failover(name: &str, standbys: u32) -> Failover {
     let producer = {
         let (input, producing) = (p.input.clone(), producing.clone());
         std::thread::spawn(move || {
-            let mut i = PHASE1;
-            while i < RECORDS {
-                let to = (i + 100).min(RECORDS);
-                produce_range(&input, &w, i..to);
-                i = to;
-                std::thread::sleep(Duration::from_millis(50));
-            }
+            produce_paced(&input, &w, phase1..records);
             producing.store(false, Ordering::Relaxed);
         })
     };
@@ -191,7 +224,7 @@ fn failover(name: &str, standbys: u32) -> Failover {
         },
     );
     producer.join().expect("producer");
-    p.wait_drained(Duration::from_secs(120));
+    p.wait_drained(Duration::from_secs(120 + records / 1000));
     let b = scrape(&addr_b).expect("b's metrics");
     let restored = metric(&b, "eosflow_restore_records_total", &[&moved_label])
         .expect("the survivor restored the moved partition");
@@ -252,7 +285,7 @@ fn a_standby_takes_over_restoring_under_one_percent_of_the_store_and_exactly_onc
     let cold = failover("standby-none", 0);
     report("without standbys", &cold);
     assert!(
-        warm.store_keys >= (KEYS as usize) * 2 / 5,
+        warm.store_keys as u64 >= records() / 5,
         "the moved partition's store holds {} keys",
         warm.store_keys
     );

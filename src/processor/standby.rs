@@ -39,7 +39,7 @@ use rdkafka::{Message, Offset, TopicPartitionList};
 
 use crate::kafka::reader::ReaderContext;
 use crate::kafka::{ClientRole, KafkaClients};
-use crate::state::changelog::{check_fresh, flush};
+use crate::state::changelog::{check_fresh, delete_retention_ms, flush};
 use crate::state::{StateError, Store, StoreCache};
 use crate::telemetry;
 
@@ -57,7 +57,12 @@ const LAG_EVERY: Duration = Duration::from_secs(1);
 const TOUCH_EVERY: Duration = Duration::from_secs(60);
 
 /// The `client.id` of an instance's group consumer when standbys are on: what the placement
-/// orders members by and how an instance finds itself in the group.
+/// orders members by and how an instance finds itself in the group (it overrides a
+/// `client.id` set in `kafka.properties` for that consumer).
+///
+/// ```
+/// assert_eq!(eosflow::processor::standby::client_id("pod-0"), "eosflow-pod-0");
+/// ```
 pub fn client_id(instance_id: &str) -> String {
     format!("eosflow-{instance_id}")
 }
@@ -65,6 +70,15 @@ pub fn client_id(instance_id: &str) -> String {
 /// The partitions of `topic` in a consumer-protocol assignment (`ConsumerProtocolAssignment`
 /// as DescribeGroups returns it: version, then per topic its name and partitions, then user
 /// data). `None` if the bytes are not one.
+///
+/// ```
+/// use eosflow::processor::standby::assigned_partitions;
+/// // Version 1; one topic "in" with partitions 0 and 2; no user data.
+/// let mut bytes = vec![0, 1, 0, 0, 0, 1, 0, 2, b'i', b'n', 0, 0, 0, 2];
+/// bytes.extend([0, 0, 0, 0, 0, 0, 0, 2, 0xff, 0xff, 0xff, 0xff]);
+/// assert_eq!(assigned_partitions(&bytes, "in"), Some(vec![0, 2]));
+/// assert_eq!(assigned_partitions(&bytes[..3], "in"), None);
+/// ```
 pub fn assigned_partitions(bytes: &[u8], topic: &str) -> Option<Vec<i32>> {
     let mut r = bytes;
     let mut take = |n: usize| -> Option<&[u8]> {
@@ -359,24 +373,47 @@ impl Tailer {
     /// Opens the copies the placement wants and the runtime does not own, closes the others,
     /// and assigns the consumer from each copy's checkpoint.
     fn reconcile(&mut self) -> Result<(), StateError> {
-        let mut copies = self.shared.lock();
-        let want: BTreeSet<(usize, i32)> = self
-            .target
-            .iter()
-            .filter(|p| !copies.owned.contains(p))
-            .flat_map(|p| (0..self.opts.changelogs.len()).map(move |c| (c, *p)))
-            .collect();
-        let open: BTreeSet<(usize, i32)> = copies.stores.keys().copied().collect();
+        let wanted = |copies: &Copies| -> BTreeSet<(usize, i32)> {
+            self.target
+                .iter()
+                .filter(|p| !copies.owned.contains(p))
+                .flat_map(|p| (0..self.opts.changelogs.len()).map(move |c| (c, *p)))
+                .collect()
+        };
+        let copies = self.shared.lock();
+        let (want, open) = (wanted(&copies), copies.stores.keys().copied().collect());
+        drop(copies);
         if want == open && want == self.assigned {
             return Ok(());
         }
+        // The broker is asked before the lock is taken: the runtime waits on that lock when it
+        // is assigned a partition, and must not wait for a network round trip.
+        let mut ends = BTreeMap::new();
+        for &(c, p) in want.difference(&open) {
+            let topic = &self.opts.changelogs[c];
+            let (_, end) = self
+                .ends
+                .fetch_watermarks(topic, p, Duration::from_secs(5))
+                .map_err(|e| self.kafka_error(c, p, e))?;
+            ends.insert((c, p), end);
+            // Fills the cache the stale check reads under the lock.
+            let _ = delete_retention_ms(&self.clients, topic);
+        }
+        let mut copies = self.shared.lock();
+        // The runtime may have taken a partition meanwhile.
+        let want = wanted(&copies);
+        let open: BTreeSet<(usize, i32)> = copies.stores.keys().copied().collect();
         for k in open.difference(&want) {
             copies.stores.remove(k);
         }
         for &(c, p) in want.difference(&open) {
-            let store = self.open_copy(c, p)?;
-            copies.stores.insert((c, p), store);
+            // Known now, or picked up at the next round.
+            if let Some(end) = ends.get(&(c, p)) {
+                let store = self.open_copy(c, p, *end)?;
+                copies.stores.insert((c, p), store);
+            }
         }
+        let want: BTreeSet<(usize, i32)> = copies.stores.keys().copied().collect();
         let mut tpl = TopicPartitionList::new();
         self.at.clear();
         for (&(c, p), store) in &copies.stores {
@@ -416,17 +453,12 @@ impl Tailer {
     }
 
     /// Opens the copy of changelog `c`'s partition `p` where the runtime would open it; a copy
-    /// whose checkpoint cannot be trusted (stale, past the changelog's end) starts empty.
-    fn open_copy(&self, c: usize, p: i32) -> Result<Store, StateError> {
+    /// whose checkpoint cannot be trusted (stale, past the changelog's `end`) starts empty.
+    fn open_copy(&self, c: usize, p: i32, end: i64) -> Result<Store, StateError> {
         let topic = &self.opts.changelogs[c];
         let path = self.opts.state_dir.join(format!("{topic}-{p}"));
         let source = format!("{topic}[{p}]");
         let (store, _) = Store::open(&path, &source, &self.cache)?;
-        let end = self
-            .ends
-            .fetch_watermarks(topic, p, Duration::from_secs(5))
-            .map_err(|e| self.kafka_error(c, p, e))?
-            .1;
         let ahead = store.checkpoint()?.is_some_and(|cp| cp > end);
         let stale = check_fresh(&self.clients, &store, topic, p);
         if ahead || stale.is_err() {
