@@ -250,7 +250,12 @@ fn failover(name: &str, standbys: u32) -> Failover {
         },
     )
     .expect("read the changelog");
-    let _ = std::fs::remove_dir_all(&p.state_root);
+    // The instances' logs are there too: `STANDBY_TEST_KEEP=1` keeps them for a look.
+    if std::env::var_os("STANDBY_TEST_KEEP").is_none() {
+        let _ = std::fs::remove_dir_all(&p.state_root);
+    } else {
+        println!("{name}: logs and stores kept in {}", p.state_root.display());
+    }
     Failover {
         partition: moved,
         restored,
