@@ -18,9 +18,9 @@
 //! is kept.
 //!
 //! **Hand-over.** One RocksDB store cannot be open twice. The runtime calls
-//! [`Standby::own`] before it opens a newly assigned partition's stores: the tailer's copies of
+//! `Standby::own` before it opens a newly assigned partition's stores: the tailer's copies of
 //! it are closed under the lock the tailer applies under, and the tailer never opens a
-//! partition the runtime owns. [`Standby::disown`] after a revocation lets the tailer pick the
+//! partition the runtime owns. `Standby::disown` after a revocation lets the tailer pick the
 //! partition up again if the placement says so.
 //!
 //! Tables (restored from their own topic up to the group's committed offset) have no standby
