@@ -573,6 +573,99 @@ mod tests {
         b
     }
 
+    fn copies_with(stores: BTreeMap<(usize, i32), Store>) -> Arc<Shared> {
+        Arc::new(Shared {
+            copies: Mutex::new(Copies {
+                owned: BTreeSet::new(),
+                stores,
+            }),
+            stop: AtomicBool::new(false),
+            nudge: AtomicBool::new(false),
+        })
+    }
+
+    #[test]
+    fn owning_a_partition_closes_its_copy_so_the_runtime_opens_the_same_store_with_its_data() {
+        use crate::state::{Column, Overlay};
+        let root = std::env::temp_dir().join(format!("eosflow-standby-{}", uuid::Uuid::new_v4()));
+        let path = root.join("cl-0");
+        let cache = StoreCache::new(8 << 20);
+        let (copy, _) = Store::open(&path, "cl[0]", &cache).expect("open the copy");
+        let mut o = Overlay::default();
+        o.put(Column::State, b"k", b"warm".to_vec());
+        copy.apply(&o, Some(7)).expect("apply");
+        let shared = copies_with(BTreeMap::from([((0, 0), copy)]));
+        let standby = Standby {
+            shared: shared.clone(),
+            thread: None,
+        };
+        standby.own(&[0]);
+        {
+            let copies = shared.lock();
+            assert!(copies.owned.contains(&0) && copies.stores.is_empty());
+        }
+        assert!(shared.nudge.load(Ordering::Relaxed), "the tailer is told");
+        // The RocksDB lock is free: the runtime's open neither fails nor rebuilds.
+        let (store, rebuilt) = Store::open(&path, "cl[0]", &cache).expect("open as owner");
+        assert!(!rebuilt);
+        assert_eq!(store.checkpoint().expect("checkpoint"), Some(7));
+        assert_eq!(
+            store.get(Column::State, b"k").expect("get"),
+            Some(b"warm".to_vec())
+        );
+        drop(store);
+        standby.disown(&[0]);
+        assert!(!shared.lock().owned.contains(&0));
+        drop(standby);
+        Store::wipe(&root).expect("wipe");
+    }
+
+    #[test]
+    fn the_tailer_never_opens_a_partition_the_runtime_owns() {
+        // No broker is asked: nothing is to be opened.
+        let clients = KafkaClients::new(crate::config::KafkaConfig {
+            bootstrap: "127.0.0.1:1".into(),
+            ..Default::default()
+        });
+        let root = std::env::temp_dir().join(format!("eosflow-standby-{}", uuid::Uuid::new_v4()));
+        let shared = copies_with(BTreeMap::new());
+        shared.lock().owned.insert(3);
+        let reader = || {
+            clients
+                .config(ClientRole::Reader)
+                .create_with_context(ReaderContext)
+                .expect("client")
+        };
+        let mut tailer = Tailer {
+            shared: shared.clone(),
+            clients: clients.clone(),
+            cache: StoreCache::new(8 << 20),
+            opts: StandbyOptions {
+                replicas: 1,
+                group: "g".into(),
+                me: client_id("b"),
+                input: "in".into(),
+                changelogs: vec!["g-count-changelog".into(), "g-totals-changelog".into()],
+                state_dir: root.clone(),
+            },
+            consumer: reader(),
+            ends: reader(),
+            target: BTreeSet::from([3]),
+            assigned: BTreeSet::new(),
+            lag: BTreeMap::new(),
+            at: BTreeMap::new(),
+            last_lag: Instant::now(),
+            touched: BTreeMap::new(),
+        };
+        tailer.reconcile().expect("reconcile");
+        assert!(shared.lock().stores.is_empty());
+        assert!(tailer.assigned.is_empty());
+        assert!(
+            !root.join("g-count-changelog-3").exists(),
+            "not even created"
+        );
+    }
+
     #[test]
     fn an_assignment_is_read_for_the_one_topic_asked() {
         let bytes = assignment(&[("in", &[0, 2]), ("in.retry.1", &[0, 2])]);
