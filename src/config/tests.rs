@@ -433,3 +433,26 @@ fn paths_are_paths_and_empty_means_unset() {
         .librdkafka_properties()
         .contains(&("ssl.ca.location", "/etc/ca.pem".into())));
 }
+
+#[test]
+fn standby_replicas_default_to_none_and_a_bad_value_names_the_key() {
+    let c = Config::from_sources(None, None, &[]).expect("valid");
+    assert_eq!(c.processor.standby_replicas, 0);
+    let c = Config::from_sources(
+        None,
+        None,
+        &env(&[("EOSFLOW_PROCESSOR_STANDBY_REPLICAS", "2")]),
+    )
+    .expect("valid");
+    assert_eq!(c.processor.standby_replicas, 2);
+    for bad in ["9", "-1", "many"] {
+        let err = Config::from_sources(
+            None,
+            None,
+            &env(&[("EOSFLOW_PROCESSOR_STANDBY_REPLICAS", bad)]),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("processor.standby_replicas"), "{bad}: {err}");
+    }
+}

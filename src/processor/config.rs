@@ -65,7 +65,17 @@ pub struct ProcessorConfig {
     pub stuck_after_ms: u64,
     /// Exactly-once (transactions; the default) or at-least-once (the baseline that prices it).
     pub guarantee: Guarantee,
+    /// Warm copies of each partition's stores kept by other instances (Kafka Streams'
+    /// `num.standby.replicas`), 0..=8: they tail the changelogs into their local stores, so the
+    /// instance that takes a partition over restores only the last few records instead of the
+    /// whole changelog. Placement follows the group's membership (the next members after the
+    /// owner, by client id); with fewer other members than this, each keeps what it can.
+    pub standby_replicas: u32,
 }
+
+/// The most standby replicas `processor.standby_replicas` accepts: every copy tails every
+/// changelog partition it keeps, so more than a few only costs reads.
+pub const MAX_STANDBY_REPLICAS: u32 = 8;
 
 impl Default for ProcessorConfig {
     fn default() -> Self {
@@ -81,6 +91,7 @@ impl Default for ProcessorConfig {
             shutdown_timeout_ms: 30_000,
             stuck_after_ms: 60_000,
             guarantee: Guarantee::ExactlyOnce,
+            standby_replicas: 0,
         }
     }
 }
@@ -114,6 +125,15 @@ impl ProcessorConfig {
                 format!(
                     "{} must be ≥ 1000 and larger than processor.commit_interval_ms",
                     self.transaction_timeout_ms
+                ),
+            ));
+        }
+        if self.standby_replicas > MAX_STANDBY_REPLICAS {
+            return Err(ConfigError::invalid(
+                "processor.standby_replicas",
+                format!(
+                    "{} is outside 0..={MAX_STANDBY_REPLICAS}",
+                    self.standby_replicas
                 ),
             ));
         }

@@ -13,6 +13,7 @@ pub(crate) mod engine;
 mod fire;
 mod handle;
 pub mod runtime;
+pub mod standby;
 pub mod stores;
 pub mod timers;
 

@@ -349,6 +349,10 @@ pub struct Runtime<P: Processor> {
     /// latest timestamps it handled and the heads it left: applied if it commits (on any
     /// path), dropped if not.
     batch_alignment: (Vec<usize>, align::Times, align::Times),
+    /// `processor.standby_replicas`.
+    standby_replicas: usize,
+    /// The standby tailer while the loop runs (`processor.standby_replicas` > 0).
+    standby: Option<super::standby::Standby>,
 }
 
 /// Why one batch did not commit, with what the loop needs to find the record to blame.
@@ -580,13 +584,18 @@ impl<P: Processor> Runtime<P> {
         } else {
             TxnSink::plain(&clients, &opts.transactional_id(), opts.transaction_timeout)?
         };
-        let consumer: BaseConsumer<GroupContext> = clients
-            .config(ClientRole::GroupConsumer {
-                group: &opts.app_id,
-                session_timeout: opts.session_timeout,
-                instance: opts.static_membership.then_some(opts.instance_id.as_str()),
-            })
-            .create_with_context(GroupContext::default())?;
+        let standby_replicas = config.processor.standby_replicas as usize;
+        let mut group_config = clients.config(ClientRole::GroupConsumer {
+            group: &opts.app_id,
+            session_timeout: opts.session_timeout,
+            instance: opts.static_membership.then_some(opts.instance_id.as_str()),
+        });
+        if standby_replicas > 0 {
+            // How the standby placement finds this instance among the group's members.
+            group_config.set("client.id", super::standby::client_id(&opts.instance_id));
+        }
+        let consumer: BaseConsumer<GroupContext> =
+            group_config.create_with_context(GroupContext::default())?;
         let mut needed: Vec<String> = opts
             .input_topics
             .iter()
@@ -666,6 +675,8 @@ impl<P: Processor> Runtime<P> {
             aligned_seen: HashMap::new(),
             aligned_head: HashMap::new(),
             batch_alignment: (Vec::new(), HashMap::new(), HashMap::new()),
+            standby_replicas,
+            standby: None,
         })
     }
 
@@ -711,7 +722,9 @@ impl<P: Processor> Runtime<P> {
                     .ok()
             })
             .flatten();
+        self.start_standby();
         let result = self.run_loop(&shutdown);
+        self.standby = None;
         if !self.opts.exactly_once {
             self.commit_offsets_sync();
         }
@@ -720,6 +733,32 @@ impl<P: Processor> Runtime<P> {
         match result {
             Ok(()) => Ok(self.summary),
             Err(e) => Err(e),
+        }
+    }
+
+    /// Starts the standby tailer (`processor.standby_replicas` > 0); without it the instance
+    /// runs as before, its takeovers restoring whole changelogs.
+    fn start_standby(&mut self) {
+        if self.standby_replicas == 0 {
+            return;
+        }
+        let mut changelogs = vec![self.changelog.clone()];
+        changelogs.extend(self.stores.iter().map(|(_, t)| t.clone()));
+        let opts = super::standby::StandbyOptions {
+            replicas: self.standby_replicas,
+            group: self.opts.app_id.clone(),
+            me: super::standby::client_id(&self.opts.instance_id),
+            input: self.opts.input_topics.first().cloned().unwrap_or_default(),
+            changelogs,
+            state_dir: self.opts.state_dir.clone(),
+        };
+        let owned = self.tasks.keys().copied().collect();
+        match super::standby::Standby::start(self.clients.clone(), self.cache.clone(), opts, owned)
+        {
+            Ok(s) => self.standby = Some(s),
+            Err(e) => {
+                tracing::error!(error = %e, "standby replicas could not start; running without them")
+            }
         }
     }
 
@@ -807,7 +846,16 @@ impl<P: Processor> Runtime<P> {
                     }
                     batch.retain(|m| self.assigned.contains(m.topic(), m.partition()));
                     let live = self.assigned.partitions();
+                    let gone: Vec<i32> = self
+                        .tasks
+                        .keys()
+                        .filter(|p| !live.contains(p))
+                        .copied()
+                        .collect();
                     self.tasks.retain(|p, _| live.contains(p));
+                    if let Some(s) = &self.standby {
+                        s.disown(&gone);
+                    }
                     // What a partition's next owner handled is not known here.
                     self.aligned_seen.retain(|(_, p), _| live.contains(p));
                     self.aligned_head.retain(|(_, p), _| live.contains(p));
@@ -821,6 +869,10 @@ impl<P: Processor> Runtime<P> {
                         .into_iter()
                         .filter(|p| !self.tasks.contains_key(p))
                         .collect();
+                    if let Some(s) = &self.standby {
+                        // Its warm copies close before the stores are opened here.
+                        s.own(&new);
+                    }
                     self.await_stable_offsets(&parts, &new);
                     for p in new {
                         self.open_task(p)?;

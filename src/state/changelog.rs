@@ -92,7 +92,7 @@ pub fn stale_checkpoint(
 
 /// [`StateError::StaleCheckpoint`] if `store` has a checkpoint too old for `topic`'s
 /// `delete.retention.ms` (Kafka's default one day when the topic's cannot be read).
-fn check_fresh(
+pub(crate) fn check_fresh(
     clients: &KafkaClients,
     store: &Store,
     topic: &str,
@@ -342,7 +342,9 @@ fn restore_once(
     })
 }
 
-fn flush(
+/// Applies `pending` changelog records (key, value) to `store` with the checkpoint `next`, in
+/// one write batch: restore's path, also taken by standby replicas. Returns the records applied.
+pub(crate) fn flush(
     store: &Store,
     pending: &mut Vec<(Vec<u8>, Option<Vec<u8>>)>,
     next: i64,

@@ -173,6 +173,18 @@ pub const FRAMEWORK: &[MetricDef] = &[
         "Consumer group rebalances, by kind (assign or revoke).",
     ),
     metric(
+        "eosflow_standby_lag_records",
+        Gauge,
+        Unit::Count,
+        "Changelog records a standby replica has not applied yet (the partition's end minus what its warm copy holds), by changelog topic and partition.",
+    ),
+    metric(
+        "eosflow_standby_partitions",
+        Gauge,
+        Unit::Count,
+        "Partitions this instance keeps warm as a standby replica (processor.standby_replicas).",
+    ),
+    metric(
         "eosflow_consumer_lag_records",
         Gauge,
         Unit::Count,

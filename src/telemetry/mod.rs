@@ -133,6 +133,18 @@ pub fn restored(partition: i32, stats: &RestoreStats) {
         .record(stats.millis as f64 / 1000.0);
 }
 
+/// How many changelog records a standby replica of `topic[partition]` has yet to apply (0 once
+/// it stopped keeping the partition).
+pub fn standby_lag(topic: &str, partition: i32, lag: i64) {
+    metrics::gauge!("eosflow_standby_lag_records", "topic" => topic.to_string(), "partition" => partition.to_string())
+        .set(lag.max(0) as f64);
+}
+
+/// How many partitions this instance keeps warm as a standby replica.
+pub fn standby_partitions(n: usize) {
+    metrics::gauge!("eosflow_standby_partitions").set(n as f64);
+}
+
 /// The group rebalanced (`assign` or `revoke`).
 pub fn rebalance(kind: &'static str) {
     metrics::counter!("eosflow_rebalances_total", "kind" => kind).increment(1);

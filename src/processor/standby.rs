@@ -1,0 +1,690 @@
+//! Standby replicas (`processor.standby_replicas`, Kafka Streams' `num.standby.replicas`):
+//! warm copies of the stores of partitions this instance does not own.
+//!
+//! A tailer thread reads the changelog partitions of the partitions this instance is a standby
+//! for, with `read_committed` and no group (manual assignment), and applies them to the same
+//! local stores a restore would open (`<state dir>/<changelog>-<p>`), through restore's own
+//! code ([`crate::state::changelog::replay`]) and with the changelog position as the store's
+//! checkpoint. When the partition is then assigned here, the runtime's normal restore starts
+//! from that checkpoint and replays only the tail.
+//!
+//! **Placement** is computed by every instance from the group's membership alone, so they
+//! agree without talking to each other: the group is described (DescribeGroups); members are
+//! ordered by client id (the runtime sets `client.id` = `eosflow-<instance id>` when standbys
+//! are on); the owner of partition `p` is the member whose assignment holds `p` of the first
+//! input; its standbys are the next `k` members in that order, wrapping, never the owner. It is
+//! recomputed after every rebalance this instance sees and every [`REFRESH`] (the other
+//! members' rebalances are not seen here). While the group is rebalancing, the last placement
+//! is kept.
+//!
+//! **Hand-over.** One RocksDB store cannot be open twice. The runtime calls
+//! `Standby::own` before it opens a newly assigned partition's stores: the tailer's copies of
+//! it are closed under the lock the tailer applies under, and the tailer never opens a
+//! partition the runtime owns. `Standby::disown` after a revocation lets the tailer pick the
+//! partition up again if the placement says so.
+//!
+//! Tables (restored from their own topic up to the group's committed offset) have no standby
+//! copy; their restore is unchanged.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
+use rdkafka::{Message, Offset, TopicPartitionList};
+
+use crate::kafka::reader::ReaderContext;
+use crate::kafka::{ClientRole, KafkaClients};
+use crate::state::changelog::{check_fresh, delete_retention_ms, flush};
+use crate::state::{StateError, Store, StoreCache};
+use crate::telemetry;
+
+/// How often the placement is recomputed from the group's membership when this instance sees
+/// no rebalance of its own.
+pub const REFRESH: Duration = Duration::from_secs(2);
+/// How long one tailing round polls before it applies what it read.
+const ROUND: Duration = Duration::from_millis(100);
+/// Most records one round applies per store before it polls again.
+const ROUND_RECORDS: usize = 5_000;
+/// How often the lag gauges ask the changelog partitions' ends.
+const LAG_EVERY: Duration = Duration::from_secs(1);
+/// How often an idle, caught-up copy refreshes its checkpoint time (so that it does not look
+/// stale to the restore that takes it over: it has missed no tombstone).
+const TOUCH_EVERY: Duration = Duration::from_secs(60);
+
+/// The `client.id` of an instance's group consumer when standbys are on: what the placement
+/// orders members by and how an instance finds itself in the group (it overrides a
+/// `client.id` set in `kafka.properties` for that consumer).
+///
+/// ```
+/// assert_eq!(eosflow::processor::standby::client_id("pod-0"), "eosflow-pod-0");
+/// ```
+pub fn client_id(instance_id: &str) -> String {
+    format!("eosflow-{instance_id}")
+}
+
+/// The partitions of `topic` in a consumer-protocol assignment (`ConsumerProtocolAssignment`
+/// as DescribeGroups returns it: version, then per topic its name and partitions, then user
+/// data). `None` if the bytes are not one.
+///
+/// ```
+/// use eosflow::processor::standby::assigned_partitions;
+/// // Version 1; one topic "in" with partitions 0 and 2; no user data.
+/// let mut bytes = vec![0, 1, 0, 0, 0, 1, 0, 2, b'i', b'n', 0, 0, 0, 2];
+/// bytes.extend([0, 0, 0, 0, 0, 0, 0, 2, 0xff, 0xff, 0xff, 0xff]);
+/// assert_eq!(assigned_partitions(&bytes, "in"), Some(vec![0, 2]));
+/// assert_eq!(assigned_partitions(&bytes[..3], "in"), None);
+/// ```
+pub fn assigned_partitions(bytes: &[u8], topic: &str) -> Option<Vec<i32>> {
+    let mut r = bytes;
+    let mut take = |n: usize| -> Option<&[u8]> {
+        if r.len() < n {
+            return None;
+        }
+        let (head, rest) = r.split_at(n);
+        r = rest;
+        Some(head)
+    };
+    let _version = i16::from_be_bytes(take(2)?.try_into().ok()?);
+    let topics = i32::from_be_bytes(take(4)?.try_into().ok()?);
+    let mut out = Vec::new();
+    for _ in 0..topics.max(0) {
+        let len = i16::from_be_bytes(take(2)?.try_into().ok()?);
+        let name = take(usize::try_from(len).ok()?)?.to_vec();
+        let n = i32::from_be_bytes(take(4)?.try_into().ok()?);
+        for _ in 0..n.max(0) {
+            let p = i32::from_be_bytes(take(4)?.try_into().ok()?);
+            if name == topic.as_bytes() {
+                out.push(p);
+            }
+        }
+    }
+    Some(out)
+}
+
+/// The partitions `me` keeps warm: `members` are (client id, partitions it owns); each
+/// partition's standbys are the `replicas` members after its owner in client-id order
+/// (wrapping), never the owner itself.
+///
+/// ```
+/// use eosflow::processor::standby::placement;
+/// let members = vec![
+///     ("eosflow-a".to_string(), vec![0, 1]),
+///     ("eosflow-b".to_string(), vec![2, 3]),
+///     ("eosflow-c".to_string(), vec![]),
+/// ];
+/// // b follows a, c follows b, a follows c: one copy each, never on the owner.
+/// assert_eq!(placement(&members, "eosflow-b", 1), [0, 1].into());
+/// assert_eq!(placement(&members, "eosflow-c", 1), [2, 3].into());
+/// assert!(placement(&members, "eosflow-a", 1).is_empty());
+/// // Two copies with three members: every partition on both members that do not own it.
+/// assert_eq!(placement(&members, "eosflow-a", 2), [2, 3].into());
+/// ```
+pub fn placement(members: &[(String, Vec<i32>)], me: &str, replicas: usize) -> BTreeSet<i32> {
+    let mut sorted: Vec<&(String, Vec<i32>)> = members.iter().collect();
+    sorted.sort_by(|a, b| a.0.cmp(&b.0));
+    sorted.dedup_by(|a, b| a.0 == b.0);
+    let n = sorted.len();
+    let copies = replicas.min(n.saturating_sub(1));
+    let mut out = BTreeSet::new();
+    for (o, (owner, parts)) in sorted.iter().enumerate() {
+        for j in 1..=copies {
+            let standby = &sorted[(o + j) % n].0;
+            if standby == me && standby != owner {
+                out.extend(parts.iter().copied());
+            }
+        }
+    }
+    out
+}
+
+/// One changelog record as restore applies it: key, value (`None`: a tombstone).
+type Change = (Vec<u8>, Option<Vec<u8>>);
+
+/// What the tailer needs from the runtime.
+#[derive(Debug, Clone)]
+pub(crate) struct StandbyOptions {
+    /// `processor.standby_replicas`.
+    pub replicas: usize,
+    /// The consumer group (`app.id`).
+    pub group: String,
+    /// This instance's client id in the group ([`client_id`]).
+    pub me: String,
+    /// The input whose assignment names a partition's owner.
+    pub input: String,
+    /// Every changelog whose partitions are kept warm (the default store's first).
+    pub changelogs: Vec<String>,
+    /// Root of this instance's stores.
+    pub state_dir: PathBuf,
+}
+
+/// The copies the tailer keeps and the partitions the runtime owns: changed only under the
+/// one lock, so a store is never open on both sides.
+#[derive(Default)]
+struct Copies {
+    /// Partition numbers the runtime owns (never opened here).
+    owned: BTreeSet<i32>,
+    /// Open warm copies, by (changelog index, partition).
+    stores: BTreeMap<(usize, i32), Store>,
+}
+
+struct Shared {
+    copies: Mutex<Copies>,
+    stop: AtomicBool,
+    /// Recompute the placement at the next round (a rebalance was seen).
+    nudge: AtomicBool,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Copies> {
+        // A panic while holding the lock left the map as it was: keep using it.
+        self.copies.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// The running standby tailer of one instance; stopped (and its copies closed) when dropped.
+pub(crate) struct Standby {
+    shared: Arc<Shared>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Standby {
+    /// Starts the tailer thread.
+    pub(crate) fn start(
+        clients: KafkaClients,
+        cache: StoreCache,
+        opts: StandbyOptions,
+        owned: BTreeSet<i32>,
+    ) -> Result<Self, KafkaError> {
+        let consumer: BaseConsumer<ReaderContext> = clients
+            .config(ClientRole::Reader)
+            .create_with_context(ReaderContext)?;
+        let ends: BaseConsumer<ReaderContext> = clients
+            .config(ClientRole::Reader)
+            .set("isolation.level", "read_uncommitted")
+            .create_with_context(ReaderContext)?;
+        let shared = Arc::new(Shared {
+            copies: Mutex::new(Copies {
+                owned,
+                stores: BTreeMap::new(),
+            }),
+            stop: AtomicBool::new(false),
+            nudge: AtomicBool::new(true),
+        });
+        let tailer = Tailer {
+            shared: shared.clone(),
+            clients,
+            cache,
+            opts,
+            consumer,
+            ends,
+            target: BTreeSet::new(),
+            assigned: BTreeSet::new(),
+            lag: BTreeMap::new(),
+            at: BTreeMap::new(),
+            last_lag: Instant::now() - LAG_EVERY,
+            touched: BTreeMap::new(),
+        };
+        let thread = std::thread::Builder::new()
+            .name("eosflow-standby".into())
+            .spawn(move || tailer.run())
+            .map_err(|e| KafkaError::ClientCreation(format!("standby tailer thread: {e}")))?;
+        Ok(Self {
+            shared,
+            thread: Some(thread),
+        })
+    }
+
+    /// The runtime is about to open `partitions`' stores: the tailer's copies of them are
+    /// closed now (waiting for a round that is applying to finish) and not opened again until
+    /// [`Standby::disown`].
+    pub(crate) fn own(&self, partitions: &[i32]) {
+        let mut copies = self.shared.lock();
+        for p in partitions {
+            copies.owned.insert(*p);
+            let keys: Vec<(usize, i32)> = copies
+                .stores
+                .keys()
+                .filter(|(_, q)| q == p)
+                .copied()
+                .collect();
+            for k in keys {
+                copies.stores.remove(&k);
+            }
+        }
+        drop(copies);
+        self.shared.nudge.store(true, Ordering::Relaxed);
+    }
+
+    /// The runtime closed `partitions`' stores (revoked): the tailer may keep them warm again.
+    pub(crate) fn disown(&self, partitions: &[i32]) {
+        let mut copies = self.shared.lock();
+        for p in partitions {
+            copies.owned.remove(p);
+        }
+        drop(copies);
+        self.shared.nudge.store(true, Ordering::Relaxed);
+    }
+}
+
+impl Drop for Standby {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+struct Tailer {
+    shared: Arc<Shared>,
+    clients: KafkaClients,
+    cache: StoreCache,
+    opts: StandbyOptions,
+    consumer: BaseConsumer<ReaderContext>,
+    /// read_uncommitted: the high watermark, for the lag gauges.
+    ends: BaseConsumer<ReaderContext>,
+    /// The partitions the placement gives this instance.
+    target: BTreeSet<i32>,
+    /// The (changelog index, partition) pairs the consumer is assigned.
+    assigned: BTreeSet<(usize, i32)>,
+    /// Last lag reported per copy (kept to zero a copy's gauge when it goes).
+    lag: BTreeMap<(usize, i32), i64>,
+    /// Each copy's checkpoint: the next changelog offset it applies.
+    at: BTreeMap<(usize, i32), i64>,
+    last_lag: Instant,
+    /// When each copy's checkpoint was last written.
+    touched: BTreeMap<(usize, i32), Instant>,
+}
+
+impl Tailer {
+    fn run(mut self) {
+        tracing::info!(replicas = self.opts.replicas, me = %self.opts.me, changelogs = ?self.opts.changelogs, "standby replicas on");
+        let mut last_placement: Option<Instant> = None;
+        while !self.shared.stop.load(Ordering::Relaxed) {
+            let due = last_placement.is_none_or(|t| t.elapsed() >= REFRESH);
+            if self.shared.nudge.swap(false, Ordering::Relaxed) || due {
+                self.replace_target();
+                last_placement = Some(Instant::now());
+            }
+            if let Err(e) = self.reconcile() {
+                tracing::warn!(error = %e, "standby: keeping the copies in step failed; trying again");
+                std::thread::sleep(Duration::from_millis(500));
+                continue;
+            }
+            if self.assigned.is_empty() {
+                std::thread::sleep(ROUND);
+                continue;
+            }
+            if let Err(e) = self.round() {
+                tracing::warn!(error = %e, "standby: applying changelog records failed; reading them again");
+                // The copies go back to their checkpoints.
+                self.assigned.clear();
+                std::thread::sleep(Duration::from_millis(500));
+            }
+        }
+        let mut copies = self.shared.lock();
+        copies.stores.clear();
+        drop(copies);
+        telemetry::standby_partitions(0);
+        tracing::info!("standby replicas stopped");
+    }
+
+    /// Recomputes the placement from the group's membership; keeps the last one while the
+    /// group rebalances or cannot be described.
+    fn replace_target(&mut self) {
+        let groups = match self
+            .consumer
+            .fetch_group_list(Some(&self.opts.group), Duration::from_secs(5))
+        {
+            Ok(g) => g,
+            Err(e) => {
+                tracing::debug!(error = %e, "standby: describing the group failed; keeping the placement");
+                return;
+            }
+        };
+        let Some(group) = groups.groups().iter().find(|g| g.name() == self.opts.group) else {
+            return;
+        };
+        if group.state() != "Stable" {
+            return;
+        }
+        let mut members = Vec::with_capacity(group.members().len());
+        for m in group.members() {
+            let Some(parts) = m
+                .assignment()
+                .and_then(|a| assigned_partitions(a, &self.opts.input))
+            else {
+                return;
+            };
+            members.push((m.client_id().to_string(), parts));
+        }
+        let target = placement(&members, &self.opts.me, self.opts.replicas);
+        if target != self.target {
+            tracing::info!(standby_for = ?target, members = members.len(), "standby placement");
+            self.target = target;
+        }
+    }
+
+    /// Opens the copies the placement wants and the runtime does not own, closes the others,
+    /// and assigns the consumer from each copy's checkpoint.
+    fn reconcile(&mut self) -> Result<(), StateError> {
+        let wanted = |copies: &Copies| -> BTreeSet<(usize, i32)> {
+            self.target
+                .iter()
+                .filter(|p| !copies.owned.contains(p))
+                .flat_map(|p| (0..self.opts.changelogs.len()).map(move |c| (c, *p)))
+                .collect()
+        };
+        let copies = self.shared.lock();
+        let (want, open) = (wanted(&copies), copies.stores.keys().copied().collect());
+        drop(copies);
+        if want == open && want == self.assigned {
+            return Ok(());
+        }
+        // The broker is asked before the lock is taken: the runtime waits on that lock when it
+        // is assigned a partition, and must not wait for a network round trip.
+        let mut ends = BTreeMap::new();
+        for &(c, p) in want.difference(&open) {
+            let topic = &self.opts.changelogs[c];
+            let (_, end) = self
+                .ends
+                .fetch_watermarks(topic, p, Duration::from_secs(5))
+                .map_err(|e| self.kafka_error(c, p, e))?;
+            ends.insert((c, p), end);
+            // Fills the cache the stale check reads under the lock.
+            let _ = delete_retention_ms(&self.clients, topic);
+        }
+        let mut copies = self.shared.lock();
+        // The runtime may have taken a partition meanwhile.
+        let want = wanted(&copies);
+        let open: BTreeSet<(usize, i32)> = copies.stores.keys().copied().collect();
+        for k in open.difference(&want) {
+            copies.stores.remove(k);
+        }
+        for &(c, p) in want.difference(&open) {
+            // Known now, or picked up at the next round.
+            if let Some(end) = ends.get(&(c, p)) {
+                let store = self.open_copy(c, p, *end)?;
+                copies.stores.insert((c, p), store);
+            }
+        }
+        let want: BTreeSet<(usize, i32)> = copies.stores.keys().copied().collect();
+        let mut tpl = TopicPartitionList::new();
+        self.at.clear();
+        for (&(c, p), store) in &copies.stores {
+            let checkpoint = store.checkpoint()?;
+            self.at.insert((c, p), checkpoint.unwrap_or(0));
+            let from = checkpoint.map_or(Offset::Beginning, Offset::Offset);
+            tpl.add_partition_offset(&self.opts.changelogs[c], p, from)
+                .map_err(|e| self.kafka_error(c, p, e))?;
+        }
+        let kept: BTreeSet<i32> = copies.stores.keys().map(|(_, p)| *p).collect();
+        drop(copies);
+        self.consumer
+            .assign(&tpl)
+            .map_err(|e| StateError::Changelog {
+                topic: self.opts.changelogs.join(","),
+                partition: -1,
+                message: format!("standby assign: {e}"),
+            })?;
+        self.assigned = want;
+        for k in self.lag.keys().filter(|k| !self.assigned.contains(k)) {
+            telemetry::standby_lag(&self.opts.changelogs[k.0], k.1, 0);
+        }
+        self.lag.retain(|k, _| self.assigned.contains(k));
+        self.touched.retain(|k, _| self.assigned.contains(k));
+        self.last_lag = Instant::now() - LAG_EVERY;
+        telemetry::standby_partitions(kept.len());
+        tracing::info!(partitions = ?kept, "standby copies kept warm");
+        Ok(())
+    }
+
+    fn kafka_error(&self, c: usize, p: i32, e: KafkaError) -> StateError {
+        StateError::Changelog {
+            topic: self.opts.changelogs[c].clone(),
+            partition: p,
+            message: e.to_string(),
+        }
+    }
+
+    /// Opens the copy of changelog `c`'s partition `p` where the runtime would open it; a copy
+    /// whose checkpoint cannot be trusted (stale, past the changelog's `end`) starts empty.
+    fn open_copy(&self, c: usize, p: i32, end: i64) -> Result<Store, StateError> {
+        let topic = &self.opts.changelogs[c];
+        let path = self.opts.state_dir.join(format!("{topic}-{p}"));
+        let source = format!("{topic}[{p}]");
+        let (store, _) = Store::open(&path, &source, &self.cache)?;
+        let ahead = store.checkpoint()?.is_some_and(|cp| cp > end);
+        let stale = check_fresh(&self.clients, &store, topic, p);
+        if ahead || stale.is_err() {
+            tracing::warn!(topic, partition = p, ahead, stale = ?stale.err(), "standby copy cannot be trusted; rebuilding it from the changelog");
+            drop(store);
+            Store::wipe(&path)?;
+            return Ok(Store::open(&path, &source, &self.cache)?.0);
+        }
+        Ok(store)
+    }
+
+    /// Polls for up to [`ROUND`], then applies what was read to each copy still kept, with the
+    /// consumer's position as its checkpoint (past transaction markers and aborted records).
+    fn round(&mut self) -> Result<(), StateError> {
+        let started = Instant::now();
+        let mut pending: BTreeMap<(usize, i32), Vec<Change>> = BTreeMap::new();
+        let mut read = 0usize;
+        while started.elapsed() < ROUND && read < ROUND_RECORDS {
+            match self.consumer.poll(Duration::from_millis(50)) {
+                Some(Ok(m)) => {
+                    let Some(c) = self.opts.changelogs.iter().position(|t| t == m.topic()) else {
+                        continue;
+                    };
+                    if let Some(k) = m.key() {
+                        pending
+                            .entry((c, m.partition()))
+                            .or_default()
+                            .push((k.to_vec(), m.payload().map(<[u8]>::to_vec)));
+                        read += 1;
+                    }
+                }
+                // A copy that reached its end: the position has moved past the markers.
+                Some(Err(KafkaError::PartitionEOF(_))) => {}
+                Some(Err(e)) => {
+                    tracing::debug!(error = %e, "standby: consumer error");
+                    break;
+                }
+                None => break,
+            }
+        }
+        let positions = self
+            .consumer
+            .position()
+            .map_err(|e| StateError::Changelog {
+                topic: self.opts.changelogs.join(","),
+                partition: -1,
+                message: format!("standby position: {e}"),
+            })?;
+        let copies = self.shared.lock();
+        for (&(c, p), store) in &copies.stores {
+            let Some(Offset::Offset(next)) = positions
+                .find_partition(&self.opts.changelogs[c], p)
+                .map(|e| e.offset())
+            else {
+                continue;
+            };
+            let mut records = pending.remove(&(c, p)).unwrap_or_default();
+            let checkpoint = store.checkpoint()?;
+            let touch = self
+                .touched
+                .get(&(c, p))
+                .is_none_or(|t| t.elapsed() >= TOUCH_EVERY)
+                && self.lag.get(&(c, p)) == Some(&0);
+            if records.is_empty() && checkpoint == Some(next) && !touch {
+                continue;
+            }
+            flush(store, &mut records, next)?;
+            self.at.insert((c, p), next);
+            self.touched.insert((c, p), Instant::now());
+        }
+        drop(copies);
+        if self.last_lag.elapsed() >= LAG_EVERY {
+            self.report_lag();
+            self.last_lag = Instant::now();
+        }
+        Ok(())
+    }
+
+    /// `eosflow_standby_lag_records`: each copy's changelog end (high watermark) minus its
+    /// checkpoint.
+    fn report_lag(&mut self) {
+        for &(c, p) in &self.assigned {
+            let topic = &self.opts.changelogs[c];
+            let Ok((_, high)) = self.ends.fetch_watermarks(topic, p, Duration::from_secs(5)) else {
+                continue;
+            };
+            let at = self.at.get(&(c, p)).copied().unwrap_or(0);
+            let lag = (high - at).max(0);
+            telemetry::standby_lag(topic, p, lag);
+            self.lag.insert((c, p), lag);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn assignment(topics: &[(&str, &[i32])]) -> Vec<u8> {
+        let mut b = Vec::new();
+        b.extend(1i16.to_be_bytes());
+        b.extend((topics.len() as i32).to_be_bytes());
+        for (t, ps) in topics {
+            b.extend((t.len() as i16).to_be_bytes());
+            b.extend(t.as_bytes());
+            b.extend((ps.len() as i32).to_be_bytes());
+            for p in *ps {
+                b.extend(p.to_be_bytes());
+            }
+        }
+        b.extend((-1i32).to_be_bytes());
+        b
+    }
+
+    fn copies_with(stores: BTreeMap<(usize, i32), Store>) -> Arc<Shared> {
+        Arc::new(Shared {
+            copies: Mutex::new(Copies {
+                owned: BTreeSet::new(),
+                stores,
+            }),
+            stop: AtomicBool::new(false),
+            nudge: AtomicBool::new(false),
+        })
+    }
+
+    #[test]
+    fn owning_a_partition_closes_its_copy_so_the_runtime_opens_the_same_store_with_its_data() {
+        use crate::state::{Column, Overlay};
+        let root = std::env::temp_dir().join(format!("eosflow-standby-{}", uuid::Uuid::new_v4()));
+        let path = root.join("cl-0");
+        let cache = StoreCache::new(8 << 20);
+        let (copy, _) = Store::open(&path, "cl[0]", &cache).expect("open the copy");
+        let mut o = Overlay::default();
+        o.put(Column::State, b"k", b"warm".to_vec());
+        copy.apply(&o, Some(7)).expect("apply");
+        let shared = copies_with(BTreeMap::from([((0, 0), copy)]));
+        let standby = Standby {
+            shared: shared.clone(),
+            thread: None,
+        };
+        standby.own(&[0]);
+        {
+            let copies = shared.lock();
+            assert!(copies.owned.contains(&0) && copies.stores.is_empty());
+        }
+        assert!(shared.nudge.load(Ordering::Relaxed), "the tailer is told");
+        // The RocksDB lock is free: the runtime's open neither fails nor rebuilds.
+        let (store, rebuilt) = Store::open(&path, "cl[0]", &cache).expect("open as owner");
+        assert!(!rebuilt);
+        assert_eq!(store.checkpoint().expect("checkpoint"), Some(7));
+        assert_eq!(
+            store.get(Column::State, b"k").expect("get"),
+            Some(b"warm".to_vec())
+        );
+        drop(store);
+        standby.disown(&[0]);
+        assert!(!shared.lock().owned.contains(&0));
+        drop(standby);
+        Store::wipe(&root).expect("wipe");
+    }
+
+    #[test]
+    fn the_tailer_never_opens_a_partition_the_runtime_owns() {
+        // No broker is asked: nothing is to be opened.
+        let clients = KafkaClients::new(crate::config::KafkaConfig {
+            bootstrap: "127.0.0.1:1".into(),
+            ..Default::default()
+        });
+        let root = std::env::temp_dir().join(format!("eosflow-standby-{}", uuid::Uuid::new_v4()));
+        let shared = copies_with(BTreeMap::new());
+        shared.lock().owned.insert(3);
+        let reader = || {
+            clients
+                .config(ClientRole::Reader)
+                .create_with_context(ReaderContext)
+                .expect("client")
+        };
+        let mut tailer = Tailer {
+            shared: shared.clone(),
+            clients: clients.clone(),
+            cache: StoreCache::new(8 << 20),
+            opts: StandbyOptions {
+                replicas: 1,
+                group: "g".into(),
+                me: client_id("b"),
+                input: "in".into(),
+                changelogs: vec!["g-count-changelog".into(), "g-totals-changelog".into()],
+                state_dir: root.clone(),
+            },
+            consumer: reader(),
+            ends: reader(),
+            target: BTreeSet::from([3]),
+            assigned: BTreeSet::new(),
+            lag: BTreeMap::new(),
+            at: BTreeMap::new(),
+            last_lag: Instant::now(),
+            touched: BTreeMap::new(),
+        };
+        tailer.reconcile().expect("reconcile");
+        assert!(shared.lock().stores.is_empty());
+        assert!(tailer.assigned.is_empty());
+        assert!(
+            !root.join("g-count-changelog-3").exists(),
+            "not even created"
+        );
+    }
+
+    #[test]
+    fn an_assignment_is_read_for_the_one_topic_asked() {
+        let bytes = assignment(&[("in", &[0, 2]), ("in.retry.1", &[0, 2])]);
+        assert_eq!(assigned_partitions(&bytes, "in"), Some(vec![0, 2]));
+        assert_eq!(assigned_partitions(&bytes, "other"), Some(vec![]));
+        assert_eq!(assigned_partitions(&bytes[..9], "in"), None, "cut short");
+        assert_eq!(assigned_partitions(&[], "in"), None);
+    }
+
+    #[test]
+    fn placement_never_puts_a_copy_on_its_owner_and_caps_at_the_other_members() {
+        let members = vec![("b".to_string(), vec![1]), ("a".to_string(), vec![0])];
+        assert_eq!(placement(&members, "a", 1), [1].into());
+        assert_eq!(placement(&members, "b", 1), [0].into());
+        // More copies than other members: each member still holds every partition it does not own.
+        assert_eq!(placement(&members, "a", 3), [1].into());
+        assert!(placement(&members, "a", 0).is_empty());
+        assert!(placement(&[("a".to_string(), vec![0, 1])], "a", 1).is_empty());
+        // Not a member (yet): nothing.
+        assert!(placement(&members, "z", 1).is_empty());
+    }
+}
