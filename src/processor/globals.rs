@@ -371,7 +371,7 @@ fn tail(
     };
     let mut pending = Pending::new(store);
     let mut last_write = Instant::now();
-    let mut last_lag = Instant::now() - LAG_EVERY;
+    let mut last_lag: Option<Instant> = None;
     let mut last_warn: Option<Instant> = None;
     while !stop.load(Ordering::Relaxed) {
         match consumer.poll(Duration::from_millis(100)) {
@@ -393,7 +393,7 @@ fn tail(
             }
             last_write = Instant::now();
         }
-        if last_lag.elapsed() >= LAG_EVERY {
+        if last_lag.is_none_or(|at| at.elapsed() >= LAG_EVERY) {
             let mut lag = 0;
             if let Ok(pos) = consumer.position() {
                 for e in pos.elements_for_topic(topic) {
@@ -413,7 +413,7 @@ fn tail(
                 let _ = pending.write();
             }
             telemetry::global_table_lag(table.name(), lag);
-            last_lag = Instant::now();
+            last_lag = Some(Instant::now());
         }
     }
     if let Err(e) = pending.write() {

@@ -725,15 +725,19 @@ impl<P: Processor> Runtime<P> {
     pub fn run(mut self, shutdown: Arc<AtomicBool>) -> Result<RunSummary, RuntimeError> {
         // Global tables first, read to their end while `/readyz` says 503 (a restore: alive,
         // not ready); only then is the group joined, so no partition waits on this instance.
-        self.health.set_restoring(!self.globals.is_empty());
-        let _globals = super::globals::bootstrap(
-            &self.clients,
-            &self.opts.state_dir,
-            &self.globals,
-            self.opts.restore_timeout,
-        );
-        self.health.set_restoring(false);
-        let _globals = _globals?;
+        let _globals = if self.globals.is_empty() {
+            None
+        } else {
+            self.health.set_restoring(true);
+            let globals = super::globals::bootstrap(
+                &self.clients,
+                &self.opts.state_dir,
+                &self.globals,
+                self.opts.restore_timeout,
+            );
+            self.health.set_restoring(false);
+            Some(globals?)
+        };
         let topics: Vec<&str> = self.subscription.iter().map(String::as_str).collect();
         self.consumer.subscribe(&topics)?;
         let _depth = (!self.opts.dlt_depth_interval.is_zero())

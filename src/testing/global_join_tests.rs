@@ -16,6 +16,7 @@ fn countries() -> GlobalTableHandle<String, String> {
 }
 
 /// The country code of an order's value `code:item`; none for a value without a colon.
+#[allow(clippy::ptr_arg)] // the key extractor takes the stream key and value types
 fn code(_order: &String, value: &String) -> Option<String> {
     value.split_once(':').map(|(c, _)| c.to_string())
 }
