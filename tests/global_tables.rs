@@ -10,12 +10,19 @@
 //! bootstrap reads only those 25 (it resumed from the store's checkpoint) and joins an order
 //! with one of them. A global table whose topic does not exist fails the start naming both.
 //!
+//! Exactly once: with the table fixed before the stream starts, 6 000 orders are joined while
+//! the instance is `kill -9`ed twice mid-stream (once restarting on its state, once on a wiped
+//! state dir: the global store rebuilt from its topic); the read_committed shipments must hold
+//! every order with a country exactly once, joined with its row.
+//!
 //! The instances are this test binary re-executed in child mode (`GLOBALS_CHILD`), serving
 //! `/metrics` and `/readyz` on an address the test chose.
 
 mod support;
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use eosflow::config::Config;
@@ -80,6 +87,8 @@ fn config(app: &str) -> Config {
     c.app.instance_id = "a".into();
     c.processor.session_timeout_ms = 6000;
     c.processor.commit_interval_ms = 100;
+    // Small transactions: a kill lands between two of them.
+    c.processor.max_batch_records = 100;
     c.state.dir = std::env::temp_dir().join(format!("eosflow-test-{app}"));
     c
 }
@@ -364,6 +373,92 @@ fn a_global_table_bootstraps_before_processing_stays_current_and_resumes_from_it
     );
     stop(b);
     println!("{:.1} s in all", began.elapsed().as_secs_f64());
+    let _ = std::fs::remove_dir_all(&cfg.state.dir);
+}
+
+#[test]
+fn global_joins_killed_mid_stream_write_every_order_once_with_its_row() {
+    if std::env::var(CHILD).is_ok() {
+        return;
+    }
+    const COUNTRIES: usize = 2_000;
+    const STREAM: usize = 6_000;
+    let began = Instant::now();
+    let app = support::unique("globals-eos");
+    let cfg = config(&app);
+    let mut specs = vec![
+        TopicSpec::new(format!("{app}.countries"), PARTITIONS, "compact"),
+        TopicSpec::new(format!("{app}.orders"), PARTITIONS, "delete"),
+        TopicSpec::new(format!("{app}.shipments"), PARTITIONS, "delete"),
+    ];
+    specs.extend(topology(&app).internal_topics(&cfg, PARTITIONS));
+    topics::apply_blocking(&support::clients(), &specs, Duration::from_secs(30))
+        .expect("creating topics");
+    // The table is fixed before the stream starts: every result is computable.
+    produce(
+        &format!("{app}.countries"),
+        &rows(0..COUNTRIES, |i| format!("name-{i}")),
+    );
+    let mut want = BTreeMap::new();
+    let list: Vec<(String, String)> = (0..STREAM)
+        .map(|j| {
+            let (id, i) = (format!("o{j:05}"), (j * 31) % (COUNTRIES + 100));
+            if i < COUNTRIES {
+                want.insert(id.clone(), format!("{id}|name-{i}"));
+            }
+            (id, country(i))
+        })
+        .collect();
+    let mut instance = start(&app);
+    // The orders arrive over about 15 s, in 30 chunks: each kill lands while they still flow.
+    const CHUNKS: usize = 30;
+    let sent = Arc::new(AtomicUsize::new(0));
+    let producer = {
+        let (sent, topic) = (sent.clone(), format!("{app}.orders"));
+        std::thread::spawn(move || {
+            for chunk in list.chunks(STREAM / CHUNKS) {
+                produce(&topic, &orders(chunk));
+                sent.fetch_add(1, Ordering::SeqCst);
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        })
+    };
+    for (at, wipe) in [(CHUNKS / 4, false), (CHUNKS * 2 / 3, true)] {
+        support::wait_for("the orders flowing", Duration::from_secs(60), || {
+            (sent.load(Ordering::SeqCst) >= at).then_some(())
+        });
+        let unprocessed = orders_lag(&app);
+        stop(instance);
+        let flowing = sent.load(Ordering::SeqCst);
+        println!(
+            "killed after {flowing} of {CHUNKS} chunks sent, {unprocessed} orders unprocessed (state dir wiped: {wipe})"
+        );
+        assert!(flowing < CHUNKS, "the instance must die mid-stream");
+        if wipe {
+            // The global store too: the replacement rebuilds it from the topic.
+            std::fs::remove_dir_all(&cfg.state.dir).expect("wipe the state dir");
+        }
+        instance = start(&app);
+        if wipe {
+            let read = metric(
+                &instance.metrics,
+                "eosflow_global_table_bootstrap_records",
+                &["countries"],
+            );
+            assert_eq!(read, Some(COUNTRIES as f64), "rebuilt from the topic");
+        }
+    }
+    producer.join().expect("producer");
+    wait_orders_consumed(&app);
+    stop(instance);
+    let got = shipments(&app);
+    assert_eq!(got.len(), want.len(), "every order with a country once");
+    assert_eq!(got, want);
+    println!(
+        "{STREAM} orders, {} joined, 2 kills, {:.1} s",
+        want.len(),
+        began.elapsed().as_secs_f64()
+    );
     let _ = std::fs::remove_dir_all(&cfg.state.dir);
 }
 
