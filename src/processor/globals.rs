@@ -439,3 +439,39 @@ fn assign(
     consumer.assign(&tpl)?;
     Ok(consumer)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dir() -> PathBuf {
+        std::env::temp_dir().join(format!("eosflow-global-{}", uuid::Uuid::new_v4()))
+    }
+
+    #[test]
+    fn a_store_keeps_its_rows_and_checkpoint_and_is_rebuilt_for_another_topic() {
+        let path = dir();
+        {
+            let store = GlobalStore::open(&path, "countries").expect("open");
+            let mut pending = Pending::new(&store);
+            pending.batch.put(b"fr", b"France");
+            pending.reached(0, 7);
+            pending.reached(3, 2);
+            pending.write().expect("write");
+        }
+        let store = GlobalStore::open(&path, "countries").expect("reopen");
+        assert_eq!(store.get(b"fr").expect("get"), Some(b"France".to_vec()));
+        assert_eq!(
+            store.offsets().expect("offsets"),
+            BTreeMap::from([(0, 7), (3, 2)])
+        );
+        drop(store);
+        // The same directory for another topic: the rows and offsets meant something else.
+        let store = GlobalStore::open(&path, "products").expect("open for another topic");
+        assert_eq!(store.get(b"fr").expect("get"), None);
+        assert!(store.offsets().expect("offsets").is_empty());
+        assert_eq!(store.topic().expect("topic").as_deref(), Some("products"));
+        drop(store);
+        let _ = std::fs::remove_dir_all(&path);
+    }
+}
