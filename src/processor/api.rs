@@ -62,6 +62,13 @@ pub trait Processor: Send {
         Vec::new()
     }
 
+    /// The global tables the processor reads (see [`crate::topology::globals`]): each topic is
+    /// read whole into a local store before the instance joins its group, then kept current
+    /// by a thread of its own. Only a [`crate::topology::Topology`] has them.
+    fn global_tables(&self) -> Vec<crate::topology::GlobalTable> {
+        Vec::new()
+    }
+
     /// The input topics, when the processor knows them (a [`crate::topology::Topology`]
     /// does); `None` takes `processor.input_topics` from the configuration.
     fn input_topics(&self) -> Option<Vec<String>> {

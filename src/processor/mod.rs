@@ -11,6 +11,7 @@ pub mod config;
 mod drive;
 pub(crate) mod engine;
 mod fire;
+mod globals;
 mod handle;
 pub mod runtime;
 pub mod standby;

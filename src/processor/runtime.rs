@@ -53,6 +53,17 @@ pub enum RuntimeError {
     /// or the group assigned partition `p` of some of them without the others.
     #[error("not co-partitioned: {0}")]
     CoPartitioning(String),
+    /// A global table's topic does not exist or cannot be read, or its store cannot be
+    /// opened or written: the instance does not start.
+    #[error("global table {table:?} (topic {topic:?}): {message}")]
+    GlobalTable {
+        /// The table's name.
+        table: String,
+        /// Its topic.
+        topic: String,
+        /// What went wrong.
+        message: String,
+    },
     /// A live process with this instance's id took over: this one stops (recreating the
     /// producer would fence the successor).
     #[error("fenced: transactional.id {id} is now used by another instance: {reason}")]
@@ -353,6 +364,11 @@ pub struct Runtime<P: Processor> {
     standby_replicas: usize,
     /// The standby tailer while the loop runs (`processor.standby_replicas` > 0).
     standby: Option<super::standby::Standby>,
+    /// The topics the group consumer subscribes to when `run` starts (after the global tables
+    /// are bootstrapped).
+    subscription: Vec<String>,
+    /// The processor's global tables, bootstrapped by `run`.
+    globals: Vec<crate::topology::GlobalTable>,
 }
 
 /// Why one batch did not commit, with what the loop needs to find the record to blame.
@@ -631,8 +647,10 @@ impl<P: Processor> Runtime<P> {
             })
             .cloned()
             .collect();
-        let topics: Vec<&str> = subscribed.iter().map(String::as_str).collect();
-        consumer.subscribe(&topics)?;
+        // A global table's topic is read whole, by every instance, before the group is joined
+        // (`run`): it must exist now, and is not co-partitioned with anything.
+        let globals = processor.global_tables();
+        super::globals::check_topics(&clients, &globals, Duration::from_secs(10))?;
         std::fs::create_dir_all(&opts.state_dir).map_err(|source| StateError::Io {
             path: opts.state_dir.display().to_string(),
             source,
@@ -677,6 +695,8 @@ impl<P: Processor> Runtime<P> {
             batch_alignment: (Vec::new(), HashMap::new(), HashMap::new()),
             standby_replicas,
             standby: None,
+            subscription: subscribed,
+            globals,
         })
     }
 
@@ -714,6 +734,23 @@ impl<P: Processor> Runtime<P> {
 
     /// Runs until `shutdown` is set (the open batch is committed first) or a fatal error.
     pub fn run(mut self, shutdown: Arc<AtomicBool>) -> Result<RunSummary, RuntimeError> {
+        // Global tables first, read to their end while `/readyz` says 503 (a restore: alive,
+        // not ready); only then is the group joined, so no partition waits on this instance.
+        let _globals = if self.globals.is_empty() {
+            None
+        } else {
+            self.health.set_restoring(true);
+            let globals = super::globals::bootstrap(
+                &self.clients,
+                &self.opts.state_dir,
+                &self.globals,
+                self.opts.restore_timeout,
+            );
+            self.health.set_restoring(false);
+            Some(globals?)
+        };
+        let topics: Vec<&str> = self.subscription.iter().map(String::as_str).collect();
+        self.consumer.subscribe(&topics)?;
         let _depth = (!self.opts.dlt_depth_interval.is_zero())
             .then(|| {
                 let dlts = self.opts.input_topics.iter().map(|t| dlt::topic_for(t));

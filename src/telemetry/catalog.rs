@@ -284,7 +284,31 @@ pub const FRAMEWORK: &[MetricDef] = &[
         "eosflow_join_dropped_records_total",
         Counter,
         Unit::Count,
-        "Stream records a stream-table join produced no result for, by node and reason: no-key, no-value (a stream tombstone), no-table-value (an inner join whose key the table lacks at that point).",
+        "Stream records a stream-table or stream-global-table join produced no result for, by node and reason: no-key, no-value (a stream tombstone), no-table-value (an inner join whose key the table lacks at that point), no-global-value (an inner global join without a row), no-global-key (an inner global join whose key extractor returned none).",
+    ),
+    metric(
+        "eosflow_global_table_lag_records",
+        Gauge,
+        Unit::Count,
+        "Records a global table is behind the end of its topic, summed over its partitions, by table; refreshed about every second while it bootstraps and while it runs.",
+    ),
+    metric(
+        "eosflow_global_table_bootstrap_seconds",
+        Gauge,
+        Unit::Seconds,
+        "How long the last bootstrap of a global table took (reading its topic from the checkpoint to the end before the instance joined its group), by table.",
+    ),
+    metric(
+        "eosflow_global_table_bootstrap_records",
+        Gauge,
+        Unit::Count,
+        "Records the last bootstrap of a global table read (from its checkpoint on: a restart reads only what the topic gained), by table.",
+    ),
+    metric(
+        "eosflow_global_table_skipped_records_total",
+        Counter,
+        Unit::Count,
+        "Records of a global table's topic skipped with an ERROR log, by table and reason: no-key, undecodable (the table's serdes cannot read the key or value). A global table has no DLT.",
     ),
     metric(
         "eosflow_late_records_total",

@@ -95,10 +95,33 @@ pub fn table_record_skipped(table: &str) {
         .increment(1);
 }
 
-/// A stream record a stream-table join node dropped, by node and reason (`no-key`,
-/// `no-value`, `no-table-value`: an inner join's stream record whose key the table lacks).
+/// A stream record a stream-table or stream-global-table join node dropped, by node and
+/// reason (`no-key`, `no-value`, `no-table-value`: an inner join's stream record whose key the
+/// table lacks; `no-global-value`, `no-global-key`: an inner global join without a row or
+/// without a key from its extractor).
 pub fn join_dropped(node: &str, reason: &'static str) {
     metrics::counter!("eosflow_join_dropped_records_total", "node" => node.to_string(), "reason" => reason)
+        .increment(1);
+}
+
+/// How many records global table `table` is behind its topic's end (summed over partitions).
+pub fn global_table_lag(table: &str, records: i64) {
+    metrics::gauge!("eosflow_global_table_lag_records", "table" => table.to_string())
+        .set(records as f64);
+}
+
+/// Global table `table` was read to its topic's end: `records` read from the checkpoint on,
+/// in `elapsed`.
+pub fn global_table_bootstrapped(table: &str, records: u64, elapsed: Duration) {
+    metrics::gauge!("eosflow_global_table_bootstrap_seconds", "table" => table.to_string())
+        .set(elapsed.as_secs_f64());
+    metrics::gauge!("eosflow_global_table_bootstrap_records", "table" => table.to_string())
+        .set(records as f64);
+}
+
+/// A record of global table `table`'s topic was skipped (`no-key`, `undecodable`).
+pub fn global_table_skipped(table: &str, reason: &'static str) {
+    metrics::counter!("eosflow_global_table_skipped_records_total", "table" => table.to_string(), "reason" => reason)
         .increment(1);
 }
 

@@ -4,6 +4,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::memory::{exact_policy, DriverStamps, Topics};
@@ -19,8 +20,9 @@ use crate::retry::base_and_level;
 use crate::serdes::{Serde, SerdeError};
 use crate::sink::SinkError;
 use crate::state::{dedup, Column, Overlay, StateError, Store, StoreCache};
+use crate::topology::globals::MemoryGlobal;
 use crate::topology::windows::{Window, WindowStore, WindowStoreHandle};
-use crate::topology::TableHandle;
+use crate::topology::{GlobalTableHandle, TableHandle};
 
 /// Why the driver could not do what the test asked.
 #[derive(Debug, thiserror::Error)]
@@ -37,6 +39,9 @@ pub enum DriverError {
     /// A typed store read failed.
     #[error(transparent)]
     Process(#[from] ProcessError),
+    /// A global table is not part of the topology, or already bound to another driver.
+    #[error("{0}")]
+    Global(String),
     /// The temporary state directory could not be made.
     #[error("state dir {path}: {source}")]
     Io {
@@ -116,6 +121,8 @@ pub struct TopologyTestDriver<P: Processor> {
     offsets: BTreeMap<(String, i32), i64>,
     /// Records handled since the overlays were last applied to RocksDB.
     uncommitted: usize,
+    /// The global tables' stores, by table name (in memory: `pipe_global` writes them).
+    globals: BTreeMap<String, Arc<MemoryGlobal>>,
 }
 
 /// Records whose writes the driver keeps in the batch overlays before applying them to
@@ -165,6 +172,12 @@ impl<P: Processor> TopologyTestDriver<P> {
             exactly_once: true,
             tables: processor.tables(),
         };
+        let mut globals = BTreeMap::new();
+        for g in processor.global_tables() {
+            let store = Arc::new(MemoryGlobal::default());
+            g.bind(store.clone()).map_err(DriverError::Global)?;
+            globals.insert(g.name().to_string(), store);
+        }
         Ok(Self {
             cache: StoreCache::new(opts.block_cache_bytes),
             processor,
@@ -187,6 +200,7 @@ impl<P: Processor> TopologyTestDriver<P> {
             ladder: Vec::new(),
             offsets: BTreeMap::new(),
             uncommitted: 0,
+            globals,
         })
     }
 
@@ -360,6 +374,47 @@ impl<P: Processor> TopologyTestDriver<P> {
         key: &K,
     ) -> Result<Option<V>, DriverError> {
         self.store_get(table.store(), key)
+    }
+
+    /// Writes a row of global table `table` (`None` deletes `key`): applied at once, as if the
+    /// runtime's global thread had read it before the next piped record (the driver runs no
+    /// thread, so the order of rows and stream records is the order of the calls).
+    pub fn pipe_global<K, V>(
+        &mut self,
+        table: &GlobalTableHandle<K, V>,
+        key: &K,
+        value: Option<&V>,
+    ) -> Result<(), DriverError> {
+        let store = self.global(table.name())?;
+        let key = table.key_serde().serialize(key)?;
+        let value = value
+            .map(|v| table.value_serde().serialize(v))
+            .transpose()?;
+        store.apply(key, value);
+        Ok(())
+    }
+
+    /// The row of `key` in global table `table`.
+    pub fn global_get<K, V>(
+        &mut self,
+        table: &GlobalTableHandle<K, V>,
+        key: &K,
+    ) -> Result<Option<V>, DriverError> {
+        use crate::topology::globals::GlobalReader;
+        let store = self.global(table.name())?;
+        let key = table.key_serde().serialize(key)?;
+        let row = store.get(&key).map_err(DriverError::Global)?;
+        Ok(row
+            .map(|v| table.value_serde().deserialize(&v))
+            .transpose()?)
+    }
+
+    fn global(&self, name: &str) -> Result<Arc<MemoryGlobal>, DriverError> {
+        self.globals.get(name).cloned().ok_or_else(|| {
+            DriverError::Global(format!(
+                "global table {name:?} is not part of the topology (add_global_table)"
+            ))
+        })
     }
 
     /// Pipes raw bytes into `topic`, partition 0.

@@ -5,6 +5,8 @@
 
 mod driver;
 #[cfg(test)]
+mod global_join_tests;
+#[cfg(test)]
 mod join_tests;
 mod memory;
 mod records;

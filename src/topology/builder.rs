@@ -4,6 +4,7 @@
 
 use std::marker::PhantomData;
 
+use super::globals::{GlobalTable, GlobalTableHandle, StreamGlobalTableJoin};
 use super::node::{downcast, AnyRecord, NodeProcessor, TypedRecord};
 use super::tables::{StreamTableJoin, TableHandle};
 use super::time::TimestampExtractor;
@@ -108,6 +109,8 @@ pub struct TopologyBuilder {
     unordered: bool,
     /// The tables added: (store name, topic).
     tables: Vec<(String, String)>,
+    /// The global tables added.
+    globals: Vec<GlobalTable>,
 }
 
 /// A runnable topology: give it to [`crate::processor::Runtime::new`] (it is a
@@ -119,6 +122,8 @@ pub struct Topology {
     pub(crate) ordered: bool,
     /// The tables: (store name, topic).
     pub(crate) tables: Vec<(String, String)>,
+    /// The global tables.
+    pub(crate) globals: Vec<GlobalTable>,
 }
 
 impl std::fmt::Debug for Topology {
@@ -128,6 +133,7 @@ impl std::fmt::Debug for Topology {
             .field("nodes", &nodes)
             .field("stores", &self.stores)
             .field("tables", &self.tables)
+            .field("globals", &self.globals)
             .finish()
     }
 }
@@ -407,6 +413,113 @@ impl TopologyBuilder {
         self
     }
 
+    /// A global table replicating every partition of `table`'s topic on every instance (see
+    /// [`super::globals`]): read to the end before processing starts, kept current by a thread
+    /// of its own, not co-partitioned with the sources and without a changelog of its own.
+    /// Join it with [`TopologyBuilder::add_stream_global_table_join`] or
+    /// [`TopologyBuilder::add_stream_global_table_left_join`].
+    pub fn add_global_table<K: 'static, V: 'static>(
+        &mut self,
+        table: &GlobalTableHandle<K, V>,
+    ) -> &mut Self {
+        if self.globals.iter().any(|g| g.name() == table.name()) {
+            self.errors
+                .push(format!("global table {:?} is added twice", table.name()));
+        }
+        self.globals.push(GlobalTable::of(table));
+        self
+    }
+
+    /// An inner stream-global-table join node `name`: each `(K, V)` record its `parents`
+    /// forward is mapped to the table's key by `key_extractor` and looked up in `table` as it
+    /// stands now; when the table has a row, `joiner(key, value, row)` is forwarded as
+    /// `(K, R)` (nothing if it returns `None`). A record without a row, or whose extractor
+    /// returns `None`, gives nothing and is counted (`eosflow_join_dropped_records_total`).
+    /// The global table must be added first ([`TopologyBuilder::add_global_table`]).
+    pub fn add_stream_global_table_join<K, V, GK, T, R>(
+        &mut self,
+        name: &str,
+        parents: &[&str],
+        table: &GlobalTableHandle<GK, T>,
+        key_extractor: impl Fn(&K, &V) -> Option<GK> + Send + 'static,
+        joiner: impl Fn(&K, &V, &T) -> Option<R> + Send + 'static,
+    ) -> &mut Self
+    where
+        K: Clone + Send + 'static,
+        V: Send + 'static,
+        GK: 'static,
+        T: 'static,
+        R: Clone + Send + 'static,
+    {
+        let joiner = move |k: &K, v: &V, t: Option<&T>| t.and_then(|t| joiner(k, v, t));
+        let extractor = Box::new(key_extractor);
+        self.add_global_join(name, parents, table, extractor, Box::new(joiner), false)
+    }
+
+    /// A left stream-global-table join node `name`: as
+    /// [`TopologyBuilder::add_stream_global_table_join`], but a record without a row (or whose
+    /// extractor returns `None`) is joined with `None`.
+    pub fn add_stream_global_table_left_join<K, V, GK, T, R>(
+        &mut self,
+        name: &str,
+        parents: &[&str],
+        table: &GlobalTableHandle<GK, T>,
+        key_extractor: impl Fn(&K, &V) -> Option<GK> + Send + 'static,
+        joiner: impl Fn(&K, &V, Option<&T>) -> Option<R> + Send + 'static,
+    ) -> &mut Self
+    where
+        K: Clone + Send + 'static,
+        V: Send + 'static,
+        GK: 'static,
+        T: 'static,
+        R: Clone + Send + 'static,
+    {
+        let extractor = Box::new(key_extractor);
+        self.add_global_join(name, parents, table, extractor, Box::new(joiner), true)
+    }
+
+    fn add_global_join<K, V, GK, T, R>(
+        &mut self,
+        name: &str,
+        parents: &[&str],
+        table: &GlobalTableHandle<GK, T>,
+        extractor: super::globals::KeyExtractor<K, V, GK>,
+        joiner: super::globals::GlobalJoiner<K, V, T, R>,
+        left: bool,
+    ) -> &mut Self
+    where
+        K: Clone + Send + 'static,
+        V: Send + 'static,
+        GK: 'static,
+        T: 'static,
+        R: Clone + Send + 'static,
+    {
+        let slot = self
+            .globals
+            .iter()
+            .find(|g| g.name() == table.name() && g.topic() == table.topic())
+            .map(|g| g.slot.clone());
+        let Some(slot) = slot else {
+            self.errors.push(format!(
+                "join {name:?} reads global table {:?} of {:?}, which is not added before it (add_global_table)",
+                table.name(),
+                table.topic()
+            ));
+            return self;
+        };
+        let node = StreamGlobalTableJoin {
+            table: table.name().to_string(),
+            slot,
+            keys: table.key_serde_arc(),
+            values: table.value_serde_arc(),
+            extractor,
+            joiner,
+            left,
+            _types: PhantomData,
+        };
+        self.add_processor(name, node, parents)
+    }
+
     /// Lets `processors` read `table` with [`super::NodeContext::store`]`(table.store())`
     /// (read-only: a table changes only through its topic).
     pub fn attach_table<K, V>(
@@ -493,6 +606,25 @@ impl TopologyBuilder {
                 "store {default_store:?} is also the default store's name"
             ));
         }
+        for g in &self.globals {
+            let (name, topic) = (g.name(), g.topic());
+            if self.stores.iter().any(|s| s == name)
+                || name == default_store
+                || self.tables.iter().any(|(t, _)| t == name)
+            {
+                errors.push(format!(
+                    "global table {name:?} has the name of a store or table"
+                ));
+            }
+            let read_by_source = nodes.iter().any(
+                |n| matches!(&n.kind, Kind::Source { topics, .. } if topics.iter().any(|t| t == topic)),
+            );
+            if read_by_source || self.tables.iter().any(|(_, t)| t == topic) {
+                errors.push(format!(
+                    "topic {topic:?} of global table {name:?} is also read by a source or a table"
+                ));
+            }
+        }
         for (name, topic) in &self.tables {
             if self.stores.contains(name) || *name == default_store {
                 errors.push(format!("table {name:?} has the name of a store"));
@@ -557,6 +689,7 @@ impl TopologyBuilder {
             default_store,
             ordered: !self.unordered,
             tables: std::mem::take(&mut self.tables),
+            globals: std::mem::take(&mut self.globals),
         })
     }
 }

@@ -36,12 +36,14 @@
 //! ```
 
 mod builder;
+pub mod globals;
 mod node;
 pub mod tables;
 mod time;
 pub mod windows;
 
 pub use builder::{Topology, TopologyBuilder};
+pub use globals::{GlobalTable, GlobalTableHandle};
 pub use node::{NodeContext, NodeProcessor, TypedRecord};
 pub use tables::TableHandle;
 pub use time::{ExtractFn, TimestampExtractor};
@@ -98,6 +100,12 @@ impl Topology {
     /// co-partitioned with them, and each its table's changelog.
     pub fn table_topics(&self) -> Vec<String> {
         self.tables.iter().map(|(_, t)| t.clone()).collect()
+    }
+
+    /// Every global table's topic, in the order the global tables were added: read whole by
+    /// every instance, not co-partitioned with the sources, each its table's changelog.
+    pub fn global_table_topics(&self) -> Vec<String> {
+        self.globals.iter().map(|g| g.topic().to_string()).collect()
     }
 
     /// The named stores, in the order they were added.
@@ -321,6 +329,10 @@ impl Processor for Topology {
 
     fn tables(&self) -> Vec<(String, String)> {
         self.tables.clone()
+    }
+
+    fn global_tables(&self) -> Vec<GlobalTable> {
+        self.globals.clone()
     }
 }
 

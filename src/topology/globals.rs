@@ -1,0 +1,352 @@
+//! Global tables and stream-global-table joins (Kafka Streams' `builder.globalTable(topic)`,
+//! `KStream.join(GlobalKTable, keySelector, joiner)` and `leftJoin`).
+//!
+//! A **global table** holds *every* partition of its topic on *every* instance: reference
+//! data (countries, products) a stream looks up by any key it can compute, not only by its
+//! own. Unlike a [table](super::tables) it is not co-partitioned with the stream and has no
+//! changelog of its own: the topic is its changelog. Before an instance joins its consumer
+//! group, the runtime reads the topic to its end (read_committed, no consumer group, every
+//! partition assigned) into a local RocksDB store under the state directory, and `/readyz`
+//! answers 503 until that is done; then a thread of its own keeps the store current while the
+//! stream is processed. The store checkpoints each partition's offset atomically with the rows
+//! it wrote, so a restart reads only what the topic gained since.
+//!
+//! **Not synchronized with the stream** (as in Kafka Streams): a stream record sees the table
+//! as the background thread has brought it so far — a row written to the topic after the
+//! stream record may already be visible, or one written before it not yet. Use a
+//! co-partitioned [table](super::tables) when a join must see exactly the row its key had at
+//! the stream record's time, across restarts. Reference data that changes rarely is the use
+//! case.
+//!
+//! Rows: a record is an upsert of its key, a null value deletes it. A record without a key,
+//! or whose key or value the table's serdes cannot read, is skipped with an ERROR log and
+//! counted in `eosflow_global_table_skipped_records_total{table, reason}`: a global table's
+//! records are not inputs of a transaction, so they have no dead-letter topic, and one bad
+//! row must not stop the table.
+//!
+//! A **stream-global-table join** node maps each stream record to the table's key with a key
+//! extractor `(key, value) -> Option<table key>` and forwards the joiner's result keyed by the
+//! *stream* key, with the stream record's timestamp and headers (the runtime stamps the
+//! envelope with the stream record as cause):
+//!
+//! - inner ([`super::TopologyBuilder::add_stream_global_table_join`]): no row (or no key from
+//!   the extractor) gives nothing, counted in `eosflow_join_dropped_records_total{node,
+//!   reason}` (`no-global-value`, `no-global-key`);
+//! - left ([`super::TopologyBuilder::add_stream_global_table_left_join`]): the joiner gets
+//!   `None`.
+//!
+//! Either kind drops stream records without a key (`no-key`) or without a value (`no-value`).
+//!
+//! ```
+//! use eosflow::serdes::StringSerde;
+//! use eosflow::testing::{TestRecord, TopologyTestDriver};
+//! use eosflow::topology::{GlobalTableHandle, Topology};
+//!
+//! // Orders (keyed by order id, valued by a country code) enriched with the country's name.
+//! let countries = GlobalTableHandle::new("countries", "countries", StringSerde, StringSerde);
+//! let topology = Topology::builder()
+//!     .add_source("orders", &["orders"], StringSerde, StringSerde)
+//!     .add_global_table(&countries)
+//!     .add_stream_global_table_join(
+//!         "enrich",
+//!         &["orders"],
+//!         &countries,
+//!         |_order: &String, code: &String| Some(code.clone()), // the table key
+//!         |order: &String, _code: &String, name: &String| Some(format!("{order} ships to {name}")),
+//!     )
+//!     .add_sink("out", "shipments", StringSerde, StringSerde, &["enrich"])
+//!     .build()?;
+//! assert_eq!(topology.global_table_topics(), vec!["countries".to_string()]);
+//! // The countries topic is the table's changelog: no `<app>-countries-changelog`.
+//! assert_eq!(topology.changelog_topics("app"), vec!["app-state-changelog".to_string()]);
+//!
+//! let mut driver = TopologyTestDriver::new(topology)?;
+//! driver.pipe_global(&countries, &"fr".to_string(), Some(&"France".to_string()))?;
+//! driver.pipe(TestRecord::new("orders", Some("o-1"), Some("fr")).id("o-1"))?;
+//! driver.pipe(TestRecord::new("orders", Some("o-2"), Some("xx")).id("o-2"))?; // no row: nothing
+//! let out = driver.read_raw_output("shipments");
+//! let values: Vec<String> = out.iter().map(|r| r.value_text()).collect();
+//! assert_eq!(values, ["o-1 ships to France"]);
+//! assert_eq!(out[0].header("causation_id"), Some("o-1"));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use std::collections::BTreeMap;
+use std::marker::PhantomData;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use super::node::{NodeContext, NodeProcessor, TypedRecord};
+use crate::record::ProcessError;
+use crate::serdes::Serde;
+use crate::telemetry;
+
+/// Reads a global table's current rows by key bytes: the runtime's RocksDB store, kept
+/// current by its own thread, or the test driver's in-memory one.
+pub(crate) trait GlobalReader: Send + Sync {
+    /// The value bytes of `key`, if the table has it.
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, String>;
+}
+
+/// Where a topology's join nodes find a global table's store once the runtime (or the test
+/// driver) has opened it: set once per topology.
+pub(crate) type GlobalSlot = Arc<OnceLock<Arc<dyn GlobalReader>>>;
+
+/// Checks that a record's key and value bytes decode with the table's serdes.
+type CheckFn = dyn Fn(&[u8], Option<&[u8]>) -> Result<(), String> + Send + Sync;
+
+/// A global table: its name, its topic and its key and value serdes. Added to a topology with
+/// [`super::TopologyBuilder::add_global_table`] and joined with
+/// [`super::TopologyBuilder::add_stream_global_table_join`] (or `_left_join`). Cheap to clone.
+pub struct GlobalTableHandle<K, V> {
+    name: Arc<str>,
+    topic: Arc<str>,
+    keys: Arc<dyn Serde<K>>,
+    values: Arc<dyn Serde<V>>,
+}
+
+impl<K, V> Clone for GlobalTableHandle<K, V> {
+    fn clone(&self) -> Self {
+        Self {
+            name: self.name.clone(),
+            topic: self.topic.clone(),
+            keys: self.keys.clone(),
+            values: self.values.clone(),
+        }
+    }
+}
+
+impl<K, V> std::fmt::Debug for GlobalTableHandle<K, V> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GlobalTableHandle")
+            .field("name", &self.name)
+            .field("topic", &self.topic)
+            .finish()
+    }
+}
+
+impl<K, V> GlobalTableHandle<K, V> {
+    /// The global table `name` of `topic` (every partition), whose keys and values use these
+    /// serdes. The key serde must write keys as the topic's producers do: the join looks the
+    /// extracted key up by its bytes.
+    pub fn new(
+        name: impl Into<String>,
+        topic: impl Into<String>,
+        keys: impl Serde<K> + 'static,
+        values: impl Serde<V> + 'static,
+    ) -> Self {
+        Self {
+            name: Arc::from(name.into()),
+            topic: Arc::from(topic.into()),
+            keys: Arc::new(keys),
+            values: Arc::new(values),
+        }
+    }
+
+    /// The table's name (its store's directory under `state.dir/global/`, its metrics' label).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The topic the table replicates (and restores from).
+    pub fn topic(&self) -> &str {
+        &self.topic
+    }
+
+    /// The key serde.
+    pub fn key_serde(&self) -> &dyn Serde<K> {
+        &*self.keys
+    }
+
+    /// The value serde.
+    pub fn value_serde(&self) -> &dyn Serde<V> {
+        &*self.values
+    }
+
+    pub(crate) fn key_serde_arc(&self) -> Arc<dyn Serde<K>> {
+        self.keys.clone()
+    }
+
+    pub(crate) fn value_serde_arc(&self) -> Arc<dyn Serde<V>> {
+        self.values.clone()
+    }
+}
+
+/// A global table as the runtime sees it: name and topic, a check of its records, and where to
+/// put its store. [`crate::processor::Processor::global_tables`] lists them; only a
+/// [`super::Topology`] builds them.
+#[derive(Clone)]
+pub struct GlobalTable {
+    name: String,
+    topic: String,
+    pub(crate) slot: GlobalSlot,
+    check: Arc<CheckFn>,
+}
+
+impl std::fmt::Debug for GlobalTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GlobalTable")
+            .field("name", &self.name)
+            .field("topic", &self.topic)
+            .finish()
+    }
+}
+
+impl GlobalTable {
+    pub(crate) fn of<K: 'static, V: 'static>(handle: &GlobalTableHandle<K, V>) -> Self {
+        let (keys, values) = (handle.keys.clone(), handle.values.clone());
+        let check = move |key: &[u8], value: Option<&[u8]>| -> Result<(), String> {
+            keys.deserialize(key).map_err(|e| format!("key: {e}"))?;
+            if let Some(v) = value {
+                values.deserialize(v).map_err(|e| format!("value: {e}"))?;
+            }
+            Ok(())
+        };
+        Self {
+            name: handle.name.to_string(),
+            topic: handle.topic.to_string(),
+            slot: Arc::new(OnceLock::new()),
+            check: Arc::new(check),
+        }
+    }
+
+    /// The table's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Its topic.
+    pub fn topic(&self) -> &str {
+        &self.topic
+    }
+
+    /// Whether the table's serdes read a record's key and value (`Err` says which failed).
+    pub(crate) fn check(&self, key: &[u8], value: Option<&[u8]>) -> Result<(), String> {
+        (self.check)(key, value)
+    }
+
+    /// Hands the table's store to the join nodes; a topology is bound once.
+    pub(crate) fn bind(&self, reader: Arc<dyn GlobalReader>) -> Result<(), String> {
+        self.slot.set(reader).map_err(|_| {
+            format!(
+                "global table {:?} is already bound to a store: a topology runs in one runtime or driver",
+                self.name
+            )
+        })
+    }
+}
+
+/// The test driver's global table store: rows in memory, written by `pipe_global`.
+#[derive(Default)]
+pub(crate) struct MemoryGlobal {
+    rows: Mutex<BTreeMap<Vec<u8>, Vec<u8>>>,
+}
+
+impl MemoryGlobal {
+    /// Upserts `key` (`None` deletes it).
+    pub(crate) fn apply(&self, key: Vec<u8>, value: Option<Vec<u8>>) {
+        let mut rows = self.rows.lock().unwrap_or_else(|e| e.into_inner());
+        match value {
+            Some(v) => rows.insert(key, v),
+            None => rows.remove(&key),
+        };
+    }
+}
+
+impl GlobalReader for MemoryGlobal {
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, String> {
+        let rows = self.rows.lock().unwrap_or_else(|e| e.into_inner());
+        Ok(rows.get(key).cloned())
+    }
+}
+
+/// The key extractor of a stream-global-table join: the stream key and value to the table's
+/// key (`None`: no lookup).
+pub(crate) type KeyExtractor<K, V, GK> = Box<dyn Fn(&K, &V) -> Option<GK> + Send>;
+/// The joiner: the stream key and value and the table's row (`None` only in a left join), to
+/// the result (`None`: forward nothing).
+pub(crate) type GlobalJoiner<K, V, T, R> = Box<dyn Fn(&K, &V, Option<&T>) -> Option<R> + Send>;
+
+/// The node of a stream-global-table join.
+pub(crate) struct StreamGlobalTableJoin<K, V, GK, T, R> {
+    pub(crate) table: String,
+    pub(crate) slot: GlobalSlot,
+    pub(crate) keys: Arc<dyn Serde<GK>>,
+    pub(crate) values: Arc<dyn Serde<T>>,
+    pub(crate) extractor: KeyExtractor<K, V, GK>,
+    pub(crate) joiner: GlobalJoiner<K, V, T, R>,
+    /// Left join: a stream record without a row is joined with `None`.
+    pub(crate) left: bool,
+    pub(crate) _types: PhantomData<fn(K, V, R)>,
+}
+
+impl<K, V, GK, T, R> StreamGlobalTableJoin<K, V, GK, T, R> {
+    /// The row of `key` as the table's store holds it now.
+    fn lookup(&self, key: &GK) -> Result<Option<T>, ProcessError> {
+        let reader = self.slot.get().ok_or_else(|| {
+            ProcessError::transient(format!(
+                "global table {} is not bootstrapped yet",
+                self.table
+            ))
+        })?;
+        let bytes = self.keys.serialize(key).map_err(|e| {
+            ProcessError::permanent(format!("global table {} key: {e}", self.table))
+        })?;
+        let row = reader.get(&bytes).map_err(|e| {
+            ProcessError::transient(format!("reading global table {}: {e}", self.table))
+        })?;
+        row.map(|v| self.values.deserialize(&v))
+            .transpose()
+            .map_err(|e| ProcessError::permanent(format!("global table {} value: {e}", self.table)))
+    }
+}
+
+impl<K, V, GK, T, R> NodeProcessor<K, V> for StreamGlobalTableJoin<K, V, GK, T, R>
+where
+    K: Clone + Send + 'static,
+    V: Send + 'static,
+    GK: 'static,
+    T: 'static,
+    R: Clone + Send + 'static,
+{
+    fn process(
+        &mut self,
+        ctx: &mut NodeContext<'_, '_>,
+        record: TypedRecord<K, V>,
+    ) -> Result<(), ProcessError> {
+        let TypedRecord {
+            key,
+            value,
+            timestamp,
+            headers,
+        } = record;
+        let Some(key) = key else {
+            telemetry::join_dropped(ctx.node_name(), "no-key");
+            return Ok(());
+        };
+        let Some(value) = value else {
+            telemetry::join_dropped(ctx.node_name(), "no-value");
+            return Ok(());
+        };
+        let row = match (self.extractor)(&key, &value) {
+            Some(table_key) => self.lookup(&table_key)?,
+            None if self.left => None,
+            None => {
+                telemetry::join_dropped(ctx.node_name(), "no-global-key");
+                return Ok(());
+            }
+        };
+        if row.is_none() && !self.left {
+            telemetry::join_dropped(ctx.node_name(), "no-global-value");
+            return Ok(());
+        }
+        if let Some(out) = (self.joiner)(&key, &value, row.as_ref()) {
+            ctx.forward(TypedRecord {
+                key: Some(key),
+                value: Some(out),
+                timestamp,
+                headers,
+            });
+        }
+        Ok(())
+    }
+}
