@@ -20,6 +20,17 @@ use crate::config::KafkaConfig;
 /// A re-check every 20 ms costs nothing measurable. `[kafka.properties]` can override it.
 const FETCH_QUEUE_BACKOFF_MS: &str = "20";
 
+/// How long the broker may hold a group consumer's fetch that finds no data (librdkafka's
+/// default: 500 ms; eosflow used 50). A fetch carries every assigned partition of a broker,
+/// the inputs' empty retry levels included, and librdkafka keeps one fetch in flight per
+/// broker: while a request made only of partitions with nothing new waits out this time, a
+/// busy input on the same broker is not fetched. At 50 ms a one-partition windowed instance
+/// (input plus three retry levels) processed 60–63 k records/s, at 10 ms 84–90 k, and with no
+/// retry levels 82 k even at 50 ms (release build, 600 000 records; docs/benchmarks.md). An
+/// idle instance sends about 100 empty fetches a second per broker it reads from: cheap for
+/// a broker, and `[kafka.properties]` can raise it.
+const GROUP_FETCH_WAIT_MAX_MS: &str = "10";
+
 /// Bytes one fetch returns per partition (librdkafka's default: 1 MiB, about 3 000 of the
 /// benchmarks' 300-byte records). 4 MiB lets one fetch round trip carry a batch's worth of a
 /// single busy partition; `fetch.max.bytes` (50 MiB) still caps a whole fetch response.
@@ -171,7 +182,7 @@ impl KafkaClients {
                         (session_timeout.as_millis() / 5).max(100).to_string(),
                     )
                     .set("enable.partition.eof", "false")
-                    .set("fetch.wait.max.ms", "50")
+                    .set("fetch.wait.max.ms", GROUP_FETCH_WAIT_MAX_MS)
                     .set("fetch.queue.backoff.ms", FETCH_QUEUE_BACKOFF_MS)
                     .set("max.partition.fetch.bytes", MAX_PARTITION_FETCH_BYTES)
                     // Feeds eosflow_consumer_lag_records (high watermark minus position).
