@@ -82,15 +82,8 @@ fn topology(app: &str) -> Topology {
 }
 
 fn config(app: &str) -> Config {
-    let mut c = support::config();
-    c.app.id = app.to_string();
-    c.app.instance_id = "a".into();
-    c.processor.session_timeout_ms = 6000;
-    c.processor.commit_interval_ms = 100;
     // Small transactions: a kill lands between two of them.
-    c.processor.max_batch_records = 100;
-    c.state.dir = std::env::temp_dir().join(format!("eosflow-test-{app}"));
-    c
+    support::instance_config(app, 100)
 }
 
 /// Child mode: `GLOBALS_CHILD=<app> <metrics address>` runs the topology until killed.
@@ -122,13 +115,7 @@ fn produce(topic: &str, records: &[(String, Vec<u8>, Option<String>)]) {
                 value: Some(id.as_bytes()),
             }));
         }
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while let Err((e, back)) = producer.send(r) {
-            let full = e.rdkafka_error_code() == Some(rdkafka::types::RDKafkaErrorCode::QueueFull);
-            assert!(full && Instant::now() < deadline, "send: {e}");
-            let _ = producer.flush(Duration::from_millis(50));
-            r = back;
-        }
+        support::send_waiting(&producer, r);
     }
     producer.flush(Duration::from_secs(60)).expect("flush");
 }

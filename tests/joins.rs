@@ -87,15 +87,8 @@ fn topology(app: &str) -> Topology {
 }
 
 fn config(app: &str) -> Config {
-    let mut c = support::config();
-    c.app.id = app.to_string();
-    c.app.instance_id = "a".into();
-    c.processor.session_timeout_ms = 6000;
-    c.processor.commit_interval_ms = 100;
     // Small transactions: a phase spans many, so a kill lands between two of them.
-    c.processor.max_batch_records = 100;
-    c.state.dir = std::env::temp_dir().join(format!("eosflow-test-{app}"));
-    c
+    support::instance_config(app, 100)
 }
 
 /// Child mode: runs the topology until killed.
@@ -152,10 +145,7 @@ fn clicks(phase: usize, first: usize) -> Vec<(String, String)> {
 /// header, and waits for them all. Both topics use the same partitioner and partition count,
 /// so a key's row and its clicks share a partition number.
 fn produce(topic: &str, records: &[(String, Option<String>)]) {
-    let producer: ThreadedProducer<DefaultProducerContext> = support::clients()
-        .config(ClientRole::Idempotent)
-        .create()
-        .expect("producer");
+    let producer = support::test_producer();
     for (k, v) in records {
         let mut r = BaseRecord::<str, str>::to(topic).key(k.as_str());
         if let Some(v) = v {
@@ -166,13 +156,7 @@ fn produce(topic: &str, records: &[(String, Option<String>)]) {
                     value: Some(v.as_bytes()),
                 }));
         }
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while let Err((e, back)) = producer.send(r) {
-            let full = e.rdkafka_error_code() == Some(rdkafka::types::RDKafkaErrorCode::QueueFull);
-            assert!(full && Instant::now() < deadline, "send: {e}");
-            let _ = producer.flush(Duration::from_millis(50));
-            r = back;
-        }
+        support::send_waiting(&producer, r);
     }
     producer.flush(Duration::from_secs(30)).expect("flush");
 }

@@ -74,14 +74,8 @@ fn topology(input: &str, output: &str) -> Topology {
 }
 
 fn config(app: &str) -> Config {
-    let mut c = support::config();
-    c.app.id = app.to_string();
-    c.app.instance_id = "a".into();
+    let mut c = support::instance_config(app, 50);
     c.processor.static_membership = true;
-    c.processor.session_timeout_ms = 6000;
-    c.processor.commit_interval_ms = 100;
-    c.processor.max_batch_records = 50;
-    c.state.dir = std::env::temp_dir().join(format!("eosflow-test-{app}"));
     c
 }
 

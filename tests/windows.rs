@@ -30,15 +30,8 @@ fn topology(app: &str) -> Topology {
 }
 
 fn config(app: &str) -> Config {
-    let mut c = support::config();
-    c.app.id = app.to_string();
-    c.app.instance_id = "a".into();
-    c.processor.session_timeout_ms = 6000;
-    c.processor.commit_interval_ms = 100;
     // Small transactions: the run lasts long enough for the kills to land mid-stream.
-    c.processor.max_batch_records = 20;
-    c.state.dir = std::env::temp_dir().join(format!("eosflow-test-{app}"));
-    c
+    support::instance_config(app, 20)
 }
 
 fn lag(app: &str) -> i64 {

@@ -76,6 +76,7 @@ use std::marker::PhantomData;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use super::node::{NodeContext, NodeProcessor, TypedRecord};
+use super::tables::{join_output, JoinInput};
 use crate::record::ProcessError;
 use crate::serdes::Serde;
 use crate::telemetry;
@@ -263,8 +264,8 @@ impl GlobalReader for MemoryGlobal {
 /// key (`None`: no lookup).
 pub(crate) type KeyExtractor<K, V, GK> = Box<dyn Fn(&K, &V) -> Option<GK> + Send>;
 /// The joiner: the stream key and value and the table's row (`None` only in a left join), to
-/// the result (`None`: forward nothing).
-pub(crate) type GlobalJoiner<K, V, T, R> = Box<dyn Fn(&K, &V, Option<&T>) -> Option<R> + Send>;
+/// the result (`None`: forward nothing); the stream-table join's.
+pub(crate) type GlobalJoiner<K, V, T, R> = super::tables::Joiner<K, V, T, R>;
 
 /// The node of a stream-global-table join.
 pub(crate) struct StreamGlobalTableJoin<K, V, GK, T, R> {
@@ -313,18 +314,7 @@ where
         ctx: &mut NodeContext<'_, '_>,
         record: TypedRecord<K, V>,
     ) -> Result<(), ProcessError> {
-        let TypedRecord {
-            key,
-            value,
-            timestamp,
-            headers,
-        } = record;
-        let Some(key) = key else {
-            telemetry::join_dropped(ctx.node_name(), "no-key");
-            return Ok(());
-        };
-        let Some(value) = value else {
-            telemetry::join_dropped(ctx.node_name(), "no-value");
+        let Some(JoinInput { key, value, record }) = JoinInput::of(ctx, record) else {
             return Ok(());
         };
         let row = match (self.extractor)(&key, &value) {
@@ -335,18 +325,14 @@ where
                 return Ok(());
             }
         };
-        if row.is_none() && !self.left {
-            telemetry::join_dropped(ctx.node_name(), "no-global-value");
-            return Ok(());
-        }
-        if let Some(out) = (self.joiner)(&key, &value, row.as_ref()) {
-            ctx.forward(TypedRecord {
-                key: Some(key),
-                value: Some(out),
-                timestamp,
-                headers,
-            });
-        }
+        join_output(
+            ctx,
+            (key, value, record),
+            row,
+            self.left,
+            "no-global-value",
+            &self.joiner,
+        );
         Ok(())
     }
 }

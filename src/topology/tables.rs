@@ -160,33 +160,70 @@ where
         ctx: &mut NodeContext<'_, '_>,
         record: TypedRecord<K, V>,
     ) -> Result<(), ProcessError> {
-        let TypedRecord {
-            key,
-            value,
-            timestamp,
-            headers,
-        } = record;
-        let Some(key) = key else {
-            telemetry::join_dropped(ctx.node_name(), "no-key");
-            return Ok(());
-        };
-        let Some(value) = value else {
-            telemetry::join_dropped(ctx.node_name(), "no-value");
+        let Some(JoinInput { key, value, record }) = JoinInput::of(ctx, record) else {
             return Ok(());
         };
         let row = ctx.store(&self.table)?.get(&key)?;
-        if row.is_none() && !self.left {
-            telemetry::join_dropped(ctx.node_name(), "no-table-value");
-            return Ok(());
-        }
-        if let Some(out) = (self.joiner)(&key, &value, row.as_ref()) {
-            ctx.forward(TypedRecord {
-                key: Some(key),
-                value: Some(out),
-                timestamp,
-                headers,
-            });
-        }
+        join_output(
+            ctx,
+            (key, value, record),
+            row,
+            self.left,
+            "no-table-value",
+            &self.joiner,
+        );
         Ok(())
+    }
+}
+
+/// A stream record a join node handles: its key and value taken out, the rest (timestamp and
+/// headers: the cause the result carries) kept.
+pub(crate) struct JoinInput<K, V> {
+    pub(crate) key: K,
+    pub(crate) value: V,
+    pub(crate) record: TypedRecord<K, V>,
+}
+
+impl<K, V> JoinInput<K, V> {
+    /// The record's key and value; `None` (counted in `eosflow_join_dropped_records_total`
+    /// with reason `no-key` or `no-value`) when it lacks either: a join needs both.
+    pub(crate) fn of(ctx: &NodeContext<'_, '_>, mut record: TypedRecord<K, V>) -> Option<Self> {
+        let Some(key) = record.key.take() else {
+            telemetry::join_dropped(ctx.node_name(), "no-key");
+            return None;
+        };
+        let Some(value) = record.value.take() else {
+            telemetry::join_dropped(ctx.node_name(), "no-value");
+            return None;
+        };
+        Some(Self { key, value, record })
+    }
+}
+
+/// The end of every stream-side join: no `row` on an inner join drops the record (counted
+/// with `missing`), else the joiner's result, if any, goes downstream under the stream
+/// record's key with its timestamp and headers.
+pub(crate) fn join_output<K, V, T, R>(
+    ctx: &mut NodeContext<'_, '_>,
+    (key, value, record): (K, V, TypedRecord<K, V>),
+    row: Option<T>,
+    left: bool,
+    missing: &'static str,
+    joiner: &Joiner<K, V, T, R>,
+) where
+    K: Clone + Send + 'static,
+    R: Clone + Send + 'static,
+{
+    if row.is_none() && !left {
+        telemetry::join_dropped(ctx.node_name(), missing);
+        return;
+    }
+    if let Some(out) = joiner(&key, &value, row.as_ref()) {
+        ctx.forward(TypedRecord {
+            key: Some(key),
+            value: Some(out),
+            timestamp: record.timestamp,
+            headers: record.headers,
+        });
     }
 }

@@ -18,7 +18,10 @@ use eosflow::config::Config;
 use eosflow::kafka::topics::{self, TopicSpec};
 use eosflow::kafka::{ClientRole, KafkaClients};
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::message::ToBytes;
+use rdkafka::producer::{
+    BaseProducer, BaseRecord, DefaultProducerContext, Producer, ThreadedProducer,
+};
 use rdkafka::{Message, Offset, TopicPartitionList};
 
 /// The broker's bootstrap address for this test process.
@@ -117,11 +120,7 @@ pub type Timed = (Option<i32>, String, String, i64);
 
 /// Produces `records` to `topic` in order with an idempotent producer and waits for them all.
 pub fn produce_timed(topic: &str, records: &[Timed]) {
-    use rdkafka::producer::{DefaultProducerContext, ThreadedProducer};
-    let producer: ThreadedProducer<DefaultProducerContext> = clients()
-        .config(ClientRole::Idempotent)
-        .create()
-        .expect("producer");
+    let producer = test_producer();
     for (partition, key, value, ts) in records {
         let mut r = BaseRecord::to(topic)
             .key(key.as_bytes())
@@ -130,16 +129,46 @@ pub fn produce_timed(topic: &str, records: &[Timed]) {
         if let Some(p) = partition {
             r = r.partition(*p);
         }
-        // A full queue waits for deliveries (large workloads), anything else fails the test.
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while let Err((e, back)) = producer.send(r) {
-            let full = e.rdkafka_error_code() == Some(rdkafka::types::RDKafkaErrorCode::QueueFull);
-            assert!(full && Instant::now() < deadline, "send: {e}");
-            let _ = producer.flush(Duration::from_millis(50));
-            r = back;
-        }
+        send_waiting(&producer, r);
     }
     producer.flush(Duration::from_secs(30)).expect("flush");
+}
+
+/// The idempotent producer tests write their workloads with.
+pub fn test_producer() -> ThreadedProducer<DefaultProducerContext> {
+    clients()
+        .config(ClientRole::Idempotent)
+        .create()
+        .expect("producer")
+}
+
+/// Sends `r`; a full queue waits for deliveries (large workloads, up to a minute), any other
+/// error fails the test.
+pub fn send_waiting<K: ToBytes + ?Sized, P: ToBytes + ?Sized>(
+    producer: &ThreadedProducer<DefaultProducerContext>,
+    mut r: BaseRecord<'_, K, P>,
+) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while let Err((e, back)) = producer.send(r) {
+        let full = e.rdkafka_error_code() == Some(rdkafka::types::RDKafkaErrorCode::QueueFull);
+        assert!(full && Instant::now() < deadline, "send: {e}");
+        let _ = producer.flush(Duration::from_millis(50));
+        r = back;
+    }
+}
+
+/// The config of a kill test's instance of application `app`: instance `a`, a 6 s session,
+/// 100 ms commits, and small transactions (`max_batch_records`) so that a kill lands between
+/// two of them; its state under the temp dir.
+pub fn instance_config(app: &str, max_batch_records: usize) -> Config {
+    let mut c = config();
+    c.app.id = app.to_string();
+    c.app.instance_id = "a".into();
+    c.processor.session_timeout_ms = 6000;
+    c.processor.commit_interval_ms = 100;
+    c.processor.max_batch_records = max_batch_records;
+    c.state.dir = std::env::temp_dir().join(format!("eosflow-test-{app}"));
+    c
 }
 
 /// The body of a `child_instance` test: runs `processor` with `config` (static membership,
