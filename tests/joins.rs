@@ -87,8 +87,9 @@ fn topology(app: &str) -> Topology {
 }
 
 fn config(app: &str) -> Config {
-    // Small transactions: a phase spans many, so a kill lands between two of them.
-    support::instance_config(app, 100)
+    // Small transactions: a phase spans many, so a kill lands between two of them, and the
+    // instance is slow enough (a commit per 10 records) for a kill to land mid-phase.
+    support::instance_config(app, 10)
 }
 
 /// Child mode: runs the topology until killed.
