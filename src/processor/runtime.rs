@@ -1057,6 +1057,7 @@ impl<P: Processor> Runtime<P> {
             match self.open_and_restore(p, topic) {
                 Ok((store, rebuilt, stats)) => {
                     tracing::info!(partition = p, store = %name, rebuilt, replayed = stats.records, from = stats.from_offset, to = stats.to_offset, "restored named store");
+                    telemetry::restored_records(p, stats.records);
                     named.push(NamedStore {
                         name: name.clone(),
                         store,
@@ -1185,6 +1186,7 @@ impl<P: Processor> Runtime<P> {
                 other => other?,
             };
             tracing::info!(partition = p, table = %name, topic = %topic, rebuilt, replayed = stats.records, from = stats.from_offset, to = stats.to_offset, "restored table");
+            telemetry::restored_records(p, stats.records);
             out.push(NamedStore {
                 name: name.clone(),
                 store,

@@ -146,7 +146,7 @@ pub const FRAMEWORK: &[MetricDef] = &[
         "eosflow_restore_records_total",
         Counter,
         Unit::Count,
-        "Changelog records replayed into state stores, by partition.",
+        "Changelog records replayed into state stores, by partition (every store and table of it).",
     ),
     metric(
         "eosflow_restore_seconds",

@@ -149,11 +149,16 @@ pub fn id_conflict(topic: &str) {
 
 /// A partition's store was restored.
 pub fn restored(partition: i32, stats: &RestoreStats) {
-    let p = partition.to_string();
-    metrics::counter!("eosflow_restore_records_total", "partition" => p.clone())
-        .increment(stats.records);
-    metrics::histogram!("eosflow_restore_seconds", "partition" => p)
+    restored_records(partition, stats.records);
+    metrics::histogram!("eosflow_restore_seconds", "partition" => partition.to_string())
         .record(stats.millis as f64 / 1000.0);
+}
+
+/// Records a named store or a table of `partition` replayed from its changelog (or table
+/// topic): counted with the default store's, so the counter is the partition's whole restore.
+pub fn restored_records(partition: i32, records: u64) {
+    metrics::counter!("eosflow_restore_records_total", "partition" => partition.to_string())
+        .increment(records);
 }
 
 /// How many changelog records a standby replica of `topic[partition]` has yet to apply (0 once
