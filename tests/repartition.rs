@@ -1,7 +1,8 @@
 //! Repartitioning under `kill -9`: orders keyed by order id, re-keyed by customer through
 //! `<app>-by-customer-repartition` (written in the transaction of the order that caused it,
 //! read back by the same application) and counted per customer, one output per update. An
-//! instance is SIGKILLed mid-stream and replaced; the read_committed output must hold, per
+//! instance is SIGKILLed while it re-keys, its replacement SIGKILLed while it counts, and a
+//! third one finishes; the read_committed output must hold, per
 //! customer, exactly the counts 1, 2, …, n in order — n computed from the workload alone — and
 //! the repartition topic exactly one record per order.
 //!
@@ -27,7 +28,7 @@ use rdkafka::Message;
 
 const CHILD: &str = "REPARTITION_CHILD";
 const PARTITIONS: i32 = 4;
-const ORDERS: u64 = 3000;
+const ORDERS: u64 = 4000;
 const CUSTOMERS: u64 = 17;
 
 /// Order `i`: its id (the key) and its value `customer:order-id`.
@@ -134,35 +135,72 @@ fn a_repartitioned_count_killed_mid_stream_counts_every_order_once_per_customer(
     specs.extend(internal);
     topics::apply_blocking(&support::clients(), &specs, Duration::from_secs(30))
         .expect("creating topics");
+    // Timestamps of now: records older than the topics' retention would be deleted under the
+    // test's feet (a segment of old records is rolled and dropped at once).
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
     let records: Vec<support::Timed> = (0..ORDERS)
         .map(|i| {
             let (key, value) = order(i);
-            (None, key, value, 1_700_000_000_000 + i as i64)
+            (None, key, value, now + i as i64)
         })
         .collect();
     support::produce_timed(&input, &records);
 
     let mut first = support::spawn_child(CHILD, &app);
+    // Re-keying an order is quick, counting comes after: kill once some orders are consumed,
+    // while the orders or their repartition records are still being worked through.
     support::wait_for(
-        "a third of the orders processed",
+        "the first orders consumed",
         Duration::from_secs(60),
-        || (lag(&app, &input) <= 2 * ORDERS as i64 / 3).then_some(()),
+        || (lag(&app, &input) <= ORDERS as i64 - 500).then_some(()),
     );
     first.kill().expect("kill -9");
     first.wait().expect("reaped");
-    let left = lag(&app, &input);
-    println!("killed with {left} of {ORDERS} orders left");
-    assert!(left > 0, "the instance must die mid-stream, not after the input");
+    let (left, rekeyed_left) = (lag(&app, &input), lag(&app, &repartition));
+    println!(
+        "killed with {left} of {ORDERS} orders and {rekeyed_left} repartition records left after {:?}",
+        started.elapsed()
+    );
+    assert!(
+        left + rekeyed_left > 0,
+        "the instance must die mid-stream, not after the work"
+    );
+    // The second instance first re-keys the rest of the orders, then counts (the consumer's
+    // queue holds the orders' backlog ahead of the repartition records): kill it again
+    // once it has begun to count.
     let mut second = support::spawn_child(CHILD, &app);
-    // The repartition topic only grows while orders are processed: once the orders are all
-    // consumed, the repartition topic's lag reaching zero means everything was counted.
+    support::wait_for("the first counts written", Duration::from_secs(60), || {
+        let written: i64 = (0..PARTITIONS)
+            .map(|p| {
+                eosflow::kafka::reader::watermarks(
+                    &support::clients(),
+                    &output,
+                    p,
+                    Duration::from_secs(10),
+                )
+                .map_or(0, |(_, high)| high)
+            })
+            .sum();
+        (written > 0).then_some(())
+    });
+    second.kill().expect("kill -9");
+    second.wait().expect("reaped");
+    let rekeyed_left = lag(&app, &repartition);
+    println!(
+        "killed again with {rekeyed_left} repartition records left after {:?}",
+        started.elapsed()
+    );
+    assert!(rekeyed_left > 0, "the second instance must die while counting");
+    let mut third = support::spawn_child(CHILD, &app);
     support::wait_for(
         "every order and every repartition record processed",
         Duration::from_secs(90),
         || (lag(&app, &input) == 0 && lag(&app, &repartition) == 0).then_some(()),
     );
-    second.kill().expect("kill -9");
-    second.wait().expect("reaped");
+    third.kill().expect("kill -9");
+    third.wait().expect("reaped");
 
     // The expectation, from the workload alone: per customer, its number of orders.
     let mut orders_of: BTreeMap<String, i64> = BTreeMap::new();
@@ -204,3 +242,4 @@ fn a_repartitioned_count_killed_mid_stream_counts_every_order_once_per_customer(
     println!("took {:?}", started.elapsed());
     let _ = std::fs::remove_dir_all(&cfg.state.dir);
 }
+
