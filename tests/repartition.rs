@@ -44,7 +44,9 @@ fn topology(input: &str, output: &str) -> Topology {
     let counts = StoreHandle::new("counts", StringSerde, I64Serde);
     let store = counts.clone();
     let count = move |ctx: &mut NodeContext<'_, '_>, r: TypedRecord<String, String>| {
-        let customer = r.key.ok_or_else(|| ProcessError::permanent("no customer"))?;
+        let customer = r
+            .key
+            .ok_or_else(|| ProcessError::permanent("no customer"))?;
         let mut s = ctx.store(&store)?;
         let n = s.get(&customer)?.unwrap_or(0) + 1;
         s.put(&customer, &n)?;
@@ -151,11 +153,9 @@ fn a_repartitioned_count_killed_mid_stream_counts_every_order_once_per_customer(
     let mut first = support::spawn_child(CHILD, &app);
     // Re-keying an order is quick, counting comes after: kill once some orders are consumed,
     // while the orders or their repartition records are still being worked through.
-    support::wait_for(
-        "the first orders consumed",
-        Duration::from_secs(60),
-        || (lag(&app, &input) <= ORDERS as i64 - 500).then_some(()),
-    );
+    support::wait_for("the first orders consumed", Duration::from_secs(60), || {
+        (lag(&app, &input) <= ORDERS as i64 - 500).then_some(())
+    });
     first.kill().expect("kill -9");
     first.wait().expect("reaped");
     let (left, rekeyed_left) = (lag(&app, &input), lag(&app, &repartition));
@@ -192,7 +192,10 @@ fn a_repartitioned_count_killed_mid_stream_counts_every_order_once_per_customer(
         "killed again with {rekeyed_left} repartition records left after {:?}",
         started.elapsed()
     );
-    assert!(rekeyed_left > 0, "the second instance must die while counting");
+    assert!(
+        rekeyed_left > 0,
+        "the second instance must die while counting"
+    );
     let mut third = support::spawn_child(CHILD, &app);
     support::wait_for(
         "every order and every repartition record processed",
@@ -242,4 +245,3 @@ fn a_repartitioned_count_killed_mid_stream_counts_every_order_once_per_customer(
     println!("took {:?}", started.elapsed());
     let _ = std::fs::remove_dir_all(&cfg.state.dir);
 }
-

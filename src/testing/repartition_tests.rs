@@ -17,7 +17,9 @@ fn topology() -> Topology {
     let counts = StoreHandle::new("counts", StringSerde, I64Serde);
     let store = counts.clone();
     let count = move |ctx: &mut NodeContext<'_, '_>, r: TypedRecord<String, String>| {
-        let customer = r.key.ok_or_else(|| ProcessError::permanent("no customer"))?;
+        let customer = r
+            .key
+            .ok_or_else(|| ProcessError::permanent("no customer"))?;
         let mut s = ctx.store(&store)?;
         let n = s.get(&customer)?.unwrap_or(0) + 1;
         s.put(&customer, &n)?;
@@ -101,10 +103,7 @@ fn the_rekeyed_record_and_its_result_keep_the_event_time_and_the_causation_chain
     assert_eq!(out[0].key_text(), "carol");
     assert_eq!(out[0].timestamp, Some(1_700_000_042_000));
     // The count is caused by the repartition record, correlated with the order's event.
-    assert_eq!(
-        out[0].header("causation_id"),
-        Some(repartition_id.as_str())
-    );
+    assert_eq!(out[0].header("causation_id"), Some(repartition_id.as_str()));
     assert_eq!(out[0].header("correlation_id"), Some("event-o-7"));
 }
 
@@ -143,13 +142,19 @@ fn the_repartition_topic_is_an_internal_input_named_for_the_application() {
         ]
     );
     let topic = &specs[0];
-    assert_eq!((topic.partitions, topic.cleanup_policy.as_str()), (4, "delete"));
+    assert_eq!(
+        (topic.partitions, topic.cleanup_policy.as_str()),
+        (4, "delete")
+    );
     // Bound (as the runtime binds it), the topology reads it as an input.
     let mut t = t;
     crate::processor::Processor::bind_application(&mut t, "shop");
     assert_eq!(
         t.source_topics(),
-        vec!["orders".to_string(), "shop-by-customer-repartition".to_string()]
+        vec![
+            "orders".to_string(),
+            "shop-by-customer-repartition".to_string()
+        ]
     );
     let err = Topology::builder()
         .add_source("orders", &[ORDERS], StringSerde, StringSerde)

@@ -620,6 +620,47 @@ impl TopologyBuilder {
     /// [`Topology::internal_topics`]; records read from it follow the rules of every input:
     /// its own retry levels and DLT, dedup by their own fresh `id`. Consumed records are not
     /// purged (no DeleteRecords): the topic's retention bounds it.
+    ///
+    /// ```
+    /// use eosflow::processor::StoreHandle;
+    /// use eosflow::serdes::{I64Serde, StringSerde};
+    /// use eosflow::testing::{TestRecord, TopologyTestDriver};
+    /// use eosflow::topology::{NodeContext, Topology, TypedRecord};
+    ///
+    /// // Orders keyed by order id, valued `customer:item`, counted per customer.
+    /// let counts = StoreHandle::new("counts", StringSerde, I64Serde);
+    /// let store = counts.clone();
+    /// let count = move |ctx: &mut NodeContext<'_, '_>, r: TypedRecord<String, String>| {
+    ///     let customer = r.key.unwrap_or_default();
+    ///     let mut s = ctx.store(&store)?;
+    ///     let n = s.get(&customer)?.unwrap_or(0) + 1;
+    ///     s.put(&customer, &n)?;
+    ///     ctx.forward(TypedRecord::new(Some(customer), Some(n)));
+    ///     Ok(())
+    /// };
+    /// let topology = Topology::builder()
+    ///     .add_source("orders", &["orders"], StringSerde, StringSerde)
+    ///     .add_repartition(
+    ///         "by-customer",
+    ///         "orders",
+    ///         |_order: Option<&String>, v: &String| v.split_once(':').map(|(c, _)| c.to_string()),
+    ///         StringSerde,
+    ///         StringSerde,
+    ///     )
+    ///     .add_processor("count", count, &["by-customer"])
+    ///     .add_state_store(&counts, &["count"])
+    ///     .add_sink("out", "counts", StringSerde, I64Serde, &["count"])
+    ///     .build()?;
+    ///
+    /// // The driver (application id `test`) pipes what reaches the repartition topic back in.
+    /// let mut driver = TopologyTestDriver::new(topology)?;
+    /// driver.pipe(TestRecord::new("orders", Some("o-1"), Some("ann:book")).partition(0))?;
+    /// driver.pipe(TestRecord::new("orders", Some("o-2"), Some("ann:pen")).partition(3))?;
+    /// let out = driver.read_output("counts", &StringSerde, &I64Serde)?;
+    /// assert_eq!(out, vec![(Some("ann".into()), Some(1)), (Some("ann".into()), Some(2))]);
+    /// assert_eq!(driver.read_raw_output("test-by-customer-repartition").len(), 2);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn add_repartition<K, V, K2>(
         &mut self,
         name: &str,
