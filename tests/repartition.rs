@@ -1,8 +1,9 @@
 //! Repartitioning under `kill -9`: orders keyed by order id, re-keyed by customer through
 //! `<app>-by-customer-repartition` (written in the transaction of the order that caused it,
 //! read back by the same application) and counted per customer, one output per update. An
-//! instance is SIGKILLed while it re-keys, its replacement SIGKILLed while it counts, and a
-//! third one finishes; the read_committed output must hold, per
+//! instance is SIGKILLed mid-stream (once 500 orders are consumed: it re-keys or already
+//! counts), its replacement SIGKILLed once it has written counts of its own, and a third one
+//! finishes; the read_committed output must hold, per
 //! customer, exactly the counts 1, 2, …, n in order — n computed from the workload alone — and
 //! the repartition topic exactly one record per order.
 //!
@@ -94,6 +95,17 @@ fn child_instance() {
     );
 }
 
+/// The output's high watermarks summed: counts written, committed or not, and markers.
+fn counts_written(output: &str) -> i64 {
+    (0..PARTITIONS)
+        .map(|p| {
+            let clients = support::clients();
+            eosflow::kafka::reader::watermarks(&clients, output, p, Duration::from_secs(10))
+                .map_or(0, |(_, high)| high)
+        })
+        .sum()
+}
+
 fn lag(app: &str, topic: &str) -> i64 {
     group_lag(&support::clients(), app, topic, PARTITIONS).unwrap_or(i64::MAX)
 }
@@ -152,13 +164,15 @@ fn a_repartitioned_count_killed_mid_stream_counts_every_order_once_per_customer(
 
     let mut first = support::spawn_child(CHILD, &app);
     // Re-keying an order is quick, counting comes after: kill once some orders are consumed,
-    // while the orders or their repartition records are still being worked through.
+    // while the orders or their repartition records are still being worked through (the
+    // whole input may be consumed by the time the lag is seen: then it dies counting).
     support::wait_for("the first orders consumed", Duration::from_secs(60), || {
         (lag(&app, &input) <= ORDERS as i64 - 500).then_some(())
     });
     first.kill().expect("kill -9");
     first.wait().expect("reaped");
     let (left, rekeyed_left) = (lag(&app, &input), lag(&app, &repartition));
+    let counted_before = counts_written(&output);
     println!(
         "killed with {left} of {ORDERS} orders and {rekeyed_left} repartition records left after {:?}",
         started.elapsed()
@@ -169,22 +183,14 @@ fn a_repartitioned_count_killed_mid_stream_counts_every_order_once_per_customer(
     );
     // The second instance first re-keys the rest of the orders, then counts (the consumer's
     // queue holds the orders' backlog ahead of the repartition records): kill it again
-    // once it has begun to count.
+    // once it has written counts of its own: more than 20 new offsets in the output (the
+    // abort of the first instance's open transaction adds at most one marker a partition).
     let mut second = support::spawn_child(CHILD, &app);
-    support::wait_for("the first counts written", Duration::from_secs(60), || {
-        let written: i64 = (0..PARTITIONS)
-            .map(|p| {
-                eosflow::kafka::reader::watermarks(
-                    &support::clients(),
-                    &output,
-                    p,
-                    Duration::from_secs(10),
-                )
-                .map_or(0, |(_, high)| high)
-            })
-            .sum();
-        (written > 0).then_some(())
-    });
+    support::wait_for(
+        "the second instance's first counts",
+        Duration::from_secs(60),
+        || (counts_written(&output) > counted_before + 20).then_some(()),
+    );
     second.kill().expect("kill -9");
     second.wait().expect("reaped");
     let rekeyed_left = lag(&app, &repartition);
@@ -192,10 +198,10 @@ fn a_repartitioned_count_killed_mid_stream_counts_every_order_once_per_customer(
         "killed again with {rekeyed_left} repartition records left after {:?}",
         started.elapsed()
     );
-    assert!(
-        rekeyed_left > 0,
-        "the second instance must die while counting"
-    );
+    // Not asserted: a replacement that counts the rest between two polls is killed after it.
+    if rekeyed_left == 0 {
+        println!("the second instance finished before it was killed");
+    }
     let mut third = support::spawn_child(CHILD, &app);
     support::wait_for(
         "every order and every repartition record processed",
