@@ -74,6 +74,21 @@ pub trait Processor: Send {
     fn input_topics(&self) -> Option<Vec<String>> {
         None
     }
+
+    /// Tells the processor the application id it runs under, before anything else is asked
+    /// of it: a [`crate::topology::Topology`] names its repartition topics
+    /// `<app>-<name>-repartition` from it. The runtime and the test driver call it with the
+    /// configuration's `app.id`. The default does nothing.
+    fn bind_application(&mut self, app_id: &str) {
+        let _ = app_id;
+    }
+
+    /// The topics the processor writes and reads back itself (a topology's repartition
+    /// topics, once bound): inputs too ([`Processor::input_topics`] lists them), and what
+    /// the test driver pipes back in as soon as they are written. None by default.
+    fn repartition_topics(&self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// The handler's view of its partition during one call.

@@ -581,7 +581,10 @@ pub(super) use crate::clock::now_ms;
 impl<P: Processor> Runtime<P> {
     /// Connects: creates the transactional producer (fencing a previous incarnation of this
     /// instance) and subscribes the group consumer.
-    pub fn new(config: &Config, processor: P) -> Result<Self, RuntimeError> {
+    pub fn new(config: &Config, mut processor: P) -> Result<Self, RuntimeError> {
+        // A topology names its repartition topics for the application before its inputs are
+        // asked for: they are inputs too (retry levels, DLT, co-partitioned, subscribed).
+        processor.bind_application(&config.app.id);
         let mut opts = match processor.input_topics() {
             Some(inputs) => {
                 let mut config = config.clone();

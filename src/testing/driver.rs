@@ -123,6 +123,10 @@ pub struct TopologyTestDriver<P: Processor> {
     uncommitted: usize,
     /// The global tables' stores, by table name (in memory: `pipe_global` writes them).
     globals: BTreeMap<String, Arc<MemoryGlobal>>,
+    /// The repartition topics: what is written to them is piped back in at once.
+    repartitions: Vec<String>,
+    /// Per repartition topic, how many of its unread written records were piped back.
+    routed: BTreeMap<String, usize>,
 }
 
 /// Records whose writes the driver keeps in the batch overlays before applying them to
@@ -140,7 +144,8 @@ impl<P: Processor> TopologyTestDriver<P> {
     }
 
     /// A driver with `config`'s application id, retry ladder and dedup settings.
-    pub fn with_config(processor: P, config: Config) -> Result<Self, DriverError> {
+    pub fn with_config(mut processor: P, config: Config) -> Result<Self, DriverError> {
+        processor.bind_application(&config.app.id);
         let dir = std::env::temp_dir().join(format!("eosflow-driver-{}", uuid::Uuid::new_v4()));
         std::fs::create_dir_all(&dir).map_err(|source| DriverError::Io {
             path: dir.display().to_string(),
@@ -172,6 +177,7 @@ impl<P: Processor> TopologyTestDriver<P> {
             exactly_once: true,
             tables: processor.tables(),
         };
+        let processor_repartitions = processor.repartition_topics();
         let mut globals = BTreeMap::new();
         for g in processor.global_tables() {
             let store = Arc::new(MemoryGlobal::default());
@@ -201,6 +207,8 @@ impl<P: Processor> TopologyTestDriver<P> {
             offsets: BTreeMap::new(),
             uncommitted: 0,
             globals,
+            repartitions: processor_repartitions,
+            routed: BTreeMap::new(),
         })
     }
 
@@ -276,7 +284,33 @@ impl<P: Processor> TopologyTestDriver<P> {
         self.summary.records += 1;
         self.uncommitted += 1;
         // Event-time timers the record's event time reached fire right after it.
-        self.fire_in_chunks(|e, chunk| e.fire_event_time(partition, chunk, now))
+        self.fire_in_chunks(|e, chunk| e.fire_event_time(partition, chunk, now))?;
+        self.route_repartitions()
+    }
+
+    /// Pipes back in what was written to a repartition topic and not yet piped back, each
+    /// record to partition 0 (the driver keeps every new key in one task) with its key, value,
+    /// headers and timestamp: its downstream result is there when `pipe` returns. The records
+    /// stay readable with [`TopologyTestDriver::read_raw_output`].
+    fn route_repartitions(&mut self) -> Result<(), DriverError> {
+        for topic in self.repartitions.clone() {
+            loop {
+                let done = self.routed.get(&topic).copied().unwrap_or(0);
+                let Some(r) = self.written.get(&topic).and_then(|w| w.get(done)).cloned() else {
+                    break;
+                };
+                self.routed.insert(topic.clone(), done + 1);
+                self.pipe(TestRecord {
+                    topic: r.topic,
+                    partition: 0,
+                    key: r.key,
+                    value: r.value,
+                    headers: r.headers,
+                    timestamp: r.timestamp,
+                })?;
+            }
+        }
+        Ok(())
     }
 
     /// Fires timers with `fire` a chunk at a time, committing between chunks (as the runtime's
@@ -434,6 +468,7 @@ impl<P: Processor> TopologyTestDriver<P> {
         self.stamps.now_ms += by.as_millis() as i64;
         let now = self.stamps.now_ms;
         self.fire_in_chunks(|e, chunk| e.fire_due(chunk, now))?;
+        self.route_repartitions()?;
         loop {
             let now = self.stamps.now_ms;
             let due = self
@@ -486,6 +521,7 @@ impl<P: Processor> TopologyTestDriver<P> {
     /// Takes every record written to `topic` since the last read (outputs, `<t>.retry.<n>`
     /// forwards, `<t>.DLT` dead letters), with all their headers.
     pub fn read_raw_output(&mut self, topic: &str) -> Vec<OutputRecord> {
+        self.routed.remove(topic);
         self.written.remove(topic).unwrap_or_default()
     }
 

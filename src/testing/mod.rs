@@ -11,6 +11,8 @@ mod join_tests;
 mod memory;
 mod records;
 #[cfg(test)]
+mod repartition_tests;
+#[cfg(test)]
 mod timer_tests;
 #[cfg(test)]
 mod window_tests;

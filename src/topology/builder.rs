@@ -111,6 +111,24 @@ pub struct TopologyBuilder {
     tables: Vec<(String, String)>,
     /// The global tables added.
     globals: Vec<GlobalTable>,
+    /// The repartitions added.
+    repartitions: Vec<Repartition>,
+}
+
+/// A repartition: its name, and the indexes of its sink and source nodes (the topic they
+/// write and read is `<app>-<name>-repartition` once the application id is bound).
+#[derive(Debug, Clone)]
+pub(crate) struct Repartition {
+    pub(crate) name: String,
+    pub(crate) sink: usize,
+    pub(crate) source: usize,
+}
+
+impl Repartition {
+    /// The repartition topic of `name` under application `app_id`.
+    pub(crate) fn topic(app_id: &str, name: &str) -> String {
+        format!("{app_id}-{name}-repartition")
+    }
 }
 
 /// A runnable topology: give it to [`crate::processor::Runtime::new`] (it is a
@@ -124,6 +142,10 @@ pub struct Topology {
     pub(crate) tables: Vec<(String, String)>,
     /// The global tables.
     pub(crate) globals: Vec<GlobalTable>,
+    /// The repartitions (their topics are named when the application id is bound).
+    pub(crate) repartitions: Vec<Repartition>,
+    /// The application id the repartition topics are named for, once bound.
+    pub(crate) app_id: Option<String>,
 }
 
 impl std::fmt::Debug for Topology {
@@ -134,6 +156,7 @@ impl std::fmt::Debug for Topology {
             .field("stores", &self.stores)
             .field("tables", &self.tables)
             .field("globals", &self.globals)
+            .field("repartitions", &self.repartitions)
             .finish()
     }
 }
@@ -583,6 +606,106 @@ impl TopologyBuilder {
         )
     }
 
+    /// Re-keys what `parent` forwards through the internal topic `<app>-<name>-repartition`
+    /// (Kafka Streams' `selectKey` + `repartition()`): each `(K, V)` record is written there
+    /// as `(key_fn(key, value), value)`, inside the transaction of the input that caused it,
+    /// and read back by a source node named `name` — attach the downstream nodes to `name`.
+    /// The topic is partitioned by the new key like every output, so a store downstream sees
+    /// every record of a new key in one partition, exactly once.
+    ///
+    /// A record keeps its event time (the repartition record's timestamp) and its headers
+    /// (correlation and tenant carried; causation is the input's id). A tombstone (no value)
+    /// or a record whose `key_fn` returns `None` is not written. The topic (the inputs'
+    /// partition count, `cleanup.policy=delete`) is one of
+    /// [`Topology::internal_topics`]; records read from it follow the rules of every input:
+    /// its own retry levels and DLT, dedup by their own fresh `id`. Consumed records are not
+    /// purged (no DeleteRecords): the topic's retention bounds it.
+    ///
+    /// ```
+    /// use eosflow::processor::StoreHandle;
+    /// use eosflow::serdes::{I64Serde, StringSerde};
+    /// use eosflow::testing::{TestRecord, TopologyTestDriver};
+    /// use eosflow::topology::{NodeContext, Topology, TypedRecord};
+    ///
+    /// // Orders keyed by order id, valued `customer:item`, counted per customer.
+    /// let counts = StoreHandle::new("counts", StringSerde, I64Serde);
+    /// let store = counts.clone();
+    /// let count = move |ctx: &mut NodeContext<'_, '_>, r: TypedRecord<String, String>| {
+    ///     let customer = r.key.unwrap_or_default();
+    ///     let mut s = ctx.store(&store)?;
+    ///     let n = s.get(&customer)?.unwrap_or(0) + 1;
+    ///     s.put(&customer, &n)?;
+    ///     ctx.forward(TypedRecord::new(Some(customer), Some(n)));
+    ///     Ok(())
+    /// };
+    /// let topology = Topology::builder()
+    ///     .add_source("orders", &["orders"], StringSerde, StringSerde)
+    ///     .add_repartition(
+    ///         "by-customer",
+    ///         "orders",
+    ///         |_order: Option<&String>, v: &String| v.split_once(':').map(|(c, _)| c.to_string()),
+    ///         StringSerde,
+    ///         StringSerde,
+    ///     )
+    ///     .add_processor("count", count, &["by-customer"])
+    ///     .add_state_store(&counts, &["count"])
+    ///     .add_sink("out", "counts", StringSerde, I64Serde, &["count"])
+    ///     .build()?;
+    ///
+    /// // The driver (application id `test`) pipes what reaches the repartition topic back in.
+    /// let mut driver = TopologyTestDriver::new(topology)?;
+    /// driver.pipe(TestRecord::new("orders", Some("o-1"), Some("ann:book")).partition(0))?;
+    /// driver.pipe(TestRecord::new("orders", Some("o-2"), Some("ann:pen")).partition(3))?;
+    /// let out = driver.read_output("counts", &StringSerde, &I64Serde)?;
+    /// assert_eq!(out, vec![(Some("ann".into()), Some(1)), (Some("ann".into()), Some(2))]);
+    /// assert_eq!(driver.read_raw_output("test-by-customer-repartition").len(), 2);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn add_repartition<K, V, K2>(
+        &mut self,
+        name: &str,
+        parent: &str,
+        key_fn: impl Fn(Option<&K>, &V) -> Option<K2> + Send + 'static,
+        keys: impl Serde<K2> + 'static,
+        values: impl Serde<V> + 'static,
+    ) -> &mut Self
+    where
+        K: Clone + Send + 'static,
+        V: Clone + Send + 'static,
+        K2: Clone + Send + 'static,
+    {
+        let select = format!("{name}-select-key");
+        let sink = format!("{name}-repartition-sink");
+        let rekey = move |ctx: &mut super::NodeContext<'_, '_>, r: TypedRecord<K, V>| {
+            let Some(value) = r.value else {
+                return Ok(());
+            };
+            if let Some(key) = key_fn(r.key.as_ref(), &value) {
+                ctx.forward(TypedRecord {
+                    key: Some(key),
+                    value: Some(value),
+                    timestamp: r.timestamp,
+                    headers: r.headers,
+                });
+            }
+            Ok(())
+        };
+        // Until bound, the topic is named for a placeholder application.
+        let topic = Repartition::topic("<app>", name);
+        let (keys, values) = (std::sync::Arc::new(keys), std::sync::Arc::new(values));
+        self.add_processor(&select, rekey, &[parent]);
+        self.add_sink(&sink, &topic, keys.clone(), values.clone(), &[&select]);
+        let sink_at = self.nodes.len() - 1;
+        self.add_source(name, &[&topic], keys, values);
+        let source_at = self.nodes.len() - 1;
+        self.repartitions.push(Repartition {
+            name: name.to_string(),
+            sink: sink_at,
+            source: source_at,
+        });
+        self
+    }
+
     /// Names the default store (dedup ids, parked keys, and `Context::get/put`), and so its
     /// changelog `<app>-<name>-changelog`; `state` when not set.
     pub fn default_store(&mut self, name: &str) -> &mut Self {
@@ -690,6 +813,8 @@ impl TopologyBuilder {
             ordered: !self.unordered,
             tables: std::mem::take(&mut self.tables),
             globals: std::mem::take(&mut self.globals),
+            repartitions: std::mem::take(&mut self.repartitions),
+            app_id: None,
         })
     }
 }

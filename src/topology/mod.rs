@@ -74,11 +74,37 @@ impl Topology {
         TopologyBuilder::new()
     }
 
-    /// Every topic a source reads, in the order the sources were added.
+    /// Every topic a source reads, in the order the sources were added. A repartition topic is
+    /// named for the application id the topology is bound to (the runtime and the test driver
+    /// bind it), `<app>-<name>-repartition` until then.
     pub fn source_topics(&self) -> Vec<String> {
         let mut out = Vec::new();
         for n in &self.nodes {
             if let Kind::Source { topics, .. } = &n.kind {
+                out.extend(topics.iter().cloned());
+            }
+        }
+        out
+    }
+
+    /// The repartition topics of application `app_id`, in the order the repartitions were
+    /// added (see [`TopologyBuilder::add_repartition`]): written and read by the topology
+    /// itself, each an input with its retry levels and DLT.
+    pub fn repartition_topics_for(&self, app_id: &str) -> Vec<String> {
+        self.repartitions
+            .iter()
+            .map(|r| builder::Repartition::topic(app_id, &r.name))
+            .collect()
+    }
+
+    /// Every topic a source reads under application `app_id` (repartition topics named for
+    /// it), in the order the sources were added.
+    fn inputs_for(&self, app_id: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        for (i, n) in self.nodes.iter().enumerate() {
+            if let Some(r) = self.repartitions.iter().find(|r| r.source == i) {
+                out.push(builder::Repartition::topic(app_id, &r.name));
+            } else if let Kind::Source { topics, .. } = &n.kind {
                 out.extend(topics.iter().cloned());
             }
         }
@@ -122,11 +148,16 @@ impl Topology {
     }
 
     /// Every internal topic the runtime needs, with `partitions` (the inputs' count): each
-    /// input's retry levels (as many as `config`'s retry policy of that input has) and its DLT,
-    /// and each store's compacted changelog. Inputs and sink topics are the user's own.
+    /// repartition topic (`<app>-<name>-repartition`, delete policy), each input's retry
+    /// levels (as many as `config`'s retry policy of that input has) and its DLT — a
+    /// repartition topic is an input too — and each store's compacted changelog. Inputs and
+    /// sink topics are the user's own.
     pub fn internal_topics(&self, config: &Config, partitions: i32) -> Vec<TopicSpec> {
         let mut out = Vec::new();
-        for input in self.source_topics() {
+        for topic in self.repartition_topics_for(&config.app.id) {
+            out.push(TopicSpec::new(topic, partitions, "delete"));
+        }
+        for input in self.inputs_for(&config.app.id) {
             let levels = config.retry.policy_for(&input).levels();
             for n in 1..=levels {
                 out.push(TopicSpec::new(retry_topic(&input, n), partitions, "delete"));
@@ -325,6 +356,28 @@ impl Processor for Topology {
 
     fn input_topics(&self) -> Option<Vec<String>> {
         Some(self.source_topics())
+    }
+
+    /// Names the repartition topics `<app_id>-<name>-repartition`: their sinks write and their
+    /// sources read them from now on.
+    fn bind_application(&mut self, app_id: &str) {
+        self.app_id = Some(app_id.to_string());
+        for r in &self.repartitions {
+            let name = builder::Repartition::topic(app_id, &r.name);
+            if let Kind::Sink { topic, .. } = &mut self.nodes[r.sink].kind {
+                *topic = name.clone();
+            }
+            if let Kind::Source { topics, .. } = &mut self.nodes[r.source].kind {
+                *topics = vec![name];
+            }
+        }
+    }
+
+    fn repartition_topics(&self) -> Vec<String> {
+        match &self.app_id {
+            Some(app) => self.repartition_topics_for(app),
+            None => Vec::new(),
+        }
     }
 
     fn tables(&self) -> Vec<(String, String)> {

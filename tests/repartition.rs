@@ -1,0 +1,253 @@
+//! Repartitioning under `kill -9`: orders keyed by order id, re-keyed by customer through
+//! `<app>-by-customer-repartition` (written in the transaction of the order that caused it,
+//! read back by the same application) and counted per customer, one output per update. An
+//! instance is SIGKILLed mid-stream (once 500 orders are consumed: it re-keys or already
+//! counts), its replacement SIGKILLed once it has written counts of its own, and a third one
+//! finishes; the read_committed output must hold, per
+//! customer, exactly the counts 1, 2, …, n in order — n computed from the workload alone — and
+//! the repartition topic exactly one record per order.
+//!
+//! The orders carry no `id` header, so dedup does not absorb a replayed order: only the
+//! transactions keep each one counted once. (Repartition records carry the fresh `id` every
+//! output gets, and are deduplicated by it like any input's.)
+//!
+//! The instance is this test binary re-executed in child mode (`REPARTITION_CHILD`).
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use eosflow::config::Config;
+use eosflow::kafka::reader::read_all;
+use eosflow::kafka::topics::{self, TopicSpec};
+use eosflow::processor::{ProcessError, StoreHandle};
+use eosflow::serdes::{I64Serde, StringSerde};
+use eosflow::topology::{NodeContext, Topology, TypedRecord};
+use eosflow_verify::group_lag;
+use rdkafka::Message;
+
+const CHILD: &str = "REPARTITION_CHILD";
+const PARTITIONS: i32 = 4;
+const ORDERS: u64 = 4000;
+const CUSTOMERS: u64 = 17;
+
+/// Order `i`: its id (the key) and its value `customer:order-id`.
+fn order(i: u64) -> (String, String) {
+    let customer = format!("c-{:02}", (i * 7 + i / 5) % CUSTOMERS);
+    let id = format!("o-{i:05}");
+    (id.clone(), format!("{customer}:{id}"))
+}
+
+/// Orders re-keyed by customer and counted per customer in store `counts`; each new count
+/// goes to `output` keyed by the customer.
+fn topology(input: &str, output: &str) -> Topology {
+    let counts = StoreHandle::new("counts", StringSerde, I64Serde);
+    let store = counts.clone();
+    let count = move |ctx: &mut NodeContext<'_, '_>, r: TypedRecord<String, String>| {
+        let customer = r
+            .key
+            .ok_or_else(|| ProcessError::permanent("no customer"))?;
+        let mut s = ctx.store(&store)?;
+        let n = s.get(&customer)?.unwrap_or(0) + 1;
+        s.put(&customer, &n)?;
+        ctx.forward(TypedRecord::new(Some(customer), Some(n)));
+        Ok(())
+    };
+    Topology::builder()
+        .add_source("orders", &[input], StringSerde, StringSerde)
+        .add_repartition(
+            "by-customer",
+            "orders",
+            |_order: Option<&String>, value: &String| {
+                value.split_once(':').map(|(c, _)| c.to_string())
+            },
+            StringSerde,
+            StringSerde,
+        )
+        .add_processor("count", count, &["by-customer"])
+        .add_state_store(&counts, &["count"])
+        .add_sink("out", output, StringSerde, I64Serde, &["count"])
+        .build()
+        .expect("valid topology")
+}
+
+fn config(app: &str) -> Config {
+    let mut c = support::config();
+    c.app.id = app.to_string();
+    c.app.instance_id = "a".into();
+    c.processor.session_timeout_ms = 6000;
+    c.processor.commit_interval_ms = 100;
+    c.processor.max_batch_records = 50;
+    c.state.dir = std::env::temp_dir().join(format!("eosflow-test-{app}"));
+    c
+}
+
+/// Child mode: runs the topology until killed.
+#[test]
+fn child_instance() {
+    let Ok(app) = std::env::var(CHILD) else {
+        return;
+    };
+    support::run_until_killed(
+        config(&app),
+        topology(&format!("{app}.in"), &format!("{app}.out")),
+    );
+}
+
+/// The output's high watermarks summed: counts written, committed or not, and markers.
+fn counts_written(output: &str) -> i64 {
+    (0..PARTITIONS)
+        .map(|p| {
+            let clients = support::clients();
+            eosflow::kafka::reader::watermarks(&clients, output, p, Duration::from_secs(10))
+                .map_or(0, |(_, high)| high)
+        })
+        .sum()
+}
+
+fn lag(app: &str, topic: &str) -> i64 {
+    group_lag(&support::clients(), app, topic, PARTITIONS).unwrap_or(i64::MAX)
+}
+
+/// Every record of `topic` as (key, value) text, read_committed, each partition in order.
+fn read(topic: &str) -> Vec<(String, Vec<u8>)> {
+    let mut out = Vec::new();
+    read_all(&support::clients(), topic, Duration::from_secs(60), |m| {
+        out.push((
+            String::from_utf8_lossy(m.key().unwrap_or_default()).to_string(),
+            m.payload().unwrap_or_default().to_vec(),
+        ));
+        Ok(())
+    })
+    .expect("read");
+    out
+}
+
+#[test]
+fn a_repartitioned_count_killed_mid_stream_counts_every_order_once_per_customer() {
+    if std::env::var(CHILD).is_ok() {
+        return;
+    }
+    let started = Instant::now();
+    let app = support::unique("repart");
+    let (input, output) = (format!("{app}.in"), format!("{app}.out"));
+    let repartition = format!("{app}-by-customer-repartition");
+    let cfg = config(&app);
+    let t = topology(&input, &output);
+    let mut specs = vec![
+        TopicSpec::new(&input, PARTITIONS, "delete"),
+        TopicSpec::new(&output, PARTITIONS, "delete"),
+    ];
+    let internal = t.internal_topics(&cfg, PARTITIONS);
+    assert!(
+        internal
+            .iter()
+            .any(|s| s.name == repartition && s.partitions == PARTITIONS),
+        "the repartition topic is an internal topic"
+    );
+    specs.extend(internal);
+    topics::apply_blocking(&support::clients(), &specs, Duration::from_secs(30))
+        .expect("creating topics");
+    // Timestamps of now: records older than the topics' retention would be deleted under the
+    // test's feet (a segment of old records is rolled and dropped at once).
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
+    let records: Vec<support::Timed> = (0..ORDERS)
+        .map(|i| {
+            let (key, value) = order(i);
+            (None, key, value, now + i as i64)
+        })
+        .collect();
+    support::produce_timed(&input, &records);
+
+    let mut first = support::spawn_child(CHILD, &app);
+    // Re-keying an order is quick, counting comes after: kill once some orders are consumed,
+    // while the orders or their repartition records are still being worked through (the
+    // whole input may be consumed by the time the lag is seen: then it dies counting).
+    support::wait_for("the first orders consumed", Duration::from_secs(60), || {
+        (lag(&app, &input) <= ORDERS as i64 - 500).then_some(())
+    });
+    first.kill().expect("kill -9");
+    first.wait().expect("reaped");
+    let (left, rekeyed_left) = (lag(&app, &input), lag(&app, &repartition));
+    let counted_before = counts_written(&output);
+    println!(
+        "killed with {left} of {ORDERS} orders and {rekeyed_left} repartition records left after {:?}",
+        started.elapsed()
+    );
+    assert!(
+        left + rekeyed_left > 0,
+        "the instance must die mid-stream, not after the work"
+    );
+    // The second instance first re-keys the rest of the orders, then counts (the consumer's
+    // queue holds the orders' backlog ahead of the repartition records): kill it again
+    // once it has written counts of its own: more than 20 new offsets in the output (the
+    // abort of the first instance's open transaction adds at most one marker a partition).
+    let mut second = support::spawn_child(CHILD, &app);
+    support::wait_for(
+        "the second instance's first counts",
+        Duration::from_secs(60),
+        || (counts_written(&output) > counted_before + 20).then_some(()),
+    );
+    second.kill().expect("kill -9");
+    second.wait().expect("reaped");
+    let rekeyed_left = lag(&app, &repartition);
+    println!(
+        "killed again with {rekeyed_left} repartition records left after {:?}",
+        started.elapsed()
+    );
+    // Not asserted: a replacement that counts the rest between two polls is killed after it.
+    if rekeyed_left == 0 {
+        println!("the second instance finished before it was killed");
+    }
+    let mut third = support::spawn_child(CHILD, &app);
+    support::wait_for(
+        "every order and every repartition record processed",
+        Duration::from_secs(90),
+        || (lag(&app, &input) == 0 && lag(&app, &repartition) == 0).then_some(()),
+    );
+    third.kill().expect("kill -9");
+    third.wait().expect("reaped");
+
+    // The expectation, from the workload alone: per customer, its number of orders.
+    let mut orders_of: BTreeMap<String, i64> = BTreeMap::new();
+    for i in 0..ORDERS {
+        let (_, value) = order(i);
+        let customer = value.split_once(':').map(|(c, _)| c.to_string());
+        *orders_of.entry(customer.unwrap_or_default()).or_default() += 1;
+    }
+    let mut got: BTreeMap<String, Vec<i64>> = BTreeMap::new();
+    for (customer, v) in read(&output) {
+        let bytes: [u8; 8] = v.try_into().expect("an i64 count");
+        got.entry(customer)
+            .or_default()
+            .push(i64::from_be_bytes(bytes));
+    }
+    assert_eq!(
+        got.keys().collect::<Vec<_>>(),
+        orders_of.keys().collect::<Vec<_>>()
+    );
+    for (customer, n) in &orders_of {
+        let want: Vec<i64> = (1..=*n).collect();
+        assert_eq!(&got[customer], &want, "counts of {customer}");
+    }
+    // The repartition topic holds each order exactly once, keyed by its customer.
+    let mut rekeyed: BTreeMap<String, String> = BTreeMap::new();
+    for (customer, v) in read(&repartition) {
+        let value = String::from_utf8_lossy(&v).to_string();
+        let (c, id) = value.split_once(':').expect("customer:order");
+        assert_eq!(c, customer, "{value} keyed by its customer");
+        assert!(
+            rekeyed.insert(id.to_string(), customer).is_none(),
+            "order {id} repartitioned twice"
+        );
+    }
+    assert_eq!(rekeyed.len(), ORDERS as usize);
+    for dead in [format!("{input}.DLT"), format!("{repartition}.DLT")] {
+        assert!(read(&dead).is_empty(), "nothing dead-lettered in {dead}");
+    }
+    println!("took {:?}", started.elapsed());
+    let _ = std::fs::remove_dir_all(&cfg.state.dir);
+}
