@@ -10,7 +10,7 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use eosflow::processor::{Context, ProcessError, Processor, Record};
+use eosflow::processor::{Context, ProcessError, Processor, Record, Timer};
 
 /// Every n-th record of the workload (by the number in its `r<i>` id) is slow once.
 pub const EVERY_ENV: &str = "FAULT_SLOW_HANDLER_EVERY";
@@ -95,5 +95,31 @@ impl<P: Processor> Processor for SlowSometimes<P> {
     }
     fn store_name(&self) -> &str {
         self.inner.store_name()
+    }
+    // Everything else goes to the wrapped processor as it is: a wrapper that kept a default
+    // would silently drop the inner one's timers, stores, tables or repartition topics.
+    fn on_timer(&mut self, ctx: &mut Context<'_>, timer: &Timer) -> Result<(), ProcessError> {
+        self.inner.on_timer(ctx, timer)
+    }
+    fn event_time(&self, record: &Record<'_>) -> Option<i64> {
+        self.inner.event_time(record)
+    }
+    fn stores(&self) -> Vec<String> {
+        self.inner.stores()
+    }
+    fn tables(&self) -> Vec<(String, String)> {
+        self.inner.tables()
+    }
+    fn global_tables(&self) -> Vec<eosflow::topology::GlobalTable> {
+        self.inner.global_tables()
+    }
+    fn input_topics(&self) -> Option<Vec<String>> {
+        self.inner.input_topics()
+    }
+    fn bind_application(&mut self, app_id: &str) {
+        self.inner.bind_application(app_id)
+    }
+    fn repartition_topics(&self) -> Vec<String> {
+        self.inner.repartition_topics()
     }
 }
