@@ -20,6 +20,8 @@ mod support;
 
 use std::collections::BTreeMap;
 use std::process::Child;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use eosflow::config::Config;
@@ -143,10 +145,21 @@ fn clicks(phase: usize, first: usize) -> Vec<(String, String)> {
 }
 
 /// Produces keyed records in order (a `None` value is a tombstone), each click with its id
-/// header, and waits for them all. Both topics use the same partitioner and partition count,
-/// so a key's row and its clicks share a partition number.
+/// header, in one transaction: the instance (`read_committed`) sees them all at once when it
+/// commits, rather than keeping up with the producer, so a kill can land mid-phase. Both
+/// topics use the same partitioner and partition count, so a key's row and its clicks share a
+/// partition number.
 fn produce(topic: &str, records: &[(String, Option<String>)]) {
-    let producer = support::test_producer();
+    let id = support::unique("joins-producer");
+    let timeout = Duration::from_secs(60);
+    let producer: ThreadedProducer<DefaultProducerContext> = support::clients()
+        .config(ClientRole::Transactional { id: &id, timeout })
+        .create()
+        .expect("transactional producer");
+    producer
+        .init_transactions(timeout)
+        .expect("init transactions");
+    producer.begin_transaction().expect("begin");
     for (k, v) in records {
         let mut r = BaseRecord::<str, str>::to(topic).key(k.as_str());
         if let Some(v) = v {
@@ -159,7 +172,7 @@ fn produce(topic: &str, records: &[(String, Option<String>)]) {
         }
         support::send_waiting(&producer, r);
     }
-    producer.flush(Duration::from_secs(30)).expect("flush");
+    producer.commit_transaction(timeout).expect("commit");
 }
 
 /// Every output of `topic`, read_committed, per key in order; each output's `causation_id`
@@ -185,19 +198,38 @@ fn outputs(topic: &str) -> BTreeMap<String, Vec<String>> {
     got
 }
 
-/// Kills the instance once the phase's clicks are partly processed; checks it died
-/// mid-stream.
-fn kill_mid_stream(app: &str, instance: &mut Child, clicks: usize) {
+/// Produces the phase's clicks from another thread in transactions of 100, paced, and kills
+/// the instance once a third of them are out and some of those are processed: the producer
+/// is still sending, so the instance dies mid-stream whatever its speed. Checks it did.
+fn kill_mid_stream(app: &str, instance: &mut Child, produced: Vec<(String, Option<String>)>) {
+    let total = produced.len();
+    let sent = Arc::new(AtomicUsize::new(0));
+    let topic = format!("{app}.clicks");
+    let producer = {
+        let sent = Arc::clone(&sent);
+        std::thread::spawn(move || {
+            for chunk in produced.chunks(100) {
+                produce(&topic, chunk);
+                sent.fetch_add(chunk.len(), Ordering::SeqCst);
+                std::thread::sleep(Duration::from_millis(60));
+            }
+        })
+    };
     support::wait_for(
-        "a tenth of the phase's clicks processed",
+        "a third of the phase's clicks sent and some processed",
         Duration::from_secs(60),
-        || (lag(app, "clicks") <= (clicks - clicks / 10) as i64).then_some(()),
+        || {
+            let out = sent.load(Ordering::SeqCst);
+            // The lag counts one commit marker per partition and transaction.
+            (out >= total / 3 && lag(app, "clicks") < out as i64).then_some(())
+        },
     );
     instance.kill().expect("kill -9");
     instance.wait().expect("reaped");
-    let left = lag(app, "clicks");
-    println!("killed with {left} of {clicks} clicks of the phase left");
-    assert!(left > 0, "the instance must die mid-stream");
+    let out = sent.load(Ordering::SeqCst);
+    producer.join().expect("the producer thread");
+    println!("killed with {out} of {total} clicks of the phase sent");
+    assert!(out < total, "the instance must die mid-stream");
 }
 
 /// Every topic the broker knows.
@@ -273,14 +305,15 @@ fn stream_table_joins_killed_mid_stream_join_every_click_once_with_its_row() {
         }
         let produced: Vec<(String, Option<String>)> =
             batch.into_iter().map(|(k, c)| (k, Some(c))).collect();
-        produce(&format!("{app}.clicks"), &produced);
         if phase == KILL_KEEP_STATE || phase == KILL_WIPE_STATE {
-            kill_mid_stream(&app, &mut instance, produced.len());
+            kill_mid_stream(&app, &mut instance, produced);
             if phase == KILL_WIPE_STATE {
                 // The replacement has no state at all: its table comes from the topic alone.
                 std::fs::remove_dir_all(&cfg.state.dir).expect("wipe the state dir");
             }
             instance = spawn(&app);
+        } else {
+            produce(&format!("{app}.clicks"), &produced);
         }
         support::wait_for(
             "the phase's clicks consumed",
