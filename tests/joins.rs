@@ -232,6 +232,19 @@ fn kill_mid_stream(app: &str, instance: &mut Child, produced: Vec<(String, Optio
     assert!(out < total, "the instance must die mid-stream");
 }
 
+/// The topics both workloads need: the clicks, the compacted users table, the two outputs,
+/// and the topology's internal topics.
+fn topic_specs(app: &str, cfg: &Config, t: &Topology) -> Vec<TopicSpec> {
+    let mut specs = vec![
+        TopicSpec::new(format!("{app}.clicks"), PARTITIONS, "delete"),
+        TopicSpec::new(format!("{app}.users"), PARTITIONS, "compact"),
+        TopicSpec::new(format!("{app}.inner"), PARTITIONS, "delete"),
+        TopicSpec::new(format!("{app}.left"), PARTITIONS, "delete"),
+    ];
+    specs.extend(t.internal_topics(cfg, PARTITIONS));
+    specs
+}
+
 /// Every topic the broker knows.
 fn topic_names() -> Vec<String> {
     use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -254,13 +267,7 @@ fn stream_table_joins_killed_mid_stream_join_every_click_once_with_its_row() {
     let app = support::unique("joins");
     let cfg = config(&app);
     let t = topology(&app);
-    let mut specs = vec![
-        TopicSpec::new(format!("{app}.clicks"), PARTITIONS, "delete"),
-        TopicSpec::new(format!("{app}.users"), PARTITIONS, "compact"),
-        TopicSpec::new(format!("{app}.inner"), PARTITIONS, "delete"),
-        TopicSpec::new(format!("{app}.left"), PARTITIONS, "delete"),
-    ];
-    specs.extend(t.internal_topics(&cfg, PARTITIONS));
+    let specs = topic_specs(&app, &cfg, &t);
     assert!(
         !specs.iter().any(|s| s.name.contains("users-changelog")),
         "a table has no changelog of its own"
@@ -411,10 +418,7 @@ fn interleaved(n: usize) -> Vec<Event> {
 /// any later one of the other topic is written. (The waits watch the out-queue:
 /// rust-rdkafka's `flush` polls in 100 ms steps.)
 fn produce_interleaved(app: &str, events: &[Event], base: i64) {
-    let producer: ThreadedProducer<DefaultProducerContext> = support::clients()
-        .config(ClientRole::Idempotent)
-        .create()
-        .expect("producer");
+    let producer = support::test_producer();
     let (users, clicks) = (format!("{app}.users"), format!("{app}.clicks"));
     let mut last_was_row = None;
     for (i, e) in events.iter().enumerate() {
@@ -445,7 +449,7 @@ fn produce_interleaved(app: &str, events: &[Event], base: i64) {
                 }));
             }
         }
-        producer.send(r).map_err(|(e, _)| e).expect("send");
+        support::send_waiting(&producer, r);
     }
     producer.flush(Duration::from_secs(30)).expect("flush");
 }
@@ -458,13 +462,7 @@ fn rows_and_clicks_interleaved_by_timestamp_join_as_written_across_kill_9() {
     let started = Instant::now();
     let app = support::unique("joins-ts");
     let cfg = config(&app);
-    let mut specs = vec![
-        TopicSpec::new(format!("{app}.clicks"), PARTITIONS, "delete"),
-        TopicSpec::new(format!("{app}.users"), PARTITIONS, "compact"),
-        TopicSpec::new(format!("{app}.inner"), PARTITIONS, "delete"),
-        TopicSpec::new(format!("{app}.left"), PARTITIONS, "delete"),
-    ];
-    specs.extend(topology(&app).internal_topics(&cfg, PARTITIONS));
+    let specs = topic_specs(&app, &cfg, &topology(&app));
     topics::apply_blocking(&support::clients(), &specs, Duration::from_secs(30))
         .expect("creating topics");
     let events = interleaved(4_000);
