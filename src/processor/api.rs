@@ -62,6 +62,14 @@ pub trait Processor: Send {
         Vec::new()
     }
 
+    /// The versioned tables among [`Processor::tables`], as `(store name, history)`: their
+    /// records are kept as versions within `history` of the table's newest timestamp, and
+    /// [`crate::processor::KeyValueStore::get_as_of`] reads them as of a time. See
+    /// [`crate::topology::TableHandle::versioned`].
+    fn versioned_tables(&self) -> Vec<(String, std::time::Duration)> {
+        Vec::new()
+    }
+
     /// The global tables the processor reads (see [`crate::topology::globals`]): each topic is
     /// read whole into a local store before the instance joins its group, then kept current
     /// by a thread of its own. Only a [`crate::topology::Topology`] has them.

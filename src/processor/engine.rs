@@ -160,7 +160,11 @@ impl Task {
         let views = self
             .named
             .iter()
-            .map(|n| StoreView::new(&n.name, &n.store, &n.overlay).read_only(n.table))
+            .map(|n| {
+                StoreView::new(&n.name, &n.store, &n.overlay)
+                    .read_only(n.table)
+                    .versioned(n.history_ms)
+            })
             .collect();
         let mut ctx = super::Context::new(&self.store, &self.overlay, id)
             .with(views, now)
@@ -247,6 +251,9 @@ pub(crate) struct NamedStore {
     /// A table's store: written only by its topic's records, read-only to handlers, no
     /// changelog of its own (the topic is one), checkpointed at the topic's offset.
     pub(crate) table: bool,
+    /// A versioned table's history in milliseconds (see [`crate::state::versioned`]): its
+    /// records are kept as versions, and handlers can read it as of a time.
+    pub(crate) history_ms: Option<i64>,
 }
 
 /// A record isolated from a batch it made fail: dead-lettered the next time it is read.

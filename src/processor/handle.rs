@@ -62,12 +62,17 @@ impl<P: Processor, O: Output> Engine<'_, P, O> {
     /// deletes the key), committed with the topic's offset. No handler, dedup or retry ladder:
     /// the topic is the table's changelog, and restore applies its records the same way. A
     /// record without a key cannot be a table row: it is skipped and counted.
-    fn update_table(&mut self, name: &str, record: &Record<'_>) {
+    ///
+    /// A versioned table keeps the record as a version at its timestamp
+    /// ([`crate::state::versioned`]); one without a timestamp, or older than the table's
+    /// history, is skipped and counted the same way. A store that cannot be read aborts the
+    /// batch.
+    fn update_table(&mut self, name: &str, record: &Record<'_>) -> Result<(), SinkError> {
         let Some(task) = self.tasks.get_mut(&record.partition) else {
-            return;
+            return Ok(());
         };
         let Some(table) = task.named.iter_mut().find(|n| n.table && n.name == name) else {
-            return;
+            return Ok(());
         };
         let Some(key) = record.key else {
             tracing::warn!(
@@ -77,13 +82,20 @@ impl<P: Processor, O: Output> Engine<'_, P, O> {
                 "table record without a key skipped"
             );
             telemetry::table_record_skipped(name);
-            return;
+            return Ok(());
         };
+        if let Some(history_ms) = table.history_ms {
+            if update_versioned(table, name, record, key, history_ms)? {
+                self.summary.table_updates += 1;
+            }
+            return Ok(());
+        }
         match record.value {
             Some(v) => table.overlay.put(Column::State, key, v.to_vec()),
             None => table.overlay.delete(Column::State, key),
         }
         self.summary.table_updates += 1;
+        Ok(())
     }
 
     /// Processes one record inside the open transaction.
@@ -91,8 +103,7 @@ impl<P: Processor, O: Output> Engine<'_, P, O> {
         let record = *record;
         let opts = self.opts;
         if let Some((name, _)) = opts.tables.iter().find(|(_, t)| t == record.topic) {
-            self.update_table(name, &record);
-            return Ok(());
+            return self.update_table(name, &record);
         }
         let ordered = self.processor.ordered() && record.key.is_some();
         let key = record.key.unwrap_or_default();
@@ -571,4 +582,63 @@ fn message_id(record: &Record<'_>) -> String {
         .header("id")
         .map(|i| String::from_utf8_lossy(i).to_string())
         .unwrap_or_default()
+}
+
+/// Applies a versioned table's record as a version at its timestamp and prunes a few expired
+/// versions (bounded work per record). False when the record was skipped: no timestamp, or
+/// older than the history cutoff (counted in `eosflow_table_records_skipped_total`, WARN at
+/// most every [`crate::state::versioned::WARN_EVERY_MS`]).
+fn update_versioned(
+    table: &mut super::engine::NamedStore,
+    name: &str,
+    record: &Record<'_>,
+    key: &[u8],
+    history_ms: i64,
+) -> Result<bool, crate::state::StateError> {
+    use crate::state::versioned;
+    let Some(ts) = record.timestamp else {
+        versioned::warn_limited(|| {
+            tracing::warn!(
+                table = name,
+                topic = record.topic,
+                partition = record.partition,
+                offset = record.offset,
+                "versioned table record without a timestamp skipped"
+            );
+        });
+        telemetry::table_record_skipped(name);
+        return Ok(false);
+    };
+    let applied = versioned::put(
+        &mut table.overlay,
+        &[],
+        &table.store,
+        key,
+        ts,
+        record.value,
+        history_ms,
+    )?;
+    versioned::prune(
+        &mut table.overlay,
+        &[],
+        &table.store,
+        history_ms,
+        versioned::PRUNE_PER_RECORD,
+    )?;
+    if let versioned::Applied::TooOld { cutoff } = applied {
+        versioned::warn_limited(|| {
+            tracing::warn!(
+                table = name,
+                topic = record.topic,
+                partition = record.partition,
+                offset = record.offset,
+                timestamp = ts,
+                cutoff,
+                "versioned table record older than the table's history skipped"
+            );
+        });
+        telemetry::table_record_skipped(name);
+        return Ok(false);
+    }
+    Ok(true)
 }

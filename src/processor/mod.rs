@@ -21,5 +21,5 @@ pub mod timers;
 pub(crate) use api::DeadLetterRequest;
 pub use api::{Context, Emit, ProcessError, Processor, Record};
 pub use runtime::{RunSummary, Runtime, RuntimeError, RuntimeOptions};
-pub use stores::{Entries, KeyValueStore, StoreHandle};
+pub use stores::{AsOf, Entries, KeyValueStore, StoreHandle};
 pub use timers::{Timer, TimerKind};

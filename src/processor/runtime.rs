@@ -115,6 +115,19 @@ pub struct RuntimeOptions {
     pub exactly_once: bool,
     /// The processor's tables, `(store name, topic)` ([`Processor::tables`]).
     pub tables: Vec<(String, String)>,
+    /// The versioned ones among them, `(store name, history)`
+    /// ([`Processor::versioned_tables`]).
+    pub versioned_tables: Vec<(String, Duration)>,
+}
+
+impl RuntimeOptions {
+    /// Table `name`'s history if it is versioned.
+    pub(crate) fn table_history(&self, name: &str) -> Option<Duration> {
+        self.versioned_tables
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, h)| *h)
+    }
 }
 
 impl RuntimeOptions {
@@ -150,6 +163,7 @@ impl RuntimeOptions {
             dlt_depth_interval: Duration::from_millis(config.retry.dlt_depth_interval_ms),
             exactly_once: config.processor.guarantee == crate::config::Guarantee::ExactlyOnce,
             tables: Vec::new(),
+            versioned_tables: Vec::new(),
         })
     }
 
@@ -597,6 +611,7 @@ impl<P: Processor> Runtime<P> {
         let changelog = format!("{}-{}-changelog", opts.app_id, processor.store_name());
         let stores = named_changelogs(&opts.app_id, processor.store_name(), processor.stores())?;
         opts.tables = processor.tables();
+        opts.versioned_tables = processor.versioned_tables();
         check_tables(&opts, processor.store_name(), &stores)?;
         let sink = if opts.exactly_once {
             TxnSink::new(&clients, &opts.transactional_id(), opts.transaction_timeout)?
@@ -1066,6 +1081,7 @@ impl<P: Processor> Runtime<P> {
                         store,
                         overlay: Overlay::default(),
                         table: false,
+                        history_ms: None,
                     });
                 }
                 Err(e) => {
@@ -1156,7 +1172,14 @@ impl<P: Processor> Runtime<P> {
                 .state_dir
                 .join(format!("{}-{name}-table-{p}", self.opts.app_id));
             let path = path.as_path();
-            let source = format!("{topic}[{p}]");
+            let history = self.opts.table_history(name);
+            let history_ms = history.map(crate::state::changelog::history_ms);
+            // A versioned table's store holds versions a plain one lacks: switching a table
+            // between the two rebuilds it from the topic.
+            let source = match history {
+                Some(_) => format!("{topic}[{p}] versioned"),
+                None => format!("{topic}[{p}]"),
+            };
             let (mut store, mut rebuilt) = Store::open(path, &source, &self.cache)?;
             let Some(until) = until else {
                 if store.checkpoint()?.is_some() {
@@ -1171,11 +1194,15 @@ impl<P: Processor> Runtime<P> {
                     store,
                     overlay: Overlay::default(),
                     table: true,
+                    history_ms,
                 });
                 continue;
             };
             let timeout = self.opts.restore_timeout;
-            let stats = match restore_table(&self.clients, &store, topic, p, until, timeout) {
+            let restore = |store: &Store| {
+                restore_table(&self.clients, store, topic, p, until, history, timeout)
+            };
+            let stats = match restore(&store) {
                 Err(
                     e @ (StateError::CheckpointAhead { .. } | StateError::StaleCheckpoint { .. }),
                 ) => {
@@ -1184,7 +1211,7 @@ impl<P: Processor> Runtime<P> {
                     Store::wipe(path)?;
                     (store, _) = Store::open(path, &source, &self.cache)?;
                     rebuilt = true;
-                    restore_table(&self.clients, &store, topic, p, until, timeout)?
+                    restore(&store)?
                 }
                 other => other?,
             };
@@ -1195,6 +1222,7 @@ impl<P: Processor> Runtime<P> {
                 store,
                 overlay: Overlay::default(),
                 table: true,
+                history_ms,
             });
         }
         Ok(out)

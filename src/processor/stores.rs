@@ -26,6 +26,7 @@ use std::sync::Arc;
 use crate::record::ProcessError;
 use crate::serdes::Serde;
 use crate::state::merge::{prefix_bounds, KeyBounds, Layer, Merged};
+use crate::state::versioned::Lookup;
 use crate::state::{Column, Overlay, StateError, Store};
 
 /// The name and serdes of one named store: what a handler opens it with. Cheap to clone.
@@ -93,6 +94,8 @@ pub(crate) struct StoreView<'a> {
     pub(crate) pending: Overlay,
     /// A table's store: only its topic's records write it.
     read_only: bool,
+    /// A versioned table's history (ms): [`KeyValueStore::get_as_of`] reads it.
+    history_ms: Option<i64>,
 }
 
 impl<'a> StoreView<'a> {
@@ -103,7 +106,14 @@ impl<'a> StoreView<'a> {
             batch,
             pending: Overlay::default(),
             read_only: false,
+            history_ms: None,
         }
+    }
+
+    /// Marks the view as a versioned table's with this history (ms), if any.
+    pub(crate) fn versioned(mut self, history_ms: Option<i64>) -> Self {
+        self.history_ms = history_ms;
+        self
     }
 
     /// Marks the view as a table's: `put` and `delete` fail.
@@ -164,6 +174,37 @@ fn layered_scan<'s>(
     Ok(Merged::new(layers))
 }
 
+/// What a versioned table says of a key as of a time ([`KeyValueStore::get_as_of`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AsOf<V> {
+    /// The version valid at that time.
+    Value {
+        /// The row.
+        value: V,
+        /// The timestamp of the table record that set it: its validity starts there.
+        valid_from: i64,
+    },
+    /// No row was valid at that time: the key was not set yet, or deleted by a tombstone.
+    Absent,
+    /// The time is older than the table's history cutoff: the versions valid then may have
+    /// been pruned, so the table cannot say (Kafka Streams answers `null` here).
+    BeyondHistory {
+        /// The cutoff: the table's observed stream time less its history.
+        cutoff: i64,
+    },
+}
+
+impl<V> AsOf<V> {
+    /// The row, if one is known to have been valid at that time (`None` also for
+    /// [`AsOf::BeyondHistory`], as Kafka Streams' `get(key, asOfTimestamp)` answers).
+    pub fn into_value(self) -> Option<V> {
+        match self {
+            AsOf::Value { value, .. } => Some(value),
+            AsOf::Absent | AsOf::BeyondHistory { .. } => None,
+        }
+    }
+}
+
 /// Typed access to one named store during a handler call. Writes commit with the record's
 /// offset, or not at all.
 pub struct KeyValueStore<'c, 'a, K, V> {
@@ -201,6 +242,37 @@ impl<'c, 'a, K, V> KeyValueStore<'c, 'a, K, V> {
                     ProcessError::permanent(format!("store {} value: {e}", self.handle.name))
                 }),
         }
+    }
+
+    /// The value `key` had at `timestamp` in a versioned table
+    /// ([`crate::topology::TableHandle::versioned`]): the version whose validity — from its
+    /// timestamp to the next version's — holds `timestamp`, or [`AsOf::Absent`] when no row
+    /// was valid then, or [`AsOf::BeyondHistory`] when `timestamp` is older than the table's
+    /// history cutoff (its observed stream time less its history), where the versions valid
+    /// then may be gone. Fails (permanent) on any other store: only a versioned table keeps
+    /// versions.
+    pub fn get_as_of(&self, key: &K, timestamp: i64) -> Result<AsOf<V>, ProcessError> {
+        let Some(history_ms) = self.view.history_ms else {
+            return Err(ProcessError::permanent(format!(
+                "store {} is not a versioned table: it keeps no versions to read as of a time",
+                self.handle.name
+            )));
+        };
+        let k = self.key_bytes(key)?;
+        let v = &*self.view;
+        let layers = [&v.pending, v.batch];
+        let found = crate::state::versioned::get_as_of(&layers, v.store, &k, timestamp, history_ms)
+            .map_err(read_error)?;
+        Ok(match found {
+            Lookup::Found { value, timestamp } => AsOf::Value {
+                value: self.handle.values.deserialize(&value).map_err(|e| {
+                    ProcessError::permanent(format!("store {} value: {e}", self.handle.name))
+                })?,
+                valid_from: timestamp,
+            },
+            Lookup::Absent => AsOf::Absent,
+            Lookup::TooOld { cutoff } => AsOf::BeyondHistory { cutoff },
+        })
     }
 
     /// A write to a table's store fails: a table changes only through its topic, which is its

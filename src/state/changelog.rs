@@ -19,7 +19,7 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::Message;
 
 use super::store::CheckpointAt;
-use super::{dedup, Column, Overlay, StateError, Store};
+use super::{dedup, versioned, Column, Overlay, StateError, Store};
 use crate::kafka::reader::{read_until, ReadError};
 use crate::kafka::{ClientRole, KafkaClients};
 
@@ -166,6 +166,10 @@ pub fn restore(
 /// bytes; a null value deletes the key; a record without a key is skipped), and the checkpoint
 /// is the table topic's offset.
 ///
+/// A versioned table (`history` is `Some`) keeps each record as a version at its timestamp,
+/// with the live path's rules ([`super::versioned`]): the same records in the same order build
+/// the same versions, and the history is pruned as the restore goes.
+///
 /// Fails like [`restore`] when the checkpoint is stale, and with
 /// [`StateError::CheckpointAhead`] when it lies past `until` (the group's offsets were reset
 /// or expired): the caller wipes the store and restores it again from the topic alone.
@@ -175,6 +179,7 @@ pub fn restore_table(
     topic: &str,
     partition: i32,
     until: i64,
+    history: Option<Duration>,
     timeout: Duration,
 ) -> Result<RestoreStats, StateError> {
     restore_waiting(
@@ -184,8 +189,23 @@ pub fn restore_table(
         partition,
         timeout,
         BROKER_WAIT_MAX,
-        Some(until),
+        Some(Table {
+            until,
+            history_ms: history.map(history_ms),
+        }),
     )
+}
+
+/// A versioned table's history in milliseconds (saturating).
+pub(crate) fn history_ms(history: Duration) -> i64 {
+    i64::try_from(history.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// A table's restore: up to the group's committed offset, versioned or not.
+#[derive(Clone, Copy)]
+struct Table {
+    until: i64,
+    history_ms: Option<i64>,
 }
 
 /// One attempt at a restore did not finish.
@@ -210,13 +230,13 @@ fn restore_waiting(
     partition: i32,
     timeout: Duration,
     broker_wait: Duration,
-    until: Option<i64>,
+    table: Option<Table>,
 ) -> Result<RestoreStats, StateError> {
     let started = Instant::now();
     let mut attempts = 0u32;
     loop {
         attempts += 1;
-        let e = match restore_once(clients, store, topic, partition, timeout, started, until) {
+        let e = match restore_once(clients, store, topic, partition, timeout, started, table) {
             Ok(stats) => return Ok(stats),
             Err(Attempt::Failed(e)) => return Err(e),
             Err(Attempt::Unreachable(e)) => e,
@@ -255,10 +275,11 @@ fn restore_once(
     partition: i32,
     timeout: Duration,
     started: Instant,
-    until: Option<i64>,
+    table: Option<Table>,
 ) -> Result<RestoreStats, Attempt> {
     check_fresh(clients, store, topic, partition)?;
     let checkpoint = store.checkpoint()?;
+    let until = table.map(|t| t.until);
     if let (Some(c), Some(u)) = (checkpoint, until) {
         if c > u {
             return Err(Attempt::Failed(StateError::CheckpointAhead {
@@ -269,15 +290,13 @@ fn restore_once(
             }));
         }
     }
-    let table = until.is_some();
-    let flush = |store: &Store, pending: &mut Vec<_>, next: i64| {
-        if table {
-            flush_table(store, pending, next)
-        } else {
-            flush(store, pending, next)
-        }
+    let versioned = table.and_then(|t| t.history_ms);
+    let flush = |store: &Store, pending: &mut Vec<Pending>, next: i64| match (table, versioned) {
+        (_, Some(history_ms)) => flush_versioned(store, pending, next, history_ms),
+        (Some(_), None) => flush_table(store, pending, next),
+        (None, _) => flush_changelog(store, pending, next),
     };
-    let mut pending: Vec<(Vec<u8>, Option<Vec<u8>>)> = Vec::with_capacity(APPLY_EVERY);
+    let mut pending: Vec<Pending> = Vec::with_capacity(APPLY_EVERY);
     let mut records = 0u64;
     let mut first: Option<i64> = None;
     let mut apply_error: Option<StateError> = None;
@@ -286,7 +305,11 @@ fn restore_once(
     let result = read_until(clients, topic, &starts, &bound, timeout, |m| {
         first.get_or_insert(m.offset());
         if let Some(k) = m.key() {
-            pending.push((k.to_vec(), m.payload().map(<[u8]>::to_vec)));
+            pending.push((
+                k.to_vec(),
+                m.payload().map(<[u8]>::to_vec),
+                m.timestamp().to_millis(),
+            ));
         }
         if pending.len() >= APPLY_EVERY {
             match flush(store, &mut pending, m.offset() + 1) {
@@ -361,15 +384,24 @@ pub(crate) fn flush(
     Ok(n)
 }
 
-/// Applies a table's records (raw key → value, a null value deleting the key) with the table
-/// topic's offset `next` as the checkpoint.
-fn flush_table(
+/// A record read for a restore: key, value (`None`: a tombstone), timestamp.
+type Pending = (Vec<u8>, Option<Vec<u8>>, Option<i64>);
+
+/// [`flush`] for records read with their timestamps.
+fn flush_changelog(
     store: &Store,
-    pending: &mut Vec<(Vec<u8>, Option<Vec<u8>>)>,
+    pending: &mut Vec<Pending>,
     next: i64,
 ) -> Result<usize, StateError> {
+    let mut plain: Vec<_> = pending.drain(..).map(|(k, v, _)| (k, v)).collect();
+    flush(store, &mut plain, next)
+}
+
+/// Applies a table's records (raw key → value, a null value deleting the key) with the table
+/// topic's offset `next` as the checkpoint.
+fn flush_table(store: &Store, pending: &mut Vec<Pending>, next: i64) -> Result<usize, StateError> {
     let mut overlay = Overlay::default();
-    for (k, v) in pending.iter() {
+    for (k, v, _) in pending.iter() {
         match v {
             Some(v) => overlay.put(Column::State, k, v.clone()),
             None => overlay.delete(Column::State, k),
@@ -377,6 +409,37 @@ fn flush_table(
     }
     store.apply(&overlay, Some(next))?;
     let n = pending.len();
+    pending.clear();
+    Ok(n)
+}
+
+/// Applies a versioned table's records as versions at their timestamps (the live path's
+/// [`versioned::put`] and [`versioned::prune`], in the same order), with the table topic's
+/// offset `next` as the checkpoint. A record without a timestamp, or older than the history
+/// cutoff, is skipped as the live path skipped it.
+fn flush_versioned(
+    store: &Store,
+    pending: &mut Vec<Pending>,
+    next: i64,
+    history_ms: i64,
+) -> Result<usize, StateError> {
+    let mut overlay = Overlay::default();
+    let mut n = 0;
+    for (k, v, ts) in pending.iter() {
+        let Some(ts) = *ts else { continue };
+        let applied = versioned::put(&mut overlay, &[], store, k, ts, v.as_deref(), history_ms)?;
+        if !matches!(applied, versioned::Applied::TooOld { .. }) {
+            n += 1;
+        }
+        versioned::prune(
+            &mut overlay,
+            &[],
+            store,
+            history_ms,
+            versioned::PRUNE_PER_RECORD,
+        )?;
+    }
+    store.apply(&overlay, Some(next))?;
     pending.clear();
     Ok(n)
 }

@@ -12,6 +12,7 @@ pub mod dedup;
 pub mod merge;
 pub mod overlay;
 pub mod store;
+pub(crate) mod versioned;
 
 pub use changelog::{restore, restore_table, RestoreStats};
 pub use overlay::{Column, Overlay};

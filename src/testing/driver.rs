@@ -14,7 +14,7 @@ use crate::processor::engine::{Engine, NamedStore, Task};
 use crate::processor::runtime::{RunSummary, RuntimeOptions};
 use crate::processor::stores::StoreView;
 use crate::processor::timers::{self, Timer};
-use crate::processor::{KeyValueStore, Processor, StoreHandle};
+use crate::processor::{AsOf, KeyValueStore, Processor, StoreHandle};
 use crate::record::{ProcessError, Record};
 use crate::retry::base_and_level;
 use crate::serdes::{Serde, SerdeError};
@@ -176,6 +176,7 @@ impl<P: Processor> TopologyTestDriver<P> {
             dlt_depth_interval: Duration::ZERO,
             exactly_once: true,
             tables: processor.tables(),
+            versioned_tables: processor.versioned_tables(),
         };
         let processor_repartitions = processor.repartition_topics();
         let mut globals = BTreeMap::new();
@@ -230,6 +231,7 @@ impl<P: Processor> TopologyTestDriver<P> {
                 name,
                 overlay: Overlay::default(),
                 table: false,
+                history_ms: None,
             });
         }
         // Tables after the named stores, as in the runtime; piped records of a table's topic
@@ -238,11 +240,16 @@ impl<P: Processor> TopologyTestDriver<P> {
             let path = self
                 .dir
                 .join(format!("{}-{name}-table-{p}", self.opts.app_id));
+            let history_ms = self
+                .opts
+                .table_history(&name)
+                .map(crate::state::changelog::history_ms);
             named.push(NamedStore {
                 store: Store::open(&path, &format!("{topic}[{p}]"), &self.cache)?.0,
                 name,
                 overlay: Overlay::default(),
                 table: true,
+                history_ms,
             });
         }
         self.tasks.insert(p, Task::open(store, named)?);
@@ -401,6 +408,23 @@ impl<P: Processor> TopologyTestDriver<P> {
         self.pipe(TestRecord::new(table.topic(), Some(key), value))
     }
 
+    /// Pipes one row into `table`'s topic, partition 0, with timestamp `timestamp`: a
+    /// versioned table ([`TableHandle::versioned`]) keeps it as a version from that time on
+    /// (before its key's latest version: into the history). `None` is a tombstone.
+    pub fn pipe_table_at<K, V>(
+        &mut self,
+        table: &TableHandle<K, V>,
+        key: &K,
+        value: Option<&V>,
+        timestamp: i64,
+    ) -> Result<(), DriverError> {
+        let key = table.store().key_serde().serialize(key)?;
+        let value = value
+            .map(|v| table.store().value_serde().serialize(v))
+            .transpose()?;
+        self.pipe(TestRecord::new(table.topic(), Some(key), value).timestamp(timestamp))
+    }
+
     /// The committed row of `key` in `table` (partition 0).
     pub fn table_get<K, V>(
         &mut self,
@@ -408,6 +432,17 @@ impl<P: Processor> TopologyTestDriver<P> {
         key: &K,
     ) -> Result<Option<V>, DriverError> {
         self.store_get(table.store(), key)
+    }
+
+    /// The row `key` had at `timestamp` in versioned table `table` (partition 0), as
+    /// [`crate::processor::KeyValueStore::get_as_of`] reads it.
+    pub fn table_get_as_of<K, V>(
+        &mut self,
+        table: &TableHandle<K, V>,
+        key: &K,
+        timestamp: i64,
+    ) -> Result<AsOf<V>, DriverError> {
+        self.with_store(0, table.store(), |s| s.get_as_of(key, timestamp))
     }
 
     /// Writes a row of global table `table` (`None` deletes `key`): applied at once, as if the
@@ -584,7 +619,7 @@ impl<P: Processor> TopologyTestDriver<P> {
             ))
             .into());
         };
-        let mut view = StoreView::new(&n.name, &n.store, &empty);
+        let mut view = StoreView::new(&n.name, &n.store, &empty).versioned(n.history_ms);
         Ok(f(&mut view)?)
     }
 

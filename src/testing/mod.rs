@@ -15,6 +15,8 @@ mod repartition_tests;
 #[cfg(test)]
 mod timer_tests;
 #[cfg(test)]
+mod versioned_tests;
+#[cfg(test)]
 mod window_tests;
 
 pub use driver::{DriverError, KeyValues, TopologyTestDriver, START_MS};

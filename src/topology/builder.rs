@@ -109,6 +109,8 @@ pub struct TopologyBuilder {
     unordered: bool,
     /// The tables added: (store name, topic).
     tables: Vec<(String, String)>,
+    /// The versioned tables among them: (store name, history).
+    versioned: Vec<(String, std::time::Duration)>,
     /// The global tables added.
     globals: Vec<GlobalTable>,
     /// The repartitions added.
@@ -140,6 +142,8 @@ pub struct Topology {
     pub(crate) ordered: bool,
     /// The tables: (store name, topic).
     pub(crate) tables: Vec<(String, String)>,
+    /// The versioned tables among them: (store name, history).
+    pub(crate) versioned: Vec<(String, std::time::Duration)>,
     /// The global tables.
     pub(crate) globals: Vec<GlobalTable>,
     /// The repartitions (their topics are named when the application id is bound).
@@ -350,6 +354,9 @@ impl TopologyBuilder {
         if self.tables.iter().any(|(n, _)| *n == name) {
             self.errors.push(format!("table {name:?} is added twice"));
         }
+        if let Some(history) = table.history() {
+            self.versioned.push((name.clone(), history));
+        }
         self.tables.push((name, topic));
         self
     }
@@ -423,6 +430,7 @@ impl TopologyBuilder {
             table: table.store().clone(),
             joiner,
             left,
+            as_of: table.history().is_some(),
             _types: PhantomData,
         };
         self.add_processor(name, node, parents);
@@ -812,6 +820,7 @@ impl TopologyBuilder {
             default_store,
             ordered: !self.unordered,
             tables: std::mem::take(&mut self.tables),
+            versioned: std::mem::take(&mut self.versioned),
             globals: std::mem::take(&mut self.globals),
             repartitions: std::mem::take(&mut self.repartitions),
             app_id: None,

@@ -384,6 +384,10 @@ impl Processor for Topology {
         self.tables.clone()
     }
 
+    fn versioned_tables(&self) -> Vec<(String, std::time::Duration)> {
+        self.versioned.clone()
+    }
+
     fn global_tables(&self) -> Vec<GlobalTable> {
         self.globals.clone()
     }

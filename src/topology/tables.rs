@@ -68,9 +68,10 @@
 
 use std::marker::PhantomData;
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::node::{NodeContext, NodeProcessor, TypedRecord};
-use crate::processor::StoreHandle;
+use crate::processor::{AsOf, StoreHandle};
 use crate::record::ProcessError;
 use crate::serdes::Serde;
 use crate::telemetry;
@@ -83,6 +84,8 @@ use crate::telemetry;
 pub struct TableHandle<K, V> {
     store: StoreHandle<K, V>,
     topic: Arc<str>,
+    /// A versioned table's history (see [`TableHandle::versioned`]).
+    history: Option<Duration>,
 }
 
 impl<K, V> Clone for TableHandle<K, V> {
@@ -90,6 +93,7 @@ impl<K, V> Clone for TableHandle<K, V> {
         Self {
             store: self.store.clone(),
             topic: self.topic.clone(),
+            history: self.history,
         }
     }
 }
@@ -99,6 +103,7 @@ impl<K, V> std::fmt::Debug for TableHandle<K, V> {
         f.debug_struct("TableHandle")
             .field("name", &self.store.name())
             .field("topic", &self.topic)
+            .field("history", &self.history)
             .finish()
     }
 }
@@ -116,7 +121,36 @@ impl<K, V> TableHandle<K, V> {
         Self {
             store: StoreHandle::new(name, keys, values),
             topic: Arc::from(topic.into()),
+            history: None,
         }
+    }
+
+    /// A **versioned** table `name` of `topic` (Kafka Streams'
+    /// `Stores.persistentVersionedKeyValueStore(name, historyRetention)`): besides its latest
+    /// rows it keeps every version — a record's value (or tombstone) from its timestamp until
+    /// the next version's — within `history` of the newest timestamp its topic has shown, so a
+    /// stream-table join looks each stream record's key up *as of the stream record's
+    /// timestamp* (a temporal join), and a processor it is attached to can read
+    /// [`crate::processor::KeyValueStore::get_as_of`]. A table record with an earlier
+    /// timestamp than its key's latest version goes into the history; one older than the
+    /// history is dropped (counted in `eosflow_table_records_skipped_total`). See the module
+    /// documentation for what a lookup older than the history does.
+    pub fn versioned(
+        name: impl Into<String>,
+        topic: impl Into<String>,
+        keys: impl Serde<K> + 'static,
+        values: impl Serde<V> + 'static,
+        history: Duration,
+    ) -> Self {
+        Self {
+            history: Some(history),
+            ..Self::new(name, topic, keys, values)
+        }
+    }
+
+    /// A versioned table's history; `None` for a plain table (latest rows only).
+    pub fn history(&self) -> Option<Duration> {
+        self.history
     }
 
     /// The table's name (its store's).
@@ -145,6 +179,8 @@ pub(crate) struct StreamTableJoin<K, V, T, R> {
     pub(crate) joiner: Joiner<K, V, T, R>,
     /// Left join: a stream record whose key the table lacks is joined with `None`.
     pub(crate) left: bool,
+    /// The table is versioned: look the key up as of the stream record's timestamp.
+    pub(crate) as_of: bool,
     pub(crate) _types: PhantomData<fn(V, R)>,
 }
 
@@ -163,7 +199,17 @@ where
         let Some(JoinInput { key, value, record }) = JoinInput::of(ctx, record) else {
             return Ok(());
         };
-        let row = ctx.store(&self.table)?.get(&key)?;
+        let row = match (self.as_of, record.timestamp) {
+            (true, Some(ts)) => match ctx.store(&self.table)?.get_as_of(&key, ts)? {
+                AsOf::Value { value, .. } => Some(value),
+                AsOf::Absent => None,
+                AsOf::BeyondHistory { cutoff } => {
+                    history_too_short(ctx.node_name(), self.table.name(), ts, cutoff);
+                    return Ok(());
+                }
+            },
+            _ => ctx.store(&self.table)?.get(&key)?,
+        };
         join_output(
             ctx,
             (key, value, record),
@@ -174,6 +220,21 @@ where
         );
         Ok(())
     }
+}
+
+/// A stream record older than a versioned table's history: dropped by inner and left joins
+/// alike, counted as `history-too-short`, with a WARN at most every ten seconds.
+fn history_too_short(node: &str, table: &str, timestamp: i64, cutoff: i64) {
+    telemetry::join_dropped(node, "history-too-short");
+    crate::state::versioned::warn_limited(|| {
+        tracing::warn!(
+            node,
+            table,
+            timestamp,
+            cutoff,
+            "stream record older than the versioned table's history dropped by the join (raise the table's history)"
+        );
+    });
 }
 
 /// A stream record a join node handles: its key and value taken out, the rest (timestamp and
