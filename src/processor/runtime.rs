@@ -1809,8 +1809,12 @@ impl<P: Processor> Runtime<P> {
             }
         }
         if aligning {
-            // The earliest record of each aligned partition left for later (held, or after
-            // the batch closed): nothing after it in its partition is earlier.
+            // The first record (in offset order) of each aligned partition left for later
+            // (held, or after the batch closed): in a partition in timestamp order nothing
+            // after it is earlier. In one out of order (late stream records beside a
+            // versioned table) its timestamp, not the least one left, is what the partition
+            // offers next: taking the least could hold two partitions each waiting for the
+            // other for good.
             let mut heads: HashMap<(String, i32), i64> = HashMap::new();
             for &i in gate
                 .held_records
@@ -1819,10 +1823,9 @@ impl<P: Processor> Runtime<P> {
             {
                 let m = &batch[i];
                 if align::rank(&self.opts.tables, &self.opts.input_topics, m.topic()).is_some() {
-                    let head = heads
+                    heads
                         .entry((m.topic().to_string(), m.partition()))
-                        .or_insert(i64::MAX);
-                    *head = (*head).min(align::ts(m));
+                        .or_insert(align::ts(m));
                 }
             }
             self.batch_alignment = (gate.held_records, gate.seen, heads);
