@@ -278,13 +278,13 @@ pub const FRAMEWORK: &[MetricDef] = &[
         "eosflow_table_records_skipped_total",
         Counter,
         Unit::Count,
-        "Records of a table's topic without a key, skipped (a table row needs one), by table.",
+        "Records of a table's topic without a key, skipped (a table row needs one), and records of a versioned table older than its history or without a timestamp, by table.",
     ),
     metric(
         "eosflow_join_dropped_records_total",
         Counter,
         Unit::Count,
-        "Stream records a stream-table or stream-global-table join produced no result for, by node and reason: no-key, no-value (a stream tombstone), no-table-value (an inner join whose key the table lacks at that point), no-global-value (an inner global join without a row), no-global-key (an inner global join whose key extractor returned none).",
+        "Stream records a stream-table or stream-global-table join produced no result for, by node and reason: no-key, no-value (a stream tombstone), no-table-value (an inner join whose key the table lacks at that point), no-global-value (an inner global join without a row), no-global-key (an inner global join whose key extractor returned none), history-too-short (a stream record older than a versioned table's history: dropped by inner and left joins).",
     ),
     metric(
         "eosflow_global_table_lag_records",

@@ -22,6 +22,15 @@
 //!   silently);
 //! - left ([`super::TopologyBuilder::add_stream_table_left_join`]): the joiner gets `None`.
 //!
+//! A **versioned table** ([`TableHandle::versioned`]) also keeps every version of each key
+//! within a configurable history, and a join
+//! against it looks the key up *as of the stream record's timestamp* (a temporal join, Kafka
+//! Streams' KIP-889/KIP-914): a stream record that arrives after a table update with a later
+//! timestamp still meets the row valid at its own time. A stream record older than the
+//! history is dropped by inner and left joins alike and counted with reason
+//! `history-too-short` (with a WARN at most every ten seconds): a left join's `None` means
+//! "no row at that time", which the table can no longer tell.
+//!
 //! Either kind drops stream records without a key (`reason="no-key"`) or without a value
 //! (`reason="no-value"`), as Kafka Streams does. The joiner returning `None` forwards nothing.
 //!
@@ -133,8 +142,50 @@ impl<K, V> TableHandle<K, V> {
     /// timestamp* (a temporal join), and a processor it is attached to can read
     /// [`crate::processor::KeyValueStore::get_as_of`]. A table record with an earlier
     /// timestamp than its key's latest version goes into the history; one older than the
-    /// history is dropped (counted in `eosflow_table_records_skipped_total`). See the module
-    /// documentation for what a lookup older than the history does.
+    /// history is dropped (counted in `eosflow_table_records_skipped_total`). A stream record
+    /// older than the history is dropped by inner and left joins alike, counted as
+    /// `eosflow_join_dropped_records_total{reason="history-too-short"}`.
+    ///
+    /// The topic is still the table's only changelog: set its `min.compaction.lag.ms` to at
+    /// least `history`, or a rebuild from the topic after compaction lacks the versions
+    /// compaction removed.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use eosflow::processor::AsOf;
+    /// use eosflow::serdes::StringSerde;
+    /// use eosflow::testing::{TestRecord, TopologyTestDriver};
+    /// use eosflow::topology::{TableHandle, Topology};
+    ///
+    /// // Orders priced with the price list as it stood at each order's time.
+    /// let prices =
+    ///     TableHandle::versioned("prices", "prices", StringSerde, StringSerde, Duration::from_secs(3600));
+    /// let topology = Topology::builder()
+    ///     .add_source("orders", &["orders"], StringSerde, StringSerde)
+    ///     .add_table(&prices)
+    ///     .add_stream_table_join("price", &["orders"], &prices, |_item, order: &String, price: &String| {
+    ///         Some(format!("{order} at {price}"))
+    ///     })
+    ///     .add_sink("out", "priced", StringSerde, StringSerde, &["price"])
+    ///     .build()?;
+    ///
+    /// let mut driver = TopologyTestDriver::new(topology)?;
+    /// let tea = "tea".to_string();
+    /// driver.pipe_table_at(&prices, &tea, Some(&"3.00".to_string()), 1_000)?;
+    /// driver.pipe_table_at(&prices, &tea, Some(&"3.50".to_string()), 5_000)?;
+    /// // An order stamped before the price change, arriving after it, pays the old price.
+    /// driver.pipe(TestRecord::new("orders", Some("tea"), Some("o-1")).timestamp(4_000))?;
+    /// driver.pipe(TestRecord::new("orders", Some("tea"), Some("o-2")).timestamp(6_000))?;
+    /// let out: Vec<String> = driver.read_raw_output("priced").iter().map(|r| r.value_text()).collect();
+    /// assert_eq!(out, ["o-1 at 3.00", "o-2 at 3.50"]);
+    /// // The latest row, and the row as of a time.
+    /// assert_eq!(driver.table_get(&prices, &tea)?.as_deref(), Some("3.50"));
+    /// assert_eq!(
+    ///     driver.table_get_as_of(&prices, &tea, 4_999)?,
+    ///     AsOf::Value { value: "3.00".to_string(), valid_from: 1_000 }
+    /// );
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn versioned(
         name: impl Into<String>,
         topic: impl Into<String>,
