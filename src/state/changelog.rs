@@ -167,7 +167,7 @@ pub fn restore(
 /// is the table topic's offset.
 ///
 /// A versioned table (`history` is `Some`) keeps each record as a version at its timestamp,
-/// with the live path's rules ([`super::versioned`]): the same records in the same order build
+/// with the live path's rules (`src/state/versioned.rs`): the same records in the same order build
 /// the same versions, and the history is pruned as the restore goes.
 ///
 /// Fails like [`restore`] when the checkpoint is stale, and with

@@ -150,13 +150,19 @@ fn parse_expiry(k: &[u8]) -> Option<(&[u8], i64)> {
     Some((key, ts))
 }
 
+/// A live entry of the column: key, value.
+type Entry = (Vec<u8>, Vec<u8>);
+
+/// One version of a key: its timestamp and value (`None`: a tombstone).
+type Version = (i64, Option<Vec<u8>>);
+
 /// The merged entries of `bounds` over `overlays` (highest first) and `store`, owned.
 fn scan(
     overlays: &[&Overlay],
     store: &Store,
     bounds: &KeyBounds,
     limit: usize,
-) -> Result<Vec<(Vec<u8>, Vec<u8>)>, StateError> {
+) -> Result<Vec<Entry>, StateError> {
     let mut layers: Vec<Layer<'_>> = overlays
         .iter()
         .map(|o| -> Layer<'_> {
@@ -194,11 +200,7 @@ fn cutoff(
 }
 
 /// `key`'s versions (timestamp, value or `None` for a tombstone) in time order.
-fn versions(
-    overlays: &[&Overlay],
-    store: &Store,
-    key: &[u8],
-) -> Result<Vec<(i64, Option<Vec<u8>>)>, StateError> {
+fn versions(overlays: &[&Overlay], store: &Store, key: &[u8]) -> Result<Vec<Version>, StateError> {
     let prefix = version_prefix(key);
     let entries = scan(overlays, store, &prefix_bounds(&prefix), usize::MAX)?;
     Ok(entries
