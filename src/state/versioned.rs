@@ -8,9 +8,11 @@
 //! table's store has no clocks of its own there otherwise), tagged like the windowed store's
 //! entries:
 //!
-//! - `v · key length (4 bytes, big-endian) · key · timestamp (sign-flipped, big-endian)` →
-//!   `1 · value`, or `0` for a tombstone: one entry per version, a key's versions in time
-//!   order. A version is valid from its timestamp until the next version's.
+//! - `v · key length (4 bytes, big-endian) · key · timestamp (descending)` → `1 · value`, or
+//!   `0` for a tombstone: one entry per version, a key's newest first, so the version valid at
+//!   a time is one seek away. A version is valid from its timestamp until the next version's.
+//! - `l · key length · key` → the timestamp of the key's newest version: a record in
+//!   timestamp order learns it has no successor without a scan.
 //! - `x · expiry (sign-flipped) · key length · key · timestamp` → empty: the expiry index.
 //!   A version whose successor starts at `s` is of no use once the history cutoff reaches
 //!   `s` (a lookup at the cutoff or later finds the successor or a newer one); it is indexed
@@ -45,6 +47,7 @@ use super::{Column, Overlay, StateError, Store};
 const COL: Column = Column::Time;
 const VERSION: u8 = b'v';
 const EXPIRY: u8 = b'x';
+const LATEST: u8 = b'l';
 const OBSERVED: &[u8] = b"mobserved";
 
 /// Expired index entries pruned per table record applied: each record adds at most two index
@@ -114,18 +117,28 @@ fn unflip(b: &[u8]) -> Option<i64> {
     Some((u64::from_be_bytes(b.try_into().ok()?) ^ (1 << 63)) as i64)
 }
 
-/// `v · key length · key`: the prefix of a key's versions.
-fn version_prefix(key: &[u8]) -> Vec<u8> {
+/// `t` as 8 bytes that sort against the number: a key's newest version comes first.
+fn desc(t: i64) -> [u8; 8] {
+    (!((t as u64) ^ (1 << 63))).to_be_bytes()
+}
+
+fn undesc(b: &[u8]) -> Option<i64> {
+    Some(((!u64::from_be_bytes(b.try_into().ok()?)) ^ (1 << 63)) as i64)
+}
+
+/// `tag · key length · key`.
+fn tagged(tag: u8, key: &[u8]) -> Vec<u8> {
     let mut k = Vec::with_capacity(13 + key.len());
-    k.push(VERSION);
+    k.push(tag);
     k.extend_from_slice(&(key.len() as u32).to_be_bytes());
     k.extend_from_slice(key);
     k
 }
 
+/// `v · key length · key · timestamp (descending)`.
 fn version_key(key: &[u8], ts: i64) -> Vec<u8> {
-    let mut k = version_prefix(key);
-    k.extend_from_slice(&flip(ts));
+    let mut k = tagged(VERSION, key);
+    k.extend_from_slice(&desc(ts));
     k
 }
 
@@ -139,15 +152,16 @@ fn expiry_key(expiry: i64, key: &[u8], ts: i64) -> Vec<u8> {
     k
 }
 
-/// The key and version timestamp of an expiry index entry.
-fn parse_expiry(k: &[u8]) -> Option<(&[u8], i64)> {
+/// The expiry, key and version timestamp of an expiry index entry.
+fn parse_expiry(k: &[u8]) -> Option<(i64, &[u8], i64)> {
     let (&EXPIRY, rest) = k.split_first()? else {
         return None;
     };
+    let expiry = unflip(rest.get(..8)?)?;
     let len = u32::from_be_bytes(rest.get(8..12)?.try_into().ok()?) as usize;
     let key = rest.get(12..12 + len)?;
     let ts = unflip(rest.get(12 + len..)?)?;
-    Some((key, ts))
+    Some((expiry, key, ts))
 }
 
 /// A live entry of the column: key, value.
@@ -156,7 +170,8 @@ type Entry = (Vec<u8>, Vec<u8>);
 /// One version of a key: its timestamp and value (`None`: a tombstone).
 type Version = (i64, Option<Vec<u8>>);
 
-/// The merged entries of `bounds` over `overlays` (highest first) and `store`, owned.
+/// The merged entries of `bounds` over `overlays` (highest first) and `store`, owned, at most
+/// `limit` of them.
 fn scan(
     overlays: &[&Overlay],
     store: &Store,
@@ -199,17 +214,54 @@ fn cutoff(
     Ok(observed(overlays, store)?.map(|o| o.saturating_sub(history_ms)))
 }
 
-/// `key`'s versions (timestamp, value or `None` for a tombstone) in time order.
-fn versions(overlays: &[&Overlay], store: &Store, key: &[u8]) -> Result<Vec<Version>, StateError> {
-    let prefix = version_prefix(key);
-    let entries = scan(overlays, store, &prefix_bounds(&prefix), usize::MAX)?;
-    Ok(entries
+/// The timestamp of `key`'s newest version.
+fn latest(overlays: &[&Overlay], store: &Store, key: &[u8]) -> Result<Option<i64>, StateError> {
+    Ok(get(overlays, store, &tagged(LATEST, key))?.and_then(|v| unflip(&v)))
+}
+
+/// `key`'s versions at or before `ts`, newest first, at most `limit`: one seek.
+fn at_or_before(
+    overlays: &[&Overlay],
+    store: &Store,
+    key: &[u8],
+    ts: i64,
+    limit: usize,
+) -> Result<Vec<Version>, StateError> {
+    let prefix = tagged(VERSION, key);
+    let bounds = (
+        Bound::Included(version_key(key, ts)),
+        prefix_bounds(&prefix).1,
+    );
+    Ok(parse_versions(
+        &prefix,
+        scan(overlays, store, &bounds, limit)?,
+    ))
+}
+
+/// `key`'s versions after `ts`, newest first: only a late record asks, and they are the
+/// versions its lateness spans.
+fn after(
+    overlays: &[&Overlay],
+    store: &Store,
+    key: &[u8],
+    ts: i64,
+) -> Result<Vec<Version>, StateError> {
+    let prefix = tagged(VERSION, key);
+    let bounds = (
+        Bound::Included(prefix.clone()),
+        Bound::Excluded(version_key(key, ts)),
+    );
+    Ok(parse_versions(
+        &prefix,
+        scan(overlays, store, &bounds, usize::MAX)?,
+    ))
+}
+
+fn parse_versions(prefix: &[u8], entries: Vec<Entry>) -> Vec<Version> {
+    entries
         .into_iter()
-        .filter_map(|(k, v)| {
-            let ts = unflip(k.get(prefix.len()..)?)?;
-            Some((ts, decode(&v)))
-        })
-        .collect())
+        .filter_map(|(k, v)| Some((undesc(k.get(prefix.len()..)?)?, decode(&v))))
+        .collect()
 }
 
 fn decode(v: &[u8]) -> Option<Vec<u8>> {
@@ -233,7 +285,9 @@ fn encode(value: Option<&[u8]>) -> Vec<u8> {
 
 /// Applies a table record (`value` `None`: a tombstone) at `ts` to a versioned table whose
 /// history is `history_ms`, into `top` (read over `below` and `store`): the version, its
-/// expiry entries, the latest row when it is the latest, the observed stream time.
+/// expiry entries, the latest row when it is the latest, the observed stream time. A record
+/// in timestamp order costs a few point reads and one seek; a late one also reads the
+/// versions its lateness spans.
 pub(crate) fn put(
     top: &mut Overlay,
     below: &[&Overlay],
@@ -243,27 +297,28 @@ pub(crate) fn put(
     value: Option<&[u8]>,
     history_ms: i64,
 ) -> Result<Applied, StateError> {
-    let (observed, existing) = {
+    let (observed, same, pred, succ) = {
         let layers: Vec<&Overlay> = std::iter::once(&*top)
             .chain(below.iter().copied())
             .collect();
-        (observed(&layers, store)?, versions(&layers, store, key)?)
-    };
-    if let Some(cutoff) = observed.map(|o| o.saturating_sub(history_ms)) {
-        if ts < cutoff {
-            return Ok(Applied::TooOld { cutoff });
+        let observed = observed(&layers, store)?;
+        if let Some(cutoff) = observed.map(|o| o.saturating_sub(history_ms)) {
+            if ts < cutoff {
+                return Ok(Applied::TooOld { cutoff });
+            }
         }
-    }
+        let older = at_or_before(&layers, store, key, ts, 2)?;
+        let same = older.first().is_some_and(|(t, _)| *t == ts);
+        let pred = older.iter().map(|(t, _)| *t).find(|t| *t < ts);
+        let succ = match latest(&layers, store, key)? {
+            Some(l) if l > ts => after(&layers, store, key, ts)?.last().map(|(t, _)| *t),
+            _ => None,
+        };
+        (observed, same, pred, succ)
+    };
     if observed.is_none_or(|o| ts > o) {
         top.put(COL, OBSERVED, flip(ts).to_vec());
     }
-    let pred = existing
-        .iter()
-        .rev()
-        .find(|(t, _)| *t < ts)
-        .map(|(t, _)| *t);
-    let same = existing.iter().any(|(t, _)| *t == ts);
-    let succ = existing.iter().find(|(t, _)| *t > ts).map(|(t, _)| *t);
     top.put(COL, &version_key(key, ts), encode(value));
     if let (Some(p), false) = (pred, same) {
         // The predecessor's validity now ends here instead of at the successor.
@@ -282,6 +337,7 @@ pub(crate) fn put(
     if succ.is_some() {
         return Ok(Applied::History);
     }
+    top.put(COL, &tagged(LATEST, key), flip(ts).to_vec());
     match value {
         Some(v) => top.put(Column::State, key, v.to_vec()),
         None => top.delete(Column::State, key),
@@ -298,7 +354,7 @@ pub(crate) fn prune(
     history_ms: i64,
     max: usize,
 ) -> Result<usize, StateError> {
-    let expired = {
+    let (expired, latest_gone) = {
         let layers: Vec<&Overlay> = std::iter::once(&*top)
             .chain(below.iter().copied())
             .collect();
@@ -313,19 +369,32 @@ pub(crate) fn prune(
             }
             None => Bound::Excluded(vec![EXPIRY + 1]),
         };
-        scan(&layers, store, &(Bound::Included(vec![EXPIRY]), upper), max)?
+        let expired = scan(&layers, store, &(Bound::Included(vec![EXPIRY]), upper), max)?;
+        // A key whose newest version is a tombstone the cutoff passed has nothing left.
+        let mut gone = Vec::new();
+        for (k, _) in &expired {
+            if let Some((expiry, key, ts)) = parse_expiry(k) {
+                if expiry == ts && latest(&layers, store, key)? == Some(ts) {
+                    gone.push(tagged(LATEST, key));
+                }
+            }
+        }
+        (expired, gone)
     };
     for (k, _) in &expired {
         top.delete(COL, k);
-        if let Some((key, ts)) = parse_expiry(k) {
+        if let Some((_, key, ts)) = parse_expiry(k) {
             top.delete(COL, &version_key(key, ts));
         }
+    }
+    for k in latest_gone {
+        top.delete(COL, &k);
     }
     Ok(expired.len())
 }
 
 /// The version of `key` valid at `ts` in a versioned table whose history is `history_ms`,
-/// read over `overlays` (highest first) and `store`.
+/// read over `overlays` (highest first) and `store`: one seek.
 pub(crate) fn get_as_of(
     overlays: &[&Overlay],
     store: &Store,
@@ -338,18 +407,9 @@ pub(crate) fn get_as_of(
             return Ok(Lookup::TooOld { cutoff });
         }
     }
-    let prefix = version_prefix(key);
-    let bounds = (
-        Bound::Included(prefix.clone()),
-        Bound::Included(version_key(key, ts)),
-    );
-    let found = scan(overlays, store, &bounds, usize::MAX)?.pop();
-    Ok(match found {
-        Some((k, v)) => match (decode(&v), k.get(prefix.len()..).and_then(unflip)) {
-            (Some(value), Some(timestamp)) => Lookup::Found { value, timestamp },
-            _ => Lookup::Absent,
-        },
-        None => Lookup::Absent,
+    Ok(match at_or_before(overlays, store, key, ts, 1)?.pop() {
+        Some((timestamp, Some(value))) => Lookup::Found { value, timestamp },
+        _ => Lookup::Absent,
     })
 }
 
@@ -486,7 +546,8 @@ mod tests {
             Applied::TooOld { cutoff: 25 },
             "a record older than the cutoff is dropped"
         );
-        // Left: a20, a30, their index entry (a20 expires at 30), b125, the observed time.
-        assert_eq!(f.entries(), 5, "pruned to what a lookup can still reach");
+        // Left: a20, a30, their index entry (a20 expires at 30), b125, the latest entries of
+        // a and b (not of `gone`, whose tombstone the cutoff passed), the observed time.
+        assert_eq!(f.entries(), 7, "pruned to what a lookup can still reach");
     }
 }
