@@ -903,11 +903,12 @@ fn run_polled_point(
     }
     let polls = poller.finish();
     let rates = windowed::rates(&polls, &from, &ends)?;
-    let per_partition = rates.iter().sum::<f64>() / rates.len().max(1) as f64;
+    let total = windowed::total_rate(&polls, &from, &ends)?;
+    let per_partition = total / f64::from(p);
     Ok(Sample {
         point,
         round,
-        records_per_sec: per_partition * p as f64,
+        records_per_sec: total,
         per_partition,
         latencies_ms: Vec::new(),
         repeats: windows.as_ref().map_or(0, |w| w.emitted.duplicates),
