@@ -350,12 +350,14 @@ pub fn write(args: &BenchArgs, results: &Results) -> Result<(), BenchError> {
             "\n## Profile of eosflow exactly-once (perf, top symbols)\n\n```\n{p}```"
         );
     }
-    let perf = out.join("perf-eosflow-windowed.txt");
-    if let Ok(p) = std::fs::read_to_string(&perf) {
-        let _ = writeln!(
-            md,
-            "\n## Profile of eosflow exactly-once, windowed shape (perf, top symbols)\n\n```\n{p}```"
-        );
+    for shape in ["windowed", "join"] {
+        let perf = out.join(format!("perf-eosflow-{shape}.txt"));
+        if let Ok(p) = std::fs::read_to_string(&perf) {
+            let _ = writeln!(
+                md,
+                "\n## Profile of eosflow exactly-once, {shape} shape (perf, top symbols)\n\n```\n{p}```"
+            );
+        }
     }
     std::fs::write(out.join("report.md"), md).map_err(rerr)?;
     throughput_chart(&out.join("throughput.svg"), results)?;
