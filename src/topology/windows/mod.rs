@@ -61,6 +61,7 @@ mod store;
 
 pub use aggregate::{WindowedAggregate, EXPIRE_PER_CALL};
 pub use store::{WindowStore, WindowStoreHandle};
+pub(crate) use store::{data_key, parse_data_key};
 
 use std::time::Duration;
 
