@@ -36,7 +36,9 @@ fn stores() -> (
 
 fn inner(w: JoinWindows) -> Join {
     let (l, r) = stores();
-    StreamJoin::inner(w, l, r, |_k, l: &String, r: &String| Some(format!("{l}+{r}")))
+    StreamJoin::inner(w, l, r, |_k, l: &String, r: &String| {
+        Some(format!("{l}+{r}"))
+    })
 }
 
 fn left(w: JoinWindows) -> Join {
@@ -121,10 +123,7 @@ fn an_inner_join_pairs_records_from_either_side_up_to_the_window_edges_inclusive
     for at in [1_979, 1_980, 2_010, 2_011] {
         send(&mut d, LEFT, "b", &format!("L{at}"), at);
     }
-    assert_eq!(
-        texts(&mut d),
-        ["b:L1980+R2000@2000", "b:L2010+R2000@2010"]
-    );
+    assert_eq!(texts(&mut d), ["b:L1980+R2000@2000", "b:L2010+R2000@2010"]);
     // Other keys never join.
     send(&mut d, RIGHT, "c", "R2001", 2_001);
     assert!(texts(&mut d).is_empty());
@@ -213,7 +212,11 @@ fn a_left_join_emits_an_unmatched_left_record_once_no_right_record_can_join_it()
         "a timer has no input: the unmatched result names the record it stands for"
     );
     assert_eq!(got[0].header("correlation_id"), Some("B"));
-    assert_eq!(buffered(&mut d, LEFT_STORE), 0, "the timers emptied the left buffer");
+    assert_eq!(
+        buffered(&mut d, LEFT_STORE),
+        0,
+        "the timers emptied the left buffer"
+    );
     send(&mut d, RIGHT, "z", "Rz3", 5_000);
     assert!(texts(&mut d).is_empty());
     assert_eq!(buffered(&mut d, RIGHT_STORE), 1, "only z@5000 is left");

@@ -586,7 +586,9 @@ where
         slot.push(entry);
         own.put_read(&k, Window { start: t, end: t }, previous_end, &slot)?;
         if self.own_emits && previous_end.is_none() {
-            let due = t.saturating_add(self.windows.retention_ms()).saturating_add(1);
+            let due = t
+                .saturating_add(self.windows.retention_ms())
+                .saturating_add(1);
             ctx.schedule(Timer::event_time(dk, due))?;
         }
         self.expire(ctx, stream)

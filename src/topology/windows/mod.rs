@@ -60,8 +60,8 @@ mod aggregate;
 mod store;
 
 pub use aggregate::{WindowedAggregate, EXPIRE_PER_CALL};
-pub use store::{WindowStore, WindowStoreHandle};
 pub(crate) use store::{data_key, parse_data_key};
+pub use store::{WindowStore, WindowStoreHandle};
 
 use std::time::Duration;
 
