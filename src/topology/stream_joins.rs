@@ -297,7 +297,7 @@ where
     R: Clone + Send + 'static,
 {
     /// The two side nodes: the left one, then the right one.
-    pub(crate) fn into_nodes(self) -> (Side<K, V1, V2, R>, Side<K, V2, V1, R>) {
+    pub(crate) fn into_nodes(self) -> SideNodes<K, V1, V2, R> {
         let left_store = buffer_handle(&self.left);
         let right_store = buffer_handle(&self.right);
         let (left_emits, right_emits) = match self.kind {
@@ -331,6 +331,9 @@ where
         (left, right)
     }
 }
+
+/// The left and the right node of a join.
+pub(crate) type SideNodes<K, V1, V2, R> = (Side<K, V1, V2, R>, Side<K, V2, V1, R>);
 
 /// One buffered record: its value, whether it has joined a record of the other side, and the
 /// envelope (id, correlation, tenant) an unmatched result caused by it carries.
@@ -434,6 +437,8 @@ fn buffer_handle<K: 'static, V: 'static>(
     WindowStoreHandle::new(user.name(), keys, SlotSerde(values))
 }
 
+type SideJoiner<K, This, Other, R> = Box<dyn Fn(&K, &This, Option<&Other>) -> Option<R> + Send>;
+
 /// The node of one side: `This` is its records' value, `Other` the other side's.
 pub(crate) struct Side<K, This, Other, R> {
     windows: JoinWindows,
@@ -447,8 +452,7 @@ pub(crate) struct Side<K, This, Other, R> {
     own_emits: bool,
     other_emits: bool,
     /// The user's joiner seen from this side: (key, this value, the other value).
-    #[allow(clippy::type_complexity)]
-    join: Box<dyn Fn(&K, &This, Option<&Other>) -> Option<R> + Send>,
+    join: SideJoiner<K, This, Other, R>,
 }
 
 fn key_error(store: &str, e: SerdeError) -> ProcessError {
