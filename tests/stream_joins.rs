@@ -63,7 +63,8 @@ fn buffers(
     )
 }
 
-/// `left ⋈ right` to `<app>.inner` and `left ⟕ right` to `<app>.leftjoin`, values `l|r`.
+/// `left ⋈ right` to `<app>.inner`, `left ⟕ right` to `<app>.leftjoin` and `left ⟗ right` to
+/// `<app>.outer`, values `l|r` (`-` for a missing side).
 fn topology(app: &str) -> Topology {
     let (l, r) = buffers("inner");
     let inner = StreamJoin::inner(windows(), l, r, |_: &String, l: &String, r: &String| {
@@ -78,12 +79,23 @@ fn topology(app: &str) -> Topology {
             Some(format!("{l}|{}", r.map_or("-", String::as_str)))
         },
     );
+    let (l, r) = buffers("outer");
+    let outer = StreamJoin::outer(
+        windows(),
+        l,
+        r,
+        |_: &String, l: Option<&String>, r: Option<&String>| {
+            let side = |v: Option<&String>| v.map_or("-", String::as_str).to_string();
+            Some(format!("{}|{}", side(l), side(r)))
+        },
+    );
     let (lt, rt) = (format!("{app}.left"), format!("{app}.right"));
     Topology::builder()
         .add_source("left", &[lt.as_str()], StringSerde, StringSerde)
         .add_source("right", &[rt.as_str()], StringSerde, StringSerde)
         .add_stream_stream_join("inner", &["left"], &["right"], inner)
         .add_stream_stream_join("leftjoin", &["left"], &["right"], left)
+        .add_stream_stream_join("outer", &["left"], &["right"], outer)
         .add_sink(
             "inner-out",
             &format!("{app}.inner"),
@@ -98,12 +110,21 @@ fn topology(app: &str) -> Topology {
             StringSerde,
             &["leftjoin"],
         )
+        .add_sink(
+            "outer-out",
+            &format!("{app}.outer"),
+            StringSerde,
+            StringSerde,
+            &["outer"],
+        )
         .build()
         .expect("valid topology")
 }
 
 fn config(app: &str) -> Config {
-    support::instance_config(app, 20)
+    // The kills land mid-stream because the producer is still sending, whatever the batch
+    // size; after the flush each batch fires up to this many of the outer sides' timers.
+    support::instance_config(app, 200)
 }
 
 /// Child mode: runs the topology until killed.
@@ -160,10 +181,13 @@ fn workload(base: i64) -> Vec<Event> {
         .collect()
 }
 
-/// What the joins must write, from the workload alone: per key, the sorted `l|r` values.
-fn expected(events: &[Event]) -> (BTreeMap<String, Vec<String>>, BTreeMap<String, Vec<String>>) {
-    let mut inner: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    let mut left: BTreeMap<String, Vec<String>> = BTreeMap::new();
+type PerKey = BTreeMap<String, Vec<String>>;
+
+/// What the joins must write, from the workload alone: per key, the sorted `l|r` values of the
+/// inner, left and outer join.
+fn expected(events: &[Event]) -> (PerKey, PerKey, PerKey) {
+    let mut inner = PerKey::new();
+    let mut left = PerKey::new();
     for l in events.iter().filter(|e| e.left) {
         let mut paired = false;
         for r in events.iter().filter(|e| !e.left && e.key == l.key) {
@@ -179,14 +203,29 @@ fn expected(events: &[Event]) -> (BTreeMap<String, Vec<String>>, BTreeMap<String
             left.entry(l.key.clone()).or_default().push(v);
         }
     }
-    for list in inner.values_mut().chain(left.values_mut()) {
+    let mut outer = left.clone();
+    for r in events.iter().filter(|e| !e.left) {
+        let paired = events
+            .iter()
+            .filter(|l| l.left && l.key == r.key)
+            .any(|l| r.ts >= l.ts - BEFORE_MS && r.ts <= l.ts + AFTER_MS);
+        if !paired {
+            let v = format!("-|{}", r.value);
+            outer.entry(r.key.clone()).or_default().push(v);
+        }
+    }
+    for list in inner
+        .values_mut()
+        .chain(left.values_mut())
+        .chain(outer.values_mut())
+    {
         list.sort();
     }
-    (inner, left)
+    (inner, left, outer)
 }
 
-/// Produces `events` in one transaction, each with its id header and event time.
-fn produce(app: &str, events: &[Event]) {
+/// A transactional producer, its transactions initialised.
+fn transactional_producer() -> ThreadedProducer<DefaultProducerContext> {
     let id = support::unique("stream-joins-producer");
     let timeout = Duration::from_secs(60);
     let producer: ThreadedProducer<DefaultProducerContext> = support::clients()
@@ -196,6 +235,12 @@ fn produce(app: &str, events: &[Event]) {
     producer
         .init_transactions(timeout)
         .expect("init transactions");
+    producer
+}
+
+/// Produces `events` in one transaction, each with its id header and event time.
+fn produce(producer: &ThreadedProducer<DefaultProducerContext>, app: &str, events: &[Event]) {
+    let timeout = Duration::from_secs(60);
     producer.begin_transaction().expect("begin");
     let (lt, rt) = (format!("{app}.left"), format!("{app}.right"));
     for e in events {
@@ -252,7 +297,7 @@ fn stream_stream_joins_killed_mid_stream_give_every_pair_and_every_unmatched_lef
     let app = support::unique("sjoin");
     let cfg = config(&app);
     let t = topology(&app);
-    let mut specs: Vec<TopicSpec> = ["left", "right", "inner", "leftjoin"]
+    let mut specs: Vec<TopicSpec> = ["left", "right", "inner", "leftjoin", "outer"]
         .iter()
         .map(|s| TopicSpec::new(format!("{app}.{s}"), PARTITIONS, "delete"))
         .collect();
@@ -268,48 +313,81 @@ fn stream_stream_joins_killed_mid_stream_give_every_pair_and_every_unmatched_lef
 
     let base = eosflow::clock::now_ms() - 3 * 3_600_000;
     let events = workload(base);
-    let (want_inner, want_left) = expected(&events);
+    let (want_inner, want_left, want_outer) = expected(&events);
     let unmatched = want_left
         .values()
         .flatten()
         .filter(|v| v.ends_with("|-"))
         .count();
     println!(
-        "{RECORDS} records: {} pairs, {unmatched} left records without a pair",
-        count(&want_inner)
+        "{RECORDS} records: {} pairs, {unmatched} left and {} right records without a pair",
+        count(&want_inner),
+        count(&want_outer) - count(&want_left)
     );
     assert!(
         count(&want_inner) > 500 && unmatched > 100,
         "a workload with both"
     );
 
-    // The producer sends in paced transactions of 50 while the instance is killed twice.
-    let sent = Arc::new(AtomicUsize::new(0));
+    // The first chunk is processed before the rest is sent: the instance has joined the group.
+    // Then a producer thread sends the rest in three phases of paced transactions of 50; it
+    // starts phase k only once the test has seen the instance of that phase make progress, and
+    // the test kills that instance two transactions into phase k (k = 1, 2): every kill lands
+    // while the instance works and the producer still sends.
+    let mut instance = support::spawn_child(CHILD, &app);
+    let (first, rest) = events.split_at(50);
+    produce(&transactional_producer(), &app, first);
+    support::wait_for("the first chunk processed", Duration::from_secs(60), || {
+        (lag(&app) == 0).then_some(())
+    });
+    println!("instance up at {:.1} s", started.elapsed().as_secs_f64());
+    let sent = Arc::new(AtomicUsize::new(first.len()));
+    let phase_len = rest.len().div_ceil(3);
+    let released = Arc::new(AtomicUsize::new(0));
     let producer = {
-        let (sent, app, events) = (Arc::clone(&sent), app.clone(), events.clone());
+        let (sent, released) = (Arc::clone(&sent), Arc::clone(&released));
+        let (app, rest) = (app.clone(), rest.to_vec());
         std::thread::spawn(move || {
-            for chunk in events.chunks(50) {
-                produce(&app, chunk);
+            let producer = transactional_producer();
+            let deadline = Instant::now() + Duration::from_secs(120);
+            for (i, chunk) in rest.chunks(50).enumerate() {
+                while released.load(Ordering::SeqCst) < i * 50 / phase_len {
+                    assert!(Instant::now() < deadline, "phase never released");
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                produce(&producer, &app, chunk);
                 sent.fetch_add(chunk.len(), Ordering::SeqCst);
                 std::thread::sleep(Duration::from_millis(100));
             }
         })
     };
-    let mut instance = support::spawn_child(CHILD, &app);
+    // At the last kill: records sent, and the lag then.
+    let (mut sent_then, mut lag_then) = (first.len(), 0);
     for (kill, wipe) in [(1, false), (2, true)] {
+        // Had this instance processed nothing, the lag would be at least the last one plus
+        // what was sent since (commit markers only add to it): a smaller lag is progress.
+        support::wait_for("this instance processing", Duration::from_secs(60), || {
+            let out = sent.load(Ordering::SeqCst);
+            let backlog = lag_then + (out - sent_then) as i64;
+            (lag(&app) < backlog).then_some(())
+        });
+        released.store(kill, Ordering::SeqCst);
+        let into_phase = first.len() + kill * phase_len + 100;
         support::wait_for(
-            "records sent and some of them processed",
+            "two transactions into the phase",
             Duration::from_secs(60),
-            || {
-                let out = sent.load(Ordering::SeqCst);
-                (out >= RECORDS * kill / 3 && lag(&app) < out as i64).then_some(())
-            },
+            || (sent.load(Ordering::SeqCst) >= into_phase).then_some(()),
         );
         instance.kill().expect("kill -9");
         instance.wait().expect("reaped");
         let out = sent.load(Ordering::SeqCst);
-        println!("kill {kill} with {out} of {RECORDS} records sent (state wiped: {wipe})");
+        (sent_then, lag_then) = (out, lag(&app));
+        println!(
+            "kill {kill} at {:.1} s with {out} of {RECORDS} records sent, lag {lag_then} (state wiped: {wipe})",
+            started.elapsed().as_secs_f64()
+        );
         assert!(out < RECORDS, "the instance must die mid-stream");
+        assert!(lag_then > 0, "the instance must die with work left");
         if wipe {
             // The replacement restores both buffers and its timers from the changelogs alone.
             std::fs::remove_dir_all(&cfg.state.dir).expect("wipe the state dir");
@@ -317,6 +395,7 @@ fn stream_stream_joins_killed_mid_stream_give_every_pair_and_every_unmatched_lef
         instance = support::spawn_child(CHILD, &app);
     }
     producer.join().expect("the producer thread");
+    println!("input sent at {:.1} s", started.elapsed().as_secs_f64());
     support::wait_for("the input consumed", Duration::from_secs(90), || {
         (lag(&app) == 0).then_some(())
     });
@@ -329,29 +408,41 @@ fn stream_stream_joins_killed_mid_stream_give_every_pair_and_every_unmatched_lef
             ts: base + 2 * GRACE_MS,
         })
         .collect();
+    println!("input consumed at {:.1} s", started.elapsed().as_secs_f64());
     produce_to_partitions(&app, &flush);
     support::wait_for("the flush consumed", Duration::from_secs(60), || {
         (lag(&app) == 0).then_some(())
     });
-    let left_topic = format!("{app}.leftjoin");
-    let want_left_count = count(&want_left);
-    // Timers a full batch left fire at the start of the next batches.
-    support::wait_for("every left-join result", Duration::from_secs(60), || {
-        (count(&outputs(&left_topic)) >= want_left_count).then_some(())
+    let outer_topic = format!("{app}.outer");
+    // Timers a full batch left fire at the start of the next batches (the outer join's are
+    // the most).
+    support::wait_for("every outer-join result", Duration::from_secs(60), || {
+        (count(&outputs(&outer_topic)) >= count(&want_outer)).then_some(())
     });
+    println!(
+        "every result out at {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
     instance.kill().expect("kill -9");
     instance.wait().expect("reaped");
 
     let inner = outputs(&format!("{app}.inner"));
-    let left = outputs(&left_topic);
+    let left = outputs(&format!("{app}.leftjoin"));
+    let outer = outputs(&outer_topic);
     assert_eq!(count(&inner), count(&want_inner), "inner: every pair once");
     assert_eq!(inner, want_inner, "inner results per key");
     assert_eq!(
         count(&left),
-        want_left_count,
+        count(&want_left),
         "left: every pair and unmatched left once"
     );
     assert_eq!(left, want_left, "left results per key");
+    assert_eq!(
+        count(&outer),
+        count(&want_outer),
+        "outer: every pair and unmatched record once"
+    );
+    assert_eq!(outer, want_outer, "outer results per key");
     let mut dead = 0;
     for t in ["left", "right"] {
         read_all(
@@ -367,9 +458,10 @@ fn stream_stream_joins_killed_mid_stream_give_every_pair_and_every_unmatched_lef
     }
     assert_eq!(dead, 0, "nothing late, nothing dead-lettered");
     println!(
-        "{} inner and {} left results exact after 2 kills, {:.1} s",
+        "{} inner, {} left and {} outer results exact after 2 kills, {:.1} s",
         count(&inner),
         count(&left),
+        count(&outer),
         started.elapsed().as_secs_f64()
     );
     let _ = std::fs::remove_dir_all(&cfg.state.dir);
