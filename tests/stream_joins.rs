@@ -1,13 +1,14 @@
 //! Stream-stream windowed joins against the real broker: two co-partitioned streams (`left`,
-//! `right`, 4 partitions) joined inner and left by one topology within an asymmetric window (a
+//! `right`, 4 partitions) joined inner, left and outer by one topology within an asymmetric window (a
 //! right record joins a left one at `t` when it is in `[t - 500 ms, t + 1000 ms]`), over a
 //! workload with known event times, out of order by up to 300 ms. The instance is `kill -9`ed
 //! twice while the producer is still sending — once restarting on its own state directory, once
 //! on a wiped one (both buffers and the timers restored from their changelogs alone). After the
 //! input is consumed, one record per partition far in the future closes every window. The
 //! read_committed outputs must equal, as multisets of `(key, left value, right value)`, what
-//! the workload alone says: every pair within the window once (inner and left), and every left
-//! record without a pair once as `(left, -)` (left), each result caused by one of its records.
+//! the workload alone says: every pair within the window once (all three), every left record
+//! without a pair once as `(left, -)` (left and outer), every right record without a pair once
+//! as `(-, right)` (outer), each result caused by one of its records.
 //!
 //! Grace covers the whole workload: the two topics are consumed independently (stream-stream
 //! joins are not timestamp-aligned), so no record may depend on which topic was polled first.
@@ -253,7 +254,7 @@ fn produce(producer: &ThreadedProducer<DefaultProducerContext>, app: &str, event
                 key: "id",
                 value: Some(e.value.as_bytes()),
             }));
-        support::send_waiting(&producer, r);
+        support::send_waiting(producer, r);
     }
     producer.commit_transaction(timeout).expect("commit");
 }
@@ -289,7 +290,7 @@ fn count(map: &BTreeMap<String, Vec<String>>) -> usize {
 }
 
 #[test]
-fn stream_stream_joins_killed_mid_stream_give_every_pair_and_every_unmatched_left_once() {
+fn stream_stream_joins_killed_mid_stream_give_every_pair_and_every_unmatched_record_once() {
     if std::env::var(CHILD).is_ok() {
         return;
     }
