@@ -1,8 +1,8 @@
 //! The benchmark driver's smoke run (part of `make test`): one tiny point of every contender,
-//! Kafka Streams peer included, against the local broker, in both shapes (the recovery
+//! Kafka Streams peer included, against the local broker, in every shape (the recovery
 //! benchmark is left to `make bench`). It checks that the driver measures and reports, and that
-//! the windowed shape's contenders emit the same, right window results — never how fast
-//! anything is.
+//! the windowed and join shapes' contenders emit the right results — never how fast anything
+//! is.
 
 mod support;
 
@@ -53,8 +53,10 @@ fn bench_smoke_measures_every_contender_and_writes_the_report() {
             "--contenders",
             contenders,
             "--shapes",
-            "count,windowed",
+            "count,windowed,join",
             "--windowed-partitions",
+            "2",
+            "--join-partitions",
             "2",
             // 2 000 records 20 ms apart: 40 s of event time, four 10 s windows per key, three
             // of them closed by the backlog itself and the last by the closing records.
@@ -153,6 +155,26 @@ fn bench_smoke_measures_every_contender_and_writes_the_report() {
         "both contenders emit as many window results"
     );
     assert!(report.contains("## Windowed aggregation"), "{report}");
+
+    // The join shape: every backlog record joined once with its key's row, by both contenders
+    // (the probes have no customer: an inner join drops them).
+    let joins: Vec<&serde_json::Value> = samples
+        .iter()
+        .filter(|s| s["point"]["shape"] == "join")
+        .collect();
+    assert_eq!(
+        joins.len(),
+        windowed_contenders.len(),
+        "one join sample per exactly-once contender: {joins:?}"
+    );
+    for s in &joins {
+        let j = &s["join"];
+        assert_eq!(j["ok"], true, "join results: {s}");
+        assert_eq!(j["joined"]["results"], 2_000, "{s}");
+        assert_eq!(j["joined"]["wrong_rows"], 0, "{s}");
+        assert!(s["per_partition"].as_f64().unwrap_or(0.0) > 0.0, "{s}");
+    }
+    assert!(report.contains("## Stream-table join"), "{report}");
     let _ = std::fs::remove_dir_all(&out);
 }
 

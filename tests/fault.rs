@@ -287,3 +287,14 @@ fn fault_windows_short_emits_every_window_once_and_dead_letters_every_late_recor
     assert!(figure(&line, "late") > 0, "{line}");
     assert_eq!(figure(&line, "late"), figure(&line, "dlt"), "{line}");
 }
+
+#[test]
+fn fault_joins_short_gives_every_record_the_row_of_its_time_once() {
+    let line = scenario("joins", 21092);
+    for exact in ["wrong_rows=0", "kills=3"] {
+        assert!(line.contains(exact), "{line}");
+    }
+    assert!(figure(&line, "table_updates") > 1_500, "{line}");
+    assert!(figure(&line, "joined_with_row") > 10_000, "{line}");
+    assert!(figure(&line, "kills_mid_stream") >= 1, "{line}");
+}

@@ -1,12 +1,12 @@
 //! The contenders and how each runs as OS processes: the raw pipe (`eosflow bench-pipe`),
 //! eosflow's counting topology at-least-once and exactly-once (`eosflow run`), and Kafka
-//! Streams `exactly_once_v2` (the Java peer in `benches/peer/`); each in the count or the
-//! windowed shape.
+//! Streams `exactly_once_v2` (the Java peer in `benches/peer/`); each in the count, the
+//! windowed or the join shape.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
-use super::{windowed, BenchError, Shape};
+use super::{join, windowed, BenchError, Shape};
 
 /// Who is measured.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -174,6 +174,7 @@ pub fn spawn(who: Contender, l: &Launch, i: usize) -> Result<Instance, BenchErro
             let topology = match l.shape {
                 Shape::Count => "count",
                 Shape::Windowed => "windowed-sum",
+                Shape::Join => "stream-table-join",
             };
             c.args(["run", "--topology", topology, "--output", &l.output])
                 .env("EOSFLOW_APP_ID", &l.app_id)
@@ -205,6 +206,7 @@ pub fn spawn(who: Contender, l: &Launch, i: usize) -> Result<Instance, BenchErro
             let class = match l.shape {
                 Shape::Count => "CountPeer",
                 Shape::Windowed => "WindowPeer",
+                Shape::Join => "JoinPeer",
             };
             let mut c = Command::new("java");
             c.args(["-Xms256m", "-Xmx512m", "-cp", cp, class])
@@ -216,9 +218,15 @@ pub fn spawn(who: Contender, l: &Launch, i: usize) -> Result<Instance, BenchErro
                 .arg("exactly_once_v2")
                 .arg(l.commit_interval_ms.to_string())
                 .arg(&l.schema);
-            if l.shape == Shape::Windowed {
-                c.arg(windowed::SIZE_MS.to_string())
-                    .arg(windowed::GRACE_MS.to_string());
+            match l.shape {
+                Shape::Windowed => {
+                    c.arg(windowed::SIZE_MS.to_string())
+                        .arg(windowed::GRACE_MS.to_string());
+                }
+                Shape::Join => {
+                    c.arg(join::table_topic(&l.input));
+                }
+                Shape::Count => {}
             }
             c
         }

@@ -10,9 +10,12 @@
 //!
 //! The windowed shape ([`windowed`]) runs the same backlog with event times through a tumbling
 //! window count and sum emitted on window close, for eosflow and Kafka Streams exactly-once,
-//! and measures records/s from the group's committed offsets instead of the outputs.
+//! and measures records/s from the group's committed offsets instead of the outputs. The
+//! stream-table join shape ([`join`]) measures the same way an inner join of the backlog with a
+//! co-partitioned table of customers.
 
 pub mod contender;
+pub mod join;
 pub mod pipe;
 pub mod reader;
 pub mod recovery;
@@ -106,13 +109,14 @@ pub struct BenchArgs {
     #[arg(long, default_value = "release")]
     pub build: String,
     /// Profile the exactly-once instance of one point with `perf` (report in the output dir);
-    /// with the windowed shape, also one windowed exactly-once instance.
+    /// with the windowed and join shapes, also one exactly-once instance of each.
     #[arg(long)]
     pub perf: bool,
-    /// Shapes: `count` (per-key running count and sum, one output per input) and `windowed`
-    /// (tumbling 10 s windows with 2 s grace, count and sum per key, emitted on close; eosflow
-    /// and Kafka Streams exactly-once only).
-    #[arg(long, value_delimiter = ',', default_value = "count,windowed")]
+    /// Shapes: `count` (per-key running count and sum, one output per input), `windowed`
+    /// (tumbling 10 s windows with 2 s grace, count and sum per key, emitted on close) and
+    /// `join` (each record inner-joined with its key's row of a co-partitioned table); the last
+    /// two for eosflow and Kafka Streams exactly-once only.
+    #[arg(long, value_delimiter = ',', default_value = "count,windowed,join")]
     pub shapes: Vec<String>,
     /// Partition counts of the windowed shape (each with the `--instances` counts).
     #[arg(long, value_delimiter = ',', default_value = "1,4")]
@@ -121,6 +125,13 @@ pub struct BenchArgs {
     /// 1 000 keys and 10 s windows a key has about 10 records per window.
     #[arg(long, default_value_t = 1)]
     pub event_time_step_ms: i64,
+    /// Partition counts of the stream-table join shape (each with the `--instances` counts).
+    #[arg(long, value_delimiter = ',', default_value = "1,4")]
+    pub join_partitions: Vec<i32>,
+    /// Rows of the join shape's table (`k0 …`); 0: one per key (`--keys`). A million shows the
+    /// memory and disk a large table takes per instance.
+    #[arg(long, default_value_t = 0)]
+    pub join_table_rows: u64,
 }
 
 /// What the contenders compute.
@@ -133,6 +144,9 @@ pub enum Shape {
     /// Count and sum per key in tumbling event-time windows, one output per window when it
     /// closes (`--topology windowed-sum`, `WindowPeer`): see [`windowed`].
     Windowed,
+    /// Each record inner-joined by key with a co-partitioned table, one output per input
+    /// (`--topology stream-table-join`, `JoinPeer`): see [`join`].
+    Join,
 }
 
 impl Shape {
@@ -141,12 +155,13 @@ impl Shape {
         match self {
             Shape::Count => "count",
             Shape::Windowed => "windowed",
+            Shape::Join => "join",
         }
     }
 
     /// Parses a name from [`Shape::name`].
     pub fn parse(s: &str) -> Option<Self> {
-        [Shape::Count, Shape::Windowed]
+        [Shape::Count, Shape::Windowed, Shape::Join]
             .into_iter()
             .find(|c| c.name() == s)
     }
@@ -193,6 +208,9 @@ pub struct Sample {
     /// The windowed shape's per-partition rates and its check of the window results.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub windows: Option<WindowCheck>,
+    /// The join shape's per-partition rates and its check of the join results.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub join: Option<JoinCheck>,
 }
 
 /// What a windowed point measured beside its throughput.
@@ -206,6 +224,23 @@ pub struct WindowCheck {
     pub emitted: windowed::Emitted,
     /// Whether they are exactly the expected ones.
     pub ok: bool,
+}
+
+/// What a join point measured beside its throughput.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct JoinCheck {
+    /// Steady-state records/s of each partition (committed offsets, 10th→90th percentile).
+    pub partition_rates: Vec<f64>,
+    /// Rows in the table.
+    pub table_rows: u64,
+    /// Results the backlog implies (one per record) and the sum of their amounts.
+    pub expected: (u64, i64),
+    /// The committed results.
+    pub joined: join::Joined,
+    /// Whether they are exactly the expected ones.
+    pub ok: bool,
+    /// Disk used by the largest instance's state directory at the end (MiB).
+    pub state_disk_mib: f64,
 }
 
 /// The whole run's results.
@@ -247,8 +282,14 @@ pub fn plan(args: &BenchArgs) -> Vec<Point> {
             }
         }
     }
-    if shapes.contains(&Shape::Windowed) {
-        for &p in &args.windowed_partitions {
+    for (shape, partitions) in [
+        (Shape::Windowed, &args.windowed_partitions),
+        (Shape::Join, &args.join_partitions),
+    ] {
+        if !shapes.contains(&shape) {
+            continue;
+        }
+        for &p in partitions {
             for &n in &args.instances {
                 if n as i32 > p {
                     continue;
@@ -256,7 +297,7 @@ pub fn plan(args: &BenchArgs) -> Vec<Point> {
                 for &c in &contenders {
                     if matches!(c, Contender::EosflowEos | Contender::KafkaStreams) {
                         points.push(Point {
-                            shape: Shape::Windowed,
+                            shape,
                             contender: c,
                             partitions: p,
                             instances: n,
@@ -288,11 +329,12 @@ pub fn plan(args: &BenchArgs) -> Vec<Point> {
 pub fn run(config: &Config, args: &BenchArgs) -> Result<Results, BenchError> {
     if args.partitions.is_empty()
         || args.windowed_partitions.is_empty()
+        || args.join_partitions.is_empty()
         || args.instances.is_empty()
         || args.repeats == 0
     {
         return Err(BenchError::Instance(
-            "--partitions, --windowed-partitions, --instances and --repeats need at least one value"
+            "--partitions, --windowed-partitions, --join-partitions, --instances and --repeats need at least one value"
                 .into(),
         ));
     }
@@ -317,7 +359,7 @@ pub fn run(config: &Config, args: &BenchArgs) -> Result<Results, BenchError> {
     for s in &args.shapes {
         if Shape::parse(s).is_none() {
             return Err(BenchError::Instance(format!(
-                "unknown shape {s:?}: use count, windowed"
+                "unknown shape {s:?}: use count, windowed, join"
             )));
         }
     }
@@ -370,12 +412,21 @@ pub fn run(config: &Config, args: &BenchArgs) -> Result<Results, BenchError> {
                     args.event_time_step_ms
                 ),
             ),
+            (
+                "join shape".into(),
+                format!(
+                    "inner join with a table of {} rows of {} B, co-partitioned",
+                    join_rows(args),
+                    join::ROW_BYTES
+                ),
+            ),
         ],
         ..Results::default()
     };
     let points = plan(args);
     let mut profiled = !args.perf;
     let mut profiled_windowed = !args.perf;
+    let mut profiled_join = !args.perf;
     for round in 1..=args.repeats {
         for (i, point) in points.iter().enumerate() {
             let launch = Launch {
@@ -391,14 +442,21 @@ pub fn run(config: &Config, args: &BenchArgs) -> Result<Results, BenchError> {
                 dir: args.out.join("runs").join(format!("{run_id}-{round}-{i}")),
             };
             let started = Instant::now();
-            let outcome = if point.shape == Shape::Windowed {
+            let outcome = if point.shape == Shape::Join {
+                let profile = !profiled_join
+                    && point.contender == Contender::EosflowEos
+                    && point.partitions == args.join_partitions[args.join_partitions.len() / 2]
+                    && point.instances == 1;
+                profiled_join |= profile;
+                run_polled_point(config, &clients, args, (*point, round), &launch, profile)
+            } else if point.shape == Shape::Windowed {
                 let profile = !profiled_windowed
                     && point.contender == Contender::EosflowEos
                     && point.partitions
                         == args.windowed_partitions[args.windowed_partitions.len() / 2]
                     && point.instances == 1;
                 profiled_windowed |= profile;
-                run_windowed_point(config, &clients, args, *point, round, &launch, profile)
+                run_polled_point(config, &clients, args, (*point, round), &launch, profile)
             } else {
                 let profile = !profiled
                     && point.contender == Contender::EosflowEos
@@ -426,6 +484,23 @@ pub fn run(config: &Config, args: &BenchArgs) -> Result<Results, BenchError> {
                             w.emitted.windows,
                             w.expected.windows,
                             if w.ok { "" } else { " — WRONG" }
+                        )),
+                        started.elapsed().as_secs_f64()
+                    );
+                    results.samples.push(s);
+                }
+                Ok(s) if point.shape == Shape::Join => {
+                    eprintln!(
+                        "bench: round {round} join {:<13} P={} inst={}: {:>9.0} rec/s/partition, {} ({:.0} s)",
+                        point.contender.name(),
+                        point.partitions,
+                        point.instances,
+                        s.per_partition,
+                        s.join.as_ref().map_or_else(String::new, |j| format!(
+                            "{} of {} join results{}",
+                            j.joined.results,
+                            j.expected.0,
+                            if j.ok { "" } else { " — WRONG" }
                         )),
                         started.elapsed().as_secs_f64()
                     );
@@ -630,6 +705,7 @@ fn run_point(
         repeats: seen.repeats,
         peak_rss_mib,
         windows: None,
+        join: None,
     })
 }
 
@@ -642,37 +718,77 @@ fn peak_rss(instances: &[Instance]) -> f64 {
         .map_or(0.0, |b| b as f64 / (1024.0 * 1024.0))
 }
 
-/// One point of the windowed shape (see [`windowed`]): fresh topics → a probe per partition at
-/// the first event time → the backlog, event times `--event-time-step-ms` apart, in an open
-/// transaction → instances start, join and commit the probes → the backlog is committed and
-/// the committed offsets are polled until it is all processed → one record per partition far
-/// ahead in event time closes every window → the committed window results are checked.
-fn run_windowed_point(
+/// The join shape's table rows: `--join-table-rows`, else one per key.
+pub(crate) fn join_rows(args: &BenchArgs) -> u64 {
+    if args.join_table_rows > 0 {
+        args.join_table_rows
+    } else {
+        args.keys
+    }
+}
+
+/// Disk used under `dir` (MiB), files only.
+fn disk_mib(dir: &std::path::Path) -> f64 {
+    fn walk(dir: &std::path::Path) -> u64 {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return 0;
+        };
+        entries
+            .flatten()
+            .map(|e| match e.metadata() {
+                Ok(m) if m.is_dir() => walk(&e.path()),
+                Ok(m) => m.len(),
+                Err(_) => 0,
+            })
+            .sum()
+    }
+    walk(dir) as f64 / (1024.0 * 1024.0)
+}
+
+/// One point of a shape measured from committed offsets — windowed (see [`windowed`]) or join
+/// (see [`join`]): fresh topics (the join's table loaded and committed) → a probe per
+/// partition at the first event time → the backlog, event times `--event-time-step-ms` apart,
+/// in an open transaction → instances start, join and commit the probes → the backlog is
+/// committed and the committed offsets are polled until it is all processed → windowed: one
+/// record per partition far ahead in event time closes every window → the committed results
+/// are checked.
+fn run_polled_point(
     config: &Config,
     clients: &KafkaClients,
     args: &BenchArgs,
-    point: Point,
-    round: usize,
+    (point, round): (Point, usize),
     launch: &Launch,
     profile: bool,
 ) -> Result<Sample, BenchError> {
     let p = point.partitions;
+    let table = join::table_topic(&launch.input);
     let mut specs = vec![
         TopicSpec::new(launch.input.clone(), p, "delete"),
         TopicSpec::new(launch.output.clone(), p, "delete"),
     ];
+    if point.shape == Shape::Join {
+        specs.push(TopicSpec::new(table.clone(), p, "compact"));
+    }
     if point.contender.is_eosflow() {
         let mut app = config.clone();
         app.app.id = launch.app_id.clone();
-        let topology =
-            windowed::topology(&launch.input, &launch.output, &config.schema_registry.url)
-                .map_err(|e| BenchError::Instance(format!("the windowed topology: {e}")))?;
+        let url = &config.schema_registry.url;
+        let topology = if point.shape == Shape::Join {
+            join::topology(&launch.input, &launch.output, url)
+        } else {
+            windowed::topology(&launch.input, &launch.output, url)
+        }
+        .map_err(|e| BenchError::Instance(format!("the {} topology: {e}", point.shape.name())))?;
         specs.extend(topology.internal_topics(&app, p));
     }
     workload::create_topics(clients, &specs)?;
     // Three hours back, on a window boundary: every event time is in the past (the broker
     // refuses timestamps too far ahead) and well inside the topics' retention.
     let base = windowed::window_start(eosflow::clock::now_ms() - 3 * 3_600_000);
+    if point.shape == Shape::Join {
+        // Before every input record in time: a stream record waits for the table's rows.
+        join::load_table(clients, &table, join_rows(args), base - 1_000)?;
+    }
     workload::probes_at(clients, &launch.input, p, 0, Some(base))?;
     let backlog = workload::Backlog::write(
         clients,
@@ -693,7 +809,7 @@ fn run_windowed_point(
     })?;
     std::thread::sleep(Duration::from_secs(if point.instances > 1 { 3 } else { 1 }));
     let from = poller.latest();
-    let perf_data = args.out.join("perf-eosflow-windowed.data");
+    let perf_data = args.out.join(format!("perf-eosflow-{}.data", point.shape.name()));
     let perf = if profile {
         instances
             .first()
@@ -720,60 +836,96 @@ fn run_windowed_point(
         report::stop_perf(
             perf,
             &perf_data,
-            &args.out.join("perf-eosflow-windowed.txt"),
+            &args.out.join(format!("perf-eosflow-{}.txt", point.shape.name())),
         );
     }
-    // Close every window: one record per partition a minute of event time past the last.
-    let last = base + (args.records.saturating_sub(1) as i64) * args.event_time_step_ms;
-    workload::probes_at(
-        clients,
-        &launch.input,
-        p,
-        p as u64,
-        Some(last + windowed::CLOSE_AHEAD_MS),
-    )?;
-    let closed: Vec<i64> = (0..p).map(high).collect::<Result<_, _>>()?;
-    wait_until(
-        "the closing records processed",
-        Duration::from_secs(120),
-        &mut instances,
-        || at_least(&closed, &poller.latest()),
-    )?;
-    let peak_rss_mib = peak_rss(&instances);
-    let want = windowed::expected(
-        (args.records, args.keys),
-        p,
-        (base, args.event_time_step_ms),
-    );
-    // Everything is committed once the offsets are: read until the results are complete (a
-    // mismatch is reported, not retried forever).
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let got = loop {
-        let got = windowed::emitted(clients, &launch.output)?;
-        if got.windows >= want.windows || Instant::now() > deadline {
-            break got;
-        }
-        std::thread::sleep(Duration::from_millis(500));
+    let (peak_rss_mib, windows, join) = if point.shape == Shape::Join {
+        let peak = peak_rss(&instances);
+        let state_disk_mib = (0..point.instances)
+            .map(|i| disk_mib(&launch.dir.join(format!("state-i{i}"))))
+            .fold(0.0, f64::max);
+        let want = join::expected(args.records);
+        // Everything is committed once the offsets are: read until the results are complete (a
+        // mismatch is reported, not retried forever).
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let got = loop {
+            let got = join::joined(clients, &launch.output)?;
+            if got.results >= want.0 || Instant::now() > deadline {
+                break got;
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        };
+        let ok = got.results == want.0 && got.amount == want.1 && got.wrong_rows == 0;
+        let check = JoinCheck {
+            partition_rates: Vec::new(),
+            table_rows: join_rows(args),
+            expected: want,
+            joined: got,
+            ok,
+            state_disk_mib,
+        };
+        (peak, None, Some(check))
+    } else {
+        // Close every window: one record per partition a minute of event time past the last.
+        let last = base + (args.records.saturating_sub(1) as i64) * args.event_time_step_ms;
+        workload::probes_at(
+            clients,
+            &launch.input,
+            p,
+            p as u64,
+            Some(last + windowed::CLOSE_AHEAD_MS),
+        )?;
+        let closed: Vec<i64> = (0..p).map(high).collect::<Result<_, _>>()?;
+        wait_until(
+            "the closing records processed",
+            Duration::from_secs(120),
+            &mut instances,
+            || at_least(&closed, &poller.latest()),
+        )?;
+        let peak = peak_rss(&instances);
+        let want = windowed::expected(
+            (args.records, args.keys),
+            p,
+            (base, args.event_time_step_ms),
+        );
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let got = loop {
+            let got = windowed::emitted(clients, &launch.output)?;
+            if got.windows >= want.windows || Instant::now() > deadline {
+                break got;
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        };
+        let check = WindowCheck {
+            partition_rates: Vec::new(),
+            expected: want,
+            emitted: got,
+            ok: got.matches(&want),
+        };
+        (peak, Some(check), None)
     };
     for i in instances.iter_mut() {
         i.kill9();
     }
     let polls = poller.finish();
     let rates = windowed::rates(&polls, &from, &ends)?;
-    let per_partition = rates.iter().sum::<f64>() / rates.len().max(1) as f64;
+    let total = windowed::total_rate(&polls, &from, &ends)?;
+    let per_partition = total / f64::from(p);
     Ok(Sample {
         point,
         round,
-        records_per_sec: per_partition * p as f64,
+        records_per_sec: total,
         per_partition,
         latencies_ms: Vec::new(),
-        repeats: got.duplicates,
+        repeats: windows.as_ref().map_or(0, |w| w.emitted.duplicates),
         peak_rss_mib,
-        windows: Some(WindowCheck {
-            partition_rates: rates,
-            expected: want,
-            emitted: got,
-            ok: got.matches(&want),
+        windows: windows.map(|w| WindowCheck {
+            partition_rates: rates.clone(),
+            ..w
+        }),
+        join: join.map(|j| JoinCheck {
+            partition_rates: rates.clone(),
+            ..j
         }),
     })
 }

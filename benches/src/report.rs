@@ -164,60 +164,80 @@ pub fn tables(results: &Results) -> String {
     md
 }
 
-/// The windowed shape's section: records/s per partition, the window-result check and peak
-/// RSS per point, then eosflow ÷ Kafka Streams per round. Empty without windowed samples.
-pub fn windowed_tables(results: &Results) -> String {
+/// A windowed or join sample's result check: whether it held, and what it saw.
+fn result_check(s: &Sample) -> Option<(bool, String)> {
+    if let Some(c) = &s.windows {
+        return Some((
+            c.ok,
+            format!(
+                "{} / {}, {} duplicates, counts {} / {}",
+                c.emitted.windows,
+                c.expected.windows,
+                c.emitted.duplicates,
+                c.emitted.records,
+                c.expected.records
+            ),
+        ));
+    }
+    s.join.as_ref().map(|c| {
+        (
+            c.ok,
+            format!(
+                "{} / {}, amounts {} / {}, {} wrong rows",
+                c.joined.results, c.expected.0, c.joined.amount, c.expected.1, c.joined.wrong_rows
+            ),
+        )
+    })
+}
+
+/// A shape measured from committed offsets (windowed, join): records/s per partition, the
+/// result check, peak RSS (and for joins the state's disk) per point, then eosflow ÷ Kafka
+/// Streams per round. Empty without samples of `shape`.
+pub fn polled_tables(results: &Results, shape: Shape) -> String {
     let mut g: BTreeMap<Point, Vec<&Sample>> = BTreeMap::new();
-    for s in results
-        .samples
-        .iter()
-        .filter(|s| s.point.shape == Shape::Windowed)
-    {
+    for s in results.samples.iter().filter(|s| s.point.shape == shape) {
         g.entry(s.point).or_default().push(s);
     }
     let mut md = String::new();
     if g.is_empty() {
         return md;
     }
+    let what = if shape == Shape::Join {
+        "join results / expected"
+    } else {
+        "window results emitted / expected"
+    };
     let _ = writeln!(
         md,
-        "| contender | partitions | instances | records/s per partition (median [min–max]) | window results emitted / expected | peak RSS MiB per instance (max) |"
+        "| contender | partitions | instances | records/s per partition (median [min–max]) | {what} | peak RSS MiB per instance (max) | state on disk MiB (max) |"
     );
-    let _ = writeln!(md, "|---|---:|---:|---:|---:|---:|");
+    let _ = writeln!(md, "|---|---:|---:|---:|---:|---:|---:|");
     let mut rows: Vec<(&Point, &Vec<&Sample>)> = g.iter().collect();
     rows.sort_by_key(|(p, _)| (p.partitions, p.instances, p.contender));
     for (point, samples) in &rows {
         let tput: Vec<f64> = samples.iter().map(|s| s.per_partition).collect();
         let (lo, hi) = min_max(&tput);
-        let checks: Vec<&super::WindowCheck> =
-            samples.iter().filter_map(|s| s.windows.as_ref()).collect();
+        let checks: Vec<(bool, String)> = samples.iter().filter_map(|s| result_check(s)).collect();
         let check = match checks.last() {
-            Some(last) if checks.iter().all(|c| c.ok) => format!(
-                "{} / {} (every round)",
-                last.emitted.windows, last.expected.windows
-            ),
+            Some((_, last)) if checks.iter().all(|c| c.0) => format!("{last} (every round)"),
             _ => {
-                let bad: Vec<String> = checks
+                let bad: Vec<&str> = checks
                     .iter()
-                    .filter(|c| !c.ok)
-                    .map(|c| {
-                        format!(
-                            "{} / {}, {} duplicates, counts {} / {}",
-                            c.emitted.windows,
-                            c.expected.windows,
-                            c.emitted.duplicates,
-                            c.emitted.records,
-                            c.expected.records
-                        )
-                    })
+                    .filter(|c| !c.0)
+                    .map(|c| c.1.as_str())
                     .collect();
                 format!("**WRONG**: {}", bad.join("; "))
             }
         };
         let rss = samples.iter().map(|s| s.peak_rss_mib).fold(0.0, f64::max);
+        let disk = samples
+            .iter()
+            .filter_map(|s| s.join.as_ref().map(|j| j.state_disk_mib))
+            .fold(None, |m: Option<f64>, d| Some(m.map_or(d, |m| m.max(d))))
+            .map_or_else(|| "–".to_string(), |d| format!("{d:.0}"));
         let _ = writeln!(
             md,
-            "| {} | {} | {} | {:.0} [{:.0}–{:.0}] | {} | {:.0} |",
+            "| {} | {} | {} | {:.0} [{:.0}–{:.0}] | {} | {:.0} | {} |",
             point.contender.name(),
             point.partitions,
             point.instances,
@@ -225,12 +245,14 @@ pub fn windowed_tables(results: &Results) -> String {
             lo,
             hi,
             check,
-            rss
+            rss,
+            disk
         );
     }
     let _ = writeln!(
         md,
-        "\n**Windowed: eosflow exactly-once ÷ Kafka Streams exactly_once_v2** (same partitions and instances; per-round ratios in brackets):\n"
+        "\n**{}: eosflow exactly-once ÷ Kafka Streams exactly_once_v2** (same partitions and instances; per-round ratios in brackets):\n",
+        if shape == Shape::Join { "Stream-table join" } else { "Windowed" }
     );
     let _ = writeln!(
         md,
@@ -285,11 +307,11 @@ pub fn write(args: &BenchArgs, results: &Results) -> Result<(), BenchError> {
         let _ = writeln!(md, "\nThroughput is the steady state (10th→90th percentile of the backlog's output arrivals) divided by the partitions; latency is send → `read_committed` visibility of the output at a paced rate. Ratios come from this run only.\n");
         md.push_str(&count);
     }
-    let windowed = windowed_tables(results);
+    let windowed = polled_tables(results, Shape::Windowed);
     if !windowed.is_empty() {
         let _ = writeln!(
             md,
-            "\n## Windowed aggregation\n\nTumbling {} s event-time windows with {} s grace, count and sum of the amount per key, one result per window when it closes (eosflow `EmitStrategy::OnWindowClose`, Kafka Streams `suppress(untilWindowCloses(unbounded()))`), exactly-once, 100 ms commits, the same backlog with event times {} ms apart ({} keys). Records/s per partition from the group's committed input offsets, polled every {} ms (10th→90th percentile of each partition's progress, mean over the partitions). After the backlog one record per partition far ahead in event time closes every window; the committed results must be one per (key, window) of the input, their counts and sums adding up to the input's.\n",
+            "\n## Windowed aggregation\n\nTumbling {} s event-time windows with {} s grace, count and sum of the amount per key, one result per window when it closes (eosflow `EmitStrategy::OnWindowClose`, Kafka Streams `suppress(untilWindowCloses(unbounded()))`), exactly-once, 100 ms commits, the same backlog with event times {} ms apart ({} keys). Records/s per partition from the group's committed input offsets, polled every {} ms (10th→90th percentile of the progress summed over the partitions, divided by the partitions). After the backlog one record per partition far ahead in event time closes every window; the committed results must be one per (key, window) of the input, their counts and sums adding up to the input's.\n",
             super::windowed::SIZE_MS / 1000,
             super::windowed::GRACE_MS / 1000,
             args.event_time_step_ms,
@@ -297,6 +319,17 @@ pub fn write(args: &BenchArgs, results: &Results) -> Result<(), BenchError> {
             super::windowed::POLL_MS
         );
         md.push_str(&windowed);
+    }
+    let join = polled_tables(results, Shape::Join);
+    if !join.is_empty() {
+        let _ = writeln!(
+            md,
+            "\n## Stream-table join\n\nEach record of the backlog inner-joined by key with its customer's row ({} B) from a table of {} rows co-partitioned with it (eosflow `add_stream_table_join`, Kafka Streams `KStream#join(KTable)` with `topology.optimization=all`: the table's topic is its changelog in both), exactly-once, 100 ms commits, {} keys. Records/s per partition from the group's committed input offsets, as for the windowed shape. The committed results must be one per backlog record, with the backlog's amounts and each key's row. State on disk: the instance's state directory at the end (eosflow's RocksDB stores, Kafka Streams' state.dir).\n",
+            super::join::ROW_BYTES,
+            super::join_rows(args),
+            args.keys
+        );
+        md.push_str(&join);
     }
     if !results.failures.is_empty() {
         let _ = writeln!(md, "\n**Failed points**\n");
@@ -317,12 +350,14 @@ pub fn write(args: &BenchArgs, results: &Results) -> Result<(), BenchError> {
             "\n## Profile of eosflow exactly-once (perf, top symbols)\n\n```\n{p}```"
         );
     }
-    let perf = out.join("perf-eosflow-windowed.txt");
-    if let Ok(p) = std::fs::read_to_string(&perf) {
-        let _ = writeln!(
-            md,
-            "\n## Profile of eosflow exactly-once, windowed shape (perf, top symbols)\n\n```\n{p}```"
-        );
+    for shape in ["windowed", "join"] {
+        let perf = out.join(format!("perf-eosflow-{shape}.txt"));
+        if let Ok(p) = std::fs::read_to_string(&perf) {
+            let _ = writeln!(
+                md,
+                "\n## Profile of eosflow exactly-once, {shape} shape (perf, top symbols)\n\n```\n{p}```"
+            );
+        }
     }
     std::fs::write(out.join("report.md"), md).map_err(rerr)?;
     throughput_chart(&out.join("throughput.svg"), results)?;

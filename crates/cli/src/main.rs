@@ -45,8 +45,11 @@ enum Command {
         /// of the orders application's: `orders` (aggregate + saga), `stock`, `payment`,
         /// `customers`; `order-lifecycle` (Avro order lifecycle; the poison scenario's);
         /// `windowed-count` (per-key counts in tumbling event-time windows; the windows
-        /// scenario's); or `windowed-sum` (per-key count and sum of order amounts in 10 s
-        /// tumbling windows, emitted on close; the benchmarks' windowed shape).
+        /// scenario's); `windowed-sum` (per-key count and sum of order amounts in 10 s
+        /// tumbling windows, emitted on close; the benchmarks' windowed shape); or
+        /// `stream-table-join` (each order joined with its customer's row from the table
+        /// `<input>.customers`; the benchmarks' join shape); or `table-join` (each record
+        /// left-joined with the table `<input>.table`; the joins scenario's).
         #[arg(long, default_value = "count")]
         topology: String,
         /// Output topic of `count`; the topic namespace (`<ns>.orders`, …) of the orders topologies.
@@ -433,6 +436,16 @@ fn run(
             .context("building the windowed-count topology")?;
         return run_with(config, t);
     }
+    if topology == "table-join" {
+        let input = config
+            .processor
+            .input_topics
+            .first()
+            .context("table-join reads processor.input_topics")?;
+        let t =
+            verify::joins::topology(input, output).context("building the table-join topology")?;
+        return run_with(config, t);
+    }
     if topology == "windowed-sum" {
         let input = config
             .processor
@@ -441,6 +454,16 @@ fn run(
             .context("windowed-sum reads processor.input_topics")?;
         let t = eosflow_bench::windowed::topology(input, output, &config.schema_registry.url)
             .context("building the windowed-sum topology")?;
+        return run_with(config, t);
+    }
+    if topology == "stream-table-join" {
+        let input = config
+            .processor
+            .input_topics
+            .first()
+            .context("stream-table-join reads processor.input_topics")?;
+        let t = eosflow_bench::join::topology(input, output, &config.schema_registry.url)
+            .context("building the stream-table-join topology")?;
         return run_with(config, t);
     }
     if topology == "order-lifecycle" {

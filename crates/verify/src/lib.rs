@@ -6,6 +6,8 @@
 pub mod check;
 pub mod count;
 pub mod faults;
+mod group;
+pub mod joins;
 pub mod outbox_crash;
 pub mod outbox_oversize;
 pub mod parked_flood;

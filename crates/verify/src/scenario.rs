@@ -36,11 +36,13 @@ pub enum Scenario {
     StaleStore,
     /// Event-time windows: on-close counts with out-of-order and late records, kill -9s.
     Windows,
+    /// A stream-table join whose table updates race the stream, kill -9s.
+    Joins,
 }
 
 impl Scenario {
     /// Every scenario, in the order `--scenario all` runs them.
-    pub const ALL: [Scenario; 11] = [
+    pub const ALL: [Scenario; 12] = [
         Scenario::KillProcessors,
         Scenario::BrokerRestart,
         Scenario::Zombie,
@@ -52,6 +54,7 @@ impl Scenario {
         Scenario::ParkedFlood,
         Scenario::StaleStore,
         Scenario::Windows,
+        Scenario::Joins,
     ];
 
     /// The name on the command line and in the closing line.
@@ -68,6 +71,7 @@ impl Scenario {
             Scenario::ParkedFlood => "parked-flood",
             Scenario::StaleStore => "stale-store",
             Scenario::Windows => "windows",
+            Scenario::Joins => "joins",
         }
     }
 }
@@ -403,6 +407,14 @@ pub fn run(
                 super::windows::Options::long()
             };
             super::windows::run(config, env, &opts)
+        }
+        Scenario::Joins => {
+            let opts = if short {
+                super::joins::Options::short()
+            } else {
+                super::joins::Options::long()
+            };
+            super::joins::run(config, env, &opts)
         }
     }
 }

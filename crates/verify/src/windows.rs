@@ -11,15 +11,15 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use rdkafka::message::Headers;
-use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
 use rdkafka::Message;
 
+use super::group::{self, GroupSpec, Outgoing};
 use super::scenario::{Scenario, ScenarioEnv, ScenarioReport};
-use super::{group_lag, instance_env, wait_for_topics, Instance};
+use super::{group_lag, wait_for_topics};
 use eosflow::config::Config;
 use eosflow::kafka::reader::read_all;
 use eosflow::kafka::topics::{self, TopicSpec};
-use eosflow::kafka::{ClientRole, KafkaClients};
+use eosflow::kafka::KafkaClients;
 use eosflow::serdes::{I64Serde, Serde, StringSerde};
 use eosflow::topology::windows::{
     EmitStrategy, TimeWindows, WindowStoreHandle, WindowedAggregate, WindowedSerde,
@@ -276,31 +276,6 @@ impl Options {
     }
 }
 
-fn produce(clients: &KafkaClients, topic: &str, input: &[Input]) -> Result<(), String> {
-    let producer: ThreadedProducer<DefaultProducerContext> = clients
-        .config(ClientRole::Idempotent)
-        .create()
-        .map_err(|e| format!("producer: {e}"))?;
-    for r in input {
-        let mut record = BaseRecord::<str, str>::to(topic)
-            .partition(r.partition)
-            .key(r.key.as_str())
-            .payload(r.id.as_str())
-            .timestamp(r.ts);
-        let deadline = Instant::now() + Duration::from_secs(120);
-        while let Err((e, back)) = producer.send(record) {
-            if !e.to_string().contains("Queue full") || Instant::now() > deadline {
-                return Err(format!("producing: {e}"));
-            }
-            let _ = producer.flush(Duration::from_millis(50));
-            record = back;
-        }
-    }
-    producer
-        .flush(Duration::from_secs(120))
-        .map_err(|e| format!("flushing: {e}"))
-}
-
 /// Runs the scenario.
 pub fn run(config: &Config, env: &ScenarioEnv, opts: &Options) -> Result<ScenarioReport, String> {
     let started = Instant::now();
@@ -327,56 +302,29 @@ pub fn run(config: &Config, env: &ScenarioEnv, opts: &Options) -> Result<Scenari
         50,
     );
     let want = expected(&workload);
-    produce(&clients, &input, &workload)?;
+    group::produce(
+        &clients,
+        workload.iter().map(|r| Outgoing {
+            topic: &input,
+            partition: r.partition,
+            key: &r.key,
+            value: Some(&r.id),
+            ts: r.ts,
+        }),
+    )?;
     let total = workload.len() as i64;
 
-    let logs = env.work_dir.join(&app_id);
-    std::fs::create_dir_all(&logs).map_err(|e| format!("{}: {e}", logs.display()))?;
-    let mut instances = Vec::new();
-    for i in 0..opts.instances {
-        let name = format!("i{i}");
-        let mut e = instance_env(config, &app_id, &name, &input, 100, &logs.join(&name));
-        // Small transactions: the run lasts long enough for every kill to land mid-stream.
-        e.push(("EOSFLOW_PROCESSOR_MAX_BATCH_RECORDS".into(), "50".into()));
-        let mut inst = Instance::new(
-            name.clone(),
-            "windowed-count",
-            e,
-            logs.join(format!("{name}.log")),
-        );
-        inst.spawn(&env.exe, &output)?;
-        instances.push(inst);
-    }
+    let spec = GroupSpec {
+        app_id: &app_id,
+        topology: "windowed-count",
+        input: &input,
+        output: &output,
+        instances: opts.instances,
+        max_batch: 50,
+    };
+    let mut instances = group::spawn(config, env, &spec, &env.work_dir.join(&app_id))?;
     let lag = || group_lag(&clients, &app_id, &input, opts.partitions).unwrap_or(i64::MAX);
-    let mut kills = 0u32;
-    let mut killed_left = Vec::new();
-    let mut stalls = 0;
-    let deadline = Instant::now() + Duration::from_secs(900);
-    let mut next_kill = Instant::now() + Duration::from_secs(4);
-    loop {
-        for inst in &mut instances {
-            if let Some(status) = inst.exited() {
-                return Err(format!("instance exited ({status}); see its log"));
-            }
-        }
-        let left = lag();
-        if kills < opts.kills && Instant::now() >= next_kill {
-            let inst = &mut instances[kills as usize % opts.instances];
-            inst.kill9();
-            inst.spawn(&env.exe, &output)?;
-            kills += 1;
-            killed_left.push(left);
-            next_kill = Instant::now() + Duration::from_secs(3);
-        }
-        if kills >= opts.kills && left == 0 {
-            break;
-        }
-        if Instant::now() > deadline {
-            stalls += 1;
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(250));
-    }
+    let killed = group::kill_until_drained(&mut instances, env, &output, opts.kills, lag)?;
     let drained_s = started.elapsed().as_secs_f64();
     for inst in &mut instances {
         inst.kill9();
@@ -384,17 +332,14 @@ pub fn run(config: &Config, env: &ScenarioEnv, opts: &Options) -> Result<Scenari
     let got = results(&clients, &output)?;
     let dead = dead_letters(&clients, &eosflow::retry::dlt::topic_for(&input))?;
     let c = compare(&want, &got, &dead);
-    let mid_stream = killed_left
-        .iter()
-        .filter(|l| **l > 0 && **l < total)
-        .count();
+    let mid_stream = killed.mid_stream(total);
     Ok(ScenarioReport {
         scenario: Scenario::Windows,
         records: total as u64,
         lost: c.lost,
         duplicated: c.duplicated,
         dlt: dead.len() as u64,
-        stalls,
+        stalls: killed.stalls,
         checks_ok: c.wrong == 0 && c.late_missing == 0 && c.dlt_wrong == 0,
         extra: vec![
             ("windows".into(), want.windows.len().to_string()),
@@ -403,7 +348,7 @@ pub fn run(config: &Config, env: &ScenarioEnv, opts: &Options) -> Result<Scenari
             ("late".into(), want.late.len().to_string()),
             ("late_missing".into(), c.late_missing.to_string()),
             ("dlt_wrong".into(), c.dlt_wrong.to_string()),
-            ("kills".into(), kills.to_string()),
+            ("kills".into(), killed.kills.to_string()),
             ("kills_mid_stream".into(), mid_stream.to_string()),
             ("elapsed_s".into(), format!("{drained_s:.1}")),
         ],
