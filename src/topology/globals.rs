@@ -226,7 +226,7 @@ impl<K, V> GlobalTableHandle<K, V> {
     ///     fn process(&mut self, ctx: &mut Context<'_>, r: &Record<'_>) -> Result<(), ProcessError> {
     ///         let sku = String::from_utf8_lossy(r.value.unwrap_or_default()).to_string();
     ///         let name = self.products.get(&sku)?.unwrap_or_else(|| "unknown".into());
-    ///         ctx.emit("stamped".into(), r.key.map(<[u8]>::to_vec), Some(name.into_bytes()), vec![]);
+    ///         ctx.emit("stamped", r.key.map(<[u8]>::to_vec), Some(name.into_bytes()), vec![]);
     ///         Ok(())
     ///     }
     ///     fn global_tables(&self) -> Vec<GlobalTable> {
@@ -433,5 +433,108 @@ where
             &self.joiner,
         );
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::processor::{Context, Processor, Record};
+    use crate::serdes::StringSerde;
+    use crate::testing::{TestRecord, TopologyTestDriver};
+    use crate::topology::Topology;
+
+    /// Emits the table's row for each record's value, `-` when there is none.
+    struct Reads(GlobalTableHandle<String, String>);
+
+    impl Processor for Reads {
+        fn process(&mut self, ctx: &mut Context<'_>, r: &Record<'_>) -> Result<(), ProcessError> {
+            let key = String::from_utf8_lossy(r.value.unwrap_or_default()).to_string();
+            let row = self.0.get(&key)?.unwrap_or_else(|| "-".into());
+            ctx.emit("out", None, Some(row.into_bytes()), vec![]);
+            Ok(())
+        }
+        fn global_tables(&self) -> Vec<GlobalTable> {
+            vec![self.0.table()]
+        }
+    }
+
+    fn handle() -> GlobalTableHandle<String, String> {
+        GlobalTableHandle::new("t", "t-topic", StringSerde, StringSerde)
+    }
+
+    fn outputs<P: Processor>(d: &mut TopologyTestDriver<P>, topic: &str) -> Vec<String> {
+        d.read_raw_output(topic)
+            .iter()
+            .map(|r| r.value_text())
+            .collect()
+    }
+
+    #[test]
+    fn a_handle_reads_nothing_before_it_is_bound_then_the_store_bound_last() {
+        let h = handle();
+        match h.get(&"k".into()) {
+            Err(ProcessError::Transient(m)) => assert!(m.contains("not bootstrapped"), "{m}"),
+            other => panic!("expected a transient error, got {other:?}"),
+        }
+        let mut first = TopologyTestDriver::new(Reads(h.clone())).expect("driver");
+        first
+            .pipe_global(&h, &"k".into(), Some(&"one".into()))
+            .expect("row");
+        first
+            .pipe(TestRecord::new("in", Some("a"), Some("k")).id("1"))
+            .expect("pipe");
+        first
+            .pipe(TestRecord::new("in", Some("a"), Some("x")).id("2"))
+            .expect("pipe");
+        assert_eq!(outputs(&mut first, "out"), ["one", "-"]);
+        // The processor handed to another driver (a clone of its handle here) reads that
+        // driver's store: binding again replaces.
+        let mut second = TopologyTestDriver::new(Reads(h.clone())).expect("driver");
+        assert_eq!(h.get(&"k".into()).expect("bound"), None);
+        second
+            .pipe_global(&h, &"k".into(), Some(&"two".into()))
+            .expect("row");
+        second
+            .pipe(TestRecord::new("in", Some("a"), Some("k")).id("1"))
+            .expect("pipe");
+        assert_eq!(outputs(&mut second, "out"), ["two"]);
+        // A delete is seen too.
+        second.pipe_global(&h, &"k".into(), None).expect("delete");
+        assert_eq!(h.get(&"k".into()).expect("bound"), None);
+    }
+
+    #[test]
+    fn two_topologies_built_with_one_handle_keep_their_own_stores() {
+        let h = handle();
+        let build = || {
+            Topology::builder()
+                .add_source("in", &["in"], StringSerde, StringSerde)
+                .add_global_table(&h)
+                .add_stream_global_table_join(
+                    "join",
+                    &["in"],
+                    &h,
+                    |_k: &String, v: &String| Some(v.clone()),
+                    |_k: &String, _v: &String, row: &String| Some(row.clone()),
+                )
+                .add_sink("out", "out", StringSerde, StringSerde, &["join"])
+                .build()
+                .expect("topology")
+        };
+        let mut a = TopologyTestDriver::new(build()).expect("driver");
+        let mut b = TopologyTestDriver::new(build()).expect("driver");
+        a.pipe_global(&h, &"k".into(), Some(&"a-row".into()))
+            .expect("row");
+        b.pipe_global(&h, &"k".into(), Some(&"b-row".into()))
+            .expect("row");
+        for d in [&mut a, &mut b] {
+            d.pipe(TestRecord::new("in", Some("x"), Some("k")).id("1"))
+                .expect("pipe");
+        }
+        assert_eq!(outputs(&mut a, "out"), ["a-row"]);
+        assert_eq!(outputs(&mut b, "out"), ["b-row"]);
+        // The topologies do not bind the handle itself.
+        assert!(h.get(&"k".into()).is_err());
     }
 }
