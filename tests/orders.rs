@@ -85,14 +85,12 @@ fn the_demo_ends_consistent_under_high_failure_rates_with_poison_in_the_dlt() {
     let e = &report.enrichment;
     assert!(e.ok(), "{e:?}");
     assert_eq!(report.profiles.0 as usize, e.customers, "{e:?}");
-    let in_views: usize = report
-        .outputs
-        .views
-        .values()
-        .map(|v| v.orders.len())
-        .sum();
+    let in_views: usize = report.outputs.views.values().map(|v| v.orders.len()).sum();
     assert_eq!(e.orders_with_tier, in_views, "{e:?}");
-    assert_eq!(in_views, v.orders, "every placed order is in its customer's view");
+    assert_eq!(
+        in_views, v.orders,
+        "every placed order is in its customer's view"
+    );
     assert!(
         e.named_lines > 0 && e.named_lines < e.lines,
         "some lines named, some not: {e:?}"

@@ -284,7 +284,10 @@ impl GlobalTable {
         Self::with_slot(handle, GlobalSlot::default())
     }
 
-    fn with_slot<K: 'static, V: 'static>(handle: &GlobalTableHandle<K, V>, slot: GlobalSlot) -> Self {
+    fn with_slot<K: 'static, V: 'static>(
+        handle: &GlobalTableHandle<K, V>,
+        slot: GlobalSlot,
+    ) -> Self {
         let (keys, values) = (handle.keys.clone(), handle.values.clone());
         let check = move |key: &[u8], value: Option<&[u8]>| -> Result<(), String> {
             keys.deserialize(key).map_err(|e| format!("key: {e}"))?;

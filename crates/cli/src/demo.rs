@@ -595,8 +595,7 @@ pub fn run(config: &Config, args: &DemoArgs, progress: bool) -> Result<DemoRepor
         let outputs = check::read(&clients, &topics, Duration::from_secs(60))?;
         let verdict = check::judge(&placed, &outputs);
         let profiles = writer.profiles().map_err(|e| e.to_string())?;
-        let enrichment =
-            check::enrichment(&profiles, writer.tier_history(), &products, &outputs);
+        let enrichment = check::enrichment(&profiles, writer.tier_history(), &products, &outputs);
         let poison = tally.poison();
         let orders_dlt = eosflow::retry::dlt::topic_for(&topics.orders);
         let poison_dead_lettered = poison.iter().all(|(code, n)| {
@@ -709,7 +708,10 @@ pub fn summary(r: &DemoReport) -> String {
     let mut s = String::new();
     let mut row = |k: &str, val: String| s.push_str(&format!("  {k:<44} {val:>10}\n"));
     row("orders placed (Postgres)", v.orders.to_string());
-    row("  customers registered (profile rows)", r.profiles.0.to_string());
+    row(
+        "  customers registered (profile rows)",
+        r.profiles.0.to_string(),
+    );
     row("  customer tier changes", r.profiles.1.to_string());
     row("  customer cancellations requested", r.cancels.to_string());
     row(

@@ -75,8 +75,7 @@ pub fn profiles(topics: &Topics) -> TableHandle<String, CustomerProfile> {
 pub fn demo_catalog(n: u32) -> Vec<Product> {
     const CATEGORIES: [&str; 5] = ["kitchen", "garden", "office", "toys", "books"];
     const THINGS: [&str; 10] = [
-        "teapot", "trowel", "stapler", "kite", "atlas", "kettle", "rake", "lamp", "puzzle",
-        "novel",
+        "teapot", "trowel", "stapler", "kite", "atlas", "kettle", "rake", "lamp", "puzzle", "novel",
     ];
     (0..n)
         .map(|i| Product {
@@ -106,9 +105,12 @@ pub fn publish_catalog(
         loop {
             match producer.send(record) {
                 Ok(()) => break,
-                Err((rdkafka::error::KafkaError::MessageProduction(
-                    rdkafka::types::RDKafkaErrorCode::QueueFull,
-                ), r)) => {
+                Err((
+                    rdkafka::error::KafkaError::MessageProduction(
+                        rdkafka::types::RDKafkaErrorCode::QueueFull,
+                    ),
+                    r,
+                )) => {
                     record = r;
                     producer.poll(Duration::from_millis(50));
                 }

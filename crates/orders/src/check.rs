@@ -10,9 +10,9 @@ use std::time::Duration;
 
 use rdkafka::message::{Headers, Message};
 
+use super::catalog::{CustomerProfile, Product};
 use super::messages::{SagaEnded, SagaOutcome, StatusChanged};
 use super::model::OrderStatus;
-use super::catalog::{CustomerProfile, Product};
 use super::projection::CustomerView;
 use super::{Topics, Topology};
 use eosflow::kafka::reader::read_all;
@@ -504,7 +504,10 @@ mod tests {
         let mut wrong = view.clone();
         wrong.tier = Some("bronze".into()); // never theirs
         out.views.insert("c-1".into(), wrong);
-        assert_eq!(enrichment(&profiles, &tiers, &catalog, &out).profile_mismatches, 1);
+        assert_eq!(
+            enrichment(&profiles, &tiers, &catalog, &out).profile_mismatches,
+            1
+        );
 
         let mut unnamed = view.clone();
         unnamed.name = None;
@@ -516,6 +519,9 @@ mod tests {
             o.products[0].name = Some("kite".into());
         }
         out.views.insert("c-1".into(), misnamed);
-        assert_eq!(enrichment(&profiles, &tiers, &catalog, &out).product_mismatches, 1);
+        assert_eq!(
+            enrichment(&profiles, &tiers, &catalog, &out).product_mismatches,
+            1
+        );
     }
 }

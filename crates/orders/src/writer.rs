@@ -107,7 +107,9 @@ fn outbox_writer(outbox: &OutboxConfig) -> OutboxWriter {
 
 /// The demo's name of customer `id`: fixed, so a check can recompute it.
 pub fn customer_name(id: &str) -> String {
-    const FIRST: [&str; 8] = ["Ada", "Grace", "Alan", "Edsger", "Barbara", "Ken", "Leslie", "Frances"];
+    const FIRST: [&str; 8] = [
+        "Ada", "Grace", "Alan", "Edsger", "Barbara", "Ken", "Leslie", "Frances",
+    ];
     let n: usize = id.bytes().map(usize::from).sum();
     format!("{} {}", FIRST[n % FIRST.len()], id.to_uppercase())
 }
@@ -459,7 +461,11 @@ impl Writer {
             if rng.gen_bool(mix.tier_change_rate.clamp(0.0, 1.0)) {
                 // Some registered customer moves to another tier.
                 let k = rng.gen_range(0..self.tiers.len());
-                let picked = self.tiers.iter().nth(k).map(|(c, t)| (c.clone(), t.last().cloned()));
+                let picked = self
+                    .tiers
+                    .iter()
+                    .nth(k)
+                    .map(|(c, t)| (c.clone(), t.last().cloned()));
                 if let Some((who, Some(old))) = picked {
                     let others: Vec<&str> = TIERS.iter().copied().filter(|t| *t != old).collect();
                     self.upsert_profile(&who, others[rng.gen_range(0..others.len())])?;

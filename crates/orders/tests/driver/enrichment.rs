@@ -25,8 +25,12 @@ fn a_placed_order_carries_the_catalogs_product_names_and_a_sku_it_lacks_loses_no
     let mut d = orders();
     let products = catalog::products(&t);
     // sku-1 is in the catalog, sku-2 is not (yet).
-    d.pipe_global(&products, &"sku-1".into(), Some(&product("sku-1", "teapot", "kitchen")))
-        .expect("catalog row");
+    d.pipe_global(
+        &products,
+        &"sku-1".into(),
+        Some(&product("sku-1", "teapot", "kitchen")),
+    )
+    .expect("catalog row");
     place(&mut d, "o-1", "c-1", "e-1");
     let feed = bodies(&mut d, &t.feed);
     assert_eq!(feed.len(), 1, "{feed:?}");
@@ -42,12 +46,25 @@ fn a_placed_order_carries_the_catalogs_product_names_and_a_sku_it_lacks_loses_no
 
     // The catalog learns sku-2 and renames sku-1: a later order sees both changes, the first
     // order's later updates keep the names it was placed with.
-    d.pipe_global(&products, &"sku-2".into(), Some(&product("sku-2", "kite", "toys")))
-        .expect("catalog row");
-    d.pipe_global(&products, &"sku-1".into(), Some(&product("sku-1", "big teapot", "kitchen")))
-        .expect("catalog row");
-    d.pipe(event(types::ORDER_CANCELLED, "o-1", &cancelled("o-1"), "e-2"))
-        .expect("cancel");
+    d.pipe_global(
+        &products,
+        &"sku-2".into(),
+        Some(&product("sku-2", "kite", "toys")),
+    )
+    .expect("catalog row");
+    d.pipe_global(
+        &products,
+        &"sku-1".into(),
+        Some(&product("sku-1", "big teapot", "kitchen")),
+    )
+    .expect("catalog row");
+    d.pipe(event(
+        types::ORDER_CANCELLED,
+        "o-1",
+        &cancelled("o-1"),
+        "e-2",
+    ))
+    .expect("cancel");
     place(&mut d, "o-2", "c-1", "e-3");
     let feed = bodies(&mut d, &t.feed);
     let of = |order: &str| -> Vec<Value> {
@@ -126,7 +143,9 @@ fn the_read_model_view_carries_the_customers_profile_and_a_tier_change_with_the_
     assert_eq!(views[3]["orders"]["o-1"]["products"][0]["name"], "teapot");
     // The table is read-only for the handler: the profile rows are the table's own.
     assert_eq!(
-        d.table_get(&profiles, &"c-1".into()).expect("table").map(|p| p.tier),
+        d.table_get(&profiles, &"c-1".into())
+            .expect("table")
+            .map(|p| p.tier),
         Some("silver".into())
     );
 }
