@@ -7,6 +7,17 @@
 //! ([`publish_catalog`]): in production it would be the product-information system's own
 //! compacted topic (a CDC feed of its catalog table, or its own outbox), which the orders
 //! application only reads.
+//!
+//! ```
+//! use eosflow_orders::{catalog, Topics};
+//!
+//! let topics = Topics::new("shop");
+//! assert_eq!(catalog::products(&topics).topic(), "shop.products");
+//! assert_eq!(catalog::profiles(&topics).topic(), "shop.customer-profiles");
+//! let products = catalog::demo_catalog(45);
+//! assert_eq!(products.len(), 45);
+//! assert_eq!(products[44].sku, "sku-044"); // the order service also orders sku-045…sku-049
+//! ```
 
 use std::time::Duration;
 
