@@ -98,21 +98,38 @@ pub fn demo_catalog(n: u32) -> Vec<Product> {
         .collect()
 }
 
-/// The catalog service of the demo: writes `products` to `topic` (keyed by sku, JSON) with an
-/// idempotent producer and waits until every record is acknowledged (deadline `timeout`).
+/// The catalog service of the demo: writes `products` to `topic` (keyed by sku, JSON) and waits
+/// until every record is acknowledged (deadline `timeout`).
 pub fn publish_catalog(
     clients: &KafkaClients,
     topic: &str,
     products: &[Product],
     timeout: Duration,
 ) -> Result<(), String> {
+    publish_json(
+        clients,
+        topic,
+        products.iter().map(|p| (p.sku.clone(), p)),
+        timeout,
+    )
+}
+
+/// Writes `rows` (key, JSON value) to `topic` with an idempotent producer (librdkafka's
+/// `murmur2_random` partitioner, as every eosflow producer) and waits until every record is
+/// acknowledged (deadline `timeout`): reference data written by a tool or a test.
+pub fn publish_json<T: Serialize>(
+    clients: &KafkaClients,
+    topic: &str,
+    rows: impl IntoIterator<Item = (String, T)>,
+    timeout: Duration,
+) -> Result<(), String> {
     let producer: rdkafka::producer::BaseProducer = clients
         .config(ClientRole::Idempotent)
         .create()
-        .map_err(|e| format!("catalog producer: {e}"))?;
-    for p in products {
-        let value = serde_json::to_vec(p).map_err(|e| format!("encoding {}: {e}", p.sku))?;
-        let mut record = BaseRecord::to(topic).key(p.sku.as_bytes()).payload(&value);
+        .map_err(|e| format!("producer for {topic}: {e}"))?;
+    for (key, row) in rows {
+        let value = serde_json::to_vec(&row).map_err(|e| format!("encoding {key}: {e}"))?;
+        let mut record = BaseRecord::to(topic).key(key.as_bytes()).payload(&value);
         loop {
             match producer.send(record) {
                 Ok(()) => break,
@@ -125,11 +142,11 @@ pub fn publish_catalog(
                     record = r;
                     producer.poll(Duration::from_millis(50));
                 }
-                Err((e, _)) => return Err(format!("producing {} to {topic}: {e}", p.sku)),
+                Err((e, _)) => return Err(format!("producing {key} to {topic}: {e}")),
             }
         }
     }
     producer
         .flush(timeout)
-        .map_err(|e| format!("flushing the catalog to {topic}: {e}"))
+        .map_err(|e| format!("flushing to {topic}: {e}"))
 }
