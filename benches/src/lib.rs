@@ -109,7 +109,7 @@ pub struct BenchArgs {
     #[arg(long, default_value = "release")]
     pub build: String,
     /// Profile the exactly-once instance of one point with `perf` (report in the output dir);
-    /// with the windowed shape, also one windowed exactly-once instance.
+    /// with the windowed and join shapes, also one exactly-once instance of each.
     #[arg(long)]
     pub perf: bool,
     /// Shapes: `count` (per-key running count and sum, one output per input), `windowed`
@@ -426,6 +426,7 @@ pub fn run(config: &Config, args: &BenchArgs) -> Result<Results, BenchError> {
     let points = plan(args);
     let mut profiled = !args.perf;
     let mut profiled_windowed = !args.perf;
+    let mut profiled_join = !args.perf;
     for round in 1..=args.repeats {
         for (i, point) in points.iter().enumerate() {
             let launch = Launch {
@@ -442,7 +443,12 @@ pub fn run(config: &Config, args: &BenchArgs) -> Result<Results, BenchError> {
             };
             let started = Instant::now();
             let outcome = if point.shape == Shape::Join {
-                run_polled_point(config, &clients, args, (*point, round), &launch, false)
+                let profile = !profiled_join
+                    && point.contender == Contender::EosflowEos
+                    && point.partitions == args.join_partitions[args.join_partitions.len() / 2]
+                    && point.instances == 1;
+                profiled_join |= profile;
+                run_polled_point(config, &clients, args, (*point, round), &launch, profile)
             } else if point.shape == Shape::Windowed {
                 let profile = !profiled_windowed
                     && point.contender == Contender::EosflowEos
@@ -803,7 +809,7 @@ fn run_polled_point(
     })?;
     std::thread::sleep(Duration::from_secs(if point.instances > 1 { 3 } else { 1 }));
     let from = poller.latest();
-    let perf_data = args.out.join("perf-eosflow-windowed.data");
+    let perf_data = args.out.join(format!("perf-eosflow-{}.data", point.shape.name()));
     let perf = if profile {
         instances
             .first()
@@ -830,7 +836,7 @@ fn run_polled_point(
         report::stop_perf(
             perf,
             &perf_data,
-            &args.out.join("perf-eosflow-windowed.txt"),
+            &args.out.join(format!("perf-eosflow-{}.txt", point.shape.name())),
         );
     }
     let (peak_rss_mib, windows, join) = if point.shape == Shape::Join {
@@ -903,11 +909,12 @@ fn run_polled_point(
     }
     let polls = poller.finish();
     let rates = windowed::rates(&polls, &from, &ends)?;
-    let per_partition = rates.iter().sum::<f64>() / rates.len().max(1) as f64;
+    let total = windowed::total_rate(&polls, &from, &ends)?;
+    let per_partition = total / f64::from(p);
     Ok(Sample {
         point,
         round,
-        records_per_sec: per_partition * p as f64,
+        records_per_sec: total,
         per_partition,
         latencies_ms: Vec::new(),
         repeats: windows.as_ref().map_or(0, |w| w.emitted.duplicates),

@@ -311,7 +311,7 @@ pub fn write(args: &BenchArgs, results: &Results) -> Result<(), BenchError> {
     if !windowed.is_empty() {
         let _ = writeln!(
             md,
-            "\n## Windowed aggregation\n\nTumbling {} s event-time windows with {} s grace, count and sum of the amount per key, one result per window when it closes (eosflow `EmitStrategy::OnWindowClose`, Kafka Streams `suppress(untilWindowCloses(unbounded()))`), exactly-once, 100 ms commits, the same backlog with event times {} ms apart ({} keys). Records/s per partition from the group's committed input offsets, polled every {} ms (10th→90th percentile of each partition's progress, mean over the partitions). After the backlog one record per partition far ahead in event time closes every window; the committed results must be one per (key, window) of the input, their counts and sums adding up to the input's.\n",
+            "\n## Windowed aggregation\n\nTumbling {} s event-time windows with {} s grace, count and sum of the amount per key, one result per window when it closes (eosflow `EmitStrategy::OnWindowClose`, Kafka Streams `suppress(untilWindowCloses(unbounded()))`), exactly-once, 100 ms commits, the same backlog with event times {} ms apart ({} keys). Records/s per partition from the group's committed input offsets, polled every {} ms (10th→90th percentile of the progress summed over the partitions, divided by the partitions). After the backlog one record per partition far ahead in event time closes every window; the committed results must be one per (key, window) of the input, their counts and sums adding up to the input's.\n",
             super::windowed::SIZE_MS / 1000,
             super::windowed::GRACE_MS / 1000,
             args.event_time_step_ms,
@@ -350,12 +350,14 @@ pub fn write(args: &BenchArgs, results: &Results) -> Result<(), BenchError> {
             "\n## Profile of eosflow exactly-once (perf, top symbols)\n\n```\n{p}```"
         );
     }
-    let perf = out.join("perf-eosflow-windowed.txt");
-    if let Ok(p) = std::fs::read_to_string(&perf) {
-        let _ = writeln!(
-            md,
-            "\n## Profile of eosflow exactly-once, windowed shape (perf, top symbols)\n\n```\n{p}```"
-        );
+    for shape in ["windowed", "join"] {
+        let perf = out.join(format!("perf-eosflow-{shape}.txt"));
+        if let Ok(p) = std::fs::read_to_string(&perf) {
+            let _ = writeln!(
+                md,
+                "\n## Profile of eosflow exactly-once, {shape} shape (perf, top symbols)\n\n```\n{p}```"
+            );
+        }
     }
     std::fs::write(out.join("report.md"), md).map_err(rerr)?;
     throughput_chart(&out.join("throughput.svg"), results)?;

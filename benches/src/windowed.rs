@@ -5,9 +5,10 @@
 //! .suppress(untilWindowCloses(unbounded()))`), on the same input in the same run.
 //!
 //! Results only appear when windows close, so throughput is not read from the output: a poller
-//! reads the consumer group's committed input offsets every [`POLL_MS`] ms, and each
-//! partition's rate is 80 % of its backlog divided by the time between the 10th and the 90th
-//! percentile of its progress (linear between polls). Both contenders commit their offsets in
+//! reads the consumer group's committed input offsets every [`POLL_MS`] ms, and the point's
+//! rate is 80 % of the backlog divided by the time the committed offsets, summed over the
+//! partitions, took from the 10th to the 90th percentile of it (linear between polls; see
+//! [`total_rate`]). Both contenders commit their offsets in
 //! their transactions, so a committed offset means the records before it are processed and
 //! their effects committed.
 //!
@@ -390,8 +391,49 @@ fn reached(polls: &[Poll], p: usize, target: f64) -> Option<f64> {
     None
 }
 
-/// Each partition's steady-state records/s: 80 % of its backlog (offsets `from[p]..to[p]`)
-/// over the time its committed offset took from the 10th to the 90th percentile of it.
+/// The point's steady-state records/s over all its partitions: 80 % of the whole backlog
+/// (offsets `from[p]..to[p]` of every partition) over the time the sum of the committed
+/// offsets took from the 10th to the 90th percentile of it.
+///
+/// Not the mean of [`rates`]: an instance that drains its partitions one after another (a
+/// fetch brings one partition's records at a time) shows each partition fast in its own
+/// 10th→90th span while the others wait; the mean of those rates then counts the same seconds
+/// several times over. The sum moves only as fast as the instance really processes.
+pub fn total_rate(polls: &[Poll], from: &[i64], to: &[i64]) -> Result<f64, BenchError> {
+    let base: i64 = from.iter().sum();
+    let n = (to.iter().sum::<i64>() - base) as f64;
+    if n <= 0.0 {
+        return Err(BenchError::Kafka("the point had no backlog".into()));
+    }
+    // The progress past `from` of every partition (a partition with no committed offset yet
+    // counts as none), clamped at its end: one series, polled like a single partition.
+    let summed: Vec<Poll> = polls
+        .iter()
+        .map(|(at, offsets)| {
+            let done: i64 = offsets
+                .iter()
+                .zip(from.iter().zip(to))
+                .map(|(&o, (&a, &b))| o.clamp(a, b) - a)
+                .sum();
+            (*at, vec![done])
+        })
+        .collect();
+    let at = |q: f64| {
+        reached(&summed, 0, q * n).ok_or_else(|| {
+            BenchError::Timeout(format!(
+                "the committed offsets never covered {:.0} % of the backlog",
+                q * 100.0
+            ))
+        })
+    };
+    let span_s = (at(0.9)? - at(0.1)?) / 1e6;
+    Ok(if span_s > 0.0 { 0.8 * n / span_s } else { 0.0 })
+}
+
+/// Each partition's records/s while it was being drained: 80 % of its backlog (offsets
+/// `from[p]..to[p]`) over the time its committed offset took from the 10th to the 90th
+/// percentile of it. Shows how evenly the partitions were served; the point's throughput is
+/// [`total_rate`].
 pub fn rates(polls: &[Poll], from: &[i64], to: &[i64]) -> Result<Vec<f64>, BenchError> {
     let mut out = Vec::with_capacity(from.len());
     for (p, (&a, &b)) in from.iter().zip(to).enumerate() {
@@ -427,6 +469,25 @@ mod tests {
         // 250 records per 100 ms = 2 500 records/s.
         assert!((r[0] - 2_500.0).abs() < 1e-6, "{r:?}");
         assert!(rates(&polls, &[1], &[5_000]).is_err(), "never reached");
+    }
+
+    #[test]
+    fn the_total_rate_counts_partitions_drained_one_after_another_once() {
+        // Two partitions of 1 000 records each, drained one after the other at 1 000 records
+        // per 100 ms: each partition alone looks like 10 000 records/s, the instance did 2 000
+        // records in 200 ms: 10 000 records/s in all, 5 000 per partition.
+        let polls: Vec<Poll> = (0..=4)
+            .map(|i: i64| {
+                let a = (i * 500).min(1_000);
+                let b = ((i - 2) * 500).clamp(0, 1_000);
+                ((i as u64) * 50_000, vec![a, b])
+            })
+            .collect();
+        let each = rates(&polls, &[0, 0], &[1_000, 1_000]).expect("rates");
+        assert!((each[0] - 10_000.0).abs() < 1e-6, "{each:?}");
+        let total = total_rate(&polls, &[0, 0], &[1_000, 1_000]).expect("total");
+        assert!((total - 10_000.0).abs() < 1e-6, "{total}");
+        assert!(total_rate(&polls, &[0, 0], &[1_000, 5_000]).is_err());
     }
 
     #[test]

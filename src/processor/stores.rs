@@ -82,6 +82,12 @@ impl<K, V> StoreHandle<K, V> {
     pub fn value_serde(&self) -> &dyn Serde<V> {
         &*self.values
     }
+
+    /// Both serdes, shared: for a node that stores its own value type built on this one's (a
+    /// stream-stream join buffers lists of values).
+    pub(crate) fn serde_arcs(&self) -> (Arc<dyn Serde<K>>, Arc<dyn Serde<V>>) {
+        (self.keys.clone(), self.values.clone())
+    }
 }
 
 /// One named store as one handler call sees it: the committed store, the open batch's writes

@@ -13,6 +13,8 @@ mod records;
 #[cfg(test)]
 mod repartition_tests;
 #[cfg(test)]
+mod stream_join_tests;
+#[cfg(test)]
 mod timer_tests;
 #[cfg(test)]
 mod window_tests;

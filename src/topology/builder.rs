@@ -6,6 +6,7 @@ use std::marker::PhantomData;
 
 use super::globals::{GlobalTable, GlobalTableHandle, StreamGlobalTableJoin};
 use super::node::{downcast, AnyRecord, NodeProcessor, TypedRecord};
+use super::stream_joins::StreamJoin;
 use super::tables::{StreamTableJoin, TableHandle};
 use super::time::TimestampExtractor;
 use super::windows::{WindowStoreHandle, WindowedAggregate};
@@ -563,6 +564,43 @@ impl TopologyBuilder {
             }
         }
         self
+    }
+
+    /// A stream-stream join `name` of the `(K, V1)` records `left_parents` forward with the
+    /// `(K, V2)` records `right_parents` forward, within `join`'s windows (see
+    /// [`super::stream_joins`]); it forwards `(K, R)` results: attach children to `name`.
+    /// Adds the nodes `<name>-left` and `<name>-right` (each side's records) and `name`
+    /// (their results), and `join`'s two windowed stores, attached to both side nodes and
+    /// changelogged like every store. Both inputs must be co-partitioned.
+    pub fn add_stream_stream_join<K, V1, V2, R>(
+        &mut self,
+        name: &str,
+        left_parents: &[&str],
+        right_parents: &[&str],
+        join: StreamJoin<K, V1, V2, R>,
+    ) -> &mut Self
+    where
+        K: Clone + Send + 'static,
+        V1: Clone + Send + 'static,
+        V2: Clone + Send + 'static,
+        R: Clone + Send + 'static,
+    {
+        if let Err(e) = join.check() {
+            self.errors
+                .push(format!("stream-stream join {name:?}: {e}"));
+        }
+        let (left_store, right_store) = join.store_names();
+        let (left, right) = join.into_nodes();
+        let (l, r) = (format!("{name}-left"), format!("{name}-right"));
+        self.add_processor(&l, left, left_parents);
+        self.add_processor(&r, right, right_parents);
+        let results = |ctx: &mut super::NodeContext<'_, '_>, record: TypedRecord<K, R>| {
+            ctx.forward(record);
+            Ok(())
+        };
+        self.add_processor(name, results, &[&l, &r]);
+        self.attach_store(&left_store, &[&l, &r]);
+        self.attach_store(&right_store, &[&l, &r])
     }
 
     /// A sink `name` writing what `parents` forward to `topic`, serialized with these serdes.

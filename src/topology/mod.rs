@@ -38,6 +38,7 @@
 mod builder;
 pub mod globals;
 mod node;
+pub mod stream_joins;
 pub mod tables;
 mod time;
 pub mod windows;
@@ -45,6 +46,7 @@ pub mod windows;
 pub use builder::{Topology, TopologyBuilder};
 pub use globals::{GlobalTable, GlobalTableHandle};
 pub use node::{NodeContext, NodeProcessor, TypedRecord};
+pub use stream_joins::{JoinKind, JoinWindows, StreamJoin};
 pub use tables::TableHandle;
 pub use time::{ExtractFn, TimestampExtractor};
 

@@ -60,6 +60,7 @@ mod aggregate;
 mod store;
 
 pub use aggregate::{WindowedAggregate, EXPIRE_PER_CALL};
+pub(crate) use store::{data_key, parse_data_key};
 pub use store::{WindowStore, WindowStoreHandle};
 
 use std::time::Duration;

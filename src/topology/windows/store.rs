@@ -72,6 +72,11 @@ impl<K, V> WindowStoreHandle<K, V> {
     fn value_serde(&self) -> &dyn Serde<V> {
         self.0.value_serde()
     }
+
+    /// The named store underneath (its name and serdes).
+    pub(crate) fn store_handle(&self) -> &StoreHandle<K, V> {
+        &self.0
+    }
 }
 
 const DATA: u8 = b'w';
