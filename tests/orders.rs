@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use apache_avro::types::Value as Avro;
 use eosflow::kafka::reader::read_all;
 use eosflow_cli::demo::{self, DemoArgs};
+use eosflow_orders::catalog::{self, CustomerProfile, Product};
 use eosflow_orders::check;
 use eosflow_orders::messages::SagaOutcome;
 use eosflow_orders::projection::CustomersProcessor;
@@ -79,6 +80,22 @@ fn the_demo_ends_consistent_under_high_failure_rates_with_poison_in_the_dlt() {
             "{code}: {dlt:?}"
         );
     }
+    // Enrichment: every view carries its customer's profile (registered through the outbox
+    // before the first order) and every line the catalog's product; the catalog lacks 5 of
+    // the 50 skus the order service orders, so some lines carry no name and lost nothing.
+    let e = &report.enrichment;
+    assert!(e.ok(), "{e:?}");
+    assert_eq!(report.profiles.0 as usize, e.customers, "{e:?}");
+    let in_views: usize = report.outputs.views.values().map(|v| v.orders.len()).sum();
+    assert_eq!(e.orders_with_tier, in_views, "{e:?}");
+    assert_eq!(
+        in_views, v.orders,
+        "every placed order is in its customer's view"
+    );
+    assert!(
+        e.named_lines > 0 && e.named_lines < e.lines,
+        "some lines named, some not: {e:?}"
+    );
 }
 
 /// An order-placed v2 event as JSON (the outbox's shape).
@@ -214,6 +231,39 @@ fn kill_9_of_the_order_processor_mid_sagas_still_ends_every_saga_exactly_once() 
     let topics = Topics::new(&ns);
     let clients = support::clients();
     demo::create_topics(&clients, &topics, &ns, 4, 3).expect("topics");
+    // Reference data, before anything starts: sku-1 (every order's line) in the catalog, a
+    // profile per customer as the outbox router would publish it.
+    let teapot = Product {
+        sku: "sku-1".into(),
+        name: "teapot".into(),
+        category: "kitchen".into(),
+        list_price_minor: 250,
+    };
+    catalog::publish_catalog(
+        &clients,
+        &topics.products,
+        std::slice::from_ref(&teapot),
+        Duration::from_secs(30),
+    )
+    .expect("catalog");
+    let profiles: BTreeMap<String, CustomerProfile> = (0..40)
+        .map(|i| {
+            let id = format!("c-{i:02}");
+            let p = CustomerProfile {
+                customer_id: id.clone(),
+                name: eosflow_orders::writer::customer_name(&id),
+                tier: catalog::TIERS[i % 3].into(),
+            };
+            (id, p)
+        })
+        .collect();
+    catalog::publish_json(
+        &clients,
+        &topics.profiles,
+        profiles.clone(),
+        Duration::from_secs(30),
+    )
+    .expect("profiles");
     let state = std::env::temp_dir().join(format!("eosflow-test-{ns}"));
     let mut base = support::config();
     base.app.id = ns.clone();
@@ -324,6 +374,17 @@ fn kill_9_of_the_order_processor_mid_sagas_still_ends_every_saga_exactly_once() 
         v.sagas.get(&SagaOutcome::Compensated).copied().unwrap_or(0) > 0,
         "{v:?}"
     );
+    // The enrichment survived the kill: the restarted processor bootstrapped the catalog
+    // again, and every order in the views carries its product (stamped once, with the order's
+    // state) and every view its customer's profile.
+    let tiers = profiles
+        .iter()
+        .map(|(c, p)| (c.clone(), vec![p.tier.clone()]))
+        .collect();
+    let e = check::enrichment(&profiles, &tiers, std::slice::from_ref(&teapot), &out);
+    println!("{e:?}");
+    assert!(e.ok(), "{e:?}");
+    assert_eq!((e.customers, e.lines, e.named_lines), (40, n, n), "{e:?}");
     let avro_orders: Vec<&String> = placed.keys().step_by(15).collect();
     for o in avro_orders {
         assert_eq!(

@@ -809,7 +809,9 @@ fn run_polled_point(
     })?;
     std::thread::sleep(Duration::from_secs(if point.instances > 1 { 3 } else { 1 }));
     let from = poller.latest();
-    let perf_data = args.out.join(format!("perf-eosflow-{}.data", point.shape.name()));
+    let perf_data = args
+        .out
+        .join(format!("perf-eosflow-{}.data", point.shape.name()));
     let perf = if profile {
         instances
             .first()
@@ -836,7 +838,9 @@ fn run_polled_point(
         report::stop_perf(
             perf,
             &perf_data,
-            &args.out.join(format!("perf-eosflow-{}.txt", point.shape.name())),
+            &args
+                .out
+                .join(format!("perf-eosflow-{}.txt", point.shape.name())),
         );
     }
     let (peak_rss_mib, windows, join) = if point.shape == Shape::Join {

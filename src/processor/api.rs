@@ -72,7 +72,9 @@ pub trait Processor: Send {
 
     /// The global tables the processor reads (see [`crate::topology::globals`]): each topic is
     /// read whole into a local store before the instance joins its group, then kept current
-    /// by a thread of its own. Only a [`crate::topology::Topology`] has them.
+    /// by a thread of its own. A [`crate::topology::Topology`] lists its own; a plain processor
+    /// lists [`crate::topology::GlobalTableHandle::table`]s and reads them with
+    /// [`crate::topology::GlobalTableHandle::get`].
     fn global_tables(&self) -> Vec<crate::topology::GlobalTable> {
         Vec::new()
     }

@@ -37,6 +37,16 @@
 //!
 //! Either kind drops stream records without a key (`no-key`) or without a value (`no-value`).
 //!
+//! **From a plain [`Processor`](crate::processor::Processor)** (no topology): keep a
+//! [`GlobalTableHandle`], list [`GlobalTableHandle::table`] in
+//! [`Processor::global_tables`](crate::processor::Processor::global_tables) and read rows with
+//! [`GlobalTableHandle::get`] in `process`. The runtime bootstraps and tails the table exactly
+//! as for a topology and binds its store to the handle (the test driver binds its in-memory
+//! one, fed by `pipe_global`); binding again — the processor handed to a new driver or runtime
+//! — replaces the store. The same consistency applies: the row as the tail thread has it now.
+//! A topology's join nodes do not go through the handle: each topology built with a handle
+//! gets a store slot of its own, so two topologies sharing a handle run side by side.
+//!
 //! ```
 //! use eosflow::serdes::StringSerde;
 //! use eosflow::testing::{TestRecord, TopologyTestDriver};
@@ -73,7 +83,7 @@
 
 use std::collections::BTreeMap;
 use std::marker::PhantomData;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 use super::node::{NodeContext, NodeProcessor, TypedRecord};
 use super::tables::{join_output, JoinInput};
@@ -88,9 +98,23 @@ pub(crate) trait GlobalReader: Send + Sync {
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, String>;
 }
 
-/// Where a topology's join nodes find a global table's store once the runtime (or the test
-/// driver) has opened it: set once per topology.
-pub(crate) type GlobalSlot = Arc<OnceLock<Arc<dyn GlobalReader>>>;
+/// Where a topology's join nodes (or a processor's [`GlobalTableHandle::get`]) find a global
+/// table's store once the runtime (or the test driver) has opened it. Binding again replaces
+/// the store: a processor handed to a new driver or runtime reads the new one.
+#[derive(Clone, Default)]
+pub(crate) struct GlobalSlot(Arc<RwLock<Option<Arc<dyn GlobalReader>>>>);
+
+impl GlobalSlot {
+    /// The bound store, if any.
+    pub(crate) fn get(&self) -> Option<Arc<dyn GlobalReader>> {
+        self.0.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Binds `reader`, replacing what was bound.
+    fn set(&self, reader: Arc<dyn GlobalReader>) {
+        *self.0.write().unwrap_or_else(|e| e.into_inner()) = Some(reader);
+    }
+}
 
 /// Checks that a record's key and value bytes decode with the table's serdes.
 type CheckFn = dyn Fn(&[u8], Option<&[u8]>) -> Result<(), String> + Send + Sync;
@@ -103,6 +127,8 @@ pub struct GlobalTableHandle<K, V> {
     topic: Arc<str>,
     keys: Arc<dyn Serde<K>>,
     values: Arc<dyn Serde<V>>,
+    /// The store [`GlobalTableHandle::get`] reads: bound through [`GlobalTableHandle::table`].
+    slot: GlobalSlot,
 }
 
 impl<K, V> Clone for GlobalTableHandle<K, V> {
@@ -112,6 +138,7 @@ impl<K, V> Clone for GlobalTableHandle<K, V> {
             topic: self.topic.clone(),
             keys: self.keys.clone(),
             values: self.values.clone(),
+            slot: self.slot.clone(),
         }
     }
 }
@@ -140,6 +167,7 @@ impl<K, V> GlobalTableHandle<K, V> {
             topic: Arc::from(topic.into()),
             keys: Arc::new(keys),
             values: Arc::new(values),
+            slot: GlobalSlot::default(),
         }
     }
 
@@ -163,6 +191,62 @@ impl<K, V> GlobalTableHandle<K, V> {
         &*self.values
     }
 
+    /// The table as a plain [`crate::processor::Processor`] declares it in
+    /// [`crate::processor::Processor::global_tables`]: the runtime (or the test driver) binds
+    /// its store to this handle (and its clones), which [`GlobalTableHandle::get`] then reads.
+    /// A [`super::Topology`] does not need it ([`super::TopologyBuilder::add_global_table`]).
+    pub fn table(&self) -> GlobalTable
+    where
+        K: 'static,
+        V: 'static,
+    {
+        GlobalTable::with_slot(self, self.slot.clone())
+    }
+
+    /// The row of `key` as the table's store holds it now, for a plain
+    /// [`crate::processor::Processor`] that lists [`GlobalTableHandle::table`] in its
+    /// [`crate::processor::Processor::global_tables`]. Not synchronized with the stream (see
+    /// the [module docs](self)). Errors: transient while no store is bound (the processor did
+    /// not declare the table, or it is not bootstrapped yet) or the store cannot be read;
+    /// permanent when the key cannot be serialized or the row cannot be read by the value
+    /// serde — a `?` in `process` hands either to the retry ladder or the DLT.
+    ///
+    /// ```
+    /// use eosflow::processor::{Context, ProcessError, Processor, Record};
+    /// use eosflow::serdes::StringSerde;
+    /// use eosflow::testing::{TestRecord, TopologyTestDriver};
+    /// use eosflow::topology::{GlobalTable, GlobalTableHandle};
+    ///
+    /// /// Stamps each order (valued by a sku) with the product's name from the catalog.
+    /// struct Stamp {
+    ///     products: GlobalTableHandle<String, String>,
+    /// }
+    ///
+    /// impl Processor for Stamp {
+    ///     fn process(&mut self, ctx: &mut Context<'_>, r: &Record<'_>) -> Result<(), ProcessError> {
+    ///         let sku = String::from_utf8_lossy(r.value.unwrap_or_default()).to_string();
+    ///         let name = self.products.get(&sku)?.unwrap_or_else(|| "unknown".into());
+    ///         ctx.emit("stamped", r.key.map(<[u8]>::to_vec), Some(name.into_bytes()), vec![]);
+    ///         Ok(())
+    ///     }
+    ///     fn global_tables(&self) -> Vec<GlobalTable> {
+    ///         vec![self.products.table()]
+    ///     }
+    /// }
+    ///
+    /// let products = GlobalTableHandle::new("products", "products", StringSerde, StringSerde);
+    /// let mut driver = TopologyTestDriver::new(Stamp { products: products.clone() })?;
+    /// driver.pipe_global(&products, &"sku-1".to_string(), Some(&"Teapot".to_string()))?;
+    /// driver.pipe(TestRecord::new("orders", Some("o-1"), Some("sku-1")).id("o-1"))?;
+    /// driver.pipe(TestRecord::new("orders", Some("o-2"), Some("sku-9")).id("o-2"))?;
+    /// let out: Vec<String> = driver.read_raw_output("stamped").iter().map(|r| r.value_text()).collect();
+    /// assert_eq!(out, ["Teapot", "unknown"]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn get(&self, key: &K) -> Result<Option<V>, ProcessError> {
+        lookup(&self.slot, &self.name, &*self.keys, &*self.values, key)
+    }
+
     pub(crate) fn key_serde_arc(&self) -> Arc<dyn Serde<K>> {
         self.keys.clone()
     }
@@ -173,8 +257,9 @@ impl<K, V> GlobalTableHandle<K, V> {
 }
 
 /// A global table as the runtime sees it: name and topic, a check of its records, and where to
-/// put its store. [`crate::processor::Processor::global_tables`] lists them; only a
-/// [`super::Topology`] builds them.
+/// put its store. [`crate::processor::Processor::global_tables`] lists them; a
+/// [`super::Topology`] builds them from its [`super::TopologyBuilder::add_global_table`]s, a
+/// plain processor with [`GlobalTableHandle::table`].
 #[derive(Clone)]
 pub struct GlobalTable {
     name: String,
@@ -193,7 +278,16 @@ impl std::fmt::Debug for GlobalTable {
 }
 
 impl GlobalTable {
+    /// A topology's copy of `handle`: a store slot of its own, so two topologies built with
+    /// one handle run side by side.
     pub(crate) fn of<K: 'static, V: 'static>(handle: &GlobalTableHandle<K, V>) -> Self {
+        Self::with_slot(handle, GlobalSlot::default())
+    }
+
+    fn with_slot<K: 'static, V: 'static>(
+        handle: &GlobalTableHandle<K, V>,
+        slot: GlobalSlot,
+    ) -> Self {
         let (keys, values) = (handle.keys.clone(), handle.values.clone());
         let check = move |key: &[u8], value: Option<&[u8]>| -> Result<(), String> {
             keys.deserialize(key).map_err(|e| format!("key: {e}"))?;
@@ -205,7 +299,7 @@ impl GlobalTable {
         Self {
             name: handle.name.to_string(),
             topic: handle.topic.to_string(),
-            slot: Arc::new(OnceLock::new()),
+            slot,
             check: Arc::new(check),
         }
     }
@@ -225,14 +319,12 @@ impl GlobalTable {
         (self.check)(key, value)
     }
 
-    /// Hands the table's store to the join nodes; a topology is bound once.
+    /// Hands the table's store to the join nodes (or the handle's `get`), replacing a store
+    /// bound before: a processor run again (a new driver, a restarted runtime) reads the new
+    /// one.
     pub(crate) fn bind(&self, reader: Arc<dyn GlobalReader>) -> Result<(), String> {
-        self.slot.set(reader).map_err(|_| {
-            format!(
-                "global table {:?} is already bound to a store: a topology runs in one runtime or driver",
-                self.name
-            )
-        })
+        self.slot.set(reader);
+        Ok(())
     }
 }
 
@@ -280,24 +372,34 @@ pub(crate) struct StreamGlobalTableJoin<K, V, GK, T, R> {
     pub(crate) _types: PhantomData<fn(K, V, R)>,
 }
 
+/// The row of `key` in the store bound to `slot` (table `table`), decoded with the serdes.
+fn lookup<K, T>(
+    slot: &GlobalSlot,
+    table: &str,
+    keys: &dyn Serde<K>,
+    values: &dyn Serde<T>,
+    key: &K,
+) -> Result<Option<T>, ProcessError> {
+    let reader = slot.get().ok_or_else(|| {
+        ProcessError::transient(format!(
+            "global table {table} is not bootstrapped yet (is it in the processor's global_tables()?)"
+        ))
+    })?;
+    let bytes = keys
+        .serialize(key)
+        .map_err(|e| ProcessError::permanent(format!("global table {table} key: {e}")))?;
+    let row = reader
+        .get(&bytes)
+        .map_err(|e| ProcessError::transient(format!("reading global table {table}: {e}")))?;
+    row.map(|v| values.deserialize(&v))
+        .transpose()
+        .map_err(|e| ProcessError::permanent(format!("global table {table} value: {e}")))
+}
+
 impl<K, V, GK, T, R> StreamGlobalTableJoin<K, V, GK, T, R> {
     /// The row of `key` as the table's store holds it now.
     fn lookup(&self, key: &GK) -> Result<Option<T>, ProcessError> {
-        let reader = self.slot.get().ok_or_else(|| {
-            ProcessError::transient(format!(
-                "global table {} is not bootstrapped yet",
-                self.table
-            ))
-        })?;
-        let bytes = self.keys.serialize(key).map_err(|e| {
-            ProcessError::permanent(format!("global table {} key: {e}", self.table))
-        })?;
-        let row = reader.get(&bytes).map_err(|e| {
-            ProcessError::transient(format!("reading global table {}: {e}", self.table))
-        })?;
-        row.map(|v| self.values.deserialize(&v))
-            .transpose()
-            .map_err(|e| ProcessError::permanent(format!("global table {} value: {e}", self.table)))
+        lookup(&self.slot, &self.table, &*self.keys, &*self.values, key)
     }
 }
 
@@ -334,5 +436,108 @@ where
             &self.joiner,
         );
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::processor::{Context, Processor, Record};
+    use crate::serdes::StringSerde;
+    use crate::testing::{TestRecord, TopologyTestDriver};
+    use crate::topology::Topology;
+
+    /// Emits the table's row for each record's value, `-` when there is none.
+    struct Reads(GlobalTableHandle<String, String>);
+
+    impl Processor for Reads {
+        fn process(&mut self, ctx: &mut Context<'_>, r: &Record<'_>) -> Result<(), ProcessError> {
+            let key = String::from_utf8_lossy(r.value.unwrap_or_default()).to_string();
+            let row = self.0.get(&key)?.unwrap_or_else(|| "-".into());
+            ctx.emit("out", None, Some(row.into_bytes()), vec![]);
+            Ok(())
+        }
+        fn global_tables(&self) -> Vec<GlobalTable> {
+            vec![self.0.table()]
+        }
+    }
+
+    fn handle() -> GlobalTableHandle<String, String> {
+        GlobalTableHandle::new("t", "t-topic", StringSerde, StringSerde)
+    }
+
+    fn outputs<P: Processor>(d: &mut TopologyTestDriver<P>, topic: &str) -> Vec<String> {
+        d.read_raw_output(topic)
+            .iter()
+            .map(|r| r.value_text())
+            .collect()
+    }
+
+    #[test]
+    fn a_handle_reads_nothing_before_it_is_bound_then_the_store_bound_last() {
+        let h = handle();
+        match h.get(&"k".into()) {
+            Err(ProcessError::Transient(m)) => assert!(m.contains("not bootstrapped"), "{m}"),
+            other => panic!("expected a transient error, got {other:?}"),
+        }
+        let mut first = TopologyTestDriver::new(Reads(h.clone())).expect("driver");
+        first
+            .pipe_global(&h, &"k".into(), Some(&"one".into()))
+            .expect("row");
+        first
+            .pipe(TestRecord::new("in", Some("a"), Some("k")).id("1"))
+            .expect("pipe");
+        first
+            .pipe(TestRecord::new("in", Some("a"), Some("x")).id("2"))
+            .expect("pipe");
+        assert_eq!(outputs(&mut first, "out"), ["one", "-"]);
+        // The processor handed to another driver (a clone of its handle here) reads that
+        // driver's store: binding again replaces.
+        let mut second = TopologyTestDriver::new(Reads(h.clone())).expect("driver");
+        assert_eq!(h.get(&"k".into()).expect("bound"), None);
+        second
+            .pipe_global(&h, &"k".into(), Some(&"two".into()))
+            .expect("row");
+        second
+            .pipe(TestRecord::new("in", Some("a"), Some("k")).id("1"))
+            .expect("pipe");
+        assert_eq!(outputs(&mut second, "out"), ["two"]);
+        // A delete is seen too.
+        second.pipe_global(&h, &"k".into(), None).expect("delete");
+        assert_eq!(h.get(&"k".into()).expect("bound"), None);
+    }
+
+    #[test]
+    fn two_topologies_built_with_one_handle_keep_their_own_stores() {
+        let h = handle();
+        let build = || {
+            Topology::builder()
+                .add_source("in", &["in"], StringSerde, StringSerde)
+                .add_global_table(&h)
+                .add_stream_global_table_join(
+                    "join",
+                    &["in"],
+                    &h,
+                    |_k: &String, v: &String| Some(v.clone()),
+                    |_k: &String, _v: &String, row: &String| Some(row.clone()),
+                )
+                .add_sink("out", "out", StringSerde, StringSerde, &["join"])
+                .build()
+                .expect("topology")
+        };
+        let mut a = TopologyTestDriver::new(build()).expect("driver");
+        let mut b = TopologyTestDriver::new(build()).expect("driver");
+        a.pipe_global(&h, &"k".into(), Some(&"a-row".into()))
+            .expect("row");
+        b.pipe_global(&h, &"k".into(), Some(&"b-row".into()))
+            .expect("row");
+        for d in [&mut a, &mut b] {
+            d.pipe(TestRecord::new("in", Some("x"), Some("k")).id("1"))
+                .expect("pipe");
+        }
+        assert_eq!(outputs(&mut a, "out"), ["a-row"]);
+        assert_eq!(outputs(&mut b, "out"), ["b-row"]);
+        // The topologies do not bind the handle itself.
+        assert!(h.get(&"k".into()).is_err());
     }
 }

@@ -21,7 +21,8 @@ use eosflow::kafka::topics::{self, TopicOutcome, TopicSpec};
 use eosflow::kafka::{ClientRole, KafkaClients};
 use eosflow::processor::{Processor, RunSummary, Runtime};
 use eosflow_orders::aggregate::OrderProcessor;
-use eosflow_orders::check::{self, Outputs, Verdict};
+use eosflow_orders::catalog;
+use eosflow_orders::check::{self, Enrichment, Outputs, Verdict};
 use eosflow_orders::messages::{SagaEnded, SagaOutcome, StatusChanged};
 use eosflow_orders::projection::CustomersProcessor;
 use eosflow_orders::services::{PaymentService, StockService};
@@ -100,14 +101,23 @@ pub struct DemoReport {
     pub elapsed: Duration,
     /// Whether every poison event is in the DLT under its code.
     pub poison_dead_lettered: bool,
+    /// The read model's enrichment (customer profiles, catalog products) against what was
+    /// written.
+    pub enrichment: Enrichment,
+    /// Customers registered and tier changes by the order service.
+    pub profiles: (u64, u64),
 }
 
 impl DemoReport {
     /// Every check holds.
     pub fn ok(&self) -> bool {
-        self.verdict.ok() && self.poison_dead_lettered
+        self.verdict.ok() && self.poison_dead_lettered && self.enrichment.ok()
     }
 }
+
+/// Skus in the demo's catalog: the order service orders `sku-000`…`sku-049`; the catalog
+/// lacks the last five, so lines without a product name show in the summary too.
+pub const CATALOG_SKUS: u32 = 45;
 
 /// Live counts from a `read_committed` tail of the outputs.
 #[derive(Debug, Default)]
@@ -335,6 +345,12 @@ pub fn demo_config(config: &Config, ns: &str, work_dir: &std::path::Path) -> Con
     c.outbox.slot = pg.clone();
     c.outbox.publication = pg;
     c.outbox.topic_template = Topics::new(ns).orders;
+    // The customer profiles: a second outbox table of the same router and slot.
+    c.outbox.tables = vec![eosflow::config::OutboxTableConfig {
+        table: format!("{}_customer_outbox", ns.replace('-', "_")),
+        topic_template: Topics::new(ns).profiles,
+        ..Default::default()
+    }];
     c.outbox.prune_interval_secs = 0;
     c.outbox.heartbeat_interval_ms = 2000;
     c
@@ -379,16 +395,47 @@ pub fn run(config: &Config, args: &DemoArgs, progress: bool) -> Result<DemoRepor
         )),
     }
 
+    // The catalog service: the product catalog, written before the order processor starts
+    // (it reads the whole topic as a global table before joining its group).
+    let products = catalog::demo_catalog(CATALOG_SKUS);
+    catalog::publish_catalog(
+        &clients,
+        &topics.products,
+        &products,
+        Duration::from_secs(30),
+    )?;
+    say(format!(
+        "catalog    {} products on {} (a global table of the order processor)",
+        products.len(),
+        topics.products
+    ));
+
     let orders_table = format!("{}_orders", ns.replace('-', "_"));
-    let mut writer = Writer::connect(cfg.postgres.url.expose(), &orders_table, &cfg.outbox)
-        .map_err(|e| e.to_string())?;
+    let customers_table = format!("{}_customers", ns.replace('-', "_"));
+    let connect = || {
+        Writer::connect(
+            cfg.postgres.url.expose(),
+            &orders_table,
+            &customers_table,
+            &cfg.outbox,
+        )
+    };
+    let mut writer = connect().map_err(|e| e.to_string())?;
+    let mut sql = format!("drop publication if exists {};", cfg.outbox.publication);
+    for t in cfg.outbox.served() {
+        sql.push_str(&format!(
+            " drop table if exists {};",
+            eosflow_outbox::quoted_table(&t)
+        ));
+    }
+    for t in [&orders_table, &customers_table] {
+        sql.push_str(&format!(
+            " drop table if exists {};",
+            eosflow_outbox::quote_ident(t)
+        ));
+    }
     let cleanup = Cleanup {
-        sql: format!(
-            "drop publication if exists {p}; drop table if exists {t}; drop table if exists {o}",
-            p = cfg.outbox.publication,
-            t = eosflow_outbox::quoted_table(&cfg.outbox),
-            o = eosflow_outbox::quote_ident(&orders_table),
-        ),
+        sql,
         slot: cfg.outbox.slot.clone(),
     };
 
@@ -444,6 +491,7 @@ pub fn run(config: &Config, args: &DemoArgs, progress: bool) -> Result<DemoRepor
             poison_rate: args.poison_rate,
             resend_rate: args.resend_rate,
             customers: 200,
+            tier_change_rate: 0.02,
         };
         let duration = Duration::from_secs(args.duration_secs);
         let writing = {
@@ -546,6 +594,8 @@ pub fn run(config: &Config, args: &DemoArgs, progress: bool) -> Result<DemoRepor
         let placed = writer.placed_orders().map_err(|e| e.to_string())?;
         let outputs = check::read(&clients, &topics, Duration::from_secs(60))?;
         let verdict = check::judge(&placed, &outputs);
+        let profiles = writer.profiles().map_err(|e| e.to_string())?;
+        let enrichment = check::enrichment(&profiles, writer.tier_history(), &products, &outputs);
         let poison = tally.poison();
         let orders_dlt = eosflow::retry::dlt::topic_for(&topics.orders);
         let poison_dead_lettered = poison.iter().all(|(code, n)| {
@@ -568,6 +618,11 @@ pub fn run(config: &Config, args: &DemoArgs, progress: bool) -> Result<DemoRepor
                 resent: tally.resent.load(Ordering::Relaxed),
                 elapsed,
                 poison_dead_lettered,
+                enrichment,
+                profiles: (
+                    tally.profiles.load(Ordering::Relaxed),
+                    tally.tier_changes.load(Ordering::Relaxed),
+                ),
             },
         ))
     })();
@@ -580,7 +635,7 @@ pub fn run(config: &Config, args: &DemoArgs, progress: bool) -> Result<DemoRepor
         }
         Err(e) => {
             // The writer went into its thread; a fresh connection drops the slot and tables.
-            if let Ok(w) = Writer::connect(cfg.postgres.url.expose(), &orders_table, &cfg.outbox) {
+            if let Ok(w) = connect() {
                 cleanup.run(&w);
             }
             Err(e)
@@ -653,6 +708,11 @@ pub fn summary(r: &DemoReport) -> String {
     let mut s = String::new();
     let mut row = |k: &str, val: String| s.push_str(&format!("  {k:<44} {val:>10}\n"));
     row("orders placed (Postgres)", v.orders.to_string());
+    row(
+        "  customers registered (profile rows)",
+        r.profiles.0.to_string(),
+    );
+    row("  customer tier changes", r.profiles.1.to_string());
     row("  customer cancellations requested", r.cancels.to_string());
     row(
         "  events re-sent with the same event id",
@@ -707,6 +767,19 @@ pub fn summary(r: &DemoReport) -> String {
             );
         }
     }
+    let e = &r.enrichment;
+    row(
+        "enriched: orders with customer tier",
+        e.orders_with_tier.to_string(),
+    );
+    row(
+        "enriched: lines with product names",
+        format!("{} of {}", e.named_lines, e.lines),
+    );
+    row(
+        "enriched: view updates without profile",
+        format!("{} of {}", e.updates_without_profile, o.view_records),
+    );
     row("seconds", format!("{:.1}", r.elapsed.as_secs_f64()));
     s.push('\n');
     let check = |ok: bool, what: String| format!("  [{}] {what}\n", if ok { "ok" } else { "FAIL" });
@@ -726,6 +799,13 @@ pub fn summary(r: &DemoReport) -> String {
         format!(
             "the customer read model shows every order's final status ({} mismatches)",
             v.view_mismatches
+        ),
+    ));
+    s.push_str(&check(
+        e.ok(),
+        format!(
+            "every customer view carries its profile (name, a tier they had) and every order line the catalog's product, or none for a sku the catalog lacks ({} profile mismatches of {} customers, {} product mismatches of {} lines)",
+            e.profile_mismatches, e.customers, e.product_mismatches, e.lines
         ),
     ));
     s.push_str(&check(

@@ -605,7 +605,14 @@ fn demo(config: &Config, args: &eosflow_cli::demo::DemoArgs) -> Result<std::proc
     println!();
     print!("{}", eosflow_cli::demo::summary(&report));
     println!();
-    println!("{} ns={}", report.verdict, report.ns);
+    let e = &report.enrichment;
+    println!(
+        "{} profile_mismatches={} product_mismatches={} ns={}",
+        report.verdict, e.profile_mismatches, e.product_mismatches, report.ns
+    );
+    if report.verdict.ok() && !report.ok() {
+        println!("FAIL: a check above failed");
+    }
     Ok(if report.ok() {
         std::process::ExitCode::SUCCESS
     } else {

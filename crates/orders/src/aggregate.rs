@@ -19,8 +19,10 @@
 
 use serde::de::DeserializeOwned;
 
+use super::catalog::{self, Product};
 use super::messages::{
-    self, types, CustomerOrderUpdated, PaymentReply, SagaEnded, StatusChanged, StockReply,
+    self, types, CustomerOrderUpdated, OrderedProduct, PaymentReply, SagaEnded, StatusChanged,
+    StockReply,
 };
 use super::model::{self, Order, OrderEvent, Rejection};
 use super::saga::{self, Action, Reply, Saga, Timeout};
@@ -31,6 +33,7 @@ use eosflow::codec::Decoder;
 use eosflow::processor::{Context, ProcessError, Processor, Record, Timer, TimerKind};
 use eosflow::retry::dlt::{self, DltClass};
 use eosflow::retry::headers::History;
+use eosflow::topology::{GlobalTable, GlobalTableHandle};
 
 /// The header naming a business event id: a re-sent event keeps it, so dedup drops it.
 pub const EVENT_ID_HEADER: &str = "event_id";
@@ -41,6 +44,8 @@ pub struct OrderProcessor {
     group: String,
     decoder: Decoder,
     timeouts: SagaTimeouts,
+    /// The product catalog (`<ns>.products`), read when an order is placed.
+    products: GlobalTableHandle<String, Product>,
 }
 
 impl std::fmt::Debug for OrderProcessor {
@@ -71,11 +76,17 @@ impl OrderProcessor {
     ) -> Result<Self, String> {
         let catalog = contracts::catalog().map_err(|e| format!("built-in contracts: {e}"))?;
         Ok(Self {
+            products: catalog::products(&topics),
             topics,
             group: group.to_string(),
             decoder: Decoder::new(source, catalog).with_upcasters(contracts::upcasters()),
             timeouts: SagaTimeouts::default(),
         })
+    }
+
+    /// The products global table this processor reads (the test driver pipes rows with it).
+    pub fn products(&self) -> &GlobalTableHandle<String, Product> {
+        &self.products
     }
 
     /// The same processor with the saga's step timeouts `timeouts` (default: 30 s each).
@@ -223,8 +234,13 @@ impl OrderProcessor {
         match &event {
             OrderEvent::Placed(_) => {
                 let placed = model::apply(order.as_ref(), &event).map_err(Self::reject)?;
+                // Enrichment: each line's product as the catalog has it now, kept with the
+                // order so every later feed update carries the same names. A sku the catalog
+                // lacks is stamped without a name (counted), never a reason to lose the order.
+                let products = self.stamp_products(&placed)?;
                 Self::save(ctx, &format!("order/{key}"), &placed);
-                self.feed(ctx, &placed);
+                Self::save(ctx, &format!("products/{key}"), &products);
+                self.feed(ctx, &placed)?;
                 let (saga, actions) = Saga::start(&placed);
                 self.run(ctx, placed, saga, actions)
             }
@@ -247,7 +263,7 @@ impl OrderProcessor {
                         why,
                     })
                 })?;
-                self.transition(ctx, &order, &cancelled);
+                self.transition(ctx, &order, &cancelled)?;
                 self.run(ctx, cancelled, saga, actions)
             }
             OrderEvent::Paid(_) | OrderEvent::Shipped(_) => {
@@ -343,7 +359,7 @@ impl OrderProcessor {
                     // The saga only asks for transitions the rules allow; one that is refused
                     // is a bug worth a dead letter, not a silent skip.
                     let next = model::apply(Some(&order), &ev).map_err(Self::reject)?;
-                    self.transition(ctx, &order, &next);
+                    self.transition(ctx, &order, &next)?;
                     order = next;
                 }
                 Action::End(outcome) => {
@@ -380,7 +396,12 @@ impl OrderProcessor {
     }
 
     /// Emits the status change and the read model's update of `from` → `to`.
-    fn transition(&self, ctx: &mut Context<'_>, from: &Order, to: &Order) {
+    fn transition(
+        &self,
+        ctx: &mut Context<'_>,
+        from: &Order,
+        to: &Order,
+    ) -> Result<(), ProcessError> {
         let changed = StatusChanged {
             order_id: to.order_id.clone(),
             changed_at: ctx.wall_clock_ms(),
@@ -400,16 +421,39 @@ impl OrderProcessor {
             model::OrderStatus::Shipped => "shipped",
             model::OrderStatus::Cancelled => "cancelled",
         });
-        self.feed(ctx, to);
+        self.feed(ctx, to)
     }
 
-    fn feed(&self, ctx: &mut Context<'_>, o: &Order) {
+    /// The lines of `order` with their products from the catalog global table.
+    fn stamp_products(&self, order: &Order) -> Result<Vec<OrderedProduct>, ProcessError> {
+        order
+            .lines
+            .iter()
+            .map(|l| {
+                let product = self.products.get(&l.sku)?;
+                if product.is_none() {
+                    telemetry::unknown_product();
+                }
+                Ok(OrderedProduct {
+                    sku: l.sku.clone(),
+                    quantity: l.quantity,
+                    name: product.as_ref().map(|p| p.name.clone()),
+                    category: product.map(|p| p.category),
+                })
+            })
+            .collect()
+    }
+
+    fn feed(&self, ctx: &mut Context<'_>, o: &Order) -> Result<(), ProcessError> {
+        let products: Vec<OrderedProduct> =
+            Self::load(ctx, &format!("products/{}", o.order_id))?.unwrap_or_default();
         let u = CustomerOrderUpdated {
             customer_id: o.customer_id.clone(),
             order_id: o.order_id.clone(),
             status: o.status,
             version: o.version,
             total_minor: o.total_minor,
+            products,
         };
         let (v, h) = messages::encode(types::CUSTOMER_ORDER_UPDATED, &u);
         ctx.emit(
@@ -418,6 +462,7 @@ impl OrderProcessor {
             Some(v),
             h,
         );
+        Ok(())
     }
 }
 
@@ -449,5 +494,10 @@ impl Processor for OrderProcessor {
 
     fn store_name(&self) -> &str {
         super::Topology::Orders.store()
+    }
+
+    /// The product catalog, read whole before the instance joins its group.
+    fn global_tables(&self) -> Vec<GlobalTable> {
+        vec![self.products.table()]
     }
 }

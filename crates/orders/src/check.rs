@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use rdkafka::message::{Headers, Message};
 
+use super::catalog::{CustomerProfile, Product};
 use super::messages::{SagaEnded, SagaOutcome, StatusChanged};
 use super::model::OrderStatus;
 use super::projection::CustomerView;
@@ -36,6 +37,10 @@ pub struct Outputs {
     pub examples: BTreeMap<String, String>,
     /// Records on the orders topic (what the outbox router published).
     pub published: usize,
+    /// Views on the customers topic in all (every update, not only the last per customer).
+    pub view_records: usize,
+    /// Of those, views written while the customer's profile was not in the read model's table.
+    pub views_without_profile: usize,
 }
 
 fn header(m: &rdkafka::message::BorrowedMessage<'_>, name: &str) -> Option<String> {
@@ -81,6 +86,10 @@ pub fn read(clients: &KafkaClients, topics: &Topics, timeout: Duration) -> Resul
     read_all(clients, &topics.customers, timeout, |m| {
         let v: CustomerView = serde_json::from_slice(m.payload().unwrap_or_default())
             .map_err(|err| format!("a customer view that is not one: {err}"))?;
+        out.view_records += 1;
+        if v.name.is_none() {
+            out.views_without_profile += 1;
+        }
         out.views.insert(v.customer_id.clone(), v);
         Ok(())
     })
@@ -264,6 +273,96 @@ pub fn judge(placed: &BTreeMap<String, String>, out: &Outputs) -> Verdict {
     v
 }
 
+/// How the read model's enrichment compares with what the order service and the catalog
+/// service wrote.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Enrichment {
+    /// Customers with a view.
+    pub customers: usize,
+    /// Orders in the views whose customer's view carries a tier.
+    pub orders_with_tier: usize,
+    /// Views (last per customer) without the customer's profile, or with a name that is not
+    /// theirs, or a tier they never had.
+    pub profile_mismatches: usize,
+    /// Order lines in the views.
+    pub lines: usize,
+    /// Of those, lines stamped with the catalog's product name.
+    pub named_lines: usize,
+    /// Lines whose name or category is not the catalog's (or missing for a sku it has, or
+    /// present for one it lacks), plus orders in a view without any line.
+    pub product_mismatches: usize,
+    /// View updates written before the customer's profile was in the read model's table.
+    pub updates_without_profile: usize,
+}
+
+impl Enrichment {
+    /// Every view carries its customer's profile and every line its catalog product.
+    pub fn ok(&self) -> bool {
+        self.customers > 0
+            && self.lines > 0
+            && self.profile_mismatches == 0
+            && self.product_mismatches == 0
+    }
+}
+
+/// Judges the views' enrichment: each customer's last view carries their name and one of the
+/// tiers they had (`tiers`: every tier of each customer, oldest first; a tier change reaches
+/// the view only with the customer's next update), and each order's lines carry the
+/// `catalog`'s name and category for their sku.
+pub fn enrichment(
+    profiles: &BTreeMap<String, CustomerProfile>,
+    tiers: &BTreeMap<String, Vec<String>>,
+    catalog: &[Product],
+    out: &Outputs,
+) -> Enrichment {
+    let products: HashMap<&str, &Product> = catalog.iter().map(|p| (p.sku.as_str(), p)).collect();
+    let mut e = Enrichment {
+        customers: out.views.len(),
+        updates_without_profile: out.views_without_profile,
+        ..Enrichment::default()
+    };
+    for (customer, view) in &out.views {
+        let right_profile = match (profiles.get(customer), &view.name, &view.tier) {
+            (Some(p), Some(name), Some(tier)) => {
+                *name == p.name
+                    && tiers
+                        .get(customer)
+                        .is_some_and(|had| had.iter().any(|t| t == tier))
+            }
+            _ => false,
+        };
+        if !right_profile {
+            e.profile_mismatches += 1;
+        }
+        if view.tier.is_some() {
+            e.orders_with_tier += view.orders.len();
+        }
+        for entry in view.orders.values() {
+            if entry.products.is_empty() {
+                e.product_mismatches += 1;
+            }
+            for line in &entry.products {
+                e.lines += 1;
+                let want = products.get(line.sku.as_str());
+                if line.name.is_some() {
+                    e.named_lines += 1;
+                }
+                let right = match want {
+                    Some(p) => {
+                        line.name.as_deref() == Some(p.name.as_str())
+                            && line.category.as_deref() == Some(p.category.as_str())
+                    }
+                    None => line.name.is_none() && line.category.is_none(),
+                };
+                if !right {
+                    e.product_mismatches += 1;
+                }
+            }
+        }
+    }
+    e
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -292,6 +391,7 @@ mod tests {
                 status: OrderStatus::Shipped,
                 version: 3,
                 total_minor: 1,
+                products: vec![],
             },
         );
         view.orders.insert(
@@ -300,6 +400,7 @@ mod tests {
                 status: OrderStatus::Cancelled,
                 version: 2,
                 total_minor: 1,
+                products: vec![],
             },
         );
         out.views.insert("c-1".into(), view);
@@ -351,6 +452,76 @@ mod tests {
             judge(&placed, &out).timeout_inconsistent,
             1,
             "a charge that timed out must not end shipped"
+        );
+    }
+
+    #[test]
+    fn enrichment_holds_only_for_the_written_profile_and_the_catalogs_products() {
+        use crate::catalog::{demo_catalog, CustomerProfile};
+        use crate::messages::OrderedProduct;
+        let catalog = demo_catalog(2);
+        let profile = CustomerProfile {
+            customer_id: "c-1".into(),
+            name: "Ada C-1".into(),
+            tier: "gold".into(),
+        };
+        let profiles = BTreeMap::from([("c-1".to_string(), profile)]);
+        let tiers = BTreeMap::from([(
+            "c-1".to_string(),
+            vec!["silver".to_string(), "gold".to_string()],
+        )]);
+        let line = |sku: &str, name: Option<&str>, category: Option<&str>| OrderedProduct {
+            sku: sku.into(),
+            quantity: 1,
+            name: name.map(String::from),
+            category: category.map(String::from),
+        };
+        let mut view = CustomerView {
+            customer_id: "c-1".into(),
+            name: Some("Ada C-1".into()),
+            tier: Some("silver".into()), // an earlier tier: the change has not reached the view
+            ..CustomerView::default()
+        };
+        let p0 = &catalog[0];
+        view.orders.insert(
+            "o-1".into(),
+            OrderEntry {
+                status: OrderStatus::Shipped,
+                version: 3,
+                total_minor: 1,
+                products: vec![
+                    line(&p0.sku, Some(&p0.name), Some(&p0.category)),
+                    line("sku-049", None, None), // not in the catalog
+                ],
+            },
+        );
+        let mut out = Outputs::default();
+        out.views.insert("c-1".into(), view.clone());
+        let e = enrichment(&profiles, &tiers, &catalog, &out);
+        assert!(e.ok(), "{e:?}");
+        assert_eq!((e.lines, e.named_lines, e.orders_with_tier), (2, 1, 1));
+
+        let mut wrong = view.clone();
+        wrong.tier = Some("bronze".into()); // never theirs
+        out.views.insert("c-1".into(), wrong);
+        assert_eq!(
+            enrichment(&profiles, &tiers, &catalog, &out).profile_mismatches,
+            1
+        );
+
+        let mut unnamed = view.clone();
+        unnamed.name = None;
+        out.views.insert("c-1".into(), unnamed);
+        assert!(!enrichment(&profiles, &tiers, &catalog, &out).ok());
+
+        let mut misnamed = view;
+        if let Some(o) = misnamed.orders.get_mut("o-1") {
+            o.products[0].name = Some("kite".into());
+        }
+        out.views.insert("c-1".into(), misnamed);
+        assert_eq!(
+            enrichment(&profiles, &tiers, &catalog, &out).product_mismatches,
+            1
         );
     }
 }

@@ -6,19 +6,27 @@
 //!
 //! ```text
 //! order service ─(orders row + outbox row, one SQL txn)─▶ outbox router ─▶ <ns>.orders
+//!               └(customers row + profile outbox row)──▶ outbox router ─▶ <ns>.customer-profiles
+//! catalog service ─▶ <ns>.products (compacted; a global table of the order processor)
 //! <ns>.orders ┐                                   ┌─▶ <ns>.order-status   (status changes)
 //!             ├─▶ orders (aggregate + saga) ──────┼─▶ <ns>.saga-events    (saga outcomes)
-//! <ns>.saga-replies ┘      │           ▲          └─▶ <ns>.customer-feed ─▶ customers ─▶ <ns>.customers
-//!                          ▼           │
+//! <ns>.saga-replies ┘      │   ▲  (products)      └─▶ <ns>.customer-feed ─▶ customers ─▶ <ns>.customers
+//!                          ▼   │                    (+ table <ns>.customer-profiles) ─┘
 //!          <ns>.stock-commands ─▶ stock ─┤
 //!          <ns>.payment-commands ─▶ payment
 //! ```
+//!
+//! Enrichment ([`catalog`]): the order processor looks each line's sku up in the products
+//! global table when an order is placed and stamps the product's name and category into the
+//! read model's feed; the read model joins the customer's profile (name, tier) from the
+//! co-partitioned `customer-profiles` table into the customer's view.
 //!
 //! Two order state machines live here, for different jobs: [`aggregate`] (with [`model`] and
 //! [`saga`]) is the application above; [`poison_lifecycle`] is the fault suite's `poison`
 //! target (`--topology order-lifecycle`), a small Avro order-status machine.
 
 pub mod aggregate;
+pub mod catalog;
 pub mod check;
 pub mod contracts;
 pub mod launch;
@@ -109,6 +117,11 @@ pub struct Topics {
     pub customers: String,
     /// One `fulfilment.saga-ended.v1` per saga, keyed by order id.
     pub saga_events: String,
+    /// The product catalog (compacted, keyed by sku): the order processor's global table.
+    pub products: String,
+    /// Customer profiles from the order service's outbox (compacted, keyed by customer id,
+    /// co-partitioned with `feed`): the read model's table.
+    pub profiles: String,
 }
 
 impl Topics {
@@ -125,6 +138,8 @@ impl Topics {
             feed: t("customer-feed"),
             customers: t("customers"),
             saga_events: t("saga-events"),
+            products: t("products"),
+            profiles: t("customer-profiles"),
         }
     }
 
@@ -147,11 +162,12 @@ impl Topics {
             .chain([self.status.clone(), self.saga_events.clone()])
             .map(|t| TopicSpec::new(t, partitions, "delete"))
             .collect();
-        specs.push(TopicSpec::new(
-            self.customers.clone(),
-            partitions,
-            "compact",
-        ));
+        // The read model's view and its two reference tables: compacted, the latest row per
+        // key is all that matters. The profiles are co-partitioned with the feed (the runtime
+        // checks it); the catalog, a global table, could have any count.
+        for t in [&self.customers, &self.profiles, &self.products] {
+            specs.push(TopicSpec::new(t.clone(), partitions, "compact"));
+        }
         for t in Topology::ALL {
             specs.push(TopicSpec::new(changelog(app_id, t), partitions, "compact"));
         }

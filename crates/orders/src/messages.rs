@@ -60,6 +60,24 @@ pub struct CustomerOrderUpdated {
     pub version: u64,
     /// The order total, minor units.
     pub total_minor: i64,
+    /// The order's lines as the product catalog names them, stamped by the order processor
+    /// when the order was placed (absent in updates written before the enrichment existed).
+    #[serde(default)]
+    pub products: Vec<OrderedProduct>,
+}
+
+/// One order line enriched from the product catalog (a global table): name and category are
+/// `None` when the catalog had no row for the sku when the order was placed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OrderedProduct {
+    /// The line's sku.
+    pub sku: String,
+    /// Units ordered.
+    pub quantity: i32,
+    /// The catalog's product name.
+    pub name: Option<String>,
+    /// The catalog's category.
+    pub category: Option<String>,
 }
 
 /// What the stock service is asked to do.

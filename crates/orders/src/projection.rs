@@ -3,15 +3,27 @@
 //! is applied only if its version is newer than what the view holds for that order, so a
 //! replayed, duplicated or reordered update can never move an order back. Output: the view,
 //! one compacted record per customer on `<ns>.customers`.
+//!
+//! Enrichment: the view carries the customer's profile (name, tier) from the
+//! `<ns>.customer-profiles` table — the order service's second outbox table, co-partitioned
+//! with the feed, read with [`Context::store`] — and each order's products as the order
+//! processor stamped them from the catalog. A customer whose profile is not there yet gets
+//! `None` (counted in `orders_readmodel_missing_profiles_total`); the next update of that
+//! customer fills it in. It should not happen: the order service commits the profile before the
+//! customer's first order, the router publishes them in that order, and the runtime applies a
+//! table record before a stream record of the same or a later timestamp. A tier change reaches
+//! the view with the customer's next update.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::messages::{types, CustomerOrderUpdated};
+use super::catalog::{self, CustomerProfile};
+use super::messages::{types, CustomerOrderUpdated, OrderedProduct};
 use super::model::OrderStatus;
 use super::{telemetry, Topics};
 use eosflow::processor::{Context, ProcessError, Processor, Record};
+use eosflow::topology::TableHandle;
 
 /// One order in a customer's view.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -22,6 +34,9 @@ pub struct OrderEntry {
     pub version: u64,
     /// Its total, minor units.
     pub total_minor: i64,
+    /// Its lines with the catalog's product names (see [`OrderedProduct`]).
+    #[serde(default)]
+    pub products: Vec<OrderedProduct>,
 }
 
 /// What a customer's page shows.
@@ -33,6 +48,12 @@ pub struct CustomerView {
     pub orders: BTreeMap<String, OrderEntry>,
     /// Sum of the totals of shipped orders.
     pub shipped_total_minor: i64,
+    /// The customer's name from their profile (`None`: no profile yet).
+    #[serde(default)]
+    pub name: Option<String>,
+    /// The customer's tier from their profile as it was at the view's last update.
+    #[serde(default)]
+    pub tier: Option<String>,
 }
 
 impl CustomerView {
@@ -51,6 +72,7 @@ impl CustomerView {
                 status: u.status,
                 version: u.version,
                 total_minor: u.total_minor,
+                products: u.products.clone(),
             },
         );
         self.shipped_total_minor = self
@@ -61,18 +83,33 @@ impl CustomerView {
             .sum();
         true
     }
+
+    /// Puts `profile`'s name and tier into the view (`None` clears them).
+    pub fn set_profile(&mut self, profile: Option<&CustomerProfile>) {
+        self.name = profile.map(|p| p.name.clone());
+        self.tier = profile.map(|p| p.tier.clone());
+    }
 }
 
 /// The projection processor.
 #[derive(Debug, Clone)]
 pub struct CustomersProcessor {
     topics: Topics,
+    profiles: TableHandle<String, CustomerProfile>,
 }
 
 impl CustomersProcessor {
-    /// Writes views to `topics.customers`.
+    /// Writes views to `topics.customers`, reading profiles from `topics.profiles`.
     pub fn new(topics: Topics) -> Self {
-        Self { topics }
+        Self {
+            profiles: catalog::profiles(&topics),
+            topics,
+        }
+    }
+
+    /// The customer profiles table (the test driver pipes rows with it).
+    pub fn profiles(&self) -> &TableHandle<String, CustomerProfile> {
+        &self.profiles
     }
 }
 
@@ -104,6 +141,11 @@ impl Processor for CustomersProcessor {
             telemetry::stale_projection_update();
             return Ok(());
         }
+        let profile = ctx.store(self.profiles.store())?.get(&u.customer_id)?;
+        if profile.is_none() {
+            telemetry::missing_profile();
+        }
+        view.set_profile(profile.as_ref());
         let bytes = serde_json::to_vec(&view).unwrap_or_default();
         ctx.put(key.as_bytes(), bytes.clone());
         ctx.emit(
@@ -128,5 +170,13 @@ impl Processor for CustomersProcessor {
 
     fn store_name(&self) -> &str {
         super::Topology::Customers.store()
+    }
+
+    /// The customer profiles, co-partitioned with the feed (both keyed by customer id).
+    fn tables(&self) -> Vec<(String, String)> {
+        vec![(
+            self.profiles.name().to_string(),
+            self.profiles.topic().to_string(),
+        )]
     }
 }

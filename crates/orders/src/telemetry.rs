@@ -52,6 +52,17 @@ pub fn stale_projection_update() {
     metrics::counter!("orders_readmodel_stale_updates_total").increment(1);
 }
 
+/// An order line's sku was not in the product catalog when the order was placed: stamped
+/// without a name.
+pub fn unknown_product() {
+    metrics::counter!("orders_unknown_products_total").increment(1);
+}
+
+/// The read model applied an update of a customer whose profile it does not have yet.
+pub fn missing_profile() {
+    metrics::counter!("orders_readmodel_missing_profiles_total").increment(1);
+}
+
 const fn counter(name: &'static str, help: &'static str) -> MetricDef {
     metric(name, MetricKind::Counter, Unit::Count, help)
 }
@@ -93,5 +104,13 @@ pub const METRICS: &[MetricDef] = &[
     counter(
         "orders_readmodel_stale_updates_total",
         "Read-model updates ignored because they were older than the stored row.",
+    ),
+    counter(
+        "orders_unknown_products_total",
+        "Order lines whose sku the product catalog (global table) did not have when the order was placed: stamped without a name.",
+    ),
+    counter(
+        "orders_readmodel_missing_profiles_total",
+        "Read-model updates applied for a customer whose profile (customer-profiles table) was not there yet.",
     ),
 ];

@@ -3,6 +3,11 @@
 //! lines, a small share of customer cancellations (a second transaction a moment later), and
 //! deliberately bad events (an invalid order, a cancel of an order that does not exist, a
 //! second placement of an existing order, a re-sent event with the same event id).
+//!
+//! Before a customer's first order it registers the customer — a `customers` row (name, tier)
+//! and a profile row in a second outbox table, one SQL transaction — which the same router
+//! publishes to `<ns>.customer-profiles` keyed by customer id; now and then a registered
+//! customer's tier changes (an update and another profile row, one transaction).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -12,6 +17,7 @@ use rand::Rng;
 use serde_json::json;
 
 use super::aggregate::EVENT_ID_HEADER;
+use super::catalog::{CustomerProfile, CUSTOMER_PROFILE_TYPE, TIERS};
 use super::messages::types;
 use super::now_ms;
 use eosflow::config::OutboxConfig;
@@ -59,6 +65,55 @@ impl OutboxEvent for OrderEvent<'_> {
     }
 }
 
+/// A customer's profile as the outbox writer library takes it: aggregate `Customer`, keyed by
+/// customer id.
+struct ProfileEvent<'a>(&'a CustomerProfile);
+
+impl OutboxEvent for ProfileEvent<'_> {
+    fn aggregate_type(&self) -> &str {
+        "Customer"
+    }
+    fn aggregate_id(&self) -> &str {
+        &self.0.customer_id
+    }
+    fn event_type(&self) -> &str {
+        CUSTOMER_PROFILE_TYPE
+    }
+    fn payload(&self) -> Payload {
+        Payload::Json(json!({
+            "customer_id": self.0.customer_id,
+            "name": self.0.name,
+            "tier": self.0.tier,
+        }))
+    }
+}
+
+/// The outbox writer of one served outbox table (`outbox.table` or an `outbox.tables` entry).
+fn outbox_writer(outbox: &OutboxConfig) -> OutboxWriter {
+    OutboxWriter::with_columns(
+        &outbox.table,
+        Columns {
+            id: outbox.column_id.clone(),
+            occurred_at: outbox.column_occurred_at.clone(),
+            aggregate_type: outbox.column_aggregate_type.clone(),
+            aggregate_id: outbox.column_aggregate_id.clone(),
+            event_type: outbox.column_type.clone(),
+            payload: outbox.column_payload.clone(),
+            headers: outbox.column_headers.clone(),
+            payload_bytea: false,
+        },
+    )
+}
+
+/// The demo's name of customer `id`: fixed, so a check can recompute it.
+pub fn customer_name(id: &str) -> String {
+    const FIRST: [&str; 8] = [
+        "Ada", "Grace", "Alan", "Edsger", "Barbara", "Ken", "Leslie", "Frances",
+    ];
+    let n: usize = id.bytes().map(usize::from).sum();
+    format!("{} {}", FIRST[n % FIRST.len()], id.to_uppercase())
+}
+
 fn pg(what: &str) -> impl FnOnce(tokio_postgres::Error) -> WriterError + '_ {
     move |source| WriterError::Postgres {
         what: what.to_string(),
@@ -79,6 +134,8 @@ pub struct Mix {
     pub resend_rate: f64,
     /// Distinct customers.
     pub customers: u32,
+    /// Share of orders after which a registered customer's tier changes.
+    pub tier_change_rate: f64,
 }
 
 /// What the writer did, counted as it goes (read by the progress line).
@@ -96,6 +153,10 @@ pub struct Tally {
     pub duplicate_orders: AtomicU64,
     /// Events re-sent with the same event id (dropped by dedup).
     pub resent: AtomicU64,
+    /// Customers registered (a profile row each, before their first order).
+    pub profiles: AtomicU64,
+    /// Tier changes of registered customers.
+    pub tier_changes: AtomicU64,
 }
 
 impl Tally {
@@ -117,7 +178,12 @@ pub struct Writer {
     client: tokio_postgres::Client,
     rt: tokio::runtime::Runtime,
     orders: String,
+    customers: String,
     outbox: OutboxWriter,
+    /// The profiles' outbox table: `outbox.tables`' first entry, else `outbox.table`.
+    profiles: OutboxWriter,
+    /// Every tier each registered customer has had, oldest first.
+    tiers: BTreeMap<String, Vec<String>>,
 }
 
 impl std::fmt::Debug for Writer {
@@ -130,10 +196,13 @@ impl std::fmt::Debug for Writer {
 }
 
 impl Writer {
-    /// Connects and creates the `orders` table and the outbox table (the router's migration).
+    /// Connects and creates the `orders` and `customers` tables and every outbox table the
+    /// router serves (its migration). Profiles go to the first of `outbox.tables` (the order
+    /// events to `outbox.table`), or to `outbox.table` too when there is none.
     pub fn connect(
         url: &str,
         orders_table: &str,
+        customers_table: &str,
         outbox: &OutboxConfig,
     ) -> Result<Self, WriterError> {
         let rt = tokio::runtime::Builder::new_current_thread()
@@ -149,9 +218,19 @@ impl Writer {
                     tracing::warn!(error = %e, "order service connection ended");
                 }
             });
-            eosflow_outbox::migrate::migrate(&client, outbox)
+            for table in outbox.served() {
+                eosflow_outbox::migrate::migrate(&client, &table)
+                    .await
+                    .map_err(|e| WriterError::Other(format!("outbox migration: {e}")))?;
+            }
+            let customers = quote_ident(customers_table);
+            client
+                .batch_execute(&format!(
+                    "create table if not exists {customers} (customer_id text primary key, name text not null, \
+                     tier text not null, updated_at timestamptz not null default now())"
+                ))
                 .await
-                .map_err(|e| WriterError::Other(format!("outbox migration: {e}")))?;
+                .map_err(pg("creating the customers table"))?;
             let orders = quote_ident(orders_table);
             client
                 .batch_execute(&format!(
@@ -162,24 +241,78 @@ impl Writer {
                 .map_err(pg("creating the orders table"))?;
             Ok::<_, WriterError>(client)
         })?;
+        let served = outbox.served();
         Ok(Self {
             client,
             rt,
             orders: quote_ident(orders_table),
-            outbox: OutboxWriter::with_columns(
-                &outbox.table,
-                Columns {
-                    id: outbox.column_id.clone(),
-                    occurred_at: outbox.column_occurred_at.clone(),
-                    aggregate_type: outbox.column_aggregate_type.clone(),
-                    aggregate_id: outbox.column_aggregate_id.clone(),
-                    event_type: outbox.column_type.clone(),
-                    payload: outbox.column_payload.clone(),
-                    headers: outbox.column_headers.clone(),
-                    payload_bytea: false,
-                },
-            ),
+            customers: quote_ident(customers_table),
+            outbox: outbox_writer(outbox),
+            profiles: outbox_writer(served.get(1).unwrap_or(outbox)),
+            tiers: BTreeMap::new(),
         })
+    }
+
+    /// Every registered customer's profile as the `customers` table holds it now.
+    pub fn profiles(&self) -> Result<BTreeMap<String, CustomerProfile>, WriterError> {
+        let rows = self
+            .rt
+            .block_on(self.client.query(
+                &format!("select customer_id, name, tier from {}", self.customers),
+                &[],
+            ))
+            .map_err(pg("reading the customers table"))?;
+        Ok(rows
+            .iter()
+            .map(|r| {
+                let p = CustomerProfile {
+                    customer_id: r.get(0),
+                    name: r.get(1),
+                    tier: r.get(2),
+                };
+                (p.customer_id.clone(), p)
+            })
+            .collect())
+    }
+
+    /// Every tier each customer registered by this writer has had, oldest first.
+    pub fn tier_history(&self) -> &BTreeMap<String, Vec<String>> {
+        &self.tiers
+    }
+
+    /// Registers `customer_id` with `tier` (or changes their tier): the `customers` row and a
+    /// profile outbox row in one SQL transaction.
+    pub fn upsert_profile(&mut self, customer_id: &str, tier: &str) -> Result<(), WriterError> {
+        let profile = CustomerProfile {
+            customer_id: customer_id.to_string(),
+            name: customer_name(customer_id),
+            tier: tier.to_string(),
+        };
+        let sql = format!(
+            "insert into {} (customer_id, name, tier) values ($1, $2, $3) \
+             on conflict (customer_id) do update set tier = excluded.tier, updated_at = now()",
+            self.customers
+        );
+        let (profiles, client) = (&self.profiles, &mut self.client);
+        self.rt.block_on(async {
+            let tx = client.transaction().await.map_err(pg("begin"))?;
+            tx.execute(
+                sql.as_str(),
+                &[&profile.customer_id, &profile.name, &profile.tier],
+            )
+            .await
+            .map_err(pg("writing the customers row"))?;
+            let ctx = Context::default();
+            profiles
+                .append_tokio_postgres(&tx, &ProfileEvent(&profile), &ctx)
+                .await?;
+            tx.commit().await.map_err(pg("commit"))
+        })?;
+        self.tiers
+            .entry(profile.customer_id)
+            .or_default()
+            .push(profile.tier);
+        Ok(())
     }
 
     /// Runs `sql` (cleanup, slot checks).
@@ -273,6 +406,11 @@ impl Writer {
             n += 1;
             let order_id = format!("{prefix}-{n:06}");
             let customer = format!("c-{:04}", rng.gen_range(0..mix.customers.max(1)));
+            if !self.tiers.contains_key(&customer) {
+                // Registered before the first order: the profile's transaction commits first.
+                self.upsert_profile(&customer, TIERS[rng.gen_range(0..TIERS.len())])?;
+                tally.profiles.fetch_add(1, Ordering::Relaxed);
+            }
             let lines: Vec<serde_json::Value> = (0..rng.gen_range(1..=3))
                 .map(|_| json!({"sku": format!("sku-{:03}", rng.gen_range(0..50)), "quantity": rng.gen_range(1..=3), "unit_price_minor": rng.gen_range(100..5000)}))
                 .collect();
@@ -319,6 +457,20 @@ impl Writer {
             }
             if rng.gen_bool(mix.poison_rate.clamp(0.0, 1.0)) {
                 self.poison(&mut rng, &order_id, &placed, tally)?;
+            }
+            if rng.gen_bool(mix.tier_change_rate.clamp(0.0, 1.0)) {
+                // Some registered customer moves to another tier.
+                let k = rng.gen_range(0..self.tiers.len());
+                let picked = self
+                    .tiers
+                    .iter()
+                    .nth(k)
+                    .map(|(c, t)| (c.clone(), t.last().cloned()));
+                if let Some((who, Some(old))) = picked {
+                    let others: Vec<&str> = TIERS.iter().copied().filter(|t| *t != old).collect();
+                    self.upsert_profile(&who, others[rng.gen_range(0..others.len())])?;
+                    tally.tier_changes.fetch_add(1, Ordering::Relaxed);
+                }
             }
             self.flush_later(&mut later, false, tally)?;
         }

@@ -8,8 +8,11 @@
 //! - [`saga`] — the order processor and the fulfilment saga, alone and wired to the services;
 //! - [`input`] — bad input, the registry down (retry ladder, parked followers), re-sent events;
 //! - [`services`] — the stock and payment services and the customers read model;
-//! - [`timeouts`] — saga timeouts: each step unanswered, late replies, replies in time.
+//! - [`timeouts`] — saga timeouts: each step unanswered, late replies, replies in time;
+//! - [`enrichment`] — the catalog global table stamped into the feed, the customer profiles
+//!   table joined into the read model's view.
 
+mod enrichment;
 mod input;
 mod saga;
 mod services;
