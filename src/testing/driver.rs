@@ -39,7 +39,7 @@ pub enum DriverError {
     /// A typed store read failed.
     #[error(transparent)]
     Process(#[from] ProcessError),
-    /// A global table is not part of the topology, or already bound to another driver.
+    /// A global table is not part of the topology, or its store cannot be read.
     #[error("{0}")]
     Global(String),
     /// The temporary state directory could not be made.

@@ -110,6 +110,9 @@ impl<P: Processor> Processor for SlowSometimes<P> {
     fn tables(&self) -> Vec<(String, String)> {
         self.inner.tables()
     }
+    fn versioned_tables(&self) -> Vec<(String, std::time::Duration)> {
+        self.inner.versioned_tables()
+    }
     fn global_tables(&self) -> Vec<eosflow::topology::GlobalTable> {
         self.inner.global_tables()
     }
