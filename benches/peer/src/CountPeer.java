@@ -16,19 +16,15 @@ import java.io.UncheckedIOException;
 import java.nio.ByteBuffer;
 import java.nio.charset.StandardCharsets;
 import java.util.Properties;
-import java.util.concurrent.CountDownLatch;
 
 import org.apache.avro.Schema;
 import org.apache.avro.generic.GenericDatumReader;
 import org.apache.avro.generic.GenericRecord;
 import org.apache.avro.io.BinaryDecoder;
 import org.apache.avro.io.DecoderFactory;
-import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.common.header.Header;
 import org.apache.kafka.common.serialization.Serdes;
-import org.apache.kafka.streams.KafkaStreams;
 import org.apache.kafka.streams.StreamsBuilder;
-import org.apache.kafka.streams.StreamsConfig;
 import org.apache.kafka.streams.kstream.Consumed;
 import org.apache.kafka.streams.kstream.Produced;
 import org.apache.kafka.streams.processor.api.Processor;
@@ -101,16 +97,7 @@ public final class CountPeer {
       System.exit(2);
     }
     Schema schema = new Schema.Parser().parse(new File(args[7]));
-    Properties p = new Properties();
-    p.put(StreamsConfig.BOOTSTRAP_SERVERS_CONFIG, args[0]);
-    p.put(StreamsConfig.APPLICATION_ID_CONFIG, args[3]);
-    p.put(StreamsConfig.STATE_DIR_CONFIG, args[4]);
-    p.put(StreamsConfig.PROCESSING_GUARANTEE_CONFIG, args[5]);
-    p.put(StreamsConfig.COMMIT_INTERVAL_MS_CONFIG, args[6]);
-    p.put(StreamsConfig.NUM_STREAM_THREADS_CONFIG, 1);
-    p.put(StreamsConfig.consumerPrefix(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG), "earliest");
-    p.put(StreamsConfig.consumerPrefix(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG), 6000);
-    p.put(StreamsConfig.consumerPrefix(ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG), 1000);
+    Properties p = Peer.config(args);
 
     StreamsBuilder b = new StreamsBuilder();
     b.addStateStore(
@@ -121,22 +108,6 @@ public final class CountPeer {
         .process(() -> new Count(schema), STORE)
         .to(args[2], Produced.with(Serdes.String(), Serdes.String()));
 
-    KafkaStreams streams = new KafkaStreams(b.build(), p);
-    CountDownLatch done = new CountDownLatch(1);
-    streams.setStateListener(
-        (now, before) -> {
-          System.out.println(now);
-          System.out.flush();
-          if (now == KafkaStreams.State.ERROR || now == KafkaStreams.State.NOT_RUNNING) {
-            done.countDown();
-          }
-        });
-    Runtime.getRuntime().addShutdownHook(new Thread(() -> {
-      streams.close();
-      done.countDown();
-    }));
-    streams.start();
-    done.await();
-    System.exit(streams.state() == KafkaStreams.State.ERROR ? 1 : 0);
+    Peer.run(b.build(), p);
   }
 }

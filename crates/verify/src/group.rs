@@ -8,9 +8,57 @@ use std::time::{Duration, Instant};
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
 
 use super::scenario::ScenarioEnv;
-use super::{instance_env, Instance};
+use super::{instance_env, wait_for_topics, Instance};
 use eosflow::config::Config;
+use eosflow::kafka::topics::{self, TopicSpec};
 use eosflow::kafka::{ClientRole, KafkaClients};
+use eosflow::topology::Topology;
+
+/// A topology scenario's run: its application id `<scenario>-<run id>` and topics.
+pub(crate) struct Run {
+    /// Application (group) id.
+    pub app_id: String,
+    /// `<app_id>.input`.
+    pub input: String,
+    /// `<app_id>.output`.
+    pub output: String,
+}
+
+impl Run {
+    /// A new run of `scenario`: names only, nothing created.
+    pub fn new(scenario: &str) -> Self {
+        let run_id = uuid::Uuid::new_v4().simple().to_string()[..8].to_string();
+        let app_id = format!("{scenario}-{run_id}");
+        Self {
+            input: format!("{app_id}.input"),
+            output: format!("{app_id}.output"),
+            app_id,
+        }
+    }
+
+    /// Creates the input and output, `extra` topics and `topology`'s internal topics, all with
+    /// `partitions`, and waits until the broker shows every partition.
+    pub fn create_topics(
+        &self,
+        config: &Config,
+        clients: &KafkaClients,
+        topology: &Topology,
+        partitions: i32,
+        extra: Vec<TopicSpec>,
+    ) -> Result<(), String> {
+        let mut app = config.clone();
+        app.app.id = self.app_id.clone();
+        let mut specs = vec![
+            TopicSpec::new(&self.input, partitions, "delete"),
+            TopicSpec::new(&self.output, partitions, "delete"),
+        ];
+        specs.extend(extra);
+        specs.extend(topology.internal_topics(&app, partitions));
+        topics::apply_blocking(clients, &specs, Duration::from_secs(30))
+            .map_err(|e| format!("creating the run's topics: {e}"))?;
+        wait_for_topics(clients, &specs)
+    }
+}
 
 /// What a run's group is.
 pub(crate) struct GroupSpec<'a> {

@@ -13,12 +13,11 @@ use std::time::{Duration, Instant};
 use rdkafka::message::Headers;
 use rdkafka::Message;
 
-use super::group::{self, GroupSpec, Outgoing};
+use super::group::{self, GroupSpec, Outgoing, Run};
+use super::group_lag;
 use super::scenario::{Scenario, ScenarioEnv, ScenarioReport};
-use super::{group_lag, wait_for_topics};
 use eosflow::config::Config;
 use eosflow::kafka::reader::read_all;
-use eosflow::kafka::topics::{self, TopicSpec};
 use eosflow::kafka::KafkaClients;
 use eosflow::serdes::{I64Serde, Serde, StringSerde};
 use eosflow::topology::windows::{
@@ -280,21 +279,10 @@ impl Options {
 pub fn run(config: &Config, env: &ScenarioEnv, opts: &Options) -> Result<ScenarioReport, String> {
     let started = Instant::now();
     let clients = KafkaClients::new(config.kafka.clone());
-    let run_id = uuid::Uuid::new_v4().simple().to_string()[..8].to_string();
-    let app_id = format!("windows-{run_id}");
-    let input = format!("{app_id}.input");
-    let output = format!("{app_id}.output");
-    let topology = topology(&input, &output).map_err(|e| e.to_string())?;
-    let mut app = config.clone();
-    app.app.id = app_id.clone();
-    let mut specs = vec![
-        TopicSpec::new(&input, opts.partitions, "delete"),
-        TopicSpec::new(&output, opts.partitions, "delete"),
-    ];
-    specs.extend(topology.internal_topics(&app, opts.partitions));
-    topics::apply_blocking(&clients, &specs, Duration::from_secs(30))
-        .map_err(|e| format!("creating the run's topics: {e}"))?;
-    wait_for_topics(&clients, &specs)?;
+    let run = Run::new("windows");
+    let (app_id, input, output) = (run.app_id.as_str(), run.input.as_str(), run.output.as_str());
+    let topology = topology(input, output).map_err(|e| e.to_string())?;
+    run.create_topics(config, &clients, &topology, opts.partitions, Vec::new())?;
     let workload = workload(
         eosflow::clock::now_ms() - 3 * 3_600_000,
         opts.partitions,
@@ -305,7 +293,7 @@ pub fn run(config: &Config, env: &ScenarioEnv, opts: &Options) -> Result<Scenari
     group::produce(
         &clients,
         workload.iter().map(|r| Outgoing {
-            topic: &input,
+            topic: input,
             partition: r.partition,
             key: &r.key,
             value: Some(&r.id),
@@ -315,22 +303,22 @@ pub fn run(config: &Config, env: &ScenarioEnv, opts: &Options) -> Result<Scenari
     let total = workload.len() as i64;
 
     let spec = GroupSpec {
-        app_id: &app_id,
+        app_id,
         topology: "windowed-count",
-        input: &input,
-        output: &output,
+        input,
+        output,
         instances: opts.instances,
         max_batch: 50,
     };
-    let mut instances = group::spawn(config, env, &spec, &env.work_dir.join(&app_id))?;
-    let lag = || group_lag(&clients, &app_id, &input, opts.partitions).unwrap_or(i64::MAX);
-    let killed = group::kill_until_drained(&mut instances, env, &output, opts.kills, lag)?;
+    let mut instances = group::spawn(config, env, &spec, &env.work_dir.join(app_id))?;
+    let lag = || group_lag(&clients, app_id, input, opts.partitions).unwrap_or(i64::MAX);
+    let killed = group::kill_until_drained(&mut instances, env, output, opts.kills, lag)?;
     let drained_s = started.elapsed().as_secs_f64();
     for inst in &mut instances {
         inst.kill9();
     }
-    let got = results(&clients, &output)?;
-    let dead = dead_letters(&clients, &eosflow::retry::dlt::topic_for(&input))?;
+    let got = results(&clients, output)?;
+    let dead = dead_letters(&clients, &eosflow::retry::dlt::topic_for(input))?;
     let c = compare(&want, &got, &dead);
     let mid_stream = killed.mid_stream(total);
     Ok(ScenarioReport {
