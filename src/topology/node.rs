@@ -195,6 +195,34 @@ impl<'n, 'a> NodeContext<'n, 'a> {
         });
     }
 
+    /// Dead-letters the input record as too late (class `late-record`, counted in
+    /// `eosflow_late_records_total{node}`): `reason` in `eosflow.dlt.reason`, then `extra`
+    /// headers, the stream time and this node's name as `eosflow.dlt.late.*` headers. The
+    /// windowed aggregate and the stream-stream join share it.
+    pub(crate) fn dead_letter_late(
+        &mut self,
+        reason: String,
+        extra: &[(&str, String)],
+        stream: i64,
+    ) {
+        crate::telemetry::late_record(self.node);
+        let headers = extra
+            .iter()
+            .map(|(k, v)| (*k, v.clone()))
+            .chain([
+                ("late.stream.time", stream.to_string()),
+                ("late.node", self.node.to_string()),
+            ])
+            .map(|(k, v)| (format!("{}{k}", crate::retry::dlt::PREFIX), v.into_bytes()))
+            .collect();
+        self.inner
+            .request_dead_letter(crate::processor::DeadLetterRequest {
+                class: crate::retry::dlt::DltClass::LateRecord,
+                reason,
+                headers,
+            });
+    }
+
     /// The batch's wall-clock time (ms): the runtime's clock, or the test driver's.
     pub fn wall_clock_ms(&self) -> i64 {
         self.inner.wall_clock_ms()

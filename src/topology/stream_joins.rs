@@ -98,9 +98,8 @@ use super::node::{NodeContext, NodeProcessor, TypedRecord};
 use super::tables::JoinInput;
 use super::windows::{data_key, parse_data_key, Window, WindowStoreHandle, EXPIRE_PER_CALL};
 use crate::codec::envelope::EnvelopeRef;
-use crate::processor::{DeadLetterRequest, Timer};
+use crate::processor::Timer;
 use crate::record::ProcessError;
-use crate::retry::dlt::{DltClass, PREFIX};
 use crate::serdes::{Serde, SerdeError};
 
 /// How close in event time two records must be to join, and how long out-of-order records are
@@ -468,23 +467,11 @@ where
 {
     /// A record too late for its window: to the DLT, counted, neither joined nor buffered.
     fn late(&self, ctx: &mut NodeContext<'_, '_>, t: i64, stream: i64) {
-        crate::telemetry::late_record(ctx.node_name());
         let reason = format!(
             "late record: event time {t} + {} ms of join window + {} ms of grace is before the stream time {stream}",
             self.look_ahead, self.windows.grace
         );
-        let headers = [
-            ("late.stream.time", stream.to_string()),
-            ("late.node", ctx.node_name().to_string()),
-        ]
-        .into_iter()
-        .map(|(k, v)| (format!("{PREFIX}{k}"), v.into_bytes()))
-        .collect();
-        ctx.inner.request_dead_letter(DeadLetterRequest {
-            class: DltClass::LateRecord,
-            reason,
-            headers,
-        });
+        ctx.dead_letter_late(reason, &[], stream);
     }
 
     /// Deletes the buffered records no record that is not late can join any more, in the

@@ -8,9 +8,8 @@ use std::time::Duration;
 
 use super::store::{data_key, parse_data_key, WindowStoreHandle};
 use super::{millis, EmitStrategy, LateRecords, SessionWindows, TimeWindows, Window, Windowed};
-use crate::processor::{DeadLetterRequest, Timer, TimerKind};
+use crate::processor::{Timer, TimerKind};
 use crate::record::ProcessError;
-use crate::retry::dlt::{DltClass, PREFIX};
 use crate::topology::{NodeContext, NodeProcessor, TypedRecord};
 
 /// Windows expired at most per record (or per closing window): retention's work is spread
@@ -209,7 +208,6 @@ where
         ts: i64,
         stream: i64,
     ) -> Result<(), ProcessError> {
-        crate::telemetry::late_record(ctx.node_name());
         let list = windows
             .iter()
             .map(|w| format!("{}-{}", w.start, w.end))
@@ -221,21 +219,10 @@ where
                     "late record: event time {ts} is past the close time of every window it belongs to ({list}; close = end + {} ms) at stream time {stream}",
                     self.close_delay()
                 );
-                let headers = [
-                    ("late.windows", list),
-                    ("late.stream.time", stream.to_string()),
-                    ("late.node", ctx.node_name().to_string()),
-                ]
-                .into_iter()
-                .map(|(k, v)| (format!("{PREFIX}{k}"), v.into_bytes()))
-                .collect();
-                ctx.inner.request_dead_letter(DeadLetterRequest {
-                    class: DltClass::LateRecord,
-                    reason,
-                    headers,
-                });
+                ctx.dead_letter_late(reason, &[("late.windows", list)], stream);
             }
             LateRecords::Forward(child) => {
+                crate::telemetry::late_record(ctx.node_name());
                 record
                     .headers
                     .push(("eosflow.late.windows".into(), list.into_bytes()));
