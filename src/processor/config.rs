@@ -71,7 +71,17 @@ pub struct ProcessorConfig {
     /// whole changelog. Placement follows the group's membership (the next members after the
     /// owner, by client id); with fewer other members than this, each keeps what it can.
     pub standby_replicas: u32,
+    /// Processing threads of this instance (Kafka Streams' `num.stream.threads`), 1..=64. Each
+    /// is a member of the consumer group with its own transactional producer and commit loop,
+    /// so the instance's partitions spread over them and a slow batch on one does not hold the
+    /// others. More threads than cores only adds transactions; more than the instance's share
+    /// of partitions leaves threads idle. Needs one processor per thread
+    /// ([`crate::runner::run_threads`]).
+    pub threads: u32,
 }
+
+/// The most processing threads `processor.threads` accepts.
+pub const MAX_THREADS: u32 = 64;
 
 /// The most standby replicas `processor.standby_replicas` accepts: every copy tails every
 /// changelog partition it keeps, so more than a few only costs reads.
@@ -92,6 +102,7 @@ impl Default for ProcessorConfig {
             stuck_after_ms: 60_000,
             guarantee: Guarantee::ExactlyOnce,
             standby_replicas: 0,
+            threads: 1,
         }
     }
 }
@@ -135,6 +146,12 @@ impl ProcessorConfig {
                     "{} is outside 0..={MAX_STANDBY_REPLICAS}",
                     self.standby_replicas
                 ),
+            ));
+        }
+        if !(1..=MAX_THREADS).contains(&self.threads) {
+            return Err(ConfigError::invalid(
+                "processor.threads",
+                format!("{} is outside 1..={MAX_THREADS}", self.threads),
             ));
         }
         if self.session_timeout_ms < 1000 {

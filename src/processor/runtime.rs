@@ -118,6 +118,9 @@ pub struct RuntimeOptions {
     /// The versioned ones among them, `(store name, history)`
     /// ([`Processor::versioned_tables`]).
     pub versioned_tables: Vec<(String, Duration)>,
+    /// This loop's index among the instance's processing threads (`processor.threads`): 0
+    /// keeps the ids a one-thread instance has always had.
+    pub thread: usize,
 }
 
 impl RuntimeOptions {
@@ -164,6 +167,7 @@ impl RuntimeOptions {
             exactly_once: config.processor.guarantee == crate::config::Guarantee::ExactlyOnce,
             tables: Vec::new(),
             versioned_tables: Vec::new(),
+            thread: 0,
         })
     }
 
@@ -175,9 +179,35 @@ impl RuntimeOptions {
             .unwrap_or_else(|| DEFAULT.get_or_init(RetryPolicy::default))
     }
 
-    /// `transactional.id` of this instance.
+    /// `transactional.id` of this loop: `<app>-<instance>` for the first processing thread
+    /// (the id of a one-thread instance), `<app>-<instance>-t<i>` for thread `i` (KIP-447: one
+    /// producer per thread, each fenced by its own id).
+    ///
+    /// ```
+    /// use eosflow::config::Config;
+    /// use eosflow::processor::RuntimeOptions;
+    /// let mut config = Config::default();
+    /// config.app.id = "orders".into();
+    /// config.app.instance_id = "pod-0".into();
+    /// config.processor.input_topics = vec!["in".into()];
+    /// let mut opts = RuntimeOptions::from_config(&config).unwrap();
+    /// assert_eq!(opts.transactional_id(), "orders-pod-0");
+    /// opts.thread = 2;
+    /// assert_eq!(opts.transactional_id(), "orders-pod-0-t2");
+    /// assert_eq!(opts.member_instance_id(), "pod-0-t2");
+    /// ```
     pub fn transactional_id(&self) -> String {
-        format!("{}-{}", self.app_id, self.instance_id)
+        format!("{}-{}", self.app_id, self.member_instance_id())
+    }
+
+    /// This loop's `group.instance.id` under static membership: the instance id, suffixed
+    /// `-t<i>` for processing thread `i` > 0 (every thread is its own group member).
+    pub fn member_instance_id(&self) -> String {
+        if self.thread == 0 {
+            self.instance_id.clone()
+        } else {
+            format!("{}-t{}", self.instance_id, self.thread)
+        }
     }
 }
 
@@ -206,6 +236,22 @@ pub struct RunSummary {
     pub aborts: u64,
     /// Partition restores and what they replayed.
     pub restores: Vec<(i32, RestoreStats)>,
+}
+
+impl RunSummary {
+    /// Adds another processing thread's counters to these.
+    pub fn absorb(&mut self, other: RunSummary) {
+        self.records += other.records;
+        self.dedup_hits += other.dedup_hits;
+        self.dead_lettered += other.dead_lettered;
+        self.retried += other.retried;
+        self.parked_followers += other.parked_followers;
+        self.timers_fired += other.timers_fired;
+        self.table_updates += other.table_updates;
+        self.commits += other.commits;
+        self.aborts += other.aborts;
+        self.restores.extend(other.restores);
+    }
 }
 
 #[derive(Debug)]
@@ -251,7 +297,9 @@ impl ClientContext for GroupContext {
         };
         for (topic, t) in &stats.topics {
             for (id, part) in &t.partitions {
-                if *id < 0 || part.hi_offset < 0 {
+                // Only partitions this member consumes: another processing thread of the
+                // instance reports its own, and a partition this one lost keeps stale figures.
+                if *id < 0 || part.hi_offset < 0 || !part.desired {
                     continue;
                 }
                 let ours = committed.get(&(topic.clone(), *id)).copied().unwrap_or(-1);
@@ -376,8 +424,11 @@ pub struct Runtime<P: Processor> {
     batch_alignment: (Vec<usize>, align::Times, align::Times),
     /// `processor.standby_replicas`.
     standby_replicas: usize,
-    /// The standby tailer while the loop runs (`processor.standby_replicas` > 0).
-    standby: Option<super::standby::Standby>,
+    /// The standby tailer while the loop runs (`processor.standby_replicas` > 0), shared by
+    /// the instance's processing threads.
+    pub(super) standby: Option<Arc<super::standby::Standby>>,
+    /// The partitions the instance's processing threads hold open (more than one thread).
+    pub(super) leases: Option<Arc<super::threads::Leases>>,
     /// The topics the group consumer subscribes to when `run` starts (after the global tables
     /// are bootstrapped).
     subscription: Vec<String>,
@@ -595,7 +646,16 @@ pub(super) use crate::clock::now_ms;
 impl<P: Processor> Runtime<P> {
     /// Connects: creates the transactional producer (fencing a previous incarnation of this
     /// instance) and subscribes the group consumer.
-    pub fn new(config: &Config, mut processor: P) -> Result<Self, RuntimeError> {
+    pub fn new(config: &Config, processor: P) -> Result<Self, RuntimeError> {
+        Self::new_member(config, processor, 0)
+    }
+
+    /// The loop of processing thread `thread` (see [`super::threads`]).
+    pub(super) fn new_member(
+        config: &Config,
+        mut processor: P,
+        thread: usize,
+    ) -> Result<Self, RuntimeError> {
         // A topology names its repartition topics for the application before its inputs are
         // asked for: they are inputs too (retry levels, DLT, co-partitioned, subscribed).
         processor.bind_application(&config.app.id);
@@ -607,6 +667,7 @@ impl<P: Processor> Runtime<P> {
             }
             None => RuntimeOptions::from_config(config)?,
         };
+        opts.thread = thread;
         let clients = KafkaClients::new(config.kafka.clone());
         let changelog = format!("{}-{}-changelog", opts.app_id, processor.store_name());
         let stores = named_changelogs(&opts.app_id, processor.store_name(), processor.stores())?;
@@ -622,7 +683,10 @@ impl<P: Processor> Runtime<P> {
         let mut group_config = clients.config(ClientRole::GroupConsumer {
             group: &opts.app_id,
             session_timeout: opts.session_timeout,
-            instance: opts.static_membership.then_some(opts.instance_id.as_str()),
+            instance: opts
+                .static_membership
+                .then(|| opts.member_instance_id())
+                .as_deref(),
         });
         if standby_replicas > 0 {
             // How the standby placement finds this instance among the group's members.
@@ -713,6 +777,7 @@ impl<P: Processor> Runtime<P> {
             batch_alignment: (Vec::new(), HashMap::new(), HashMap::new()),
             standby_replicas,
             standby: None,
+            leases: None,
             subscription: subscribed,
             globals,
         })
@@ -754,48 +819,93 @@ impl<P: Processor> Runtime<P> {
     pub fn run(mut self, shutdown: Arc<AtomicBool>) -> Result<RunSummary, RuntimeError> {
         // Global tables first, read to their end while `/readyz` says 503 (a restore: alive,
         // not ready); only then is the group joined, so no partition waits on this instance.
-        let _globals = if self.globals.is_empty() {
-            None
-        } else {
-            self.health.set_restoring(true);
-            let globals = super::globals::bootstrap(
-                &self.clients,
-                &self.opts.state_dir,
-                &self.globals,
-                self.opts.restore_timeout,
-            );
-            self.health.set_restoring(false);
-            Some(globals?)
-        };
+        let _globals = self.bootstrap_globals()?;
+        let _depth = self.watch_dlt_depth();
+        self.standby = self.start_standby();
+        self.run_member(&shutdown)
+    }
+
+    /// Reads the processor's global tables to their end and keeps them current (`None`
+    /// without any); the instance's other processing threads are bound to the same stores.
+    pub(super) fn bootstrap_globals(
+        &self,
+    ) -> Result<Option<super::globals::Globals>, RuntimeError> {
+        if self.globals.is_empty() {
+            return Ok(None);
+        }
+        self.health.set_restoring(true);
+        let globals = super::globals::bootstrap(
+            &self.clients,
+            &self.opts.state_dir,
+            &self.globals,
+            self.opts.restore_timeout,
+        );
+        self.health.set_restoring(false);
+        globals.map(Some)
+    }
+
+    /// The processor's global tables (bound by [`Self::bootstrap_globals`] of thread 0).
+    pub(super) fn global_tables(&self) -> &[crate::topology::GlobalTable] {
+        &self.globals
+    }
+
+    /// The DLT depth gauges' watcher (one per instance).
+    pub(super) fn watch_dlt_depth(&self) -> Option<DepthWatcher> {
+        if self.opts.dlt_depth_interval.is_zero() {
+            return None;
+        }
+        let dlts = self.opts.input_topics.iter().map(|t| dlt::topic_for(t));
+        DepthWatcher::start(&self.clients, dlts.collect(), self.opts.dlt_depth_interval)
+            .map_err(|e| tracing::warn!(error = %e, "DLT depth gauges are off"))
+            .ok()
+    }
+
+    /// Joins the group and runs the loop until `shutdown` or a fatal error; then leaves the
+    /// group and closes the stores.
+    pub(super) fn run_member(mut self, shutdown: &AtomicBool) -> Result<RunSummary, RuntimeError> {
         let topics: Vec<&str> = self.subscription.iter().map(String::as_str).collect();
         self.consumer.subscribe(&topics)?;
-        let _depth = (!self.opts.dlt_depth_interval.is_zero())
-            .then(|| {
-                let dlts = self.opts.input_topics.iter().map(|t| dlt::topic_for(t));
-                DepthWatcher::start(&self.clients, dlts.collect(), self.opts.dlt_depth_interval)
-                    .map_err(|e| tracing::warn!(error = %e, "DLT depth gauges are off"))
-                    .ok()
-            })
-            .flatten();
-        self.start_standby();
-        let result = self.run_loop(&shutdown);
-        self.standby = None;
+        let result = self.run_loop(shutdown);
         if !self.opts.exactly_once {
             self.commit_offsets_sync();
         }
         self.consumer.unsubscribe();
+        let closed: Vec<i32> = self.tasks.keys().copied().collect();
         self.tasks.clear();
+        self.closed(&closed);
+        self.standby = None;
         match result {
             Ok(()) => Ok(self.summary),
             Err(e) => Err(e),
         }
     }
 
+    /// `partitions`' stores are closed: the standby tailer and the instance's other processing
+    /// threads may open them now.
+    fn closed(&self, partitions: &[i32]) {
+        if let Some(s) = &self.standby {
+            s.disown(partitions);
+        }
+        if let Some(l) = &self.leases {
+            l.release(partitions, self.opts.thread);
+        }
+    }
+
+    /// The block cache this loop's stores share (one per instance).
+    pub(super) fn cache(&self) -> &StoreCache {
+        &self.cache
+    }
+
+    /// Shares `cache` with the instance's other processing threads.
+    pub(super) fn set_cache(&mut self, cache: StoreCache) {
+        self.cache = cache;
+    }
+
     /// Starts the standby tailer (`processor.standby_replicas` > 0); without it the instance
     /// runs as before, its takeovers restoring whole changelogs.
-    fn start_standby(&mut self) {
+    pub(super) fn start_standby(&self) -> Option<Arc<super::standby::Standby>> {
         if self.standby_replicas == 0 {
-            return;
+            return None;
         }
         let mut changelogs = vec![self.changelog.clone()];
         changelogs.extend(self.stores.iter().map(|(_, t)| t.clone()));
@@ -810,9 +920,10 @@ impl<P: Processor> Runtime<P> {
         let owned = self.tasks.keys().copied().collect();
         match super::standby::Standby::start(self.clients.clone(), self.cache.clone(), opts, owned)
         {
-            Ok(s) => self.standby = Some(s),
+            Ok(s) => Some(Arc::new(s)),
             Err(e) => {
-                tracing::error!(error = %e, "standby replicas could not start; running without them")
+                tracing::error!(error = %e, "standby replicas could not start; running without them");
+                None
             }
         }
     }
@@ -908,9 +1019,7 @@ impl<P: Processor> Runtime<P> {
                         .copied()
                         .collect();
                     self.tasks.retain(|p, _| live.contains(p));
-                    if let Some(s) = &self.standby {
-                        s.disown(&gone);
-                    }
+                    self.closed(&gone);
                     // What a partition's next owner handled is not known here.
                     self.aligned_seen.retain(|(_, p), _| live.contains(p));
                     self.aligned_head.retain(|(_, p), _| live.contains(p));
@@ -1067,6 +1176,19 @@ impl<P: Processor> Runtime<P> {
 
     /// Opens partition `p`'s store and replays its changelog tail before any record is processed.
     fn open_task(&mut self, p: i32) -> Result<(), RuntimeError> {
+        if let Some(leases) = &self.leases {
+            // Another processing thread of this instance that had `p` closes its stores right
+            // after its own poll saw the revocation.
+            leases.acquire(p, self.opts.thread, self.opts.restore_timeout)?;
+        }
+        let opened = self.open_task_stores(p);
+        if opened.is_err() {
+            self.closed(&[p]);
+        }
+        opened
+    }
+
+    fn open_task_stores(&mut self, p: i32) -> Result<(), RuntimeError> {
         self.health.set_restoring(true);
         let restored = self.open_and_restore(p, &self.changelog);
         let mut named = Vec::with_capacity(self.stores.len());
