@@ -37,6 +37,41 @@ impl Guarantee {
 
 choice_strings!(Guarantee);
 
+/// Which consumer group protocol the processing threads join with (`processor.group_protocol`).
+///
+/// ```
+/// use eosflow::config::GroupProtocol;
+/// assert_eq!("consumer".parse::<GroupProtocol>(), Ok(GroupProtocol::Consumer));
+/// assert!("eager".parse::<GroupProtocol>().unwrap_err().contains("`classic`"));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GroupProtocol {
+    /// The classic protocol with the client-side `range` assignor: every rebalance stops the
+    /// whole group (eager), and works on every broker.
+    #[default]
+    Classic,
+    /// KIP-848 (Kafka ≥ 4.0): the broker computes the assignment with its `range` assignor
+    /// (which keeps partition `p` of every input, retry level and table on one member) and a
+    /// member joining or leaving moves only the partitions that change owner; the others keep
+    /// processing. The session timeout is the broker's (`group.consumer.session.timeout.ms`,
+    /// 45 s by default), not `processor.session_timeout_ms`. On a broker that refuses the
+    /// protocol the instance falls back to `classic` (logged).
+    Consumer,
+}
+
+impl GroupProtocol {
+    /// The name the configuration (and librdkafka's `group.protocol`) uses.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Classic => "classic",
+            Self::Consumer => "consumer",
+        }
+    }
+}
+
+choice_strings!(GroupProtocol);
+
 /// The exactly-once loop's knobs (Kafka Streams names where they exist).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
@@ -78,6 +113,10 @@ pub struct ProcessorConfig {
     /// of partitions leaves threads idle. Needs one processor per thread
     /// ([`crate::runner::run_threads`]).
     pub threads: u32,
+    /// The consumer group protocol: `classic` (eager rebalances, the default) or `consumer`
+    /// (KIP-848 incremental rebalances with the broker's co-partitioning `range` assignor;
+    /// falls back to `classic` on a broker without it).
+    pub group_protocol: GroupProtocol,
 }
 
 /// The most processing threads `processor.threads` accepts.
@@ -103,6 +142,7 @@ impl Default for ProcessorConfig {
             guarantee: Guarantee::ExactlyOnce,
             standby_replicas: 0,
             threads: 1,
+            group_protocol: GroupProtocol::Classic,
         }
     }
 }

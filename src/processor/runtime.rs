@@ -121,6 +121,8 @@ pub struct RuntimeOptions {
     /// This loop's index among the instance's processing threads (`processor.threads`): 0
     /// keeps the ids a one-thread instance has always had.
     pub thread: usize,
+    /// `processor.group_protocol`.
+    pub group_protocol: crate::config::GroupProtocol,
 }
 
 impl RuntimeOptions {
@@ -168,6 +170,7 @@ impl RuntimeOptions {
             tables: Vec::new(),
             versioned_tables: Vec::new(),
             thread: 0,
+            group_protocol: config.processor.group_protocol,
         })
     }
 
@@ -434,6 +437,12 @@ pub struct Runtime<P: Processor> {
     subscription: Vec<String>,
     /// The processor's global tables, bootstrapped by `run`.
     globals: Vec<crate::topology::GlobalTable>,
+    /// Under the consumer protocol: (topic, partition) pairs assigned while other topics of
+    /// their partition number are still being released by their previous owner. Paused, and
+    /// not processed until the number is complete.
+    incoming: Assignment,
+    /// Since when each partly assigned partition number has waited for the rest.
+    incomplete_since: BTreeMap<i32, Instant>,
 }
 
 /// Why one batch did not commit, with what the loop needs to find the record to blame.
@@ -622,6 +631,34 @@ fn named_changelogs(
     Ok(out)
 }
 
+/// The loop's group member, with `protocol`.
+fn group_consumer(
+    clients: &KafkaClients,
+    opts: &RuntimeOptions,
+    standby_replicas: usize,
+    protocol: crate::config::GroupProtocol,
+) -> Result<BaseConsumer<GroupContext>, KafkaError> {
+    let instance = opts.static_membership.then(|| opts.member_instance_id());
+    let mut group_config = clients.config(ClientRole::GroupConsumer {
+        group: &opts.app_id,
+        session_timeout: opts.session_timeout,
+        instance: instance.as_deref(),
+    });
+    if standby_replicas > 0 {
+        // How the standby placement finds this instance among the group's members.
+        group_config.set("client.id", super::standby::client_id(&opts.instance_id));
+    }
+    if protocol == crate::config::GroupProtocol::Consumer {
+        crate::kafka::client::consumer_protocol(&mut group_config);
+    }
+    group_config.create_with_context(GroupContext::default())
+}
+
+/// How long a partition number may stay partly assigned under the consumer protocol (some of
+/// its topics given, others still being released by their previous owner) before the
+/// assignment is refused as not co-partitioned.
+const PARTIAL_ASSIGNMENT_LIMIT: Duration = Duration::from_secs(60);
+
 /// Which of `topics` the broker does not know.
 fn missing_topics(
     consumer: &BaseConsumer<GroupContext>,
@@ -680,20 +717,7 @@ impl<P: Processor> Runtime<P> {
             TxnSink::plain(&clients, &opts.transactional_id(), opts.transaction_timeout)?
         };
         let standby_replicas = config.processor.standby_replicas as usize;
-        let mut group_config = clients.config(ClientRole::GroupConsumer {
-            group: &opts.app_id,
-            session_timeout: opts.session_timeout,
-            instance: opts
-                .static_membership
-                .then(|| opts.member_instance_id())
-                .as_deref(),
-        });
-        if standby_replicas > 0 {
-            // How the standby placement finds this instance among the group's members.
-            group_config.set("client.id", super::standby::client_id(&opts.instance_id));
-        }
-        let consumer: BaseConsumer<GroupContext> =
-            group_config.create_with_context(GroupContext::default())?;
+        let consumer = group_consumer(&clients, &opts, standby_replicas, opts.group_protocol)?;
         let mut needed: Vec<String> = opts
             .input_topics
             .iter()
@@ -780,6 +804,8 @@ impl<P: Processor> Runtime<P> {
             leases: None,
             subscription: subscribed,
             globals,
+            incoming: Assignment::default(),
+            incomplete_since: BTreeMap::new(),
         })
     }
 
@@ -956,6 +982,9 @@ impl<P: Processor> Runtime<P> {
                 break;
             }
             self.resume_due()?;
+            if !self.incomplete_since.is_empty() {
+                self.check_incomplete()?;
+            }
             // Liveness: at every idle poll, and every 256 records while busy (a clock read per
             // record is a measurable share of the loop).
             if batch.len().is_multiple_of(256) {
@@ -980,6 +1009,10 @@ impl<P: Processor> Runtime<P> {
                 }
                 Some(Err(e)) => {
                     if let Some((code, reason)) = self.consumer.client().fatal_error() {
+                        if self.refused_protocol(code) {
+                            self.fall_back_to_classic(&reason)?;
+                            continue;
+                        }
                         // FENCED_INSTANCE_ID: a process with this instance id joined the group.
                         return Err(RuntimeError::Superseded {
                             id: self.opts.transactional_id(),
@@ -995,6 +1028,43 @@ impl<P: Processor> Runtime<P> {
         Ok(batch)
     }
 
+    /// Whether fatal error `code` is the broker refusing the consumer group protocol
+    /// (KIP-848 switched off, or a broker too old for `ConsumerGroupHeartbeat` v1).
+    fn refused_protocol(&self, code: rdkafka::types::RDKafkaErrorCode) -> bool {
+        use rdkafka::types::RDKafkaErrorCode as C;
+        self.opts.group_protocol == crate::config::GroupProtocol::Consumer
+            && matches!(code, C::UnsupportedVersion | C::UnsupportedFeature)
+    }
+
+    /// Rejoins with the classic protocol after the broker refused the consumer protocol: the
+    /// instance keeps working on an older broker, and says so.
+    fn fall_back_to_classic(&mut self, reason: &str) -> Result<(), RuntimeError> {
+        tracing::error!(
+            %reason,
+            "the broker refuses processor.group_protocol = \"consumer\" (KIP-848 needs Kafka ≥ 4.0 with the consumer protocol enabled); falling back to the classic protocol"
+        );
+        telemetry::consumer_error();
+        self.opts.group_protocol = crate::config::GroupProtocol::Classic;
+        let consumer = group_consumer(
+            &self.clients,
+            &self.opts,
+            self.standby_replicas,
+            self.opts.group_protocol,
+        )?;
+        let topics: Vec<&str> = self.subscription.iter().map(String::as_str).collect();
+        consumer.subscribe(&topics)?;
+        // Nothing processed under the refused membership survives it.
+        let closed: Vec<i32> = self.tasks.keys().copied().collect();
+        self.tasks.clear();
+        self.closed(&closed);
+        self.assigned = Assignment::default();
+        self.incoming = Assignment::default();
+        self.incomplete_since.clear();
+        self.paused.clear();
+        self.consumer = consumer;
+        Ok(())
+    }
+
     fn on_group_events(
         &mut self,
         events: Vec<GroupEvent>,
@@ -1008,8 +1078,11 @@ impl<P: Processor> Runtime<P> {
                     telemetry::rebalance("revoke");
                     for p in &parts {
                         self.assigned.remove(&p.0, p.1);
+                        self.incoming.remove(&p.0, p.1);
                         self.paused.remove(p);
                     }
+                    let waiting = self.incoming.partitions();
+                    self.incomplete_since.retain(|p, _| waiting.contains(p));
                     batch.retain(|m| self.assigned.contains(m.topic(), m.partition()));
                     let live = self.assigned.partitions();
                     let gone: Vec<i32> = self
@@ -1024,10 +1097,15 @@ impl<P: Processor> Runtime<P> {
                     self.aligned_seen.retain(|(_, p), _| live.contains(p));
                     self.aligned_head.retain(|(_, p), _| live.contains(p));
                 }
+                // The consumer protocol follows every revocation with an empty assignment.
+                GroupEvent::Assigned(parts) if parts.is_empty() => {}
                 GroupEvent::Assigned(parts) => {
                     tracing::info!(partitions = ?parts, "partitions assigned");
                     telemetry::rebalance("assign");
-                    self.check_assignment(&parts)?;
+                    let parts = self.complete_assignment(parts)?;
+                    if parts.is_empty() {
+                        continue;
+                    }
                     let numbers: BTreeSet<i32> = parts.iter().map(|(_, p)| *p).collect();
                     let new: Vec<i32> = numbers
                         .into_iter()
@@ -1061,36 +1139,133 @@ impl<P: Processor> Runtime<P> {
         Ok(())
     }
 
-    /// Refuses an assignment that would split a partition index: every subscribed topic's
-    /// partition `p` must come together (the task's store and parked set must see the input and
-    /// all its retry levels), and every co-partitioned topic must still have one partition count
-    /// (a topic extended while running breaks the key → partition mapping).
-    fn check_assignment(&self, parts: &[(String, i32)]) -> Result<(), RuntimeError> {
-        let subscribed: Vec<&String> = self
-            .copartitioned
+    /// The topics every partition number's task needs assigned together: inputs, their
+    /// retry levels, tables (the group consumer's subscription).
+    fn subscribed_topics(&self) -> Vec<&String> {
+        self.copartitioned
             .iter()
             .filter(|t| {
                 !t.ends_with(".DLT")
                     && **t != self.changelog
                     && !self.stores.iter().any(|s| s.1 == **t)
             })
-            .collect();
-        let numbers: BTreeSet<i32> = parts.iter().map(|(_, p)| *p).collect();
+            .collect()
+    }
+
+    /// Of the pairs just assigned and those waiting from earlier assignments, the ones whose
+    /// partition number is now complete (every subscribed topic's partition `p` is here: the
+    /// task's store and parked set must see the input and all its retry levels); every
+    /// co-partitioned topic must also still have one partition count (a topic extended while
+    /// running breaks the key → partition mapping).
+    ///
+    /// An incomplete number is refused under the classic protocol (its assignor hands out
+    /// whole assignments). Under the consumer protocol the rest may still be on its way — its
+    /// previous owner releases it — so its pairs are paused until the rest arrives, and
+    /// refused only after [`PARTIAL_ASSIGNMENT_LIMIT`].
+    fn complete_assignment(
+        &mut self,
+        parts: Vec<(String, i32)>,
+    ) -> Result<Vec<(String, i32)>, RuntimeError> {
+        for (t, p) in &parts {
+            self.incoming.insert(t.clone(), *p);
+        }
+        let subscribed: Vec<String> = self.subscribed_topics().into_iter().cloned().collect();
+        let (mut ready, mut early, mut waiting) = (Vec::new(), Vec::new(), Vec::new());
         let mut missing = Vec::new();
-        for p in &numbers {
-            for t in &subscribed {
-                if !parts.iter().any(|(pt, pp)| pt == *t && pp == p) {
-                    missing.push(format!("{t}[{p}]"));
+        for (p, topics) in &self.incoming.0 {
+            let lacks: Vec<String> = subscribed
+                .iter()
+                .filter(|t| !topics.contains_key(*t) && !self.assigned.contains(t, *p))
+                .map(|t| format!("{t}[{p}]"))
+                .collect();
+            let pairs = topics.keys().map(|t| (t.clone(), *p));
+            if lacks.is_empty() {
+                for pair in pairs {
+                    if !parts.contains(&pair) {
+                        early.push(pair.clone());
+                    }
+                    ready.push(pair);
                 }
+            } else {
+                waiting.extend(pairs);
+                missing.push((*p, lacks));
             }
         }
-        if !missing.is_empty() {
-            return Err(RuntimeError::CoPartitioning(format!(
-                "the group assigned partitions {numbers:?} without {}: refusing to process them (partition counts must match; check `eosflow topics plan`)",
-                missing.join(", ")
-            )));
+        for (t, p) in &ready {
+            self.incoming.remove(t, *p);
+            self.incomplete_since.remove(p);
         }
-        check_copartitioned(&partition_counts(&self.consumer, &self.copartitioned)?)
+        if !missing.is_empty() {
+            let numbers: Vec<i32> = missing.iter().map(|(p, _)| *p).collect();
+            let lacking: Vec<String> = missing.into_iter().flat_map(|(_, l)| l).collect();
+            if self.opts.group_protocol == crate::config::GroupProtocol::Classic {
+                return Err(RuntimeError::CoPartitioning(format!(
+                    "the group assigned partitions {numbers:?} without {}: refusing to process them (partition counts must match; check `eosflow topics plan`)",
+                    lacking.join(", ")
+                )));
+            }
+            tracing::info!(partitions = ?numbers, waiting_for = ?lacking, "partly assigned partitions wait for the rest of their topics");
+            let mut tpl = TopicPartitionList::new();
+            for (t, p) in &waiting {
+                tpl.add_partition(t, *p);
+            }
+            self.consumer.pause(&tpl)?;
+            let now = Instant::now();
+            for p in numbers {
+                self.incomplete_since.entry(p).or_insert(now);
+            }
+        }
+        if ready.is_empty() {
+            return Ok(ready);
+        }
+        if !early.is_empty() {
+            // A record of theirs polled before the pause was dropped: read from the group's
+            // committed offsets again.
+            self.seek_to_committed(&early)?;
+        }
+        check_copartitioned(&partition_counts(&self.consumer, &self.copartitioned)?)?;
+        Ok(ready)
+    }
+
+    /// Refuses partition numbers that stayed partly assigned past [`PARTIAL_ASSIGNMENT_LIMIT`].
+    fn check_incomplete(&self) -> Result<(), RuntimeError> {
+        let stuck: Vec<i32> = self
+            .incomplete_since
+            .iter()
+            .filter(|(_, since)| since.elapsed() >= PARTIAL_ASSIGNMENT_LIMIT)
+            .map(|(p, _)| *p)
+            .collect();
+        if stuck.is_empty() {
+            return Ok(());
+        }
+        Err(RuntimeError::CoPartitioning(format!(
+            "the group assigned only some topics of partitions {stuck:?} for {} s (have {:?}): the broker's assignor does not keep partition p of every input, retry level and table together; set the broker's group.consumer.assignors to include range (eosflow asks for group.remote.assignor=range) or use processor.group_protocol = \"classic\"",
+            PARTIAL_ASSIGNMENT_LIMIT.as_secs(),
+            self.incoming.0
+        )))
+    }
+
+    /// Moves the positions of `pairs` to the group's committed offsets (the earliest offset
+    /// where the group has none).
+    fn seek_to_committed(&self, pairs: &[(String, i32)]) -> Result<(), RuntimeError> {
+        let mut tpl = TopicPartitionList::new();
+        for (t, p) in pairs {
+            tpl.add_partition(t, *p);
+        }
+        let committed = self
+            .consumer
+            .committed_offsets(tpl, Duration::from_secs(10))?;
+        let mut seek = TopicPartitionList::new();
+        for e in committed.elements() {
+            let at = match e.offset() {
+                Offset::Offset(o) if o >= 0 => Offset::Offset(o),
+                _ => Offset::Beginning,
+            };
+            seek.add_partition_offset(e.topic(), e.partition(), at)?;
+        }
+        self.consumer
+            .seek_partitions(seek, Duration::from_secs(10))?;
+        Ok(())
     }
 
     /// Before a new task reads its changelog's end: the group's committed offsets of its

@@ -638,7 +638,10 @@ mod tests {
         // A second thread of this instance takes the partition before the first lets go.
         standby.own(&[0]);
         standby.disown(&[0]);
-        assert!(shared.lock().owned.contains_key(&0), "still owned by the other thread");
+        assert!(
+            shared.lock().owned.contains_key(&0),
+            "still owned by the other thread"
+        );
         drop(store);
         standby.disown(&[0]);
         assert!(!shared.lock().owned.contains_key(&0));

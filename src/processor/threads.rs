@@ -231,11 +231,15 @@ mod tests {
         let l = leases.clone();
         let waiter = std::thread::spawn(move || {
             let started = Instant::now();
-            l.acquire(3, 1, Duration::from_secs(10)).map(|_| started.elapsed())
+            l.acquire(3, 1, Duration::from_secs(10))
+                .map(|_| started.elapsed())
         });
         std::thread::sleep(Duration::from_millis(100));
         leases.release(&[3], 0);
-        let waited = waiter.join().expect("join").expect("acquired after release");
+        let waited = waiter
+            .join()
+            .expect("join")
+            .expect("acquired after release");
         assert!(waited >= Duration::from_millis(90), "{waited:?}");
         // Thread 0 releasing again (a late close) does not free thread 1's partition.
         leases.release(&[3], 0);

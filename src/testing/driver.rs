@@ -178,6 +178,7 @@ impl<P: Processor> TopologyTestDriver<P> {
             tables: processor.tables(),
             versioned_tables: processor.versioned_tables(),
             thread: 0,
+            group_protocol: config.processor.group_protocol,
         };
         let processor_repartitions = processor.repartition_topics();
         let mut globals = BTreeMap::new();

@@ -438,13 +438,15 @@ fn run(
         "windowed-count" => {
             let input = input()?;
             run_with(config, |_| {
-                verify::windows::topology(input, output).map_err(|e| format!("{}: {e}", built(topology)))
+                verify::windows::topology(input, output)
+                    .map_err(|e| format!("{}: {e}", built(topology)))
             })
         }
         "table-join" => {
             let input = input()?;
             run_with(config, |_| {
-                verify::joins::topology(input, output).map_err(|e| format!("{}: {e}", built(topology)))
+                verify::joins::topology(input, output)
+                    .map_err(|e| format!("{}: {e}", built(topology)))
             })
         }
         "windowed-sum" => {
