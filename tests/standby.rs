@@ -9,8 +9,7 @@
 mod support;
 
 use std::collections::BTreeSet;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use eosflow::kafka::reader::read_to_end;
@@ -18,7 +17,7 @@ use eosflow::state::Column;
 use eosflow_verify::Workload;
 use rdkafka::Message;
 use support::http::{free_addr, get, metric};
-use support::pipeline::{produce_paced, produce_range, Pipeline, Running};
+use support::pipeline::{produce_paced_in_background, produce_range, Pipeline, Running};
 
 /// Records in all (`STANDBY_TEST_RECORDS` overrides it, for measuring larger stores by hand),
 /// over half as many keys: each key gets two records. The first phase (four fifths) is
@@ -183,14 +182,7 @@ fn failover(name: &str, standbys: u32) -> Failover {
     )
     .unwrap_or(0.0);
     // The second phase arrives at about 2 000 records/s while `a` is killed in the middle of it.
-    let producing = Arc::new(AtomicBool::new(true));
-    let producer = {
-        let (input, producing) = (p.input.clone(), producing.clone());
-        std::thread::spawn(move || {
-            produce_paced(&input, &w, phase1..records);
-            producing.store(false, Ordering::Relaxed);
-        })
-    };
+    let (producing, producer) = produce_paced_in_background(&p.input, &w, phase1..records);
     support::wait_for(
         "a processing the second phase of its partition",
         Duration::from_secs(30),

@@ -13,15 +13,16 @@
 mod support;
 
 use std::collections::BTreeSet;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use eosflow::processor::standby::assigned_partitions;
 use eosflow_verify::Workload;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use support::http::{free_addr, get, metric};
-use support::pipeline::{produce_paced, produce_range, Pipeline, Running};
+use support::pipeline::{
+    produce_paced, produce_paced_in_background, produce_range, Pipeline, Running,
+};
 
 const PARTITIONS: i32 = 4;
 
@@ -123,14 +124,7 @@ fn two_threads_of_one_instance_process_disjoint_partitions_exactly_once_across_k
     let split = two_threads_share_the_partitions(&p);
     println!("threads: partitions per thread {split:?}");
     // The rest arrives at about 2 000 records/s (20 s) while the instance is killed twice.
-    let producing = Arc::new(AtomicBool::new(true));
-    let producer = {
-        let (input, producing) = (p.input.clone(), producing.clone());
-        std::thread::spawn(move || {
-            produce_paced(&input, &w, phase1..records);
-            producing.store(false, Ordering::Relaxed);
-        })
-    };
+    let (producing, producer) = produce_paced_in_background(&p.input, &w, phase1..records);
     for kill in 1..=2 {
         // The instance committing again (after the first start or the last restart).
         let before = committed(&p);

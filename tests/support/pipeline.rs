@@ -285,6 +285,21 @@ pub fn produce_paced(topic: &str, w: &Workload, range: std::ops::Range<u64>) {
     producer.flush(Duration::from_secs(30)).expect("flush");
 }
 
+/// [`produce_paced`] on a thread of its own: the flag stays set while it produces.
+pub fn produce_paced_in_background(
+    topic: &str,
+    w: &Workload,
+    range: std::ops::Range<u64>,
+) -> (Arc<AtomicBool>, JoinHandle<()>) {
+    let producing = Arc::new(AtomicBool::new(true));
+    let (topic, w, flag) = (topic.to_string(), w.clone(), producing.clone());
+    let thread = std::thread::spawn(move || {
+        produce_paced(&topic, &w, range);
+        flag.store(false, Ordering::Relaxed);
+    });
+    (producing, thread)
+}
+
 /// A spawned `eosflow run`, killed when dropped: a failing test never leaves a processor behind.
 pub struct Running(pub std::process::Child);
 
