@@ -35,7 +35,13 @@ struct Member {
 }
 
 impl Member {
-    fn join(protocol: &str, group: &str, topic: &str, client: &str, instance: Option<&str>) -> Self {
+    fn join(
+        protocol: &str,
+        group: &str,
+        topic: &str,
+        client: &str,
+        instance: Option<&str>,
+    ) -> Self {
         let mut config = support::clients().config(ClientRole::Admin);
         config
             .set("group.id", group)
@@ -130,7 +136,14 @@ fn described_group(protocol: &str, kind: GroupKind) {
         "{protocol}: stable after {:?}: {described:?}",
         started.elapsed()
     );
-    check(&described, kind, &topic, &members, [&client_a, &client_b], &instance_a);
+    check(
+        &described,
+        kind,
+        &topic,
+        &members,
+        [&client_a, &client_b],
+        &instance_a,
+    );
 }
 
 fn check(
@@ -167,7 +180,11 @@ fn check(
         Some(instance_a),
         "the static member's group.instance.id"
     );
-    assert_eq!(b.and_then(|m| m.instance_id.clone()), None, "a dynamic member");
+    assert_eq!(
+        b.and_then(|m| m.instance_id.clone()),
+        None,
+        "a dynamic member"
+    );
     // Range over one topic: the partitions split between the two, each held once.
     let (pa, pb) = (
         a.map(|m| m.partitions_of(topic)).unwrap_or_default(),
@@ -178,8 +195,14 @@ fn check(
     assert_eq!(all, (0..PARTITIONS).collect());
     // What the standby placement makes of it: each member keeps the other's partitions warm.
     let owners = d.owners(topic).expect("stable");
-    assert_eq!(placement(&owners, clients[0], 1), pb.iter().copied().collect());
-    assert_eq!(placement(&owners, clients[1], 1), pa.iter().copied().collect());
+    assert_eq!(
+        placement(&owners, clients[0], 1),
+        pb.iter().copied().collect()
+    );
+    assert_eq!(
+        placement(&owners, clients[1], 1),
+        pa.iter().copied().collect()
+    );
 }
 
 #[test]
@@ -272,16 +295,21 @@ fn describe_rs_is_the_only_file_that_allows_unsafe_code() {
     let needle = ["(unsafe", "_code"].concat();
     let allowing: Vec<String> = files
         .iter()
-        .filter(|f| {
-            std::fs::read_to_string(f).is_ok_and(|text| text.contains(&needle))
-        })
+        .filter(|f| std::fs::read_to_string(f).is_ok_and(|text| text.contains(&needle)))
         .filter_map(|f| f.strip_prefix(root).ok().map(|p| p.display().to_string()))
         .collect();
     assert_eq!(allowing, vec!["src/kafka/describe.rs".to_string()]);
     // And every crate takes the workspace's lints (which deny unsafe code).
     let manifest = std::fs::read_to_string(root.join("Cargo.toml")).expect("Cargo.toml");
     assert!(manifest.contains("unsafe_code = \"deny\""));
-    for member in ["crates/outbox", "crates/outbox-writer", "crates/orders", "crates/verify", "crates/cli", "benches"] {
+    for member in [
+        "crates/outbox",
+        "crates/outbox-writer",
+        "crates/orders",
+        "crates/verify",
+        "crates/cli",
+        "benches",
+    ] {
         let text = std::fs::read_to_string(root.join(member).join("Cargo.toml")).expect(member);
         assert!(text.contains("[lints]\nworkspace = true"), "{member}");
     }

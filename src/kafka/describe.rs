@@ -378,7 +378,9 @@ impl Event {
         // SAFETY: `ev` is a live event (owned by `self`).
         let kind = unsafe { rd::rd_kafka_event_type(ev) };
         if kind != rd::RD_KAFKA_EVENT_DESCRIBECONSUMERGROUPS_RESULT {
-            return Err(unexpected(format!("event of type {kind} on the private queue")));
+            return Err(unexpected(format!(
+                "event of type {kind} on the private queue"
+            )));
         }
         // SAFETY: `ev` is live; the error string is owned by the event and copied at once.
         let err = unsafe { rd::rd_kafka_event_error(ev) };
@@ -395,12 +397,15 @@ impl Event {
         // the event itself viewed as its result, valid while the event lives.
         let result = unsafe { rd::rd_kafka_event_DescribeConsumerGroups_result(ev) };
         if result.is_null() {
-            return Err(unexpected("the event holds no DescribeConsumerGroups result".into()));
+            return Err(unexpected(
+                "the event holds no DescribeConsumerGroups result".into(),
+            ));
         }
         let mut count: usize = 0;
         // SAFETY: `result` is a live DescribeConsumerGroups result (the assertion inside holds:
         // its type was checked); the array of `count` descriptions is owned by the event.
-        let array = unsafe { rd::rd_kafka_DescribeConsumerGroups_result_groups(result, &mut count) };
+        let array =
+            unsafe { rd::rd_kafka_DescribeConsumerGroups_result_groups(result, &mut count) };
         let descriptions: &[*const rd::rd_kafka_ConsumerGroupDescription_t] =
             if array.is_null() || count == 0 {
                 &[]
@@ -565,6 +570,7 @@ mod tests {
         let started = Instant::now();
         let err = describe_group(&nowhere(), "g", Duration::from_millis(800))
             .expect_err("no broker answers");
+        println!("{err} after {:?}", started.elapsed());
         assert!(
             started.elapsed() < Duration::from_secs(5),
             "{:?}",
@@ -602,7 +608,10 @@ mod tests {
     #[test]
     fn a_group_id_with_a_nul_byte_is_refused_before_anything_is_sent() {
         let err = describe_group(&nowhere(), "a\0b", Duration::from_secs(1)).expect_err("NUL");
-        assert!(matches!(err, DescribeError::InvalidGroup(ref g) if g == "a\0b"), "{err:?}");
+        assert!(
+            matches!(err, DescribeError::InvalidGroup(ref g) if g == "a\0b"),
+            "{err:?}"
+        );
     }
 
     #[test]
@@ -622,7 +631,13 @@ mod tests {
             group.owners("in"),
             Some(vec![("eosflow-a".to_string(), vec![0, 1])])
         );
-        for state in ["Unknown", "PreparingRebalance", "CompletingRebalance", "Empty", "Dead"] {
+        for state in [
+            "Unknown",
+            "PreparingRebalance",
+            "CompletingRebalance",
+            "Empty",
+            "Dead",
+        ] {
             group.state = state.into();
             assert_eq!(group.owners("in"), None, "{state}");
         }
