@@ -374,10 +374,14 @@ pub fn write(args: &BenchArgs, results: &Results) -> Result<(), BenchError> {
         let _ = writeln!(md, "- {k}: {v}");
     }
     let count = tables(results);
-    if !count.is_empty() {
+    let has_count = results
+        .samples
+        .iter()
+        .any(|s| s.point.shape == Shape::Count);
+    if has_count {
         let _ = writeln!(md, "\nThroughput is the steady state (10th→90th percentile of the backlog's output arrivals) divided by the partitions; latency is send → `read_committed` visibility of the output at a paced rate. Ratios come from this run only.\n");
-        md.push_str(&count);
     }
+    md.push_str(&count);
     let windowed = polled_tables(results, Shape::Windowed);
     if !windowed.is_empty() {
         let _ = writeln!(
@@ -408,7 +412,7 @@ pub fn write(args: &BenchArgs, results: &Results) -> Result<(), BenchError> {
             let _ = writeln!(md, "- {p}: {e}");
         }
     }
-    if !count.is_empty() {
+    if has_count {
         let _ = writeln!(
             md,
             "\n![throughput](throughput.svg)\n\n![latency CDF](latency-cdf.svg)"
