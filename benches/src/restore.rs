@@ -317,8 +317,26 @@ fn restore_one(
         &[false]
     };
     let mut base = 1_000;
+    let mut written = n;
+    let churn = (n / 10).max(1);
+    let mut first = true;
     for round in 1..=args.restore_restarts {
         for &cold in colds {
+            if !first {
+                // The state changes after the last restore (a tenth of the keys updated), as
+                // it would in a running instance: a restore that trusts a checkpoint written
+                // at its own end would otherwise replay nothing.
+                workload::preload_more(clients, &l.input, (written, churn), n)?;
+                written += churn;
+                wait_until(
+                    "the updates processed",
+                    load_timeout(churn),
+                    &mut instances,
+                    || reader.counts().0 >= written as usize,
+                )?;
+                std::thread::sleep(Duration::from_secs(2));
+            }
+            first = false;
             instances[0].kill9();
             if cold {
                 let state = l.dir.join("state-i0");
