@@ -477,9 +477,9 @@ fn takeover_chart(path: &Path, results: &Results, scenario: &str) -> Result<(), 
         .iter()
         .map(|(_, b)| b.iter().sum::<f64>())
         .fold(1.0, f64::max)
-        * 1.15;
+        * 1.6;
     let n = bars.len();
-    let root = SVGBackend::new(path, (900, 120 + 50 * n as u32)).into_drawing_area();
+    let root = SVGBackend::new(path, (1000, 140 + 50 * n as u32)).into_drawing_area();
     root.fill(&WHITE).map_err(perr)?;
     let caption = if scenario == "restore" {
         "restore alone: restart → processing (s, median)"
@@ -536,7 +536,7 @@ fn takeover_chart(path: &Path, results: &Results, scenario: &str) -> Result<(), 
     }
     chart
         .configure_series_labels()
-        .position(SeriesLabelPosition::LowerRight)
+        .position(SeriesLabelPosition::UpperRight)
         .background_style(WHITE)
         .border_style(BLACK)
         .draw()
@@ -686,7 +686,7 @@ fn latency_chart(path: &Path, results: &Results) -> Result<(), BenchError> {
     }
     chart
         .configure_series_labels()
-        .position(SeriesLabelPosition::LowerRight)
+        .position(SeriesLabelPosition::UpperRight)
         .background_style(WHITE)
         .border_style(BLACK)
         .draw()
