@@ -77,6 +77,12 @@ pub struct Launch {
     pub commit_interval_ms: u64,
     /// Where instance state and logs go.
     pub dir: PathBuf,
+    /// Standby replicas per partition: eosflow `processor.standby_replicas`, Kafka Streams
+    /// `num.standby.replicas` (the failover benchmark; 0 elsewhere).
+    pub standby_replicas: u32,
+    /// Processing threads per instance: eosflow `processor.threads` (set only above 1),
+    /// Kafka Streams `num.stream.threads`.
+    pub threads: usize,
 }
 
 /// One running instance; killed (SIGKILL) on drop.
@@ -188,12 +194,24 @@ pub fn spawn(who: Contender, l: &Launch, i: usize) -> Result<Instance, BenchErro
                 .env("EOSFLOW_PROCESSOR_GUARANTEE", guarantee)
                 .env("EOSFLOW_PROCESSOR_SESSION_TIMEOUT_MS", "6000")
                 .env("EOSFLOW_STATE_DIR", &state)
+                // JSON lines: the restore and failover benchmarks read the timestamps of
+                // "partitions assigned" and "restored partition=…" from the log.
+                .env("RUST_LOG_FORMAT", "json")
                 // No endpoint (instances would share a port), unless `BENCH_METRICS_LISTEN`
                 // asks for one: to watch a single instance's batches while it runs.
                 .env(
                     "EOSFLOW_METRICS_LISTEN",
                     std::env::var("BENCH_METRICS_LISTEN").unwrap_or_default(),
                 );
+            if l.standby_replicas > 0 {
+                c.env(
+                    "EOSFLOW_PROCESSOR_STANDBY_REPLICAS",
+                    l.standby_replicas.to_string(),
+                );
+            }
+            if l.threads > 1 {
+                c.env("EOSFLOW_PROCESSOR_THREADS", l.threads.to_string());
+            }
             c
         }
         Contender::KafkaStreams => {
@@ -209,7 +227,10 @@ pub fn spawn(who: Contender, l: &Launch, i: usize) -> Result<Instance, BenchErro
                 Shape::Join => "JoinPeer",
             };
             let mut c = Command::new("java");
-            c.args(["-Xms256m", "-Xmx512m", "-cp", cp, class])
+            c.args(["-Xms256m", "-Xmx512m"])
+                .arg(format!("-Dbench.standby.replicas={}", l.standby_replicas))
+                .arg(format!("-Dbench.threads={}", l.threads.max(1)))
+                .args(["-cp", cp, class])
                 .arg(&l.bootstrap)
                 .arg(&l.input)
                 .arg(&l.output)

@@ -20,6 +20,7 @@ pub mod pipe;
 pub mod reader;
 pub mod recovery;
 pub mod report;
+pub mod restore;
 pub mod windowed;
 pub mod workload;
 
@@ -95,6 +96,30 @@ pub struct BenchArgs {
     /// Partitions of the recovery benchmark.
     #[arg(long, default_value_t = 4)]
     pub recovery_partitions: i32,
+    /// Keys in the one partition's state of the restore benchmark (0 skips it): kill -9 the
+    /// only instance, restart it, time assignment received → restored → processing, eosflow
+    /// from its checkpoint and cold (state directory wiped) against Kafka Streams; see
+    /// [`restore`].
+    #[arg(long, default_value_t = 1_000_000)]
+    pub restore_keys: u64,
+    /// Restarts timed per case in the restore benchmark.
+    #[arg(long, default_value_t = 2)]
+    pub restore_restarts: usize,
+    /// Keys in state, over `--failover-partitions`, of the failover benchmark (0 skips it):
+    /// two instances, kill -9 one, time until every partition processes again, with and
+    /// without standby replicas; see [`restore::failover`].
+    #[arg(long, default_value_t = 1_000_000)]
+    pub failover_keys: u64,
+    /// Partitions of the failover benchmark.
+    #[arg(long, default_value_t = 4)]
+    pub failover_partitions: i32,
+    /// Failovers timed per case (each on freshly loaded state).
+    #[arg(long, default_value_t = 2)]
+    pub failover_repeats: usize,
+    /// Processing threads per instance in the count shape (eosflow `processor.threads`,
+    /// Kafka Streams `num.stream.threads`); 1 is what every published figure used.
+    #[arg(long, default_value_t = 1)]
+    pub threads: usize,
     /// Where report.md, results.json, the charts and instance logs go.
     #[arg(long, default_value = "target/bench")]
     pub out: PathBuf,
@@ -115,8 +140,13 @@ pub struct BenchArgs {
     /// Shapes: `count` (per-key running count and sum, one output per input), `windowed`
     /// (tumbling 10 s windows with 2 s grace, count and sum per key, emitted on close) and
     /// `join` (each record inner-joined with its key's row of a co-partitioned table); the last
-    /// two for eosflow and Kafka Streams exactly-once only.
-    #[arg(long, value_delimiter = ',', default_value = "count,windowed,join")]
+    /// two for eosflow and Kafka Streams exactly-once only. Also `restore` and `failover`
+    /// (see [`restore`]; sized by `--restore-keys` and `--failover-keys`).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "count,windowed,join,restore,failover"
+    )]
     pub shapes: Vec<String>,
     /// Partition counts of the windowed shape (each with the `--instances` counts).
     #[arg(long, value_delimiter = ',', default_value = "1,4")]
@@ -254,7 +284,12 @@ pub struct Results {
     pub failures: Vec<(String, String)>,
     /// Recovery: contender → seconds from restart to all partitions processing, per round.
     pub recovery: Vec<(String, Vec<f64>)>,
+    /// Restore alone and failover: one entry per timed takeover.
+    pub takeovers: Vec<restore::Takeover>,
 }
+
+/// The `--shapes` entries that are takeover benchmarks rather than throughput shapes.
+const TAKEOVERS: [&str; 2] = ["restore", "failover"];
 
 /// The grid of points, in run order within a round.
 pub fn plan(args: &BenchArgs) -> Vec<Point> {
@@ -332,9 +367,13 @@ pub fn run(config: &Config, args: &BenchArgs) -> Result<Results, BenchError> {
         || args.join_partitions.is_empty()
         || args.instances.is_empty()
         || args.repeats == 0
+        || args.restore_restarts == 0
+        || args.failover_repeats == 0
+        || args.failover_partitions < 2
+        || args.threads == 0
     {
         return Err(BenchError::Instance(
-            "--partitions, --windowed-partitions, --join-partitions, --instances and --repeats need at least one value"
+            "--partitions, --windowed-partitions, --join-partitions, --instances and --repeats need at least one value; --restore-restarts, --failover-repeats and --threads at least 1, --failover-partitions at least 2"
                 .into(),
         ));
     }
@@ -357,9 +396,9 @@ pub fn run(config: &Config, args: &BenchArgs) -> Result<Results, BenchError> {
         }
     }
     for s in &args.shapes {
-        if Shape::parse(s).is_none() {
+        if Shape::parse(s).is_none() && !TAKEOVERS.contains(&s.as_str()) {
             return Err(BenchError::Instance(format!(
-                "unknown shape {s:?}: use count, windowed, join"
+                "unknown shape {s:?}: use count, windowed, join, restore, failover"
             )));
         }
     }
@@ -420,6 +459,17 @@ pub fn run(config: &Config, args: &BenchArgs) -> Result<Results, BenchError> {
                     join::ROW_BYTES
                 ),
             ),
+            (
+                "restore / failover".into(),
+                format!(
+                    "{} keys in 1 partition, {} restarts per case / {} keys over {} partitions, 2 instances, {} rounds per case",
+                    args.restore_keys,
+                    args.restore_restarts,
+                    args.failover_keys,
+                    args.failover_partitions,
+                    args.failover_repeats
+                ),
+            ),
         ],
         ..Results::default()
     };
@@ -440,6 +490,12 @@ pub fn run(config: &Config, args: &BenchArgs) -> Result<Results, BenchError> {
                 output: format!("bench-{run_id}-{round}-{i}.output"),
                 commit_interval_ms: point.commit_interval_ms,
                 dir: args.out.join("runs").join(format!("{run_id}-{round}-{i}")),
+                standby_replicas: 0,
+                threads: if point.shape == Shape::Count {
+                    args.threads
+                } else {
+                    1
+                },
             };
             let started = Instant::now();
             let outcome = if point.shape == Shape::Join {
@@ -532,6 +588,17 @@ pub fn run(config: &Config, args: &BenchArgs) -> Result<Results, BenchError> {
     if args.recovery_keys > 0 {
         results.recovery = recovery::run(&clients, args, &exe, peer.as_deref(), &run_id)?;
     }
+    let wants = |s: &str| args.shapes.iter().any(|x| x == s);
+    if args.restore_keys > 0 && wants("restore") {
+        let (done, failed) = restore::run(&clients, args, &exe, peer.as_deref(), &run_id);
+        results.takeovers.extend(done);
+        results.failures.extend(failed);
+    }
+    if args.failover_keys > 0 && wants("failover") {
+        let (done, failed) = restore::failover(&clients, args, &exe, peer.as_deref(), &run_id);
+        results.takeovers.extend(done);
+        results.failures.extend(failed);
+    }
     report::write(args, &results)?;
     Ok(results)
 }
@@ -603,7 +670,7 @@ fn start_joined(point: Point, launch: &Launch) -> Result<Vec<Instance>, BenchErr
 }
 
 /// Whether every instance's log shows it took part in a rebalance (joined the group).
-fn all_joined(logs: &[PathBuf]) -> bool {
+pub(crate) fn all_joined(logs: &[PathBuf]) -> bool {
     logs.iter().all(|log| {
         std::fs::read_to_string(log)
             .map(|s| s.contains("partitions assigned") || s.contains("RUNNING"))

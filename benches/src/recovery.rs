@@ -38,6 +38,8 @@ pub fn run(
             output: format!("{app}.output"),
             commit_interval_ms: 100,
             dir: args.out.join("runs").join(&app),
+            standby_replicas: 0,
+            threads: 1,
         };
         let result = one(clients, args, who, &launch);
         if let Err(e) = workload::delete_topics_with_prefix(clients, &app) {

@@ -63,7 +63,7 @@ pub fn tables(results: &Results) -> String {
     let g = group(&results.samples);
     let mut md = String::new();
     if g.is_empty() {
-        return md;
+        return takeover_tables(results);
     }
     let _ = writeln!(
         md,
@@ -161,7 +161,77 @@ pub fn tables(results: &Results) -> String {
             let _ = writeln!(md, "| {who} | {:.1} [{}] |", median(secs), all.join(", "));
         }
     }
+    md.push_str(&takeover_tables(results));
     md
+}
+
+/// The restore-alone and failover tables: per case, the median of each phase over the rounds
+/// and every round's total.
+pub fn takeover_tables(results: &Results) -> String {
+    let mut md = String::new();
+    for (scenario, title) in [
+        (
+            "restore",
+            "**Restore alone** (one instance, kill -9, restart; seconds, median over the restarts)",
+        ),
+        (
+            "failover",
+            "**Failover** (two instances, kill -9 of one; seconds, median over the rounds)",
+        ),
+    ] {
+        let rows = takeover_cases(results, scenario);
+        if rows.is_empty() {
+            continue;
+        }
+        let _ = writeln!(md, "\n{title}:\n");
+        let _ = writeln!(
+            md,
+            "| case | keys | partitions | {} → assigned | restore (longest partition) | records replayed [each round] | assigned → processing | total [each round] |",
+            if scenario == "restore" { "restart" } else { "kill" }
+        );
+        let _ = writeln!(md, "|---|---:|---:|---:|---:|---:|---:|---:|");
+        for (case, ts) in rows {
+            let med = |f: &dyn Fn(&super::restore::Takeover) -> Option<f64>| {
+                let v: Vec<f64> = ts.iter().filter_map(|t| f(t)).collect();
+                if v.is_empty() {
+                    "–".to_string()
+                } else {
+                    format!("{:.2}", median(&v))
+                }
+            };
+            let totals: Vec<f64> = ts.iter().map(|t| t.total_s).collect();
+            let each: Vec<String> = totals.iter().map(|s| format!("{s:.2}")).collect();
+            let replayed: Vec<String> = ts.iter().map(|t| t.replayed.to_string()).collect();
+            let _ = writeln!(
+                md,
+                "| {case} | {} | {} | {} | {} | {} | {} | {:.2} [{}] |",
+                ts[0].keys,
+                ts[0].partitions,
+                med(&|t| t.to_assigned_s),
+                med(&|t| t.restore_s),
+                replayed.join(", "),
+                med(&|t| t.assigned_to_processing_s),
+                median(&totals),
+                each.join(", ")
+            );
+        }
+    }
+    md
+}
+
+/// The takeovers of `scenario` by case, in run order of first appearance.
+fn takeover_cases<'a>(
+    results: &'a Results,
+    scenario: &str,
+) -> Vec<(&'a str, Vec<&'a super::restore::Takeover>)> {
+    let mut rows: Vec<(&str, Vec<&super::restore::Takeover>)> = vec![];
+    for t in results.takeovers.iter().filter(|t| t.scenario == scenario) {
+        match rows.iter_mut().find(|(c, _)| *c == t.case) {
+            Some((_, v)) => v.push(t),
+            None => rows.push((&t.case, vec![t])),
+        }
+    }
+    rows
 }
 
 /// A windowed or join sample's result check: whether it held, and what it saw.
@@ -303,10 +373,14 @@ pub fn write(args: &BenchArgs, results: &Results) -> Result<(), BenchError> {
         let _ = writeln!(md, "- {k}: {v}");
     }
     let count = tables(results);
-    if !count.is_empty() {
+    let has_count = results
+        .samples
+        .iter()
+        .any(|s| s.point.shape == Shape::Count);
+    if has_count {
         let _ = writeln!(md, "\nThroughput is the steady state (10th→90th percentile of the backlog's output arrivals) divided by the partitions; latency is send → `read_committed` visibility of the output at a paced rate. Ratios come from this run only.\n");
-        md.push_str(&count);
     }
+    md.push_str(&count);
     let windowed = polled_tables(results, Shape::Windowed);
     if !windowed.is_empty() {
         let _ = writeln!(
@@ -337,11 +411,16 @@ pub fn write(args: &BenchArgs, results: &Results) -> Result<(), BenchError> {
             let _ = writeln!(md, "- {p}: {e}");
         }
     }
-    if !count.is_empty() {
+    if has_count {
         let _ = writeln!(
             md,
             "\n![throughput](throughput.svg)\n\n![latency CDF](latency-cdf.svg)"
         );
+    }
+    for scenario in ["restore", "failover"] {
+        if results.takeovers.iter().any(|t| t.scenario == scenario) {
+            let _ = writeln!(md, "\n![{scenario}]({scenario}.svg)");
+        }
     }
     let perf = out.join("perf-eosflow-eos.txt");
     if let Ok(p) = std::fs::read_to_string(&perf) {
@@ -362,7 +441,107 @@ pub fn write(args: &BenchArgs, results: &Results) -> Result<(), BenchError> {
     std::fs::write(out.join("report.md"), md).map_err(rerr)?;
     throughput_chart(&out.join("throughput.svg"), results)?;
     latency_chart(&out.join("latency-cdf.svg"), results)?;
+    for scenario in ["restore", "failover"] {
+        takeover_chart(&out.join(format!("{scenario}.svg")), results, scenario)?;
+    }
     Ok(())
+}
+
+/// One stacked bar per case (medians): restart or kill → assigned, the longest restore,
+/// the rest of assigned → processing. Nothing is drawn when the scenario did not run.
+fn takeover_chart(path: &Path, results: &Results, scenario: &str) -> Result<(), BenchError> {
+    let rows = takeover_cases(results, scenario);
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let med = |ts: &[&super::restore::Takeover],
+               f: &dyn Fn(&super::restore::Takeover) -> Option<f64>| {
+        let v: Vec<f64> = ts.iter().filter_map(|t| f(t)).collect();
+        if v.is_empty() {
+            0.0
+        } else {
+            median(&v)
+        }
+    };
+    // (case, [to assigned, restore, rest of assigned → processing]).
+    let bars: Vec<(String, [f64; 3])> = rows
+        .iter()
+        .map(|(case, ts)| {
+            let a = med(ts, &|t| t.to_assigned_s);
+            let r = med(ts, &|t| t.restore_s);
+            let p = med(ts, &|t| t.assigned_to_processing_s);
+            (case.to_string(), [a, r.min(p), (p - r).max(0.0)])
+        })
+        .collect();
+    let max_x = bars
+        .iter()
+        .map(|(_, b)| b.iter().sum::<f64>())
+        .fold(1.0, f64::max)
+        * 1.6;
+    let n = bars.len();
+    let root = SVGBackend::new(path, (1000, 140 + 50 * n as u32)).into_drawing_area();
+    root.fill(&WHITE).map_err(perr)?;
+    let caption = if scenario == "restore" {
+        "restore alone: restart → processing (s, median)"
+    } else {
+        "failover: kill -9 → every partition processing (s, median)"
+    };
+    let mut chart = ChartBuilder::on(&root)
+        .caption(caption, ("sans-serif", 20))
+        .margin(15)
+        .x_label_area_size(40)
+        .y_label_area_size(260)
+        .build_cartesian_2d(0.0..max_x, (0..n).into_segmented())
+        .map_err(perr)?;
+    let labels: Vec<String> = bars.iter().map(|(c, _)| c.clone()).collect();
+    chart
+        .configure_mesh()
+        .disable_y_mesh()
+        .x_desc("seconds")
+        .y_label_formatter(&|y| match y {
+            SegmentValue::CenterOf(i) | SegmentValue::Exact(i) => {
+                labels.get(*i).cloned().unwrap_or_default()
+            }
+            SegmentValue::Last => String::new(),
+        })
+        .draw()
+        .map_err(perr)?;
+    let phases = [
+        (
+            if scenario == "restore" {
+                "restart → assigned"
+            } else {
+                "kill → assigned (detection)"
+            },
+            RGBColor(160, 160, 160),
+        ),
+        ("restore", RGBColor(214, 39, 40)),
+        ("rest of assigned → processing", RGBColor(31, 119, 180)),
+    ];
+    for (k, (name, col)) in phases.into_iter().enumerate() {
+        chart
+            .draw_series(bars.iter().enumerate().map(|(i, (_, b))| {
+                let x0: f64 = b[..k].iter().sum();
+                Rectangle::new(
+                    [
+                        (x0, SegmentValue::Exact(i)),
+                        (x0 + b[k], SegmentValue::Exact(i + 1)),
+                    ],
+                    col.filled(),
+                )
+            }))
+            .map_err(perr)?
+            .label(name)
+            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 15, y + 5)], col.filled()));
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .background_style(WHITE)
+        .border_style(BLACK)
+        .draw()
+        .map_err(perr)?;
+    root.present().map_err(perr)
 }
 
 fn colour(c: Contender) -> RGBColor {
@@ -507,7 +686,7 @@ fn latency_chart(path: &Path, results: &Results) -> Result<(), BenchError> {
     }
     chart
         .configure_series_labels()
-        .position(SeriesLabelPosition::LowerRight)
+        .position(SeriesLabelPosition::UpperRight)
         .background_style(WHITE)
         .border_style(BLACK)
         .draw()

@@ -304,6 +304,32 @@ pub fn probes_at(
     flush(&p)
 }
 
+/// Records `r<from>` … `r<from + records - 1>` over `keys` keys (`k<i % keys>`), visible at
+/// once: updates of keys a [`preload`] wrote, with ids of their own (eosflow deduplicates by
+/// id).
+pub fn preload_more(
+    clients: &KafkaClients,
+    topic: &str,
+    (from, records): (u64, u64),
+    keys: u64,
+) -> Result<(), BenchError> {
+    let p = producer(clients, 5)?;
+    for i in from..from + records {
+        send(
+            &p,
+            topic,
+            None,
+            &format!("k{}", i % keys.max(1)),
+            &format!("r{i}"),
+            &value(i)?,
+        )?;
+        if i % 1024 == 0 {
+            p.poll(Duration::ZERO);
+        }
+    }
+    flush(&p)
+}
+
 fn fill(
     p: &BaseProducer,
     topic: &str,

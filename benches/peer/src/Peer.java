@@ -2,13 +2,30 @@
 // contenders are compared under (one stream thread, the guarantee and commit interval given,
 // earliest offsets, the 6 s session timeout eosflow's instances use too) and the run until
 // SIGTERM/SIGKILL, printing each state change (the driver waits for RUNNING in the log).
+// For the restore and failover benchmarks it also prints, with the wall clock in µs, when the
+// main consumer is assigned partitions (`ASSIGNED`) and when each changelog partition's restore
+// starts and ends (`RESTORE_START` / `RESTORE_END`, from a StateRestoreListener); system
+// properties `bench.standby.replicas` and `bench.threads` set `num.standby.replicas` and
+// `num.stream.threads`.
+import java.time.Instant;
+import java.time.temporal.ChronoUnit;
+import java.util.Collection;
+import java.util.Map;
 import java.util.Properties;
 import java.util.concurrent.CountDownLatch;
+import java.util.regex.Pattern;
 
+import org.apache.kafka.clients.consumer.Consumer;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
+import org.apache.kafka.clients.consumer.ConsumerRebalanceListener;
+import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.serialization.ByteArrayDeserializer;
 import org.apache.kafka.streams.KafkaStreams;
 import org.apache.kafka.streams.StreamsConfig;
 import org.apache.kafka.streams.Topology;
+import org.apache.kafka.streams.processor.StateRestoreListener;
+import org.apache.kafka.streams.processor.internals.DefaultKafkaClientSupplier;
 
 final class Peer {
   private Peer() {}
@@ -24,21 +41,89 @@ final class Peer {
     p.put(StreamsConfig.STATE_DIR_CONFIG, args[4]);
     p.put(StreamsConfig.PROCESSING_GUARANTEE_CONFIG, args[5]);
     p.put(StreamsConfig.COMMIT_INTERVAL_MS_CONFIG, args[6]);
-    p.put(StreamsConfig.NUM_STREAM_THREADS_CONFIG, 1);
+    p.put(StreamsConfig.NUM_STREAM_THREADS_CONFIG, Integer.getInteger("bench.threads", 1));
+    p.put(StreamsConfig.NUM_STANDBY_REPLICAS_CONFIG, Integer.getInteger("bench.standby.replicas", 0));
     p.put(StreamsConfig.consumerPrefix(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG), "earliest");
     p.put(StreamsConfig.consumerPrefix(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG), 6000);
     p.put(StreamsConfig.consumerPrefix(ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG), 1000);
     return p;
   }
 
+  /** Wall clock, µs since the epoch (the driver's clock: same machine). */
+  static long nowUs() {
+    return ChronoUnit.MICROS.between(Instant.EPOCH, Instant.now());
+  }
+
+  static synchronized void event(String line) {
+    System.out.println(line);
+    System.out.flush();
+  }
+
+  /**
+   * The default clients, whose main consumer prints `ASSIGNED <µs> <partitions>` when the group
+   * hands it partitions: the start of "assignment received → processing".
+   */
+  static final class Clients extends DefaultKafkaClientSupplier {
+    @Override
+    public Consumer<byte[], byte[]> getConsumer(Map<String, Object> config) {
+      return new KafkaConsumer<>(config, new ByteArrayDeserializer(), new ByteArrayDeserializer()) {
+        @Override
+        public void subscribe(Collection<String> topics, ConsumerRebalanceListener l) {
+          super.subscribe(topics, logged(l));
+        }
+
+        @Override
+        public void subscribe(Pattern pattern, ConsumerRebalanceListener l) {
+          super.subscribe(pattern, logged(l));
+        }
+      };
+    }
+
+    static ConsumerRebalanceListener logged(ConsumerRebalanceListener l) {
+      return new ConsumerRebalanceListener() {
+        @Override
+        public void onPartitionsRevoked(Collection<TopicPartition> parts) {
+          l.onPartitionsRevoked(parts);
+        }
+
+        @Override
+        public void onPartitionsAssigned(Collection<TopicPartition> parts) {
+          event("ASSIGNED " + nowUs() + " " + parts.size() + " " + parts);
+          l.onPartitionsAssigned(parts);
+        }
+
+        @Override
+        public void onPartitionsLost(Collection<TopicPartition> parts) {
+          l.onPartitionsLost(parts);
+        }
+      };
+    }
+  }
+
+  /** Prints each active restore's start and end (µs) and what it replayed. */
+  static final class Restores implements StateRestoreListener {
+    @Override
+    public void onRestoreStart(TopicPartition tp, String store, long start, long end) {
+      event("RESTORE_START " + nowUs() + " " + tp.topic() + " " + tp.partition() + " " + start + " " + end);
+    }
+
+    @Override
+    public void onBatchRestored(TopicPartition tp, String store, long end, long n) {}
+
+    @Override
+    public void onRestoreEnd(TopicPartition tp, String store, long total) {
+      event("RESTORE_END " + nowUs() + " " + tp.topic() + " " + tp.partition() + " " + total);
+    }
+  }
+
   /** Runs `topology` until the process is stopped; exits 1 if Kafka Streams fails. */
   static void run(Topology topology, Properties p) throws InterruptedException {
-    KafkaStreams streams = new KafkaStreams(topology, p);
+    KafkaStreams streams = new KafkaStreams(topology, p, new Clients());
+    streams.setGlobalStateRestoreListener(new Restores());
     CountDownLatch done = new CountDownLatch(1);
     streams.setStateListener(
         (now, before) -> {
-          System.out.println(now);
-          System.out.flush();
+          event(now.toString());
           if (now == KafkaStreams.State.ERROR || now == KafkaStreams.State.NOT_RUNNING) {
             done.countDown();
           }

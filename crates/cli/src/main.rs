@@ -73,7 +73,7 @@ enum Command {
     /// progress line, a summary and its checks; exit 0 only if they hold.
     Demo(eosflow_cli::demo::DemoArgs),
     /// Benchmarks against the raw pipe and Kafka Streams: target/bench/report.md and charts.
-    Bench(eosflow_bench::BenchArgs),
+    Bench(Box<eosflow_bench::BenchArgs>),
     /// (internal) The benchmarks' raw consume → produce pipe, their throughput ceiling.
     #[command(hide = true)]
     BenchPipe {
