@@ -313,7 +313,13 @@ impl Fleet<'_> {
             }
             if let Some(status) = inst.exited() {
                 if zombies_allowed && inst.log_says_fenced() {
-                    tracing::warn!(instance = %inst.name, %status, "the instance exited as fenced; restarting it");
+                    if self.churn.is_some() {
+                        // Under a storm nothing was frozen: a finding the closing line reports.
+                        tracing::warn!(instance = %inst.name, %status, log = %inst.log.display(),
+                            "the instance exited as fenced; restarting it");
+                    } else {
+                        tracing::info!(instance = %inst.name, "the fenced zombie exited; restarting it");
+                    }
                     self.fenced_exits += 1;
                     inst.child = None;
                     inst.spawn(&self.opts.exe, &self.output)?;

@@ -183,7 +183,8 @@ impl ScenarioReport {
             // A zombie that resumed without any sign of being fenced proves nothing.
             checks_ok: v.ok()
                 && (!matches!(scenario, Scenario::Zombie) || r.zombies_fenced == r.kills)
-                && r.storm.is_none_or(|t| t.crashes == 0 && t.unclean_stops == 0),
+                && r.storm
+                    .is_none_or(|t| t.crashes == 0 && t.unclean_stops == 0),
             extra,
         }
     }

@@ -35,7 +35,18 @@ pub struct StormPlan {
 }
 
 impl StormPlan {
-    /// An event every 2–4 s.
+    /// An event every 2–4 s, picked by an RNG seeded with `seed`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use eosflow_verify::storm::StormPlan;
+    ///
+    /// let plan = StormPlan::new(42);
+    /// // A two-minute storm is about 40 events.
+    /// assert_eq!(plan.mean_gap(), Duration::from_secs(3));
+    /// let fault = eosflow_verify::Fault::Storm(plan);
+    /// assert!(matches!(fault, eosflow_verify::Fault::Storm(p) if p.seed == 42));
+    /// ```
     pub fn new(seed: u64) -> Self {
         Self {
             seed,
@@ -121,7 +132,10 @@ impl Churn {
 
     /// The wait before the next event.
     pub(crate) fn gap(&mut self) -> Duration {
-        let (lo, hi) = (self.plan.min_gap.as_secs_f64(), self.plan.max_gap.as_secs_f64());
+        let (lo, hi) = (
+            self.plan.min_gap.as_secs_f64(),
+            self.plan.max_gap.as_secs_f64(),
+        );
         if hi <= lo {
             return self.plan.min_gap;
         }
@@ -257,11 +271,7 @@ impl Churn {
     /// Waits (bounded by [`STOP_DEADLINE`]) for every stop in flight to finish, so that an
     /// unclean one is counted before the verdict.
     pub(crate) fn settle(&mut self, instances: &mut [Instance]) {
-        while self
-            .slots
-            .iter()
-            .any(|s| matches!(s, Slot::Stopping(_)))
-        {
+        while self.slots.iter().any(|s| matches!(s, Slot::Stopping(_))) {
             self.reap(instances);
             std::thread::sleep(Duration::from_millis(100));
         }
