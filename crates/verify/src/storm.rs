@@ -108,6 +108,17 @@ enum Slot {
     Stopped,
 }
 
+/// One storm event and the slot it is done to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Event {
+    /// SIGTERM; the slot stays down until a later start.
+    Stop(usize),
+    /// Start of a stopped slot.
+    Start(usize),
+    /// `kill -9`, restarted 0.1–1 s later.
+    Kill(usize),
+}
+
 /// The storm's state over a run: one slot per instance.
 pub(crate) struct Churn {
     plan: StormPlan,
@@ -182,8 +193,53 @@ impl Churn {
         }
     }
 
-    /// Delivers one event: a graceful stop or a `kill -9` of a running instance (only while
-    /// another one runs), or the start of a stopped slot, picked at random among those possible.
+    /// Picks the next event and its slot among those possible now: a graceful stop or a
+    /// `kill -9` of a running slot only while another one runs, or the start of a stopped slot.
+    /// `None` when none is possible (a single slot, or one running and the rest still stopping).
+    fn pick(&mut self) -> Option<Event> {
+        let running = self.running();
+        let stopped: Vec<usize> = (0..self.slots.len())
+            .filter(|i| self.slots[*i] == Slot::Stopped)
+            .collect();
+        #[derive(Clone, Copy)]
+        enum Kind {
+            Stop,
+            Start,
+            Kill,
+        }
+        // Weights: kill 2, stop 2, start 2 (start 3 while two or more slots are down, so the
+        // group does not shrink to one instance for long).
+        let mut choices: Vec<(Kind, u32)> = Vec::new();
+        if running.len() >= 2 {
+            choices.push((Kind::Kill, 2));
+            choices.push((Kind::Stop, 2));
+        }
+        if !stopped.is_empty() {
+            choices.push((Kind::Start, if stopped.len() >= 2 { 3 } else { 2 }));
+        }
+        let total: u32 = choices.iter().map(|(_, w)| w).sum();
+        if total == 0 {
+            return None;
+        }
+        let mut pick = self.rng.gen_range(0..total);
+        let (kind, _) = choices.into_iter().find(|(_, w)| {
+            if pick < *w {
+                true
+            } else {
+                pick -= w;
+                false
+            }
+        })?;
+        Some(match kind {
+            Kind::Kill => Event::Kill(running[self.rng.gen_range(0..running.len())]),
+            Kind::Stop => Event::Stop(running[self.rng.gen_range(0..running.len())]),
+            Kind::Start => Event::Start(stopped[self.rng.gen_range(0..stopped.len())]),
+        })
+    }
+
+    /// Delivers one event ([`Churn::pick`]); when one slot runs and the others are still
+    /// stopping, first waits (bounded by [`STOP_DEADLINE`]) for a stop to finish so that a start
+    /// is possible.
     pub(crate) fn deliver(
         &mut self,
         instances: &mut [Instance],
@@ -192,56 +248,19 @@ impl Churn {
         output: &str,
     ) -> Result<(), String> {
         self.reap(instances);
-        if self.running().len() < 2 {
-            // One slot runs and the others may all be still stopping: wait for a stop to
-            // finish (bounded by its deadline), so that a start is possible.
-            while !self.slots.contains(&Slot::Stopped)
-                && self.slots.iter().any(|s| matches!(s, Slot::Stopping(_)))
-            {
-                self.reap(instances);
-                std::thread::sleep(Duration::from_millis(100));
-            }
+        while self.running().len() < 2
+            && !self.slots.contains(&Slot::Stopped)
+            && self.slots.iter().any(|s| matches!(s, Slot::Stopping(_)))
+        {
+            std::thread::sleep(Duration::from_millis(100));
+            self.reap(instances);
         }
-        let running = self.running();
-        let stopped: Vec<usize> = (0..self.slots.len())
-            .filter(|i| self.slots[*i] == Slot::Stopped)
-            .collect();
-        #[derive(Clone, Copy)]
-        enum Event {
-            Stop,
-            Start,
-            Kill,
-        }
-        // Weights: kill 2, stop 2, start 2 (start 3 while two or more slots are down, so the
-        // group does not shrink to one instance for long).
-        let mut choices: Vec<(Event, u32)> = Vec::new();
-        if running.len() >= 2 {
-            choices.push((Event::Kill, 2));
-            choices.push((Event::Stop, 2));
-        }
-        if !stopped.is_empty() {
-            choices.push((Event::Start, if stopped.len() >= 2 { 3 } else { 2 }));
-        }
-        let total: u32 = choices.iter().map(|(_, w)| w).sum();
-        if total == 0 {
-            return Err("the storm has no event to deliver (a single slot?)".into());
-        }
-        let mut pick = self.rng.gen_range(0..total);
-        let event = choices
-            .iter()
-            .find(|(_, w)| {
-                if pick < *w {
-                    true
-                } else {
-                    pick -= w;
-                    false
-                }
-            })
-            .map_or(Event::Start, |(e, _)| *e);
+        let event = self
+            .pick()
+            .ok_or("the storm has no event to deliver (a single slot?)")?;
         monitor.fault_now();
         match event {
-            Event::Kill => {
-                let i = running[self.rng.gen_range(0..running.len())];
+            Event::Kill(i) => {
                 let inst = &mut instances[i];
                 inst.kill9();
                 self.tally.kills += 1;
@@ -249,16 +268,14 @@ impl Churn {
                 std::thread::sleep(Duration::from_millis(self.rng.gen_range(100..1000)));
                 inst.spawn(exe, output)
             }
-            Event::Stop => {
-                let i = running[self.rng.gen_range(0..running.len())];
+            Event::Stop(i) => {
                 instances[i].signal("TERM")?;
                 self.slots[i] = Slot::Stopping(Instant::now());
                 self.tally.stops += 1;
                 tracing::info!(instance = %instances[i].name, "storm: SIGTERM (graceful stop)");
                 Ok(())
             }
-            Event::Start => {
-                let i = stopped[self.rng.gen_range(0..stopped.len())];
+            Event::Start(i) => {
                 instances[i].spawn(exe, output)?;
                 self.slots[i] = Slot::Running;
                 self.tally.starts += 1;
@@ -293,5 +310,94 @@ mod tests {
             assert!(ga >= plan.min_gap && ga < plan.max_gap, "{ga:?}");
         }
         assert_eq!(plan.mean_gap(), Duration::from_secs(3));
+    }
+
+    /// Plays `steps` events on `slots` slots, a stop finishing before the next event (only
+    /// before every second one when `slow_stops`); returns the events by kind (stops, starts,
+    /// kills), checking after each that an instance runs.
+    fn play(seed: u64, slots: usize, steps: usize, slow_stops: bool) -> (u32, u32, u32) {
+        fn finish_stops(c: &mut Churn) {
+            for s in c.slots.iter_mut() {
+                if matches!(s, Slot::Stopping(_)) {
+                    *s = Slot::Stopped;
+                }
+            }
+        }
+        let mut c = Churn::new(StormPlan::new(seed), slots);
+        let (mut stops, mut starts, mut kills) = (0, 0, 0);
+        for step in 0..steps {
+            if !slow_stops || step % 2 == 0 {
+                finish_stops(&mut c);
+            }
+            let Some(event) = c.pick() else {
+                // Only possible with one slot running and the rest still stopping.
+                assert_eq!(c.running().len(), 1, "{:?}", c.slots);
+                assert!(!c.slots.contains(&Slot::Stopped), "{:?}", c.slots);
+                finish_stops(&mut c);
+                continue;
+            };
+            match event {
+                Event::Stop(i) => {
+                    assert_eq!(c.slots[i], Slot::Running);
+                    c.slots[i] = Slot::Stopping(Instant::now());
+                    stops += 1;
+                }
+                Event::Kill(i) => {
+                    assert_eq!(c.slots[i], Slot::Running);
+                    // Down until its restart: another one must be running.
+                    assert!(c.running().len() >= 2, "{event:?}: {:?}", c.slots);
+                    kills += 1;
+                }
+                Event::Start(i) => {
+                    assert_eq!(c.slots[i], Slot::Stopped);
+                    c.slots[i] = Slot::Running;
+                    starts += 1;
+                }
+            }
+            assert!(
+                !c.running().is_empty(),
+                "no instance running after {event:?}: {:?}",
+                c.slots
+            );
+        }
+        (stops, starts, kills)
+    }
+
+    #[test]
+    fn one_instance_always_runs_and_every_kind_of_event_happens() {
+        for seed in 0..50 {
+            for slots in [2, 3, 4] {
+                for slow in [false, true] {
+                    let (stops, starts, kills) = play(seed, slots, 200, slow);
+                    assert!(
+                        stops > 20 && starts > 20 && kills > 20,
+                        "seed {seed}, {slots} slots: {stops} stops, {starts} starts, {kills} kills"
+                    );
+                    assert!(starts <= stops && stops <= starts + slots as u32 - 1);
+                }
+            }
+        }
+        // A single slot can only be left alone.
+        assert_eq!(Churn::new(StormPlan::new(1), 1).pick(), None);
+    }
+
+    #[test]
+    fn one_seed_picks_one_sequence_of_events() {
+        let run = |seed| {
+            let mut c = Churn::new(StormPlan::new(seed), 3);
+            (0..30)
+                .map(|_| {
+                    let e = c.pick();
+                    match e {
+                        Some(Event::Stop(i)) => c.slots[i] = Slot::Stopped,
+                        Some(Event::Start(i)) => c.slots[i] = Slot::Running,
+                        _ => {}
+                    }
+                    e
+                })
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(run(11), run(11));
+        assert_ne!(run(11), run(12));
     }
 }
