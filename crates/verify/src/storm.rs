@@ -81,7 +81,8 @@ pub struct Tally {
 }
 
 /// The storm's figures in a scenario's closing line: its seed, the events delivered by kind,
-/// how many recoveries the monitor timed, and what the instances did by themselves.
+/// how many recoveries the monitor timed, how often an instance recreated its producer in place
+/// (from the logs), and what the instances did by themselves.
 pub(crate) fn figures(t: &Tally, r: &VerifyReport) -> Vec<(String, String)> {
     [
         ("seed", t.seed.to_string()),
@@ -90,6 +91,7 @@ pub(crate) fn figures(t: &Tally, r: &VerifyReport) -> Vec<(String, String)> {
         ("starts", t.starts.to_string()),
         ("kill9s", t.kills.to_string()),
         ("recoveries", r.recoveries.len().to_string()),
+        ("in_place_recoveries", r.in_place_recoveries.to_string()),
         ("fenced_exits", r.fenced_exits.to_string()),
         ("crashes", t.crashes.to_string()),
         ("unclean_stops", t.unclean_stops.to_string()),
@@ -373,7 +375,8 @@ mod tests {
                         stops > 20 && starts > 20 && kills > 20,
                         "seed {seed}, {slots} slots: {stops} stops, {starts} starts, {kills} kills"
                     );
-                    assert!(starts <= stops && stops <= starts + slots as u32 - 1);
+                    // At most every slot but one down at once.
+                    assert!(starts <= stops && stops - starts < slots as u32);
                 }
             }
         }
