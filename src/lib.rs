@@ -37,4 +37,4 @@ pub mod testing;
 pub mod topology;
 
 pub use config::Config;
-pub use runner::{init_logging, run, RunError};
+pub use runner::{init_logging, run, run_threads, RunError};

@@ -9,8 +9,7 @@
 mod support;
 
 use std::collections::BTreeSet;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use eosflow::kafka::reader::read_to_end;
@@ -18,7 +17,7 @@ use eosflow::state::Column;
 use eosflow_verify::Workload;
 use rdkafka::Message;
 use support::http::{free_addr, get, metric};
-use support::pipeline::{produce_range, Pipeline, Running};
+use support::pipeline::{produce_paced_in_background, produce_range, Pipeline, Running};
 
 /// Records in all (`STANDBY_TEST_RECORDS` overrides it, for measuring larger stores by hand),
 /// over half as many keys: each key gets two records. The first phase (four fifths) is
@@ -42,37 +41,6 @@ fn label_values(text: &str, name: &str, label: &str) -> BTreeSet<String> {
             Some(rest[..rest.find('"')?].to_string())
         })
         .collect()
-}
-
-/// Produces records `range` of `w` (as `produce_range` does) at about 2 000 records/s, with
-/// one producer: 100 records, then 50 ms.
-fn produce_paced(topic: &str, w: &Workload, range: std::ops::Range<u64>) {
-    use rdkafka::message::{Header, OwnedHeaders};
-    use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
-    let producer: ThreadedProducer<DefaultProducerContext> = support::clients()
-        .config(eosflow::kafka::ClientRole::Idempotent)
-        .create()
-        .expect("producer");
-    for i in range {
-        let (key, value, id) = (w.key(i), Workload::amount(i).to_string(), Workload::id(i));
-        let headers = OwnedHeaders::new().insert(Header {
-            key: "id",
-            value: Some(id.as_bytes()),
-        });
-        producer
-            .send(
-                BaseRecord::to(topic)
-                    .key(key.as_bytes())
-                    .payload(value.as_bytes())
-                    .headers(headers),
-            )
-            .map_err(|(e, _)| e)
-            .expect("send");
-        if i % 100 == 99 {
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-    producer.flush(Duration::from_secs(30)).expect("flush");
 }
 
 /// Records of `topic[partition]` the group `group` has not committed (read_committed offsets
@@ -214,14 +182,7 @@ fn failover(name: &str, standbys: u32) -> Failover {
     )
     .unwrap_or(0.0);
     // The second phase arrives at about 2 000 records/s while `a` is killed in the middle of it.
-    let producing = Arc::new(AtomicBool::new(true));
-    let producer = {
-        let (input, producing) = (p.input.clone(), producing.clone());
-        std::thread::spawn(move || {
-            produce_paced(&input, &w, phase1..records);
-            producing.store(false, Ordering::Relaxed);
-        })
-    };
+    let (producing, producer) = produce_paced_in_background(&p.input, &w, phase1..records);
     support::wait_for(
         "a processing the second phase of its partition",
         Duration::from_secs(30),

@@ -28,7 +28,7 @@ mod tests;
 
 pub use crate::codec::config::SchemaRegistryConfig;
 pub use crate::kafka::config::{KafkaConfig, KafkaSecurityConfig, SaslMechanism, SecurityProtocol};
-pub use crate::processor::config::{Guarantee, ProcessorConfig};
+pub use crate::processor::config::{GroupProtocol, Guarantee, ProcessorConfig};
 pub use crate::retry::config::RetryConfig;
 pub use crate::retry::OnDeadLetter;
 pub use crate::state::config::StateConfig;

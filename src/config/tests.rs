@@ -456,3 +456,18 @@ fn standby_replicas_default_to_none_and_a_bad_value_names_the_key() {
         assert!(err.contains("processor.standby_replicas"), "{bad}: {err}");
     }
 }
+
+#[test]
+fn threads_default_to_one_and_a_bad_value_names_the_key() {
+    let c = Config::from_sources(None, None, &[]).expect("valid");
+    assert_eq!(c.processor.threads, 1);
+    let c = Config::from_sources(None, None, &env(&[("EOSFLOW_PROCESSOR_THREADS", "4")]))
+        .expect("valid");
+    assert_eq!(c.processor.threads, 4);
+    for bad in ["0", "65", "-1", "some"] {
+        let err = Config::from_sources(None, None, &env(&[("EOSFLOW_PROCESSOR_THREADS", bad)]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("processor.threads"), "{bad}: {err}");
+    }
+}

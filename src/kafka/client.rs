@@ -111,6 +111,35 @@ fn is_tls_error(code: Option<RDKafkaErrorCode>, text: &str) -> bool {
     matches!(code, Some(RDKafkaErrorCode::SSL)) || text.contains("SSL handshake failed")
 }
 
+/// Turns a [`ClientRole::GroupConsumer`] configuration into a member of the KIP-848 consumer
+/// group protocol: `group.protocol=consumer` with the broker's `range` assignor (it gives
+/// partition `p` of every subscribed topic with equal partition counts to one member, which
+/// eosflow's tasks need; the broker's default `uniform` does not). librdkafka refuses the
+/// classic protocol's client-side settings under it (`partition.assignment.strategy`,
+/// `session.timeout.ms`, `heartbeat.interval.ms`: the broker owns them), so they are removed.
+///
+/// ```
+/// use std::time::Duration;
+/// use eosflow::kafka::{client::consumer_protocol, ClientRole, KafkaClients};
+/// let clients = KafkaClients::new(Default::default());
+/// let mut c = clients.config(ClientRole::GroupConsumer {
+///     group: "g",
+///     session_timeout: Duration::from_secs(10),
+///     instance: None,
+/// });
+/// consumer_protocol(&mut c);
+/// assert_eq!(c.get("group.protocol"), Some("consumer"));
+/// assert_eq!(c.get("group.remote.assignor"), Some("range"));
+/// assert_eq!(c.get("session.timeout.ms"), None);
+/// ```
+pub fn consumer_protocol(c: &mut ClientConfig) {
+    c.remove("partition.assignment.strategy")
+        .remove("session.timeout.ms")
+        .remove("heartbeat.interval.ms")
+        .set("group.protocol", "consumer")
+        .set("group.remote.assignor", "range");
+}
+
 /// Which client is being built: each role fixes the settings its guarantees depend on.
 #[derive(Debug, Clone)]
 pub enum ClientRole<'a> {

@@ -37,6 +37,41 @@ impl Guarantee {
 
 choice_strings!(Guarantee);
 
+/// Which consumer group protocol the processing threads join with (`processor.group_protocol`).
+///
+/// ```
+/// use eosflow::config::GroupProtocol;
+/// assert_eq!("consumer".parse::<GroupProtocol>(), Ok(GroupProtocol::Consumer));
+/// assert!("eager".parse::<GroupProtocol>().unwrap_err().contains("`classic`"));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GroupProtocol {
+    /// The classic protocol with the client-side `range` assignor: every rebalance stops the
+    /// whole group (eager), and works on every broker.
+    #[default]
+    Classic,
+    /// KIP-848 (Kafka ≥ 4.0): the broker computes the assignment with its `range` assignor
+    /// (which keeps partition `p` of every input, retry level and table on one member) and a
+    /// member joining or leaving moves only the partitions that change owner; the others keep
+    /// processing. The session timeout is the broker's (`group.consumer.session.timeout.ms`,
+    /// 45 s by default), not `processor.session_timeout_ms`. On a broker that refuses the
+    /// protocol the instance falls back to `classic` (logged).
+    Consumer,
+}
+
+impl GroupProtocol {
+    /// The name the configuration (and librdkafka's `group.protocol`) uses.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Classic => "classic",
+            Self::Consumer => "consumer",
+        }
+    }
+}
+
+choice_strings!(GroupProtocol);
+
 /// The exactly-once loop's knobs (Kafka Streams names where they exist).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
@@ -71,7 +106,21 @@ pub struct ProcessorConfig {
     /// whole changelog. Placement follows the group's membership (the next members after the
     /// owner, by client id); with fewer other members than this, each keeps what it can.
     pub standby_replicas: u32,
+    /// Processing threads of this instance (Kafka Streams' `num.stream.threads`), 1..=64. Each
+    /// is a member of the consumer group with its own transactional producer and commit loop,
+    /// so the instance's partitions spread over them and a slow batch on one does not hold the
+    /// others. More threads than cores only adds transactions; more than the instance's share
+    /// of partitions leaves threads idle. Needs one processor per thread
+    /// ([`crate::runner::run_threads`]).
+    pub threads: u32,
+    /// The consumer group protocol: `classic` (eager rebalances, the default) or `consumer`
+    /// (KIP-848 incremental rebalances with the broker's co-partitioning `range` assignor;
+    /// falls back to `classic` on a broker without it).
+    pub group_protocol: GroupProtocol,
 }
+
+/// The most processing threads `processor.threads` accepts.
+pub const MAX_THREADS: u32 = 64;
 
 /// The most standby replicas `processor.standby_replicas` accepts: every copy tails every
 /// changelog partition it keeps, so more than a few only costs reads.
@@ -92,6 +141,8 @@ impl Default for ProcessorConfig {
             stuck_after_ms: 60_000,
             guarantee: Guarantee::ExactlyOnce,
             standby_replicas: 0,
+            threads: 1,
+            group_protocol: GroupProtocol::Classic,
         }
     }
 }
@@ -135,6 +186,12 @@ impl ProcessorConfig {
                     "{} is outside 0..={MAX_STANDBY_REPLICAS}",
                     self.standby_replicas
                 ),
+            ));
+        }
+        if !(1..=MAX_THREADS).contains(&self.threads) {
+            return Err(ConfigError::invalid(
+                "processor.threads",
+                format!("{} is outside 1..={MAX_THREADS}", self.threads),
             ));
         }
         if self.session_timeout_ms < 1000 {

@@ -215,6 +215,28 @@ impl<'s> Pending<'s> {
 pub(crate) struct Globals {
     stop: Arc<AtomicBool>,
     threads: Vec<JoinHandle<()>>,
+    /// Each table's store, by table name: the instance's other processing threads read the
+    /// same one.
+    stores: Vec<(String, Arc<GlobalStore>)>,
+}
+
+impl Globals {
+    /// Binds `tables` (another processing thread's handles of the same tables) to the stores
+    /// this instance already keeps current.
+    pub(crate) fn bind(&self, tables: &[GlobalTable]) -> Result<(), RuntimeError> {
+        for table in tables {
+            let Some((_, store)) = self.stores.iter().find(|(n, _)| n == table.name()) else {
+                return Err(global_error(
+                    table,
+                    "this processing thread's processor lists a global table the first thread's does not: build every thread's processor the same way".to_string(),
+                ));
+            };
+            table
+                .bind(store.clone())
+                .map_err(|e| global_error(table, e))?;
+        }
+        Ok(())
+    }
 }
 
 impl Drop for Globals {
@@ -267,6 +289,7 @@ pub(crate) fn bootstrap(
     let mut globals = Globals {
         stop: stop.clone(),
         threads: Vec::new(),
+        stores: Vec::new(),
     };
     for table in tables {
         let started = Instant::now();
@@ -298,6 +321,9 @@ pub(crate) fn bootstrap(
         table
             .bind(records.clone())
             .map_err(|e| global_error(table, e))?;
+        globals
+            .stores
+            .push((table.name().to_string(), records.clone()));
         let (t, stop) = (table.clone(), stop.clone());
         let (clients, offsets) = (clients.clone(), next.0);
         let thread = std::thread::Builder::new()

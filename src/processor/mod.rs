@@ -16,10 +16,12 @@ mod handle;
 pub mod runtime;
 pub mod standby;
 pub mod stores;
+pub mod threads;
 pub mod timers;
 
 pub(crate) use api::DeadLetterRequest;
 pub use api::{Context, Emit, ProcessError, Processor, Record};
 pub use runtime::{RunSummary, Runtime, RuntimeError, RuntimeOptions};
 pub use stores::{AsOf, Entries, KeyValueStore, StoreHandle};
+pub use threads::ProcessorThreads;
 pub use timers::{Timer, TimerKind};

@@ -118,6 +118,11 @@ pub struct RuntimeOptions {
     /// The versioned ones among them, `(store name, history)`
     /// ([`Processor::versioned_tables`]).
     pub versioned_tables: Vec<(String, Duration)>,
+    /// This loop's index among the instance's processing threads (`processor.threads`): 0
+    /// keeps the ids a one-thread instance has always had.
+    pub thread: usize,
+    /// `processor.group_protocol`.
+    pub group_protocol: crate::config::GroupProtocol,
 }
 
 impl RuntimeOptions {
@@ -164,6 +169,8 @@ impl RuntimeOptions {
             exactly_once: config.processor.guarantee == crate::config::Guarantee::ExactlyOnce,
             tables: Vec::new(),
             versioned_tables: Vec::new(),
+            thread: 0,
+            group_protocol: config.processor.group_protocol,
         })
     }
 
@@ -175,9 +182,35 @@ impl RuntimeOptions {
             .unwrap_or_else(|| DEFAULT.get_or_init(RetryPolicy::default))
     }
 
-    /// `transactional.id` of this instance.
+    /// `transactional.id` of this loop: `<app>-<instance>` for the first processing thread
+    /// (the id of a one-thread instance), `<app>-<instance>-t<i>` for thread `i` (KIP-447: one
+    /// producer per thread, each fenced by its own id).
+    ///
+    /// ```
+    /// use eosflow::config::Config;
+    /// use eosflow::processor::RuntimeOptions;
+    /// let mut config = Config::default();
+    /// config.app.id = "orders".into();
+    /// config.app.instance_id = "pod-0".into();
+    /// config.processor.input_topics = vec!["in".into()];
+    /// let mut opts = RuntimeOptions::from_config(&config).unwrap();
+    /// assert_eq!(opts.transactional_id(), "orders-pod-0");
+    /// opts.thread = 2;
+    /// assert_eq!(opts.transactional_id(), "orders-pod-0-t2");
+    /// assert_eq!(opts.member_instance_id(), "pod-0-t2");
+    /// ```
     pub fn transactional_id(&self) -> String {
-        format!("{}-{}", self.app_id, self.instance_id)
+        format!("{}-{}", self.app_id, self.member_instance_id())
+    }
+
+    /// This loop's `group.instance.id` under static membership: the instance id, suffixed
+    /// `-t<i>` for processing thread `i` > 0 (every thread is its own group member).
+    pub fn member_instance_id(&self) -> String {
+        if self.thread == 0 {
+            self.instance_id.clone()
+        } else {
+            format!("{}-t{}", self.instance_id, self.thread)
+        }
     }
 }
 
@@ -206,6 +239,22 @@ pub struct RunSummary {
     pub aborts: u64,
     /// Partition restores and what they replayed.
     pub restores: Vec<(i32, RestoreStats)>,
+}
+
+impl RunSummary {
+    /// Adds another processing thread's counters to these.
+    pub fn absorb(&mut self, other: RunSummary) {
+        self.records += other.records;
+        self.dedup_hits += other.dedup_hits;
+        self.dead_lettered += other.dead_lettered;
+        self.retried += other.retried;
+        self.parked_followers += other.parked_followers;
+        self.timers_fired += other.timers_fired;
+        self.table_updates += other.table_updates;
+        self.commits += other.commits;
+        self.aborts += other.aborts;
+        self.restores.extend(other.restores);
+    }
 }
 
 #[derive(Debug)]
@@ -251,7 +300,9 @@ impl ClientContext for GroupContext {
         };
         for (topic, t) in &stats.topics {
             for (id, part) in &t.partitions {
-                if *id < 0 || part.hi_offset < 0 {
+                // Only partitions this member consumes: another processing thread of the
+                // instance reports its own, and a partition this one lost keeps stale figures.
+                if *id < 0 || part.hi_offset < 0 || !part.desired {
                     continue;
                 }
                 let ours = committed.get(&(topic.clone(), *id)).copied().unwrap_or(-1);
@@ -376,13 +427,22 @@ pub struct Runtime<P: Processor> {
     batch_alignment: (Vec<usize>, align::Times, align::Times),
     /// `processor.standby_replicas`.
     standby_replicas: usize,
-    /// The standby tailer while the loop runs (`processor.standby_replicas` > 0).
-    standby: Option<super::standby::Standby>,
+    /// The standby tailer while the loop runs (`processor.standby_replicas` > 0), shared by
+    /// the instance's processing threads.
+    pub(super) standby: Option<Arc<super::standby::Standby>>,
+    /// The partitions the instance's processing threads hold open (more than one thread).
+    pub(super) leases: Option<Arc<super::threads::Leases>>,
     /// The topics the group consumer subscribes to when `run` starts (after the global tables
     /// are bootstrapped).
     subscription: Vec<String>,
     /// The processor's global tables, bootstrapped by `run`.
     globals: Vec<crate::topology::GlobalTable>,
+    /// Under the consumer protocol: (topic, partition) pairs assigned while other topics of
+    /// their partition number are still being released by their previous owner. Paused, and
+    /// not processed until the number is complete.
+    incoming: Assignment,
+    /// Since when each partly assigned partition number has waited for the rest.
+    incomplete_since: BTreeMap<i32, Instant>,
 }
 
 /// Why one batch did not commit, with what the loop needs to find the record to blame.
@@ -571,6 +631,34 @@ fn named_changelogs(
     Ok(out)
 }
 
+/// The loop's group member, with `protocol`.
+fn group_consumer(
+    clients: &KafkaClients,
+    opts: &RuntimeOptions,
+    standby_replicas: usize,
+    protocol: crate::config::GroupProtocol,
+) -> Result<BaseConsumer<GroupContext>, KafkaError> {
+    let instance = opts.static_membership.then(|| opts.member_instance_id());
+    let mut group_config = clients.config(ClientRole::GroupConsumer {
+        group: &opts.app_id,
+        session_timeout: opts.session_timeout,
+        instance: instance.as_deref(),
+    });
+    if standby_replicas > 0 {
+        // How the standby placement finds this instance among the group's members.
+        group_config.set("client.id", super::standby::client_id(&opts.instance_id));
+    }
+    if protocol == crate::config::GroupProtocol::Consumer {
+        crate::kafka::client::consumer_protocol(&mut group_config);
+    }
+    group_config.create_with_context(GroupContext::default())
+}
+
+/// How long a partition number may stay partly assigned under the consumer protocol (some of
+/// its topics given, others still being released by their previous owner) before the
+/// assignment is refused as not co-partitioned.
+const PARTIAL_ASSIGNMENT_LIMIT: Duration = Duration::from_secs(60);
+
 /// Which of `topics` the broker does not know.
 fn missing_topics(
     consumer: &BaseConsumer<GroupContext>,
@@ -595,7 +683,16 @@ pub(super) use crate::clock::now_ms;
 impl<P: Processor> Runtime<P> {
     /// Connects: creates the transactional producer (fencing a previous incarnation of this
     /// instance) and subscribes the group consumer.
-    pub fn new(config: &Config, mut processor: P) -> Result<Self, RuntimeError> {
+    pub fn new(config: &Config, processor: P) -> Result<Self, RuntimeError> {
+        Self::new_member(config, processor, 0)
+    }
+
+    /// The loop of processing thread `thread` (see [`super::threads`]).
+    pub(super) fn new_member(
+        config: &Config,
+        mut processor: P,
+        thread: usize,
+    ) -> Result<Self, RuntimeError> {
         // A topology names its repartition topics for the application before its inputs are
         // asked for: they are inputs too (retry levels, DLT, co-partitioned, subscribed).
         processor.bind_application(&config.app.id);
@@ -607,6 +704,7 @@ impl<P: Processor> Runtime<P> {
             }
             None => RuntimeOptions::from_config(config)?,
         };
+        opts.thread = thread;
         let clients = KafkaClients::new(config.kafka.clone());
         let changelog = format!("{}-{}-changelog", opts.app_id, processor.store_name());
         let stores = named_changelogs(&opts.app_id, processor.store_name(), processor.stores())?;
@@ -619,17 +717,7 @@ impl<P: Processor> Runtime<P> {
             TxnSink::plain(&clients, &opts.transactional_id(), opts.transaction_timeout)?
         };
         let standby_replicas = config.processor.standby_replicas as usize;
-        let mut group_config = clients.config(ClientRole::GroupConsumer {
-            group: &opts.app_id,
-            session_timeout: opts.session_timeout,
-            instance: opts.static_membership.then_some(opts.instance_id.as_str()),
-        });
-        if standby_replicas > 0 {
-            // How the standby placement finds this instance among the group's members.
-            group_config.set("client.id", super::standby::client_id(&opts.instance_id));
-        }
-        let consumer: BaseConsumer<GroupContext> =
-            group_config.create_with_context(GroupContext::default())?;
+        let consumer = group_consumer(&clients, &opts, standby_replicas, opts.group_protocol)?;
         let mut needed: Vec<String> = opts
             .input_topics
             .iter()
@@ -713,8 +801,11 @@ impl<P: Processor> Runtime<P> {
             batch_alignment: (Vec::new(), HashMap::new(), HashMap::new()),
             standby_replicas,
             standby: None,
+            leases: None,
             subscription: subscribed,
             globals,
+            incoming: Assignment::default(),
+            incomplete_since: BTreeMap::new(),
         })
     }
 
@@ -754,48 +845,93 @@ impl<P: Processor> Runtime<P> {
     pub fn run(mut self, shutdown: Arc<AtomicBool>) -> Result<RunSummary, RuntimeError> {
         // Global tables first, read to their end while `/readyz` says 503 (a restore: alive,
         // not ready); only then is the group joined, so no partition waits on this instance.
-        let _globals = if self.globals.is_empty() {
-            None
-        } else {
-            self.health.set_restoring(true);
-            let globals = super::globals::bootstrap(
-                &self.clients,
-                &self.opts.state_dir,
-                &self.globals,
-                self.opts.restore_timeout,
-            );
-            self.health.set_restoring(false);
-            Some(globals?)
-        };
+        let _globals = self.bootstrap_globals()?;
+        let _depth = self.watch_dlt_depth();
+        self.standby = self.start_standby();
+        self.run_member(&shutdown)
+    }
+
+    /// Reads the processor's global tables to their end and keeps them current (`None`
+    /// without any); the instance's other processing threads are bound to the same stores.
+    pub(super) fn bootstrap_globals(
+        &self,
+    ) -> Result<Option<super::globals::Globals>, RuntimeError> {
+        if self.globals.is_empty() {
+            return Ok(None);
+        }
+        self.health.set_restoring(true);
+        let globals = super::globals::bootstrap(
+            &self.clients,
+            &self.opts.state_dir,
+            &self.globals,
+            self.opts.restore_timeout,
+        );
+        self.health.set_restoring(false);
+        globals.map(Some)
+    }
+
+    /// The processor's global tables (bound by [`Self::bootstrap_globals`] of thread 0).
+    pub(super) fn global_tables(&self) -> &[crate::topology::GlobalTable] {
+        &self.globals
+    }
+
+    /// The DLT depth gauges' watcher (one per instance).
+    pub(super) fn watch_dlt_depth(&self) -> Option<DepthWatcher> {
+        if self.opts.dlt_depth_interval.is_zero() {
+            return None;
+        }
+        let dlts = self.opts.input_topics.iter().map(|t| dlt::topic_for(t));
+        DepthWatcher::start(&self.clients, dlts.collect(), self.opts.dlt_depth_interval)
+            .map_err(|e| tracing::warn!(error = %e, "DLT depth gauges are off"))
+            .ok()
+    }
+
+    /// Joins the group and runs the loop until `shutdown` or a fatal error; then leaves the
+    /// group and closes the stores.
+    pub(super) fn run_member(mut self, shutdown: &AtomicBool) -> Result<RunSummary, RuntimeError> {
         let topics: Vec<&str> = self.subscription.iter().map(String::as_str).collect();
         self.consumer.subscribe(&topics)?;
-        let _depth = (!self.opts.dlt_depth_interval.is_zero())
-            .then(|| {
-                let dlts = self.opts.input_topics.iter().map(|t| dlt::topic_for(t));
-                DepthWatcher::start(&self.clients, dlts.collect(), self.opts.dlt_depth_interval)
-                    .map_err(|e| tracing::warn!(error = %e, "DLT depth gauges are off"))
-                    .ok()
-            })
-            .flatten();
-        self.start_standby();
-        let result = self.run_loop(&shutdown);
-        self.standby = None;
+        let result = self.run_loop(shutdown);
         if !self.opts.exactly_once {
             self.commit_offsets_sync();
         }
         self.consumer.unsubscribe();
+        let closed: Vec<i32> = self.tasks.keys().copied().collect();
         self.tasks.clear();
+        self.closed(&closed);
+        self.standby = None;
         match result {
             Ok(()) => Ok(self.summary),
             Err(e) => Err(e),
         }
     }
 
+    /// `partitions`' stores are closed: the standby tailer and the instance's other processing
+    /// threads may open them now.
+    fn closed(&self, partitions: &[i32]) {
+        if let Some(s) = &self.standby {
+            s.disown(partitions);
+        }
+        if let Some(l) = &self.leases {
+            l.release(partitions, self.opts.thread);
+        }
+    }
+
+    /// The block cache this loop's stores share (one per instance).
+    pub(super) fn cache(&self) -> &StoreCache {
+        &self.cache
+    }
+
+    /// Shares `cache` with the instance's other processing threads.
+    pub(super) fn set_cache(&mut self, cache: StoreCache) {
+        self.cache = cache;
+    }
+
     /// Starts the standby tailer (`processor.standby_replicas` > 0); without it the instance
     /// runs as before, its takeovers restoring whole changelogs.
-    fn start_standby(&mut self) {
+    pub(super) fn start_standby(&self) -> Option<Arc<super::standby::Standby>> {
         if self.standby_replicas == 0 {
-            return;
+            return None;
         }
         let mut changelogs = vec![self.changelog.clone()];
         changelogs.extend(self.stores.iter().map(|(_, t)| t.clone()));
@@ -810,9 +946,10 @@ impl<P: Processor> Runtime<P> {
         let owned = self.tasks.keys().copied().collect();
         match super::standby::Standby::start(self.clients.clone(), self.cache.clone(), opts, owned)
         {
-            Ok(s) => self.standby = Some(s),
+            Ok(s) => Some(Arc::new(s)),
             Err(e) => {
-                tracing::error!(error = %e, "standby replicas could not start; running without them")
+                tracing::error!(error = %e, "standby replicas could not start; running without them");
+                None
             }
         }
     }
@@ -845,6 +982,9 @@ impl<P: Processor> Runtime<P> {
                 break;
             }
             self.resume_due()?;
+            if !self.incomplete_since.is_empty() {
+                self.check_incomplete()?;
+            }
             // Liveness: at every idle poll, and every 256 records while busy (a clock read per
             // record is a measurable share of the loop).
             if batch.len().is_multiple_of(256) {
@@ -869,6 +1009,10 @@ impl<P: Processor> Runtime<P> {
                 }
                 Some(Err(e)) => {
                     if let Some((code, reason)) = self.consumer.client().fatal_error() {
+                        if self.refused_protocol(code) {
+                            self.fall_back_to_classic(&reason)?;
+                            continue;
+                        }
                         // FENCED_INSTANCE_ID: a process with this instance id joined the group.
                         return Err(RuntimeError::Superseded {
                             id: self.opts.transactional_id(),
@@ -884,6 +1028,43 @@ impl<P: Processor> Runtime<P> {
         Ok(batch)
     }
 
+    /// Whether fatal error `code` is the broker refusing the consumer group protocol
+    /// (KIP-848 switched off, or a broker too old for `ConsumerGroupHeartbeat` v1).
+    fn refused_protocol(&self, code: rdkafka::types::RDKafkaErrorCode) -> bool {
+        use rdkafka::types::RDKafkaErrorCode as C;
+        self.opts.group_protocol == crate::config::GroupProtocol::Consumer
+            && matches!(code, C::UnsupportedVersion | C::UnsupportedFeature)
+    }
+
+    /// Rejoins with the classic protocol after the broker refused the consumer protocol: the
+    /// instance keeps working on an older broker, and says so.
+    fn fall_back_to_classic(&mut self, reason: &str) -> Result<(), RuntimeError> {
+        tracing::error!(
+            %reason,
+            "the broker refuses processor.group_protocol = \"consumer\" (KIP-848 needs Kafka ≥ 4.0 with the consumer protocol enabled); falling back to the classic protocol"
+        );
+        telemetry::consumer_error();
+        self.opts.group_protocol = crate::config::GroupProtocol::Classic;
+        let consumer = group_consumer(
+            &self.clients,
+            &self.opts,
+            self.standby_replicas,
+            self.opts.group_protocol,
+        )?;
+        let topics: Vec<&str> = self.subscription.iter().map(String::as_str).collect();
+        consumer.subscribe(&topics)?;
+        // Nothing processed under the refused membership survives it.
+        let closed: Vec<i32> = self.tasks.keys().copied().collect();
+        self.tasks.clear();
+        self.closed(&closed);
+        self.assigned = Assignment::default();
+        self.incoming = Assignment::default();
+        self.incomplete_since.clear();
+        self.paused.clear();
+        self.consumer = consumer;
+        Ok(())
+    }
+
     fn on_group_events(
         &mut self,
         events: Vec<GroupEvent>,
@@ -897,8 +1078,11 @@ impl<P: Processor> Runtime<P> {
                     telemetry::rebalance("revoke");
                     for p in &parts {
                         self.assigned.remove(&p.0, p.1);
+                        self.incoming.remove(&p.0, p.1);
                         self.paused.remove(p);
                     }
+                    let waiting = self.incoming.partitions();
+                    self.incomplete_since.retain(|p, _| waiting.contains(p));
                     batch.retain(|m| self.assigned.contains(m.topic(), m.partition()));
                     let live = self.assigned.partitions();
                     let gone: Vec<i32> = self
@@ -908,17 +1092,20 @@ impl<P: Processor> Runtime<P> {
                         .copied()
                         .collect();
                     self.tasks.retain(|p, _| live.contains(p));
-                    if let Some(s) = &self.standby {
-                        s.disown(&gone);
-                    }
+                    self.closed(&gone);
                     // What a partition's next owner handled is not known here.
                     self.aligned_seen.retain(|(_, p), _| live.contains(p));
                     self.aligned_head.retain(|(_, p), _| live.contains(p));
                 }
+                // The consumer protocol follows every revocation with an empty assignment.
+                GroupEvent::Assigned(parts) if parts.is_empty() => {}
                 GroupEvent::Assigned(parts) => {
                     tracing::info!(partitions = ?parts, "partitions assigned");
                     telemetry::rebalance("assign");
-                    self.check_assignment(&parts)?;
+                    let parts = self.complete_assignment(parts)?;
+                    if parts.is_empty() {
+                        continue;
+                    }
                     let numbers: BTreeSet<i32> = parts.iter().map(|(_, p)| *p).collect();
                     let new: Vec<i32> = numbers
                         .into_iter()
@@ -952,36 +1139,133 @@ impl<P: Processor> Runtime<P> {
         Ok(())
     }
 
-    /// Refuses an assignment that would split a partition index: every subscribed topic's
-    /// partition `p` must come together (the task's store and parked set must see the input and
-    /// all its retry levels), and every co-partitioned topic must still have one partition count
-    /// (a topic extended while running breaks the key → partition mapping).
-    fn check_assignment(&self, parts: &[(String, i32)]) -> Result<(), RuntimeError> {
-        let subscribed: Vec<&String> = self
-            .copartitioned
+    /// The topics every partition number's task needs assigned together: inputs, their
+    /// retry levels, tables (the group consumer's subscription).
+    fn subscribed_topics(&self) -> Vec<&String> {
+        self.copartitioned
             .iter()
             .filter(|t| {
                 !t.ends_with(".DLT")
                     && **t != self.changelog
                     && !self.stores.iter().any(|s| s.1 == **t)
             })
-            .collect();
-        let numbers: BTreeSet<i32> = parts.iter().map(|(_, p)| *p).collect();
+            .collect()
+    }
+
+    /// Of the pairs just assigned and those waiting from earlier assignments, the ones whose
+    /// partition number is now complete (every subscribed topic's partition `p` is here: the
+    /// task's store and parked set must see the input and all its retry levels); every
+    /// co-partitioned topic must also still have one partition count (a topic extended while
+    /// running breaks the key → partition mapping).
+    ///
+    /// An incomplete number is refused under the classic protocol (its assignor hands out
+    /// whole assignments). Under the consumer protocol the rest may still be on its way — its
+    /// previous owner releases it — so its pairs are paused until the rest arrives, and
+    /// refused only after [`PARTIAL_ASSIGNMENT_LIMIT`].
+    fn complete_assignment(
+        &mut self,
+        parts: Vec<(String, i32)>,
+    ) -> Result<Vec<(String, i32)>, RuntimeError> {
+        for (t, p) in &parts {
+            self.incoming.insert(t.clone(), *p);
+        }
+        let subscribed: Vec<String> = self.subscribed_topics().into_iter().cloned().collect();
+        let (mut ready, mut early, mut waiting) = (Vec::new(), Vec::new(), Vec::new());
         let mut missing = Vec::new();
-        for p in &numbers {
-            for t in &subscribed {
-                if !parts.iter().any(|(pt, pp)| pt == *t && pp == p) {
-                    missing.push(format!("{t}[{p}]"));
+        for (p, topics) in &self.incoming.0 {
+            let lacks: Vec<String> = subscribed
+                .iter()
+                .filter(|t| !topics.contains_key(*t) && !self.assigned.contains(t, *p))
+                .map(|t| format!("{t}[{p}]"))
+                .collect();
+            let pairs = topics.keys().map(|t| (t.clone(), *p));
+            if lacks.is_empty() {
+                for pair in pairs {
+                    if !parts.contains(&pair) {
+                        early.push(pair.clone());
+                    }
+                    ready.push(pair);
                 }
+            } else {
+                waiting.extend(pairs);
+                missing.push((*p, lacks));
             }
         }
-        if !missing.is_empty() {
-            return Err(RuntimeError::CoPartitioning(format!(
-                "the group assigned partitions {numbers:?} without {}: refusing to process them (partition counts must match; check `eosflow topics plan`)",
-                missing.join(", ")
-            )));
+        for (t, p) in &ready {
+            self.incoming.remove(t, *p);
+            self.incomplete_since.remove(p);
         }
-        check_copartitioned(&partition_counts(&self.consumer, &self.copartitioned)?)
+        if !missing.is_empty() {
+            let numbers: Vec<i32> = missing.iter().map(|(p, _)| *p).collect();
+            let lacking: Vec<String> = missing.into_iter().flat_map(|(_, l)| l).collect();
+            if self.opts.group_protocol == crate::config::GroupProtocol::Classic {
+                return Err(RuntimeError::CoPartitioning(format!(
+                    "the group assigned partitions {numbers:?} without {}: refusing to process them (partition counts must match; check `eosflow topics plan`)",
+                    lacking.join(", ")
+                )));
+            }
+            tracing::info!(partitions = ?numbers, waiting_for = ?lacking, "partly assigned partitions wait for the rest of their topics");
+            let mut tpl = TopicPartitionList::new();
+            for (t, p) in &waiting {
+                tpl.add_partition(t, *p);
+            }
+            self.consumer.pause(&tpl)?;
+            let now = Instant::now();
+            for p in numbers {
+                self.incomplete_since.entry(p).or_insert(now);
+            }
+        }
+        if ready.is_empty() {
+            return Ok(ready);
+        }
+        if !early.is_empty() {
+            // A record of theirs polled before the pause was dropped: read from the group's
+            // committed offsets again.
+            self.seek_to_committed(&early)?;
+        }
+        check_copartitioned(&partition_counts(&self.consumer, &self.copartitioned)?)?;
+        Ok(ready)
+    }
+
+    /// Refuses partition numbers that stayed partly assigned past [`PARTIAL_ASSIGNMENT_LIMIT`].
+    fn check_incomplete(&self) -> Result<(), RuntimeError> {
+        let stuck: Vec<i32> = self
+            .incomplete_since
+            .iter()
+            .filter(|(_, since)| since.elapsed() >= PARTIAL_ASSIGNMENT_LIMIT)
+            .map(|(p, _)| *p)
+            .collect();
+        if stuck.is_empty() {
+            return Ok(());
+        }
+        Err(RuntimeError::CoPartitioning(format!(
+            "the group assigned only some topics of partitions {stuck:?} for {} s (have {:?}): the broker's assignor does not keep partition p of every input, retry level and table together; set the broker's group.consumer.assignors to include range (eosflow asks for group.remote.assignor=range) or use processor.group_protocol = \"classic\"",
+            PARTIAL_ASSIGNMENT_LIMIT.as_secs(),
+            self.incoming.0
+        )))
+    }
+
+    /// Moves the positions of `pairs` to the group's committed offsets (the earliest offset
+    /// where the group has none).
+    fn seek_to_committed(&self, pairs: &[(String, i32)]) -> Result<(), RuntimeError> {
+        let mut tpl = TopicPartitionList::new();
+        for (t, p) in pairs {
+            tpl.add_partition(t, *p);
+        }
+        let committed = self
+            .consumer
+            .committed_offsets(tpl, Duration::from_secs(10))?;
+        let mut seek = TopicPartitionList::new();
+        for e in committed.elements() {
+            let at = match e.offset() {
+                Offset::Offset(o) if o >= 0 => Offset::Offset(o),
+                _ => Offset::Beginning,
+            };
+            seek.add_partition_offset(e.topic(), e.partition(), at)?;
+        }
+        self.consumer
+            .seek_partitions(seek, Duration::from_secs(10))?;
+        Ok(())
     }
 
     /// Before a new task reads its changelog's end: the group's committed offsets of its
@@ -1067,6 +1351,19 @@ impl<P: Processor> Runtime<P> {
 
     /// Opens partition `p`'s store and replays its changelog tail before any record is processed.
     fn open_task(&mut self, p: i32) -> Result<(), RuntimeError> {
+        if let Some(leases) = &self.leases {
+            // Another processing thread of this instance that had `p` closes its stores right
+            // after its own poll saw the revocation.
+            leases.acquire(p, self.opts.thread, self.opts.restore_timeout)?;
+        }
+        let opened = self.open_task_stores(p);
+        if opened.is_err() {
+            self.closed(&[p]);
+        }
+        opened
+    }
+
+    fn open_task_stores(&mut self, p: i32) -> Result<(), RuntimeError> {
         self.health.set_restoring(true);
         let restored = self.open_and_restore(p, &self.changelog);
         let mut named = Vec::with_capacity(self.stores.len());

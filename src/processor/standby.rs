@@ -123,18 +123,33 @@ pub fn assigned_partitions(bytes: &[u8], topic: &str) -> Option<Vec<i32>> {
 /// assert!(placement(&members, "eosflow-a", 1).is_empty());
 /// // Two copies with three members: every partition on both members that do not own it.
 /// assert_eq!(placement(&members, "eosflow-a", 2), [2, 3].into());
+/// // Two threads of instance b are two members with b's client id: one owner.
+/// let threads = vec![
+///     ("eosflow-a".to_string(), vec![0, 1]),
+///     ("eosflow-b".to_string(), vec![2]),
+///     ("eosflow-b".to_string(), vec![3]),
+/// ];
+/// assert_eq!(placement(&threads, "eosflow-a", 1), [2, 3].into());
+/// assert_eq!(placement(&threads, "eosflow-b", 1), [0, 1].into());
 /// ```
 pub fn placement(members: &[(String, Vec<i32>)], me: &str, replicas: usize) -> BTreeSet<i32> {
-    let mut sorted: Vec<&(String, Vec<i32>)> = members.iter().collect();
-    sorted.sort_by(|a, b| a.0.cmp(&b.0));
-    sorted.dedup_by(|a, b| a.0 == b.0);
+    // The processing threads of one instance are members with one client id: one instance
+    // here, owning what its threads own (a copy on the owner's own disk would be no copy).
+    let mut instances: BTreeMap<&str, BTreeSet<i32>> = BTreeMap::new();
+    for (client, parts) in members {
+        instances
+            .entry(client.as_str())
+            .or_default()
+            .extend(parts.iter().copied());
+    }
+    let sorted: Vec<(&str, &BTreeSet<i32>)> = instances.iter().map(|(c, p)| (*c, p)).collect();
     let n = sorted.len();
     let copies = replicas.min(n.saturating_sub(1));
     let mut out = BTreeSet::new();
     for (o, (owner, parts)) in sorted.iter().enumerate() {
         for j in 1..=copies {
-            let standby = &sorted[(o + j) % n].0;
-            if standby == me && standby != owner {
+            let standby = sorted[(o + j) % n].0;
+            if standby == me && standby != *owner {
                 out.extend(parts.iter().copied());
             }
         }
@@ -166,8 +181,10 @@ pub(crate) struct StandbyOptions {
 /// one lock, so a store is never open on both sides.
 #[derive(Default)]
 struct Copies {
-    /// Partition numbers the runtime owns (never opened here).
-    owned: BTreeSet<i32>,
+    /// Partition numbers the runtime owns (never opened here), with how many of its threads
+    /// hold them: while a partition moves between two threads of this instance the new owner
+    /// may take it before the old one lets go.
+    owned: BTreeMap<i32, usize>,
     /// Open warm copies, by (changelog index, partition).
     stores: BTreeMap<(usize, i32), Store>,
 }
@@ -209,7 +226,7 @@ impl Standby {
             .create_with_context(ReaderContext)?;
         let shared = Arc::new(Shared {
             copies: Mutex::new(Copies {
-                owned,
+                owned: owned.into_iter().map(|p| (p, 1)).collect(),
                 stores: BTreeMap::new(),
             }),
             stop: AtomicBool::new(false),
@@ -245,7 +262,7 @@ impl Standby {
     pub(crate) fn own(&self, partitions: &[i32]) {
         let mut copies = self.shared.lock();
         for p in partitions {
-            copies.owned.insert(*p);
+            *copies.owned.entry(*p).or_default() += 1;
             let keys: Vec<(usize, i32)> = copies
                 .stores
                 .keys()
@@ -264,7 +281,12 @@ impl Standby {
     pub(crate) fn disown(&self, partitions: &[i32]) {
         let mut copies = self.shared.lock();
         for p in partitions {
-            copies.owned.remove(p);
+            if let Some(n) = copies.owned.get_mut(p) {
+                *n -= 1;
+                if *n == 0 {
+                    copies.owned.remove(p);
+                }
+            }
         }
         drop(copies);
         self.shared.nudge.store(true, Ordering::Relaxed);
@@ -376,7 +398,7 @@ impl Tailer {
         let wanted = |copies: &Copies| -> BTreeSet<(usize, i32)> {
             self.target
                 .iter()
-                .filter(|p| !copies.owned.contains(p))
+                .filter(|p| !copies.owned.contains_key(p))
                 .flat_map(|p| (0..self.opts.changelogs.len()).map(move |c| (c, *p)))
                 .collect()
         };
@@ -576,7 +598,7 @@ mod tests {
     fn copies_with(stores: BTreeMap<(usize, i32), Store>) -> Arc<Shared> {
         Arc::new(Shared {
             copies: Mutex::new(Copies {
-                owned: BTreeSet::new(),
+                owned: BTreeMap::new(),
                 stores,
             }),
             stop: AtomicBool::new(false),
@@ -602,7 +624,7 @@ mod tests {
         standby.own(&[0]);
         {
             let copies = shared.lock();
-            assert!(copies.owned.contains(&0) && copies.stores.is_empty());
+            assert!(copies.owned.contains_key(&0) && copies.stores.is_empty());
         }
         assert!(shared.nudge.load(Ordering::Relaxed), "the tailer is told");
         // The RocksDB lock is free: the runtime's open neither fails nor rebuilds.
@@ -613,9 +635,16 @@ mod tests {
             store.get(Column::State, b"k").expect("get"),
             Some(b"warm".to_vec())
         );
+        // A second thread of this instance takes the partition before the first lets go.
+        standby.own(&[0]);
+        standby.disown(&[0]);
+        assert!(
+            shared.lock().owned.contains_key(&0),
+            "still owned by the other thread"
+        );
         drop(store);
         standby.disown(&[0]);
-        assert!(!shared.lock().owned.contains(&0));
+        assert!(!shared.lock().owned.contains_key(&0));
         drop(standby);
         Store::wipe(&root).expect("wipe");
     }
@@ -629,7 +658,7 @@ mod tests {
         });
         let root = std::env::temp_dir().join(format!("eosflow-standby-{}", uuid::Uuid::new_v4()));
         let shared = copies_with(BTreeMap::new());
-        shared.lock().owned.insert(3);
+        shared.lock().owned.insert(3, 1);
         let reader = || {
             clients
                 .config(ClientRole::Reader)

@@ -42,9 +42,8 @@ pub use signal::{wait_for_signal_or, Signal};
 use crate::config::Config;
 use crate::kafka::client::ConnectError;
 use crate::kafka::KafkaClients;
-use crate::processor::{Processor, RunSummary, Runtime, RuntimeError};
+use crate::processor::{Processor, ProcessorThreads, RunSummary, RuntimeError};
 use crate::telemetry::http::HttpError;
-use crate::telemetry::Health;
 
 /// How long [`run`] waits for the broker to answer before giving up (a wrong password or an
 /// unreachable broker then fails clearly instead of as endless retries).
@@ -91,19 +90,53 @@ pub enum RunError {
 /// its assignment for a restart within the session timeout) or until the loop stops by itself.
 ///
 /// Serves `/metrics`, `/healthz` and `/readyz` on `metrics.listen` when it is set. Logging is
-/// the caller's choice ([`init_logging`] is the one `eosflow` uses).
+/// the caller's choice ([`init_logging`] is the one `eosflow` uses). One processor runs one
+/// processing thread: with `processor.threads` > 1 use [`run_threads`], which builds one per
+/// thread.
 pub fn run<P: Processor + 'static>(config: &Config, processor: P) -> Result<RunSummary, RunError> {
+    if config.processor.threads > 1 {
+        return Err(RunError::Runtime(RuntimeError::Config(format!(
+            "processor.threads = {} needs one processor per thread: start the instance with eosflow::runner::run_threads(&config, |_thread| build()) instead of run(&config, processor)",
+            config.processor.threads
+        ))));
+    }
+    let mut one = Some(processor);
+    run_threads(config, move |_| {
+        one.take()
+            .ok_or("run() has one processor for one processing thread")
+    })
+}
+
+/// Runs `processor.threads` processing threads of one instance, each with the processor
+/// `make(thread index)` builds (a topology built again, a handler constructed again: threads do
+/// not share a processor's fields), until SIGTERM/SIGINT or until a thread fails; see [`run`]
+/// for the rest and [`crate::processor::threads`] for what the threads share.
+///
+/// ```no_run
+/// # use eosflow::processor::{Context, ProcessError, Processor, Record};
+/// # struct Echo;
+/// # impl Processor for Echo {
+/// #     fn process(&mut self, _: &mut Context<'_>, _: &Record<'_>) -> Result<(), ProcessError> { Ok(()) }
+/// # }
+/// let config = eosflow::config::Config::load(None)?;
+/// eosflow::runner::run_threads(&config, |_thread| Ok::<_, std::convert::Infallible>(Echo))?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn run_threads<P, F, E>(config: &Config, make: F) -> Result<RunSummary, RunError>
+where
+    P: Processor + 'static,
+    F: FnMut(usize) -> Result<P, E>,
+    E: std::fmt::Display,
+{
     KafkaClients::new(config.kafka.clone()).check_connection(CONNECT_TIMEOUT)?;
-    let health = Arc::new(Health::new(Duration::from_millis(
-        config.processor.stuck_after_ms,
-    )));
-    let runtime = Runtime::new(config, processor)?.with_health(health.clone());
+    let threads = ProcessorThreads::new(config, make)?;
+    let health = threads.health();
     let shutdown = Arc::new(AtomicBool::new(false));
     let worker = {
         let shutdown = shutdown.clone();
         std::thread::Builder::new()
             .name("eos-loop".into())
-            .spawn(move || runtime.run(shutdown))
+            .spawn(move || threads.run(shutdown))
             .map_err(|source| RunError::Io {
                 what: "spawning the processing thread",
                 source,

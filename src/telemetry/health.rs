@@ -13,6 +13,9 @@ pub struct Health {
     ready: AtomicBool,
     restoring: AtomicBool,
     stuck_after: Duration,
+    /// The processing threads' own (an instance with several): alive and ready only when
+    /// every one is.
+    parts: Vec<std::sync::Arc<Health>>,
 }
 
 impl Health {
@@ -23,7 +26,28 @@ impl Health {
             ready: AtomicBool::new(false),
             restoring: AtomicBool::new(false),
             stuck_after,
+            parts: Vec::new(),
         }
+    }
+
+    /// An instance's health from its processing threads' (`processor.threads`): alive while
+    /// every thread's loop turns, ready when every thread's partitions are restored.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use eosflow::telemetry::Health;
+    /// let (a, b) = (Arc::new(Health::new(Duration::from_secs(60))), Arc::new(Health::new(Duration::from_secs(60))));
+    /// let instance = Health::of_parts(vec![a.clone(), b.clone()]);
+    /// a.set_ready(true);
+    /// assert!(!instance.ready(), "thread b is still restoring");
+    /// b.set_ready(true);
+    /// assert!(instance.ready() && instance.healthy());
+    /// ```
+    pub fn of_parts(parts: Vec<std::sync::Arc<Health>>) -> Self {
+        let mut h = Self::new(Duration::from_secs(100 * 365 * 24 * 3600));
+        h.parts = parts;
+        h
     }
 
     /// For a process whose loop does not report: always alive and ready.
@@ -54,6 +78,9 @@ impl Health {
 
     /// Alive: the loop beat within the deadline (or a restore is running).
     pub fn healthy(&self) -> bool {
+        if !self.parts.is_empty() {
+            return self.parts.iter().all(|p| p.healthy());
+        }
         self.restoring.load(Ordering::Relaxed)
             || now_ms() - self.last_beat_ms.load(Ordering::Relaxed)
                 <= self.stuck_after.as_millis() as i64
@@ -61,6 +88,9 @@ impl Health {
 
     /// Ready for traffic: alive and every assigned partition restored.
     pub fn ready(&self) -> bool {
+        if !self.parts.is_empty() {
+            return self.parts.iter().all(|p| p.ready());
+        }
         self.ready.load(Ordering::Relaxed)
             && !self.restoring.load(Ordering::Relaxed)
             && self.healthy()

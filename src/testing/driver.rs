@@ -177,6 +177,8 @@ impl<P: Processor> TopologyTestDriver<P> {
             exactly_once: true,
             tables: processor.tables(),
             versioned_tables: processor.versioned_tables(),
+            thread: 0,
+            group_protocol: config.processor.group_protocol,
         };
         let processor_repartitions = processor.repartition_topics();
         let mut globals = BTreeMap::new();

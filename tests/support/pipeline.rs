@@ -254,6 +254,52 @@ pub fn produce_range_with(
     producer.flush(Duration::from_secs(30)).expect("flush");
 }
 
+/// Produces records `range` of `w` (as `produce_range` does) at about 2 000 records/s, with
+/// one producer: 100 records, then 50 ms.
+pub fn produce_paced(topic: &str, w: &Workload, range: std::ops::Range<u64>) {
+    use rdkafka::message::{Header, OwnedHeaders};
+    use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+    let producer: ThreadedProducer<DefaultProducerContext> = super::clients()
+        .config(eosflow::kafka::ClientRole::Idempotent)
+        .create()
+        .expect("producer");
+    for i in range {
+        let (key, value, id) = (w.key(i), Workload::amount(i).to_string(), Workload::id(i));
+        let headers = OwnedHeaders::new().insert(Header {
+            key: "id",
+            value: Some(id.as_bytes()),
+        });
+        producer
+            .send(
+                BaseRecord::to(topic)
+                    .key(key.as_bytes())
+                    .payload(value.as_bytes())
+                    .headers(headers),
+            )
+            .map_err(|(e, _)| e)
+            .expect("send");
+        if i % 100 == 99 {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    producer.flush(Duration::from_secs(30)).expect("flush");
+}
+
+/// [`produce_paced`] on a thread of its own: the flag stays set while it produces.
+pub fn produce_paced_in_background(
+    topic: &str,
+    w: &Workload,
+    range: std::ops::Range<u64>,
+) -> (Arc<AtomicBool>, JoinHandle<()>) {
+    let producing = Arc::new(AtomicBool::new(true));
+    let (topic, w, flag) = (topic.to_string(), w.clone(), producing.clone());
+    let thread = std::thread::spawn(move || {
+        produce_paced(&topic, &w, range);
+        flag.store(false, Ordering::Relaxed);
+    });
+    (producing, thread)
+}
+
 /// A spawned `eosflow run`, killed when dropped: a failing test never leaves a processor behind.
 pub struct Running(pub std::process::Child);
 

@@ -447,76 +447,75 @@ fn run(
     timeouts: eosflow_orders::SagaTimeouts,
 ) -> Result<std::process::ExitCode> {
     use eosflow_orders::Topology;
-    if topology == "count" {
-        let count = CountProcessor::new(output).with_registry(&config.schema_registry.url);
-        // The verifier's slow-handler fault, when its variables are set.
-        return match verify::slow::settings_from_env() {
-            Some((every, sleep)) => run_with(
-                config,
-                verify::slow::SlowSometimes::new(count, every, sleep),
-            ),
-            None => run_with(config, count),
-        };
-    }
-    if topology == "windowed-count" {
-        let input = config
+    let registry = config.schema_registry.url.as_str();
+    let input = || {
+        config
             .processor
             .input_topics
             .first()
-            .context("windowed-count reads processor.input_topics")?;
-        let t = verify::windows::topology(input, output)
-            .context("building the windowed-count topology")?;
-        return run_with(config, t);
+            .with_context(|| format!("{topology} reads processor.input_topics"))
+    };
+    let built = |what: &str| format!("building the {what} topology");
+    match topology {
+        "count" => {
+            let count = || CountProcessor::new(output).with_registry(registry);
+            // The verifier's slow-handler fault, when its variables are set.
+            match verify::slow::settings_from_env() {
+                Some((every, sleep)) => run_with(config, |_| {
+                    Ok::<_, String>(verify::slow::SlowSometimes::new(count(), every, sleep))
+                }),
+                None => run_with(config, |_| Ok::<_, String>(count())),
+            }
+        }
+        "windowed-count" => {
+            let input = input()?;
+            run_with(config, |_| {
+                verify::windows::topology(input, output)
+                    .map_err(|e| format!("{}: {e}", built(topology)))
+            })
+        }
+        "table-join" => {
+            let input = input()?;
+            run_with(config, |_| {
+                verify::joins::topology(input, output)
+                    .map_err(|e| format!("{}: {e}", built(topology)))
+            })
+        }
+        "windowed-sum" => {
+            let input = input()?;
+            run_with(config, |_| {
+                eosflow_bench::windowed::topology(input, output, registry)
+                    .map_err(|e| format!("{}: {e}", built(topology)))
+            })
+        }
+        "stream-table-join" => {
+            let input = input()?;
+            run_with(config, |_| {
+                eosflow_bench::join::topology(input, output, registry)
+                    .map_err(|e| format!("{}: {e}", built(topology)))
+            })
+        }
+        "order-lifecycle" => run_with(config, |_| {
+            eosflow_orders::poison_lifecycle::PoisonLifecycleProcessor::new(registry, output)
+                .map_err(|e| format!("{}: {e}", built(topology)))
+        }),
+        _ => {
+            let t: Topology = topology.parse().map_err(anyhow::Error::msg)?;
+            eosflow_orders::launch::run(config, t, output, rates, timeouts)?;
+            Ok(std::process::ExitCode::SUCCESS)
+        }
     }
-    if topology == "table-join" {
-        let input = config
-            .processor
-            .input_topics
-            .first()
-            .context("table-join reads processor.input_topics")?;
-        let t =
-            verify::joins::topology(input, output).context("building the table-join topology")?;
-        return run_with(config, t);
-    }
-    if topology == "windowed-sum" {
-        let input = config
-            .processor
-            .input_topics
-            .first()
-            .context("windowed-sum reads processor.input_topics")?;
-        let t = eosflow_bench::windowed::topology(input, output, &config.schema_registry.url)
-            .context("building the windowed-sum topology")?;
-        return run_with(config, t);
-    }
-    if topology == "stream-table-join" {
-        let input = config
-            .processor
-            .input_topics
-            .first()
-            .context("stream-table-join reads processor.input_topics")?;
-        let t = eosflow_bench::join::topology(input, output, &config.schema_registry.url)
-            .context("building the stream-table-join topology")?;
-        return run_with(config, t);
-    }
-    if topology == "order-lifecycle" {
-        let p = eosflow_orders::poison_lifecycle::PoisonLifecycleProcessor::new(
-            &config.schema_registry.url,
-            output,
-        )
-        .context("building the order-lifecycle topology")?;
-        return run_with(config, p);
-    }
-    let t: Topology = topology.parse().map_err(anyhow::Error::msg)?;
-    eosflow_orders::launch::run(config, t, output, rates, timeouts)?;
-    Ok(std::process::ExitCode::SUCCESS)
 }
 
-/// One processor through the public entry point, exactly as a user's `main` would run it.
-fn run_with<P: eosflow::processor::Processor + 'static>(
-    config: &Config,
-    processor: P,
-) -> Result<std::process::ExitCode> {
-    eosflow::run(config, processor)?;
+/// One processor per processing thread through the public entry point, exactly as a user's
+/// `main` would run it.
+fn run_with<P, F, E>(config: &Config, make: F) -> Result<std::process::ExitCode>
+where
+    P: eosflow::processor::Processor + 'static,
+    F: FnMut(usize) -> std::result::Result<P, E>,
+    E: std::fmt::Display,
+{
+    eosflow::run_threads(config, make)?;
     Ok(std::process::ExitCode::SUCCESS)
 }
 

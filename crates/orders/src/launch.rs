@@ -16,14 +16,6 @@ pub enum LaunchError {
     /// A failure rate or a saga timeout is out of range.
     #[error("{0}")]
     Rates(String),
-    /// The processor could not be built (its contracts, the registry).
-    #[error("building the {topology} topology: {reason}")]
-    Build {
-        /// Which topology.
-        topology: &'static str,
-        /// Why.
-        reason: String,
-    },
     /// The runtime stopped on an error.
     #[error(transparent)]
     Run(#[from] RunError),
@@ -44,18 +36,23 @@ pub fn run(
     eosflow::telemetry::catalog::register(crate::telemetry::METRICS);
     let topics = Topics::new(ns);
     let c = configure(config, topology, &topics);
+    // One processor per processing thread (`processor.threads`), each built the same way.
     Ok(match topology {
         Topology::Orders => {
-            let p = OrderProcessor::new(topics, &c.app.id, &c.schema_registry.url)
-                .map_err(|reason| LaunchError::Build {
-                    topology: topology.name(),
-                    reason,
-                })?
-                .with_timeouts(timeouts);
-            eosflow::run(&c, p)?
+            let (group, registry) = (c.app.id.clone(), c.schema_registry.url.clone());
+            eosflow::run_threads(&c, |_| {
+                OrderProcessor::new(topics.clone(), &group, &registry)
+                    .map(|p| p.with_timeouts(timeouts))
+            })?
         }
-        Topology::Stock => eosflow::run(&c, StockService::new(topics, rates))?,
-        Topology::Payment => eosflow::run(&c, PaymentService::new(topics, rates))?,
-        Topology::Customers => eosflow::run(&c, CustomersProcessor::new(topics))?,
+        Topology::Stock => eosflow::run_threads(&c, |_| {
+            Ok::<_, std::convert::Infallible>(StockService::new(topics.clone(), rates))
+        })?,
+        Topology::Payment => eosflow::run_threads(&c, |_| {
+            Ok::<_, std::convert::Infallible>(PaymentService::new(topics.clone(), rates))
+        })?,
+        Topology::Customers => eosflow::run_threads(&c, |_| {
+            Ok::<_, std::convert::Infallible>(CustomersProcessor::new(topics.clone()))
+        })?,
     })
 }
