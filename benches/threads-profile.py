@@ -4,10 +4,12 @@
 For each thread count it runs `eosflow bench` (count shape, exactly-once, one instance over
 `--partitions` partitions) with EOSFLOW_PROCESSOR_THREADS set, and meanwhile samples
 /proc/<pid>/task/*/stat of the instance every 0.2 s. It prints one table: records/s (the
-bench's own figure, median over its rounds) and the CPU seconds each kind of thread used per
-second of the run (eos-loop-N: the processing loops; rdk:*: librdkafka's broker and main
-threads; rocksdb:*: compaction and flush; other). The scaling of the loops can then be judged
-against the cores the machine has, which `os.cpu_count()` prints.
+bench's own figure, median over its rounds) and the CPU microseconds each kind of thread used
+per record processed (eos-loop-N: the processing loops; rdk:*: librdkafka's broker and main
+threads; rocksdb:*: compaction and flush; other), summed over the bench's rounds. The scaling
+of the loops can then be judged against the cores the machine has, which `os.cpu_count()`
+prints. The CPU covers the instance's whole life in each round (start, the drain, the bench's
+latency phase), so it is a profile of where the work goes, not of the drain alone.
 
     python3 benches/threads-profile.py --exe target/release/eosflow --threads 1,2,4 \
         --partitions 4 --records 400000 --out target/bench-threads
@@ -25,8 +27,9 @@ from collections import defaultdict
 TICK = os.sysconf("SC_CLK_TCK")
 
 
-def instance_pids(app_marker):
-    """Pids of `eosflow run` processes whose environment names the bench's app."""
+def instance_pids(out_dir):
+    """Pids of `eosflow run` processes whose state directory is under this run's `out_dir`
+    (others may run benchmarks or tests on the same machine)."""
     out = []
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
@@ -38,7 +41,7 @@ def instance_pids(app_marker):
                 continue
             with open(f"/proc/{pid}/environ", "rb") as f:
                 env = f.read()
-            if app_marker.encode() in env:
+            if f"EOSFLOW_STATE_DIR={out_dir}".encode() in env:
                 out.append(pid)
         except OSError:
             continue
@@ -77,7 +80,7 @@ def kind(name):
 
 
 def run(args, threads):
-    out = os.path.join(args.out, f"t{threads}")
+    out = os.path.abspath(os.path.join(args.out, f"t{threads}"))
     env = dict(os.environ, EOSFLOW_PROCESSOR_THREADS=str(threads))
     cmd = [
         args.exe, "bench", "--shapes", "count", "--partitions", str(args.partitions),
@@ -93,7 +96,7 @@ def run(args, threads):
         if time.time() > deadline:
             bench.kill()
             raise SystemExit(f"threads={threads}: bench did not finish within {args.timeout} s")
-        for pid in instance_pids("bench-"):
+        for pid in instance_pids(out):
             for tid, (name, ticks) in thread_times(pid).items():
                 key = (pid, tid)
                 if key not in seen:
@@ -109,11 +112,12 @@ def run(args, threads):
     with open(os.path.join(out, "results.json")) as f:
         results = json.load(f)
     rates = [s["records_per_sec"] for s in results["samples"] if s["point"]["contender"] == "eosflow-eos"]
-    wall = max(time.time() - (first_seen or time.time()), 1e-9)
+    handled = max(args.records * args.repeats, 1)
     cpu = defaultdict(float)
     for (_, _), (name, t0, t1) in seen.items():
         cpu[kind(name)] += (t1 - t0) / TICK
-    return statistics.median(rates) if rates else float("nan"), {k: v / wall for k, v in cpu.items()}
+    # CPU microseconds per record processed.
+    return statistics.median(rates) if rates else float("nan"), {k: v * 1e6 / handled for k, v in cpu.items()}
 
 
 def main():
@@ -133,10 +137,11 @@ def main():
         rate, cpu = run(args, n)
         rows.append((n, rate, cpu))
         loops = sum(v for k, v in cpu.items() if k.startswith("eos-loop"))
-        print(f"threads={n} records/s={rate:.0f} cpu/s: loops={loops:.2f} "
+        print(f"threads={n} records/s={rate:.0f} cpu_us_per_record: loops={loops:.2f} "
               + " ".join(f"{k}={v:.2f}" for k, v in sorted(cpu.items())), flush=True)
     base = rows[0][1]
-    print("\n| threads | records/s | × 1 thread | CPU s/s in the loops | per loop | librdkafka | RocksDB | other |")
+    print("\nCPU in microseconds per record:\n")
+    print("| threads | records/s | × 1 thread | loops | per loop | librdkafka | RocksDB | other |")
     print("|---:|---:|---:|---:|---|---:|---:|---:|")
     for n, rate, cpu in rows:
         loops = {k: v for k, v in cpu.items() if k.startswith("eos-loop")}

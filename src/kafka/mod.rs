@@ -5,6 +5,7 @@
 
 pub mod client;
 pub mod config;
+pub mod describe;
 pub mod reader;
 pub mod topics;
 

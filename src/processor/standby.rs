@@ -9,13 +9,14 @@
 //! from that checkpoint and replays only the tail.
 //!
 //! **Placement** is computed by every instance from the group's membership alone, so they
-//! agree without talking to each other: the group is described (DescribeGroups); members are
-//! ordered by client id (the runtime sets `client.id` = `eosflow-<instance id>` when standbys
+//! agree without talking to each other: the group is described
+//! ([`crate::kafka::describe`]: ConsumerGroupDescribe for a KIP-848 consumer-protocol group,
+//! DescribeGroups for a classic one); members are ordered by client id (the runtime sets `client.id` = `eosflow-<instance id>` when standbys
 //! are on); the owner of partition `p` is the member whose assignment holds `p` of the first
 //! input; its standbys are the next `k` members in that order, wrapping, never the owner. It is
 //! recomputed after every rebalance this instance sees and every [`REFRESH`] (the other
-//! members' rebalances are not seen here). While the group is rebalancing, the last placement
-//! is kept.
+//! members' rebalances are not seen here). While the group is not `Stable` (rebalancing, or
+//! assigning or reconciling under the consumer protocol), the last placement is kept.
 //!
 //! **Hand-over.** One RocksDB store cannot be open twice. The runtime calls
 //! `Standby::own` before it opens a newly assigned partition's stores: the tailer's copies of
@@ -37,6 +38,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::{Message, Offset, TopicPartitionList};
 
+use crate::kafka::describe::describe_group_with;
 use crate::kafka::reader::ReaderContext;
 use crate::kafka::{ClientRole, KafkaClients};
 use crate::state::changelog::{check_fresh, delete_retention_ms, flush};
@@ -69,7 +71,9 @@ pub fn client_id(instance_id: &str) -> String {
 
 /// The partitions of `topic` in a consumer-protocol assignment (`ConsumerProtocolAssignment`
 /// as DescribeGroups returns it: version, then per topic its name and partitions, then user
-/// data). `None` if the bytes are not one.
+/// data). `None` if the bytes are not one. The placement no longer reads raw assignments (it
+/// describes the group with [`crate::kafka::describe`], which decodes them for both
+/// protocols); this stays for callers that hold a classic member's assignment bytes.
 ///
 /// ```
 /// use eosflow::processor::standby::assigned_partitions;
@@ -357,37 +361,28 @@ impl Tailer {
     }
 
     /// Recomputes the placement from the group's membership; keeps the last one while the
-    /// group rebalances or cannot be described.
+    /// group is not `Stable` (rebalancing, or a consumer-protocol group assigning or
+    /// reconciling) or cannot be described. Both rebalance protocols are described the same way
+    /// ([`describe_group_with`], on the tailer's own client).
     fn replace_target(&mut self) {
-        let groups = match self
-            .consumer
-            .fetch_group_list(Some(&self.opts.group), Duration::from_secs(5))
-        {
+        let group = match describe_group_with(
+            self.consumer.client(),
+            &self.opts.group,
+            Duration::from_secs(5),
+        ) {
             Ok(g) => g,
             Err(e) => {
                 tracing::debug!(error = %e, "standby: describing the group failed; keeping the placement");
                 return;
             }
         };
-        let Some(group) = groups.groups().iter().find(|g| g.name() == self.opts.group) else {
+        let Some(members) = group.owners(&self.opts.input) else {
+            tracing::debug!(state = %group.state, kind = ?group.kind, "standby: group not stable; keeping the placement");
             return;
         };
-        if group.state() != "Stable" {
-            return;
-        }
-        let mut members = Vec::with_capacity(group.members().len());
-        for m in group.members() {
-            let Some(parts) = m
-                .assignment()
-                .and_then(|a| assigned_partitions(a, &self.opts.input))
-            else {
-                return;
-            };
-            members.push((m.client_id().to_string(), parts));
-        }
         let target = placement(&members, &self.opts.me, self.opts.replicas);
         if target != self.target {
-            tracing::info!(standby_for = ?target, members = members.len(), "standby placement");
+            tracing::info!(standby_for = ?target, members = members.len(), kind = ?group.kind, "standby placement");
             self.target = target;
         }
     }

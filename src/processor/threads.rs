@@ -13,7 +13,7 @@
 //! **Hand-over inside the instance.** A partition that moves from one thread to another keeps
 //! its local stores: both open `<state dir>/<changelog>-<p>`. One RocksDB store cannot be open
 //! twice, and the thread losing the partition closes it right after the poll that revoked it,
-//! which may be a moment after the gaining thread was assigned it: [`Leases`] makes the
+//! which may be a moment after the gaining thread was assigned it: `Leases` makes the
 //! gaining thread wait for that close.
 //!
 //! If one thread stops with an error, the instance's shutdown flag is set so the others stop

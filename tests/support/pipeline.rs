@@ -292,7 +292,7 @@ pub fn produce_paced_in_background(
     range: std::ops::Range<u64>,
 ) -> (Arc<AtomicBool>, JoinHandle<()>) {
     let producing = Arc::new(AtomicBool::new(true));
-    let (topic, w, flag) = (topic.to_string(), w.clone(), producing.clone());
+    let (topic, w, flag) = (topic.to_string(), *w, producing.clone());
     let thread = std::thread::spawn(move || {
         produce_paced(&topic, &w, range);
         flag.store(false, Ordering::Relaxed);
