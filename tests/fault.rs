@@ -17,6 +17,11 @@ static PRIVATE_BROKERS: Mutex<()> = Mutex::new(());
 
 /// Runs one short scenario; returns its closing line after checking the invariants in it.
 fn scenario(name: &str, private_port: u16) -> String {
+    scenario_with(name, private_port, &[])
+}
+
+/// [`scenario`] with further `eosflow verify` flags.
+fn scenario_with(name: &str, private_port: u16, flags: &[&str]) -> String {
     let work = std::env::temp_dir().join(support::unique(&format!("eosflow-fault-{name}")));
     let out = Command::new(env!("CARGO_BIN_EXE_eosflow"))
         .args(["verify", "--scenario", name, "--short", "--work-dir"])
@@ -24,6 +29,7 @@ fn scenario(name: &str, private_port: u16) -> String {
         .arg("--stack-script")
         .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/../../dev/stack"))
         .args(["--private-port", &private_port.to_string()])
+        .args(flags)
         .env("EOSFLOW_KAFKA_BOOTSTRAP", support::bootstrap())
         .env("EOSFLOW_SCHEMA_REGISTRY_URL", support::registry_url())
         .output()
@@ -297,4 +303,25 @@ fn fault_joins_short_gives_every_record_the_row_of_its_time_once() {
     assert!(figure(&line, "table_updates") > 1_500, "{line}");
     assert!(figure(&line, "joined_with_row") > 10_000, "{line}");
     assert!(figure(&line, "kills_mid_stream") >= 1, "{line}");
+}
+
+#[test]
+fn fault_rebalance_storm_short_with_standbys_loses_and_duplicates_nothing() {
+    // A fixed seed: the same choice of events each run (up to how fast graceful stops finish);
+    // the long version (`make verify-scenario SCENARIO=rebalance-storm`) draws a new one.
+    let line = scenario_with(
+        "rebalance-storm",
+        21092,
+        &["--standby-replicas", "1", "--seed", "9590735510894642721"],
+    );
+    assert_eq!(figure(&line, "records"), 30_000, "{line}");
+    assert_eq!(figure(&line, "standby_replicas"), 1, "{line}");
+    assert_eq!(figure(&line, "events"), 12, "{line}");
+    for kind in ["graceful_stops", "starts", "kill9s"] {
+        assert!(figure(&line, kind) >= 1, "no {kind}: {line}");
+    }
+    assert_eq!(figure(&line, "state_mismatches"), 0, "{line}");
+    assert_eq!(figure(&line, "crashes"), 0, "{line}");
+    assert_eq!(figure(&line, "unclean_stops"), 0, "{line}");
+    println!("{line}");
 }

@@ -291,8 +291,9 @@ struct VerifyArgs {
     #[arg(long, default_value_t = 180)]
     drain_timeout_secs: u64,
     /// A named fault scenario (kill-processors, broker-restart, zombie, outbox-crash, poison,
-    /// broker-pause, slow-handler, outbox-oversize, parked-flood, stale-store, …; an unknown name
-    /// lists them all) or `all`, with its fixed shape; the sizing flags above then do not apply.
+    /// broker-pause, slow-handler, outbox-oversize, parked-flood, stale-store, rebalance-storm,
+    /// …; an unknown name lists them all) or `all`, with its fixed shape; the sizing flags above
+    /// then do not apply.
     #[arg(long)]
     scenario: Option<String>,
     /// The short version of the scenario (what `make test` runs).
@@ -306,6 +307,37 @@ struct VerifyArgs {
     /// ephemeral range (32768+), where any client connection may be holding it.
     #[arg(long, default_value_t = 23092)]
     private_port: u16,
+    /// `processor.threads` of every instance (`EOSFLOW_PROCESSOR_THREADS`), for the plain run
+    /// and the scenarios on the counting topology (kill-processors, rebalance-storm, …);
+    /// unset: the instances' default.
+    #[arg(long)]
+    threads: Option<usize>,
+    /// `processor.standby_replicas` of every instance (`EOSFLOW_PROCESSOR_STANDBY_REPLICAS`),
+    /// like `--threads`.
+    #[arg(long)]
+    standby_replicas: Option<u32>,
+    /// Seed of the rebalance storm's RNG (its closing line prints the one used), to replay a
+    /// run's sequence of events.
+    #[arg(long)]
+    seed: Option<u64>,
+}
+
+/// The instance settings `--threads` / `--standby-replicas` ask for, as `EOSFLOW_*` variables,
+/// checked here against this build's configuration keys: a setting the instances do not know
+/// would make every one of them refuse to start.
+fn verify_instance_env(args: &VerifyArgs) -> Result<Vec<(String, String)>> {
+    let mut env = Vec::new();
+    if let Some(n) = args.threads {
+        env.push(("EOSFLOW_PROCESSOR_THREADS".to_string(), n.to_string()));
+    }
+    if let Some(k) = args.standby_replicas {
+        env.push((
+            "EOSFLOW_PROCESSOR_STANDBY_REPLICAS".to_string(),
+            k.to_string(),
+        ));
+    }
+    Config::from_sources(None, None, &env).context("--threads / --standby-replicas")?;
+    Ok(env)
 }
 
 fn main() -> std::process::ExitCode {
@@ -542,7 +574,7 @@ fn verify_options(args: &VerifyArgs) -> Result<VerifyOptions> {
         exe: std::env::current_exe().context("locating the eosflow binary")?,
         work_dir: args.work_dir.clone(),
         drain_timeout: Duration::from_secs(args.drain_timeout_secs),
-        extra_env: Vec::new(),
+        extra_env: verify_instance_env(args)?,
     })
 }
 
@@ -572,6 +604,8 @@ fn scenario_cmd(config: &Config, name: &str, args: &VerifyArgs) -> Result<std::p
         work_dir: args.work_dir.clone(),
         stack_script: args.stack_script.clone(),
         private_port: args.private_port,
+        instance_env: verify_instance_env(args)?,
+        storm_seed: args.seed,
     };
     let mut ok = true;
     for s in scenarios {

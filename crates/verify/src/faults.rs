@@ -9,6 +9,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{Offset, TopicPartitionList};
 
 use super::stack::PrivateStack;
+use super::storm::StormPlan;
 use eosflow::kafka::{ClientRole, KafkaClients};
 
 /// A recovery slower than this is a stall: the group stopped making progress.
@@ -28,6 +29,9 @@ pub enum Fault {
     /// transaction timeout, so the coordinator aborts the open transactions when it wakes and
     /// commits in flight have an unknown outcome.
     BrokerPause(PrivateStack, Duration),
+    /// A rebalance storm: every few seconds a graceful stop, a start of a stopped slot or a
+    /// `kill -9` with restart, picked by a seeded RNG ([`crate::storm`]).
+    Storm(StormPlan),
 }
 
 /// A fault whose recovery is still awaited.

@@ -17,6 +17,7 @@ pub mod scenario;
 pub mod slow;
 pub mod stack;
 pub mod stale_store;
+pub mod storm;
 pub mod windows;
 pub mod workload;
 
@@ -97,6 +98,8 @@ pub struct VerifyReport {
     pub input_topic: String,
     /// Output topic of the run.
     pub output_topic: String,
+    /// What a rebalance storm did (`Fault::Storm` runs only).
+    pub storm: Option<storm::Tally>,
 }
 
 impl VerifyReport {
@@ -197,6 +200,11 @@ impl Instance {
         Ok(())
     }
 
+    /// Drops the handle of a process that has exited (seen by [`Instance::exited`]).
+    pub(crate) fn forget(&mut self) {
+        self.child = None;
+    }
+
     /// SIGKILL: no shutdown hook, no commit, no leave-group.
     pub(crate) fn kill9(&mut self) {
         if let Some(mut c) = self.child.take() {
@@ -256,6 +264,8 @@ struct Fleet<'a> {
     fenced_exits: u32,
     /// Each resumed zombie and its log's length when it resumed.
     thaws: Vec<(usize, u64)>,
+    /// The rebalance storm's slots and tally (`Fault::Storm` runs only).
+    churn: Option<storm::Churn>,
 }
 
 impl Fleet<'_> {
@@ -279,21 +289,46 @@ impl Fleet<'_> {
             self.deliver()?;
             self.faults += 1;
             self.next_fault = Instant::now()
-                + Duration::from_secs_f64(self.interval * self.rng.gen_range(0.5..1.5));
+                + match &mut self.churn {
+                    Some(churn) => churn.gap(),
+                    None => Duration::from_secs_f64(self.interval * self.rng.gen_range(0.5..1.5)),
+                };
         }
         Ok(())
     }
 
     /// An instance that exits by itself is a bug the run reports, never hides, except a zombie
     /// that stops because it was fenced: that is the right end for it, and it is restarted as a
-    /// supervisor (Kubernetes) would.
+    /// supervisor (Kubernetes) would. Under a rebalance storm every exit is counted and the
+    /// instance restarted (a crash fails the storm's verdict), and a SIGTERM'ed instance exiting
+    /// is the storm's to collect.
     fn supervise(&mut self) -> Result<(), String> {
-        let zombies_allowed = matches!(self.opts.fault, Fault::Freeze(_));
-        for inst in self.instances.iter_mut() {
+        let zombies_allowed = matches!(self.opts.fault, Fault::Freeze(_) | Fault::Storm(_));
+        if let Some(churn) = &mut self.churn {
+            churn.reap(&mut self.instances);
+        }
+        for (i, inst) in self.instances.iter_mut().enumerate() {
+            if self.churn.as_ref().is_some_and(|c| c.is_down(i)) {
+                continue;
+            }
             if let Some(status) = inst.exited() {
                 if zombies_allowed && inst.log_says_fenced() {
-                    tracing::info!(instance = %inst.name, "the fenced zombie exited; restarting it");
+                    if self.churn.is_some() {
+                        // Under a storm nothing was frozen: a finding the closing line reports.
+                        tracing::warn!(instance = %inst.name, %status, log = %inst.log.display(),
+                            "the instance exited as fenced; restarting it");
+                    } else {
+                        tracing::info!(instance = %inst.name, "the fenced zombie exited; restarting it");
+                    }
                     self.fenced_exits += 1;
+                    inst.child = None;
+                    inst.spawn(&self.opts.exe, &self.output)?;
+                    continue;
+                }
+                if let Some(churn) = &mut self.churn {
+                    tracing::warn!(instance = %inst.name, %status, log = %inst.log.display(),
+                        "the instance exited by itself; restarting it");
+                    churn.tally.crashes += 1;
                     inst.child = None;
                     inst.spawn(&self.opts.exe, &self.output)?;
                     continue;
@@ -393,6 +428,17 @@ impl Fleet<'_> {
                 self.monitor.outages.push(*d);
                 self.monitor.restart_clock();
                 Ok(())
+            }
+            Fault::Storm(_) => {
+                let Some(churn) = &mut self.churn else {
+                    return Err("a storm run without its churn state".into());
+                };
+                churn.deliver(
+                    &mut self.instances,
+                    &mut self.monitor,
+                    &self.opts.exe,
+                    &self.output,
+                )
             }
             Fault::BrokerRestart(stack) => {
                 self.monitor.fault_now();
@@ -519,6 +565,10 @@ pub fn run(config: &Config, opts: &VerifyOptions) -> Result<VerifyReport, String
         frozen: None,
         fenced_exits: 0,
         thaws: Vec::new(),
+        churn: match &opts.fault {
+            Fault::Storm(plan) => Some(storm::Churn::new(*plan, opts.instances)),
+            _ => None,
+        },
     };
     for inst in &mut fleet.instances {
         inst.spawn(&opts.exe, &output)?;
@@ -610,6 +660,9 @@ impl Run<'_> {
         // Every fault's recovery is known once the lag is zero (all partitions advanced).
         fleet.monitor.settle(Duration::from_secs(30));
         fleet.await_fencing_evidence(Duration::from_secs(60))?;
+        if let Some(churn) = &mut fleet.churn {
+            churn.settle(&mut fleet.instances);
+        }
         let elapsed = started.elapsed();
         for inst in fleet.instances.iter_mut() {
             inst.kill9();
@@ -655,6 +708,7 @@ impl Run<'_> {
             monitor_misses: fleet.monitor.misses,
             input_topic: self.input.to_string(),
             output_topic: fleet.output.clone(),
+            storm: fleet.churn.as_ref().map(|c| c.tally),
         })
     }
 

@@ -38,11 +38,14 @@ pub enum Scenario {
     Windows,
     /// A stream-table join whose table updates race the stream, kill -9s.
     Joins,
+    /// Instances joining and leaving every few seconds under load: graceful stops, starts and
+    /// kill -9s picked by a seeded RNG.
+    RebalanceStorm,
 }
 
 impl Scenario {
     /// Every scenario, in the order `--scenario all` runs them.
-    pub const ALL: [Scenario; 12] = [
+    pub const ALL: [Scenario; 13] = [
         Scenario::KillProcessors,
         Scenario::BrokerRestart,
         Scenario::Zombie,
@@ -55,6 +58,7 @@ impl Scenario {
         Scenario::StaleStore,
         Scenario::Windows,
         Scenario::Joins,
+        Scenario::RebalanceStorm,
     ];
 
     /// The name on the command line and in the closing line.
@@ -72,6 +76,7 @@ impl Scenario {
             Scenario::StaleStore => "stale-store",
             Scenario::Windows => "windows",
             Scenario::Joins => "joins",
+            Scenario::RebalanceStorm => "rebalance-storm",
         }
     }
 }
@@ -161,6 +166,9 @@ impl ScenarioReport {
             extra.push(("zombies_fenced".into(), r.zombies_fenced.to_string()));
             extra.push(("fenced_exits".into(), r.fenced_exits.to_string()));
         }
+        if let Some(t) = &r.storm {
+            extra.extend(super::storm::figures(t, r));
+        }
         extra.push((
             "elapsed_s".into(),
             format!("{:.1}", r.elapsed.as_secs_f64()),
@@ -174,7 +182,9 @@ impl ScenarioReport {
             stalls: r.stalls,
             // A zombie that resumed without any sign of being fenced proves nothing.
             checks_ok: v.ok()
-                && (!matches!(scenario, Scenario::Zombie) || r.zombies_fenced == r.kills),
+                && (!matches!(scenario, Scenario::Zombie) || r.zombies_fenced == r.kills)
+                && r.storm
+                    .is_none_or(|t| t.crashes == 0 && t.unclean_stops == 0),
             extra,
         }
     }
@@ -210,6 +220,11 @@ pub struct ScenarioEnv {
     pub stack_script: PathBuf,
     /// First port of the private stack (Kafka: +0..+2, Postgres: +10).
     pub private_port: u16,
+    /// Settings given to every instance of the scenarios that run the counting topology
+    /// (`EOSFLOW_PROCESSOR_STANDBY_REPLICAS`, `EOSFLOW_PROCESSOR_THREADS`, …).
+    pub instance_env: Vec<(String, String)>,
+    /// The rebalance storm's RNG seed (`None`: a random one, printed in the closing line).
+    pub storm_seed: Option<u64>,
 }
 
 impl ScenarioEnv {
@@ -254,7 +269,7 @@ fn count_run(
         exe: env.exe.clone(),
         work_dir: env.work_dir.clone(),
         drain_timeout: Duration::from_secs(600),
-        extra_env: Vec::new(),
+        extra_env: env.instance_env.clone(),
     }
 }
 
@@ -338,7 +353,7 @@ pub fn run(
                 .work_dir
                 .join(format!("slow-marks-{}", uuid::Uuid::new_v4().simple()));
             std::fs::create_dir_all(&marks).map_err(|e| format!("{}: {e}", marks.display()))?;
-            opts.extra_env = vec![
+            opts.extra_env.extend([
                 (super::slow::EVERY_ENV.into(), every.to_string()),
                 (super::slow::MARKS_ENV.into(), marks.display().to_string()),
                 (super::slow::SLEEP_ENV.into(), "13000".into()),
@@ -346,7 +361,7 @@ pub fn run(
                     "EOSFLOW_PROCESSOR_TRANSACTION_TIMEOUT_MS".into(),
                     "3000".into(),
                 ),
-            ];
+            ]);
             let r = super::run(config, &opts)?;
             let mut report = ScenarioReport::from_run(scenario, &r);
             report.extra.insert(
@@ -415,6 +430,34 @@ pub fn run(
                 super::joins::Options::long()
             };
             super::joins::run(config, env, &opts)
+        }
+        Scenario::RebalanceStorm => {
+            let plan = super::storm::StormPlan::new(env.storm_seed.unwrap_or_else(rand::random));
+            // One event per mean gap over the churn, which lasts as long as the workload is
+            // produced: the storm is always under load.
+            let (records, instances, churn_secs) = if short {
+                (30_000, 3, 36)
+            } else {
+                (240_000, 4, 120)
+            };
+            let events = (churn_secs / plan.mean_gap().as_secs().max(1)) as u32;
+            let opts = count_run(
+                env,
+                records,
+                instances,
+                events,
+                churn_secs,
+                Fault::Storm(plan),
+            );
+            let r = super::run(config, &opts)?;
+            let mut report = ScenarioReport::from_run(scenario, &r);
+            // The processor settings the instances ran with (threads, standby replicas).
+            let settings = env.instance_env.iter().filter_map(|(k, v)| {
+                let key = k.strip_prefix("EOSFLOW_PROCESSOR_")?.to_lowercase();
+                Some((key, v.clone()))
+            });
+            report.extra.splice(0..0, settings);
+            Ok(report)
         }
     }
 }
