@@ -76,9 +76,17 @@ fn figure(line: &str, name: &str) -> u64 {
 }
 
 #[test]
-fn fault_kill_processors_short_loses_and_duplicates_nothing() {
-    let line = scenario("kill-processors", 21092);
+fn fault_kill_processors_short_with_two_threads_and_a_standby_loses_and_duplicates_nothing() {
+    // Issue #21: every instance runs two processing threads (four group members in all) and
+    // keeps a standby copy of the other's partitions.
+    let line = scenario_with(
+        "kill-processors",
+        21092,
+        &["--threads", "2", "--standby-replicas", "1"],
+    );
     assert_eq!(figure(&line, "records"), 10_000);
+    assert_eq!(figure(&line, "threads"), 2, "{line}");
+    assert_eq!(figure(&line, "standby_replicas"), 1, "{line}");
     assert_eq!(figure(&line, "faults"), 3, "{line}");
     assert_eq!(figure(&line, "state_mismatches"), 0, "{line}");
 }

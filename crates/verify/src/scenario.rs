@@ -280,6 +280,22 @@ pub fn run(
     short: bool,
     env: &ScenarioEnv,
 ) -> Result<ScenarioReport, String> {
+    let mut report = run_scenario(config, scenario, short, env)?;
+    // The processor settings the instances ran with (threads, standby replicas), first.
+    let settings = env.instance_env.iter().filter_map(|(k, v)| {
+        let key = k.strip_prefix("EOSFLOW_PROCESSOR_")?.to_lowercase();
+        Some((key, v.clone()))
+    });
+    report.extra.splice(0..0, settings);
+    Ok(report)
+}
+
+fn run_scenario(
+    config: &Config,
+    scenario: Scenario,
+    short: bool,
+    env: &ScenarioEnv,
+) -> Result<ScenarioReport, String> {
     match scenario {
         Scenario::KillProcessors => {
             let opts = if short {
@@ -450,14 +466,7 @@ pub fn run(
                 Fault::Storm(plan),
             );
             let r = super::run(config, &opts)?;
-            let mut report = ScenarioReport::from_run(scenario, &r);
-            // The processor settings the instances ran with (threads, standby replicas).
-            let settings = env.instance_env.iter().filter_map(|(k, v)| {
-                let key = k.strip_prefix("EOSFLOW_PROCESSOR_")?.to_lowercase();
-                Some((key, v.clone()))
-            });
-            report.extra.splice(0..0, settings);
-            Ok(report)
+            Ok(ScenarioReport::from_run(scenario, &r))
         }
     }
 }
