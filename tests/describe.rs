@@ -42,6 +42,18 @@ impl Member {
         client: &str,
         instance: Option<&str>,
     ) -> Self {
+        Self::join_topics(protocol, "range", group, &[topic], client, instance)
+    }
+
+    /// A member subscribed to `topics`; `assignor` is the broker's under the consumer protocol.
+    fn join_topics(
+        protocol: &str,
+        assignor: &str,
+        group: &str,
+        topics: &[&str],
+        client: &str,
+        instance: Option<&str>,
+    ) -> Self {
         let mut config = support::clients().config(ClientRole::Admin);
         config
             .set("group.id", group)
@@ -52,7 +64,7 @@ impl Member {
         if protocol == "consumer" {
             // librdkafka refuses session.timeout.ms, heartbeat.interval.ms and
             // partition.assignment.strategy under this protocol: the broker assigns.
-            config.set("group.remote.assignor", "range");
+            config.set("group.remote.assignor", assignor);
         } else {
             config
                 .set("partition.assignment.strategy", "range")
@@ -63,7 +75,7 @@ impl Member {
             config.set("group.instance.id", i);
         }
         let consumer: Arc<BaseConsumer> = Arc::new(config.create().expect("group consumer"));
-        consumer.subscribe(&[topic]).expect("subscribe");
+        consumer.subscribe(topics).expect("subscribe");
         let stop = Arc::new(AtomicBool::new(false));
         let thread = {
             let (consumer, stop) = (consumer.clone(), stop.clone());
@@ -314,4 +326,81 @@ fn describe_rs_is_the_only_file_that_allows_unsafe_code() {
         assert!(text.contains("[lints]\nworkspace = true"), "{member}");
     }
     assert!(manifest.contains("[lints]\nworkspace = true"), "the core");
+}
+
+/// Each member's partitions of each topic: `true` when every member holds the same partition
+/// numbers of every topic (partition p of all topics on one member).
+fn copartitioned(members: &[&Member], topics: &[String]) -> bool {
+    members.iter().all(|m| {
+        let held = m.own_assignment();
+        let of = |t: &String| -> BTreeSet<i32> {
+            held.iter()
+                .filter(|(ht, _)| ht == t)
+                .map(|(_, p)| *p)
+                .collect()
+        };
+        topics.iter().all(|t| of(t) == of(&topics[0]))
+    })
+}
+
+/// Waits until every one of `members` holds partitions and between them they hold every
+/// partition of `topics` once (the group settled on its target assignment).
+fn settled(members: &[&Member], topics: &[String], partitions: i32) {
+    support::wait_for(
+        "every member to hold its share of the partitions",
+        WAIT,
+        || {
+            let held: Vec<Vec<(String, i32)>> =
+                members.iter().map(|m| m.own_assignment()).collect();
+            let all: BTreeSet<&(String, i32)> = held.iter().flatten().collect();
+            let total: usize = held.iter().map(Vec::len).sum();
+            let want = topics.len() * partitions as usize;
+            (held.iter().all(|h| !h.is_empty()) && all.len() == want && total == want).then_some(())
+        },
+    );
+}
+
+#[test]
+fn the_brokers_range_assignor_keeps_partition_p_of_every_topic_on_one_member_as_members_come_and_go(
+) {
+    // eosflow's task of partition p needs p of every input, retry level and table: under the
+    // consumer protocol it asks the broker for `range` (its default, `uniform`, spreads each
+    // topic on its own).
+    const N: i32 = 6;
+    for assignor in ["range", "uniform"] {
+        let group = support::unique(&format!("assignor-{assignor}"));
+        let topics: Vec<String> = ["in", "in.retry.1", "table"]
+            .iter()
+            .map(|t| format!("{group}.{t}"))
+            .collect();
+        let names: Vec<&str> = topics.iter().map(String::as_str).collect();
+        support::create_topics(&names, N);
+        let join = |m: &str| {
+            Member::join_topics(
+                "consumer",
+                assignor,
+                &group,
+                &names,
+                &format!("{group}-{m}"),
+                None,
+            )
+        };
+        let (a, b) = (join("a"), join("b"));
+        settled(&[&a, &b], &topics, N);
+        let two = copartitioned(&[&a, &b], &topics);
+        let c = join("c");
+        settled(&[&a, &b, &c], &topics, N);
+        let three = copartitioned(&[&a, &b, &c], &topics);
+        let held: Vec<_> = [&a, &b, &c].iter().map(|m| m.own_assignment()).collect();
+        drop(b);
+        settled(&[&a, &c], &topics, N);
+        let after_leave = copartitioned(&[&a, &c], &topics);
+        println!("{assignor}: co-partitioned with two members {two}, after a join {three}, after a leave {after_leave}; three members held {held:?}");
+        if assignor == "range" {
+            assert!(
+                two && three && after_leave,
+                "range split a partition number: {held:?}"
+            );
+        }
+    }
 }
