@@ -221,7 +221,7 @@ pub(crate) struct Globals {
 }
 
 impl Globals {
-    /// Binds `tables` (another processing thread's handles of the same tables) to the stores
+    /// Binds `tables` (a processing thread's handles of the same tables) to the stores
     /// this instance already keeps current.
     pub(crate) fn bind(&self, tables: &[GlobalTable]) -> Result<(), RuntimeError> {
         for table in tables {

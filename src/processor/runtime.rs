@@ -429,7 +429,7 @@ pub struct Runtime<P: Processor> {
     standby_replicas: usize,
     /// The standby tailer while the loop runs (`processor.standby_replicas` > 0), shared by
     /// the instance's processing threads.
-    pub(super) standby: Option<Arc<super::standby::Standby>>,
+    standby: Option<Arc<super::standby::Standby>>,
     /// The partitions the instance's processing threads hold open (more than one thread).
     pub(super) leases: Option<Arc<super::threads::Leases>>,
     /// The topics the group consumer subscribes to when `run` starts (after the global tables
@@ -443,6 +443,15 @@ pub struct Runtime<P: Processor> {
     incoming: Assignment,
     /// Since when each partly assigned partition number has waited for the rest.
     incomplete_since: BTreeMap<i32, Instant>,
+}
+
+/// What an instance runs once beside its processing loops, whatever their number: the global
+/// tables' stores and tailing threads, the DLT depth gauges, the standby tailer. Stopped when
+/// dropped, after the loops.
+pub(super) struct InstanceServices {
+    globals: Option<super::globals::Globals>,
+    _depth: Option<DepthWatcher>,
+    standby: Option<Arc<super::standby::Standby>>,
 }
 
 /// Why one batch did not commit, with what the loop needs to find the record to blame.
@@ -843,19 +852,40 @@ impl<P: Processor> Runtime<P> {
 
     /// Runs until `shutdown` is set (the open batch is committed first) or a fatal error.
     pub fn run(mut self, shutdown: Arc<AtomicBool>) -> Result<RunSummary, RuntimeError> {
-        // Global tables first, read to their end while `/readyz` says 503 (a restore: alive,
-        // not ready); only then is the group joined, so no partition waits on this instance.
-        let _globals = self.bootstrap_globals()?;
-        let _depth = self.watch_dlt_depth();
-        self.standby = self.start_standby();
+        let services = self.start_services()?;
+        self.join_services(&services)?;
         self.run_member(&shutdown)
     }
 
+    /// Starts what an instance runs once beside its processing loops, from this loop's
+    /// processor and settings. Global tables first, read to their end while `/readyz` says 503
+    /// (a restore: alive, not ready); only then is the group joined, so no partition waits on
+    /// this instance.
+    pub(super) fn start_services(&self) -> Result<InstanceServices, RuntimeError> {
+        Ok(InstanceServices {
+            globals: self.bootstrap_globals()?,
+            _depth: self.watch_dlt_depth(),
+            standby: self.start_standby(),
+        })
+    }
+
+    /// Makes this loop read through `services`: its processor's global tables are bound to
+    /// the instance's stores, and its partitions are handed to and from the instance's standby
+    /// tailer.
+    pub(super) fn join_services(
+        &mut self,
+        services: &InstanceServices,
+    ) -> Result<(), RuntimeError> {
+        if let Some(g) = &services.globals {
+            g.bind(&self.globals)?;
+        }
+        self.standby = services.standby.clone();
+        Ok(())
+    }
+
     /// Reads the processor's global tables to their end and keeps them current (`None`
-    /// without any); the instance's other processing threads are bound to the same stores.
-    pub(super) fn bootstrap_globals(
-        &self,
-    ) -> Result<Option<super::globals::Globals>, RuntimeError> {
+    /// without any).
+    fn bootstrap_globals(&self) -> Result<Option<super::globals::Globals>, RuntimeError> {
         if self.globals.is_empty() {
             return Ok(None);
         }
@@ -870,13 +900,8 @@ impl<P: Processor> Runtime<P> {
         globals.map(Some)
     }
 
-    /// The processor's global tables (bound by [`Self::bootstrap_globals`] of thread 0).
-    pub(super) fn global_tables(&self) -> &[crate::topology::GlobalTable] {
-        &self.globals
-    }
-
     /// The DLT depth gauges' watcher (one per instance).
-    pub(super) fn watch_dlt_depth(&self) -> Option<DepthWatcher> {
+    fn watch_dlt_depth(&self) -> Option<DepthWatcher> {
         if self.opts.dlt_depth_interval.is_zero() {
             return None;
         }
@@ -929,7 +954,7 @@ impl<P: Processor> Runtime<P> {
 
     /// Starts the standby tailer (`processor.standby_replicas` > 0); without it the instance
     /// runs as before, its takeovers restoring whole changelogs.
-    pub(super) fn start_standby(&self) -> Option<Arc<super::standby::Standby>> {
+    fn start_standby(&self) -> Option<Arc<super::standby::Standby>> {
         if self.standby_replicas == 0 {
             return None;
         }

@@ -162,18 +162,12 @@ impl<P: Processor + 'static> ProcessorThreads<P> {
                 None => Ok(RunSummary::default()),
             };
         }
-        let first = &runtimes[0];
-        let globals = first.bootstrap_globals()?;
-        if let Some(g) = &globals {
-            for rt in &runtimes[1..] {
-                g.bind(rt.global_tables())?;
-            }
+        let services = runtimes[0].start_services()?;
+        for rt in &mut runtimes {
+            rt.join_services(&services)?;
         }
-        let _depth = first.watch_dlt_depth();
-        let standby = first.start_standby();
         let mut workers = Vec::with_capacity(runtimes.len());
-        for (i, mut rt) in runtimes.into_iter().enumerate() {
-            rt.standby = standby.clone();
+        for (i, rt) in runtimes.into_iter().enumerate() {
             let flag = shutdown.clone();
             let spawned = std::thread::Builder::new()
                 .name(format!("eos-loop-{i}"))
@@ -209,8 +203,7 @@ impl<P: Processor + 'static> ProcessorThreads<P> {
                 }
             }
         }
-        drop(standby);
-        drop(globals);
+        drop(services);
         match first_error {
             Some(e) => Err(e),
             None => Ok(summary),
