@@ -16,7 +16,7 @@ use std::collections::BTreeSet;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use eosflow::processor::standby::assigned_partitions;
+use eosflow::kafka::describe::describe_group;
 use eosflow_verify::Workload;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use support::http::{free_addr, get, metric};
@@ -29,21 +29,8 @@ const PARTITIONS: i32 = 4;
 /// The input partitions of each member of `group` once it is stable (`None` while it
 /// rebalances or cannot be described).
 fn members(group: &str, input: &str) -> Option<Vec<Vec<i32>>> {
-    let consumer: BaseConsumer = support::clients()
-        .config(eosflow::kafka::ClientRole::Reader)
-        .create()
-        .ok()?;
-    let list = consumer
-        .fetch_group_list(Some(group), Duration::from_secs(5))
-        .ok()?;
-    let g = list.groups().iter().find(|g| g.name() == group)?;
-    if g.state() != "Stable" {
-        return None;
-    }
-    g.members()
-        .iter()
-        .map(|m| assigned_partitions(m.assignment()?, input))
-        .collect()
+    let group = describe_group(&support::clients(), group, Duration::from_secs(5)).ok()?;
+    Some(group.owners(input)?.into_iter().map(|(_, p)| p).collect())
 }
 
 /// Waits until the group is the instance's two threads, with disjoint partitions covering the

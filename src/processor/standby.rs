@@ -69,47 +69,6 @@ pub fn client_id(instance_id: &str) -> String {
     format!("eosflow-{instance_id}")
 }
 
-/// The partitions of `topic` in a consumer-protocol assignment (`ConsumerProtocolAssignment`
-/// as DescribeGroups returns it: version, then per topic its name and partitions, then user
-/// data). `None` if the bytes are not one. The placement no longer reads raw assignments (it
-/// describes the group with [`crate::kafka::describe`], which decodes them for both
-/// protocols); this stays for callers that hold a classic member's assignment bytes.
-///
-/// ```
-/// use eosflow::processor::standby::assigned_partitions;
-/// // Version 1; one topic "in" with partitions 0 and 2; no user data.
-/// let mut bytes = vec![0, 1, 0, 0, 0, 1, 0, 2, b'i', b'n', 0, 0, 0, 2];
-/// bytes.extend([0, 0, 0, 0, 0, 0, 0, 2, 0xff, 0xff, 0xff, 0xff]);
-/// assert_eq!(assigned_partitions(&bytes, "in"), Some(vec![0, 2]));
-/// assert_eq!(assigned_partitions(&bytes[..3], "in"), None);
-/// ```
-pub fn assigned_partitions(bytes: &[u8], topic: &str) -> Option<Vec<i32>> {
-    let mut r = bytes;
-    let mut take = |n: usize| -> Option<&[u8]> {
-        if r.len() < n {
-            return None;
-        }
-        let (head, rest) = r.split_at(n);
-        r = rest;
-        Some(head)
-    };
-    let _version = i16::from_be_bytes(take(2)?.try_into().ok()?);
-    let topics = i32::from_be_bytes(take(4)?.try_into().ok()?);
-    let mut out = Vec::new();
-    for _ in 0..topics.max(0) {
-        let len = i16::from_be_bytes(take(2)?.try_into().ok()?);
-        let name = take(usize::try_from(len).ok()?)?.to_vec();
-        let n = i32::from_be_bytes(take(4)?.try_into().ok()?);
-        for _ in 0..n.max(0) {
-            let p = i32::from_be_bytes(take(4)?.try_into().ok()?);
-            if name == topic.as_bytes() {
-                out.push(p);
-            }
-        }
-    }
-    Some(out)
-}
-
 /// The partitions `me` keeps warm: `members` are (client id, partitions it owns); each
 /// partition's standbys are the `replicas` members after its owner in client-id order
 /// (wrapping), never the owner itself.
@@ -574,22 +533,6 @@ impl Tailer {
 mod tests {
     use super::*;
 
-    fn assignment(topics: &[(&str, &[i32])]) -> Vec<u8> {
-        let mut b = Vec::new();
-        b.extend(1i16.to_be_bytes());
-        b.extend((topics.len() as i32).to_be_bytes());
-        for (t, ps) in topics {
-            b.extend((t.len() as i16).to_be_bytes());
-            b.extend(t.as_bytes());
-            b.extend((ps.len() as i32).to_be_bytes());
-            for p in *ps {
-                b.extend(p.to_be_bytes());
-            }
-        }
-        b.extend((-1i32).to_be_bytes());
-        b
-    }
-
     fn copies_with(stores: BTreeMap<(usize, i32), Store>) -> Arc<Shared> {
         Arc::new(Shared {
             copies: Mutex::new(Copies {
@@ -688,15 +631,6 @@ mod tests {
             !root.join("g-count-changelog-3").exists(),
             "not even created"
         );
-    }
-
-    #[test]
-    fn an_assignment_is_read_for_the_one_topic_asked() {
-        let bytes = assignment(&[("in", &[0, 2]), ("in.retry.1", &[0, 2])]);
-        assert_eq!(assigned_partitions(&bytes, "in"), Some(vec![0, 2]));
-        assert_eq!(assigned_partitions(&bytes, "other"), Some(vec![]));
-        assert_eq!(assigned_partitions(&bytes[..9], "in"), None, "cut short");
-        assert_eq!(assigned_partitions(&[], "in"), None);
     }
 
     #[test]
