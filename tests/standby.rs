@@ -49,29 +49,13 @@ fn label_values(text: &str, name: &str, label: &str) -> BTreeSet<String> {
 /// Records of `topic[partition]` the group `group` has not committed (read_committed offsets
 /// against the high watermark).
 fn partition_lag(group: &str, topic: &str, partition: i32) -> i64 {
-    use rdkafka::consumer::{BaseConsumer, Consumer};
-    use rdkafka::{Offset, TopicPartitionList};
-    let consumer: BaseConsumer = support::clients()
-        .config(eosflow::kafka::ClientRole::Reader)
-        .set("group.id", group)
-        .create()
-        .expect("consumer");
-    let mut tpl = TopicPartitionList::new();
-    tpl.add_partition(topic, partition);
-    let committed = consumer
-        .committed_offsets(tpl, Duration::from_secs(10))
+    let clients = support::clients();
+    let committed = eosflow_verify::group_committed(&clients, group, topic, partition + 1)
         .expect("committed offsets");
-    let at = match committed
-        .find_partition(topic, partition)
-        .map(|e| e.offset())
-    {
-        Some(Offset::Offset(o)) => o,
-        _ => 0,
-    };
-    let (_, high) = consumer
-        .fetch_watermarks(topic, partition, Duration::from_secs(10))
-        .expect("watermarks");
-    high - at
+    let (_, high) =
+        eosflow::kafka::reader::watermarks(&clients, topic, partition, Duration::from_secs(10))
+            .expect("watermarks");
+    high - committed[partition as usize]
 }
 
 fn scrape(addr: &str) -> Option<String> {

@@ -18,7 +18,6 @@ use std::time::Duration;
 
 use eosflow::kafka::describe::describe_group;
 use eosflow_verify::Workload;
-use rdkafka::consumer::{BaseConsumer, Consumer};
 use support::http::{free_addr, get, metric};
 use support::pipeline::{
     produce_paced, produce_paced_in_background, produce_range, Pipeline, Running,
@@ -52,35 +51,16 @@ fn two_threads_share_the_partitions(p: &Pipeline) -> Vec<Vec<i32>> {
     )
 }
 
+/// The group's committed offsets of the input, by partition.
+fn committed_each(p: &Pipeline) -> Vec<i64> {
+    eosflow_verify::group_committed(&support::clients(), &p.app, &p.input, PARTITIONS)
+        .expect("committed offsets")
+}
+
 /// The group's committed offsets of the input, summed over its partitions: what the instance
 /// has processed for sure.
 fn committed(p: &Pipeline) -> i64 {
-    committed_of(p, &(0..PARTITIONS).collect::<Vec<_>>())
-}
-
-/// The group's committed offsets of input partitions `partitions`, summed.
-fn committed_of(p: &Pipeline, partitions: &[i32]) -> i64 {
-    use rdkafka::{Offset, TopicPartitionList};
-    let consumer: BaseConsumer = support::clients()
-        .config(eosflow::kafka::ClientRole::Reader)
-        .set("group.id", &p.app)
-        .create()
-        .expect("consumer");
-    let mut tpl = TopicPartitionList::new();
-    for partition in partitions {
-        tpl.add_partition(&p.input, *partition);
-    }
-    let committed = consumer
-        .committed_offsets(tpl, Duration::from_secs(10))
-        .expect("committed offsets");
-    committed
-        .elements()
-        .iter()
-        .map(|e| match e.offset() {
-            Offset::Offset(o) => o,
-            _ => 0,
-        })
-        .sum()
+    committed_each(p).iter().sum()
 }
 
 fn spawn(p: &Pipeline) -> Running {
@@ -161,13 +141,6 @@ fn revoked_in(log: &str, input: &str) -> BTreeSet<i32> {
                 })
                 .collect::<Vec<i32>>()
         })
-        .collect()
-}
-
-/// The group's committed offset of each input partition.
-fn committed_each(p: &Pipeline) -> Vec<i64> {
-    (0..PARTITIONS)
-        .map(|partition| committed_of(p, &[partition]))
         .collect()
 }
 

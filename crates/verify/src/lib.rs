@@ -751,13 +751,14 @@ pub(crate) fn run_topics(
         .collect()
 }
 
-/// Records of `topic` not yet covered by `group`'s committed offsets.
-pub fn group_lag(
+/// `group`'s committed offset of each partition `0..partitions` of `topic`, by partition (0
+/// where it has none). A coordinator that is loading or moving is asked again for up to 30 s.
+pub fn group_committed(
     clients: &KafkaClients,
     group: &str,
     topic: &str,
     partitions: i32,
-) -> Result<i64, String> {
+) -> Result<Vec<i64>, String> {
     let consumer: BaseConsumer = clients
         .config(ClientRole::Reader)
         .set("group.id", group)
@@ -780,17 +781,31 @@ pub fn group_lag(
             Err(e) => return Err(format!("committed offsets of {group}: {e}")),
         }
     };
+    Ok((0..partitions)
+        .map(
+            |p| match committed.find_partition(topic, p).map(|e| e.offset()) {
+                Some(Offset::Offset(o)) => o,
+                _ => 0,
+            },
+        )
+        .collect())
+}
+
+/// Records of `topic` not yet covered by `group`'s committed offsets.
+pub fn group_lag(
+    clients: &KafkaClients,
+    group: &str,
+    topic: &str,
+    partitions: i32,
+) -> Result<i64, String> {
+    let committed = group_committed(clients, group, topic, partitions)?;
     let mut lag = 0;
-    for p in 0..partitions {
+    for (p, at) in (0..partitions).zip(committed) {
         // Right after a broker pause or restart a client may hold UnknownPartition in its
         // metadata cache for good: the reader asks in rounds, each with a new client.
         let (_, high) =
             eosflow::kafka::reader::watermarks(clients, topic, p, Duration::from_secs(60))
                 .map_err(|e| format!("watermarks of {topic}[{p}]: {e}"))?;
-        let at = match committed.find_partition(topic, p).map(|e| e.offset()) {
-            Some(Offset::Offset(o)) => o,
-            _ => 0,
-        };
         let raw = (high - at).max(0);
         if raw == 0 || raw > 1000 {
             lag += raw;
