@@ -85,6 +85,34 @@ pub struct Launch {
     pub threads: usize,
 }
 
+impl Launch {
+    /// The count shape for application `app` (topics `<app>.input` / `<app>.output`, state
+    /// and logs under `<out>/runs/<app>`), one processing thread, 100 ms commits: what the
+    /// recovery, restore and failover benchmarks start.
+    pub fn count(
+        bootstrap: &str,
+        args: &super::BenchArgs,
+        (exe, peer): (&Path, Option<&str>),
+        app: &str,
+        standby_replicas: u32,
+    ) -> Self {
+        Self {
+            shape: Shape::Count,
+            exe: exe.to_path_buf(),
+            peer_classpath: peer.map(str::to_string),
+            schema: args.repo.join(SCHEMA),
+            bootstrap: bootstrap.to_string(),
+            app_id: app.to_string(),
+            input: format!("{app}.input"),
+            output: format!("{app}.output"),
+            commit_interval_ms: 100,
+            dir: args.out.join("runs").join(app),
+            standby_replicas,
+            threads: 1,
+        }
+    }
+}
+
 /// One running instance; killed (SIGKILL) on drop.
 pub struct Instance {
     /// Name in logs.

@@ -27,20 +27,7 @@ pub fn run(
             continue;
         }
         let app = format!("bench-{run_id}-rec-{}", who.name());
-        let launch = Launch {
-            shape: Shape::Count,
-            exe: exe.to_path_buf(),
-            peer_classpath: peer.map(str::to_string),
-            schema: args.repo.join(contender::SCHEMA),
-            bootstrap: clients.bootstrap().to_string(),
-            app_id: app.clone(),
-            input: format!("{app}.input"),
-            output: format!("{app}.output"),
-            commit_interval_ms: 100,
-            dir: args.out.join("runs").join(&app),
-            standby_replicas: 0,
-            threads: 1,
-        };
+        let launch = Launch::count(clients.bootstrap(), args, (exe, peer), &app, 0);
         let result = one(clients, args, who, &launch);
         if let Err(e) = workload::delete_topics_with_prefix(clients, &app) {
             eprintln!("bench: {e}");

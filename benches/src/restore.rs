@@ -169,29 +169,6 @@ fn phases(t0: u64, ev: &Events, done: u64) -> (Option<f64>, Option<f64>, u64, Op
     )
 }
 
-fn launch(
-    clients: &KafkaClients,
-    args: &BenchArgs,
-    (exe, peer): (&Path, Option<&str>),
-    app: &str,
-    standby_replicas: u32,
-) -> Launch {
-    Launch {
-        shape: Shape::Count,
-        exe: exe.to_path_buf(),
-        peer_classpath: peer.map(str::to_string),
-        schema: args.repo.join(contender::SCHEMA),
-        bootstrap: clients.bootstrap().to_string(),
-        app_id: app.to_string(),
-        input: format!("{app}.input"),
-        output: format!("{app}.output"),
-        commit_interval_ms: 100,
-        dir: args.out.join("runs").join(app),
-        standby_replicas,
-        threads: 1,
-    }
-}
-
 /// Fresh topics with `keys` records of distinct keys in the input, and a reader of the output.
 fn load(
     clients: &KafkaClients,
@@ -282,7 +259,7 @@ pub fn run(
             continue;
         }
         let app = format!("bench-{run_id}-rs-{}", who.name());
-        let l = launch(clients, args, (exe, peer), &app, 0);
+        let l = Launch::count(clients.bootstrap(), args, (exe, peer), &app, 0);
         let result = restore_one(clients, args, who, &l, &mut done);
         cleanup(clients, &l);
         if let Err(e) = result {
@@ -414,7 +391,7 @@ pub fn failover(
                 continue;
             }
             let app = format!("bench-{run_id}-fo-{}-{standby}-{round}", who.name());
-            let l = launch(clients, args, (exe, peer), &app, standby);
+            let l = Launch::count(clients.bootstrap(), args, (exe, peer), &app, standby);
             let result = failover_one(clients, args, who, &l, round);
             cleanup(clients, &l);
             match result {
