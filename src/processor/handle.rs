@@ -107,10 +107,34 @@ impl<P: Processor, O: Output> Engine<'_, P, O> {
         }
         let ordered = self.processor.ordered() && record.key.is_some();
         let key = record.key.unwrap_or_default();
+        let sub = self.processor.sub_topology(record.topic);
         let Some(task) = self.tasks.get_mut(&record.partition) else {
             return Ok(());
         };
-        task.observe(self.processor.event_time(&record));
+        // A repartition record (only ever read by a sub-topology other than the first) says
+        // how far its writer's stream time is: the reading task's stream time is the least of
+        // its writers' (see `Task::observe_upstream`). A record only carrying that is done.
+        let mark = if sub > 0 {
+            super::engine::Mark::of(&record)
+        } else {
+            None
+        };
+        let event_time = self.processor.event_time(&record);
+        match mark {
+            Some(m) if m.only => {
+                if base_and_level(record.topic).1 == 0 {
+                    task.observe_upstream(sub, &m, event_time);
+                }
+                return Ok(());
+            }
+            Some(m) if base_and_level(record.topic).1 == 0 => {
+                task.observe_upstream(sub, &m, event_time);
+            }
+            // A repartition record back from a retry level: its writer's progress was taken
+            // when it was first read, and its own time must not run ahead of the watermark.
+            Some(_) => {}
+            None => task.observe(sub, event_time),
+        }
         let parked = if ordered {
             load_parked(task, key)?
         } else {
@@ -217,15 +241,16 @@ impl<P: Processor, O: Output> Engine<'_, P, O> {
             }
         }
         let event_time = self.processor.event_time(record);
+        let sub = self.processor.sub_topology(record.topic);
         let processor = &mut self.processor;
-        let outcome = task.call(id.as_deref(), now, event_time, "handler", |ctx| {
+        let outcome = task.call(sub, id.as_deref(), now, event_time, "handler", |ctx| {
             processor.process(ctx, record)
         });
         let (writes, named, emits, dead_letter) = match outcome {
             Ok(parts) => parts,
             Err(e) => return Ok(Some(Err(e))),
         };
-        task.absorb(writes, named);
+        task.absorb(sub, writes, named);
         if let (Some(id), Some(digest)) = (&id, digest) {
             task.overlay
                 .put(Column::Dedup, id, dedup::mark(now, digest));
@@ -235,6 +260,9 @@ impl<P: Processor, O: Output> Engine<'_, P, O> {
         if let Some(d) = dead_letter {
             // The call succeeded and asked for its input in the DLT (a late record): no retry,
             // no parked key; the dead letter commits with the call's writes.
+            if d.class == DltClass::LateRecord {
+                self.summary.late += 1;
+            }
             let history = History::of(record);
             self.dead_letter(record, &history, d.class, d.reason, d.headers, now)?;
         }

@@ -13,11 +13,13 @@ pub(crate) mod engine;
 mod fire;
 mod globals;
 mod handle;
+mod purge;
 pub mod runtime;
 pub mod standby;
 pub mod stores;
 pub mod threads;
 pub mod timers;
+mod watermarks;
 
 pub(crate) use api::DeadLetterRequest;
 pub use api::{Context, Emit, ProcessError, Processor, Record};

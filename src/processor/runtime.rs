@@ -22,7 +22,7 @@ use rdkafka::{ClientContext, Message, Offset, TopicPartitionList};
 
 use super::align;
 use super::engine::{Isolated, NamedStore, Task};
-use super::Processor;
+use super::{Processor, Record};
 use crate::config::Config;
 use crate::kafka::{ClientRole, KafkaClients};
 use crate::retry::depth::DepthWatcher;
@@ -123,6 +123,10 @@ pub struct RuntimeOptions {
     pub thread: usize,
     /// `processor.group_protocol`.
     pub group_protocol: crate::config::GroupProtocol,
+    /// `processor.max_task_idle_ms` (-1: no timestamp alignment).
+    pub max_task_idle_ms: i64,
+    /// `processor.repartition_purge_interval_ms` (zero: never purge).
+    pub repartition_purge_interval: Duration,
 }
 
 impl RuntimeOptions {
@@ -171,6 +175,10 @@ impl RuntimeOptions {
             versioned_tables: Vec::new(),
             thread: 0,
             group_protocol: config.processor.group_protocol,
+            max_task_idle_ms: config.processor.max_task_idle_ms,
+            repartition_purge_interval: Duration::from_millis(
+                config.processor.repartition_purge_interval_ms,
+            ),
         })
     }
 
@@ -223,6 +231,9 @@ pub struct RunSummary {
     pub dedup_hits: u64,
     /// Records sent to a dead-letter topic.
     pub dead_lettered: u64,
+    /// Records a windowed aggregate or join found late (older than their window's close):
+    /// dead-lettered as `late-record`, and counted in `dead_lettered` too.
+    pub late: u64,
     /// Records forwarded up the retry ladder after a transient failure.
     pub retried: u64,
     /// Records forwarded behind their key's head instead of being processed.
@@ -247,6 +258,7 @@ impl RunSummary {
         self.records += other.records;
         self.dedup_hits += other.dedup_hits;
         self.dead_lettered += other.dead_lettered;
+        self.late += other.late;
         self.retried += other.retried;
         self.parked_followers += other.parked_followers;
         self.timers_fired += other.timers_fired;
@@ -443,6 +455,21 @@ pub struct Runtime<P: Processor> {
     incoming: Assignment,
     /// Since when each partly assigned partition number has waited for the rest.
     incomplete_since: BTreeMap<i32, Instant>,
+    /// The inputs' partition count (one for every co-partitioned topic), once read.
+    partitions: Option<usize>,
+    /// The topics taking part in timestamp alignment, with their rank (tables first) and
+    /// sub-topology: those of sub-topologies reading two or more of them (none with
+    /// `processor.max_task_idle_ms = -1`).
+    aligned: Vec<(String, u8, usize)>,
+    /// With `processor.max_task_idle_ms > 0`: since when each task (sub-topology, partition
+    /// number) has waited for a partition that is read to its end.
+    idle_since: HashMap<(usize, i32), Instant>,
+    /// Each repartition topic this processor writes, with its writing sub-topology.
+    writers: Vec<(String, usize)>,
+    /// What the upstream tasks broadcast to the repartition topics (see [`super::watermarks`]).
+    watermarks: super::watermarks::Watermarks,
+    /// Deletes consumed repartition records (see [`super::purge`]).
+    purger: super::purge::Purger,
 }
 
 /// What an instance runs once beside its processing loops, whatever their number: the global
@@ -754,7 +781,20 @@ impl<P: Processor> Runtime<P> {
         }
         let mut copartitioned = needed.clone();
         copartitioned.extend(opts.input_topics.iter().map(|t| dlt::topic_for(t)));
-        check_copartitioned(&partition_counts(&consumer, &copartitioned)?)?;
+        let counts = partition_counts(&consumer, &copartitioned)?;
+        check_copartitioned(&counts)?;
+        let partitions = counts.values().next().copied();
+        let aligned = align::aligned_topics(&opts, |t| processor.sub_topology(t));
+        let writers: Vec<(String, usize)> = processor
+            .repartition_topics()
+            .into_iter()
+            .filter_map(|t| Some((t.clone(), processor.repartition_writer(&t)?)))
+            .collect();
+        let purger = super::purge::Purger::new(
+            &clients,
+            processor.repartition_topics(),
+            opts.repartition_purge_interval,
+        );
         let subscribed: Vec<String> = needed
             .iter()
             .filter(|t| {
@@ -815,6 +855,12 @@ impl<P: Processor> Runtime<P> {
             globals,
             incoming: Assignment::default(),
             incomplete_since: BTreeMap::new(),
+            partitions,
+            aligned,
+            idle_since: HashMap::new(),
+            writers,
+            watermarks: super::watermarks::Watermarks::default(),
+            purger,
         })
     }
 
@@ -1121,6 +1167,8 @@ impl<P: Processor> Runtime<P> {
                     // What a partition's next owner handled is not known here.
                     self.aligned_seen.retain(|(_, p), _| live.contains(p));
                     self.aligned_head.retain(|(_, p), _| live.contains(p));
+                    self.idle_since.retain(|(_, p), _| live.contains(p));
+                    self.watermarks.forget();
                 }
                 // The consumer protocol follows every revocation with an empty assignment.
                 GroupEvent::Assigned(parts) if parts.is_empty() => {}
@@ -1248,7 +1296,9 @@ impl<P: Processor> Runtime<P> {
             // committed offsets again.
             self.seek_to_committed(&early)?;
         }
-        check_copartitioned(&partition_counts(&self.consumer, &self.copartitioned)?)?;
+        let counts = partition_counts(&self.consumer, &self.copartitioned)?;
+        check_copartitioned(&counts)?;
+        self.partitions = counts.values().next().copied().or(self.partitions);
         Ok(ready)
     }
 
@@ -1439,7 +1489,9 @@ impl<P: Processor> Runtime<P> {
         );
         telemetry::restored(p, &stats);
         self.summary.restores.push((p, stats));
-        self.tasks.insert(p, Task::open(store, named)?);
+        let mut task = Task::open(p, store, named, self.processor.sub_topology_count())?;
+        task.upstream_partitions = self.partitions;
+        self.tasks.insert(p, task);
         Ok(())
     }
 
@@ -1674,10 +1726,11 @@ impl<P: Processor> Runtime<P> {
         } else if let Some(cap) = self.time_cap {
             self.time_cap = Some(cap + cap / 4 + 1).filter(|c| *c < self.opts.max_batch_records);
         }
-        if !self.opts.tables.is_empty() {
+        if !self.aligned.is_empty() {
             self.aligned_seen = seen;
             self.aligned_head.extend(heads);
         }
+        self.purger.committed(&done.next_offsets);
         Ok(())
     }
 
@@ -1700,6 +1753,8 @@ impl<P: Processor> Runtime<P> {
             handled,
             slow,
         } = failure;
+        // What the batch broadcast may not have committed: say it again.
+        self.watermarks.forget();
         match &error {
             SinkError::Abortable(_)
             | SinkError::NoGroupMetadata
@@ -1999,16 +2054,27 @@ impl<P: Processor> Runtime<P> {
     /// commits well inside `transaction.timeout.ms`.
     fn try_commit_batch(&mut self, batch: &[OwnedMessage]) -> Result<Committed, Box<BatchFailure>> {
         let order = fair_order(batch, self.alone.as_ref());
-        let aligning = !self.opts.tables.is_empty();
+        let aligning = !self.aligned.is_empty();
         self.batch_alignment = (Vec::new(), HashMap::new(), HashMap::new());
-        let (tables, inputs) = (&self.opts.tables, &self.opts.input_topics);
-        let rank = |t: &str| align::rank(tables, inputs, t);
         let mut gate = align::Gate::default();
+        // Each aligned record's time, by batch index (what its source's extractor says).
+        let times: Vec<i64> = if aligning {
+            batch
+                .iter()
+                .map(|m| match align::rank_of(&self.aligned, m.topic()) {
+                    Some(_) => self.alignment_time(m),
+                    None => i64::MIN,
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
         let order = if aligning {
-            let order = align::merge(batch, order, rank);
+            let aligned = &self.aligned;
+            let order = align::merge(batch, order, &times, |t| align::rank_of(aligned, t));
             for (k, &i) in order.iter().enumerate() {
                 let m = &batch[i];
-                if rank(m.topic()).is_some() {
+                if align::rank_of(aligned, m.topic()).is_some() {
                     gate.last_slot
                         .insert((m.topic().to_string(), m.partition()), k);
                 }
@@ -2018,6 +2084,9 @@ impl<P: Processor> Runtime<P> {
         } else {
             order
         };
+        // The tasks (partition number, sub-topology) that handled a record: not idle.
+        let mut busy: BTreeSet<(i32, usize)> = BTreeSet::new();
+        let tracks_busy = !self.writers.is_empty();
         let plain = |error: SinkError, order: Vec<usize>| {
             Box::new(BatchFailure {
                 error,
@@ -2085,9 +2154,13 @@ impl<P: Processor> Runtime<P> {
                 handled = k;
                 break;
             }
-            if aligning && !self.may_handle(&mut gate, k, m) {
+            let t = times.get(i).copied().unwrap_or(i64::MIN);
+            if aligning && !self.may_handle(&mut gate, k, m, t) {
                 gate.held_records.push(i);
                 continue;
+            }
+            if tracks_busy {
+                busy.insert((m.partition(), self.processor.sub_topology(m.topic())));
             }
             self.current = i;
             let handled_record = self.handle(m, now).and_then(|()| {
@@ -2106,14 +2179,12 @@ impl<P: Processor> Runtime<P> {
                 }));
             }
             next_offsets.insert((m.topic(), m.partition()), m.offset() + 1);
-            if aligning
-                && align::rank(&self.opts.tables, &self.opts.input_topics, m.topic()).is_some()
-            {
+            if aligning && align::rank_of(&self.aligned, m.topic()).is_some() {
                 let seen = gate
                     .seen
                     .entry((m.topic().to_string(), m.partition()))
                     .or_insert(i64::MIN);
-                *seen = (*seen).max(align::ts(m));
+                *seen = (*seen).max(times.get(i).copied().unwrap_or(i64::MIN));
             }
             if is_alone {
                 handled = 1;
@@ -2144,10 +2215,10 @@ impl<P: Processor> Runtime<P> {
                 .chain(&order[handled.min(order.len())..])
             {
                 let m = &batch[i];
-                if align::rank(&self.opts.tables, &self.opts.input_topics, m.topic()).is_some() {
+                if align::rank_of(&self.aligned, m.topic()).is_some() {
                     heads
                         .entry((m.topic().to_string(), m.partition()))
-                        .or_insert(align::ts(m));
+                        .or_insert(times.get(i).copied().unwrap_or(i64::MIN));
                 }
             }
             self.batch_alignment = (gate.held_records, gate.seen, heads);
@@ -2167,6 +2238,10 @@ impl<P: Processor> Runtime<P> {
             })
         };
         self.purge_expired_dedup(now);
+        if !self.writers.is_empty() {
+            self.broadcast_watermarks(&busy)
+                .map_err(|e| fail(e, slow))?;
+        }
         let mut last_changelog: HashMap<(usize, i32), DeliveryFuture> = HashMap::new();
         for (p, task) in &mut self.tasks {
             dedup::seal(&mut task.overlay, now);
@@ -2245,26 +2320,26 @@ impl<P: Processor> Runtime<P> {
     }
 
     /// Timestamp alignment ([`super::align`]): whether the aligned record `m` (slot `k` of the
-    /// order) may be handled now — every other table or input partition of its partition
-    /// number holds nothing that must come first. If not, its partition number is held for
-    /// the rest of the batch. Records of other topics are always handled.
-    fn may_handle(&self, gate: &mut align::Gate, k: usize, m: &OwnedMessage) -> bool {
-        let (tables, inputs) = (&self.opts.tables, &self.opts.input_topics);
-        let Some(r) = align::rank(tables, inputs, m.topic()) else {
+    /// order) may be handled now — every other table or input partition of its task (its
+    /// sub-topology on its partition number) holds nothing that must come first. If not, the
+    /// task is held for the rest of the batch. Records of other topics are always handled.
+    fn may_handle(&mut self, gate: &mut align::Gate, k: usize, m: &OwnedMessage, t: i64) -> bool {
+        let Some((r, sub)) = align::rank_of(&self.aligned, m.topic()) else {
             return true;
         };
         let p = m.partition();
-        if gate.held.contains(&p) {
+        if gate.held.contains(&(sub, p)) {
             return false;
         }
-        let t = align::ts(m);
-        let others = tables
+        let others: Vec<(String, u8)> = self
+            .aligned
             .iter()
-            .map(|(_, t)| (t.as_str(), 0u8))
-            .chain(inputs.iter().map(|t| (t.as_str(), 1u8)))
-            .filter(|(t, _)| *t != m.topic());
+            .filter(|(o, _, s)| *s == sub && o != m.topic())
+            .map(|(o, r, _)| (o.clone(), *r))
+            .collect();
+        let mut waited_idle = false;
         for (other, other_rank) in others {
-            let key = (other.to_string(), p);
+            let key = (other.clone(), p);
             if gate.last_slot.get(&key).is_some_and(|l| *l > k) {
                 continue;
             }
@@ -2276,24 +2351,92 @@ impl<P: Processor> Runtime<P> {
             let caught_up = match gate.caught_up.get(&key) {
                 Some(c) => *c,
                 None => {
-                    let c = self.read_to_its_end(other, p);
+                    let c = self.read_to_its_end(&other, p);
                     gate.caught_up.insert(key, c);
                     c
                 }
             };
-            if !caught_up {
+            // Read to its end: with `max_task_idle_ms > 0`, still waited for that long (a
+            // producer that lags), then passed.
+            let idle_wait = caught_up && self.opts.max_task_idle_ms > 0 && {
+                waited_idle = true;
+                let since = *self.idle_since.entry((sub, p)).or_insert_with(Instant::now);
+                since.elapsed() < Duration::from_millis(self.opts.max_task_idle_ms.unsigned_abs())
+            };
+            if !caught_up || idle_wait {
                 tracing::debug!(
                     topic = m.topic(),
                     partition = p,
                     offset = m.offset(),
-                    waits_for = other,
+                    waits_for = %other,
                     "held for timestamp alignment"
                 );
-                gate.held.insert(p);
+                gate.held.insert((sub, p));
                 return false;
             }
         }
+        if !waited_idle {
+            self.idle_since.remove(&(sub, p));
+        }
         true
+    }
+
+    /// The time `m` is aligned by: its event time as the processor extracts it (what moves
+    /// stream time), or its Kafka timestamp.
+    fn alignment_time(&self, m: &OwnedMessage) -> i64 {
+        let headers = super::drive::owned_headers(m);
+        let record = Record {
+            topic: m.topic(),
+            partition: m.partition(),
+            offset: m.offset(),
+            timestamp: m.timestamp().to_millis(),
+            key: m.key(),
+            value: m.payload(),
+            headers: &headers,
+        };
+        self.processor
+            .event_time(&record)
+            .unwrap_or_else(|| align::kafka_ts(m))
+    }
+
+    /// Broadcasts the stream time of this loop's upstream tasks to the repartition topics they
+    /// write (see [`super::watermarks`]), in the open transaction. `busy`: the tasks that
+    /// handled a record in this batch.
+    fn broadcast_watermarks(&mut self, busy: &BTreeSet<(i32, usize)>) -> Result<(), SinkError> {
+        let Some(partitions) = self.partitions else {
+            return Ok(());
+        };
+        let mut watermarks = std::mem::take(&mut self.watermarks);
+        let inputs_of = |sub: usize| -> Vec<String> {
+            self.opts
+                .input_topics
+                .iter()
+                .chain(self.opts.tables.iter().map(|(_, t)| t))
+                .filter(|t| self.processor.sub_topology(t) == sub)
+                .cloned()
+                .collect()
+        };
+        let mut caught_up =
+            |p: i32, sub: usize| inputs_of(sub).iter().all(|t| self.read_to_its_end(t, p));
+        let sink = &self.sink;
+        let mut send = |topic: &str, q: i32, headers: &[(String, Vec<u8>)], ts: Option<i64>| {
+            let h = headers.iter().map(|(k, v)| (k.as_str(), v.as_slice()));
+            sink.send_at(topic, Some(q), ts, None, None, h).map(|_| ())
+        };
+        let sent = watermarks.broadcast(
+            &self.tasks,
+            &self.writers,
+            partitions,
+            busy,
+            &mut caught_up,
+            &mut send,
+        );
+        self.watermarks = watermarks;
+        let sent = sent?;
+        if sent > 0 {
+            telemetry::watermarks_sent(sent);
+        }
+        Ok(())
     }
 
     /// Whether this consumer has read `topic[partition]` to its last stable offset: nothing
