@@ -472,6 +472,39 @@ pub struct Runtime<P: Processor> {
     purger: super::purge::Purger,
 }
 
+/// Test-only faults (hidden): the applications whose next transaction that commits *without
+/// input offsets* (due wall-clock timers on an idle partition, parked followers draining) is
+/// reported as [`SinkError::CommitUnknown`] right after it landed — what a lost `EndTxn` answer
+/// looks like — so a test can prove such a batch is neither lost nor repeated.
+#[doc(hidden)]
+pub mod faults {
+    use std::collections::BTreeSet;
+    use std::sync::Mutex;
+
+    static OFFSETLESS_COMMIT_UNKNOWN: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
+
+    /// Arms the fault for application `app_id` (once).
+    pub fn report_next_offsetless_commit_unknown(app_id: &str) {
+        if let Ok(mut s) = OFFSETLESS_COMMIT_UNKNOWN.lock() {
+            s.insert(app_id.to_string());
+        }
+    }
+
+    /// Whether the fault is still armed for `app_id` (not yet fired).
+    pub fn offsetless_commit_unknown_armed(app_id: &str) -> bool {
+        OFFSETLESS_COMMIT_UNKNOWN
+            .lock()
+            .is_ok_and(|s| s.contains(app_id))
+    }
+
+    /// Fires the fault for `app_id` if armed.
+    pub(crate) fn take_offsetless_commit_unknown(app_id: &str) -> bool {
+        OFFSETLESS_COMMIT_UNKNOWN
+            .lock()
+            .is_ok_and(|mut s| s.remove(app_id))
+    }
+}
+
 /// What an instance runs once beside its processing loops, whatever their number: the global
 /// tables' stores and tailing threads, the DLT depth gauges, the standby tailer. Stopped when
 /// dropped, after the loops.
@@ -1783,6 +1816,16 @@ impl<P: Processor> Runtime<P> {
                     _ => "commit-unknown",
                 };
                 self.recover_producer(&error, cause, started.elapsed())?;
+                if next_offsets.is_empty() {
+                    // No input offset to ask the group about (due timers, draining followers,
+                    // records held for alignment): the changelogs decide. Every task is opened
+                    // again and restored to their last stable offset, which holds this batch's
+                    // state changes (a fired timer's removal among them) if and only if it
+                    // committed.
+                    tracing::warn!(error = %error, "the outcome of a commit without input offsets is unknown: restoring every task from its changelogs");
+                    telemetry::commit_resolved("restored");
+                    return self.restore_after_unknown(batch);
+                }
                 if self.committed_for_sure(&next_offsets)? {
                     tracing::warn!(error = %error, records = handled, "the commit whose outcome was unknown had landed: keeping the batch");
                     telemetry::commit_resolved("committed");
@@ -2022,6 +2065,32 @@ impl<P: Processor> Runtime<P> {
                 Err(e) => return Err(RuntimeError::Consumer(e)),
             }
         }
+    }
+
+    /// After a commit whose outcome is unknown and cannot be read from the group's offsets:
+    /// drops every task (its overlays and open stores) and opens it again, restored from its
+    /// changelogs to their last stable offset — the truth whatever the outcome — then reads
+    /// the batch's records again from the group's committed offsets.
+    fn restore_after_unknown(&mut self, batch: &[OwnedMessage]) -> Result<(), RuntimeError> {
+        self.produced.clear();
+        self.processed.clear();
+        self.batch_alignment = (Vec::new(), HashMap::new(), HashMap::new());
+        let partitions: Vec<i32> = self.tasks.keys().copied().collect();
+        self.tasks.clear();
+        self.closed(&partitions);
+        for p in &partitions {
+            self.open_task(*p)?;
+        }
+        let mut pairs: Vec<(String, i32)> = batch
+            .iter()
+            .map(|m| (m.topic().to_string(), m.partition()))
+            .collect();
+        pairs.sort();
+        pairs.dedup();
+        if !pairs.is_empty() {
+            self.seek_to_committed(&pairs)?;
+        }
+        Ok(())
     }
 
     /// Rewinds every partition of `batch` to its first record there.
@@ -2284,6 +2353,11 @@ impl<P: Processor> Runtime<P> {
                 .send_offsets(&offsets, group)
                 .map_err(|e| fail(e, slow))?;
             self.sink.commit().map_err(|e| fail(e, slow))?;
+            if next_offsets.is_empty() && faults::take_offsetless_commit_unknown(&self.opts.app_id) {
+                tracing::warn!("test fault: reporting a landed commit without input offsets as unknown");
+                let e = KafkaError::Global(rdkafka::types::RDKafkaErrorCode::OperationTimedOut);
+                return Err(fail(SinkError::CommitUnknown(e), slow));
+            }
         } else {
             // At-least-once: outputs and changelog acknowledged first, then the offsets,
             // without waiting for the coordinator (a lost commit only repeats records, which
