@@ -501,10 +501,14 @@ fn a_timer_whose_offsetless_commit_outcome_is_unknown_fires_exactly_once() {
         &format!("{app}.in"),
         &[(Some(1), "idle".to_string(), "w1".to_string(), now_ms())],
     );
-    support::wait_for("the timer's batch reported unknown", Duration::from_secs(60), || {
-        (!eosflow::processor::runtime::faults::offsetless_commit_unknown_armed(&app))
-            .then_some(())
-    });
+    support::wait_for(
+        "the timer's batch reported unknown",
+        Duration::from_secs(60),
+        || {
+            (!eosflow::processor::runtime::faults::offsetless_commit_unknown_armed(&app))
+                .then_some(())
+        },
+    );
     // A later record: processed after any second firing would have happened (due timers fire
     // at the start of each batch), so its output closes the window for a duplicate.
     produce(

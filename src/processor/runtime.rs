@@ -248,11 +248,24 @@ pub struct RunSummary {
     pub commits: u64,
     /// Transactions aborted.
     pub aborts: u64,
-    /// Partition restores and what they replayed.
+    /// Partition restores and what they replayed: the latest [`MAX_RESTORES_KEPT`] (an
+    /// instance rebalanced for weeks must not grow without bound).
     pub restores: Vec<(i32, RestoreStats)>,
 }
 
+/// The most restores a [`RunSummary`] keeps (the latest ones).
+pub const MAX_RESTORES_KEPT: usize = 1024;
+
 impl RunSummary {
+    /// Records one restore, keeping the latest [`MAX_RESTORES_KEPT`].
+    pub(crate) fn restored(&mut self, partition: i32, stats: RestoreStats) {
+        if self.restores.len() >= MAX_RESTORES_KEPT {
+            let excess = self.restores.len() + 1 - MAX_RESTORES_KEPT;
+            self.restores.drain(..excess);
+        }
+        self.restores.push((partition, stats));
+    }
+
     /// Adds another processing thread's counters to these.
     pub fn absorb(&mut self, other: RunSummary) {
         self.records += other.records;
@@ -265,7 +278,9 @@ impl RunSummary {
         self.table_updates += other.table_updates;
         self.commits += other.commits;
         self.aborts += other.aborts;
-        self.restores.extend(other.restores);
+        for (p, stats) in other.restores {
+            self.restored(p, stats);
+        }
     }
 }
 
@@ -1335,12 +1350,20 @@ impl<P: Processor> Runtime<P> {
         Ok(ready)
     }
 
-    /// Refuses partition numbers that stayed partly assigned past [`PARTIAL_ASSIGNMENT_LIMIT`].
+    /// How long a partition number may stay partly assigned: [`PARTIAL_ASSIGNMENT_LIMIT`], and
+    /// never less than the restore timeout plus a minute — a previous owner may be busy
+    /// restoring (one partition after another) before its poll releases the rest.
+    fn partial_assignment_limit(&self) -> Duration {
+        PARTIAL_ASSIGNMENT_LIMIT.max(self.opts.restore_timeout + Duration::from_secs(60))
+    }
+
+    /// Refuses partition numbers that stayed partly assigned past
+    /// [`Runtime::partial_assignment_limit`].
     fn check_incomplete(&self) -> Result<(), RuntimeError> {
         let stuck: Vec<i32> = self
             .incomplete_since
             .iter()
-            .filter(|(_, since)| since.elapsed() >= PARTIAL_ASSIGNMENT_LIMIT)
+            .filter(|(_, since)| since.elapsed() >= self.partial_assignment_limit())
             .map(|(p, _)| *p)
             .collect();
         if stuck.is_empty() {
@@ -1348,7 +1371,7 @@ impl<P: Processor> Runtime<P> {
         }
         Err(RuntimeError::CoPartitioning(format!(
             "the group assigned only some topics of partitions {stuck:?} for {} s (have {:?}): the broker's assignor does not keep partition p of every input, retry level and table together; set the broker's group.consumer.assignors to include range (eosflow asks for group.remote.assignor=range) or use processor.group_protocol = \"classic\"",
-            PARTIAL_ASSIGNMENT_LIMIT.as_secs(),
+            self.partial_assignment_limit().as_secs(),
             self.incoming.0
         )))
     }
@@ -1521,7 +1544,7 @@ impl<P: Processor> Runtime<P> {
             stats.to_offset
         );
         telemetry::restored(p, &stats);
-        self.summary.restores.push((p, stats));
+        self.summary.restored(p, stats);
         let mut task = Task::open(p, store, named, self.processor.sub_topology_count())?;
         task.upstream_partitions = self.partitions;
         self.tasks.insert(p, task);
@@ -2166,6 +2189,27 @@ impl<P: Processor> Runtime<P> {
                 slow: None,
             })
         };
+        if aligning {
+            // Whether the aligned partitions a held record would wait for are read to their
+            // end: asked (a broker round trip each) before the transaction begins, not inside
+            // it. Those with a record in the batch are asked only if a record waits for them.
+            let present: BTreeSet<(&str, i32)> =
+                batch.iter().map(|m| (m.topic(), m.partition())).collect();
+            let tasks: BTreeSet<(usize, i32)> = batch
+                .iter()
+                .filter_map(|m| {
+                    align::rank_of(&self.aligned, m.topic()).map(|(_, sub)| (sub, m.partition()))
+                })
+                .collect();
+            for (sub, p) in tasks {
+                for (t, _, s) in &self.aligned {
+                    if *s == sub && !present.contains(&(t.as_str(), p)) {
+                        let c = self.read_to_its_end(t, p);
+                        gate.caught_up.insert((t.clone(), p), c);
+                    }
+                }
+            }
+        }
         if let Err(e) = self.sink.begin() {
             return Err(plain(e, order));
         }
@@ -2353,8 +2397,11 @@ impl<P: Processor> Runtime<P> {
                 .send_offsets(&offsets, group)
                 .map_err(|e| fail(e, slow))?;
             self.sink.commit().map_err(|e| fail(e, slow))?;
-            if next_offsets.is_empty() && faults::take_offsetless_commit_unknown(&self.opts.app_id) {
-                tracing::warn!("test fault: reporting a landed commit without input offsets as unknown");
+            if next_offsets.is_empty() && faults::take_offsetless_commit_unknown(&self.opts.app_id)
+            {
+                tracing::warn!(
+                    "test fault: reporting a landed commit without input offsets as unknown"
+                );
                 let e = KafkaError::Global(rdkafka::types::RDKafkaErrorCode::OperationTimedOut);
                 return Err(fail(SinkError::CommitUnknown(e), slow));
             }
@@ -2621,6 +2668,20 @@ mod tests {
         assert_eq!(fair_order(&batch, Some(&alone)), vec![3, 0, 5, 4, 1, 2]);
         // One partition: poll order.
         assert_eq!(fair_order(&batch[..3], None), vec![0, 1, 2]);
+    }
+
+    #[test]
+    fn a_run_summary_keeps_only_the_latest_restores() {
+        let mut s = RunSummary::default();
+        for p in 0..(MAX_RESTORES_KEPT as i32 + 10) {
+            s.restored(p, RestoreStats::default());
+        }
+        assert_eq!(s.restores.len(), MAX_RESTORES_KEPT);
+        assert_eq!(s.restores.first().map(|r| r.0), Some(10));
+        let mut all = RunSummary::default();
+        all.absorb(s.clone());
+        all.absorb(s);
+        assert_eq!(all.restores.len(), MAX_RESTORES_KEPT);
     }
 
     #[test]

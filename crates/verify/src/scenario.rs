@@ -41,11 +41,14 @@ pub enum Scenario {
     /// Instances joining and leaving every few seconds under load: graceful stops, starts and
     /// kill -9s picked by a seeded RNG.
     RebalanceStorm,
+    /// A join → re-key → window topology over a backlog produced before the instances start,
+    /// two instances kill -9ed in turn: no record may be made late.
+    RepartitionBacklog,
 }
 
 impl Scenario {
     /// Every scenario, in the order `--scenario all` runs them.
-    pub const ALL: [Scenario; 13] = [
+    pub const ALL: [Scenario; 14] = [
         Scenario::KillProcessors,
         Scenario::BrokerRestart,
         Scenario::Zombie,
@@ -59,6 +62,7 @@ impl Scenario {
         Scenario::Windows,
         Scenario::Joins,
         Scenario::RebalanceStorm,
+        Scenario::RepartitionBacklog,
     ];
 
     /// The name on the command line and in the closing line.
@@ -77,6 +81,7 @@ impl Scenario {
             Scenario::Windows => "windows",
             Scenario::Joins => "joins",
             Scenario::RebalanceStorm => "rebalance-storm",
+            Scenario::RepartitionBacklog => "repartition-backlog",
         }
     }
 }
@@ -446,6 +451,14 @@ fn run_scenario(
                 super::joins::Options::long()
             };
             super::joins::run(config, env, &opts)
+        }
+        Scenario::RepartitionBacklog => {
+            let opts = if short {
+                super::repartition_backlog::Options::short()
+            } else {
+                super::repartition_backlog::Options::long()
+            };
+            super::repartition_backlog::run(config, env, &opts)
         }
         Scenario::RebalanceStorm => {
             let plan = super::storm::StormPlan::new(env.storm_seed.unwrap_or_else(rand::random));
