@@ -223,7 +223,7 @@ fn a_rekeyed_windowed_count_over_a_backlog_loses_no_click_to_lateness_across_kil
         .map(|k| (None, user(k), region(k).to_string(), base - 1_000))
         .collect();
     support::produce_timed(&users, &rows);
-    let mut next = lcg(0x5eed_31);
+    let mut next = lcg(0x005e_ed31);
     let mut workload: Vec<(usize, i64)> = Vec::new();
     for i in 0..CLICKS {
         let k = next(USERS as u64) as usize;
@@ -343,7 +343,7 @@ fn a_stream_stream_join_whose_right_side_lags_five_minutes_joins_every_pair_of_a
     let base = eosflow::clock::now_ms() - 3 * 3_600_000;
     // Left: ten minutes from `base`; right: ten minutes from five minutes earlier, 150 ms
     // after a step. Both written in full before the instance starts.
-    let mut next = lcg(0x10_6a);
+    let mut next = lcg(0x106a);
     let n = SPAN_MS / STEP_MS;
     let lefts: Vec<(String, String, i64)> = (0..n)
         .map(|i| {

@@ -182,9 +182,7 @@ impl TaskClock {
     fn watermark(&self, n: usize) -> Option<i64> {
         let (mut least, mut greatest, mut active) = (i64::MAX, None::<i64>, false);
         for u in 0..n {
-            let Some(up) = i32::try_from(u).ok().and_then(|u| self.upstream.get(&u)) else {
-                return None;
-            };
+            let up = i32::try_from(u).ok().and_then(|u| self.upstream.get(&u))?;
             greatest = greatest.max(up.stream_time);
             if up.idle {
                 continue;

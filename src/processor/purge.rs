@@ -20,6 +20,9 @@ use rdkafka::{Offset, TopicPartitionList};
 use crate::kafka::client::{ClientRole, KafkaClients};
 use crate::telemetry;
 
+/// Next offsets to purge below: (topic, partition, offset).
+type Offsets = Vec<(String, i32, i64)>;
+
 /// How long one `DeleteRecords` call may take.
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -29,7 +32,7 @@ pub(crate) struct Purger {
     interval: Duration,
     due: BTreeMap<(String, i32), i64>,
     last: Instant,
-    worker: Option<(Sender<Vec<(String, i32, i64)>>, JoinHandle<()>)>,
+    worker: Option<(Sender<Offsets>, JoinHandle<()>)>,
 }
 
 impl Purger {
@@ -100,7 +103,7 @@ impl Drop for Purger {
     }
 }
 
-fn purge_loop(admin: &AdminClient<DefaultClientContext>, rx: &Receiver<Vec<(String, i32, i64)>>) {
+fn purge_loop(admin: &AdminClient<DefaultClientContext>, rx: &Receiver<Offsets>) {
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

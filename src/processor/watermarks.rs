@@ -35,6 +35,10 @@ pub(crate) const MIN_INTERVAL: Duration = Duration::from_millis(100);
 /// How often a task that handled nothing is asked whether its inputs are read to their end.
 pub(crate) const IDLE_CHECK_INTERVAL: Duration = Duration::from_secs(1);
 
+/// Writes one watermark-only record: (topic, partition, headers, timestamp).
+pub(crate) type SendMark<'s> =
+    dyn FnMut(&str, i32, &[(String, Vec<u8>)], Option<i64>) -> Result<(), SinkError> + 's;
+
 /// What the upstream tasks of this loop last broadcast.
 #[derive(Debug, Default)]
 pub(crate) struct Watermarks {
@@ -60,7 +64,7 @@ impl Watermarks {
         partitions: usize,
         busy: &BTreeSet<(i32, usize)>,
         caught_up: &mut dyn FnMut(i32, usize) -> bool,
-        send: &mut dyn FnMut(&str, i32, &[(String, Vec<u8>)], Option<i64>) -> Result<(), SinkError>,
+        send: &mut SendMark<'_>,
     ) -> Result<usize, SinkError> {
         let mut sent = 0;
         let now = Instant::now();
