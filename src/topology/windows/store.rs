@@ -303,6 +303,22 @@ impl<'c, 'a, K, V> WindowStore<'c, 'a, K, V> {
         Ok(())
     }
 
+    /// Deletes the window under a data key and its index entry without decoding its value
+    /// (what a close timer that cannot read its window cleans up); an entry too corrupt to
+    /// name its end loses its data row only.
+    pub(crate) fn discard_raw(&mut self, data: &[u8]) -> Result<(), ProcessError> {
+        let end = self
+            .view
+            .get(data)?
+            .and_then(|b| split_value(&b).map(|(end, _)| end));
+        if let (Some(end), Some((key, start))) = (end, parse_data_key(data)) {
+            let index = index_key(key, Window { start, end });
+            self.view.pending.delete(Column::State, &index);
+        }
+        self.view.pending.delete(Column::State, data);
+        Ok(())
+    }
+
     /// Retention: deletes the windows whose end is before `cutoff`, earliest end first, at
     /// most `max` of them (the rest go on the next call); how many went. Each call starts
     /// where the last one stopped: the work is bounded by what expires, never by the store's
