@@ -242,9 +242,11 @@ where
         let cutoff = now
             .saturating_sub(self.close_delay())
             .saturating_sub(self.retention);
-        ctx.window_store(&self.store)?
-            .expire(cutoff, self.expire_per_call())
-            .map(drop)
+        let mut store = ctx.window_store(&self.store)?;
+        match &self.kind {
+            Kind::Time(_) => store.expire(cutoff, self.expire_per_call()).map(drop),
+            Kind::Session(..) => store.expire_sessions(cutoff, EXPIRE_PER_CALL).map(drop),
+        }
     }
 
     /// At most how many windows one call deletes: [`EXPIRE_PER_CALL`], or twice what one
@@ -355,11 +357,17 @@ where
         if self.close_time(own) <= stream {
             return self.late(ctx, record, &[own], ts, stream);
         }
+        let k = self.key_bytes(key)?;
         let mut store = ctx.window_store(&self.store)?;
+        // Only the sessions within the gap of `ts` (by the session index: bounded by what can
+        // merge, never by the key's retained sessions), and of those the open ones.
         let near: Vec<(Window, A)> = store
-            .fetch_range(key, i64::MIN, ts.saturating_add(windows.gap))?
+            .sessions_near(
+                &k,
+                ts.saturating_sub(windows.gap),
+                ts.saturating_add(windows.gap),
+            )?
             .into_iter()
-            .filter(|(w, _)| w.end.saturating_add(windows.gap) >= ts)
             .filter(|(w, _)| self.close_time(*w) > stream)
             .collect();
         let mut session = own;
@@ -373,11 +381,11 @@ where
         let mut gone = Vec::new();
         for (w, _) in &near {
             if w.start != session.start {
-                store.remove(key, w.start)?;
+                store.remove_session(&k, *w)?;
                 gone.push(*w);
             }
         }
-        store.put(key, session, &agg)?;
+        store.put_session(&k, session, &agg)?;
         for w in gone {
             match self.emit {
                 EmitStrategy::OnWindowUpdate => self.forward(ctx, key, w, None),
@@ -458,7 +466,10 @@ where
         };
         let mut store = ctx.window_store(&self.store)?;
         if self.retention == 0 {
-            store.remove_read(&timer.key, w)?;
+            match (&self.kind, parse_data_key(&timer.key)) {
+                (Kind::Session(..), Some((k, _))) => store.remove_session(k, w)?,
+                _ => store.remove_read(&timer.key, w)?,
+            }
         } else {
             self.expire(ctx, timer.due_ms)?;
         }
