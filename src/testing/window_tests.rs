@@ -457,3 +457,33 @@ fn a_window_whose_close_cannot_read_it_is_deleted_and_its_timer_dead_lettered_by
     assert!(reason.contains("deleted without a result"), "{reason}");
     assert_eq!(stored(&mut d), 1, "only c's window: no orphan of a");
 }
+
+/// Issue 32, item 6: each session record scanned every retained session of its key
+/// (`fetch_range(key, i64::MIN, …)`). Now only those within the gap are read: an old session
+/// that cannot even be decoded (count 3 here) is never touched by later records far from it.
+#[test]
+fn a_session_record_reads_only_the_sessions_within_the_gap_of_it() {
+    let windows = SessionWindows::with_inactivity_gap_no_grace(ms(100));
+    let store = WindowStoreHandle::new(STORE, StringSerde, NoThree);
+    let agg = WindowedAggregate::session(store, windows, || 0, |_, _: &String, n| n + 1, |_, a, b| a + b)
+        .retention(Duration::from_secs(3_600));
+    let mut d = driver(agg);
+    for t in [0, 10, 20] {
+        click(&mut d, "a", t); // session 0-20 of 3: retained for an hour, unreadable
+    }
+    for t in [1_000, 1_050, 5_000, 4_990] {
+        click(&mut d, "a", t);
+    }
+    assert!(d.read_raw_output("clicks.DLT").is_empty(), "the old session was never read");
+    assert_eq!(
+        texts(&mut d)[3..],
+        [
+            "a@1000-1000=1",
+            "a@1000-1050=2",
+            "a@5000-5000=1",
+            "a@5000-5000=gone",
+            "a@4990-5000=2"
+        ]
+    );
+    assert_eq!(stored(&mut d), 3, "0-20, 1000-1050, 4990-5000");
+}
