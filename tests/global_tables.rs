@@ -520,7 +520,10 @@ fn a_global_store_kept_away_past_its_topics_delete_retention_is_rebuilt_without_
         &orders(&[("o1".into(), country(0))]),
     );
     wait_orders_consumed(&app);
-    assert_eq!(shipments(&app).get("o1").map(String::as_str), Some("o1|name-0"));
+    assert_eq!(
+        shipments(&app).get("o1").map(String::as_str),
+        Some("o1|name-0")
+    );
     stop(a);
     // Away: country 0 is deleted, and the cleaner removes the row and then the tombstone (the
     // topic keeps getting rows so its segments roll).
@@ -531,12 +534,20 @@ fn a_global_store_kept_away_past_its_topics_delete_retention_is_rebuilt_without_
         Duration::from_secs(240),
         || {
             tick += 1;
-            produce(&countries, &[(format!("filler-{}", tick % 5), b"x".to_vec(), None)]);
+            produce(
+                &countries,
+                &[(format!("filler-{}", tick % 5), b"x".to_vec(), None)],
+            );
             let mut seen = false;
-            read_all(&support::clients(), &countries, Duration::from_secs(30), |m| {
-                seen |= m.key() == Some(country(0).as_bytes());
-                Ok(())
-            })
+            read_all(
+                &support::clients(),
+                &countries,
+                Duration::from_secs(30),
+                |m| {
+                    seen |= m.key() == Some(country(0).as_bytes());
+                    Ok(())
+                },
+            )
             .expect("read the table's topic");
             if seen {
                 std::thread::sleep(Duration::from_secs(1));

@@ -196,7 +196,13 @@ fn counting(app: &str, grace_ms: u64) -> Topology {
     Topology::builder()
         .add_source("in", &[input.as_str()], StringSerde, StringSerde)
         .add_windowed_aggregate("count", &["in"], count)
-        .add_sink("out", &output, WindowedSerde::new(StringSerde), I64Serde, &["count"])
+        .add_sink(
+            "out",
+            &output,
+            WindowedSerde::new(StringSerde),
+            I64Serde,
+            &["count"],
+        )
         .build()
         .expect("valid topology")
 }
@@ -240,7 +246,11 @@ fn a_late_record_redriven_after_raising_the_grace_is_counted_once_in_its_window(
     let base = (eosflow::clock::now_ms() - 3_600_000) / SIZE_MS * SIZE_MS;
     let producer = support::test_producer();
     let input = format!("{app}.in");
-    for (id, at) in [("r1", base + 100), ("r2", base + 5 * SIZE_MS), ("r3", base + 200)] {
+    for (id, at) in [
+        ("r1", base + 100),
+        ("r2", base + 5 * SIZE_MS),
+        ("r3", base + 200),
+    ] {
         let headers = OwnedHeaders::new().insert(Header {
             key: "id",
             value: Some(id.as_bytes()),
@@ -258,7 +268,10 @@ fn a_late_record_redriven_after_raising_the_grace_is_counted_once_in_its_window(
     let clients = support::clients();
     let dlt = format!("{app}.in.DLT");
     let dead = w::dead_letters(&clients, &dlt).expect("dead letters");
-    assert_eq!(dead.get("r3").map(Vec::as_slice), Some(["late-record".to_string()].as_slice()));
+    assert_eq!(
+        dead.get("r3").map(Vec::as_slice),
+        Some(["late-record".to_string()].as_slice())
+    );
     // The grace raised to 10 s and the letter redriven twice (by mistake).
     let select = Selector {
         id: Some("r3".into()),
@@ -272,7 +285,10 @@ fn a_late_record_redriven_after_raising_the_grace_is_counted_once_in_its_window(
     run_until_drained(&app, counting(&app, 10_000));
     let got = w::results(&clients, &format!("{app}.out")).expect("results");
     let first = ("a".to_string(), base, base + SIZE_MS);
-    let counts: Vec<i64> = got.get(&first).map(|u| u.iter().map(|(n, _)| *n).collect()).unwrap_or_default();
+    let counts: Vec<i64> = got
+        .get(&first)
+        .map(|u| u.iter().map(|(n, _)| *n).collect())
+        .unwrap_or_default();
     assert_eq!(counts, [1, 2], "r1, then the redriven r3 once: {got:?}");
     assert_eq!(got.len(), 2, "r1's window and r2's, no other: {got:?}");
     let _ = std::fs::remove_dir_all(&config(&app).state.dir);

@@ -135,7 +135,10 @@ impl<P: Processor, O: Output> Engine<'_, P, O> {
             });
             match outcome {
                 Err(ProcessError::Transient(e)) if attempt < TIMER_CALL_ATTEMPTS => {
-                    let backoff = TIMER_RETRY_BACKOFF_MS.get(attempt - 1).copied().unwrap_or(0);
+                    let backoff = TIMER_RETRY_BACKOFF_MS
+                        .get(attempt - 1)
+                        .copied()
+                        .unwrap_or(0);
                     tracing::warn!(
                         partition,
                         kind = timer.kind.as_str(),

@@ -253,9 +253,15 @@ impl<'s> Pending<'s> {
         batch.put_cf(cf, AT_KEY, crate::clock::now_ms().to_be_bytes());
         #[cfg(test)]
         if tests::fail_write() {
-            return Err(format!("{}: injected write failure", self.store.path.display()));
+            return Err(format!(
+                "{}: injected write failure",
+                self.store.path.display()
+            ));
         }
-        self.store.db.write(batch).map_err(|e| self.store.rocks(e))?;
+        self.store
+            .db
+            .write(batch)
+            .map_err(|e| self.store.rocks(e))?;
         self.batch.clear();
         self.next.clear();
         self.rows = 0;
@@ -404,7 +410,9 @@ fn fresh(
             default_ms
         });
     let now = crate::clock::now_ms();
-    let Some(why) = store.stale(topic, now, retention_ms).map_err(|e| global_error(table, e))?
+    let Some(why) = store
+        .stale(topic, now, retention_ms)
+        .map_err(|e| global_error(table, e))?
     else {
         return Ok(store);
     };
@@ -599,12 +607,19 @@ mod tests {
         FAIL_WRITES.with(|n| n.set(1));
         assert!(pending.write().is_err(), "the injected failure");
         assert_eq!(store.get(b"fr").expect("get"), None);
-        assert!(store.offsets().expect("offsets").is_empty(), "no checkpoint moved");
+        assert!(
+            store.offsets().expect("offsets").is_empty(),
+            "no checkpoint moved"
+        );
         pending.batch.put(b"de", b"Germany");
         pending.rows += 1;
         pending.reached(0, 8);
         pending.write().expect("the retry");
-        assert_eq!(store.get(b"fr").expect("get"), Some(b"France".to_vec()), "not lost");
+        assert_eq!(
+            store.get(b"fr").expect("get"),
+            Some(b"France".to_vec()),
+            "not lost"
+        );
         assert_eq!(store.get(b"de").expect("get"), Some(b"Germany".to_vec()));
         assert_eq!(store.offsets().expect("offsets"), BTreeMap::from([(0, 8)]));
         drop(store);
@@ -617,14 +632,25 @@ mod tests {
     fn a_global_checkpoint_older_than_the_delete_retention_is_stale() {
         let path = dir();
         let store = GlobalStore::open(&path, "countries").expect("open");
-        assert_eq!(store.stale("countries", 0, 1_000).expect("stale"), None, "empty");
+        assert_eq!(
+            store.stale("countries", 0, 1_000).expect("stale"),
+            None,
+            "empty"
+        );
         let mut pending = Pending::new(&store);
         pending.reached(0, 3);
         pending.write().expect("write");
         let at = store.checkpoint_at().expect("at").expect("recorded");
         let retention = 60_000;
-        assert_eq!(store.stale("countries", at + 50_000, retention).expect("stale"), None);
-        let why = store.stale("countries", at + 55_000, retention).expect("stale");
+        assert_eq!(
+            store
+                .stale("countries", at + 50_000, retention)
+                .expect("stale"),
+            None
+        );
+        let why = store
+            .stale("countries", at + 55_000, retention)
+            .expect("stale");
         assert!(why.is_some_and(|w| w.contains("delete.retention.ms")));
         drop(store);
         let _ = std::fs::remove_dir_all(&path);

@@ -720,6 +720,7 @@ impl<P: Processor> TopologyTestDriver<P> {
 
     /// Swaps in `processor` over the same stores, dedup marks and timers, as a redeploy of a
     /// changed topology would (a larger grace, a fixed extractor); returns the old one.
+    #[cfg(test)]
     pub(crate) fn replace_processor(&mut self, processor: P) -> P {
         std::mem::replace(&mut self.processor, processor)
     }

@@ -11,7 +11,7 @@ use crate::topology::windows::{
     EmitStrategy, SessionWindows, TimeWindows, WindowStoreHandle, Windowed, WindowedAggregate,
     WindowedSerde,
 };
-use crate::topology::{Topology, TimestampExtractor};
+use crate::topology::{TimestampExtractor, Topology};
 
 const IN: &str = "clicks";
 const OUT: &str = "counts";
@@ -331,8 +331,18 @@ fn an_event_time_out_of_range_is_dead_lettered_as_bad_timestamp_and_the_partitio
     let mut b = Topology::builder();
     b.add_source("in", &[IN], StringSerde, StringSerde)
         .timestamp_extractor("in", TimestampExtractor::header("ts"))
-        .add_windowed_aggregate("count", &["in"], count(windows, EmitStrategy::OnWindowUpdate))
-        .add_sink("out", OUT, WindowedSerde::new(StringSerde), I64Serde, &["count"]);
+        .add_windowed_aggregate(
+            "count",
+            &["in"],
+            count(windows, EmitStrategy::OnWindowUpdate),
+        )
+        .add_sink(
+            "out",
+            OUT,
+            WindowedSerde::new(StringSerde),
+            I64Serde,
+            &["count"],
+        );
     let mut d = TopologyTestDriver::new(b.build().expect("valid topology")).expect("driver");
     let at = |ts: Vec<u8>| TestRecord::new(IN, Some("a"), Some("click")).header("ts", ts);
     d.pipe(at(b"120".to_vec())).expect("pipe");
@@ -355,11 +365,22 @@ fn an_event_time_out_of_range_is_dead_lettered_as_bad_timestamp_and_the_partitio
     assert_eq!(late.len(), 1, "the -30 record is late, not bad");
     assert_eq!(bad_ts.len(), bad.len());
     for (r, t) in bad_ts.iter().zip(bad) {
-        assert_eq!(r.header("eosflow.dlt.bad.timestamp"), Some(t.to_string().as_str()));
-        let from = r.header("eosflow.dlt.bad.timestamp.extractor").unwrap_or_default();
-        assert!(from.contains("\"in\"") && from.contains("header \"ts\""), "{from}");
+        assert_eq!(
+            r.header("eosflow.dlt.bad.timestamp"),
+            Some(t.to_string().as_str())
+        );
+        let from = r
+            .header("eosflow.dlt.bad.timestamp.extractor")
+            .unwrap_or_default();
+        assert!(
+            from.contains("\"in\"") && from.contains("header \"ts\""),
+            "{from}"
+        );
         let reason = r.dlt_reason().unwrap_or_default();
-        assert!(reason.contains(&t.to_string()) && reason.contains("extractor"), "{reason}");
+        assert!(
+            reason.contains(&t.to_string()) && reason.contains("extractor"),
+            "{reason}"
+        );
         assert!(r.value.is_some(), "the record itself is kept");
     }
 }
@@ -384,7 +405,10 @@ fn a_late_record_redriven_after_the_grace_was_raised_is_counted_exactly_once() {
     // The operator raises the grace and redeploys, then redrives the letter (twice, by mistake):
     // `eosflow dlt redrive` keeps the user headers (the id) and the original timestamp.
     let lenient = TimeWindows::of_size_with_grace(ms(100), ms(500));
-    d.replace_processor(topology(count(lenient, EmitStrategy::OnWindowUpdate), false));
+    d.replace_processor(topology(
+        count(lenient, EmitStrategy::OnWindowUpdate),
+        false,
+    ));
     let redrive = || click("c2", 50).header("eosflow.redrive", "clicks.DLT:0:0");
     d.pipe(redrive()).expect("pipe");
     d.pipe(redrive()).expect("pipe");
@@ -393,7 +417,11 @@ fn a_late_record_redriven_after_the_grace_was_raised_is_counted_exactly_once() {
         ["a@100-200=1", "a@0-100=1"],
         "the redriven record counted once"
     );
-    assert_eq!(d.summary().dedup_hits, 1, "the second redrive is the duplicate");
+    assert_eq!(
+        d.summary().dedup_hits,
+        1,
+        "the second redrive is the duplicate"
+    );
     assert!(d.read_raw_output("clicks.DLT").is_empty());
 }
 
@@ -408,9 +436,17 @@ fn hopping_window_expiry_keeps_up_with_creation_for_sparse_keys() {
     for i in 0..20 {
         click(&mut d, &format!("k{i}"), i * 1_000);
         let kept = stored(&mut d);
-        assert!(kept <= 400, "after {} records the store holds {kept} windows", i + 1);
+        assert!(
+            kept <= 400,
+            "after {} records the store holds {kept} windows",
+            i + 1
+        );
     }
-    assert_eq!(stored(&mut d), 200, "only the last record's windows are open");
+    assert_eq!(
+        stored(&mut d),
+        200,
+        "only the last record's windows are open"
+    );
 }
 
 /// Counts that cannot be read back once they reach 3 (a corrupt or incompatible value).
@@ -465,8 +501,14 @@ fn a_window_whose_close_cannot_read_it_is_deleted_and_its_timer_dead_lettered_by
 fn a_session_record_reads_only_the_sessions_within_the_gap_of_it() {
     let windows = SessionWindows::with_inactivity_gap_no_grace(ms(100));
     let store = WindowStoreHandle::new(STORE, StringSerde, NoThree);
-    let agg = WindowedAggregate::session(store, windows, || 0, |_, _: &String, n| n + 1, |_, a, b| a + b)
-        .retention(Duration::from_secs(3_600));
+    let agg = WindowedAggregate::session(
+        store,
+        windows,
+        || 0,
+        |_, _: &String, n| n + 1,
+        |_, a, b| a + b,
+    )
+    .retention(Duration::from_secs(3_600));
     let mut d = driver(agg);
     for t in [0, 10, 20] {
         click(&mut d, "a", t); // session 0-20 of 3: retained for an hour, unreadable
@@ -474,7 +516,10 @@ fn a_session_record_reads_only_the_sessions_within_the_gap_of_it() {
     for t in [1_000, 1_050, 5_000, 4_990] {
         click(&mut d, "a", t);
     }
-    assert!(d.read_raw_output("clicks.DLT").is_empty(), "the old session was never read");
+    assert!(
+        d.read_raw_output("clicks.DLT").is_empty(),
+        "the old session was never read"
+    );
     assert_eq!(
         texts(&mut d)[3..],
         [

@@ -30,7 +30,10 @@ pub struct BadEventTime {
 }
 
 /// `time` (read by `extractor`) when it is a usable event time, else why not.
-pub fn check_event_time(time: Option<i64>, extractor: impl FnOnce() -> String) -> Result<Option<i64>, BadEventTime> {
+pub fn check_event_time(
+    time: Option<i64>,
+    extractor: impl FnOnce() -> String,
+) -> Result<Option<i64>, BadEventTime> {
     match time {
         Some(value) if !(MIN_EVENT_TIME_MS..=MAX_EVENT_TIME_MS).contains(&value) => {
             Err(BadEventTime {
@@ -115,7 +118,9 @@ impl TimestampExtractor {
             Self::Header(name) => {
                 format!("the Kafka timestamp (header {name:?} absent or unreadable)")
             }
-            Self::Function(_) => "the timestamp extractor function (or the Kafka timestamp it fell back to)".into(),
+            Self::Function(_) => {
+                "the timestamp extractor function (or the Kafka timestamp it fell back to)".into()
+            }
             Self::RecordTimestamp => "the Kafka timestamp".into(),
         }
     }
@@ -155,14 +160,29 @@ mod tests {
     #[test]
     fn event_times_outside_years_1_to_9999_are_refused_with_their_value_and_source() {
         let from = || "header \"ts\"".to_string();
-        for ok in [None, Some(0), Some(-5), Some(MIN_EVENT_TIME_MS), Some(MAX_EVENT_TIME_MS)] {
+        for ok in [
+            None,
+            Some(0),
+            Some(-5),
+            Some(MIN_EVENT_TIME_MS),
+            Some(MAX_EVENT_TIME_MS),
+        ] {
             assert_eq!(check_event_time(ok, from), Ok(ok));
         }
-        for bad in [i64::MIN, i64::MIN + 5, i64::MAX, MAX_EVENT_TIME_MS + 1, MIN_EVENT_TIME_MS - 1] {
+        for bad in [
+            i64::MIN,
+            i64::MIN + 5,
+            i64::MAX,
+            MAX_EVENT_TIME_MS + 1,
+            MIN_EVENT_TIME_MS - 1,
+        ] {
             let e = check_event_time(Some(bad), from).unwrap_err();
             assert_eq!(e.value, bad);
             let text = e.to_string();
-            assert!(text.contains(&bad.to_string()) && text.contains("header \"ts\""), "{text}");
+            assert!(
+                text.contains(&bad.to_string()) && text.contains("header \"ts\""),
+                "{text}"
+            );
         }
     }
 }

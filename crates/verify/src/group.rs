@@ -252,9 +252,14 @@ mod tests {
         assert!(kill_due(2, 3, 5_000, total), "three quarters");
         assert!(!kill_due(3, 3, 1, total), "all done");
         assert!(!kill_due(0, 3, i64::MAX, total), "lag unknown");
-        let at: Vec<i64> = (0..12).map(|i| {
-            (0..=total).rev().find(|l| kill_due(i, 12, *l, total)).unwrap_or(-1)
-        }).collect();
+        let at: Vec<i64> = (0..12)
+            .map(|i| {
+                (0..=total)
+                    .rev()
+                    .find(|l| kill_due(i, 12, *l, total))
+                    .unwrap_or(-1)
+            })
+            .collect();
         assert!(at.iter().all(|l| *l > 0 && *l < total), "{at:?}");
         assert!(at.windows(2).all(|w| w[0] > w[1]), "spread: {at:?}");
     }

@@ -547,7 +547,10 @@ mod tests {
         assert!(r.to_string().ends_with("ok=false"));
         r.extra[1].1 = "1".into();
         assert!(r.ok(), "{r}");
-        r.extra = vec![("kills".into(), "0".into()), ("kills_mid_stream".into(), "0".into())];
+        r.extra = vec![
+            ("kills".into(), "0".into()),
+            ("kills_mid_stream".into(), "0".into()),
+        ];
         assert!(r.ok(), "no kills asked for: nothing to prove");
     }
 }

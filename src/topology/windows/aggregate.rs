@@ -443,7 +443,7 @@ where
         ctx: &mut NodeContext<'_, '_>,
         timer: &Timer,
     ) -> Result<(), ProcessError> {
-        let mut store = ctx.window_store(&self.store)?;
+        let store = ctx.window_store(&self.store)?;
         let found = match store.fetch_raw(&timer.key) {
             Ok(found) => found,
             // A store that cannot be read now: the call is retried, then dead-lettered.

@@ -222,7 +222,11 @@ impl TimeWindows {
         // outside years 1 to 9999 before they get here, but a node of your own may call this
         // with anything). A window whose start is below `i64::MIN` does not exist; an end past
         // `i64::MAX` saturates. At most `ceil(size / advance)` windows.
-        let (ts, size, advance) = (i128::from(ts), i128::from(self.size), i128::from(self.advance));
+        let (ts, size, advance) = (
+            i128::from(ts),
+            i128::from(self.size),
+            i128::from(self.advance),
+        );
         let lowest = i128::from(i64::MIN);
         let mut out = Vec::new();
         let mut start = ts - ts.rem_euclid(advance);
@@ -314,18 +318,32 @@ mod tests {
         let tumbling = TimeWindows::of_size_no_grace(Duration::from_millis(60_000));
         let hopping = tumbling.advance_by(Duration::from_millis(7_000));
         let huge = TimeWindows::of_size_no_grace(Duration::from_millis(u64::MAX));
-        let at = [i64::MIN, i64::MIN + 5, i64::MIN + 59_999, -1, -60_001, 0, i64::MAX - 5, i64::MAX];
+        let at = [
+            i64::MIN,
+            i64::MIN + 5,
+            i64::MIN + 59_999,
+            -1,
+            -60_001,
+            0,
+            i64::MAX - 5,
+            i64::MAX,
+        ];
         for w in [tumbling, hopping] {
             let most = w.windows_per_record();
             for ts in at {
                 let ws = w.windows_for(ts);
                 assert!(ws.len() <= most, "{ts}: {} windows", ws.len());
                 for win in &ws {
-                    assert!(win.start <= ts && (ts < win.end || win.end == i64::MAX), "{ts}: {win:?}");
+                    assert!(
+                        win.start <= ts && (ts < win.end || win.end == i64::MAX),
+                        "{ts}: {win:?}"
+                    );
                     assert_eq!(win.start.rem_euclid(w.advance), 0, "aligned to the epoch");
                 }
                 if ts > i64::MIN + w.size {
-                    assert_eq!(ws.len(), most, "{ts}: every window of an ordinary time");
+                    // floor(size / advance) or ceil, as the alignment falls.
+                    let least = usize::try_from(w.size / w.advance).unwrap_or(usize::MAX);
+                    assert!(ws.len() >= least, "{ts}: every window of an ordinary time");
                 }
             }
         }
@@ -335,7 +353,10 @@ mod tests {
         }
         assert_eq!(
             tumbling.windows_for(-1),
-            vec![Window { start: -60_000, end: 0 }],
+            vec![Window {
+                start: -60_000,
+                end: 0
+            }],
             "negative times floor toward minus infinity"
         );
     }

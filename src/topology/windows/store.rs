@@ -267,7 +267,10 @@ impl<'c, 'a, K, V> WindowStore<'c, 'a, K, V> {
         for item in self.view.scan(&bounds)? {
             let (ik, _) = item.map_err(crate::processor::stores::read_error)?;
             let times = ik.get(prefix.len()..).ok_or_else(|| corrupt(name))?;
-            let (end, start) = match (times.get(..8).and_then(unflip), times.get(8..).and_then(unflip)) {
+            let (end, start) = match (
+                times.get(..8).and_then(unflip),
+                times.get(8..).and_then(unflip),
+            ) {
                 (Some(end), Some(start)) => (end, start),
                 _ => return Err(corrupt(name)),
             };
@@ -303,7 +306,9 @@ impl<'c, 'a, K, V> WindowStore<'c, 'a, K, V> {
         if previous_end != Some(window.end) {
             if let Some(end) = previous_end {
                 let old = Window { end, ..window };
-                self.view.pending.delete(Column::State, &session_key(k, old));
+                self.view
+                    .pending
+                    .delete(Column::State, &session_key(k, old));
             }
             self.view
                 .pending
@@ -399,7 +404,9 @@ impl<'c, 'a, K, V> WindowStore<'c, 'a, K, V> {
         if let (Some(end), Some((key, start))) = (end, parse_data_key(data)) {
             let w = Window { start, end };
             self.view.pending.delete(Column::State, &index_key(key, w));
-            self.view.pending.delete(Column::State, &session_key(key, w));
+            self.view
+                .pending
+                .delete(Column::State, &session_key(key, w));
         }
         self.view.pending.delete(Column::State, data);
         Ok(())
