@@ -246,11 +246,7 @@ fn a_late_record_redriven_after_raising_the_grace_is_counted_once_in_its_window(
     let base = (eosflow::clock::now_ms() - 3_600_000) / SIZE_MS * SIZE_MS;
     let producer = support::test_producer();
     let input = format!("{app}.in");
-    for (id, at) in [
-        ("r1", base + 100),
-        ("r2", base + 5 * SIZE_MS),
-        ("r3", base + 200),
-    ] {
+    for (id, at) in [("r2", base + 5 * SIZE_MS), ("r3", base + 200)] {
         let headers = OwnedHeaders::new().insert(Header {
             key: "id",
             value: Some(id.as_bytes()),
@@ -263,7 +259,7 @@ fn a_late_record_redriven_after_raising_the_grace_is_counted_once_in_its_window(
         support::send_waiting(&producer, r);
     }
     producer.flush(Duration::from_secs(30)).expect("flush");
-    // No grace: r3 is late (its window closed when r2 moved stream time 5 s on).
+    // No grace: r3 is late (its window was closed: r2 moved stream time 5 s on).
     run_until_drained(&app, counting(&app, 0));
     let clients = support::clients();
     let dlt = format!("{app}.in.DLT");
@@ -289,7 +285,11 @@ fn a_late_record_redriven_after_raising_the_grace_is_counted_once_in_its_window(
         .get(&first)
         .map(|u| u.iter().map(|(n, _)| *n).collect())
         .unwrap_or_default();
-    assert_eq!(counts, [1, 2], "r1, then the redriven r3 once: {got:?}");
-    assert_eq!(got.len(), 2, "r1's window and r2's, no other: {got:?}");
+    assert_eq!(
+        counts,
+        [1],
+        "the redriven r3, once, in its own window: {got:?}"
+    );
+    assert_eq!(got.len(), 2, "r3's window and r2's, no other: {got:?}");
     let _ = std::fs::remove_dir_all(&config(&app).state.dir);
 }
