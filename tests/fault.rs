@@ -300,6 +300,7 @@ fn fault_windows_short_emits_every_window_once_and_dead_letters_every_late_recor
     }
     assert!(figure(&line, "late") > 0, "{line}");
     assert_eq!(figure(&line, "late"), figure(&line, "dlt"), "{line}");
+    assert!(figure(&line, "kills_mid_stream") >= 1, "{line}");
 }
 
 #[test]

@@ -28,6 +28,20 @@ pub trait Processor: Send {
         record.timestamp
     }
 
+    /// [`Self::event_time`] checked against the supported range (years 1 to 9999,
+    /// [`crate::topology::time::MIN_EVENT_TIME_MS`]): a record outside it is dead-lettered as
+    /// `bad-timestamp` before it reaches [`Self::process`] or moves stream time, so no window,
+    /// join or timer arithmetic ever sees it. A topology names the source and extractor that
+    /// read the value; override only to name your own.
+    fn checked_event_time(
+        &self,
+        record: &Record<'_>,
+    ) -> Result<Option<i64>, crate::topology::time::BadEventTime> {
+        crate::topology::time::check_event_time(self.event_time(record), || {
+            "Processor::event_time (the Kafka timestamp by default)".to_string()
+        })
+    }
+
     /// The id dedup remembers: by default the `id` header; override to name a business key.
     /// `None` disables dedup for the record.
     fn message_id(&self, record: &Record<'_>) -> Option<Vec<u8>> {

@@ -29,6 +29,14 @@ use crate::retry::headers::History;
 use crate::sink::SinkError;
 use crate::telemetry;
 
+/// Calls of a timer callback that fails transiently before the timer is dead-lettered as
+/// `transient-exhausted`: a store read that hiccups, a dependency that blinks.
+pub const TIMER_CALL_ATTEMPTS: usize = 3;
+
+/// The waits (ms) between a transiently failing timer callback's calls, inside the open
+/// batch: short, so the transaction stays well inside its timeout.
+pub const TIMER_RETRY_BACKOFF_MS: [u64; 2] = [20, 200];
+
 impl<P: Processor, O: Output> Engine<'_, P, O> {
     /// Fires the timers of `lane` due at `up_to` or before on `partition`, in due order, at
     /// most `budget` of them (timers a callback schedules at or before `up_to` fire in the same
@@ -131,7 +139,11 @@ impl<P: Processor, O: Output> Engine<'_, P, O> {
     }
 
     /// Calls the processor's `on_timer` for one removed timer of sub-topology `sub`'s task and
-    /// keeps its effects, or dead-letters the timer if the call fails.
+    /// keeps its effects, or dead-letters the timer if the call fails. A transient failure is retried in place
+    /// ([`TIMER_CALL_ATTEMPTS`] calls in all, with [`TIMER_RETRY_BACKOFF_MS`] between them)
+    /// before the timer is dead-lettered as `transient-exhausted`. A callback that succeeds but
+    /// asks for a dead letter (it gave up on what the timer owned and cleaned it up) keeps its
+    /// writes and emits and dead-letters the timer with its class and reason.
     fn fire(
         &mut self,
         partition: i32,
@@ -139,21 +151,47 @@ impl<P: Processor, O: Output> Engine<'_, P, O> {
         timer: &Timer,
         now: i64,
     ) -> Result<(), SinkError> {
+        let mut attempt = 1;
+        let outcome = loop {
+            let Some(task) = self.tasks.get_mut(&partition) else {
+                return Ok(());
+            };
+            let processor = &mut self.processor;
+            let outcome = task.call(
+                sub,
+                None,
+                now,
+                Some(timer.due_ms),
+                "timer callback",
+                |ctx| processor.on_timer(ctx, timer),
+            );
+            match outcome {
+                Err(ProcessError::Transient(e)) if attempt < TIMER_CALL_ATTEMPTS => {
+                    let backoff = TIMER_RETRY_BACKOFF_MS
+                        .get(attempt - 1)
+                        .copied()
+                        .unwrap_or(0);
+                    tracing::warn!(
+                        partition,
+                        kind = timer.kind.as_str(),
+                        name = %timer.name,
+                        due_ms = timer.due_ms,
+                        attempt,
+                        backoff_ms = backoff,
+                        error = %e,
+                        "timer callback failed transiently; calling it again"
+                    );
+                    std::thread::sleep(std::time::Duration::from_millis(backoff));
+                    attempt += 1;
+                }
+                other => break other,
+            }
+        };
         let Some(task) = self.tasks.get_mut(&partition) else {
             return Ok(());
         };
-        let processor = &mut self.processor;
-        let outcome = task.call(
-            sub,
-            None,
-            now,
-            Some(timer.due_ms),
-            "timer callback",
-            |ctx| processor.on_timer(ctx, timer),
-        );
         match outcome {
-            // A timer has no input record to dead-letter: a request is ignored.
-            Ok((writes, named, emits, _)) => {
+            Ok((writes, named, emits, dead_letter)) => {
                 task.absorb(sub, writes, named);
                 match self.send_emits(emits, &[], Some(timer.due_ms)) {
                     // No record to isolate and retry without: the timer is dead-lettered so the
@@ -162,7 +200,14 @@ impl<P: Processor, O: Output> Engine<'_, P, O> {
                         let e = ProcessError::permanent(format!("output to {topic}: {source}"));
                         self.timer_failed(partition, timer, &e, DltClass::Unwritable, now)
                     }
-                    other => other,
+                    Err(e) => Err(e),
+                    Ok(()) => match dead_letter {
+                        Some(d) => {
+                            let e = ProcessError::permanent(d.reason);
+                            self.timer_failed(partition, timer, &e, d.class, now)
+                        }
+                        None => Ok(()),
+                    },
                 }
             }
             Err(e) => self.timer_failed(partition, timer, &e, DltClass::of(&e), now),
@@ -181,10 +226,12 @@ impl<P: Processor, O: Output> Engine<'_, P, O> {
         now: i64,
     ) -> Result<(), SinkError> {
         let kind = timer.kind.as_str();
-        let effects = if class == DltClass::Unwritable {
-            "its output was refused (its store writes stay)"
-        } else {
-            "its effects are discarded"
+        let effects = match class {
+            DltClass::Unwritable => "its output was refused (its store writes stay)",
+            DltClass::TransientExhausted => {
+                "it failed transiently on every attempt; its effects are discarded"
+            }
+            _ => "its effects are discarded (a callback that gave up itself keeps its clean-up)",
         };
         tracing::error!(
             partition,
@@ -221,6 +268,9 @@ impl<P: Processor, O: Output> Engine<'_, P, O> {
             ("timer.kind", kind.to_string()),
             ("timer.name", timer.name.clone()),
             ("timer.due", timer.due_ms.to_string()),
+            // Its key and value are the timer's (an internal store key, a payload), not an
+            // input record: `eosflow dlt redrive` refuses it.
+            ("redrivable", "false".to_string()),
         ] {
             h.push((format!("{}{k}", dlt::PREFIX), v.into_bytes()));
         }

@@ -23,6 +23,7 @@ mod watermarks;
 
 pub(crate) use api::DeadLetterRequest;
 pub use api::{Context, Emit, ProcessError, Processor, Record};
+pub use fire::{TIMER_CALL_ATTEMPTS, TIMER_RETRY_BACKOFF_MS};
 pub use runtime::{RunSummary, Runtime, RuntimeError, RuntimeOptions};
 pub use stores::{AsOf, Entries, KeyValueStore, StoreHandle};
 pub use threads::ProcessorThreads;

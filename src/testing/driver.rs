@@ -733,6 +733,13 @@ impl<P: Processor> TopologyTestDriver<P> {
     pub fn processor(&self) -> &P {
         &self.processor
     }
+
+    /// Swaps in `processor` over the same stores, dedup marks and timers, as a redeploy of a
+    /// changed topology would (a larger grace, a fixed extractor); returns the old one.
+    #[cfg(test)]
+    pub(crate) fn replace_processor(&mut self, processor: P) -> P {
+        std::mem::replace(&mut self.processor, processor)
+    }
 }
 
 impl<P: Processor> Drop for TopologyTestDriver<P> {

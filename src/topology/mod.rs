@@ -40,7 +40,7 @@ pub mod globals;
 mod node;
 pub mod stream_joins;
 pub mod tables;
-mod time;
+pub mod time;
 pub mod windows;
 
 pub use builder::{Topology, TopologyBuilder};
@@ -367,6 +367,18 @@ impl Processor for Topology {
             Some(Kind::Source { time, .. }) => time.extract(record),
             _ => record.timestamp,
         }
+    }
+
+    fn checked_event_time(&self, record: &Record<'_>) -> Result<Option<i64>, time::BadEventTime> {
+        let at = self.source_of(record.topic);
+        let (t, extractor) = match at.map(|at| (&self.nodes[at].name, &self.nodes[at].kind)) {
+            Some((name, Kind::Source { time, .. })) => (time.extract(record), Some((name, time))),
+            _ => (record.timestamp, None),
+        };
+        time::check_event_time(t, || match extractor {
+            Some((name, time)) => format!("source {name:?}: {}", time.describe(record)),
+            None => "the Kafka timestamp".to_string(),
+        })
     }
 
     /// Hands the timer to the processor node that scheduled it (the timer's name is the node's

@@ -262,7 +262,9 @@ pub fn run(config: &Config, env: &ScenarioEnv, opts: &Options) -> Result<Scenari
             group_lag(&clients, app_id, &repartition, opts.partitions).unwrap_or(i64::MAX);
         clicks.saturating_add(rekeyed)
     };
-    let killed = group::kill_until_drained(&mut instances, env, output, opts.kills, lag)?;
+    // Kills are due on observed progress through both: the clicks and their re-keyed copies.
+    let killed =
+        group::kill_until_drained(&mut instances, env, output, (opts.kills, 2 * total), lag)?;
     let drained_s = started.elapsed().as_secs_f64();
     for inst in &mut instances {
         inst.kill9();

@@ -123,9 +123,29 @@ pub struct ScenarioReport {
 }
 
 impl ScenarioReport {
-    /// Nothing lost, nothing duplicated, no stall, every other check passed.
+    /// Nothing lost, nothing duplicated, no stall, every other check passed — and, for a run
+    /// that reports `kills_mid_stream`, at least one of its kills landed mid-stream: a crash
+    /// test that crashed nothing in flight must not pass.
     pub fn ok(&self) -> bool {
-        self.lost == 0 && self.duplicated == 0 && self.stalls == 0 && self.checks_ok
+        self.lost == 0
+            && self.duplicated == 0
+            && self.stalls == 0
+            && self.checks_ok
+            && !self.crashed_nothing_in_flight()
+    }
+
+    /// Kills were asked for (`kills` > 0) but none landed mid-stream (`kills_mid_stream=0`).
+    pub fn crashed_nothing_in_flight(&self) -> bool {
+        let figure = |name: &str| {
+            self.extra
+                .iter()
+                .find(|(k, _)| k == name)
+                .and_then(|(_, v)| v.parse::<u64>().ok())
+        };
+        matches!(
+            (figure("kills"), figure("kills_mid_stream")),
+            (Some(k), Some(0)) if k > 0
+        )
     }
 
     /// From a processor run's report.
@@ -518,5 +538,32 @@ mod tests {
         );
         r.stalls = 1;
         assert!(!r.ok() && r.to_string().ends_with("ok=false"));
+    }
+
+    /// Issue 32, item 7: `windows --short` passed with `kills=3 kills_mid_stream=0`.
+    #[test]
+    fn a_run_whose_kills_all_landed_after_the_stream_fails() {
+        let mut r = ScenarioReport {
+            scenario: Scenario::Windows,
+            records: 20_004,
+            lost: 0,
+            duplicated: 0,
+            dlt: 180,
+            stalls: 0,
+            checks_ok: true,
+            extra: vec![
+                ("kills".into(), "3".into()),
+                ("kills_mid_stream".into(), "0".into()),
+            ],
+        };
+        assert!(!r.ok(), "{r}");
+        assert!(r.to_string().ends_with("ok=false"));
+        r.extra[1].1 = "1".into();
+        assert!(r.ok(), "{r}");
+        r.extra = vec![
+            ("kills".into(), "0".into()),
+            ("kills_mid_stream".into(), "0".into()),
+        ];
+        assert!(r.ok(), "no kills asked for: nothing to prove");
     }
 }
