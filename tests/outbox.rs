@@ -10,6 +10,8 @@
 mod debezium;
 #[path = "outbox/large.rs"]
 mod large;
+#[path = "outbox/snapshot_order.rs"]
+mod snapshot_order;
 #[path = "outbox/split.rs"]
 mod split;
 mod support;

@@ -170,6 +170,11 @@ pub struct OutboxConfig {
     /// CDC: whether the rows already in the table are published when nothing was ever published
     /// for the slot.
     pub snapshot: OutboxSnapshot,
+    /// The NOT NULL column the initial snapshot reads rows in order of (then by id), so each
+    /// aggregate's rows already in the table are published in the order they were written: a
+    /// column the writer fills in write order (a sequence, a commit-ordered time). Empty = the
+    /// `occurred_at` column; the id column = id order.
+    pub snapshot_order_by: String,
     /// Extra columns copied into Kafka headers, `column:header[:name]` (Debezium's
     /// `table.fields.additional.placement`; only the `header` placement is supported).
     pub additional_placement: Vec<String>,
@@ -212,6 +217,8 @@ pub struct OutboxTableConfig {
     pub topic_template: String,
     /// `outbox.additional_placement` for this table.
     pub additional_placement: Vec<String>,
+    /// `outbox.snapshot_order_by` for this table.
+    pub snapshot_order_by: String,
 }
 
 /// Debezium option → the `outbox.*` key it sets (options with a fixed behaviour here are
@@ -300,6 +307,15 @@ impl OutboxConfig {
                     format!(
                         "{:?}: a column name, or empty for none",
                         o.column_schema_version
+                    ),
+                ));
+            }
+            if !o.snapshot_order_by.is_empty() && !ident(&o.snapshot_order_by) {
+                return Err(ConfigError::invalid(
+                    "outbox.snapshot_order_by",
+                    format!(
+                        "{:?}: a column name, or empty for the occurred_at column",
+                        o.snapshot_order_by
                     ),
                 ));
             }
@@ -540,6 +556,7 @@ impl OutboxConfig {
                 (&mut c.column_schema_version, &t.column_schema_version),
                 (&mut c.route_by, &t.route_by),
                 (&mut c.topic_template, &t.topic_template),
+                (&mut c.snapshot_order_by, &t.snapshot_order_by),
             ] {
                 if !value.is_empty() {
                     *field = value.clone();
@@ -586,6 +603,7 @@ impl Default for OutboxConfig {
             schemas_dir: PathBuf::new(),
             discard_checkpoint: String::new(),
             snapshot: OutboxSnapshot::Initial,
+            snapshot_order_by: String::new(),
             additional_placement: vec![],
             tables: vec![],
             debezium: BTreeMap::new(),
