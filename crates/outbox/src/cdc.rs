@@ -374,6 +374,12 @@ impl<'a> Session<'a> {
                         .iter()
                         .any(|c| c.name == t.payload && c.type_oid == super::router::BYTEA_OID);
                     t.router.set_binary_payload(binary);
+                    t.router.set_column_types(
+                        r.columns
+                            .iter()
+                            .map(|c| (c.name.clone(), c.type_oid))
+                            .collect(),
+                    );
                 }
                 self.relations.insert(r.id, r);
             }

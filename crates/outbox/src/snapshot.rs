@@ -332,6 +332,7 @@ async fn publish_table(
     let fetch = format!("fetch {} from {cursor}", o.batch_size);
     let mut router = EventRouter::new(o);
     router.set_binary_payload(super::payload_is_bytea(pg, o).await?);
+    router.set_column_types(super::column_type_oids(pg, o).await?);
     let mut routed = 0u64;
     loop {
         let rows: Vec<super::router::Row> = pg
