@@ -35,8 +35,7 @@ pub use crate::state::config::StateConfig;
 pub use crate::telemetry::config::MetricsConfig;
 pub use outbox::{
     JsonPayloadNullBehavior, OutboxConfig, OutboxMode, OutboxSnapshot, OutboxTableConfig,
-    PayloadFormat, PostgresConfig,
-    DEBEZIUM_OUTBOX_OPTIONS,
+    PayloadFormat, PostgresConfig, DEBEZIUM_OUTBOX_OPTIONS,
 };
 pub use secret::Secret;
 

@@ -283,7 +283,10 @@ pub const DEBEZIUM_OUTBOX_OPTIONS: &[(&str, &str)] = &[
     ("table.field.event.schema.version", "column_schema_version"),
     ("route.topic.regex", "route_topic_regex"),
     ("table.expand.json.payload", "expand_json_payload"),
-    ("table.json.payload.null.behavior", "json_payload_null_behavior"),
+    (
+        "table.json.payload.null.behavior",
+        "json_payload_null_behavior",
+    ),
     ("tracing.span.context.field", "column_tracing_span_context"),
 ];
 
@@ -327,7 +330,9 @@ impl OutboxConfig {
                 {
                     return Err(ConfigError::invalid(
                         "outbox.additional_placement",
-                        format!("{p:?}: `payload` is the envelope's own field; give it another name"),
+                        format!(
+                            "{p:?}: `payload` is the envelope's own field; give it another name"
+                        ),
                     ));
                 }
             }

@@ -43,7 +43,10 @@ fn debezium_regex_routing_expanded_payload_envelope_partition_and_trace_context_
         o.table
     ));
     // The harness's own template would contradict route.topic.replacement.
-    let template = ("EOSFLOW_OUTBOX_TOPIC_TEMPLATE", "outbox.event.${routedByValue}");
+    let template = (
+        "EOSFLOW_OUTBOX_TOPIC_TEMPLATE",
+        "outbox.event.${routedByValue}",
+    );
     // Keys the router cannot run with stop it at start, naming the key.
     for (lines, key) in [
         (
@@ -120,9 +123,18 @@ fn debezium_regex_routing_expanded_payload_envelope_partition_and_trace_context_
             r#"{"payload":{"b":[1,2],"big":10000000,"items":[{"x":1,"y":null},{"x":null,"y":"z"}],"total":1.5},"eventType":"Created","amount":42}"#
         )
     );
-    assert_eq!(first.headers.get("traceparent").map(String::as_str), Some(trace));
-    assert_eq!(first.headers.get("tracestate").map(String::as_str), Some("k=v"));
-    assert_eq!(first.headers.get("tenant_id").map(String::as_str), Some("t-1"));
+    assert_eq!(
+        first.headers.get("traceparent").map(String::as_str),
+        Some(trace)
+    );
+    assert_eq!(
+        first.headers.get("tracestate").map(String::as_str),
+        Some("k=v")
+    );
+    assert_eq!(
+        first.headers.get("tenant_id").map(String::as_str),
+        Some("t-1")
+    );
     // A NULL payload is a tombstone, envelope or not; partition 1 as its column says.
     assert_eq!(deleted.partition, 1);
     assert_eq!(deleted.value, None);
@@ -134,7 +146,10 @@ fn debezium_regex_routing_expanded_payload_envelope_partition_and_trace_context_
         plain[0].value.as_deref(),
         Some(r#"{"payload":"[1, 2]","eventType":"Created","amount":7}"#)
     );
-    assert_eq!(plain[0].headers.get("traceparent").map(String::as_str), Some(trace));
+    assert_eq!(
+        plain[0].headers.get("traceparent").map(String::as_str),
+        Some(trace)
+    );
     // Partition 99 of a 4-partition topic cannot be written: dead-lettered, the rest flows.
     let dead = o.wait_dead_letters(1);
     assert_eq!(dead[0].key, "o-4");
@@ -153,7 +168,10 @@ fn an_expanded_payload_keeps_its_nulls_with_optional_bytes_and_the_default_publi
         "cdc",
         &[
             ("EOSFLOW_OUTBOX_EXPAND_JSON_PAYLOAD", "true"),
-            ("EOSFLOW_OUTBOX_JSON_PAYLOAD_NULL_BEHAVIOR", "optional_bytes"),
+            (
+                "EOSFLOW_OUTBOX_JSON_PAYLOAD_NULL_BEHAVIOR",
+                "optional_bytes",
+            ),
         ],
     );
     o.wait_streaming();
@@ -170,7 +188,9 @@ fn an_expanded_payload_keeps_its_nulls_with_optional_bytes_and_the_default_publi
     let seen = wait_records(&o, &o.topic("Order"), 2);
     // Without expansion: the payload's text as Postgres prints the jsonb.
     assert_eq!(
-        seen.iter().find(|s| s.key == "n-2").and_then(|s| s.value.as_deref()),
+        seen.iter()
+            .find(|s| s.key == "n-2")
+            .and_then(|s| s.value.as_deref()),
         Some(r#"{"a": null, "b": {"c": null, "d": 1.0}, "e": []}"#)
     );
 }

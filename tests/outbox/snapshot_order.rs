@@ -28,14 +28,13 @@ fn assert_write_order(seen: &[Seen]) -> usize {
 /// Whether reading `ids_by_n` (the rows of one aggregate, by write order) in id order would
 /// break write order: what makes the test able to fail under the old id order.
 fn id_order_breaks_write_order(o: &Outbox) -> bool {
-    o.pg
-        .text(&format!(
-            "select bool_or(prev > n)::text from (select n, lag(n) over (partition by \
+    o.pg.text(&format!(
+        "select bool_or(prev > n)::text from (select n, lag(n) over (partition by \
              aggregate_id order by id) prev from (select id, aggregate_id, \
              (payload->>'n')::bigint n from {}) r) x",
-            o.table
-        ))
-        .as_deref()
+        o.table
+    ))
+    .as_deref()
         == Some("true")
 }
 
@@ -52,7 +51,10 @@ fn the_initial_snapshot_publishes_each_aggregates_rows_in_write_order_across_a_k
          'Order.Changed', jsonb_build_object('n', i) from generate_series(1, 3000) i",
         o.table
     ));
-    assert!(id_order_breaks_write_order(&o), "the data must catch id order");
+    assert!(
+        id_order_breaks_write_order(&o),
+        "the data must catch id order"
+    );
     let chunks = [("EOSFLOW_OUTBOX_BATCH_SIZE", "100")];
     o.spawn("cdc", &chunks);
     let (app, slot) = (o.app.clone(), o.slot.clone());
@@ -92,7 +94,10 @@ fn a_sequence_column_orders_the_snapshot_of_rows_written_in_one_transaction() {
          jsonb_build_object('n', i)); end loop; end $$",
         t = o.table
     ));
-    assert!(id_order_breaks_write_order(&o), "the data must catch id order");
+    assert!(
+        id_order_breaks_write_order(&o),
+        "the data must catch id order"
+    );
     // A column that may be NULL cannot order the snapshot: the router stops, naming the key.
     let log = spawn_expecting_exit(&mut o, &[("EOSFLOW_OUTBOX_SNAPSHOT_ORDER_BY", "note")]);
     assert!(

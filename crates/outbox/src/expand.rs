@@ -209,11 +209,7 @@ fn normalize(j: &Json) -> Json {
 
 /// Writes `node` as the Struct filled by `schema` would be serialized (a value of another type
 /// than its schema fails, as Connect's `Struct.put` does).
-fn write_by_schema(
-    node: &Json,
-    schema: &Schema,
-    out: &mut String,
-) -> Result<(), Unexpandable> {
+fn write_by_schema(node: &Json, schema: &Schema, out: &mut String) -> Result<(), Unexpandable> {
     match (schema, node) {
         (_, Json::Null) => out.push_str("null"),
         (Schema::Str, Json::Str(s)) => write_string(s, out),
@@ -294,7 +290,13 @@ pub fn write_string(s: &str, out: &mut String) {
 /// fractional digit for 10⁻³ ≤ |f| < 10⁷ (`100.0`, `0.001`), else `d.dddE±n` (`1.0E7`,
 /// `1.0E-4`).
 pub fn java_double(f: f64) -> String {
-    java_number(f == 0.0, f.is_sign_negative(), f.abs(), format!("{f}"), format!("{f:e}"))
+    java_number(
+        f == 0.0,
+        f.is_sign_negative(),
+        f.abs(),
+        format!("{f}"),
+        format!("{f:e}"),
+    )
 }
 
 /// `f` as Java's `Float.toString` prints it (the same rules, a float's shortest digits).
@@ -366,7 +368,10 @@ mod tests {
             ex(r#"{"a": [{"x": 1}, {"y": "z"}]}"#).as_deref(),
             Some(r#"{"a":[{"x":1,"y":null},{"x":null,"y":"z"}]}"#)
         );
-        assert_eq!(ex(r#"{"a": [1, null, 2]}"#).as_deref(), Some(r#"{"a":[1,null,2]}"#));
+        assert_eq!(
+            ex(r#"{"a": [1, null, 2]}"#).as_deref(),
+            Some(r#"{"a":[1,null,2]}"#)
+        );
         // Mixed kinds, or ints and longs, cannot be one array schema.
         assert_eq!(ex(r#"{"a": [1, "x"]}"#), None);
         assert_eq!(ex(r#"{"a": [1, 5000000000]}"#), None);

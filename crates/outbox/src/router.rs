@@ -91,10 +91,11 @@ impl TopicRoute {
     /// the regex lacks, or a `$` not followed by a group, is an error here, at start (Java
     /// would fail on every row).
     pub fn new(regex: &str, replacement: &str) -> Result<Self, MappingError> {
-        let compiled = regex::Regex::new(&format!(r"\A(?:{regex})\z")).map_err(|e| MappingError {
-            key: "outbox.route_topic_regex",
-            reason: format!("{regex:?} is not a regex the router can use: {e}"),
-        })?;
+        let compiled =
+            regex::Regex::new(&format!(r"\A(?:{regex})\z")).map_err(|e| MappingError {
+                key: "outbox.route_topic_regex",
+                reason: format!("{regex:?} is not a regex the router can use: {e}"),
+            })?;
         let bad = |reason: String| MappingError {
             key: "outbox.topic_template",
             reason: format!("{replacement:?}: {reason}"),
@@ -132,18 +133,14 @@ impl TopicRoute {
                                 .capture_names()
                                 .position(|n| n == Some(name.as_str()))
                                 .ok_or_else(|| {
-                                    bad(format!(
-                                        "the regex {regex:?} has no group named {name:?}"
-                                    ))
+                                    bad(format!("the regex {regex:?} has no group named {name:?}"))
                                 })?
                         }
                         Some(d) if d.is_ascii_digit() => {
                             let mut n = d.to_digit(10).unwrap_or(0) as usize;
                             chars.next();
                             if n > groups {
-                                return Err(bad(format!(
-                                    "the regex {regex:?} has no group {n}"
-                                )));
+                                return Err(bad(format!("the regex {regex:?} has no group {n}")));
                             }
                             // Java takes more digits while the number stays a group.
                             while let Some(d) = chars.peek().and_then(|c| c.to_digit(10)) {
@@ -257,7 +254,9 @@ fn base64(bytes: &[u8]) -> String {
 fn is_traceparent(s: &str) -> bool {
     let p: Vec<&str> = s.split('-').collect();
     let hex = |x: &str, n: usize| {
-        x.len() == n && x.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        x.len() == n
+            && x.bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
     };
     p.len() >= 4
         && hex(p[0], 2)
@@ -321,23 +320,21 @@ fn json_field(text: Option<&str>, type_oid: Option<u32>, out: &mut String) {
             _ => crate::expand::write_string(t, out),
         },
         Some(16) if t == "t" || t == "f" => out.push_str(if t == "t" { "true" } else { "false" }),
-        Some(1184) => {
-            match chrono::DateTime::parse_from_str(t, "%Y-%m-%d %H:%M:%S%.f%#z") {
-                Ok(ts) => {
-                    let utc = ts.with_timezone(&chrono::Utc);
-                    let mut s = utc.format("%Y-%m-%dT%H:%M:%S%.9f").to_string();
-                    while s.ends_with('0') {
-                        s.pop();
-                    }
-                    if s.ends_with('.') {
-                        s.pop();
-                    }
-                    s.push('Z');
-                    crate::expand::write_string(&s, out);
+        Some(1184) => match chrono::DateTime::parse_from_str(t, "%Y-%m-%d %H:%M:%S%.f%#z") {
+            Ok(ts) => {
+                let utc = ts.with_timezone(&chrono::Utc);
+                let mut s = utc.format("%Y-%m-%dT%H:%M:%S%.9f").to_string();
+                while s.ends_with('0') {
+                    s.pop();
                 }
-                Err(_) => crate::expand::write_string(t, out),
+                if s.ends_with('.') {
+                    s.pop();
+                }
+                s.push('Z');
+                crate::expand::write_string(&s, out);
             }
-        }
+            Err(_) => crate::expand::write_string(t, out),
+        },
         _ => crate::expand::write_string(t, out),
     }
 }
@@ -412,7 +409,12 @@ impl EventRouter {
         let expanded = (self.cfg.expand_json_payload && !self.binary_payload)
             .then(|| crate::expand::expand(payload, self.nulls))
             .flatten();
-        match (expanded, self.binary_payload.then(|| bytea_from_text(payload)).flatten()) {
+        match (
+            expanded,
+            self.binary_payload
+                .then(|| bytea_from_text(payload))
+                .flatten(),
+        ) {
             (Some(json), _) => out.push_str(&json),
             (None, Some(bytes)) => crate::expand::write_string(&base64(&bytes), &mut out),
             (None, None) => crate::expand::write_string(payload, &mut out),
@@ -693,8 +695,8 @@ mod tests {
         let r = TopicRoute::new("(?<routedByValue>.*)", "outbox.event.${routedByValue}")
             .expect("default");
         assert_eq!(r.topic("Order"), "outbox.event.Order");
-        let r = TopicRoute::new(r"(?<agg>[a-z]+)\.(v[0-9]+)", r"events.${agg}-$2\$x")
-            .expect("groups");
+        let r =
+            TopicRoute::new(r"(?<agg>[a-z]+)\.(v[0-9]+)", r"events.${agg}-$2\$x").expect("groups");
         assert_eq!(r.topic("order.v3"), "events.order-v3$x");
         // Not matched whole: the route value itself.
         assert_eq!(r.topic("Order.v3"), "Order.v3");
@@ -721,13 +723,15 @@ mod tests {
         let props = format!("#Thu Dec 04\ntraceparent={tp}\ntracestate=a=1\n");
         assert_eq!(
             trace_context(&props),
-            vec![("traceparent", tp.to_string()), ("tracestate", "a=1".into())]
+            vec![
+                ("traceparent", tp.to_string()),
+                ("tracestate", "a=1".into())
+            ]
         );
         assert!(trace_context("traceparent=00-0000-zz-01").is_empty());
-        assert!(trace_context(
-            "00-00000000000000000000000000000000-b7ad6b7169203331-01"
-        )
-        .is_empty());
+        assert!(
+            trace_context("00-00000000000000000000000000000000-b7ad6b7169203331-01").is_empty()
+        );
         let cfg = OutboxConfig {
             column_tracing_span_context: "ctx".into(),
             ..OutboxConfig::default()
@@ -740,7 +744,11 @@ mod tests {
         let h = header_pairs(&rec);
         assert_eq!(
             h,
-            vec![("id", &b"x"[..]), ("traceparent", tp.as_bytes()), ("k", b"v")]
+            vec![
+                ("id", &b"x"[..]),
+                ("traceparent", tp.as_bytes()),
+                ("k", b"v")
+            ]
         );
     }
 

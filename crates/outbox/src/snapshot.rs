@@ -296,12 +296,19 @@ async fn publish_table(
             o.table, o.column_id
         )));
     };
-    let id = quote_ident(&o.column_id);
+    // Qualified: an unqualified name in ORDER BY would be the select list's text of the column
+    // (`seq::text` sorts "10" before "9").
+    let id = format!("src.{}", quote_ident(&o.column_id));
     let keys = match &order {
-        Some(c) => format!("{}, {id}", quote_ident(c)),
+        Some(c) => format!("src.{}, {id}", quote_ident(c)),
         None => id.clone(),
     };
-    let bound = match (&progress.after_id, &order, &order_type, &progress.after_order) {
+    let bound = match (
+        &progress.after_id,
+        &order,
+        &order_type,
+        &progress.after_order,
+    ) {
         (None, ..) => "true".to_string(),
         (Some(after), Some(_), Some(ty), Some(after_order)) => format!(
             "({keys}) > ({}::{ty}, {}::{id_type})",
@@ -316,13 +323,17 @@ async fn publish_table(
     let declare = format!(
         "declare {cursor} no scroll cursor for \
          with now as (select pg_snapshot_xmax(pg_current_snapshot())::text::bigint as x) \
-         select {cols} from {table}, now \
+         select {cols} from {table} as src, now \
          where {bound} \
-         and (xmin::text::bigint < 3 or pg_visible_in_snapshot((( \
-              ((now.x >> 32) - case when xmin::text::bigint > (now.x & 4294967295) then 1 else 0 end) \
-              << 32) + xmin::text::bigint)::text::xid8, {snapshot}::pg_snapshot)) \
+         and (src.xmin::text::bigint < 3 or pg_visible_in_snapshot((( \
+              ((now.x >> 32) - case when src.xmin::text::bigint > (now.x & 4294967295) then 1 else 0 end) \
+              << 32) + src.xmin::text::bigint)::text::xid8, {snapshot}::pg_snapshot)) \
          order by {keys}",
-        cols = super::text_columns(&columns),
+        cols = columns
+            .iter()
+            .map(|c| format!("src.{}::text", quote_ident(c)))
+            .collect::<Vec<_>>()
+            .join(", "),
         table = quoted_table(o),
         snapshot = literal(&progress.snapshot),
     );
