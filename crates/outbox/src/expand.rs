@@ -254,7 +254,7 @@ fn write_by_schema(node: &Json, schema: &Schema, out: &mut String) -> Result<(),
 /// The expanded payload's JSON text, or `None` when Debezium would keep the payload as its
 /// string (not an object, or not expandable).
 pub fn expand(payload: &str, nulls: NullBehavior) -> Option<String> {
-    if !payload.starts_with('{') {
+    if !payload.starts_with('{') || has_big_integer(payload) {
         return None;
     }
     let node: Json = serde_json::from_str(payload).ok()?;
@@ -262,6 +262,44 @@ pub fn expand(payload: &str, nulls: NullBehavior) -> Option<String> {
     let mut out = String::with_capacity(payload.len());
     write_by_schema(&node, &schema, &mut out).ok()?;
     Some(out)
+}
+
+/// Whether the JSON text holds an integer literal beyond 64 bits (Jackson reads it as a
+/// `BigInteger`, which no Connect type holds; serde_json would read it as a float).
+fn has_big_integer(text: &str) -> bool {
+    let b = text.as_bytes();
+    let (mut i, mut in_string) = (0, false);
+    while i < b.len() {
+        let c = b[i];
+        if in_string {
+            match c {
+                b'\\' => i += 1,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            i += 1;
+            continue;
+        }
+        if c == b'"' {
+            in_string = true;
+            i += 1;
+            continue;
+        }
+        if c == b'-' || c.is_ascii_digit() {
+            let start = i;
+            i += 1;
+            while i < b.len() && (b[i].is_ascii_digit() || b"+-.eE".contains(&b[i])) {
+                i += 1;
+            }
+            let token = &text[start..i];
+            if !token.contains(['.', 'e', 'E']) && token.parse::<i64>().is_err() {
+                return true;
+            }
+            continue;
+        }
+        i += 1;
+    }
+    false
 }
 
 /// A JSON string literal of `s`, escaped as Jackson does (`\"`, `\\`, the short escapes of
