@@ -289,7 +289,7 @@ async fn publish_table(
     let position = |c: &str| columns.iter().position(|x| x == c);
     let (Some(id_at), order_at) = (
         position(&o.column_id),
-        order.as_deref().map(|c| position(c)),
+        order.as_deref().map(position),
     ) else {
         return Err(OutboxError::Config(format!(
             "outbox.column_id: {} has no column {:?}",
