@@ -55,10 +55,17 @@ pub struct LsnCheckpoint {
 /// order (the order a replay delivers them in again).
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
 pub struct PartialTx {
-    /// The transaction's end LSN.
+    /// The transaction's end LSN; its commit LSN (the Begin message's final LSN) when
+    /// `streamed`.
     pub end_lsn: u64,
     /// Its rows published so far.
     pub rows: u64,
+    /// The parts were published while the transaction's rows were still arriving (before its
+    /// Commit message, which carries the end LSN): `end_lsn` is then the commit LSN, known from
+    /// Begin, so a replay drops the rows already in Kafka as they arrive. Absent in
+    /// checkpoints of older versions (parts published after the Commit).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub streamed: bool,
 }
 
 impl LsnCheckpoint {

@@ -287,10 +287,7 @@ async fn publish_table(
     };
     progress.order_by = order.clone();
     let position = |c: &str| columns.iter().position(|x| x == c);
-    let (Some(id_at), order_at) = (
-        position(&o.column_id),
-        order.as_deref().map(position),
-    ) else {
+    let (Some(id_at), order_at) = (position(&o.column_id), order.as_deref().map(position)) else {
         return Err(OutboxError::Config(format!(
             "outbox.column_id: {} has no column {:?}",
             o.table, o.column_id
