@@ -60,8 +60,10 @@ pub struct CdcSummary {
 }
 
 /// Most bytes (as librdkafka counts records) of one part of a transaction published as its
-/// rows arrive: with large rows a part is cut before `outbox.max_rows_per_transaction`.
-pub const PART_BYTES: usize = 64 << 20;
+/// rows arrive: a part is cut at `outbox.max_rows_per_transaction` rows or at this size,
+/// whichever comes first, so the router holds a bounded amount whatever the rows' size (a
+/// routed record takes about four times its wire size in the router and librdkafka together).
+pub const PART_BYTES: usize = 8 << 20;
 
 /// Postgres epoch (2000-01-01) in Unix microseconds: pgoutput's timestamps count from it.
 const PG_EPOCH_UNIX_MICROS: i64 = 946_684_800_000_000;
