@@ -186,7 +186,8 @@ pub struct OutboxConfig {
     /// transaction up to `max_rows_per_transaction` rows is never split).
     pub batch_size: usize,
     /// A Postgres transaction with more outbox rows than this is published in several Kafka
-    /// transactions of at most this many rows each, the checkpoint recording how far it got,
+    /// transactions of at most this many rows each (and 8 MiB of records), as its rows arrive
+    /// (the router's memory stays bounded), the checkpoint recording how far it got,
     /// so that no transaction is too large to commit within `transaction_timeout_ms`: exactly
     /// once still, but a `read_committed` consumer may see its first parts before the rest.
     /// At least `batch_size`.

@@ -4,8 +4,10 @@
 //! The rules that make it exactly-once into Kafka:
 //! - a Postgres transaction's rows are buffered until its Commit; the checkpoint of a Kafka
 //!   transaction is the last included commit's end LSN. A transaction over
-//!   `outbox.max_rows_per_transaction` rows is split into parts (`split`) whose checkpoints
-//!   add how many of its rows (in WAL order) are in Kafka; a replay drops those;
+//!   `outbox.max_rows_per_transaction` rows (or [`PART_BYTES`]) is published in parts as its
+//!   rows arrive (pgoutput v1 sends only committed transactions; Begin carries the commit LSN),
+//!   whose checkpoints add how many of its rows (in WAL order) are in Kafka; a replay drops
+//!   those, so memory stays bounded whatever the transaction's size;
 //! - the LSN is confirmed to Postgres (`update_applied_lsn`) only after the Kafka commit, so
 //!   the slot never moves past what Kafka holds;
 //! - on (re)start the committed LSN is read back from the offsets topic (`read_committed`) and
