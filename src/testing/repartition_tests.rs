@@ -230,7 +230,8 @@ fn each_sub_topology_has_its_own_stream_time_so_a_raw_input_never_closes_a_windo
         ]
     );
     let mut d = TopologyTestDriver::new(t).expect("driver");
-    let t0 = 1_700_000_040_000 - 1_700_000_040_000 % 60_000;
+    // A minute boundary.
+    let t0: i64 = 1_700_000_040_000;
     let at = |id: &str, value: &str, ts: i64| {
         TestRecord::new(ORDERS, Some(id), Some(value))
             .partition(0)
