@@ -316,6 +316,10 @@ struct VerifyArgs {
     /// like `--threads`.
     #[arg(long)]
     standby_replicas: Option<u32>,
+    /// Testing the verifier itself: every n-th record is sent to a partition that does not
+    /// exist, so its sends fail; the closing line must count them as not_produced, not lost.
+    #[arg(long, default_value_t = 0, hide = true)]
+    unsendable_every: u64,
     /// Seed of the rebalance storm's RNG (its closing line prints the one used), to replay a
     /// run's sequence of events.
     #[arg(long)]
@@ -575,6 +579,7 @@ fn verify_options(args: &VerifyArgs) -> Result<VerifyOptions> {
         work_dir: args.work_dir.clone(),
         drain_timeout: Duration::from_secs(args.drain_timeout_secs),
         extra_env: verify_instance_env(args)?,
+        unsendable_every: args.unsendable_every,
     })
 }
 

@@ -62,6 +62,9 @@ pub struct VerifyOptions {
     pub drain_timeout: Duration,
     /// Further settings of every instance (`EOSFLOW_*` variables), e.g. a scenario's fault.
     pub extra_env: Vec<(String, String)>,
+    /// A test of the verifier itself: every n-th record is sent where it cannot go, so its
+    /// sends fail and it must be reported as not produced, never as lost (0 = none).
+    pub unsendable_every: u64,
 }
 
 /// The outcome of a run.
@@ -69,8 +72,11 @@ pub struct VerifyOptions {
 pub struct VerifyReport {
     /// The verdict from the committed output and state.
     pub verdict: Verdict,
-    /// Records produced, duplicates included.
+    /// Sends the broker acknowledged (records and their duplicates, each counted once).
     pub produced: u64,
+    /// What the workload producer's delivery reports said (sends, retries, records with no
+    /// acknowledged send).
+    pub produce: workload::Produced,
     /// kill -9s delivered.
     pub kills: u32,
     /// Wall time from the first record to an empty lag.
@@ -106,10 +112,11 @@ impl VerifyReport {
     /// The one closing line.
     pub fn line(&self) -> String {
         format!(
-            "{} kills={} produced={} elapsed_s={:.1}",
+            "{} kills={} produced={} retried_sends={} elapsed_s={:.1}",
             self.verdict,
             self.kills,
             self.produced,
+            self.produce.retried,
             self.elapsed.as_secs_f64()
         )
     }
@@ -580,7 +587,8 @@ pub fn run(config: &Config, opts: &VerifyOptions) -> Result<VerifyReport, String
         let workload = opts.workload;
         let input = input.clone();
         let duration = opts.duration;
-        std::thread::spawn(move || workload.produce(&clients, &input, duration))
+        let unsendable = opts.unsendable_every;
+        std::thread::spawn(move || workload.produce_counted(&clients, &input, duration, unsendable))
     };
 
     let drain_deadline = Instant::now() + opts.duration + opts.drain_timeout;
@@ -630,7 +638,7 @@ impl Run<'_> {
     fn finish(
         &self,
         fleet: &mut Fleet<'_>,
-        produced: u64,
+        produced: workload::Produced,
         started: Instant,
         deadline: Instant,
     ) -> Result<VerifyReport, String> {
@@ -667,16 +675,34 @@ impl Run<'_> {
         for inst in fleet.instances.iter_mut() {
             inst.kill9();
         }
-        let mut verdict = check::verify_outputs(
+        // Judged on what the input holds, read back: a record the producer failed to write is
+        // the harness's failure (not_produced), never the processor's (lost).
+        let present = check::input_records(
             self.clients,
             &opts.workload,
+            self.input,
+            Duration::from_secs(120),
+        )
+        .map_err(|e| format!("reading the input back: {e}"))?;
+        let mut verdict = check::verify_outputs_of(
+            self.clients,
+            &opts.workload,
+            &present,
             &self.output(fleet),
             Duration::from_secs(120),
         )
         .map_err(|e| format!("reading the results: {e}"))?;
+        if verdict.not_produced != produced.not_produced {
+            tracing::warn!(
+                in_input = opts.workload.records - verdict.not_produced,
+                acknowledged = opts.workload.records - produced.not_produced,
+                "the input holds a different set of records than the delivery reports said; \
+                 judging on the input"
+            );
+        }
         // The final state through the query command, as an operator would read it.
         let state = query::dump_via_cli(&opts.exe, self.bootstrap, self.changelog, "count")?;
-        verdict.state_mismatches = check::state_mismatches(&opts.workload, &state);
+        verdict.state_mismatches = check::state_mismatches_of(&opts.workload, &present, &state);
         let levels: Vec<String> = self
             .ladder
             .iter()
@@ -694,7 +720,8 @@ impl Run<'_> {
         .map_err(|e| format!("reading the DLT: {e}"))?;
         Ok(VerifyReport {
             verdict,
-            produced,
+            produced: produced.acked,
+            produce: produced,
             kills: fleet.faults,
             elapsed,
             recoveries: fleet.monitor.recoveries.clone(),

@@ -144,6 +144,8 @@ impl ScenarioReport {
                 v.forward_duplicates.to_string(),
             ),
             ("produced".into(), r.produced.to_string()),
+            ("not_produced".into(), v.not_produced.to_string()),
+            ("retried_sends".into(), r.produce.retried.to_string()),
             ("monitor_misses".into(), r.monitor_misses.to_string()),
         ];
         if !r.outages.is_empty()
@@ -270,6 +272,7 @@ fn count_run(
         work_dir: env.work_dir.clone(),
         drain_timeout: Duration::from_secs(600),
         extra_env: env.instance_env.clone(),
+        unsendable_every: 0,
     }
 }
 
