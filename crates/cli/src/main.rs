@@ -300,11 +300,13 @@ struct VerifyArgs {
     #[arg(long, requires = "scenario")]
     short: bool,
     /// `dev/stack`, which starts the private broker/Postgres of broker-restart, broker-pause and
-    /// outbox-crash.
+    /// outbox-crash; the cluster scenarios (leader-bounce, coordinator-bounce, broker-pause-one)
+    /// run `dev/cluster` from the same directory.
     #[arg(long, default_value = "dev/stack")]
     stack_script: PathBuf,
-    /// First port of that private stack (Kafka uses it to +2, Postgres +10); keep it below the
-    /// ephemeral range (32768+), where any client connection may be holding it.
+    /// First port of that private stack (Kafka uses it to +2, Postgres +10, a cluster +40 to
+    /// +61); keep it below the ephemeral range (32768+), where any client connection may be
+    /// holding it.
     #[arg(long, default_value_t = 23092)]
     private_port: u16,
     /// `processor.threads` of every instance (`EOSFLOW_PROCESSOR_THREADS`), for the plain run

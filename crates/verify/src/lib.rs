@@ -4,6 +4,7 @@
 //! exactly once.
 
 pub mod check;
+pub mod cluster;
 pub mod count;
 pub mod faults;
 mod group;
@@ -106,6 +107,8 @@ pub struct VerifyReport {
     pub output_topic: String,
     /// What a rebalance storm did (`Fault::Storm` runs only).
     pub storm: Option<storm::Tally>,
+    /// What was done to the cluster's brokers (cluster faults only).
+    pub cluster: Option<cluster::ClusterTally>,
 }
 
 impl VerifyReport {
@@ -273,6 +276,12 @@ struct Fleet<'a> {
     thaws: Vec<(usize, u64)>,
     /// The rebalance storm's slots and tally (`Fault::Storm` runs only).
     churn: Option<storm::Churn>,
+    /// The run's group (and transactional id prefix) and its topics, for the cluster faults.
+    app_id: String,
+    topics: Vec<String>,
+    clients: KafkaClients,
+    /// What the cluster faults did.
+    cluster: cluster::ClusterTally,
 }
 
 impl Fleet<'_> {
@@ -436,6 +445,57 @@ impl Fleet<'_> {
                 self.monitor.restart_clock();
                 Ok(())
             }
+            Fault::LeaderBounce(c) => {
+                let c = c.clone();
+                let hard = self.faults >= self.opts.kills / 2;
+                let node = cluster::busiest_leader(&self.clients, &self.topics)?;
+                self.bounce(&c, node, hard)?;
+                if hard {
+                    self.cluster.hard_bounces += 1;
+                } else {
+                    self.cluster.clean_bounces += 1;
+                }
+                Ok(())
+            }
+            Fault::CoordinatorBounce(c) => {
+                let c = c.clone();
+                let mut coordinating: std::collections::BTreeMap<i32, u32> = Default::default();
+                for inst in &self.instances {
+                    let id = format!("{}-{}", self.app_id, inst.name);
+                    *coordinating
+                        .entry(cluster::transaction_coordinator(&self.clients, &id)?)
+                        .or_default() += 1;
+                }
+                let node = coordinating
+                    .iter()
+                    .max_by_key(|(id, n)| (**n, -**id))
+                    .map(|(id, _)| *id)
+                    .ok_or("no instance has a transaction coordinator")?;
+                self.bounce(&c, node, true)?;
+                self.cluster.hard_bounces += 1;
+                self.cluster.coordinator_bounces += 1;
+                Ok(())
+            }
+            Fault::BrokerPauseOne(c, d) => {
+                let (c, d) = (c.clone(), *d);
+                let node = (self.faults as i32 % cluster::BROKERS) + 1;
+                self.monitor.fault_now();
+                c.signal("pause", node)?;
+                tracing::info!(node, secs = d.as_secs_f64(), "broker SIGSTOP");
+                let until = Instant::now() + d;
+                while Instant::now() < until {
+                    if let Err(e) = self.supervise() {
+                        let _ = c.signal("resume", node);
+                        return Err(e);
+                    }
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+                c.signal("resume", node)?;
+                tracing::info!(node, "broker SIGCONT");
+                self.monitor.outages.push(d);
+                self.cluster.pauses += 1;
+                self.await_isr()
+            }
             Fault::Storm(_) => {
                 let Some(churn) = &mut self.churn else {
                     return Err("a storm run without its churn state".into());
@@ -457,6 +517,42 @@ impl Fleet<'_> {
                 Ok(())
             }
         }
+    }
+}
+
+impl Fleet<'_> {
+    /// Stops broker `node` (`kill -9` when `hard`, else a clean stop), keeps it away for 1–4 s
+    /// while the instances are supervised, starts it again and waits for the full ISR.
+    fn bounce(&mut self, c: &cluster::Cluster, node: i32, hard: bool) -> Result<(), String> {
+        self.monitor.fault_now();
+        let t = Instant::now();
+        if hard {
+            c.kill(node)?;
+        } else {
+            c.stop(node)?;
+        }
+        tracing::info!(node, hard, "broker stopped");
+        let until = Instant::now() + Duration::from_millis(self.rng.gen_range(1000..4000));
+        while Instant::now() < until {
+            if let Err(e) = self.supervise() {
+                let _ = c.start(node);
+                return Err(e);
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        c.start(node)?;
+        tracing::info!(node, secs = t.elapsed().as_secs_f64(), "broker back");
+        self.monitor.outages.push(t.elapsed());
+        self.await_isr()
+    }
+
+    /// Waits (up to 180 s, supervising) for every partition to have its full ISR again, so the
+    /// next fault never takes a second replica of a partition away.
+    fn await_isr(&mut self) -> Result<(), String> {
+        let waited = cluster::await_full_isr(&self.clients, &self.topics, Duration::from_secs(180))?;
+        self.supervise()?;
+        self.cluster.isr_wait_max_ms = self.cluster.isr_wait_max_ms.max(waited.as_millis() as u64);
+        Ok(())
     }
 }
 
@@ -576,6 +672,10 @@ pub fn run(config: &Config, opts: &VerifyOptions) -> Result<VerifyReport, String
             Fault::Storm(plan) => Some(storm::Churn::new(*plan, opts.instances)),
             _ => None,
         },
+        app_id: app_id.clone(),
+        topics: vec![input.clone(), output.clone(), changelog.clone()],
+        clients: clients.clone(),
+        cluster: cluster::ClusterTally::default(),
     };
     for inst in &mut fleet.instances {
         inst.spawn(&opts.exe, &output)?;
@@ -736,6 +836,11 @@ impl Run<'_> {
             input_topic: self.input.to_string(),
             output_topic: fleet.output.clone(),
             storm: fleet.churn.as_ref().map(|c| c.tally),
+            cluster: matches!(
+                opts.fault,
+                Fault::LeaderBounce(_) | Fault::CoordinatorBounce(_) | Fault::BrokerPauseOne(..)
+            )
+            .then_some(fleet.cluster),
         })
     }
 
