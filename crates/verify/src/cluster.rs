@@ -141,7 +141,9 @@ pub struct ClusterGuard {
 
 impl Drop for ClusterGuard {
     fn drop(&mut self) {
-        if let Err(e) = self.cluster.run(&["down"]) {
+        // kill -9: the data is deleted next, and a clean stop of the last node of a quorum
+        // waits for a controller that is gone.
+        if let Err(e) = self.cluster.run(&["down", "--now"]) {
             tracing::warn!(error = %e, "stopping the cluster");
             return;
         }

@@ -542,11 +542,11 @@ fn cluster_scenario(
     // (records, instances, faults, seconds of load)
     let (records, instances, faults, secs) = match (scenario, short) {
         (Scenario::LeaderBounce, true) => (20_000, 2, 2, 30),
-        (Scenario::LeaderBounce, false) => (300_000, 3, 12, 360),
+        (Scenario::LeaderBounce, false) => (200_000, 3, 10, 300),
         (Scenario::CoordinatorBounce, true) => (20_000, 2, 2, 30),
-        (Scenario::CoordinatorBounce, false) => (300_000, 3, 10, 360),
+        (Scenario::CoordinatorBounce, false) => (200_000, 3, 8, 300),
         (_, true) => (20_000, 2, 1, 30),
-        (_, false) => (300_000, 3, 6, 360),
+        (_, false) => (200_000, 3, 6, 300),
     };
     let fault = match scenario {
         Scenario::LeaderBounce => Fault::LeaderBounce(c.clone()),
