@@ -153,11 +153,12 @@ impl Drop for ClusterGuard {
     }
 }
 
-/// Partition → (leader, replicas, ISR size) of `topics`, from the metadata of a fresh client.
-fn partitions(
-    clients: &KafkaClients,
-    topics: &[String],
-) -> Result<BTreeMap<(String, i32), (i32, usize, usize)>, String> {
+/// Partition → (leader, replicas, ISR size).
+type PartitionStates = BTreeMap<(String, i32), (i32, usize, usize)>;
+
+/// The leader, replica count and ISR size of every partition of `topics`, from the metadata of
+/// a fresh client.
+fn partitions(clients: &KafkaClients, topics: &[String]) -> Result<PartitionStates, String> {
     let consumer: BaseConsumer = clients
         .config(ClientRole::Reader)
         .create()
@@ -179,16 +180,29 @@ fn partitions(
     Ok(out)
 }
 
-/// The broker leading the most partitions of `topics` (the lowest id on a tie).
-pub fn busiest_leader(clients: &KafkaClients, topics: &[String]) -> Result<i32, String> {
+/// The broker leading the most partitions of `topics`; on a tie, the one bounced least recently
+/// (`recent`: the brokers bounced so far, oldest first), so that repeated bounces do not all
+/// hit the same broker when leaderships are balanced.
+pub fn busiest_leader(
+    clients: &KafkaClients,
+    topics: &[String],
+    recent: &[i32],
+) -> Result<i32, String> {
     let mut led: BTreeMap<i32, u32> = BTreeMap::new();
     for (leader, _, _) in partitions(clients, topics)?.values() {
         if *leader >= 0 {
             *led.entry(*leader).or_default() += 1;
         }
     }
+    // Never bounced sorts first, then the one bounced longest ago.
+    let last_bounced = |id: i32| {
+        recent
+            .iter()
+            .rposition(|b| *b == id)
+            .map_or(-1, |i| i as i64)
+    };
     led.iter()
-        .max_by_key(|(id, n)| (**n, -**id))
+        .max_by_key(|(id, n)| (**n, -last_bounced(**id), -**id))
         .map(|(id, _)| *id)
         .ok_or_else(|| format!("no partition of {topics:?} has a leader"))
 }
@@ -235,7 +249,10 @@ pub fn await_full_isr(
 ) -> Result<Duration, String> {
     let started = Instant::now();
     let mut all: Vec<String> = topics.to_vec();
-    all.extend([TRANSACTION_LOG.to_string(), "__consumer_offsets".to_string()]);
+    all.extend([
+        TRANSACTION_LOG.to_string(),
+        "__consumer_offsets".to_string(),
+    ]);
     loop {
         let short: Vec<String> = match partitions(clients, &all) {
             Ok(parts) => parts
@@ -366,7 +383,10 @@ pub fn console_judgement(
         input_ids: input_ids.len() as u64,
         outputs,
         other_lines,
-        lost: input_ids.iter().filter(|id| !seen.contains_key(*id)).count() as u64,
+        lost: input_ids
+            .iter()
+            .filter(|id| !seen.contains_key(*id))
+            .count() as u64,
         duplicated: seen.values().map(|n| n.saturating_sub(1)).sum(),
     })
 }

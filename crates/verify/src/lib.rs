@@ -282,6 +282,8 @@ struct Fleet<'a> {
     clients: KafkaClients,
     /// What the cluster faults did.
     cluster: cluster::ClusterTally,
+    /// The brokers bounced so far, in order.
+    bounced: Vec<i32>,
 }
 
 impl Fleet<'_> {
@@ -448,7 +450,8 @@ impl Fleet<'_> {
             Fault::LeaderBounce(c) => {
                 let c = c.clone();
                 let hard = self.faults >= self.opts.kills / 2;
-                let node = cluster::busiest_leader(&self.clients, &self.topics)?;
+                let node = cluster::busiest_leader(&self.clients, &self.topics, &self.bounced)?;
+                self.bounced.push(node);
                 self.bounce(&c, node, hard)?;
                 if hard {
                     self.cluster.hard_bounces += 1;
@@ -549,7 +552,8 @@ impl Fleet<'_> {
     /// Waits (up to 180 s, supervising) for every partition to have its full ISR again, so the
     /// next fault never takes a second replica of a partition away.
     fn await_isr(&mut self) -> Result<(), String> {
-        let waited = cluster::await_full_isr(&self.clients, &self.topics, Duration::from_secs(180))?;
+        let waited =
+            cluster::await_full_isr(&self.clients, &self.topics, Duration::from_secs(180))?;
         self.supervise()?;
         self.cluster.isr_wait_max_ms = self.cluster.isr_wait_max_ms.max(waited.as_millis() as u64);
         Ok(())
@@ -676,6 +680,7 @@ pub fn run(config: &Config, opts: &VerifyOptions) -> Result<VerifyReport, String
         topics: vec![input.clone(), output.clone(), changelog.clone()],
         clients: clients.clone(),
         cluster: cluster::ClusterTally::default(),
+        bounced: Vec::new(),
     };
     for inst in &mut fleet.instances {
         inst.spawn(&opts.exe, &output)?;

@@ -190,7 +190,10 @@ impl ScenarioReport {
             extra.extend([
                 ("clean_bounces".into(), c.clean_bounces.to_string()),
                 ("hard_bounces".into(), c.hard_bounces.to_string()),
-                ("coordinator_bounces".into(), c.coordinator_bounces.to_string()),
+                (
+                    "coordinator_bounces".into(),
+                    c.coordinator_bounces.to_string(),
+                ),
                 ("pauses".into(), c.pauses.to_string()),
                 (
                     "longest_stall_s".into(),

@@ -183,7 +183,8 @@ impl Workload {
         let mut redo: Vec<u64> = Vec::new();
         let send = |slot: usize| {
             let i = (slot / 2) as u64;
-            let partition = Self::is_unsendable(i, unsendable_every).then_some(UNSENDABLE_PARTITION);
+            let partition =
+                Self::is_unsendable(i, unsendable_every).then_some(UNSENDABLE_PARTITION);
             self.send(&producer, topic, i, slot, partition)
         };
         for i in 0..self.records {
@@ -282,7 +283,9 @@ impl Workload {
                     r,
                 )) => {
                     if Instant::now() >= deadline {
-                        return Err(format!("producing record {i}: the queue stayed full for 60 s"));
+                        return Err(format!(
+                            "producing record {i}: the queue stayed full for 60 s"
+                        ));
                     }
                     record = r;
                     std::thread::sleep(Duration::from_millis(5));
