@@ -10,7 +10,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
 
@@ -96,6 +96,28 @@ impl Cluster {
                 log.display()
             ))
         }
+    }
+
+    /// Starts `dev/cluster <args>` without waiting for it (stdout dropped, stderr to the
+    /// commands' log): the caller keeps watching the run while a broker stops or starts.
+    pub fn spawn(&self, args: &[&str]) -> Result<std::process::Child, String> {
+        std::fs::create_dir_all(&self.run_dir)
+            .map_err(|e| format!("{}: {e}", self.run_dir.display()))?;
+        let log = self.run_dir.join("cluster-commands.log");
+        let err = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .map_err(|e| format!("{}: {e}", log.display()))?;
+        Command::new(&self.script)
+            .args(args)
+            .env("EOSFLOW_CLUSTER_DIR", &self.run_dir)
+            .env("EOSFLOW_CLUSTER_PORT", self.port.to_string())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(err)
+            .spawn()
+            .map_err(|e| format!("running {}: {e}", self.script.display()))
     }
 
     /// Starts the three nodes and returns a guard that stops them (and deletes their data).
@@ -240,39 +262,24 @@ pub fn transaction_coordinator(
     }
 }
 
-/// Waits until every partition of `topics` (and of the transaction and offsets logs) has a
-/// leader and its whole replica set in the ISR; returns how long that took.
-pub fn await_full_isr(
-    clients: &KafkaClients,
-    topics: &[String],
-    timeout: Duration,
-) -> Result<Duration, String> {
-    let started = Instant::now();
+/// The partitions of `topics` (and of the transaction and offsets logs) without a leader or
+/// with fewer in-sync replicas than replicas, named with their ISR (a metadata error is one
+/// entry): empty once the cluster is whole again.
+pub fn isr_shortfall(clients: &KafkaClients, topics: &[String]) -> Vec<String> {
     let mut all: Vec<String> = topics.to_vec();
     all.extend([
         TRANSACTION_LOG.to_string(),
         "__consumer_offsets".to_string(),
     ]);
-    loop {
-        let short: Vec<String> = match partitions(clients, &all) {
-            Ok(parts) => parts
-                .iter()
-                .filter(|(_, (leader, replicas, isr))| *leader < 0 || isr < replicas)
-                .map(|((t, p), (_, r, i))| format!("{t}[{p}] isr {i}/{r}"))
-                .collect(),
-            Err(e) => vec![e],
-        };
-        if short.is_empty() {
-            return Ok(started.elapsed());
-        }
-        if started.elapsed() > timeout {
-            return Err(format!(
-                "partitions still short of their ISR after {} s: {}",
-                timeout.as_secs(),
-                short.join(", ")
-            ));
-        }
-        std::thread::sleep(Duration::from_millis(500));
+    match partitions(clients, &all) {
+        Ok(parts) => parts
+            .iter()
+            .filter(|(_, (leader, replicas, isr))| {
+                *leader < 0 || isr < replicas || *replicas < BROKERS as usize
+            })
+            .map(|((t, p), (_, r, i))| format!("{t}[{p}] isr {i}/{r}"))
+            .collect(),
+        Err(e) => vec![e],
     }
 }
 

@@ -486,6 +486,8 @@ impl Fleet<'_> {
                 c.signal("pause", node)?;
                 tracing::info!(node, secs = d.as_secs_f64(), "broker SIGSTOP");
                 let until = Instant::now() + d;
+                // No progress check while frozen: one can block for seconds on the frozen
+                // broker and stretch the pause.
                 while Instant::now() < until {
                     if let Err(e) = self.supervise() {
                         let _ = c.signal("resume", node);
@@ -524,38 +526,77 @@ impl Fleet<'_> {
 }
 
 impl Fleet<'_> {
-    /// Stops broker `node` (`kill -9` when `hard`, else a clean stop), keeps it away for 1–4 s
-    /// while the instances are supervised, starts it again and waits for the full ISR.
+    /// Runs `dev/cluster <args>` to its end (at most 300 s) while the run goes on being watched:
+    /// the monitor keeps timing progress (a bounce is no outage of the cluster) and the
+    /// instances are supervised.
+    fn cluster_op(&mut self, c: &cluster::Cluster, args: &[&str]) -> Result<(), String> {
+        let mut child = c.spawn(args)?;
+        let deadline = Instant::now() + Duration::from_secs(300);
+        loop {
+            match child.try_wait() {
+                Ok(Some(st)) if st.success() => return Ok(()),
+                Ok(Some(st)) => {
+                    return Err(format!(
+                        "dev/cluster {} failed ({st}); see {}",
+                        args.join(" "),
+                        c.run_dir.join("cluster-commands.log").display()
+                    ))
+                }
+                Ok(None) if Instant::now() < deadline => {}
+                Ok(None) => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return Err(format!("dev/cluster {} took over 300 s", args.join(" ")));
+                }
+                Err(e) => return Err(format!("dev/cluster {}: {e}", args.join(" "))),
+            }
+            self.monitor.tick();
+            self.supervise()?;
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// Stops broker `node` (`kill -9` when `hard`, else a clean stop), keeps it away for 1–4 s,
+    /// starts it again and waits for the full ISR, watching the run all along.
     fn bounce(&mut self, c: &cluster::Cluster, node: i32, hard: bool) -> Result<(), String> {
         self.monitor.fault_now();
         let t = Instant::now();
-        if hard {
-            c.kill(node)?;
-        } else {
-            c.stop(node)?;
-        }
+        let id = node.to_string();
+        self.cluster_op(c, &[if hard { "kill" } else { "stop" }, &id])?;
         tracing::info!(node, hard, "broker stopped");
         let until = Instant::now() + Duration::from_millis(self.rng.gen_range(1000..4000));
         while Instant::now() < until {
-            if let Err(e) = self.supervise() {
-                let _ = c.start(node);
-                return Err(e);
-            }
+            self.monitor.tick();
+            self.supervise()?;
             std::thread::sleep(Duration::from_millis(200));
         }
-        c.start(node)?;
+        self.cluster_op(c, &["start", &id])?;
         tracing::info!(node, secs = t.elapsed().as_secs_f64(), "broker back");
         self.monitor.outages.push(t.elapsed());
         self.await_isr()
     }
 
-    /// Waits (up to 180 s, supervising) for every partition to have its full ISR again, so the
-    /// next fault never takes a second replica of a partition away.
+    /// Waits (up to 180 s, watching the run) for every partition to have its full ISR again,
+    /// so the next fault never takes a second replica of a partition away.
     fn await_isr(&mut self) -> Result<(), String> {
-        let waited =
-            cluster::await_full_isr(&self.clients, &self.topics, Duration::from_secs(180))?;
-        self.supervise()?;
-        self.cluster.isr_wait_max_ms = self.cluster.isr_wait_max_ms.max(waited.as_millis() as u64);
+        let started = Instant::now();
+        loop {
+            let short = cluster::isr_shortfall(&self.clients, &self.topics);
+            if short.is_empty() {
+                break;
+            }
+            if started.elapsed() > Duration::from_secs(180) {
+                return Err(format!(
+                    "partitions still short of their ISR after 180 s: {}",
+                    short.join(", ")
+                ));
+            }
+            self.monitor.tick();
+            self.supervise()?;
+            std::thread::sleep(Duration::from_millis(500));
+        }
+        let waited = started.elapsed().as_millis() as u64;
+        self.cluster.isr_wait_max_ms = self.cluster.isr_wait_max_ms.max(waited);
         Ok(())
     }
 }
