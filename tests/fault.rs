@@ -301,6 +301,16 @@ fn fault_windows_short_emits_every_window_once_and_dead_letters_every_late_recor
     }
     assert!(figure(&line, "late") > 0, "{line}");
     assert_eq!(figure(&line, "late"), figure(&line, "dlt"), "{line}");
+    assert!(figure(&line, "kills_mid_stream") >= 1, "{line}");
+}
+
+#[test]
+fn fault_repartition_backlog_short_counts_every_click_of_a_backlog_with_none_late() {
+    let line = scenario("repartition-backlog", 21092);
+    for exact in ["wrong_windows=0", "late=0", "dlt=0", "kills=3"] {
+        assert!(line.contains(exact), "{line}");
+    }
+    assert!(figure(&line, "kills_mid_stream") > 0, "{line}");
 }
 
 #[test]

@@ -472,3 +472,101 @@ fn a_global_table_whose_topic_does_not_exist_fails_the_start_naming_table_and_to
     assert!(err.contains(&format!("{app}.countries")), "{err}");
     assert!(err.contains("does not exist"), "{err}");
 }
+
+/// Deletes `key` from `topic`: a tombstone (null value).
+fn tombstone(topic: &str, key: &str) {
+    let producer: ThreadedProducer<DefaultProducerContext> = support::clients()
+        .config(ClientRole::Idempotent)
+        .create()
+        .expect("producer");
+    support::send_waiting(&producer, BaseRecord::<str, [u8]>::to(topic).key(key));
+    producer.flush(Duration::from_secs(60)).expect("flush");
+}
+
+/// Issue 32, item 5: a global store had no freshness check. Kept away longer than its topic's
+/// `delete.retention.ms`, it resumed from its checkpoint although the cleaner had removed a
+/// tombstone together with the row it deleted — the row stayed in the table for ever, and
+/// orders kept joining it. It is now rebuilt from the topic: the row is gone.
+#[test]
+fn a_global_store_kept_away_past_its_topics_delete_retention_is_rebuilt_without_deleted_rows() {
+    if std::env::var(CHILD).is_ok() {
+        return;
+    }
+    const RETENTION_MS: u64 = 3_000;
+    let app = support::unique("globals-stale");
+    let cfg = config(&app);
+    let countries = format!("{app}.countries");
+    let mut table = TopicSpec::new(countries.clone(), 1, "compact");
+    for (k, v) in [
+        ("delete.retention.ms", RETENTION_MS.to_string()),
+        ("segment.ms", "1000".to_string()),
+        ("min.cleanable.dirty.ratio", "0.01".to_string()),
+        ("min.compaction.lag.ms", "0".to_string()),
+    ] {
+        table.config.insert(k.to_string(), v);
+    }
+    let mut specs = vec![
+        table,
+        TopicSpec::new(format!("{app}.orders"), PARTITIONS, "delete"),
+        TopicSpec::new(format!("{app}.shipments"), PARTITIONS, "delete"),
+    ];
+    specs.extend(topology(&app).internal_topics(&cfg, PARTITIONS));
+    topics::apply_blocking(&support::clients(), &specs, Duration::from_secs(30))
+        .expect("creating topics");
+    produce(&countries, &rows(0..2, |i| format!("name-{i}")));
+    let a = start(&app);
+    produce(
+        &format!("{app}.orders"),
+        &orders(&[("o1".into(), country(0))]),
+    );
+    wait_orders_consumed(&app);
+    assert_eq!(
+        shipments(&app).get("o1").map(String::as_str),
+        Some("o1|name-0")
+    );
+    stop(a);
+    // Away: country 0 is deleted, and the cleaner removes the row and then the tombstone (the
+    // topic keeps getting rows so its segments roll).
+    tombstone(&countries, &country(0));
+    let mut tick = 0;
+    support::wait_for(
+        "the cleaner to remove the deleted row and its tombstone",
+        Duration::from_secs(240),
+        || {
+            tick += 1;
+            produce(
+                &countries,
+                &[(format!("filler-{}", tick % 5), b"x".to_vec(), None)],
+            );
+            let mut seen = false;
+            read_all(
+                &support::clients(),
+                &countries,
+                Duration::from_secs(30),
+                |m| {
+                    seen |= m.key() == Some(country(0).as_bytes());
+                    Ok(())
+                },
+            )
+            .expect("read the table's topic");
+            if seen {
+                std::thread::sleep(Duration::from_secs(1));
+            }
+            (!seen).then_some(())
+        },
+    );
+    let b = start(&app);
+    produce(
+        &format!("{app}.orders"),
+        &orders(&[("o2".into(), country(0)), ("o3".into(), country(1))]),
+    );
+    wait_orders_consumed(&app);
+    let got = shipments(&app);
+    stop(b);
+    assert_eq!(got.get("o3").map(String::as_str), Some("o3|name-1"));
+    assert_eq!(
+        got.get("o2"),
+        None,
+        "country 0 was deleted: the inner join finds no row (the stale store still had it)"
+    );
+}

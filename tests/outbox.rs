@@ -8,8 +8,12 @@
 
 #[path = "outbox/debezium.rs"]
 mod debezium;
+#[path = "outbox/debezium_options.rs"]
+mod debezium_options;
 #[path = "outbox/large.rs"]
 mod large;
+#[path = "outbox/snapshot_order.rs"]
+mod snapshot_order;
 #[path = "outbox/split.rs"]
 mod split;
 mod support;
@@ -978,6 +982,7 @@ fn a_zombie_publisher_is_fenced_by_its_successor_with_the_same_transactional_id(
         headers: vec![("id".into(), vec![b'0' + i])],
         id: i.to_string(),
         commit_lsn: None,
+        ..RoutedRecord::default()
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -1602,6 +1607,7 @@ fn a_commit_cut_off_by_a_frozen_broker_is_neither_published_twice_nor_skipped() 
                 headers: vec![("id".into(), format!("{b}-{j}").into_bytes())],
                 id: format!("{b}-{j}"),
                 commit_lsn: Some(b),
+                ..RoutedRecord::default()
             })
             .collect()
     };
@@ -1693,6 +1699,7 @@ fn a_record_of_exactly_the_limit_is_published_and_one_byte_more_is_dead_lettered
             headers: vec![("id".into(), id.as_bytes().to_vec())],
             id: id.into(),
             commit_lsn: Some(7),
+            ..RoutedRecord::default()
         };
         r.value = Some(vec![b'x'; 1_000_000 - wire_size(&r) + extra]);
         r
@@ -2028,7 +2035,7 @@ fn debezium_option_names_configure_the_router_and_an_additional_column_and_the_a
         path.display().to_string()
     };
     // An option without an equivalent fails at start, naming it.
-    let bad = toml("\"table.expand.json.payload\" = \"true\"\n");
+    let bad = toml("\"tracing.operation.name\" = \"debezium-read\"\n");
     // The harness sets our own template; Debezium's option takes over from the default.
     let default_template = (
         "EOSFLOW_OUTBOX_TOPIC_TEMPLATE",
@@ -2041,7 +2048,7 @@ fn debezium_option_names_configure_the_router_and_an_additional_column_and_the_a
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(
-        err.contains("outbox.debezium") && err.contains("table.expand.json.payload"),
+        err.contains("outbox.debezium") && err.contains("tracing.operation.name"),
         "{err}"
     );
     let good = toml("");

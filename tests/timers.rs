@@ -481,3 +481,48 @@ fn a_timer_whose_output_cannot_be_written_is_dead_lettered_and_the_partition_goe
     );
     let _ = std::fs::remove_dir_all(&config(&app, "a").state.dir);
 }
+
+/// Issue #32 (1): a wall-clock timer fires in a batch that consumed no input, and that
+/// commit's answer is lost (reported unknown after it landed). The runtime cannot ask the
+/// group's offsets about a batch without any: it restores the partitions from their
+/// changelogs, which hold the timer's removal because the commit landed, so the timer does not
+/// fire a second time. (Before, such a batch counted as not committed and fired again: two
+/// results, each with its own envelope id.)
+#[test]
+fn a_timer_whose_offsetless_commit_outcome_is_unknown_fires_exactly_once() {
+    if std::env::var(CHILD).is_ok() {
+        return;
+    }
+    let app = support::unique("timers-unknown");
+    create(&app, 2);
+    eosflow::processor::runtime::faults::report_next_offsetless_commit_unknown(&app);
+    let instance = Instance::start(&config(&app, "a"), topology(&app));
+    produce(
+        &format!("{app}.in"),
+        &[(Some(1), "idle".to_string(), "w1".to_string(), now_ms())],
+    );
+    support::wait_for(
+        "the timer's batch reported unknown",
+        Duration::from_secs(60),
+        || {
+            (!eosflow::processor::runtime::faults::offsetless_commit_unknown_armed(&app))
+                .then_some(())
+        },
+    );
+    // A later record: processed after any second firing would have happened (due timers fire
+    // at the start of each batch), so its output closes the window for a duplicate.
+    produce(
+        &format!("{app}.in"),
+        &[(Some(1), "idle".to_string(), "x2".to_string(), now_ms())],
+    );
+    support::wait_for("the later record's output", Duration::from_secs(60), || {
+        outputs(&app)
+            .iter()
+            .any(|(_, v, _)| v == "seen:x2")
+            .then_some(())
+    });
+    instance.stop();
+    let got = fired(&app).remove("idle/w1/w").unwrap_or_default();
+    assert_eq!(got.len(), 1, "the wall-clock timer fired once: {got:?}");
+    let _ = std::fs::remove_dir_all(&config(&app, "a").state.dir);
+}

@@ -178,3 +178,118 @@ fn windowed_count_throughput_against_the_broker() {
     assert_eq!(windows, want.len());
     let _ = std::fs::remove_dir_all(&c.state.dir);
 }
+
+/// A tumbling 1 s count of `<app>.in` forwarded on every update, with `grace_ms` of grace.
+fn counting(app: &str, grace_ms: u64) -> Topology {
+    use eosflow::serdes::{I64Serde, StringSerde};
+    use eosflow::topology::windows::{
+        EmitStrategy, TimeWindows, WindowStoreHandle, WindowedAggregate, WindowedSerde,
+    };
+    let windows = TimeWindows::of_size_with_grace(
+        Duration::from_millis(SIZE_MS as u64),
+        Duration::from_millis(grace_ms),
+    );
+    let store = WindowStoreHandle::new("windows", StringSerde, I64Serde);
+    let count = WindowedAggregate::time(store, windows, || 0, |_, _: &String, n: i64| n + 1)
+        .emit(EmitStrategy::OnWindowUpdate);
+    let (input, output) = (format!("{app}.in"), format!("{app}.out"));
+    Topology::builder()
+        .add_source("in", &[input.as_str()], StringSerde, StringSerde)
+        .add_windowed_aggregate("count", &["in"], count)
+        .add_sink(
+            "out",
+            &output,
+            WindowedSerde::new(StringSerde),
+            I64Serde,
+            &["count"],
+        )
+        .build()
+        .expect("valid topology")
+}
+
+/// Runs `topology` in this process until `lag(app)` is 0 (and its batch committed), then stops
+/// it gracefully.
+fn run_until_drained(app: &str, topology: Topology) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = stop.clone();
+    let config = config(app);
+    let runtime = std::thread::spawn(move || {
+        eosflow::processor::Runtime::new(&config, topology)
+            .expect("runtime starts")
+            .run(flag)
+            .expect("runs until stopped")
+    });
+    support::wait_for("the input processed", Duration::from_secs(90), || {
+        let left = group_lag(&support::clients(), app, &format!("{app}.in"), 1);
+        (left == Ok(0)).then_some(())
+    });
+    stop.store(true, Ordering::Relaxed);
+    runtime.join().expect("the runtime thread");
+}
+
+/// Issue 32, item 3: a late record's dedup mark was written before it was dead-lettered, so
+/// `eosflow dlt redrive` of it (after the grace was raised) was a dedup hit and disappeared;
+/// the redrive also stamped it with the redrive's clock, putting it in the wrong window. Now
+/// it is aggregated into its own window once, and a second redrive is the duplicate.
+#[test]
+fn a_late_record_redriven_after_raising_the_grace_is_counted_once_in_its_window() {
+    use eosflow::retry::tooling::{self, Selector};
+    use rdkafka::message::{Header, OwnedHeaders};
+    use rdkafka::producer::{BaseRecord, Producer};
+    if std::env::var(CHILD).is_ok() {
+        return;
+    }
+    let app = support::unique("windows-redrive");
+    support::create_app_topics(&app, &counting(&app, 0), 1);
+    let base = (eosflow::clock::now_ms() - 3_600_000) / SIZE_MS * SIZE_MS;
+    let producer = support::test_producer();
+    let input = format!("{app}.in");
+    for (id, at) in [("r2", base + 5 * SIZE_MS), ("r3", base + 200)] {
+        let headers = OwnedHeaders::new().insert(Header {
+            key: "id",
+            value: Some(id.as_bytes()),
+        });
+        let r = BaseRecord::to(&input)
+            .key("a".as_bytes())
+            .payload(id.as_bytes())
+            .timestamp(at)
+            .headers(headers);
+        support::send_waiting(&producer, r);
+    }
+    producer.flush(Duration::from_secs(30)).expect("flush");
+    // No grace: r3 is late (its window was closed: r2 moved stream time 5 s on).
+    run_until_drained(&app, counting(&app, 0));
+    let clients = support::clients();
+    let dlt = format!("{app}.in.DLT");
+    let dead = w::dead_letters(&clients, &dlt).expect("dead letters");
+    assert_eq!(
+        dead.get("r3").map(Vec::as_slice),
+        Some(["late-record".to_string()].as_slice())
+    );
+    // The grace raised to 10 s and the letter redriven twice (by mistake).
+    let select = Selector {
+        id: Some("r3".into()),
+        ..Selector::default()
+    };
+    let letters = tooling::read(&clients, &dlt, &select).expect("read the DLT");
+    assert_eq!(letters.len(), 1);
+    for _ in 0..2 {
+        tooling::redrive(&clients, &app, &dlt, &letters, "grace raised", |_| {}).expect("redrive");
+    }
+    run_until_drained(&app, counting(&app, 10_000));
+    let got = w::results(&clients, &format!("{app}.out")).expect("results");
+    let first = ("a".to_string(), base, base + SIZE_MS);
+    let counts: Vec<i64> = got
+        .get(&first)
+        .map(|u| u.iter().map(|(n, _)| *n).collect())
+        .unwrap_or_default();
+    assert_eq!(
+        counts,
+        [1],
+        "the redriven r3, once, in its own window: {got:?}"
+    );
+    assert_eq!(got.len(), 2, "r3's window and r2's, no other: {got:?}");
+    let _ = std::fs::remove_dir_all(&config(&app).state.dir);
+}

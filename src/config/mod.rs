@@ -34,8 +34,8 @@ pub use crate::retry::OnDeadLetter;
 pub use crate::state::config::StateConfig;
 pub use crate::telemetry::config::MetricsConfig;
 pub use outbox::{
-    OutboxConfig, OutboxMode, OutboxSnapshot, OutboxTableConfig, PayloadFormat, PostgresConfig,
-    DEBEZIUM_OUTBOX_OPTIONS,
+    JsonPayloadNullBehavior, OutboxConfig, OutboxMode, OutboxSnapshot, OutboxTableConfig,
+    PayloadFormat, PostgresConfig, DEBEZIUM_OUTBOX_OPTIONS,
 };
 pub use secret::Secret;
 

@@ -48,6 +48,32 @@ pub enum OutboxSnapshot {
     Never,
 }
 
+/// What an expanded JSON payload's `null` fields become (`outbox.json_payload_null_behavior`,
+/// Debezium's `table.json.payload.null.behavior`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JsonPayloadNullBehavior {
+    /// Left out of the expanded value (Debezium's default).
+    #[default]
+    Ignore,
+    /// Kept as `null`.
+    OptionalBytes,
+}
+
+impl JsonPayloadNullBehavior {
+    /// The name the configuration uses.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Ignore => "ignore",
+            Self::OptionalBytes => "optional_bytes",
+        }
+    }
+}
+
+/// Debezium's default `route.topic.regex`: the whole route value, as the group the default
+/// `route.topic.replacement` names.
+pub const DEFAULT_ROUTE_TOPIC_REGEX: &str = "(?<routedByValue>.*)";
+
 impl OutboxMode {
     /// The name the configuration uses.
     pub fn as_str(self) -> &'static str {
@@ -78,7 +104,12 @@ impl OutboxSnapshot {
     }
 }
 
-choice_strings!(OutboxMode, PayloadFormat, OutboxSnapshot);
+choice_strings!(
+    OutboxMode,
+    PayloadFormat,
+    OutboxSnapshot,
+    JsonPayloadNullBehavior
+);
 
 /// The outbox's database.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -127,8 +158,24 @@ pub struct OutboxConfig {
     pub column_schema_version: String,
     /// Column whose value routes the row; empty = aggregate type, else the `type` prefix.
     pub route_by: String,
-    /// Topic name template; `${routedByValue}` is replaced by the route value.
+    /// Topic name template (Debezium's `route.topic.replacement`): when `route_topic_regex`
+    /// matches the whole route value, the topic is this with `${name}` / `$n` replaced by the
+    /// regex's groups (`\` escapes); else the route value itself.
     pub topic_template: String,
+    /// Regex the route value must match whole for `topic_template` to apply (Debezium's
+    /// `route.topic.regex`); default `(?<routedByValue>.*)`.
+    pub route_topic_regex: String,
+    /// Parse a JSON object payload and publish it as Debezium's expanded value (compact, its
+    /// nulls as `json_payload_null_behavior` says) instead of the payload's text (Debezium's
+    /// `table.expand.json.payload`).
+    pub expand_json_payload: bool,
+    /// What the `null` fields of an expanded payload become (Debezium's
+    /// `table.json.payload.null.behavior`).
+    pub json_payload_null_behavior: JsonPayloadNullBehavior,
+    /// Column holding the writer's trace context (a W3C `traceparent`, or Java properties text
+    /// with a `traceparent=` line, as Debezium's `tracing.span.context.field`): copied into the
+    /// record's `traceparent` (and `tracestate`) headers. Empty = none.
+    pub column_tracing_span_context: String,
     /// Partitions of routed topics the router creates when they are missing.
     pub topic_partitions: i32,
     /// Logical replication slot (pgoutput); one active router per slot.
@@ -139,7 +186,8 @@ pub struct OutboxConfig {
     /// transaction up to `max_rows_per_transaction` rows is never split).
     pub batch_size: usize,
     /// A Postgres transaction with more outbox rows than this is published in several Kafka
-    /// transactions of at most this many rows each, the checkpoint recording how far it got,
+    /// transactions of at most this many rows each (and 8 MiB of records), as its rows arrive
+    /// (the router's memory stays bounded), the checkpoint recording how far it got,
     /// so that no transaction is too large to commit within `transaction_timeout_ms`: exactly
     /// once still, but a `read_committed` consumer may see its first parts before the rest.
     /// At least `batch_size`.
@@ -170,8 +218,14 @@ pub struct OutboxConfig {
     /// CDC: whether the rows already in the table are published when nothing was ever published
     /// for the slot.
     pub snapshot: OutboxSnapshot,
-    /// Extra columns copied into Kafka headers, `column:header[:name]` (Debezium's
-    /// `table.fields.additional.placement`; only the `header` placement is supported).
+    /// The NOT NULL column the initial snapshot reads rows in order of (then by id), so each
+    /// aggregate's rows already in the table are published in the order they were written: a
+    /// column the writer fills in write order (a sequence, a commit-ordered time). Empty = the
+    /// `occurred_at` column; the id column = id order.
+    pub snapshot_order_by: String,
+    /// Extra columns placed in the record (Debezium's `table.fields.additional.placement`):
+    /// `column:header[:name]` a header, `column:envelope[:name]` a field next to `payload` in
+    /// a JSON envelope value, `column:partition` the partition number.
     pub additional_placement: Vec<String>,
     /// Further outbox tables served by the same router (`[[outbox.tables]]`), each with its
     /// own column mappings and routing; `outbox.table` is always served too. All go through the
@@ -212,6 +266,8 @@ pub struct OutboxTableConfig {
     pub topic_template: String,
     /// `outbox.additional_placement` for this table.
     pub additional_placement: Vec<String>,
+    /// `outbox.snapshot_order_by` for this table.
+    pub snapshot_order_by: String,
 }
 
 /// Debezium option → the `outbox.*` key it sets (options with a fixed behaviour here are
@@ -226,6 +282,13 @@ pub const DEBEZIUM_OUTBOX_OPTIONS: &[(&str, &str)] = &[
     ("route.topic.replacement", "topic_template"),
     ("table.fields.additional.placement", "additional_placement"),
     ("table.field.event.schema.version", "column_schema_version"),
+    ("route.topic.regex", "route_topic_regex"),
+    ("table.expand.json.payload", "expand_json_payload"),
+    (
+        "table.json.payload.null.behavior",
+        "json_payload_null_behavior",
+    ),
+    ("tracing.span.context.field", "column_tracing_span_context"),
 ];
 
 impl OutboxConfig {
@@ -247,16 +310,29 @@ impl OutboxConfig {
         fn check_table(o: &OutboxConfig) -> Result<(), ConfigError> {
             for p in &o.additional_placement {
                 let ok = match p.split(':').collect::<Vec<_>>().as_slice() {
-                    [column, "header"] => ident(column),
-                    [column, "header", name] => ident(column) && !name.is_empty(),
+                    [column, "header" | "envelope" | "partition"] => ident(column),
+                    [column, "header" | "envelope" | "partition", name] => {
+                        ident(column) && !name.is_empty()
+                    }
                     _ => false,
                 };
                 if !ok {
                     return Err(ConfigError::invalid(
                         "outbox.additional_placement",
                         format!(
-                            "{p:?}: use `column:header` or `column:header:name` (placements other \
-                             than `header` are not supported)"
+                            "{p:?}: use `column:header[:name]`, `column:envelope[:name]` or \
+                             `column:partition`"
+                        ),
+                    ));
+                }
+                let parts: Vec<&str> = p.split(':').collect();
+                if parts.get(1) == Some(&"envelope")
+                    && parts.get(2).or(parts.first()) == Some(&"payload")
+                {
+                    return Err(ConfigError::invalid(
+                        "outbox.additional_placement",
+                        format!(
+                            "{p:?}: `payload` is the envelope's own field; give it another name"
                         ),
                     ));
                 }
@@ -303,6 +379,15 @@ impl OutboxConfig {
                     ),
                 ));
             }
+            if !o.snapshot_order_by.is_empty() && !ident(&o.snapshot_order_by) {
+                return Err(ConfigError::invalid(
+                    "outbox.snapshot_order_by",
+                    format!(
+                        "{:?}: a column name, or empty for the occurred_at column",
+                        o.snapshot_order_by
+                    ),
+                ));
+            }
             if !o.route_by.is_empty() && !ident(&o.route_by) {
                 return Err(ConfigError::invalid(
                     "outbox.route_by",
@@ -312,10 +397,31 @@ impl OutboxConfig {
                     ),
                 ));
             }
-            if !o.topic_template.contains("${routedByValue}") {
+            if o.route_topic_regex == DEFAULT_ROUTE_TOPIC_REGEX
+                && !o.topic_template.contains("${routedByValue}")
+            {
                 return Err(ConfigError::invalid(
                     "outbox.topic_template",
-                    format!("{:?} must contain ${{routedByValue}}", o.topic_template),
+                    format!(
+                        "{:?} must contain ${{routedByValue}} (or set outbox.route_topic_regex \
+                         and name its groups)",
+                        o.topic_template
+                    ),
+                ));
+            }
+            if o.route_topic_regex.is_empty() {
+                return Err(ConfigError::invalid(
+                    "outbox.route_topic_regex",
+                    format!("must not be empty (default {DEFAULT_ROUTE_TOPIC_REGEX:?})"),
+                ));
+            }
+            if !o.column_tracing_span_context.is_empty() && !ident(&o.column_tracing_span_context) {
+                return Err(ConfigError::invalid(
+                    "outbox.column_tracing_span_context",
+                    format!(
+                        "{:?}: a column name, or empty for none",
+                        o.column_tracing_span_context
+                    ),
                 ));
             }
             Ok(())
@@ -481,6 +587,72 @@ impl OutboxConfig {
                     &defaults.column_schema_version,
                 ),
                 "route.topic.replacement" => (&mut c.topic_template, &defaults.topic_template),
+                "route.topic.regex" => (&mut c.route_topic_regex, &defaults.route_topic_regex),
+                "tracing.span.context.field" => (
+                    &mut c.column_tracing_span_context,
+                    &defaults.column_tracing_span_context,
+                ),
+                "table.expand.json.payload" => {
+                    let on = match value.trim().to_ascii_lowercase().as_str() {
+                        "true" => true,
+                        "false" => false,
+                        _ => return Err((option.clone(), format!("{value:?}: true or false"))),
+                    };
+                    if c.expand_json_payload != defaults.expand_json_payload
+                        && c.expand_json_payload != on
+                    {
+                        return Err((
+                            option.clone(),
+                            format!(
+                                "{value:?} contradicts outbox.expand_json_payload, set to {}",
+                                c.expand_json_payload
+                            ),
+                        ));
+                    }
+                    c.expand_json_payload = on;
+                    continue;
+                }
+                "table.json.payload.null.behavior" => {
+                    let b = match value.trim().to_ascii_lowercase().as_str() {
+                        "ignore" => JsonPayloadNullBehavior::Ignore,
+                        "optional_bytes" => JsonPayloadNullBehavior::OptionalBytes,
+                        _ => {
+                            return Err((
+                                option.clone(),
+                                format!("{value:?}: ignore or optional_bytes"),
+                            ))
+                        }
+                    };
+                    if c.json_payload_null_behavior != defaults.json_payload_null_behavior
+                        && c.json_payload_null_behavior != b
+                    {
+                        return Err((
+                            option.clone(),
+                            format!(
+                                "{value:?} contradicts outbox.json_payload_null_behavior, set to {}",
+                                c.json_payload_null_behavior.as_str()
+                            ),
+                        ));
+                    }
+                    c.json_payload_null_behavior = b;
+                    continue;
+                }
+                "tracing.with.context.field.only" => {
+                    fixed(
+                        "true",
+                        "a row without the span context column gets no traceparent header; the \
+                         router starts no traces of its own",
+                    )?;
+                    continue;
+                }
+                "tracing.operation.name" => {
+                    return Err((
+                        option.clone(),
+                        "not supported: the router creates no span of its own, it passes the \
+                         writer's span context on in the traceparent header"
+                            .into(),
+                    ))
+                }
                 "table.fields.additional.placement" => {
                     c.additional_placement.extend(
                         value
@@ -540,6 +712,7 @@ impl OutboxConfig {
                 (&mut c.column_schema_version, &t.column_schema_version),
                 (&mut c.route_by, &t.route_by),
                 (&mut c.topic_template, &t.topic_template),
+                (&mut c.snapshot_order_by, &t.snapshot_order_by),
             ] {
                 if !value.is_empty() {
                     *field = value.clone();
@@ -570,6 +743,10 @@ impl Default for OutboxConfig {
             column_schema_version: String::new(),
             route_by: String::new(),
             topic_template: "outbox.event.${routedByValue}".into(),
+            route_topic_regex: DEFAULT_ROUTE_TOPIC_REGEX.into(),
+            expand_json_payload: false,
+            json_payload_null_behavior: JsonPayloadNullBehavior::Ignore,
+            column_tracing_span_context: String::new(),
             topic_partitions: 8,
             slot: "eosflow_outbox".into(),
             publication: "eosflow_outbox".into(),
@@ -586,6 +763,7 @@ impl Default for OutboxConfig {
             schemas_dir: PathBuf::new(),
             discard_checkpoint: String::new(),
             snapshot: OutboxSnapshot::Initial,
+            snapshot_order_by: String::new(),
             additional_placement: vec![],
             tables: vec![],
             debezium: BTreeMap::new(),

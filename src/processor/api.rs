@@ -1,7 +1,7 @@
 //! The handler-facing types: records in, state and emits through the context, typed failures out.
 
 use super::stores::{layered_get, KeyValueStore, StoreHandle, StoreView};
-use super::timers::{Layers, Timer, TimerKind};
+use super::timers::{Lane, Layers, Timer, TimerKind};
 pub use crate::record::{Emit, ProcessError, Record};
 use crate::state::{Column, Overlay, Store};
 
@@ -26,6 +26,20 @@ pub trait Processor: Send {
     /// record's Kafka timestamp; a topology applies its sources' timestamp extractors.
     fn event_time(&self, record: &Record<'_>) -> Option<i64> {
         record.timestamp
+    }
+
+    /// [`Self::event_time`] checked against the supported range (years 1 to 9999,
+    /// [`crate::topology::time::MIN_EVENT_TIME_MS`]): a record outside it is dead-lettered as
+    /// `bad-timestamp` before it reaches [`Self::process`] or moves stream time, so no window,
+    /// join or timer arithmetic ever sees it. A topology names the source and extractor that
+    /// read the value; override only to name your own.
+    fn checked_event_time(
+        &self,
+        record: &Record<'_>,
+    ) -> Result<Option<i64>, crate::topology::time::BadEventTime> {
+        crate::topology::time::check_event_time(self.event_time(record), || {
+            "Processor::event_time (the Kafka timestamp by default)".to_string()
+        })
     }
 
     /// The id dedup remembers: by default the `id` header; override to name a business key.
@@ -99,6 +113,30 @@ pub trait Processor: Send {
     fn repartition_topics(&self) -> Vec<String> {
         Vec::new()
     }
+
+    /// How many sub-topologies the processor has: a topology is split at its repartition
+    /// topics, and each sub-topology on each partition number is a task of its own (its own
+    /// stream time, timers and timestamp alignment). A plain processor is one.
+    #[doc(hidden)]
+    fn sub_topology_count(&self) -> usize {
+        1
+    }
+
+    /// The sub-topology reading `topic` (an input, a repartition topic or a table's topic; a
+    /// retry level counts as its input). `0` for a plain processor.
+    #[doc(hidden)]
+    fn sub_topology(&self, topic: &str) -> usize {
+        let _ = topic;
+        0
+    }
+
+    /// The sub-topology writing the repartition topic `topic` (one of
+    /// [`Processor::repartition_topics`]), if the processor writes it.
+    #[doc(hidden)]
+    fn repartition_writer(&self, topic: &str) -> Option<usize> {
+        let _ = topic;
+        None
+    }
 }
 
 /// The handler's view of its partition during one call.
@@ -113,6 +151,10 @@ pub struct Context<'a> {
     event_time_ms: Option<i64>,
     stream_time_ms: Option<i64>,
     dead_letter: Option<DeadLetterRequest>,
+    /// The task of the call: its sub-topology (whose timer lanes it schedules in) and its
+    /// partition number (`-1` when not known).
+    sub: usize,
+    partition: i32,
 }
 
 /// A handler's request to send its input record to the input's DLT while its call succeeds
@@ -141,7 +183,21 @@ impl<'a> Context<'a> {
             event_time_ms: None,
             stream_time_ms: None,
             dead_letter: None,
+            sub: 0,
+            partition: -1,
         }
+    }
+
+    /// Adds the task the call runs in: its sub-topology and partition number.
+    pub(crate) fn in_task(mut self, sub: usize, partition: i32) -> Self {
+        self.sub = sub;
+        self.partition = partition;
+        self
+    }
+
+    /// The partition number of the task the call runs in (`-1` when not known).
+    pub(crate) fn task_partition(&self) -> i32 {
+        self.partition
     }
 
     /// Adds the event time of what is handled (a record's, or a firing timer's due time) and
@@ -196,8 +252,10 @@ impl<'a> Context<'a> {
         self.event_time_ms
     }
 
-    /// The partition's stream time: the largest event time it has seen, this record's
-    /// included. `None` before any record with an event time. It never goes back, survives
+    /// The stream time of the call's task (its sub-topology on its partition): the largest
+    /// event time the task has seen, this record's included (for a task reading a repartition
+    /// topic, the least stream time of the tasks writing to it: see the architecture's task
+    /// model). `None` before any record with an event time. It never goes back, survives
     /// restarts and moves with the partition.
     pub fn stream_time_ms(&self) -> Option<i64> {
         self.stream_time_ms
@@ -236,7 +294,8 @@ impl<'a> Context<'a> {
     /// }
     /// ```
     pub fn schedule(&mut self, timer: Timer) -> Result<(), ProcessError> {
-        self.timers().schedule(&timer)
+        let sub = self.sub;
+        self.timers().schedule(&timer, sub)
     }
 
     /// Schedules the event-time timer of `key` at `at_ms` (replacing the pending one).
@@ -256,7 +315,8 @@ impl<'a> Context<'a> {
         name: &str,
         key: &[u8],
     ) -> Result<bool, ProcessError> {
-        self.timers().cancel(kind, name, key)
+        let lane = Lane::new(kind, self.sub);
+        self.timers().cancel(lane, name, key)
     }
 
     /// Cancels the event-time timer of `key` (unnamed); whether one was pending.
@@ -276,7 +336,8 @@ impl<'a> Context<'a> {
         name: &str,
         key: &[u8],
     ) -> Result<Option<i64>, ProcessError> {
-        super::timers::due((&self.pending, self.batch, self.store), kind, name, key)
+        let lane = Lane::new(kind, self.sub);
+        super::timers::due((&self.pending, self.batch, self.store), lane, name, key)
     }
 
     /// Writes state (committed with the record's offset).

@@ -117,6 +117,17 @@ pub struct ProcessorConfig {
     /// (KIP-848 incremental rebalances with the broker's co-partitioning `range` assignor;
     /// falls back to `classic` on a broker without it).
     pub group_protocol: GroupProtocol,
+    /// Kafka Streams' `max.task.idle.ms`: how long a task reading several topics (two join
+    /// sides, a stream and its table) waits for a partition that has nothing buffered before it
+    /// handles the others' records past it. `0` (the default, as in Kafka Streams) waits only
+    /// while that partition has records on the broker not yet fetched; `n > 0` also waits up to
+    /// `n` ms for one that is read to its end (a producer that lags); `-1` never waits (no
+    /// timestamp alignment: each partition in arrival order).
+    pub max_task_idle_ms: i64,
+    /// How often the records of repartition topics that every reader has committed past are
+    /// deleted (`DeleteRecords`; Kafka Streams' `repartition.purge.interval.ms`), so the
+    /// topics do not grow with their retention. `0` never deletes.
+    pub repartition_purge_interval_ms: u64,
 }
 
 /// The most processing threads `processor.threads` accepts.
@@ -143,6 +154,8 @@ impl Default for ProcessorConfig {
             standby_replicas: 0,
             threads: 1,
             group_protocol: GroupProtocol::Classic,
+            max_task_idle_ms: 0,
+            repartition_purge_interval_ms: 30_000,
         }
     }
 }
@@ -192,6 +205,15 @@ impl ProcessorConfig {
             return Err(ConfigError::invalid(
                 "processor.threads",
                 format!("{} is outside 1..={MAX_THREADS}", self.threads),
+            ));
+        }
+        if self.max_task_idle_ms < -1 {
+            return Err(ConfigError::invalid(
+                "processor.max_task_idle_ms",
+                format!(
+                    "{} is below -1 (-1: never wait, 0: wait for fetchable records, n: also n ms for a partition read to its end)",
+                    self.max_task_idle_ms
+                ),
             ));
         }
         if self.session_timeout_ms < 1000 {

@@ -91,7 +91,7 @@ impl Stamps for Rfc3339Clock {
 }
 
 /// The record's Kafka headers as owned pairs (a header without a value becomes empty).
-fn owned_headers(m: &OwnedMessage) -> Vec<(String, Vec<u8>)> {
+pub(super) fn owned_headers(m: &OwnedMessage) -> Vec<(String, Vec<u8>)> {
     m.headers()
         .map(|hs| {
             hs.iter()

@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use super::runtime::{RunSummary, RuntimeOptions};
 use super::stores::StoreView;
-use super::timers::{self, TimerKind};
+use super::timers::{self, Lane, TimerKind};
 use crate::record::{Emit, ProcessError};
 use crate::retry::dlt::DltClass;
 use crate::sink::SinkError;
@@ -51,8 +51,12 @@ pub(crate) trait Stamps {
     fn new_id(&mut self) -> uuid::Uuid;
 }
 
-/// One assigned partition number: its stores and the open batch's writes.
+/// One assigned partition number: its stores and the open batch's writes, shared by the
+/// tasks of its sub-topologies — each sub-topology on this partition number is a task of its
+/// own, with its own stream time, timer lanes and (in the runtime) timestamp alignment.
 pub(crate) struct Task {
+    /// The partition number.
+    pub(crate) partition: i32,
     pub(crate) store: Store,
     pub(crate) overlay: Overlay,
     pub(crate) last_purge: Instant,
@@ -63,7 +67,20 @@ pub(crate) struct Task {
     pub(crate) draining: BTreeSet<Vec<u8>>,
     /// The processor's named stores of this partition, in [`super::Processor::stores`] order.
     pub(crate) named: Vec<NamedStore>,
-    /// Stream time as the open batch sees it (the largest event time seen).
+    /// Per sub-topology: its task's clocks (stream time, timers, upstream watermarks).
+    pub(crate) clocks: Vec<TaskClock>,
+    /// How many partitions the tasks writing to this partition's repartition topics have
+    /// (the inputs' count): a task reading a repartition topic takes the least stream time
+    /// of all of them as its own. `None` (the test driver, which pipes every repartition
+    /// record back at once): a record's own event time moves it, as for any input.
+    pub(crate) upstream_partitions: Option<usize>,
+}
+
+/// The clocks of one task (one sub-topology on one partition number).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct TaskClock {
+    /// Stream time as the open batch sees it (the largest event time seen; for a task reading
+    /// a repartition topic, the upstream tasks' least stream time).
     pub(crate) stream_time: Option<i64>,
     /// Stream time as committed.
     committed_stream_time: Option<i64>,
@@ -72,6 +89,113 @@ pub(crate) struct Task {
     /// fired timers wait for compaction. Exact after each commit (the next due time, or
     /// `i64::MAX` with none pending): the idle loop's "is a wall-clock timer due" is one compare.
     pub(crate) scan_from: [i64; 2],
+    /// For a task reading a repartition topic: what each upstream partition said of itself
+    /// (its stream time, and whether it is idle), as the open batch sees it.
+    upstream: BTreeMap<i32, Upstream>,
+    /// The same, as committed.
+    committed_upstream: BTreeMap<i32, Upstream>,
+}
+
+/// What an upstream task (the writer of a repartition topic on one partition number) said of
+/// itself in the headers of its last record to this task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Upstream {
+    /// Its stream time (none before it saw an event time).
+    pub(crate) stream_time: Option<i64>,
+    /// Read to the end of its inputs, with nothing left to write: not waited for.
+    pub(crate) idle: bool,
+}
+
+impl Upstream {
+    fn encode(self) -> Vec<u8> {
+        let mut v = self.stream_time.unwrap_or(i64::MIN).to_be_bytes().to_vec();
+        v.push(u8::from(self.idle));
+        v
+    }
+
+    fn decode(v: &[u8]) -> Option<Self> {
+        let t = i64::from_be_bytes(v.get(..8)?.try_into().ok()?);
+        Some(Self {
+            stream_time: (t != i64::MIN).then_some(t),
+            idle: v.get(8).is_some_and(|b| *b != 0),
+        })
+    }
+}
+
+/// The watermark headers of a repartition record (see [`crate::topology`]'s repartitions):
+/// the writer's partition number and stream time, and whether the record only carries them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Mark {
+    /// The writing task's partition number.
+    pub(crate) from: i32,
+    /// What it says of itself.
+    pub(crate) upstream: Upstream,
+    /// A record with no key or value that only carries the watermark: never processed.
+    pub(crate) only: bool,
+}
+
+/// Header: the writing task's partition number (decimal).
+pub(crate) const MARK_FROM: &str = "eosflow.wm.from";
+/// Header: the writing task's stream time (ms, decimal).
+pub(crate) const MARK_TIME: &str = "eosflow.wm";
+/// Header: `1` when the writer is idle (read to the end of its inputs).
+pub(crate) const MARK_IDLE: &str = "eosflow.wm.idle";
+/// Header: `1` on a record that only carries the watermark.
+pub(crate) const MARK_ONLY: &str = "eosflow.wm.only";
+
+impl Mark {
+    /// The mark a record's headers carry, if any.
+    pub(crate) fn of(record: &crate::record::Record<'_>) -> Option<Self> {
+        let number = |name: &str| -> Option<i64> {
+            std::str::from_utf8(record.header(name)?).ok()?.parse().ok()
+        };
+        let from = i32::try_from(number(MARK_FROM)?).ok()?;
+        Some(Self {
+            from,
+            upstream: Upstream {
+                stream_time: number(MARK_TIME),
+                idle: number(MARK_IDLE) == Some(1),
+            },
+            only: number(MARK_ONLY) == Some(1),
+        })
+    }
+
+    /// The headers that carry `upstream` from partition `from` (`only`: a mark-only record).
+    pub(crate) fn headers(from: i32, upstream: Upstream, only: bool) -> Vec<(String, Vec<u8>)> {
+        let mut h = vec![(MARK_FROM.to_string(), from.to_string().into_bytes())];
+        if let Some(t) = upstream.stream_time {
+            h.push((MARK_TIME.to_string(), t.to_string().into_bytes()));
+        }
+        if upstream.idle {
+            h.push((MARK_IDLE.to_string(), b"1".to_vec()));
+        }
+        if only {
+            h.push((MARK_ONLY.to_string(), b"1".to_vec()));
+        }
+        h
+    }
+}
+
+impl TaskClock {
+    /// The least stream time of the `n` upstream partitions, the idle ones aside (all idle:
+    /// the greatest); none while an upstream partition that is not idle has said nothing.
+    fn watermark(&self, n: usize) -> Option<i64> {
+        let (mut least, mut greatest, mut active) = (i64::MAX, None::<i64>, false);
+        for u in 0..n {
+            let up = i32::try_from(u).ok().and_then(|u| self.upstream.get(&u))?;
+            greatest = greatest.max(up.stream_time);
+            if up.idle {
+                continue;
+            }
+            least = least.min(up.stream_time?);
+            active = true;
+        }
+        if active {
+            Some(least)
+        } else {
+            greatest
+        }
+    }
 }
 
 /// What a successful handler call did: its default-store writes, each named store's, its
@@ -83,74 +207,165 @@ pub(crate) type CallParts = (
     Option<super::api::DeadLetterRequest>,
 );
 
-/// The default store's key of the partition's stream time in [`crate::state::Column::Time`].
+/// The default store's key of sub-topology 0's stream time in [`crate::state::Column::Time`]
+/// (the key stores written before sub-topologies hold); sub-topology `s` uses `stream.<s>`.
 const STREAM_TIME_KEY: &[u8] = b"stream";
 
+/// The key of sub-topology `sub`'s stream time.
+fn stream_time_key(sub: usize) -> Vec<u8> {
+    if sub == 0 {
+        STREAM_TIME_KEY.to_vec()
+    } else {
+        format!("stream.{sub}").into_bytes()
+    }
+}
+
+/// The key prefix of sub-topology `sub`'s upstream watermarks: `wm.<sub>.` then the upstream
+/// partition number (decimal).
+fn upstream_prefix(sub: usize) -> String {
+    format!("wm.{sub}.")
+}
+
 impl Task {
-    /// A task over an opened (and restored) default store and its named stores.
+    /// The task of partition `partition` over an opened (and restored) default store and its
+    /// named stores, for `subs` sub-topologies.
     pub(crate) fn open(
+        partition: i32,
         store: Store,
         named: Vec<NamedStore>,
+        subs: usize,
     ) -> Result<Self, crate::state::StateError> {
-        let stream_time = store
-            .get(crate::state::Column::Time, STREAM_TIME_KEY)?
-            .and_then(|v| Some(i64::from_be_bytes(v.as_slice().try_into().ok()?)));
+        let mut clocks = Vec::with_capacity(subs.max(1));
+        for sub in 0..subs.max(1) {
+            let stream_time = store
+                .get(crate::state::Column::Time, &stream_time_key(sub))?
+                .and_then(|v| Some(i64::from_be_bytes(v.as_slice().try_into().ok()?)));
+            let prefix = upstream_prefix(sub);
+            let mut upstream = BTreeMap::new();
+            let bounds = crate::state::merge::prefix_bounds(prefix.as_bytes());
+            for item in store.range(crate::state::Column::Time, &bounds)? {
+                let (k, v) = item?;
+                let v = v.unwrap_or_default();
+                let from = std::str::from_utf8(k.get(prefix.len()..).unwrap_or_default())
+                    .ok()
+                    .and_then(|u| u.parse::<i32>().ok());
+                if let (Some(from), Some(up)) = (from, Upstream::decode(&v)) {
+                    upstream.insert(from, up);
+                }
+            }
+            clocks.push(TaskClock {
+                stream_time,
+                committed_stream_time: stream_time,
+                scan_from: [i64::MIN; 2],
+                committed_upstream: upstream.clone(),
+                upstream,
+            });
+        }
         let mut task = Self {
+            partition,
             store_has_parked: !store.is_empty(crate::state::Column::Parked)?,
             draining: crate::retry::parked::draining_keys(&store)?,
             store,
             overlay: Overlay::default(),
             last_purge: Instant::now(),
             named,
-            stream_time,
-            committed_stream_time: stream_time,
-            scan_from: [i64::MIN; 2],
+            clocks,
+            upstream_partitions: None,
         };
         task.refresh_timers()?;
         Ok(task)
     }
 
-    /// Moves stream time to `event_time` if it is later (written to the batch, so it commits
-    /// with the record that moved it).
-    pub(crate) fn observe(&mut self, event_time: Option<i64>) {
+    /// The stream time of sub-topology `sub`'s task, as the open batch sees it.
+    pub(crate) fn stream_time(&self, sub: usize) -> Option<i64> {
+        self.clocks.get(sub).and_then(|c| c.stream_time)
+    }
+
+    /// The latest stream time of this partition number's tasks.
+    pub(crate) fn latest_stream_time(&self) -> Option<i64> {
+        self.clocks.iter().filter_map(|c| c.stream_time).max()
+    }
+
+    /// Moves sub-topology `sub`'s stream time to `event_time` if it is later (written to the
+    /// batch, so it commits with the record that moved it).
+    pub(crate) fn observe(&mut self, sub: usize, event_time: Option<i64>) {
         let Some(t) = event_time else { return };
-        if self.stream_time.is_some_and(|s| s >= t) {
+        let Some(clock) = self.clocks.get_mut(sub) else {
+            return;
+        };
+        if clock.stream_time.is_some_and(|s| s >= t) {
             return;
         }
-        self.stream_time = Some(t);
+        clock.stream_time = Some(t);
         self.overlay.put(
             crate::state::Column::Time,
-            STREAM_TIME_KEY,
+            &stream_time_key(sub),
             t.to_be_bytes().to_vec(),
         );
     }
 
-    /// Lowers the scan start of each kind to the earliest timer `writes` schedule.
-    pub(crate) fn note_scheduled(&mut self, writes: &Overlay) {
+    /// Takes what an upstream task says of itself (a repartition record's [`Mark`]) and moves
+    /// sub-topology `sub`'s stream time to the upstream tasks' least one, if that is later.
+    /// Without a known upstream partition count, the record's own `event_time` moves it.
+    pub(crate) fn observe_upstream(&mut self, sub: usize, mark: &Mark, event_time: Option<i64>) {
+        let Some(n) = self.upstream_partitions else {
+            self.observe(sub, event_time);
+            return;
+        };
+        let Some(clock) = self.clocks.get_mut(sub) else {
+            return;
+        };
+        let said = mark.upstream;
+        let before = clock.upstream.get(&mark.from).copied();
+        let merged = Upstream {
+            // Never back: a replayed or reordered mark says nothing newer.
+            stream_time: said.stream_time.max(before.and_then(|b| b.stream_time)),
+            idle: said.idle,
+        };
+        if before != Some(merged) {
+            clock.upstream.insert(mark.from, merged);
+            let key = format!("{}{}", upstream_prefix(sub), mark.from);
+            self.overlay
+                .put(crate::state::Column::Time, key.as_bytes(), merged.encode());
+        }
+        let watermark = clock.watermark(n);
+        self.observe(sub, watermark);
+    }
+
+    /// Lowers sub-topology `sub`'s scan starts to the earliest timer `writes` schedule.
+    pub(crate) fn note_scheduled(&mut self, sub: usize, writes: &Overlay) {
+        let Some(clock) = self.clocks.get_mut(sub) else {
+            return;
+        };
         for kind in TimerKind::ALL {
-            if let Some(at) = timers::earliest_scheduled(writes, kind) {
-                let from = &mut self.scan_from[kind.index()];
+            if let Some(at) = timers::earliest_scheduled(writes, Lane::new(kind, sub)) {
+                let from = &mut clock.scan_from[kind.index()];
                 *from = (*from).min(at);
             }
         }
     }
 
-    /// Sets each kind's scan start to its next pending due time (one seek per kind), as the
+    /// Sets each lane's scan start to its next pending due time (one seek per lane), as the
     /// open batch sees it.
     pub(crate) fn refresh_timers(&mut self) -> Result<(), crate::state::StateError> {
-        for kind in TimerKind::ALL {
-            let from = timers::from_due(kind, self.scan_from[kind.index()]);
-            let bounds = timers::due_bounds(kind, from, i64::MAX);
-            self.scan_from[kind.index()] = timers::first(&self.overlay, &self.store, &bounds)?
-                .map_or(i64::MAX, |(_, t)| t.due_ms);
+        for (sub, clock) in self.clocks.iter_mut().enumerate() {
+            for kind in TimerKind::ALL {
+                let lane = Lane::new(kind, sub);
+                let from = timers::from_due(lane, clock.scan_from[kind.index()]);
+                let bounds = timers::due_bounds(lane, from, i64::MAX);
+                clock.scan_from[kind.index()] = timers::first(&self.overlay, &self.store, &bounds)?
+                    .map_or(i64::MAX, |(_, t)| t.due_ms);
+            }
         }
         Ok(())
     }
 
-    /// Runs one handler call (`what`: `handler` or `timer callback`) with a context over this
-    /// partition's stores: its writes and emits, or its failure (a panic is a permanent one).
+    /// Runs one handler call (`what`: `handler` or `timer callback`) in sub-topology `sub`'s
+    /// task, with a context over this partition's stores: its writes and emits, or its
+    /// failure (a panic is a permanent one).
     pub(crate) fn call(
         &self,
+        sub: usize,
         id: Option<&[u8]>,
         now: i64,
         event_time: Option<i64>,
@@ -168,7 +383,8 @@ impl Task {
             .collect();
         let mut ctx = super::Context::new(&self.store, &self.overlay, id)
             .with(views, now)
-            .at(event_time, self.stream_time);
+            .at(event_time, self.stream_time(sub))
+            .in_task(sub, self.partition);
         match catch_unwind(AssertUnwindSafe(|| f(&mut ctx))) {
             Ok(Ok(())) => Ok(ctx.into_parts()),
             Ok(Err(e)) => Err(e),
@@ -179,20 +395,23 @@ impl Task {
         }
     }
 
-    /// Adds a successful call's writes (default store, then each named store) to the batch.
-    pub(crate) fn absorb(&mut self, writes: Overlay, named: Vec<Overlay>) {
-        self.note_scheduled(&writes);
+    /// Adds a successful call's writes in sub-topology `sub`'s task (default store, then
+    /// each named store) to the batch.
+    pub(crate) fn absorb(&mut self, sub: usize, writes: Overlay, named: Vec<Overlay>) {
+        self.note_scheduled(sub, &writes);
         self.overlay.absorb(writes);
         for (n, w) in self.named.iter_mut().zip(named) {
             n.overlay.absorb(w);
         }
     }
 
-    /// Whether a timer of this partition is due: a wall-clock one at `now`, or an event-time
-    /// one left over by a batch that reached its limit.
+    /// Whether a timer of one of this partition's tasks is due: a wall-clock one at `now`, or
+    /// an event-time one left over by a batch that reached its limit.
     pub(crate) fn timer_due(&self, now: i64) -> bool {
-        let [event, wall] = self.scan_from;
-        wall <= now || self.stream_time.is_some_and(|s| event <= s)
+        self.clocks.iter().any(|c| {
+            let [event, wall] = c.scan_from;
+            wall <= now || c.stream_time.is_some_and(|s| event <= s)
+        })
     }
 }
 
@@ -214,7 +433,10 @@ impl Task {
             return Ok(());
         }
         self.store.apply(&self.overlay, next(0))?;
-        self.committed_stream_time = self.stream_time;
+        for c in &mut self.clocks {
+            c.committed_stream_time = c.stream_time;
+            c.committed_upstream.clone_from(&c.upstream);
+        }
         if self
             .overlay
             .column(crate::state::Column::Parked)
@@ -231,8 +453,11 @@ impl Task {
     /// to the committed one; the timers' scan starts go back to the queues' heads (the next
     /// batch finds what is due from there).
     pub(crate) fn drop_batch(&mut self) {
-        self.stream_time = self.committed_stream_time;
-        self.scan_from = [i64::MIN; 2];
+        for c in &mut self.clocks {
+            c.stream_time = c.committed_stream_time;
+            c.upstream.clone_from(&c.committed_upstream);
+            c.scan_from = [i64::MIN; 2];
+        }
         self.overlay.clear();
         for n in &mut self.named {
             n.overlay.clear();

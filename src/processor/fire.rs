@@ -22,26 +22,35 @@
 use std::ops::Bound;
 
 use super::engine::{Engine, Output};
-use super::timers::{self, Timer, TimerKind};
+use super::timers::{self, Lane, Timer, TimerKind};
 use super::{ProcessError, Processor, Record};
 use crate::retry::dlt::{self, DltClass};
 use crate::retry::headers::History;
 use crate::sink::SinkError;
 use crate::telemetry;
 
+/// Calls of a timer callback that fails transiently before the timer is dead-lettered as
+/// `transient-exhausted`: a store read that hiccups, a dependency that blinks.
+pub const TIMER_CALL_ATTEMPTS: usize = 3;
+
+/// The waits (ms) between a transiently failing timer callback's calls, inside the open
+/// batch: short, so the transaction stays well inside its timeout.
+pub const TIMER_RETRY_BACKOFF_MS: [u64; 2] = [20, 200];
+
 impl<P: Processor, O: Output> Engine<'_, P, O> {
-    /// Fires the timers of `kind` due at `up_to` or before on `partition`, in due order, at
+    /// Fires the timers of `lane` due at `up_to` or before on `partition`, in due order, at
     /// most `budget` of them (timers a callback schedules at or before `up_to` fire in the same
     /// call). Returns how many fired; what the budget left stays due for the next batch.
     pub(crate) fn fire_timers(
         &mut self,
         partition: i32,
-        kind: TimerKind,
+        lane: Lane,
         up_to: i64,
         budget: usize,
         now: i64,
     ) -> Result<usize, SinkError> {
         let mut fired = 0;
+        let slot = lane.kind.index();
         // Within one call the scan goes on after the last timer fired (its tombstone is in the
         // batch), unless a callback scheduled an earlier one and so lowered `scan_from`.
         let mut cursor: Option<(i64, Vec<u8>)> = None;
@@ -50,79 +59,140 @@ impl<P: Processor, O: Output> Engine<'_, P, O> {
             let Some(task) = self.tasks.get_mut(&partition) else {
                 return Ok(fired);
             };
-            let from = task.scan_from[kind.index()];
+            let Some(clock) = task.clocks.get(lane.sub) else {
+                return Ok(fired);
+            };
+            let from = clock.scan_from[slot];
             if from > up_to {
                 return Ok(fired);
             }
             let start = match cursor.take() {
                 Some((due, key)) if from >= due => Bound::Excluded(key),
-                _ => timers::from_due(kind, from),
+                _ => timers::from_due(lane, from),
             };
-            let bounds = timers::due_bounds(kind, start, i64::MAX);
+            let bounds = timers::due_bounds(lane, start, i64::MAX);
             let next = queue.next(&task.overlay, &task.store, &bounds)?;
+            let due = next.as_ref().map_or(i64::MAX, |(_, t)| t.due_ms);
+            if let Some(clock) = task.clocks.get_mut(lane.sub) {
+                clock.scan_from[slot] = due;
+            }
             let Some((key, timer)) = next else {
-                task.scan_from[kind.index()] = i64::MAX;
                 return Ok(fired);
             };
-            task.scan_from[kind.index()] = timer.due_ms;
             if timer.due_ms > up_to || fired >= budget {
                 return Ok(fired);
             }
-            timers::remove(&mut task.overlay, &key, &timer);
+            timers::remove(&mut task.overlay, lane, &key, &timer);
             fired += 1;
             self.summary.timers_fired += 1;
-            telemetry::timer_fired(kind.as_str());
-            self.fire(partition, &timer, now)?;
+            telemetry::timer_fired(lane.kind.as_str());
+            self.fire(partition, lane.sub, &timer, now)?;
             cursor = Some((timer.due_ms, key));
         }
     }
 
-    /// Fires the event-time timers of `partition` its stream time has reached (at most
-    /// `budget`).
+    /// Fires the event-time timers of `partition`'s tasks that their stream times have reached
+    /// (at most `budget`): each sub-topology's timers by its own task's stream time.
     pub(crate) fn fire_event_time(
         &mut self,
         partition: i32,
         budget: usize,
         now: i64,
     ) -> Result<usize, SinkError> {
-        let Some(stream) = self.tasks.get(&partition).and_then(|t| t.stream_time) else {
+        let Some(task) = self.tasks.get(&partition) else {
             return Ok(0);
         };
-        self.fire_timers(partition, TimerKind::EventTime, stream, budget, now)
+        let streams: Vec<(usize, i64)> = task
+            .clocks
+            .iter()
+            .enumerate()
+            .filter_map(|(sub, c)| Some((sub, c.stream_time?)))
+            .collect();
+        let mut fired = 0;
+        for (sub, stream) in streams {
+            let lane = Lane::new(TimerKind::EventTime, sub);
+            let left = budget.saturating_sub(fired);
+            fired += self.fire_timers(partition, lane, stream, left, now)?;
+        }
+        Ok(fired)
     }
 
     /// Fires every partition's timers due at the start of a batch — wall-clock ones due at
     /// `now`, and event-time ones an earlier batch's limit left — at most `budget` in all.
     pub(crate) fn fire_due(&mut self, budget: usize, now: i64) -> Result<usize, SinkError> {
-        let due: Vec<i32> = self
+        let due: Vec<(i32, usize)> = self
             .tasks
             .iter()
             .filter(|(_, t)| t.timer_due(now))
-            .map(|(p, _)| *p)
+            .map(|(p, t)| (*p, t.clocks.len()))
             .collect();
         let mut fired = 0;
-        for p in due {
+        for (p, subs) in due {
             fired += self.fire_event_time(p, budget.saturating_sub(fired), now)?;
-            let left = budget.saturating_sub(fired);
-            fired += self.fire_timers(p, TimerKind::WallClock, now, left, now)?;
+            for sub in 0..subs {
+                let left = budget.saturating_sub(fired);
+                let lane = Lane::new(TimerKind::WallClock, sub);
+                fired += self.fire_timers(p, lane, now, left, now)?;
+            }
         }
         Ok(fired)
     }
 
-    /// Calls the processor's `on_timer` for one removed timer and keeps its effects, or
-    /// dead-letters the timer if the call fails.
-    fn fire(&mut self, partition: i32, timer: &Timer, now: i64) -> Result<(), SinkError> {
+    /// Calls the processor's `on_timer` for one removed timer of sub-topology `sub`'s task and
+    /// keeps its effects, or dead-letters the timer if the call fails. A transient failure is retried in place
+    /// ([`TIMER_CALL_ATTEMPTS`] calls in all, with [`TIMER_RETRY_BACKOFF_MS`] between them)
+    /// before the timer is dead-lettered as `transient-exhausted`. A callback that succeeds but
+    /// asks for a dead letter (it gave up on what the timer owned and cleaned it up) keeps its
+    /// writes and emits and dead-letters the timer with its class and reason.
+    fn fire(
+        &mut self,
+        partition: i32,
+        sub: usize,
+        timer: &Timer,
+        now: i64,
+    ) -> Result<(), SinkError> {
+        let mut attempt = 1;
+        let outcome = loop {
+            let Some(task) = self.tasks.get_mut(&partition) else {
+                return Ok(());
+            };
+            let processor = &mut self.processor;
+            let outcome = task.call(
+                sub,
+                None,
+                now,
+                Some(timer.due_ms),
+                "timer callback",
+                |ctx| processor.on_timer(ctx, timer),
+            );
+            match outcome {
+                Err(ProcessError::Transient(e)) if attempt < TIMER_CALL_ATTEMPTS => {
+                    let backoff = TIMER_RETRY_BACKOFF_MS
+                        .get(attempt - 1)
+                        .copied()
+                        .unwrap_or(0);
+                    tracing::warn!(
+                        partition,
+                        kind = timer.kind.as_str(),
+                        name = %timer.name,
+                        due_ms = timer.due_ms,
+                        attempt,
+                        backoff_ms = backoff,
+                        error = %e,
+                        "timer callback failed transiently; calling it again"
+                    );
+                    std::thread::sleep(std::time::Duration::from_millis(backoff));
+                    attempt += 1;
+                }
+                other => break other,
+            }
+        };
         let Some(task) = self.tasks.get_mut(&partition) else {
             return Ok(());
         };
-        let processor = &mut self.processor;
-        let outcome = task.call(None, now, Some(timer.due_ms), "timer callback", |ctx| {
-            processor.on_timer(ctx, timer)
-        });
         match outcome {
-            // A timer has no input record to dead-letter: a request is ignored.
-            Ok((writes, named, emits, _)) => {
-                task.absorb(writes, named);
+            Ok((writes, named, emits, dead_letter)) => {
+                task.absorb(sub, writes, named);
                 match self.send_emits(emits, &[], Some(timer.due_ms)) {
                     // No record to isolate and retry without: the timer is dead-lettered so the
                     // batch can commit (see the module doc).
@@ -130,7 +200,14 @@ impl<P: Processor, O: Output> Engine<'_, P, O> {
                         let e = ProcessError::permanent(format!("output to {topic}: {source}"));
                         self.timer_failed(partition, timer, &e, DltClass::Unwritable, now)
                     }
-                    other => other,
+                    Err(e) => Err(e),
+                    Ok(()) => match dead_letter {
+                        Some(d) => {
+                            let e = ProcessError::permanent(d.reason);
+                            self.timer_failed(partition, timer, &e, d.class, now)
+                        }
+                        None => Ok(()),
+                    },
                 }
             }
             Err(e) => self.timer_failed(partition, timer, &e, DltClass::of(&e), now),
@@ -149,10 +226,12 @@ impl<P: Processor, O: Output> Engine<'_, P, O> {
         now: i64,
     ) -> Result<(), SinkError> {
         let kind = timer.kind.as_str();
-        let effects = if class == DltClass::Unwritable {
-            "its output was refused (its store writes stay)"
-        } else {
-            "its effects are discarded"
+        let effects = match class {
+            DltClass::Unwritable => "its output was refused (its store writes stay)",
+            DltClass::TransientExhausted => {
+                "it failed transiently on every attempt; its effects are discarded"
+            }
+            _ => "its effects are discarded (a callback that gave up itself keeps its clean-up)",
         };
         tracing::error!(
             partition,
@@ -189,6 +268,9 @@ impl<P: Processor, O: Output> Engine<'_, P, O> {
             ("timer.kind", kind.to_string()),
             ("timer.name", timer.name.clone()),
             ("timer.due", timer.due_ms.to_string()),
+            // Its key and value are the timer's (an internal store key, a payload), not an
+            // input record: `eosflow dlt redrive` refuses it.
+            ("redrivable", "false".to_string()),
         ] {
             h.push((format!("{}{k}", dlt::PREFIX), v.into_bytes()));
         }

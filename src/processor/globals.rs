@@ -8,6 +8,13 @@
 //! checkpoint is only written again, in order: upserts of the same records end in the same
 //! state). Kafka Streams keeps an offset file beside its global store instead; one write batch
 //! gives the same resume point without a second file to keep consistent.
+//!
+//! Freshness: each write also records when the checkpoint was written. A store resumed later
+//! than the topic's `delete.retention.ms` (less a tenth, the stores' rule:
+//! [`crate::state::changelog::stale_checkpoint`]) may miss tombstones the cleaner has removed
+//! meanwhile, so it is rebuilt from the topic instead. A write that fails leaves the rows and
+//! the checkpoint pending: the thread stops reading and retries the same write with backoff,
+//! so the checkpoint never moves past a row that is not in the store.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -33,6 +40,10 @@ use crate::topology::GlobalTable;
 const OFFSETS: &str = "offsets";
 /// Key (in [`OFFSETS`]) of the topic name the store holds.
 const TOPIC_KEY: &[u8] = b"topic";
+/// Key (in [`OFFSETS`]) of when the checkpoint was last written (ms since the epoch).
+const AT_KEY: &[u8] = b"at";
+/// The longest wait between two attempts at a store write that keeps failing.
+const WRITE_RETRY_MAX: Duration = Duration::from_secs(5);
 /// Rows written per RocksDB write batch while bootstrapping or tailing.
 const WRITE_EVERY: usize = 5_000;
 /// How often the lag gauge is refreshed.
@@ -131,6 +142,38 @@ impl GlobalStore {
             .map_err(|e| self.rocks(e))
     }
 
+    /// When the checkpoint was last written (`None`: never, or by a version that did not
+    /// record it).
+    fn checkpoint_at(&self) -> Result<Option<i64>, String> {
+        let cf = self.offsets_cf()?;
+        let at = self.db.get_cf(cf, AT_KEY).map_err(|e| self.rocks(e))?;
+        Ok(at
+            .and_then(|b| <[u8; 8]>::try_from(b.as_slice()).ok())
+            .map(i64::from_be_bytes))
+    }
+
+    /// Why this store cannot be resumed from its checkpoint at `now` under the topic's
+    /// `retention_ms` (`delete.retention.ms`), if it cannot: the stores' rule.
+    fn stale(&self, topic: &str, now: i64, retention_ms: i64) -> Result<Option<String>, String> {
+        if self.offsets()?.is_empty() {
+            return Ok(None);
+        }
+        let Some(at) = self.checkpoint_at()? else {
+            return Ok(Some(
+                "its checkpoint has no recorded time (written by an older version)".into(),
+            ));
+        };
+        let at = crate::state::CheckpointAt::Recorded(at);
+        Ok(
+            crate::state::changelog::stale_checkpoint(topic, 0, at, now, retention_ms).map(|_| {
+                format!(
+                    "its checkpoint is {} ms old, past the topic's delete.retention.ms of {retention_ms} ms less a tenth: tombstones written meanwhile may have been compacted away",
+                    now - at.millis()
+                )
+            }),
+        )
+    }
+
     /// The checkpoint: next offset to read per partition.
     fn offsets(&self) -> Result<BTreeMap<i32, i64>, String> {
         let cf = self.offsets_cf()?;
@@ -195,18 +238,34 @@ impl<'s> Pending<'s> {
         *slot = (*slot).max(next);
     }
 
-    /// Writes the rows and the checkpoint in one batch.
+    /// Writes the rows and the checkpoint (with its time) in one batch. On failure nothing is
+    /// dropped: the rows and offsets stay pending for the next attempt, so a later write can
+    /// never carry the checkpoint past them.
     fn write(&mut self) -> Result<(), String> {
         if self.next.is_empty() {
             return Ok(());
         }
         let cf = self.store.offsets_cf()?;
-        let mut batch = std::mem::take(&mut self.batch);
-        for (p, o) in std::mem::take(&mut self.next) {
+        let mut batch = WriteBatch::from_data(self.batch.data());
+        for (p, o) in &self.next {
             batch.put_cf(cf, p.to_be_bytes(), o.to_be_bytes());
         }
+        batch.put_cf(cf, AT_KEY, crate::clock::now_ms().to_be_bytes());
+        #[cfg(test)]
+        if tests::fail_write() {
+            return Err(format!(
+                "{}: injected write failure",
+                self.store.path.display()
+            ));
+        }
+        self.store
+            .db
+            .write(batch)
+            .map_err(|e| self.store.rocks(e))?;
+        self.batch.clear();
+        self.next.clear();
         self.rows = 0;
-        self.store.db.write(batch).map_err(|e| self.store.rocks(e))
+        Ok(())
     }
 }
 
@@ -295,7 +354,7 @@ pub(crate) fn bootstrap(
         let started = Instant::now();
         let path = state_dir.join("global").join(table.name());
         let store = GlobalStore::open(&path, table.topic()).map_err(|e| global_error(table, e))?;
-        let store = Arc::new(store);
+        let store = Arc::new(fresh(clients, store, &path, table)?);
         let (next, records) = match read_to_end(clients, &store, table, timeout) {
             Err(ReadError::BeyondEnd { .. }) => {
                 // The topic was recreated: its offsets mean something else now.
@@ -333,6 +392,34 @@ pub(crate) fn bootstrap(
         globals.threads.push(thread);
     }
     Ok(globals)
+}
+
+/// `store` if its checkpoint is fresh enough to resume from, else (logged) a new empty store at
+/// `path` that bootstrap rebuilds from the topic: the stores' freshness rule.
+fn fresh(
+    clients: &KafkaClients,
+    store: GlobalStore,
+    path: &Path,
+    table: &GlobalTable,
+) -> Result<GlobalStore, RuntimeError> {
+    let topic = table.topic();
+    let retention_ms = crate::state::changelog::delete_retention_ms(clients, topic)
+        .unwrap_or_else(|e| {
+            let default_ms = crate::state::changelog::DEFAULT_DELETE_RETENTION_MS;
+            tracing::warn!(table = table.name(), topic, error = %e, default_ms, "delete.retention.ms of the global table's topic unknown; assuming Kafka's default");
+            default_ms
+        });
+    let now = crate::clock::now_ms();
+    let Some(why) = store
+        .stale(topic, now, retention_ms)
+        .map_err(|e| global_error(table, e))?
+    else {
+        return Ok(store);
+    };
+    tracing::warn!(table = table.name(), topic, reason = %why, "global table store is stale; rebuilding it from the topic");
+    drop(store);
+    GlobalStore::wipe(path).map_err(|e| global_error(table, e))?;
+    GlobalStore::open(path, topic).map_err(|e| global_error(table, e))
 }
 
 /// Reads `table`'s topic from the store's checkpoint to its end into the store; the next
@@ -399,7 +486,24 @@ fn tail(
     let mut last_write = Instant::now();
     let mut last_lag: Option<Instant> = None;
     let mut last_warn: Option<Instant> = None;
+    // After a failed write: the wait before the next attempt. Nothing more is read meanwhile.
+    let mut retry_in: Option<Duration> = None;
     while !stop.load(Ordering::Relaxed) {
+        if let Some(wait) = retry_in {
+            std::thread::sleep(wait);
+            retry_in = match pending.write() {
+                Ok(()) => {
+                    tracing::info!(table = table.name(), "global table store written again");
+                    None
+                }
+                Err(e) => {
+                    tracing::error!(table = table.name(), error = %e, rows = pending.rows, "writing the global table's store failed again; the table is stale until it succeeds");
+                    Some((wait * 2).min(WRITE_RETRY_MAX))
+                }
+            };
+            last_write = Instant::now();
+            continue;
+        }
         match consumer.poll(Duration::from_millis(100)) {
             Some(Ok(m)) => pending.add(table, &m),
             Some(Err(KafkaError::PartitionEOF(_))) | None => {}
@@ -415,7 +519,8 @@ fn tail(
             || (pending.rows > 0 && last_write.elapsed() >= Duration::from_millis(50))
         {
             if let Err(e) = pending.write() {
-                tracing::error!(table = table.name(), error = %e, "writing the global table's store");
+                tracing::error!(table = table.name(), error = %e, rows = pending.rows, "writing the global table's store failed; reading stops until the write is retried and succeeds");
+                retry_in = Some(Duration::from_millis(100));
             }
             last_write = Instant::now();
         }
@@ -435,8 +540,11 @@ fn tail(
                     }
                 }
             }
-            if pending.rows == 0 {
-                let _ = pending.write();
+            if pending.rows == 0 && retry_in.is_none() {
+                if let Err(e) = pending.write() {
+                    tracing::error!(table = table.name(), error = %e, "writing the global table's checkpoint failed; retrying");
+                    retry_in = Some(Duration::from_millis(100));
+                }
             }
             telemetry::global_table_lag(table.name(), lag);
             last_lag = Some(Instant::now());
@@ -469,6 +577,84 @@ fn assign(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::cell::Cell;
+
+    thread_local! {
+        /// Store writes left to fail on this thread (the fault switch of the tests below).
+        static FAIL_WRITES: Cell<u32> = const { Cell::new(0) };
+    }
+
+    /// Whether this write is to fail (and one fewer is left).
+    pub(super) fn fail_write() -> bool {
+        FAIL_WRITES.with(|n| {
+            let left = n.get();
+            n.set(left.saturating_sub(1));
+            left > 0
+        })
+    }
+
+    /// Issue 32, item 5: a failed write dropped its rows but kept going, and the next write
+    /// moved the checkpoint past them: rows lost for good. Now they stay pending and the retry
+    /// writes them with the checkpoint.
+    #[test]
+    fn a_failed_write_keeps_its_rows_pending_and_never_moves_the_checkpoint_past_them() {
+        let path = dir();
+        let store = GlobalStore::open(&path, "countries").expect("open");
+        let mut pending = Pending::new(&store);
+        pending.batch.put(b"fr", b"France");
+        pending.rows += 1;
+        pending.reached(0, 7);
+        FAIL_WRITES.with(|n| n.set(1));
+        assert!(pending.write().is_err(), "the injected failure");
+        assert_eq!(store.get(b"fr").expect("get"), None);
+        assert!(
+            store.offsets().expect("offsets").is_empty(),
+            "no checkpoint moved"
+        );
+        pending.batch.put(b"de", b"Germany");
+        pending.rows += 1;
+        pending.reached(0, 8);
+        pending.write().expect("the retry");
+        assert_eq!(
+            store.get(b"fr").expect("get"),
+            Some(b"France".to_vec()),
+            "not lost"
+        );
+        assert_eq!(store.get(b"de").expect("get"), Some(b"Germany".to_vec()));
+        assert_eq!(store.offsets().expect("offsets"), BTreeMap::from([(0, 8)]));
+        drop(store);
+        let _ = std::fs::remove_dir_all(&path);
+    }
+
+    /// Issue 32, item 5: a global store had no freshness check. Its checkpoint's time is now
+    /// recorded, and one older than the topic's `delete.retention.ms` (less a tenth) is stale.
+    #[test]
+    fn a_global_checkpoint_older_than_the_delete_retention_is_stale() {
+        let path = dir();
+        let store = GlobalStore::open(&path, "countries").expect("open");
+        assert_eq!(
+            store.stale("countries", 0, 1_000).expect("stale"),
+            None,
+            "empty"
+        );
+        let mut pending = Pending::new(&store);
+        pending.reached(0, 3);
+        pending.write().expect("write");
+        let at = store.checkpoint_at().expect("at").expect("recorded");
+        let retention = 60_000;
+        assert_eq!(
+            store
+                .stale("countries", at + 50_000, retention)
+                .expect("stale"),
+            None
+        );
+        let why = store
+            .stale("countries", at + 55_000, retention)
+            .expect("stale");
+        assert!(why.is_some_and(|w| w.contains("delete.retention.ms")));
+        drop(store);
+        let _ = std::fs::remove_dir_all(&path);
+    }
 
     fn dir() -> PathBuf {
         std::env::temp_dir().join(format!("eosflow-global-{}", uuid::Uuid::new_v4()))

@@ -107,10 +107,40 @@ impl<P: Processor, O: Output> Engine<'_, P, O> {
         }
         let ordered = self.processor.ordered() && record.key.is_some();
         let key = record.key.unwrap_or_default();
+        let sub = self.processor.sub_topology(record.topic);
+        if !self.tasks.contains_key(&record.partition) {
+            return Ok(());
+        }
+        let event_time = match self.processor.checked_event_time(&record) {
+            Ok(t) => t,
+            Err(bad) => return self.bad_event_time(&record, &bad, now),
+        };
         let Some(task) = self.tasks.get_mut(&record.partition) else {
             return Ok(());
         };
-        task.observe(self.processor.event_time(&record));
+        // A repartition record (only ever read by a sub-topology other than the first) says
+        // how far its writer's stream time is: the reading task's stream time is the least of
+        // its writers' (see `Task::observe_upstream`). A record only carrying that is done.
+        let mark = if sub > 0 {
+            super::engine::Mark::of(&record)
+        } else {
+            None
+        };
+        match mark {
+            Some(m) if m.only => {
+                if base_and_level(record.topic).1 == 0 {
+                    task.observe_upstream(sub, &m, event_time);
+                }
+                return Ok(());
+            }
+            Some(m) if base_and_level(record.topic).1 == 0 => {
+                task.observe_upstream(sub, &m, event_time);
+            }
+            // A repartition record back from a retry level: its writer's progress was taken
+            // when it was first read, and its own time must not run ahead of the watermark.
+            Some(_) => {}
+            None => task.observe(sub, event_time),
+        }
         let parked = if ordered {
             load_parked(task, key)?
         } else {
@@ -217,16 +247,20 @@ impl<P: Processor, O: Output> Engine<'_, P, O> {
             }
         }
         let event_time = self.processor.event_time(record);
+        let sub = self.processor.sub_topology(record.topic);
         let processor = &mut self.processor;
-        let outcome = task.call(id.as_deref(), now, event_time, "handler", |ctx| {
+        let outcome = task.call(sub, id.as_deref(), now, event_time, "handler", |ctx| {
             processor.process(ctx, record)
         });
         let (writes, named, emits, dead_letter) = match outcome {
             Ok(parts) => parts,
             Err(e) => return Ok(Some(Err(e))),
         };
-        task.absorb(writes, named);
-        if let (Some(id), Some(digest)) = (&id, digest) {
+        task.absorb(sub, writes, named);
+        // A record the call dead-lettered (a late record) was not processed: no dedup mark, so
+        // `eosflow dlt redrive` of it (after the grace was raised, say) runs the handler. The
+        // redrive that is processed marks the id, so a second redrive is a duplicate.
+        if let (Some(id), Some(digest), None) = (&id, digest, &dead_letter) {
             task.overlay
                 .put(Column::Dedup, id, dedup::mark(now, digest));
         }
@@ -235,6 +269,9 @@ impl<P: Processor, O: Output> Engine<'_, P, O> {
         if let Some(d) = dead_letter {
             // The call succeeded and asked for its input in the DLT (a late record): no retry,
             // no parked key; the dead letter commits with the call's writes.
+            if d.class == DltClass::LateRecord {
+                self.summary.late += 1;
+            }
             let history = History::of(record);
             self.dead_letter(record, &history, d.class, d.reason, d.headers, now)?;
         }
@@ -353,6 +390,45 @@ impl<P: Processor, O: Output> Engine<'_, P, O> {
             }
         }
         Ok(())
+    }
+
+    /// A record whose event time is outside the supported range: dead-lettered as
+    /// `bad-timestamp` in the open transaction (value and extractor in headers), logged and
+    /// counted, before it can move stream time or reach a node. It is not marked processed, so
+    /// a redrive after the producer or extractor is fixed goes through; its key is not parked.
+    fn bad_event_time(
+        &mut self,
+        record: &Record<'_>,
+        bad: &crate::topology::time::BadEventTime,
+        now: i64,
+    ) -> Result<(), SinkError> {
+        tracing::error!(
+            topic = record.topic,
+            partition = record.partition,
+            offset = record.offset,
+            id = %message_id(record),
+            event_time = bad.value,
+            extractor = %bad.extractor,
+            "event time out of range; record dead-lettered as bad-timestamp"
+        );
+        let extra = vec![
+            (
+                format!("{}bad.timestamp", dlt::PREFIX),
+                bad.value.to_string().into_bytes(),
+            ),
+            (
+                format!("{}bad.timestamp.extractor", dlt::PREFIX),
+                bad.extractor.clone().into_bytes(),
+            ),
+        ];
+        self.dead_letter(
+            record,
+            &History::of(record),
+            DltClass::BadTimestamp,
+            bad.to_string(),
+            extra,
+            now,
+        )
     }
 
     /// A record whose id was processed before with another key or value: dead-lettered as
@@ -520,7 +596,12 @@ impl<P: Processor, O: Output> Engine<'_, P, O> {
         stage: u8,
     ) -> Result<(), SinkError> {
         let mut stage = stage.min(2);
-        let event_time = self.processor.event_time(record);
+        // A dead letter keeps the record's event time as its timestamp, unless that is the
+        // reason it is here (`bad-timestamp`): then its Kafka timestamp, if Kafka can take it.
+        let event_time = match self.processor.checked_event_time(record) {
+            Ok(t) => t,
+            Err(_) => record.timestamp.filter(|t| *t >= 0),
+        };
         loop {
             let sent = match stage {
                 0 => self.out.forward(

@@ -13,14 +13,17 @@ pub(crate) mod engine;
 mod fire;
 mod globals;
 mod handle;
+mod purge;
 pub mod runtime;
 pub mod standby;
 pub mod stores;
 pub mod threads;
 pub mod timers;
+mod watermarks;
 
 pub(crate) use api::DeadLetterRequest;
 pub use api::{Context, Emit, ProcessError, Processor, Record};
+pub use fire::{TIMER_CALL_ATTEMPTS, TIMER_RETRY_BACKOFF_MS};
 pub use runtime::{RunSummary, Runtime, RuntimeError, RuntimeOptions};
 pub use stores::{AsOf, Entries, KeyValueStore, StoreHandle};
 pub use threads::ProcessorThreads;

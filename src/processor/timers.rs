@@ -12,6 +12,11 @@
 //! - [`Column::TimerIndex`], the reverse index: `kind · name length · name · key` → due, so a
 //!   reschedule or cancel finds the queue entry with one read.
 //!
+//! The `kind` byte is the timer's *lane*: its kind and the sub-topology whose task scheduled
+//! it (`e`/`w` for sub-topology 0, the layout of stores written before sub-topologies). An
+//! event-time timer fires when the stream time of *its* task reaches it, never another
+//! sub-topology's, and its callback runs in that task.
+//!
 //! ```
 //! use eosflow::processor::{Timer, TimerKind};
 //!
@@ -74,6 +79,54 @@ impl TimerKind {
             b'w' => Some(Self::WallClock),
             _ => None,
         }
+    }
+}
+
+/// The most sub-topologies a topology may have: each has its own timer lanes, one tag byte.
+pub(crate) const MAX_SUB_TOPOLOGIES: usize = 32;
+
+/// A timer queue of one kind in one sub-topology's task: the first byte of its keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) struct Lane {
+    /// The clock it waits for.
+    pub(crate) kind: TimerKind,
+    /// The sub-topology whose task owns it.
+    pub(crate) sub: usize,
+}
+
+impl Lane {
+    /// The lane of `kind` in sub-topology `sub` (clamped to [`MAX_SUB_TOPOLOGIES`]; the
+    /// topology builder refuses more).
+    pub(crate) fn new(kind: TimerKind, sub: usize) -> Self {
+        Self {
+            kind,
+            sub: sub.min(MAX_SUB_TOPOLOGIES - 1),
+        }
+    }
+
+    /// Sub-topology 0 keeps the tags of stores written before sub-topologies (`e`, `w`);
+    /// the others are `0xA0 + sub` (event time) and `0xC0 + sub` (wall clock).
+    fn tag(self) -> u8 {
+        match (self.kind, self.sub) {
+            (kind, 0) => kind.tag(),
+            (TimerKind::EventTime, s) => 0xA0 + s as u8,
+            (TimerKind::WallClock, s) => 0xC0 + s as u8,
+        }
+    }
+
+    fn of_tag(tag: u8) -> Option<Self> {
+        if let Some(kind) = TimerKind::of_tag(tag) {
+            return Some(Self { kind, sub: 0 });
+        }
+        let (kind, base) = match tag {
+            0xA1..=0xBF => (TimerKind::EventTime, 0xA0),
+            0xC1..=0xDF => (TimerKind::WallClock, 0xC0),
+            _ => return None,
+        };
+        Some(Self {
+            kind,
+            sub: usize::from(tag - base),
+        })
     }
 }
 
@@ -143,9 +196,9 @@ fn unflip(bytes: [u8; 8]) -> i64 {
 }
 
 /// The reverse index key of a timer identity: `kind · name length · name · key`.
-fn index_key(kind: TimerKind, name: &str, key: &[u8]) -> Vec<u8> {
+fn index_key(lane: Lane, name: &str, key: &[u8]) -> Vec<u8> {
     let mut k = Vec::with_capacity(2 + name.len() + key.len());
-    k.push(kind.tag());
+    k.push(lane.tag());
     k.push(name.len() as u8);
     k.extend_from_slice(name.as_bytes());
     k.extend_from_slice(key);
@@ -153,9 +206,9 @@ fn index_key(kind: TimerKind, name: &str, key: &[u8]) -> Vec<u8> {
 }
 
 /// The queue key: `kind · due · name length · name · key`.
-fn queue_key(kind: TimerKind, due: i64, name: &str, key: &[u8]) -> Vec<u8> {
+fn queue_key(lane: Lane, due: i64, name: &str, key: &[u8]) -> Vec<u8> {
     let mut k = Vec::with_capacity(10 + name.len() + key.len());
-    k.push(kind.tag());
+    k.push(lane.tag());
     k.extend_from_slice(&flip(due));
     k.push(name.len() as u8);
     k.extend_from_slice(name.as_bytes());
@@ -164,9 +217,9 @@ fn queue_key(kind: TimerKind, due: i64, name: &str, key: &[u8]) -> Vec<u8> {
 }
 
 /// The first queue key of `kind` due at `due` or later.
-fn queue_start(kind: TimerKind, due: i64) -> Vec<u8> {
+fn queue_start(lane: Lane, due: i64) -> Vec<u8> {
     let mut k = Vec::with_capacity(9);
-    k.push(kind.tag());
+    k.push(lane.tag());
     k.extend_from_slice(&flip(due));
     k
 }
@@ -174,7 +227,7 @@ fn queue_start(kind: TimerKind, due: i64) -> Vec<u8> {
 /// A timer back from its queue key and payload; `None` for a key that is not one.
 fn parse(key: &[u8], payload: &[u8]) -> Option<Timer> {
     let (&tag, rest) = key.split_first()?;
-    let kind = TimerKind::of_tag(tag)?;
+    let kind = Lane::of_tag(tag)?.kind;
     let due = unflip(rest.get(..8)?.try_into().ok()?);
     let (&len, rest) = rest.get(8..)?.split_first()?;
     let name = std::str::from_utf8(rest.get(..len as usize)?).ok()?;
@@ -202,18 +255,19 @@ pub(crate) struct Layers<'l> {
 /// batch's, then the committed store.
 pub(crate) fn due(
     (pending, batch, store): (&Overlay, &Overlay, &Store),
-    kind: TimerKind,
+    lane: Lane,
     name: &str,
     key: &[u8],
 ) -> Result<Option<i64>, ProcessError> {
-    let k = index_key(kind, name, key);
+    let k = index_key(lane, name, key);
     let v = layered_get(pending, batch, store, Column::TimerIndex, &k)?;
     Ok(v.as_deref().and_then(due_value))
 }
 
 impl Layers<'_> {
-    /// Schedules `timer`, moving the one pending for its identity.
-    pub(crate) fn schedule(&mut self, timer: &Timer) -> Result<(), ProcessError> {
+    /// Schedules `timer` in sub-topology `sub`'s lane, moving the one pending for its
+    /// identity.
+    pub(crate) fn schedule(&mut self, timer: &Timer, sub: usize) -> Result<(), ProcessError> {
         if timer.name.len() > MAX_NAME_BYTES {
             return Err(ProcessError::permanent(format!(
                 "timer name {:?} is longer than {MAX_NAME_BYTES} bytes",
@@ -226,56 +280,57 @@ impl Layers<'_> {
                 timer.payload.len()
             )));
         }
-        self.cancel(timer.kind, &timer.name, &timer.key)?;
-        let q = queue_key(timer.kind, timer.due_ms, &timer.name, &timer.key);
+        let lane = Lane::new(timer.kind, sub);
+        self.cancel(lane, &timer.name, &timer.key)?;
+        let q = queue_key(lane, timer.due_ms, &timer.name, &timer.key);
         self.pending.put(Column::Timer, &q, timer.payload.clone());
-        let i = index_key(timer.kind, &timer.name, &timer.key);
+        let i = index_key(lane, &timer.name, &timer.key);
         self.pending
             .put(Column::TimerIndex, &i, flip(timer.due_ms).to_vec());
         Ok(())
     }
 
-    /// Cancels the timer (kind, name, key); whether one was pending.
+    /// Cancels the timer (lane, name, key); whether one was pending.
     pub(crate) fn cancel(
         &mut self,
-        kind: TimerKind,
+        lane: Lane,
         name: &str,
         key: &[u8],
     ) -> Result<bool, ProcessError> {
         let layers = (&*self.pending, self.batch, self.store);
-        let Some(due) = due(layers, kind, name, key)? else {
+        let Some(due) = due(layers, lane, name, key)? else {
             return Ok(false);
         };
         self.pending
-            .delete(Column::Timer, &queue_key(kind, due, name, key));
+            .delete(Column::Timer, &queue_key(lane, due, name, key));
         self.pending
-            .delete(Column::TimerIndex, &index_key(kind, name, key));
+            .delete(Column::TimerIndex, &index_key(lane, name, key));
         Ok(true)
     }
 }
 
-/// The earliest due time among the timers of `kind` that `writes` schedule (a handler call's
+/// The earliest due time among the timers of `lane` that `writes` schedule (a handler call's
 /// writes, before they join the batch).
-pub(crate) fn earliest_scheduled(writes: &Overlay, kind: TimerKind) -> Option<i64> {
-    let bounds = prefix_bounds(&[kind.tag()]);
+pub(crate) fn earliest_scheduled(writes: &Overlay, lane: Lane) -> Option<i64> {
+    let bounds = prefix_bounds(&[lane.tag()]);
     writes
         .range(Column::Timer, &bounds)
         .find(|(_, v)| v.is_some())
         .and_then(|(k, _)| due_value(k.get(1..9)?))
 }
 
-/// The scan bounds of `kind`'s queue from `lower` up to timers due at `up_to` included.
-pub(crate) fn due_bounds(kind: TimerKind, lower: Bound<Vec<u8>>, up_to: i64) -> KeyBounds {
+/// The scan bounds of `lane`'s queue from `lower` up to timers due at `up_to` included.
+pub(crate) fn due_bounds(lane: Lane, lower: Bound<Vec<u8>>, up_to: i64) -> KeyBounds {
     let upper = match up_to.checked_add(1) {
-        Some(next) => Bound::Excluded(queue_start(kind, next)),
-        None => prefix_bounds(&[kind.tag()]).1,
+        Some(next) => Bound::Excluded(queue_start(lane, next)),
+        None => prefix_bounds(&[lane.tag()]).1,
     };
     (lower, upper)
 }
 
-/// The lower bound of a scan of `kind`'s queue starting at due time `from`.
-pub(crate) fn from_due(kind: TimerKind, from: i64) -> Bound<Vec<u8>> {
-    Bound::Included(queue_start(kind, from))
+/// The lower bound of a scan of `lane`'s queue starting at due time `from`.
+pub(crate) fn from_due(lane: Lane, from: i64) -> Bound<Vec<u8>> {
+    Bound::Included(queue_start(lane, from))
 }
 
 /// The first pending timer within `bounds`, as the open batch sees it (its writes over the
@@ -380,12 +435,12 @@ impl QueueReader {
     }
 }
 
-/// Removes a timer that fires from the batch: its queue entry and its index entry.
-pub(crate) fn remove(batch: &mut Overlay, queue: &[u8], timer: &Timer) {
+/// Removes a timer of `lane` that fires from the batch: its queue entry and its index entry.
+pub(crate) fn remove(batch: &mut Overlay, lane: Lane, queue: &[u8], timer: &Timer) {
     batch.delete(Column::Timer, queue);
     batch.delete(
         Column::TimerIndex,
-        &index_key(timer.kind, &timer.name, &timer.key),
+        &index_key(lane, &timer.name, &timer.key),
     );
 }
 
@@ -405,11 +460,11 @@ mod tests {
     #[test]
     fn queue_keys_sort_by_kind_then_due_including_negative_times() {
         let mut keys = [
-            queue_key(TimerKind::EventTime, 5, "", b"a"),
-            queue_key(TimerKind::EventTime, -3, "", b"z"),
-            queue_key(TimerKind::WallClock, i64::MIN, "", b"a"),
-            queue_key(TimerKind::EventTime, 5, "", b"0"),
-            queue_key(TimerKind::EventTime, i64::MAX, "n", b""),
+            queue_key(Lane::new(TimerKind::EventTime, 0), 5, "", b"a"),
+            queue_key(Lane::new(TimerKind::EventTime, 0), -3, "", b"z"),
+            queue_key(Lane::new(TimerKind::WallClock, 0), i64::MIN, "", b"a"),
+            queue_key(Lane::new(TimerKind::EventTime, 0), 5, "", b"0"),
+            queue_key(Lane::new(TimerKind::EventTime, 0), i64::MAX, "n", b""),
         ];
         keys.sort();
         let dues: Vec<(TimerKind, i64)> = keys
@@ -427,7 +482,7 @@ mod tests {
             ]
         );
         let t = parse(
-            &queue_key(TimerKind::WallClock, 42, "node", b"k\x00y"),
+            &queue_key(Lane::new(TimerKind::WallClock, 0), 42, "node", b"k\x00y"),
             b"p",
         )
         .expect("a timer");
@@ -441,15 +496,54 @@ mod tests {
 
     #[test]
     fn due_bounds_include_up_to_and_exclude_the_next_millisecond() {
-        let (lower, upper) =
-            due_bounds(TimerKind::EventTime, from_due(TimerKind::EventTime, 0), 10);
-        let inside = queue_key(TimerKind::EventTime, 10, "zz", b"\xff\xff");
-        let outside = queue_key(TimerKind::EventTime, 11, "", b"");
+        let (lower, upper) = due_bounds(
+            Lane::new(TimerKind::EventTime, 0),
+            from_due(Lane::new(TimerKind::EventTime, 0), 0),
+            10,
+        );
+        let inside = queue_key(Lane::new(TimerKind::EventTime, 0), 10, "zz", b"\xff\xff");
+        let outside = queue_key(Lane::new(TimerKind::EventTime, 0), 11, "", b"");
         assert!(crate::state::merge::above_lower(&inside, &lower));
         assert!(crate::state::merge::below_upper(&inside, &upper));
         assert!(!crate::state::merge::below_upper(&outside, &upper));
-        let (_, all) = due_bounds(TimerKind::EventTime, Bound::Unbounded, i64::MAX);
-        let wall = queue_key(TimerKind::WallClock, i64::MIN, "", b"");
+        let (_, all) = due_bounds(
+            Lane::new(TimerKind::EventTime, 0),
+            Bound::Unbounded,
+            i64::MAX,
+        );
+        let wall = queue_key(Lane::new(TimerKind::WallClock, 0), i64::MIN, "", b"");
         assert!(!crate::state::merge::below_upper(&wall, &all));
+    }
+
+    #[test]
+    fn each_sub_topology_has_lanes_of_its_own_and_sub_topology_zero_keeps_the_old_tags() {
+        let old = queue_key(Lane::new(TimerKind::EventTime, 0), 7, "n", b"k");
+        assert_eq!(
+            old[0], b'e',
+            "stores written before sub-topologies still read"
+        );
+        let mut keys: Vec<Vec<u8>> = (0..MAX_SUB_TOPOLOGIES)
+            .flat_map(|s| TimerKind::ALL.map(|kind| queue_key(Lane::new(kind, s), 7, "n", b"k")))
+            .collect();
+        for k in &keys {
+            let lane = Lane::of_tag(k[0]).expect("a lane");
+            assert_eq!(queue_key(lane, 7, "n", b"k"), *k, "tag round trip");
+            assert_eq!(parse(k, b"").map(|t| t.due_ms), Some(7));
+        }
+        keys.sort();
+        keys.dedup_by(|a, b| a[0] == b[0]);
+        assert_eq!(
+            keys.len(),
+            2 * MAX_SUB_TOPOLOGIES,
+            "no two lanes share a tag"
+        );
+        // A lane's scan never reaches another lane's timers.
+        let (_, upper) = due_bounds(
+            Lane::new(TimerKind::EventTime, 1),
+            Bound::Unbounded,
+            i64::MAX,
+        );
+        let other = queue_key(Lane::new(TimerKind::EventTime, 2), i64::MIN, "", b"");
+        assert!(!crate::state::merge::below_upper(&other, &upper));
     }
 }

@@ -27,6 +27,10 @@ pub enum DltClass {
     /// passed their end plus grace): a windowed aggregate could not count it (see
     /// [`crate::topology::windows`]).
     LateRecord,
+    /// Its event time (the source's timestamp extractor, or the Kafka timestamp) lies outside
+    /// years 1 to 9999 ([`crate::topology::time::MIN_EVENT_TIME_MS`]): it never reached the
+    /// handler or moved stream time. Redrive it once the producer or extractor is fixed.
+    BadTimestamp,
 }
 
 impl DltClass {
@@ -40,6 +44,7 @@ impl DltClass {
             Self::ParkedOverflow => "parked-overflow",
             Self::IdConflict => "id-conflict",
             Self::LateRecord => "late-record",
+            Self::BadTimestamp => "bad-timestamp",
         }
     }
 

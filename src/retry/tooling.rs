@@ -141,6 +141,17 @@ pub enum DltError {
         /// DLT offset.
         offset: i64,
     },
+    /// A dead letter marked `eosflow.dlt.redrivable: false`: a failed timer, whose key and
+    /// value are internal (a store key, a timer payload), not a record of the input topic.
+    #[error("DLT record {partition}@{offset} is a failed timer ({what}), not an input record: it cannot be redriven; select without it (its headers say what failed, and the timer's clean-up already ran)")]
+    NotRedrivable {
+        /// DLT partition.
+        partition: i32,
+        /// DLT offset.
+        offset: i64,
+        /// The timer: `kind name due`.
+        what: String,
+    },
 }
 
 /// Every dead letter of `dlt_topic` that `sel` selects, in DLT order.
@@ -236,6 +247,17 @@ pub fn redrive(
                 offset: d.offset,
             });
         };
+        if d.dlt("redrivable") == Some("false") {
+            sink.abort()?;
+            let what = ["timer.kind", "timer.name", "timer.due"]
+                .map(|h| d.dlt(h).unwrap_or("?"))
+                .join(" ");
+            return Err(DltError::NotRedrivable {
+                partition: d.partition,
+                offset: d.offset,
+                what,
+            });
+        }
         let mut headers: Vec<(String, Vec<u8>)> = d
             .headers
             .iter()
@@ -246,12 +268,19 @@ pub fn redrive(
             REDRIVE.into(),
             format!("{dlt_topic}:{}:{}", d.partition, d.offset).into_bytes(),
         ));
-        sink.send(
+        // The original Kafka timestamp, not the redrive's clock: a windowed aggregate or join
+        // reading the Kafka timestamp puts the record back into the windows it belonged to.
+        let timestamp = d
+            .dlt("original.timestamp")
+            .and_then(|t| t.parse::<i64>().ok())
+            .filter(|t| *t >= 0);
+        sink.send_at(
             topic,
             None,
+            timestamp,
             d.key.as_deref().map(str::as_bytes),
             d.value.as_deref(),
-            &headers,
+            headers.iter().map(|(k, v)| (k.as_str(), v.as_slice())),
         )?;
         progress(i + 1);
     }

@@ -275,6 +275,18 @@ pub const FRAMEWORK: &[MetricDef] = &[
         "Timer callbacks that failed or whose outputs were refused; each such timer was dead-lettered to the first input's DLT, by kind.",
     ),
     metric(
+        "eosflow_repartition_purges_total",
+        Counter,
+        Unit::Count,
+        "DeleteRecords calls on a repartition topic partition once its reader committed past the records, by topic and outcome (deleted, failed).",
+    ),
+    metric(
+        "eosflow_watermarks_sent_total",
+        Counter,
+        Unit::Count,
+        "Watermark-only records an upstream task broadcast to every partition of the repartition topics it writes (its stream time moved, or it became idle).",
+    ),
+    metric(
         "eosflow_table_records_skipped_total",
         Counter,
         Unit::Count,

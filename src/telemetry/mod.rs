@@ -89,6 +89,22 @@ pub fn timer_failed(kind: &str) {
     metrics::counter!("eosflow_timers_failed_total", "kind" => kind.to_string()).increment(1);
 }
 
+/// Records of a repartition topic deleted once every reader committed past them
+/// (`DeleteRecords`), or a purge that failed (`outcome` = `deleted` / `failed`).
+pub fn repartition_purged(topic: &str, outcome: &str) {
+    metrics::counter!(
+        "eosflow_repartition_purges_total",
+        "topic" => topic.to_string(),
+        "outcome" => outcome.to_string()
+    )
+    .increment(1);
+}
+
+/// Watermark records a task broadcast to the repartition topics it writes.
+pub fn watermarks_sent(n: usize) {
+    metrics::counter!("eosflow_watermarks_sent_total").increment(n as u64);
+}
+
 /// A table topic's record without a key, skipped (it cannot be a table row).
 pub fn table_record_skipped(table: &str) {
     metrics::counter!("eosflow_table_records_skipped_total", "table" => table.to_string())

@@ -179,6 +179,8 @@ impl<P: Processor> TopologyTestDriver<P> {
             versioned_tables: processor.versioned_tables(),
             thread: 0,
             group_protocol: config.processor.group_protocol,
+            max_task_idle_ms: config.processor.max_task_idle_ms,
+            repartition_purge_interval: Duration::ZERO,
         };
         let processor_repartitions = processor.repartition_topics();
         let mut globals = BTreeMap::new();
@@ -254,7 +256,8 @@ impl<P: Processor> TopologyTestDriver<P> {
                 history_ms,
             });
         }
-        self.tasks.insert(p, Task::open(store, named)?);
+        let subs = self.processor.sub_topology_count();
+        self.tasks.insert(p, Task::open(p, store, named, subs)?);
         Ok(())
     }
 
@@ -538,12 +541,25 @@ impl<P: Processor> TopologyTestDriver<P> {
     /// The largest event time piped so far over every partition (each partition's stream time
     /// is its own: [`TopologyTestDriver::partition_stream_time_ms`]).
     pub fn stream_time_ms(&self) -> Option<i64> {
-        self.tasks.values().filter_map(|t| t.stream_time).max()
+        self.tasks
+            .values()
+            .filter_map(|t| t.latest_stream_time())
+            .max()
     }
 
-    /// Partition `partition`'s stream time: the largest event time it has seen.
+    /// Partition `partition`'s stream time: the largest event time its tasks have seen (each
+    /// sub-topology's is its own: [`TopologyTestDriver::task_stream_time_ms`]).
     pub fn partition_stream_time_ms(&self, partition: i32) -> Option<i64> {
-        self.tasks.get(&partition).and_then(|t| t.stream_time)
+        self.tasks
+            .get(&partition)
+            .and_then(|t| t.latest_stream_time())
+    }
+
+    /// The stream time of the task of sub-topology `sub` on `partition` (see
+    /// [`crate::topology::Topology::sub_topologies`]): what its windows and event-time timers
+    /// go by.
+    pub fn task_stream_time_ms(&self, sub: usize, partition: i32) -> Option<i64> {
+        self.tasks.get(&partition).and_then(|t| t.stream_time(sub))
     }
 
     /// The timers pending on `partition`, both kinds, each in due order (event time first).
@@ -716,6 +732,13 @@ impl<P: Processor> TopologyTestDriver<P> {
     /// The processor under test.
     pub fn processor(&self) -> &P {
         &self.processor
+    }
+
+    /// Swaps in `processor` over the same stores, dedup marks and timers, as a redeploy of a
+    /// changed topology would (a larger grace, a fixed extractor); returns the old one.
+    #[cfg(test)]
+    pub(crate) fn replace_processor(&mut self, processor: P) -> P {
+        std::mem::replace(&mut self.processor, processor)
     }
 }
 

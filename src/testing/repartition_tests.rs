@@ -169,3 +169,92 @@ fn the_repartition_topic_is_an_internal_input_named_for_the_application() {
         .expect_err("a dangling parent");
     assert!(err.to_string().contains("\"nowhere\""), "{err}");
 }
+
+/// Orders re-keyed by customer (orders valued `skip` are dropped before the re-key) and
+/// counted per customer in 1-minute windows (no grace), one result per window when it closes.
+fn windowed_topology() -> Topology {
+    use crate::topology::windows::{
+        EmitStrategy, TimeWindows, WindowStoreHandle, WindowedAggregate, WindowedSerde,
+    };
+    let windows = TimeWindows::of_size_with_grace(
+        std::time::Duration::from_secs(60),
+        std::time::Duration::ZERO,
+    );
+    let store = WindowStoreHandle::new("per-customer", StringSerde, I64Serde);
+    let count = WindowedAggregate::time(store, windows, || 0, |_, _: &String, n: i64| n + 1)
+        .emit(EmitStrategy::OnWindowClose);
+    let keep = |ctx: &mut NodeContext<'_, '_>, r: TypedRecord<String, String>| {
+        if r.value.as_deref() != Some("skip") {
+            ctx.forward(r);
+        }
+        Ok(())
+    };
+    Topology::builder()
+        .add_source("orders", &[ORDERS], StringSerde, StringSerde)
+        .add_processor("keep", keep, &["orders"])
+        .add_repartition(
+            "by-customer",
+            "keep",
+            |_order: Option<&String>, value: &String| {
+                value.split_once(':').map(|(c, _)| c.to_string())
+            },
+            StringSerde,
+            StringSerde,
+        )
+        .add_windowed_aggregate("count", &["by-customer"], count)
+        .add_sink(
+            "out",
+            "windows",
+            WindowedSerde::new(StringSerde),
+            I64Serde,
+            &["count"],
+        )
+        .build()
+        .expect("a valid topology")
+}
+
+#[test]
+fn each_sub_topology_has_its_own_stream_time_so_a_raw_input_never_closes_a_window_after_the_rekey()
+{
+    let t = windowed_topology();
+    assert_eq!(
+        t.sub_topologies(),
+        vec![
+            vec![
+                "orders".to_string(),
+                "keep".into(),
+                "by-customer-select-key".into(),
+                "by-customer-repartition-sink".into()
+            ],
+            vec!["by-customer".to_string(), "count".into(), "out".into()],
+        ]
+    );
+    let mut d = TopologyTestDriver::new(t).expect("driver");
+    let t0 = 1_700_000_040_000 - 1_700_000_040_000 % 60_000;
+    let at = |id: &str, value: &str, ts: i64| {
+        TestRecord::new(ORDERS, Some(id), Some(value))
+            .partition(0)
+            .timestamp(ts)
+    };
+    d.pipe(at("o-1", "ann:book", t0)).expect("pipe");
+    // An order ten minutes later that never reaches the re-key: the raw input's task moves,
+    // the counting task does not, and the window of `o-1` stays open.
+    d.pipe(at("o-2", "skip", t0 + 600_000)).expect("pipe");
+    assert_eq!(d.task_stream_time_ms(0, 0), Some(t0 + 600_000));
+    assert_eq!(d.task_stream_time_ms(1, 0), Some(t0));
+    let keys = crate::topology::windows::WindowedSerde::new(StringSerde);
+    assert!(
+        d.read_output("windows", &keys, &I64Serde)
+            .expect("read")
+            .is_empty(),
+        "a record the counting task never saw closed its window"
+    );
+    // The re-keyed copy of a later order closes it: one result, counted once.
+    d.pipe(at("o-3", "ann:pen", t0 + 600_000)).expect("pipe");
+    assert_eq!(d.task_stream_time_ms(1, 0), Some(t0 + 600_000));
+    let out = d.read_output("windows", &keys, &I64Serde).expect("read");
+    assert_eq!(out.len(), 1, "{out:?}");
+    let (k, n) = &out[0];
+    let k = k.as_ref().expect("a windowed key");
+    assert_eq!((k.key.as_str(), k.window.start, *n), ("ann", t0, Some(1)));
+}

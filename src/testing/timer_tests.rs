@@ -13,6 +13,8 @@ use crate::topology::{NodeContext, NodeProcessor, TimestampExtractor, Topology, 
 /// `fail:<k>` a timer whose callback fails. A firing timer emits `fired:<key>@<due>`.
 struct Reminders {
     delay: i64,
+    /// How many more calls of a `flaky:<k>` timer's callback fail transiently.
+    flaky: u32,
 }
 
 impl Processor for Reminders {
@@ -31,6 +33,9 @@ impl Processor for Reminders {
             Some(("fail", k)) => ctx.schedule(
                 Timer::event_time(k.as_bytes(), now + self.delay).with_payload(b"boom".to_vec()),
             )?,
+            Some(("flaky", k)) => ctx.schedule(
+                Timer::event_time(k.as_bytes(), now + self.delay).with_payload(b"flaky".to_vec()),
+            )?,
             _ => ctx.schedule_event_time(value.as_bytes(), now + self.delay)?,
         }
         Ok(())
@@ -40,6 +45,11 @@ impl Processor for Reminders {
         if t.payload == b"boom" {
             ctx.emit("out", None, Some(b"never".to_vec()), vec![]);
             return Err(ProcessError::permanent("the callback failed"));
+        }
+        if t.payload == b"flaky" && self.flaky > 0 {
+            self.flaky -= 1;
+            ctx.emit("out", None, Some(b"half-done".to_vec()), vec![]);
+            return Err(ProcessError::transient("the store blinked"));
         }
         if t.key.starts_with(b"chain") && t.key.len() < 8 {
             // A timer scheduled from a callback, already due: it fires in the same round.
@@ -58,7 +68,7 @@ impl Processor for Reminders {
 }
 
 fn driver(delay: i64) -> TopologyTestDriver<Reminders> {
-    TopologyTestDriver::new(Reminders { delay }).expect("driver")
+    TopologyTestDriver::new(Reminders { delay, flaky: 0 }).expect("driver")
 }
 
 fn at(d: &mut TopologyTestDriver<Reminders>, value: &str, ms: i64) {
@@ -179,7 +189,51 @@ fn a_failing_callback_leaves_nothing_but_a_dead_letter_and_the_partition_goes_on
     assert_eq!(dead[0].header("eosflow.dlt.timer.kind"), Some("event-time"));
     assert_eq!(dead[0].header("eosflow.dlt.timer.due"), Some("1100"));
     assert_eq!(dead[0].timestamp, Some(1_100));
+    assert_eq!(
+        dead[0].header("eosflow.dlt.redrivable"),
+        Some("false"),
+        "its key and value are the timer's, not an input record's"
+    );
     assert_eq!(d.pending_timers(0).expect("timers").len(), 1, "only tick's");
+}
+
+/// Issue 32, item 4: a callback that failed transiently was dead-lettered at once, so the
+/// timer's result was lost. It is called again (with a short backoff); the result comes out
+/// once, and the failed calls' effects never.
+#[test]
+fn a_callback_failing_transiently_twice_is_called_again_and_its_result_comes_out_once() {
+    let mut d = TopologyTestDriver::new(Reminders {
+        delay: 100,
+        flaky: 2,
+    })
+    .expect("driver");
+    at(&mut d, "flaky:f", 1_000);
+    at(&mut d, "tick", 2_000);
+    assert_eq!(fired(&mut d), [("fired:f@1100".to_string(), Some(1_100))]);
+    assert!(d.read_raw_output("in.DLT").is_empty());
+    assert_eq!(d.processor().flaky, 0);
+}
+
+/// Issue 32, item 4: a callback that keeps failing transiently is dead-lettered after the
+/// bounded attempts, as `transient-exhausted`, marked not redrivable, and the partition goes on.
+#[test]
+fn a_callback_that_keeps_failing_transiently_is_dead_lettered_after_bounded_attempts() {
+    let mut d = TopologyTestDriver::new(Reminders {
+        delay: 100,
+        flaky: 100,
+    })
+    .expect("driver");
+    at(&mut d, "flaky:f", 1_000);
+    at(&mut d, "ok", 1_050);
+    at(&mut d, "tick", 2_000);
+    assert_eq!(fired(&mut d), [("fired:ok@1150".to_string(), Some(1_150))]);
+    let attempts = crate::processor::TIMER_CALL_ATTEMPTS as u32;
+    assert_eq!(d.processor().flaky, 100 - attempts);
+    let dead = d.read_raw_output("in.DLT");
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].dlt_class(), Some("transient-exhausted"));
+    assert_eq!(dead[0].header("eosflow.dlt.timer.due"), Some("1100"));
+    assert_eq!(dead[0].header("eosflow.dlt.redrivable"), Some("false"));
 }
 
 /// A topology node closing a "session" per key 50 ms of event time after its last record.

@@ -11,7 +11,7 @@ use crate::topology::windows::{
     EmitStrategy, SessionWindows, TimeWindows, WindowStoreHandle, Windowed, WindowedAggregate,
     WindowedSerde,
 };
-use crate::topology::Topology;
+use crate::topology::{TimestampExtractor, Topology};
 
 const IN: &str = "clicks";
 const OUT: &str = "counts";
@@ -319,4 +319,216 @@ fn windowed_counting_throughput_in_the_driver() {
         n as f64 / elapsed.as_secs_f64()
     );
     assert_eq!(out, 49 * 50, "every closed window of every key once");
+}
+
+/// Issue 32, item 2: an event time near `i64::MIN` or `i64::MAX` (8 arbitrary header bytes)
+/// used to reach the window arithmetic (a debug build panicked, a release build looped) or move
+/// stream time to the end of time (every later record late). It is dead-lettered as
+/// `bad-timestamp`, naming the value and the extractor, and the partition goes on.
+#[test]
+fn an_event_time_out_of_range_is_dead_lettered_as_bad_timestamp_and_the_partition_goes_on() {
+    let windows = TimeWindows::of_size_no_grace(ms(100)).advance_by(ms(50));
+    let mut b = Topology::builder();
+    b.add_source("in", &[IN], StringSerde, StringSerde)
+        .timestamp_extractor("in", TimestampExtractor::header("ts"))
+        .add_windowed_aggregate(
+            "count",
+            &["in"],
+            count(windows, EmitStrategy::OnWindowUpdate),
+        )
+        .add_sink(
+            "out",
+            OUT,
+            WindowedSerde::new(StringSerde),
+            I64Serde,
+            &["count"],
+        );
+    let mut d = TopologyTestDriver::new(b.build().expect("valid topology")).expect("driver");
+    let at = |ts: Vec<u8>| TestRecord::new(IN, Some("a"), Some("click")).header("ts", ts);
+    d.pipe(at(b"120".to_vec())).expect("pipe");
+    let bad = [i64::MIN, i64::MIN + 5, i64::MAX, -400_000_000_000_000];
+    for t in bad {
+        d.pipe(at(t.to_be_bytes().to_vec())).expect("pipe");
+    }
+    d.pipe(at(b"-30".to_vec())).expect("pipe"); // negative but sane: counted (late here)
+    d.pipe(at(b"140".to_vec())).expect("pipe");
+    assert_eq!(
+        texts(&mut d),
+        ["a@50-150=1", "a@100-200=1", "a@50-150=2", "a@100-200=2"],
+        "the records around the bad ones are counted; stream time was not moved"
+    );
+    assert_eq!(d.stream_time_ms(), Some(140));
+    let dead = d.read_raw_output("clicks.DLT");
+    let (bad_ts, late): (Vec<_>, Vec<_>) = dead
+        .iter()
+        .partition(|r| r.dlt_class() == Some("bad-timestamp"));
+    assert_eq!(late.len(), 1, "the -30 record is late, not bad");
+    assert_eq!(bad_ts.len(), bad.len());
+    for (r, t) in bad_ts.iter().zip(bad) {
+        assert_eq!(
+            r.header("eosflow.dlt.bad.timestamp"),
+            Some(t.to_string().as_str())
+        );
+        let from = r
+            .header("eosflow.dlt.bad.timestamp.extractor")
+            .unwrap_or_default();
+        assert!(
+            from.contains("\"in\"") && from.contains("header \"ts\""),
+            "{from}"
+        );
+        let reason = r.dlt_reason().unwrap_or_default();
+        assert!(
+            reason.contains(&t.to_string()) && reason.contains("extractor"),
+            "{reason}"
+        );
+        assert!(r.value.is_some(), "the record itself is kept");
+    }
+}
+
+/// Issue 32, item 3: the dedup mark was written before a late record was dead-lettered, so its
+/// redrive (after the grace was raised) was a silent dedup hit. Now it is counted once, and a
+/// second redrive is the duplicate.
+#[test]
+fn a_late_record_redriven_after_the_grace_was_raised_is_counted_exactly_once() {
+    let strict = TimeWindows::of_size_no_grace(ms(100));
+    let mut d = driver(count(strict, EmitStrategy::OnWindowUpdate));
+    let click = |id: &str, at: i64| {
+        TestRecord::new(IN, Some("a"), Some("click"))
+            .id(id)
+            .timestamp(at)
+    };
+    d.pipe(click("c1", 150)).expect("pipe");
+    d.pipe(click("c2", 50)).expect("pipe"); // late: window 0-100 closed at stream time 100
+    let dead = d.read_raw_output("clicks.DLT");
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].dlt_class(), Some("late-record"));
+    // The operator raises the grace and redeploys, then redrives the letter (twice, by mistake):
+    // `eosflow dlt redrive` keeps the user headers (the id) and the original timestamp.
+    let lenient = TimeWindows::of_size_with_grace(ms(100), ms(500));
+    d.replace_processor(topology(
+        count(lenient, EmitStrategy::OnWindowUpdate),
+        false,
+    ));
+    let redrive = || click("c2", 50).header("eosflow.redrive", "clicks.DLT:0:0");
+    d.pipe(redrive()).expect("pipe");
+    d.pipe(redrive()).expect("pipe");
+    assert_eq!(
+        texts(&mut d),
+        ["a@100-200=1", "a@0-100=1"],
+        "the redriven record counted once"
+    );
+    assert_eq!(
+        d.summary().dedup_hits,
+        1,
+        "the second redrive is the duplicate"
+    );
+    assert!(d.read_raw_output("clicks.DLT").is_empty());
+}
+
+/// Issue 32, item 6: hopping windows with `size / advance > 64` and a new key per record
+/// created more windows per record (200 here) than expiry deleted (64): the store grew without
+/// bound. Expiry now keeps up: the store holds about the open windows only.
+#[test]
+fn hopping_window_expiry_keeps_up_with_creation_for_sparse_keys() {
+    let windows = TimeWindows::of_size_no_grace(ms(200)).advance_by(ms(1));
+    assert_eq!(windows.windows_per_record(), 200);
+    let mut d = driver(count(windows, EmitStrategy::OnWindowUpdate));
+    for i in 0..20 {
+        click(&mut d, &format!("k{i}"), i * 1_000);
+        let kept = stored(&mut d);
+        assert!(
+            kept <= 400,
+            "after {} records the store holds {kept} windows",
+            i + 1
+        );
+    }
+    assert_eq!(
+        stored(&mut d),
+        200,
+        "only the last record's windows are open"
+    );
+}
+
+/// Counts that cannot be read back once they reach 3 (a corrupt or incompatible value).
+struct NoThree;
+
+impl crate::serdes::Serde<i64> for NoThree {
+    fn serialize(&self, value: &i64) -> Result<Vec<u8>, crate::serdes::SerdeError> {
+        crate::serdes::Serde::serialize(&I64Serde, value)
+    }
+
+    fn deserialize(&self, bytes: &[u8]) -> Result<i64, crate::serdes::SerdeError> {
+        match crate::serdes::Serde::deserialize(&I64Serde, bytes)? {
+            3 => Err(crate::serdes::SerdeError::new("3 is unreadable")),
+            n => Ok(n),
+        }
+    }
+}
+
+/// Issue 32, item 4: a close timer whose window could not be read was dead-lettered with the
+/// store's internal key as its key (garbage if redriven) and the window stayed in the store
+/// for ever. Now the window is deleted, and the dead letter names the timer and is marked not
+/// redrivable.
+#[test]
+fn a_window_whose_close_cannot_read_it_is_deleted_and_its_timer_dead_lettered_by_name() {
+    let store = WindowStoreHandle::new(STORE, StringSerde, NoThree);
+    let windows = TimeWindows::of_size_no_grace(ms(100));
+    let agg = WindowedAggregate::time(store, windows, || 0, |_, _: &String, n| n + 1)
+        .emit(EmitStrategy::OnWindowClose);
+    let mut d = driver(agg);
+    for (key, at) in [("a", 10), ("a", 20), ("a", 30), ("b", 40)] {
+        click(&mut d, key, at);
+    }
+    click(&mut d, "c", 500); // closes 0-100 of a (unreadable) and b
+    assert_eq!(texts(&mut d), ["b@0-100=1"]);
+    let dead = d.read_raw_output("clicks.DLT");
+    assert_eq!(dead.len(), 1);
+    let letter = &dead[0];
+    assert_eq!(letter.dlt_class(), Some("permanent"));
+    assert_eq!(letter.header("eosflow.dlt.timer.name"), Some("count"));
+    assert_eq!(letter.header("eosflow.dlt.timer.kind"), Some("event-time"));
+    assert_eq!(letter.header("eosflow.dlt.timer.due"), Some("100"));
+    assert_eq!(letter.header("eosflow.dlt.redrivable"), Some("false"));
+    let reason = letter.dlt_reason().unwrap_or_default();
+    assert!(reason.contains("deleted without a result"), "{reason}");
+    assert_eq!(stored(&mut d), 1, "only c's window: no orphan of a");
+}
+
+/// Issue 32, item 6: each session record scanned every retained session of its key
+/// (`fetch_range(key, i64::MIN, …)`). Now only those within the gap are read: an old session
+/// that cannot even be decoded (count 3 here) is never touched by later records far from it.
+#[test]
+fn a_session_record_reads_only_the_sessions_within_the_gap_of_it() {
+    let windows = SessionWindows::with_inactivity_gap_no_grace(ms(100));
+    let store = WindowStoreHandle::new(STORE, StringSerde, NoThree);
+    let agg = WindowedAggregate::session(
+        store,
+        windows,
+        || 0,
+        |_, _: &String, n| n + 1,
+        |_, a, b| a + b,
+    )
+    .retention(Duration::from_secs(3_600));
+    let mut d = driver(agg);
+    for t in [0, 10, 20] {
+        click(&mut d, "a", t); // session 0-20 of 3: retained for an hour, unreadable
+    }
+    for t in [1_000, 1_050, 5_000, 4_990] {
+        click(&mut d, "a", t);
+    }
+    assert!(
+        d.read_raw_output("clicks.DLT").is_empty(),
+        "the old session was never read"
+    );
+    assert_eq!(
+        texts(&mut d)[3..],
+        [
+            "a@1000-1000=1",
+            "a@1000-1050=2",
+            "a@5000-5000=1",
+            "a@5000-5000=gone",
+            "a@4990-5000=2"
+        ]
+    );
+    assert_eq!(stored(&mut d), 3, "0-20, 1000-1050, 4990-5000");
 }

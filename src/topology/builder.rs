@@ -151,6 +151,58 @@ pub struct Topology {
     pub(crate) repartitions: Vec<Repartition>,
     /// The application id the repartition topics are named for, once bound.
     pub(crate) app_id: Option<String>,
+    /// Each node's sub-topology (see [`sub_topologies`]).
+    pub(crate) node_sub: Vec<usize>,
+    /// How many sub-topologies there are.
+    pub(crate) sub_count: usize,
+}
+
+/// Splits the nodes into sub-topologies, as Kafka Streams does: the groups of nodes connected
+/// by parent–child links or by a store (or table) they share; a repartition topic links
+/// nothing (its sink and the source reading it back are separate nodes). Sub-topologies are
+/// numbered in the order of their first node, so a topology without repartitions is one
+/// sub-topology, `0`. Returns each node's sub-topology and their number.
+pub(crate) fn sub_topologies(nodes: &[Node]) -> (Vec<usize>, usize) {
+    fn root(parent: &mut [usize], mut i: usize) -> usize {
+        while parent[i] != i {
+            parent[i] = parent[parent[i]];
+            i = parent[i];
+        }
+        i
+    }
+    let mut parent: Vec<usize> = (0..nodes.len()).collect();
+    let union = |parent: &mut Vec<usize>, a: usize, b: usize| {
+        let (ra, rb) = (root(parent, a), root(parent, b));
+        if ra != rb {
+            parent[ra.max(rb)] = ra.min(rb);
+        }
+    };
+    for (i, n) in nodes.iter().enumerate() {
+        for &c in &n.children {
+            union(&mut parent, i, c);
+        }
+    }
+    let mut by_store: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    for (i, n) in nodes.iter().enumerate() {
+        if let Kind::Processor { stores, .. } = &n.kind {
+            for s in stores {
+                match by_store.get(s.as_str()) {
+                    Some(&j) => union(&mut parent, i, j),
+                    None => {
+                        by_store.insert(s, i);
+                    }
+                }
+            }
+        }
+    }
+    let mut ids: std::collections::HashMap<usize, usize> = std::collections::HashMap::new();
+    let mut out = Vec::with_capacity(nodes.len());
+    for i in 0..nodes.len() {
+        let r = root(&mut parent, i);
+        let next = ids.len();
+        out.push(*ids.entry(r).or_insert(next));
+    }
+    (out, ids.len().max(1))
 }
 
 impl std::fmt::Debug for Topology {
@@ -852,7 +904,16 @@ impl TopologyBuilder {
         for (parent, child) in links {
             nodes[parent].children.push(child);
         }
+        let (node_sub, sub_count) = sub_topologies(&nodes);
+        if sub_count > crate::processor::timers::MAX_SUB_TOPOLOGIES {
+            return Err(TopologyError::Invalid(format!(
+                "the topology has {sub_count} sub-topologies (repartitions split it); at most {} are supported",
+                crate::processor::timers::MAX_SUB_TOPOLOGIES
+            )));
+        }
         Ok(Topology {
+            node_sub,
+            sub_count,
             nodes,
             stores: std::mem::take(&mut self.stores),
             default_store,

@@ -40,7 +40,7 @@ pub mod globals;
 mod node;
 pub mod stream_joins;
 pub mod tables;
-mod time;
+pub mod time;
 pub mod windows;
 
 pub use builder::{Topology, TopologyBuilder};
@@ -111,6 +111,65 @@ impl Topology {
             }
         }
         out
+    }
+
+    /// The sub-topologies, each as the names of its nodes in the order they were added: the
+    /// topology split at its repartition topics, as Kafka Streams splits it (nodes linked as
+    /// parent and child, or sharing a store or table, are in one). Each sub-topology on each
+    /// partition number is a task of its own: its own stream time, timers and timestamp
+    /// alignment. A topology without repartitions is one sub-topology.
+    ///
+    /// ```
+    /// use eosflow::serdes::StringSerde;
+    /// use eosflow::topology::Topology;
+    ///
+    /// let t = Topology::builder()
+    ///     .add_source("orders", &["orders"], StringSerde, StringSerde)
+    ///     .add_repartition(
+    ///         "by-customer",
+    ///         "orders",
+    ///         |_: Option<&String>, v: &String| Some(v.clone()),
+    ///         StringSerde,
+    ///         StringSerde,
+    ///     )
+    ///     .add_sink("out", "per-customer", StringSerde, StringSerde, &["by-customer"])
+    ///     .build()?;
+    /// assert_eq!(
+    ///     t.sub_topologies(),
+    ///     vec![
+    ///         vec!["orders", "by-customer-select-key", "by-customer-repartition-sink"],
+    ///         vec!["by-customer", "out"],
+    ///     ]
+    /// );
+    /// # Ok::<(), eosflow::topology::TopologyError>(())
+    /// ```
+    pub fn sub_topologies(&self) -> Vec<Vec<String>> {
+        let mut out = vec![Vec::new(); self.sub_count];
+        for (n, sub) in self.nodes.iter().zip(&self.node_sub) {
+            if let Some(names) = out.get_mut(*sub) {
+                names.push(n.name.clone());
+            }
+        }
+        out
+    }
+
+    /// The sub-topology of the source or table reading `topic` (a retry level counts as its
+    /// input); `0` for a topic the topology does not read.
+    fn sub_topology_of(&self, topic: &str) -> usize {
+        if self.sub_count <= 1 {
+            return 0;
+        }
+        if let Some(at) = self.source_of(topic) {
+            return self.node_sub.get(at).copied().unwrap_or(0);
+        }
+        let Some((table, _)) = self.tables.iter().find(|(_, t)| t == topic) else {
+            return 0;
+        };
+        self.nodes
+            .iter()
+            .zip(&self.node_sub)
+            .find(|(n, _)| matches!(&n.kind, Kind::Processor { stores, .. } if stores.contains(table)))
+            .map_or(0, |(_, sub)| *sub)
     }
 
     /// Every topic a sink writes.
@@ -219,10 +278,26 @@ impl Topology {
         ctx: &mut Context<'_>,
         input: &Record<'_>,
     ) -> Result<(), ProcessError> {
+        let repartition_sink = self.repartitions.iter().any(|r| r.sink == at);
         let builder::Node { name, kind, .. } = &mut self.nodes[at];
         let forwards = match kind {
             Kind::Sink { topic, encode } => {
-                let (key, value, headers, timestamp) = encode(name, record)?;
+                let (key, value, mut headers, timestamp) = encode(name, record)?;
+                if repartition_sink {
+                    // The writing task's partition and stream time: the reading task's stream
+                    // time is the least of its writers' (see the architecture's task model).
+                    let upstream = crate::processor::engine::Upstream {
+                        stream_time: ctx.stream_time_ms(),
+                        idle: false,
+                    };
+                    let from = ctx.task_partition();
+                    headers.retain(|(k, _)| !k.starts_with("eosflow.wm"));
+                    if from >= 0 {
+                        headers.extend(crate::processor::engine::Mark::headers(
+                            from, upstream, false,
+                        ));
+                    }
+                }
                 ctx.emit_record(Emit {
                     topic: topic.clone(),
                     key,
@@ -292,6 +367,18 @@ impl Processor for Topology {
             Some(Kind::Source { time, .. }) => time.extract(record),
             _ => record.timestamp,
         }
+    }
+
+    fn checked_event_time(&self, record: &Record<'_>) -> Result<Option<i64>, time::BadEventTime> {
+        let at = self.source_of(record.topic);
+        let (t, extractor) = match at.map(|at| (&self.nodes[at].name, &self.nodes[at].kind)) {
+            Some((name, Kind::Source { time, .. })) => (time.extract(record), Some((name, time))),
+            _ => (record.timestamp, None),
+        };
+        time::check_event_time(t, || match extractor {
+            Some((name, time)) => format!("source {name:?}: {}", time.describe(record)),
+            None => "the Kafka timestamp".to_string(),
+        })
     }
 
     /// Hands the timer to the processor node that scheduled it (the timer's name is the node's
@@ -380,6 +467,23 @@ impl Processor for Topology {
             Some(app) => self.repartition_topics_for(app),
             None => Vec::new(),
         }
+    }
+
+    fn sub_topology_count(&self) -> usize {
+        self.sub_count
+    }
+
+    fn sub_topology(&self, topic: &str) -> usize {
+        self.sub_topology_of(topic)
+    }
+
+    fn repartition_writer(&self, topic: &str) -> Option<usize> {
+        let app = self.app_id.as_deref()?;
+        let r = self
+            .repartitions
+            .iter()
+            .find(|r| builder::Repartition::topic(app, &r.name) == topic)?;
+        self.node_sub.get(r.sink).copied()
     }
 
     fn tables(&self) -> Vec<(String, String)> {

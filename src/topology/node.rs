@@ -223,6 +223,18 @@ impl<'n, 'a> NodeContext<'n, 'a> {
             });
     }
 
+    /// In [`NodeProcessor::on_timer`]: gives up on the timer after cleaning up what it owned
+    /// (the call's writes are kept): the timer is dead-lettered as `permanent` with `reason`
+    /// and `eosflow.dlt.timer.*` headers, marked not redrivable.
+    pub(crate) fn give_up_timer(&mut self, reason: String) {
+        self.inner
+            .request_dead_letter(crate::processor::DeadLetterRequest {
+                class: crate::retry::dlt::DltClass::Permanent,
+                reason,
+                headers: Vec::new(),
+            });
+    }
+
     /// The batch's wall-clock time (ms): the runtime's clock, or the test driver's.
     pub fn wall_clock_ms(&self) -> i64 {
         self.inner.wall_clock_ms()

@@ -5,6 +5,46 @@ use std::sync::Arc;
 
 use crate::record::Record;
 
+/// The earliest event time a record may carry: 0001-01-01T00:00:00Z (ms since the epoch).
+/// Window, join, retention and timer arithmetic stays far from `i64`'s limits inside
+/// `MIN_EVENT_TIME_MS..=MAX_EVENT_TIME_MS`; a record outside it (a Java `Long.MIN_VALUE`
+/// sentinel, 8 arbitrary header bytes, seconds mistaken for nanoseconds) is dead-lettered as
+/// `bad-timestamp` before it can move stream time or reach a node.
+pub const MIN_EVENT_TIME_MS: i64 = -62_135_596_800_000;
+
+/// The latest event time a record may carry: 9999-12-31T23:59:59.999Z (see
+/// [`MIN_EVENT_TIME_MS`]).
+pub const MAX_EVENT_TIME_MS: i64 = 253_402_300_799_999;
+
+/// A record's event time outside [`MIN_EVENT_TIME_MS`]`..=`[`MAX_EVENT_TIME_MS`]: the value,
+/// where it came from and how to fix it. The record goes to its DLT as `bad-timestamp` with
+/// this message; it never reaches the topology, never moves stream time, and can be redriven
+/// once the producer or the extractor is fixed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("event time {value} ms read by {extractor} is outside the supported range {MIN_EVENT_TIME_MS}..={MAX_EVENT_TIME_MS} (years 1 to 9999): fix the producer's timestamps or the source's timestamp extractor (milliseconds since the epoch), then redrive the record")]
+pub struct BadEventTime {
+    /// The event time read.
+    pub value: i64,
+    /// What read it: the source and its extractor, e.g. `source "clicks": header "ts"`.
+    pub extractor: String,
+}
+
+/// `time` (read by `extractor`) when it is a usable event time, else why not.
+pub fn check_event_time(
+    time: Option<i64>,
+    extractor: impl FnOnce() -> String,
+) -> Result<Option<i64>, BadEventTime> {
+    match time {
+        Some(value) if !(MIN_EVENT_TIME_MS..=MAX_EVENT_TIME_MS).contains(&value) => {
+            Err(BadEventTime {
+                value,
+                extractor: extractor(),
+            })
+        }
+        t => Ok(t),
+    }
+}
+
 /// How a source reads a record's event time (Kafka Streams' `TimestampExtractor`). Whatever
 /// it cannot read (a missing or malformed header, a function returning `None`) falls back to
 /// the record's Kafka timestamp.
@@ -68,6 +108,23 @@ impl TimestampExtractor {
         Self::Function(Arc::new(f))
     }
 
+    /// What this extractor read from `record` (for a [`BadEventTime`]): its own source, or the
+    /// Kafka timestamp it fell back to.
+    pub fn describe(&self, record: &Record<'_>) -> String {
+        match self {
+            Self::Header(name) if record.header(name).and_then(header_millis).is_some() => {
+                format!("header {name:?}")
+            }
+            Self::Header(name) => {
+                format!("the Kafka timestamp (header {name:?} absent or unreadable)")
+            }
+            Self::Function(_) => {
+                "the timestamp extractor function (or the Kafka timestamp it fell back to)".into()
+            }
+            Self::RecordTimestamp => "the Kafka timestamp".into(),
+        }
+    }
+
     /// The event time of `record`.
     pub fn extract(&self, record: &Record<'_>) -> Option<i64> {
         let own = match self {
@@ -98,5 +155,34 @@ mod tests {
         assert_eq!(header_millis(b"-5"), Some(-5));
         assert_eq!(header_millis(b"soon"), None);
         assert_eq!(header_millis(&[1, 2, 3]), None);
+    }
+
+    #[test]
+    fn event_times_outside_years_1_to_9999_are_refused_with_their_value_and_source() {
+        let from = || "header \"ts\"".to_string();
+        for ok in [
+            None,
+            Some(0),
+            Some(-5),
+            Some(MIN_EVENT_TIME_MS),
+            Some(MAX_EVENT_TIME_MS),
+        ] {
+            assert_eq!(check_event_time(ok, from), Ok(ok));
+        }
+        for bad in [
+            i64::MIN,
+            i64::MIN + 5,
+            i64::MAX,
+            MAX_EVENT_TIME_MS + 1,
+            MIN_EVENT_TIME_MS - 1,
+        ] {
+            let e = check_event_time(Some(bad), from).unwrap_err();
+            assert_eq!(e.value, bad);
+            let text = e.to_string();
+            assert!(
+                text.contains(&bad.to_string()) && text.contains("header \"ts\""),
+                "{text}"
+            );
+        }
     }
 }

@@ -49,7 +49,9 @@ enum Command {
         /// tumbling windows, emitted on close; the benchmarks' windowed shape); or
         /// `stream-table-join` (each order joined with its customer's row from the table
         /// `<input>.customers`; the benchmarks' join shape); or `table-join` (each record
-        /// left-joined with the table `<input>.table`; the joins scenario's).
+        /// left-joined with the table `<input>.table`; the joins scenario's); or
+        /// `repartition-windows` (clicks joined with `<input>.users`, re-keyed by region, counted
+        /// in 1-minute windows; the repartition-backlog scenario's).
         #[arg(long, default_value = "count")]
         topology: String,
         /// Output topic of `count`; the topic namespace (`<ns>.orders`, …) of the orders topologies.
@@ -477,6 +479,13 @@ fn run(
             let input = input()?;
             run_with(config, |_| {
                 verify::windows::topology(input, output)
+                    .map_err(|e| format!("{}: {e}", built(topology)))
+            })
+        }
+        "repartition-windows" => {
+            let input = input()?;
+            run_with(config, |_| {
+                verify::repartition_backlog::topology(input, output)
                     .map_err(|e| format!("{}: {e}", built(topology)))
             })
         }

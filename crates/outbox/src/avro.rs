@@ -271,6 +271,7 @@ mod tests {
             headers: vec![("id".into(), b"x".to_vec())],
             id: "x".into(),
             commit_lsn: None,
+            ..RoutedRecord::default()
         };
         dead_letter(&mut r, "bad");
         assert_eq!(r.topic, "outbox.event.orders.DLT");

@@ -4,8 +4,10 @@
 //! The rules that make it exactly-once into Kafka:
 //! - a Postgres transaction's rows are buffered until its Commit; the checkpoint of a Kafka
 //!   transaction is the last included commit's end LSN. A transaction over
-//!   `outbox.max_rows_per_transaction` rows is split into parts (`split`) whose checkpoints
-//!   add how many of its rows (in WAL order) are in Kafka; a replay drops those;
+//!   `outbox.max_rows_per_transaction` rows (or [`PART_BYTES`]) is published in parts as its
+//!   rows arrive (pgoutput v1 sends only committed transactions; Begin carries the commit LSN),
+//!   whose checkpoints add how many of its rows (in WAL order) are in Kafka; a replay drops
+//!   those, so memory stays bounded whatever the transaction's size;
 //! - the LSN is confirmed to Postgres (`update_applied_lsn`) only after the Kafka commit, so
 //!   the slot never moves past what Kafka holds;
 //! - on (re)start the committed LSN is read back from the offsets topic (`read_committed`) and
@@ -33,7 +35,9 @@ use eosflow::kafka::KafkaClients;
 use super::avro::PayloadEncoder;
 use super::identity::{self, Resume};
 use super::pgoutput::{self, Message, Relation, Value};
-use super::publish::{lsn_text, read_checkpoint, ClusterId, LsnCheckpoint, PartialTx, Publisher};
+use super::publish::{
+    self, lsn_text, read_checkpoint, ClusterId, LsnCheckpoint, PartialTx, Publisher,
+};
 use super::router::{EventRouter, RoutedRecord, Row};
 use super::{migrate, pg_err, quote_ident, quoted_table, telemetry, OutboxError};
 use eosflow::telemetry::Health;
@@ -56,6 +60,12 @@ pub struct CdcSummary {
     /// The last committed LSN.
     pub committed_lsn: u64,
 }
+
+/// Most bytes (as librdkafka counts records) of one part of a transaction published as its
+/// rows arrive: a part is cut at `outbox.max_rows_per_transaction` rows or at this size,
+/// whichever comes first, so the router holds a bounded amount whatever the rows' size (a
+/// routed record takes about four times its wire size in the router and librdkafka together).
+pub const PART_BYTES: usize = 8 << 20;
 
 /// Postgres epoch (2000-01-01) in Unix microseconds: pgoutput's timestamps count from it.
 const PG_EPOCH_UNIX_MICROS: i64 = 946_684_800_000_000;
@@ -296,6 +306,20 @@ struct Session<'a> {
     open_tx: Vec<RoutedRecord>,
     open_ignored: u64,
     open_commit_micros: i64,
+    /// The open transaction's commit LSN (Begin's final LSN): pgoutput v1 sends a transaction
+    /// only once it committed, so parts of it can be published before its last row arrives.
+    open_final: u64,
+    /// Rows of the open transaction already in Kafka (published as streamed parts, or by a
+    /// predecessor: see `open_skip`).
+    open_done: u64,
+    /// Rows of the open transaction still to drop as they arrive: a predecessor published them.
+    open_skip: u64,
+    /// Bytes of `open_tx` (keys, values, headers): a part is published when they reach
+    /// [`PART_BYTES`], whatever the row count.
+    open_bytes: usize,
+    /// A streamed part's checkpoint is the last one in Kafka: the transaction's end must be
+    /// written even when no row of it remains to publish.
+    streamed_checkpoint: bool,
     /// Whole transactions waiting for their Kafka transaction.
     batch: Vec<RoutedRecord>,
     batch_end: Option<u64>,
@@ -341,12 +365,19 @@ impl<'a> Session<'a> {
             open_tx: vec![],
             open_ignored: 0,
             open_commit_micros: 0,
+            open_final: 0,
+            open_done: 0,
+            open_skip: 0,
+            open_bytes: 0,
+            streamed_checkpoint: false,
             batch: vec![],
             batch_end: None,
             batch_oldest_commit: None,
             batch_since: Instant::now(),
             committed,
-            resume_partial: resume_partial.filter(|p| p.end_lsn > committed),
+            // A streamed partial's commit LSN may equal the last whole transaction's end.
+            resume_partial: resume_partial
+                .filter(|p| p.end_lsn > committed || (p.streamed && p.end_lsn == committed)),
             batch_offset: None,
             last_commit_micros: None,
         }
@@ -359,10 +390,34 @@ impl<'a> Session<'a> {
             .find(|t| t.name.0 == schema && t.name.1 == table)
     }
 
-    fn on_begin(&mut self, commit_time_micros: i64) {
+    fn on_begin(&mut self, final_lsn: u64, commit_time_micros: i64) {
         self.open_tx.clear();
         self.open_ignored = 0;
         self.open_commit_micros = commit_time_micros;
+        self.open_final = final_lsn;
+        self.open_done = 0;
+        self.open_skip = 0;
+        self.open_bytes = 0;
+        if let Some(p) = self.resume_partial.filter(|p| p.streamed) {
+            if p.end_lsn == final_lsn {
+                // Its first rows are in Kafka: drop them as they arrive, count on from there.
+                tracing::info!(
+                    rows = p.rows,
+                    commit_lsn = %lsn_text(final_lsn),
+                    "resuming a split transaction (streamed parts) after its rows already in Kafka"
+                );
+                self.resume_partial = None;
+                self.open_skip = p.rows;
+                self.open_done = p.rows;
+            } else if p.end_lsn < final_lsn {
+                self.resume_partial = None;
+                tracing::error!(
+                    partial = %lsn_text(p.end_lsn),
+                    received = %lsn_text(final_lsn),
+                    "the stream passed the partly published transaction of the checkpoint without replaying it"
+                );
+            }
+        }
     }
 
     fn on_change(&mut self, data: &[u8]) -> Result<(), OutboxError> {
@@ -374,6 +429,12 @@ impl<'a> Session<'a> {
                         .iter()
                         .any(|c| c.name == t.payload && c.type_oid == super::router::BYTEA_OID);
                     t.router.set_binary_payload(binary);
+                    t.router.set_column_types(
+                        r.columns
+                            .iter()
+                            .map(|c| (c.name.clone(), c.type_oid))
+                            .collect(),
+                    );
                 }
                 self.relations.insert(r.id, r);
             }
@@ -403,7 +464,14 @@ impl<'a> Session<'a> {
                         (c.name.clone(), v)
                     })
                     .collect();
-                self.open_tx.push(t.router.route(&row));
+                if self.open_skip > 0 {
+                    self.open_skip -= 1;
+                    telemetry::skipped_replayed(1);
+                    return Ok(());
+                }
+                let r = t.router.route(&row);
+                self.open_bytes += publish::wire_size(&r);
+                self.open_tx.push(r);
             }
             Message::Update { .. } => {
                 telemetry::ignored("update", 1);
@@ -449,7 +517,12 @@ impl<'a> Session<'a> {
             return;
         }
         let mut rows = rows;
-        if let Some(p) = self.resume_partial.take() {
+        if self.open_done > 0 {
+            // Parts of it are in Kafka with a partial checkpoint: its end must be stored even
+            // when no row remains.
+            self.streamed_checkpoint = true;
+        }
+        if let Some(p) = self.resume_partial.take_if(|p| !p.streamed) {
             if p.end_lsn == end_lsn {
                 // Its first parts are in Kafka already: the rest follows from there.
                 let done = (p.rows as usize).min(rows.len());
@@ -485,6 +558,59 @@ impl<'a> Session<'a> {
             r
         }));
         self.batch_end = Some(end_lsn);
+    }
+
+    /// Publishes the rows of the open transaction received so far as one Kafka transaction
+    /// (after the whole transactions received before it), its checkpoint saying how many of
+    /// its rows are in Kafka (`partial`, `streamed`): pgoutput v1 sends only committed
+    /// transactions, so its rows can go before its last one arrives, and the router holds at
+    /// most one part (`outbox.max_rows_per_transaction` rows, [`PART_BYTES`]) whatever the
+    /// transaction's size. The slot is confirmed only after its Commit.
+    async fn flush_open_part(
+        &mut self,
+        publisher: &mut Publisher,
+        repl: &ReplicationClient,
+        summary: &mut CdcSummary,
+    ) -> Result<(), OutboxError> {
+        self.flush(publisher, repl, summary).await?;
+        let mut rows = std::mem::take(&mut self.open_tx);
+        self.open_bytes = 0;
+        if rows.is_empty() {
+            return Ok(());
+        }
+        if let Some(enc) = self.encoder.as_mut() {
+            enc.encode_all(&mut rows).await?;
+        }
+        for r in &mut rows {
+            // What a dead letter names: the commit's LSN (its end is not known yet).
+            r.commit_lsn = Some(self.open_final);
+        }
+        let partial = PartialTx {
+            end_lsn: self.open_final,
+            rows: self.open_done + rows.len() as u64,
+            streamed: true,
+        };
+        if self.open_done == 0 {
+            tracing::info!(
+                commit_lsn = %lsn_text(self.open_final),
+                "a Postgres transaction over outbox.max_rows_per_transaction rows: publishing it in parts as its rows arrive"
+            );
+        }
+        let published = publisher
+            .publish_part(&rows, self.committed, Some(partial))
+            .await?;
+        self.open_done = partial.rows;
+        self.streamed_checkpoint = true;
+        summary.dead_lettered += published.dead_lettered as u64;
+        telemetry::routed(published.routed, "cdc");
+        summary.rows += published.routed as u64;
+        summary.commits += 1;
+        tracing::debug!(
+            rows = published.routed,
+            split_rows_done = partial.rows,
+            "published a part of an open transaction"
+        );
+        Ok(())
     }
 
     async fn flush(
@@ -541,6 +667,11 @@ impl<'a> Session<'a> {
                 );
             }
         }
+        if self.batch.is_empty() && self.streamed_checkpoint {
+            // The end of a transaction published in streamed parts, none of its rows left.
+            publisher.publish(&[], end).await?;
+        }
+        self.streamed_checkpoint = false;
         self.batch_offset = None;
         self.committed = end;
         summary.committed_lsn = end;
@@ -600,6 +731,7 @@ fn split(
             let partial = PartialTx {
                 end_lsn: last,
                 rows: before + (stop - first) as u64,
+                streamed: false,
             };
             parts.push((start..stop, whole, Some(partial)));
         }
@@ -827,9 +959,17 @@ async fn session(
             }
             Ok(Ok(Some(ev))) => match ev {
                 ReplicationEvent::Begin {
-                    commit_time_micros, ..
-                } => s.on_begin(commit_time_micros),
-                ReplicationEvent::XLogData { data, .. } => s.on_change(&data)?,
+                    final_lsn,
+                    commit_time_micros,
+                    ..
+                } => s.on_begin(final_lsn.as_u64(), commit_time_micros),
+                ReplicationEvent::XLogData { data, .. } => {
+                    s.on_change(&data)?;
+                    if s.open_tx.len() >= o.max_rows_per_transaction || s.open_bytes >= PART_BYTES {
+                        unfenced(s.flush_open_part(&mut publisher, &repl, summary).await, &pg)
+                            .await?;
+                    }
+                }
                 ReplicationEvent::Commit {
                     end_lsn,
                     commit_time_micros,
@@ -937,7 +1077,13 @@ mod tests {
     fn a_transaction_over_the_limit_is_split_and_each_part_says_how_far_it_got() {
         // A(2 rows, end 10), B(5, end 20), C(1, end 30); committed 5; the batch ends at 35.
         let b = batch(&[(10, 2), (20, 5), (30, 1)]);
-        let part = |end_lsn, rows| Some(PartialTx { end_lsn, rows });
+        let part = |end_lsn, rows| {
+            Some(PartialTx {
+                end_lsn,
+                rows,
+                streamed: false,
+            })
+        };
         assert_eq!(
             split(&b, 35, 5, None, 3),
             vec![
@@ -975,8 +1121,10 @@ mod tests {
                 .collect();
             match pgoutput::decode(&bytes).expect("decodes") {
                 Message::Begin {
-                    commit_time_micros, ..
-                } => s.on_begin(commit_time_micros),
+                    final_lsn,
+                    commit_time_micros,
+                    ..
+                } => s.on_begin(final_lsn, commit_time_micros),
                 Message::Commit { end_lsn, .. } => s.on_commit(end_lsn, &mut summary),
                 _ => s.on_change(&bytes).expect("change"),
             }

@@ -19,6 +19,7 @@
 
 pub mod avro;
 pub mod cdc;
+pub mod expand;
 pub mod identity;
 pub mod migrate;
 pub mod pgoutput;
@@ -158,6 +159,25 @@ pub(crate) async fn payload_is_bytea(
         .is_some())
 }
 
+/// The type OID of every column of the outbox table (an envelope field is written as its
+/// column's type).
+pub(crate) async fn column_type_oids(
+    pg: &tokio_postgres::Client,
+    cfg: &OutboxConfig,
+) -> Result<std::collections::HashMap<String, u32>, OutboxError> {
+    Ok(pg
+        .query(
+            "select attname::text, atttypid::oid::int8 from pg_attribute \
+             where attrelid = $1::text::regclass and attnum > 0 and not attisdropped",
+            &[&quoted_table(cfg)],
+        )
+        .await
+        .map_err(pg_err("reading the outbox column types"))?
+        .iter()
+        .map(|r| (r.get::<_, String>(0), r.get::<_, i64>(1) as u32))
+        .collect())
+}
+
 /// The select list reading `columns` as text: the same text the CDC stream carries.
 pub(crate) fn text_columns(columns: &[String]) -> String {
     columns
@@ -250,5 +270,14 @@ fn effective(config: &eosflow::Config) -> Result<eosflow::Config, OutboxError> {
     c.outbox = config.outbox.effective().map_err(|(option, reason)| {
         OutboxError::Config(format!("outbox.debezium {option:?}: {reason}"))
     })?;
+    for t in c.outbox.served() {
+        router::check(&t).map_err(|e| {
+            OutboxError::Config(if t.table == c.outbox.table {
+                e.to_string()
+            } else {
+                format!("outbox.tables ({}): {e}", t.table)
+            })
+        })?;
+    }
     Ok(c)
 }

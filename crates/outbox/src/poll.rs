@@ -117,6 +117,7 @@ async fn session(
     gate.ensure_dlt(&dlt).await?;
     let mut router = EventRouter::new(o);
     router.set_binary_payload(super::payload_is_bytea(&pg, o).await?);
+    router.set_column_types(super::column_type_oids(&pg, o).await?);
     // Every column, as text (the same text the CDC stream carries).
     let columns = super::table_columns(&pg, o).await?;
     let (schema, table) = super::schema_table(o);
@@ -189,6 +190,9 @@ async fn session(
             let mut rec: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(&r.topic).headers(h);
             if let Some(k) = &r.key {
                 rec = rec.key(k.as_slice());
+            }
+            if let Some(p) = r.partition {
+                rec = rec.partition(p);
             }
             if let Some(v) = &r.value {
                 rec = rec.payload(v.as_slice());

@@ -55,10 +55,17 @@ pub struct LsnCheckpoint {
 /// order (the order a replay delivers them in again).
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
 pub struct PartialTx {
-    /// The transaction's end LSN.
+    /// The transaction's end LSN; its commit LSN (the Begin message's final LSN) when
+    /// `streamed`.
     pub end_lsn: u64,
     /// Its rows published so far.
     pub rows: u64,
+    /// The parts were published while the transaction's rows were still arriving (before its
+    /// Commit message, which carries the end LSN): `end_lsn` is then the commit LSN, known from
+    /// Begin, so a replay drops the rows already in Kafka as they arrive. Absent in
+    /// checkpoints of older versions (parts published after the Commit).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub streamed: bool,
 }
 
 impl LsnCheckpoint {
@@ -258,7 +265,8 @@ fn record_error(e: &KafkaError, size: usize) -> Option<(Unwritable, bool)> {
             true,
         )),
         C::InvalidRecord => Some((Unwritable::topic(format!("InvalidRecord: {e}")), true)),
-        code @ (C::UnknownTopic
+        code @ (C::UnknownPartition
+        | C::UnknownTopic
         | C::UnknownTopicOrPartition
         | C::TopicAuthorizationFailed
         | C::InvalidTopic
@@ -344,6 +352,7 @@ pub fn dead_letter(
         headers,
         id: r.id.clone(),
         commit_lsn: r.commit_lsn,
+        ..RoutedRecord::default()
     }
 }
 
@@ -478,6 +487,9 @@ impl Gate {
     /// Why `r` cannot be written, as far as is known before sending, with its size.
     pub fn check(&self, r: &RoutedRecord) -> Option<(Unwritable, usize)> {
         let size = wire_size(r);
+        if let Some(why) = &r.unroutable {
+            return Some((Unwritable::topic(why.clone()), size));
+        }
         if size > self.limit {
             return Some((Unwritable::oversize(size, self.limit), size));
         }
@@ -736,7 +748,7 @@ impl Publisher {
     fn send(&self, r: &RoutedRecord) -> Result<DeliveryFuture, SinkError> {
         self.sink.send(
             &r.topic,
-            None,
+            r.partition,
             r.key.as_deref(),
             r.value.as_deref(),
             &r.headers,
@@ -905,6 +917,7 @@ mod tests {
                 .collect(),
             id: "row-1".into(),
             commit_lsn: Some(0x16_B374_D848),
+            ..RoutedRecord::default()
         };
         let size = wire_size(&r);
         let why = Unwritable::oversize(size, DEFAULT_MESSAGE_MAX_BYTES);

@@ -4,10 +4,13 @@
 //! The slot is created on a replication session with `EXPORT_SNAPSHOT`: the exported snapshot
 //! S sees exactly the transactions that committed before the slot's consistent point C, and
 //! the slot streams exactly those that commit after it. S is imported on an ordinary
-//! connection (`REPEATABLE READ`, `SET TRANSACTION SNAPSHOT`) and the table is read in chunks
-//! of `outbox.batch_size` rows ordered by the id column. Each chunk is published in one Kafka
-//! transaction with the checkpoint `{lsn: C, snapshot: {S as pg_snapshot text, last id}}`, so
-//! a crash mid-snapshot resumes after the last committed chunk. The exported snapshot dies with
+//! connection (`REPEATABLE READ`, `SET TRANSACTION SNAPSHOT`) and the table is read through one
+//! cursor in chunks of `outbox.batch_size` rows ordered by `(outbox.snapshot_order_by, id)`
+//! (default order column: `occurred_at`), so each aggregate's rows go out in the order they
+//! were written when that column follows writes. Each chunk is published in one Kafka
+//! transaction with the checkpoint `{lsn: C, snapshot: {S as pg_snapshot text, last order
+//! value and id}}`, so a crash mid-snapshot resumes after the last committed chunk, in the
+//! same order. The exported snapshot dies with
 //! its session; a resumed snapshot reads with a fresh one and keeps only rows whose inserting
 //! transaction S sees (`pg_visible_in_snapshot(xmin, S)`), which is the same set for rows
 //! that are only inserted (an outbox row updated after C is not re-read by a resumed snapshot).
@@ -36,6 +39,13 @@ pub struct SnapshotProgress {
     /// after the other, in configuration order.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub table: Option<String>,
+    /// The column rows are read in order of before the id (`outbox.snapshot_order_by` when the
+    /// table's snapshot started); absent: id order (also in progress of older versions).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub order_by: Option<String>,
+    /// The `order_by` value of the last row published, as Postgres prints it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after_order: Option<String>,
 }
 
 /// Creates `slot` on a replication session with an exported snapshot (dropping a slot left by
@@ -93,6 +103,8 @@ pub async fn create_slot(
         after_id: None,
         rows: 0,
         table: None,
+        order_by: None,
+        after_order: None,
     };
     publisher.set_snapshot(Some(progress.clone()));
     publisher.publish(&[], point).await?;
@@ -127,7 +139,12 @@ pub async fn run(
         Some(c) => c,
         None => {
             tracing::info!(table = ?progress.table, after_id = ?progress.after_id, rows = progress.rows, "resuming the snapshot after the last committed chunk");
-            super::connect(config.postgres.url.expose()).await?
+            let pg = super::connect(config.postgres.url.expose()).await?;
+            // The cursor lives in a transaction; the stored snapshot decides what is read.
+            pg.batch_execute("begin isolation level repeatable read read only")
+                .await
+                .map_err(pg_err("starting the resumed snapshot's transaction"))?;
+            pg
         }
     };
     let served = config.outbox.served();
@@ -152,6 +169,7 @@ pub async fn run(
         if i > at {
             progress.table = Some(t.table.clone());
             progress.after_id = None;
+            progress.after_order = None;
         }
         routed += publish_table(
             &pg,
@@ -185,8 +203,45 @@ struct ProgressLog {
     first: u64,
 }
 
-/// Publishes the rows of one served table `o` the snapshot sees after `progress.after_id`,
-/// chunk by chunk; returns the rows written to their routed topics.
+/// The column the snapshot of `o` orders rows by, before the id: `outbox.snapshot_order_by`,
+/// else the `occurred_at` column; `None` when that is the id column itself (id order).
+pub fn order_column(o: &OutboxConfig) -> Option<&str> {
+    let c = if o.snapshot_order_by.is_empty() {
+        o.column_occurred_at.as_str()
+    } else {
+        o.snapshot_order_by.as_str()
+    };
+    (c != o.column_id).then_some(c)
+}
+
+/// A SQL string literal of `s`.
+fn literal(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "''"))
+}
+
+/// `(NOT NULL, type)` of `column` of `o`'s table, `None` when there is no such column.
+async fn column_type(
+    pg: &tokio_postgres::Client,
+    o: &OutboxConfig,
+    column: &str,
+) -> Result<Option<(bool, String)>, OutboxError> {
+    Ok(pg
+        .query_opt(
+            "select attnotnull, format_type(atttypid, atttypmod) from pg_attribute \
+             where attrelid = $1::text::regclass and attname = $2 and attnum > 0 \
+             and not attisdropped",
+            &[&quoted_table(o), &column],
+        )
+        .await
+        .map_err(pg_err("reading a column's type"))?
+        .map(|r| (r.get(0), r.get(1))))
+}
+
+/// Publishes the rows of one served table `o` the snapshot sees after `progress`'s position,
+/// chunk by chunk, in `(order column, id)` order ([`order_column`]): each aggregate's rows in
+/// the order they were written when the order column follows writes (a sequence, a commit-time
+/// clock). One cursor sorts the table once; a resumed snapshot restarts it after the stored
+/// position. Returns the rows written to their routed topics.
 async fn publish_table(
     pg: &tokio_postgres::Client,
     o: &OutboxConfig,
@@ -197,78 +252,129 @@ async fn publish_table(
     log: &mut ProgressLog,
 ) -> Result<u64, OutboxError> {
     let columns = super::table_columns(pg, o).await?;
-    let id_type: String = pg
-        .query_one(
-            "select format_type(atttypid, atttypmod) from pg_attribute \
-             where attrelid = $1::text::regclass and attname = $2",
-            &[&quoted_table(o), &o.column_id],
-        )
-        .await
-        .map_err(pg_err("reading the id column's type"))?
-        .get(0);
-    let id = quote_ident(&o.column_id);
+    let Some((_, id_type)) = column_type(pg, o, &o.column_id).await? else {
+        return Err(OutboxError::Config(format!(
+            "outbox.column_id: {} has no column {:?}",
+            o.table, o.column_id
+        )));
+    };
+    // A snapshot resumed keeps the order it started with (`order_by` absent: the id order of
+    // older versions); a new one takes the configured order.
+    let order = if progress.after_id.is_some() {
+        progress.order_by.clone()
+    } else {
+        order_column(o).map(str::to_string)
+    };
+    let order_type = match &order {
+        None => None,
+        Some(c) => match column_type(pg, o, c).await? {
+            Some((true, ty)) => Some(ty),
+            found => {
+                return Err(OutboxError::Config(format!(
+                    "outbox.snapshot_order_by: {} column {c:?} {}: the initial snapshot orders \
+                     each aggregate's rows by it (then by id), so it must be NOT NULL; name a \
+                     NOT NULL column the writer fills in write order (a sequence, \
+                     occurred_at), or the id column for id order",
+                    o.table,
+                    if found.is_some() {
+                        "may be NULL"
+                    } else {
+                        "does not exist"
+                    }
+                )))
+            }
+        },
+    };
+    progress.order_by = order.clone();
+    let position = |c: &str| columns.iter().position(|x| x == c);
+    let (Some(id_at), order_at) = (position(&o.column_id), order.as_deref().map(position)) else {
+        return Err(OutboxError::Config(format!(
+            "outbox.column_id: {} has no column {:?}",
+            o.table, o.column_id
+        )));
+    };
+    // Qualified: an unqualified name in ORDER BY would be the select list's text of the column
+    // (`seq::text` sorts "10" before "9").
+    let id = format!("src.{}", quote_ident(&o.column_id));
+    let keys = match &order {
+        Some(c) => format!("src.{}, {id}", quote_ident(c)),
+        None => id.clone(),
+    };
+    let bound = match (
+        &progress.after_id,
+        &order,
+        &order_type,
+        &progress.after_order,
+    ) {
+        (None, ..) => "true".to_string(),
+        (Some(after), Some(_), Some(ty), Some(after_order)) => format!(
+            "({keys}) > ({}::{ty}, {}::{id_type})",
+            literal(after_order),
+            literal(after)
+        ),
+        (Some(after), ..) => format!("{id} > {}::{id_type}", literal(after)),
+    };
     // xmin as an xid8 (its epoch from the current xid: every live xmin is within 2^31 of it);
     // frozen/bootstrap xids (< 3) are visible to every snapshot.
-    // Two statements rather than `$1 is null or id > $1`, which would defeat the primary key
-    // index and sort the whole table for every chunk.
-    let select = |bound: &str| {
-        format!(
-        "with now as (select pg_snapshot_xmax(pg_current_snapshot())::text::bigint as x) \
-         select {cols} from {table}, now \
+    let cursor = "eosflow_outbox_snapshot";
+    let declare = format!(
+        "declare {cursor} no scroll cursor for \
+         with now as (select pg_snapshot_xmax(pg_current_snapshot())::text::bigint as x) \
+         select {cols} from {table} as src, now \
          where {bound} \
-         and (xmin::text::bigint < 3 or pg_visible_in_snapshot((( \
-              ((now.x >> 32) - case when xmin::text::bigint > (now.x & 4294967295) then 1 else 0 end) \
-              << 32) + xmin::text::bigint)::text::xid8, $2::text::pg_snapshot)) \
-         order by {id} limit $3",
-        cols = super::text_columns(&columns),
+         and (src.xmin::text::bigint < 3 or pg_visible_in_snapshot((( \
+              ((now.x >> 32) - case when src.xmin::text::bigint > (now.x & 4294967295) then 1 else 0 end) \
+              << 32) + src.xmin::text::bigint)::text::xid8, {snapshot}::pg_snapshot)) \
+         order by {keys}",
+        cols = columns
+            .iter()
+            .map(|c| format!("src.{}::text", quote_ident(c)))
+            .collect::<Vec<_>>()
+            .join(", "),
         table = quoted_table(o),
-    )
-    };
-    let (select_first, select_after) = (
-        select("$1::text is null"),
-        select(&format!("{id} > $1::text::{id_type}")),
+        snapshot = literal(&progress.snapshot),
     );
+    pg.batch_execute(&declare)
+        .await
+        .map_err(pg_err("opening the snapshot's cursor"))?;
+    let fetch = format!("fetch {} from {cursor}", o.batch_size);
     let mut router = EventRouter::new(o);
     router.set_binary_payload(super::payload_is_bytea(pg, o).await?);
+    router.set_column_types(super::column_type_oids(pg, o).await?);
     let mut routed = 0u64;
     loop {
-        let rows = pg
-            .query(
-                if progress.after_id.is_none() {
-                    &select_first
-                } else {
-                    &select_after
-                },
-                &[
-                    &progress.after_id,
-                    &progress.snapshot,
-                    &(o.batch_size as i64),
-                ],
-            )
+        let rows: Vec<super::router::Row> = pg
+            .simple_query(&fetch)
             .await
-            .map_err(pg_err("reading a snapshot chunk"))?;
-        if rows.is_empty() {
-            break;
-        }
-        let mut records: Vec<_> = rows
+            .map_err(pg_err("reading a snapshot chunk"))?
             .iter()
-            .map(|r| router.route(&super::text_row(&columns, r)))
+            .filter_map(|m| match m {
+                tokio_postgres::SimpleQueryMessage::Row(r) => Some(
+                    columns
+                        .iter()
+                        .enumerate()
+                        .map(|(i, c)| (c.clone(), r.get(i).map(str::to_string)))
+                        .collect(),
+                ),
+                _ => None,
+            })
             .collect();
-        if let Some(enc) = encoder.as_mut() {
-            enc.encode_all(&mut records).await?;
-        }
-        let Some(last) = rows.last().and_then(|r| {
-            columns
-                .iter()
-                .position(|c| c == &o.column_id)
-                .and_then(|i| r.get::<_, Option<String>>(i))
-        }) else {
+        let Some(last) = rows.last() else {
+            break;
+        };
+        let value = |at: usize| last.get(&columns[at]).cloned().flatten();
+        let Some(last_id) = value(id_at) else {
             return Err(OutboxError::Config(format!(
-                "outbox.column_id {} is missing or NULL in {}",
+                "outbox.column_id {} is NULL in {}",
                 o.column_id, o.table
             )));
         };
-        progress.after_id = Some(last);
+        progress.after_order = order_at.flatten().and_then(value);
+        progress.after_id = Some(last_id);
+        let mut records: Vec<_> = rows.iter().map(|r| router.route(r)).collect();
+        if let Some(enc) = encoder.as_mut() {
+            enc.encode_all(&mut records).await?;
+        }
         progress.rows += records.len() as u64;
         publisher.set_snapshot(Some(progress.clone()));
         let published = publisher.publish(&records, point).await?;
@@ -286,5 +392,8 @@ async fn publish_table(
             log.last = std::time::Instant::now();
         }
     }
+    pg.batch_execute(&format!("close {cursor}"))
+        .await
+        .map_err(pg_err("closing the snapshot's cursor"))?;
     Ok(routed)
 }

@@ -132,14 +132,29 @@ impl Killed {
     }
 }
 
-/// `kill -9`s `kills` instances (the first 4 s in, then every 3 s), each restarted at once,
-/// and waits until `lag()` is 0 after the last; 15 minutes at most. An instance exiting by
-/// itself is an error.
+/// Whether the next of `kills` `kill -9`s (`done` so far) is due with `left` of the `total`
+/// input records still unprocessed: kills are spread over the stream by observed progress, the
+/// i-th once the lag has fallen to `(kills + 1 - i) / (kills + 1)` of the total, so each lands
+/// while records are flowing (a kill after the stream drained proves nothing about crashes),
+/// however fast or slow the group processes.
+pub(crate) fn kill_due(done: u32, kills: u32, left: i64, total: i64) -> bool {
+    if done >= kills || left >= total {
+        return false;
+    }
+    let share = i128::from(total) * i128::from(kills - done) / (i128::from(kills) + 1);
+    i128::from(left) <= share
+}
+
+/// `kill -9`s `kills` instances on observed progress ([`kill_due`]: a quarter, half and
+/// three quarters of the way with 3), each restarted at once, and waits until `lag()` is 0
+/// after the last; 15 minutes at most. A kill still due once the input drained (the group
+/// was faster than the progress checks) is done then, and not counted as mid-stream. An
+/// instance exiting by itself is an error.
 pub(crate) fn kill_until_drained(
     instances: &mut [Instance],
     env: &ScenarioEnv,
     output: &str,
-    kills: u32,
+    (kills, total): (u32, i64),
     mut lag: impl FnMut() -> i64,
 ) -> Result<Killed, String> {
     let mut done = Killed {
@@ -148,7 +163,6 @@ pub(crate) fn kill_until_drained(
         stalls: 0,
     };
     let deadline = Instant::now() + Duration::from_secs(900);
-    let mut next_kill = Instant::now() + Duration::from_secs(4);
     loop {
         for inst in instances.iter_mut() {
             if let Some(status) = inst.exited() {
@@ -160,14 +174,14 @@ pub(crate) fn kill_until_drained(
             }
         }
         let left = lag();
-        if done.kills < kills && Instant::now() >= next_kill {
+        if kill_due(done.kills, kills, left, total) || (done.kills < kills && left == 0) {
             let n = instances.len();
             let inst = &mut instances[done.kills as usize % n];
             inst.kill9();
             inst.spawn(&env.exe, output)?;
             done.kills += 1;
             done.left_at_kill.push(left);
-            next_kill = Instant::now() + Duration::from_secs(3);
+            continue;
         }
         if done.kills >= kills && left == 0 {
             return Ok(done);
@@ -176,7 +190,7 @@ pub(crate) fn kill_until_drained(
             done.stalls += 1;
             return Ok(done);
         }
-        std::thread::sleep(Duration::from_millis(250));
+        std::thread::sleep(Duration::from_millis(100));
     }
 }
 
@@ -219,4 +233,34 @@ pub(crate) fn produce<'a>(
     producer
         .flush(Duration::from_secs(120))
         .map_err(|e| format!("flushing: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 32, item 7: kills were timed (4 s in, then every 3 s) and all landed after a fast
+    /// group had drained the stream. They are now due on observed progress.
+    #[test]
+    fn kills_are_due_on_progress_spread_over_the_stream_never_before_it_starts() {
+        let total = 20_000;
+        assert!(!kill_due(0, 3, total, total), "nothing processed yet");
+        assert!(!kill_due(0, 3, 15_001, total));
+        assert!(kill_due(0, 3, 15_000, total), "a quarter of the way");
+        assert!(!kill_due(1, 3, 10_001, total));
+        assert!(kill_due(1, 3, 10_000, total), "half way");
+        assert!(kill_due(2, 3, 5_000, total), "three quarters");
+        assert!(!kill_due(3, 3, 1, total), "all done");
+        assert!(!kill_due(0, 3, i64::MAX, total), "lag unknown");
+        let at: Vec<i64> = (0..12)
+            .map(|i| {
+                (0..=total)
+                    .rev()
+                    .find(|l| kill_due(i, 12, *l, total))
+                    .unwrap_or(-1)
+            })
+            .collect();
+        assert!(at.iter().all(|l| *l > 0 && *l < total), "{at:?}");
+        assert!(at.windows(2).all(|w| w[0] > w[1]), "spread: {at:?}");
+    }
 }

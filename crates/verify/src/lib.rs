@@ -14,6 +14,7 @@ pub mod outbox_oversize;
 pub mod parked_flood;
 pub mod poison;
 pub mod query;
+pub mod repartition_backlog;
 pub mod scenario;
 pub mod slow;
 pub mod stack;

@@ -42,6 +42,9 @@ pub enum Scenario {
     /// Instances joining and leaving every few seconds under load: graceful stops, starts and
     /// kill -9s picked by a seeded RNG.
     RebalanceStorm,
+    /// A join → re-key → window topology over a backlog produced before the instances start,
+    /// two instances kill -9ed in turn: no record may be made late.
+    RepartitionBacklog,
     /// Three-broker cluster: the broker leading most partitions is stopped and restarted, again
     /// and again, cleanly and then with `kill -9`.
     LeaderBounce,
@@ -54,7 +57,7 @@ pub enum Scenario {
 
 impl Scenario {
     /// Every scenario, in the order `--scenario all` runs them.
-    pub const ALL: [Scenario; 16] = [
+    pub const ALL: [Scenario; 17] = [
         Scenario::KillProcessors,
         Scenario::BrokerRestart,
         Scenario::Zombie,
@@ -68,6 +71,7 @@ impl Scenario {
         Scenario::Windows,
         Scenario::Joins,
         Scenario::RebalanceStorm,
+        Scenario::RepartitionBacklog,
         Scenario::LeaderBounce,
         Scenario::CoordinatorBounce,
         Scenario::BrokerPauseOne,
@@ -89,6 +93,7 @@ impl Scenario {
             Scenario::Windows => "windows",
             Scenario::Joins => "joins",
             Scenario::RebalanceStorm => "rebalance-storm",
+            Scenario::RepartitionBacklog => "repartition-backlog",
             Scenario::LeaderBounce => "leader-bounce",
             Scenario::CoordinatorBounce => "coordinator-bounce",
             Scenario::BrokerPauseOne => "broker-pause-one",
@@ -133,9 +138,29 @@ pub struct ScenarioReport {
 }
 
 impl ScenarioReport {
-    /// Nothing lost, nothing duplicated, no stall, every other check passed.
+    /// Nothing lost, nothing duplicated, no stall, every other check passed — and, for a run
+    /// that reports `kills_mid_stream`, at least one of its kills landed mid-stream: a crash
+    /// test that crashed nothing in flight must not pass.
     pub fn ok(&self) -> bool {
-        self.lost == 0 && self.duplicated == 0 && self.stalls == 0 && self.checks_ok
+        self.lost == 0
+            && self.duplicated == 0
+            && self.stalls == 0
+            && self.checks_ok
+            && !self.crashed_nothing_in_flight()
+    }
+
+    /// Kills were asked for (`kills` > 0) but none landed mid-stream (`kills_mid_stream=0`).
+    pub fn crashed_nothing_in_flight(&self) -> bool {
+        let figure = |name: &str| {
+            self.extra
+                .iter()
+                .find(|(k, _)| k == name)
+                .and_then(|(_, v)| v.parse::<u64>().ok())
+        };
+        matches!(
+            (figure("kills"), figure("kills_mid_stream")),
+            (Some(k), Some(0)) if k > 0
+        )
     }
 
     /// From a processor run's report.
@@ -503,6 +528,14 @@ fn run_scenario(
             };
             super::joins::run(config, env, &opts)
         }
+        Scenario::RepartitionBacklog => {
+            let opts = if short {
+                super::repartition_backlog::Options::short()
+            } else {
+                super::repartition_backlog::Options::long()
+            };
+            super::repartition_backlog::run(config, env, &opts)
+        }
         Scenario::LeaderBounce | Scenario::CoordinatorBounce | Scenario::BrokerPauseOne => {
             cluster_scenario(config, scenario, short, env)
         }
@@ -613,5 +646,32 @@ mod tests {
         );
         r.stalls = 1;
         assert!(!r.ok() && r.to_string().ends_with("ok=false"));
+    }
+
+    /// Issue 32, item 7: `windows --short` passed with `kills=3 kills_mid_stream=0`.
+    #[test]
+    fn a_run_whose_kills_all_landed_after_the_stream_fails() {
+        let mut r = ScenarioReport {
+            scenario: Scenario::Windows,
+            records: 20_004,
+            lost: 0,
+            duplicated: 0,
+            dlt: 180,
+            stalls: 0,
+            checks_ok: true,
+            extra: vec![
+                ("kills".into(), "3".into()),
+                ("kills_mid_stream".into(), "0".into()),
+            ],
+        };
+        assert!(!r.ok(), "{r}");
+        assert!(r.to_string().ends_with("ok=false"));
+        r.extra[1].1 = "1".into();
+        assert!(r.ok(), "{r}");
+        r.extra = vec![
+            ("kills".into(), "0".into()),
+            ("kills_mid_stream".into(), "0".into()),
+        ];
+        assert!(r.ok(), "no kills asked for: nothing to prove");
     }
 }

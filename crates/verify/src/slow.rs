@@ -104,6 +104,12 @@ impl<P: Processor> Processor for SlowSometimes<P> {
     fn event_time(&self, record: &Record<'_>) -> Option<i64> {
         self.inner.event_time(record)
     }
+    fn checked_event_time(
+        &self,
+        record: &Record<'_>,
+    ) -> Result<Option<i64>, eosflow::topology::time::BadEventTime> {
+        self.inner.checked_event_time(record)
+    }
     fn stores(&self) -> Vec<String> {
         self.inner.stores()
     }

@@ -13,7 +13,8 @@ use crate::record::ProcessError;
 use crate::topology::{NodeContext, NodeProcessor, TypedRecord};
 
 /// Windows expired at most per record (or per closing window): retention's work is spread
-/// over the records that move stream time.
+/// over the records that move stream time. Hopping windows expire at least twice as many as a
+/// record can create (`2 · ceil(size / advance)`), so expiry always keeps up with creation.
 pub const EXPIRE_PER_CALL: usize = 64;
 
 type Init<A> = Box<dyn Fn() -> A + Send>;
@@ -241,9 +242,40 @@ where
         let cutoff = now
             .saturating_sub(self.close_delay())
             .saturating_sub(self.retention);
-        ctx.window_store(&self.store)?
-            .expire(cutoff, EXPIRE_PER_CALL)
-            .map(drop)
+        let mut store = ctx.window_store(&self.store)?;
+        match &self.kind {
+            Kind::Time(_) => store.expire(cutoff, self.expire_per_call()).map(drop),
+            Kind::Session(..) => store.expire_sessions(cutoff, EXPIRE_PER_CALL).map(drop),
+        }
+    }
+
+    /// At most how many windows one call deletes: [`EXPIRE_PER_CALL`], or twice what one
+    /// record can create when that is more (hopping windows with `size / advance > 32`), so
+    /// that expiry outruns creation and the store stays bounded by the open windows.
+    fn expire_per_call(&self) -> usize {
+        match &self.kind {
+            Kind::Time(w) => EXPIRE_PER_CALL.max(w.windows_per_record().saturating_mul(2)),
+            Kind::Session(..) => EXPIRE_PER_CALL,
+        }
+    }
+
+    /// A window whose close cannot produce a result (its value or key does not decode): the
+    /// window is deleted so no orphan stays in the store, and the timer is dead-lettered
+    /// (`permanent`, not redrivable) with the reason.
+    fn abandon(
+        &self,
+        ctx: &mut NodeContext<'_, '_>,
+        timer: &Timer,
+        err: &ProcessError,
+    ) -> Result<(), ProcessError> {
+        ctx.window_store(&self.store)?.discard_raw(&timer.key)?;
+        ctx.give_up_timer(format!(
+            "window store {}: the window closing at {} cannot be read ({}); it was deleted without a result",
+            self.store.name(),
+            timer.due_ms,
+            err.message()
+        ));
+        Ok(())
     }
 
     /// A record of fixed windows.
@@ -325,11 +357,17 @@ where
         if self.close_time(own) <= stream {
             return self.late(ctx, record, &[own], ts, stream);
         }
+        let k = self.key_bytes(key)?;
         let mut store = ctx.window_store(&self.store)?;
+        // Only the sessions within the gap of `ts` (by the session index: bounded by what can
+        // merge, never by the key's retained sessions), and of those the open ones.
         let near: Vec<(Window, A)> = store
-            .fetch_range(key, i64::MIN, ts.saturating_add(windows.gap))?
+            .sessions_near(
+                &k,
+                ts.saturating_sub(windows.gap),
+                ts.saturating_add(windows.gap),
+            )?
             .into_iter()
-            .filter(|(w, _)| w.end.saturating_add(windows.gap) >= ts)
             .filter(|(w, _)| self.close_time(*w) > stream)
             .collect();
         let mut session = own;
@@ -343,11 +381,11 @@ where
         let mut gone = Vec::new();
         for (w, _) in &near {
             if w.start != session.start {
-                store.remove(key, w.start)?;
+                store.remove_session(&k, *w)?;
                 gone.push(*w);
             }
         }
-        store.put(key, session, &agg)?;
+        store.put_session(&k, session, &agg)?;
         for w in gone {
             match self.emit {
                 EmitStrategy::OnWindowUpdate => self.forward(ctx, key, w, None),
@@ -405,22 +443,33 @@ where
         ctx: &mut NodeContext<'_, '_>,
         timer: &Timer,
     ) -> Result<(), ProcessError> {
-        let mut store = ctx.window_store(&self.store)?;
-        let Some((w, agg)) = store.fetch_raw(&timer.key)? else {
+        let store = ctx.window_store(&self.store)?;
+        let found = match store.fetch_raw(&timer.key) {
+            Ok(found) => found,
+            // A store that cannot be read now: the call is retried, then dead-lettered.
+            Err(e @ ProcessError::Transient(_)) => return Err(e),
+            Err(e) => return self.abandon(ctx, timer, &e),
+        };
+        let Some((w, agg)) = found else {
             return Ok(());
         };
-        let key_bytes = parse_data_key(&timer.key)
-            .map(|(k, _)| k.to_vec())
-            .ok_or_else(|| ProcessError::permanent("a window timer's key is not a window's"))?;
-        let key = self
-            .store
-            .key_serde()
-            .deserialize(&key_bytes)
-            .map_err(|e| {
-                ProcessError::permanent(format!("window store {} key: {e}", self.store.name()))
-            })?;
+        let key = parse_data_key(&timer.key)
+            .ok_or_else(|| ProcessError::permanent("a window timer's key is not a window's"))
+            .and_then(|(k, _)| {
+                self.store.key_serde().deserialize(k).map_err(|e| {
+                    ProcessError::permanent(format!("window store {} key: {e}", self.store.name()))
+                })
+            });
+        let key = match key {
+            Ok(key) => key,
+            Err(e) => return self.abandon(ctx, timer, &e),
+        };
+        let mut store = ctx.window_store(&self.store)?;
         if self.retention == 0 {
-            store.remove_read(&timer.key, w)?;
+            match (&self.kind, parse_data_key(&timer.key)) {
+                (Kind::Session(..), Some((k, _))) => store.remove_session(k, w)?,
+                _ => store.remove_read(&timer.key, w)?,
+            }
         } else {
             self.expire(ctx, timer.due_ms)?;
         }

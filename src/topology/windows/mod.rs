@@ -218,17 +218,36 @@ impl TimeWindows {
         if self.check().is_err() {
             return Vec::new();
         }
+        // In i128: no start or step can wrap, whatever `ts` (the runtime dead-letters times
+        // outside years 1 to 9999 before they get here, but a node of your own may call this
+        // with anything). A window whose start is below `i64::MIN` does not exist; an end past
+        // `i64::MAX` saturates. At most `ceil(size / advance)` windows.
+        let (ts, size, advance) = (
+            i128::from(ts),
+            i128::from(self.size),
+            i128::from(self.advance),
+        );
+        let lowest = i128::from(i64::MIN);
         let mut out = Vec::new();
-        let mut start = ts - ts.rem_euclid(self.advance);
-        while start > ts.saturating_sub(self.size) {
-            out.push(Window {
-                start,
-                end: start.saturating_add(self.size),
-            });
-            start -= self.advance;
+        let mut start = ts - ts.rem_euclid(advance);
+        while start > ts - size && start >= lowest {
+            if let Ok(s) = i64::try_from(start) {
+                let end = i64::try_from(start + size).unwrap_or(i64::MAX);
+                out.push(Window { start: s, end });
+            }
+            start -= advance;
         }
         out.reverse();
         out
+    }
+
+    /// How many windows a record belongs to at most: `ceil(size / advance)`.
+    pub(crate) fn windows_per_record(&self) -> usize {
+        if self.check().is_err() {
+            return 0;
+        }
+        let n = self.size / self.advance + i64::from(self.size % self.advance != 0);
+        usize::try_from(n).unwrap_or(usize::MAX)
     }
 }
 
@@ -286,4 +305,59 @@ pub enum LateRecords {
     /// The node's child of that name (a sink with the input's serdes), the record unchanged
     /// with `eosflow.late.windows` and `eosflow.late.stream.time` headers.
     Forward(String),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Before: `ts - ts.rem_euclid(advance)` and `start -= advance` overflowed near `i64::MIN`
+    /// (a debug build panicked, a release build wrapped and allocated windows until it died).
+    #[test]
+    fn window_assignment_never_overflows_at_extreme_times() {
+        let tumbling = TimeWindows::of_size_no_grace(Duration::from_millis(60_000));
+        let hopping = tumbling.advance_by(Duration::from_millis(7_000));
+        let huge = TimeWindows::of_size_no_grace(Duration::from_millis(u64::MAX));
+        let at = [
+            i64::MIN,
+            i64::MIN + 5,
+            i64::MIN + 59_999,
+            -1,
+            -60_001,
+            0,
+            i64::MAX - 5,
+            i64::MAX,
+        ];
+        for w in [tumbling, hopping] {
+            let most = w.windows_per_record();
+            for ts in at {
+                let ws = w.windows_for(ts);
+                assert!(ws.len() <= most, "{ts}: {} windows", ws.len());
+                for win in &ws {
+                    assert!(
+                        win.start <= ts && (ts < win.end || win.end == i64::MAX),
+                        "{ts}: {win:?}"
+                    );
+                    assert_eq!(win.start.rem_euclid(w.advance), 0, "aligned to the epoch");
+                }
+                if ts > i64::MIN + w.size {
+                    // floor(size / advance) or ceil, as the alignment falls.
+                    let least = usize::try_from(w.size / w.advance).unwrap_or(usize::MAX);
+                    assert!(ws.len() >= least, "{ts}: every window of an ordinary time");
+                }
+            }
+        }
+        // A size of i64::MAX ms (saturated): one window per record, never a loop.
+        for ts in at {
+            assert!(huge.windows_for(ts).len() <= 1);
+        }
+        assert_eq!(
+            tumbling.windows_for(-1),
+            vec![Window {
+                start: -60_000,
+                end: 0
+            }],
+            "negative times floor toward minus infinity"
+        );
+    }
 }

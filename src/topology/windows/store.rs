@@ -9,6 +9,10 @@
 //! - `x · end (sign-flipped) · key length · key · start` → empty: the windows in end order, so
 //!   [`WindowStore::expire`] deletes what retention lets go with one bounded scan from where
 //!   the last one stopped (`m` + `expired`, the end it reached), never a full scan.
+//! - Session windows only: `e · key length · key · end (sign-flipped) · start (sign-flipped)` →
+//!   empty: a key's sessions in end order, so the sessions a record can merge with (end at or
+//!   after `t - gap`, start at or before `t + gap`) are one bounded scan, never every retained
+//!   session of the key.
 
 use std::ops::Bound;
 
@@ -82,6 +86,15 @@ impl<K, V> WindowStoreHandle<K, V> {
 const DATA: u8 = b'w';
 const INDEX: u8 = b'x';
 const WATERMARK: &[u8] = b"mexpired";
+const SESSIONS: u8 = b'e';
+
+/// The session index key of `key`'s session `window`.
+fn session_key(key: &[u8], window: Window) -> Vec<u8> {
+    let mut k = key_prefix(SESSIONS, key);
+    k.extend_from_slice(&flip(window.end));
+    k.extend_from_slice(&flip(window.start));
+    k
+}
 
 /// `t` as 8 bytes that sort like the number.
 fn flip(t: i64) -> [u8; 8] {
@@ -235,6 +248,83 @@ impl<'c, 'a, K, V> WindowStore<'c, 'a, K, V> {
         Ok(out)
     }
 
+    /// `key`'s sessions that end at or after `from_end` and start at or before `to_start`, in
+    /// time order: one scan of the key's session index from `from_end`, which stops at the
+    /// first session starting after `to_start` (a key's sessions never overlap, so every later
+    /// one does too). Only sessions written with [`Self::put_session`] are indexed.
+    pub(crate) fn sessions_near(
+        &self,
+        k: &[u8],
+        from_end: i64,
+        to_start: i64,
+    ) -> Result<Vec<(Window, V)>, ProcessError> {
+        let prefix = key_prefix(SESSIONS, k);
+        let mut lower = prefix.clone();
+        lower.extend_from_slice(&flip(from_end));
+        let bounds = (Bound::Included(lower), prefix_bounds(&prefix).1);
+        let name = self.handle.name();
+        let mut near = Vec::new();
+        for item in self.view.scan(&bounds)? {
+            let (ik, _) = item.map_err(crate::processor::stores::read_error)?;
+            let times = ik.get(prefix.len()..).ok_or_else(|| corrupt(name))?;
+            let (end, start) = match (
+                times.get(..8).and_then(unflip),
+                times.get(8..).and_then(unflip),
+            ) {
+                (Some(end), Some(start)) => (end, start),
+                _ => return Err(corrupt(name)),
+            };
+            if start > to_start {
+                break;
+            }
+            let w = Window { start, end };
+            // The data row is the truth; an index entry without it (or with another end) is
+            // skipped.
+            if let Some((found, v)) = self.fetch_raw(&data_key(k, start))? {
+                if found == w {
+                    near.push((w, v));
+                }
+            }
+        }
+        near.sort_by_key(|(w, _)| w.start);
+        Ok(near)
+    }
+
+    /// Writes `key`'s session `window` and indexes it by end ([`Self::sessions_near`]),
+    /// replacing the session with the same start.
+    pub(crate) fn put_session(
+        &mut self,
+        k: &[u8],
+        window: Window,
+        value: &V,
+    ) -> Result<(), ProcessError> {
+        let dk = data_key(k, window.start);
+        let previous_end = self
+            .view
+            .get(&dk)?
+            .and_then(|b| split_value(&b).map(|(end, _)| end));
+        if previous_end != Some(window.end) {
+            if let Some(end) = previous_end {
+                let old = Window { end, ..window };
+                self.view
+                    .pending
+                    .delete(Column::State, &session_key(k, old));
+            }
+            self.view
+                .pending
+                .put(Column::State, &session_key(k, window), Vec::new());
+        }
+        self.put_read(k, window, previous_end, value)
+    }
+
+    /// Deletes `key`'s session `window` with its index entries.
+    pub(crate) fn remove_session(&mut self, k: &[u8], window: Window) -> Result<(), ProcessError> {
+        self.view
+            .pending
+            .delete(Column::State, &session_key(k, window));
+        self.remove_read(&data_key(k, window.start), window)
+    }
+
     /// Writes `key`'s `window` (replacing the one with the same start, whatever its end).
     pub fn put(&mut self, key: &K, window: Window, value: &V) -> Result<(), ProcessError> {
         let k = self.key_bytes(key)?;
@@ -303,11 +393,48 @@ impl<'c, 'a, K, V> WindowStore<'c, 'a, K, V> {
         Ok(())
     }
 
+    /// Deletes the window under a data key and its index entry without decoding its value
+    /// (what a close timer that cannot read its window cleans up); an entry too corrupt to
+    /// name its end loses its data row only.
+    pub(crate) fn discard_raw(&mut self, data: &[u8]) -> Result<(), ProcessError> {
+        let end = self
+            .view
+            .get(data)?
+            .and_then(|b| split_value(&b).map(|(end, _)| end));
+        if let (Some(end), Some((key, start))) = (end, parse_data_key(data)) {
+            let w = Window { start, end };
+            self.view.pending.delete(Column::State, &index_key(key, w));
+            self.view
+                .pending
+                .delete(Column::State, &session_key(key, w));
+        }
+        self.view.pending.delete(Column::State, data);
+        Ok(())
+    }
+
     /// Retention: deletes the windows whose end is before `cutoff`, earliest end first, at
     /// most `max` of them (the rest go on the next call); how many went. Each call starts
     /// where the last one stopped: the work is bounded by what expires, never by the store's
     /// size.
     pub fn expire(&mut self, cutoff: i64, max: usize) -> Result<usize, ProcessError> {
+        self.expire_with(cutoff, max, false)
+    }
+
+    /// [`Self::expire`] of a session store: each expired session's index entry goes too.
+    pub(crate) fn expire_sessions(
+        &mut self,
+        cutoff: i64,
+        max: usize,
+    ) -> Result<usize, ProcessError> {
+        self.expire_with(cutoff, max, true)
+    }
+
+    fn expire_with(
+        &mut self,
+        cutoff: i64,
+        max: usize,
+        sessions: bool,
+    ) -> Result<usize, ProcessError> {
         let from = match self.view.get(WATERMARK)? {
             Some(b) => unflip(&b).unwrap_or(i64::MIN),
             None => i64::MIN,
@@ -332,6 +459,11 @@ impl<'c, 'a, K, V> WindowStore<'c, 'a, K, V> {
             let data = data_key(key, window.start);
             self.view.pending.delete(Column::State, &data);
             self.view.pending.delete(Column::State, index);
+            if sessions {
+                self.view
+                    .pending
+                    .delete(Column::State, &session_key(key, window));
+            }
             reached = window.end;
         }
         if expired.len() < max {
