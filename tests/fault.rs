@@ -2,7 +2,8 @@
 //! `eosflow verify --scenario <name> --short` runs as its own process against the real broker,
 //! registry and Postgres, and must end with its one closing line saying nothing was lost or
 //! duplicated. broker-restart and outbox-crash start a PRIVATE broker / Postgres (ports 21092+)
-//! and stop it at the end: the shared stack is never restarted.
+//! and stop it at the end: the shared stack is never restarted. The `fault_cluster_*` scenarios
+//! start a private three-broker cluster (dev/cluster, ports 21332+) the same way.
 //!
 //! The long versions: `make verify-long` (see docs/verification.md).
 
@@ -342,4 +343,44 @@ fn fault_rebalance_storm_short_with_standbys_loses_and_duplicates_nothing() {
     assert_eq!(figure(&line, "crashes"), 0, "{line}");
     assert_eq!(figure(&line, "unclean_stops"), 0, "{line}");
     println!("{line}");
+}
+
+/// Issue #33: the scenarios on a private three-broker cluster (dev/cluster: replication factor 3,
+/// min.insync.replicas=2), one at a time (three JVMs of up to 1 GiB each beside the shared
+/// stack), each judged twice: by the verifier and by Apache Kafka's console consumer.
+fn cluster_scenario(name: &str, private_port: u16) -> String {
+    let _one_at_a_time = PRIVATE_BROKERS.lock().unwrap_or_else(|e| e.into_inner());
+    let line = scenario(name, private_port);
+    for exact in [
+        "state_mismatches=0",
+        "not_produced=0",
+        "console_lost=0",
+        "console_duplicated=0",
+        "console_agrees=true",
+    ] {
+        assert!(line.contains(exact), "{line}");
+    }
+    assert_eq!(figure(&line, "records"), 20_000, "{line}");
+    assert_eq!(figure(&line, "console_inputs"), 20_000, "{line}");
+    println!("{line}");
+    line
+}
+
+#[test]
+fn fault_cluster_leader_bounce_short_survives_clean_and_hard_bounces_of_the_busiest_leader() {
+    let line = cluster_scenario("leader-bounce", 21292);
+    assert_eq!(figure(&line, "clean_bounces"), 1, "{line}");
+    assert_eq!(figure(&line, "hard_bounces"), 1, "{line}");
+}
+
+#[test]
+fn fault_cluster_coordinator_bounce_short_survives_kill_9_of_the_transaction_coordinator() {
+    let line = cluster_scenario("coordinator-bounce", 21392);
+    assert_eq!(figure(&line, "coordinator_bounces"), 2, "{line}");
+}
+
+#[test]
+fn fault_cluster_broker_pause_one_short_survives_one_broker_frozen_past_the_transaction_timeout() {
+    let line = cluster_scenario("broker-pause-one", 21492);
+    assert_eq!(figure(&line, "pauses"), 1, "{line}");
 }

@@ -302,11 +302,13 @@ struct VerifyArgs {
     #[arg(long, requires = "scenario")]
     short: bool,
     /// `dev/stack`, which starts the private broker/Postgres of broker-restart, broker-pause and
-    /// outbox-crash.
+    /// outbox-crash; the cluster scenarios (leader-bounce, coordinator-bounce, broker-pause-one)
+    /// run `dev/cluster` from the same directory.
     #[arg(long, default_value = "dev/stack")]
     stack_script: PathBuf,
-    /// First port of that private stack (Kafka uses it to +2, Postgres +10); keep it below the
-    /// ephemeral range (32768+), where any client connection may be holding it.
+    /// First port of that private stack (Kafka uses it to +2, Postgres +10, a cluster +40 to
+    /// +61); keep it below the ephemeral range (32768+), where any client connection may be
+    /// holding it.
     #[arg(long, default_value_t = 23092)]
     private_port: u16,
     /// `processor.threads` of every instance (`EOSFLOW_PROCESSOR_THREADS`), for the plain run
@@ -318,6 +320,10 @@ struct VerifyArgs {
     /// like `--threads`.
     #[arg(long)]
     standby_replicas: Option<u32>,
+    /// Testing the verifier itself: every n-th record is sent to a partition that does not
+    /// exist, so its sends fail; the closing line must count them as not_produced, not lost.
+    #[arg(long, default_value_t = 0, hide = true)]
+    unsendable_every: u64,
     /// Seed of the rebalance storm's RNG (its closing line prints the one used), to replay a
     /// run's sequence of events.
     #[arg(long)]
@@ -584,6 +590,7 @@ fn verify_options(args: &VerifyArgs) -> Result<VerifyOptions> {
         work_dir: args.work_dir.clone(),
         drain_timeout: Duration::from_secs(args.drain_timeout_secs),
         extra_env: verify_instance_env(args)?,
+        unsendable_every: args.unsendable_every,
     })
 }
 

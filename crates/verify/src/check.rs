@@ -16,11 +16,14 @@ use eosflow::state::Column;
 /// What the outputs and the final state prove.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Verdict {
-    /// Distinct input records.
+    /// Distinct records of the workload.
     pub records: u64,
+    /// Of those, records the input topic does not hold: the harness failed to produce them
+    /// (their sends were never acknowledged). Not judged, never counted as lost.
+    pub not_produced: u64,
     /// Output records read.
     pub outputs: u64,
-    /// Inputs with no output.
+    /// Records in the input with no output.
     pub lost: u64,
     /// Outputs beyond one per input.
     pub duplicated: u64,
@@ -52,8 +55,9 @@ impl fmt::Display for Verdict {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "records={} outputs={} lost={} duplicated={} state_mismatches={} sequence_breaks={} malformed={} forwarded={} forward_duplicates={}",
+            "records={} not_produced={} outputs={} lost={} duplicated={} state_mismatches={} sequence_breaks={} malformed={} forwarded={} forward_duplicates={}",
             self.records,
+            self.not_produced,
             self.outputs,
             self.lost,
             self.duplicated,
@@ -86,10 +90,51 @@ pub fn verify(
     Ok(v)
 }
 
-/// Reads the output topic to its committed end and judges it (state left unchecked).
+/// Reads the output topic to its committed end and judges it (state left unchecked), taking
+/// every record of the workload as produced.
 pub fn verify_outputs(
     clients: &KafkaClients,
     workload: &Workload,
+    output_topic: &str,
+    timeout: Duration,
+) -> Result<Verdict, ReadError> {
+    let all = vec![true; workload.records as usize];
+    verify_outputs_of(clients, workload, &all, output_topic, timeout)
+}
+
+/// Which records of `workload` the input topic holds (by their `id` header), read back to its
+/// end: what the processor can be judged on, whatever the producer believed it sent.
+pub fn input_records(
+    clients: &KafkaClients,
+    workload: &Workload,
+    input_topic: &str,
+    timeout: Duration,
+) -> Result<Vec<bool>, ReadError> {
+    use rdkafka::message::Headers;
+    let mut present = vec![false; workload.records as usize];
+    read_all(clients, input_topic, timeout, |m| {
+        let index = m.headers().and_then(|h| {
+            h.iter()
+                .find(|h| h.key == "id")
+                .and_then(|h| h.value)
+                .and_then(|v| std::str::from_utf8(v).ok())
+                .and_then(|id| id.strip_prefix('r'))
+                .and_then(|n| n.parse::<usize>().ok())
+        });
+        if let Some(slot) = index.and_then(|i| present.get_mut(i)) {
+            *slot = true;
+        }
+        Ok(())
+    })?;
+    Ok(present)
+}
+
+/// Reads the output topic to its committed end and judges it against the records `present`
+/// in the input (indexed by record, from [`input_records`]); the others count as not produced.
+pub fn verify_outputs_of(
+    clients: &KafkaClients,
+    workload: &Workload,
+    present: &[bool],
     output_topic: &str,
     timeout: Duration,
 ) -> Result<Verdict, ReadError> {
@@ -115,9 +160,17 @@ pub fn verify_outputs(
         Ok(())
     })?;
     for i in 0..workload.records {
-        match seen.get(&Workload::id(i)) {
-            None => v.lost += 1,
-            Some(n) => v.duplicated += u64::from(n.saturating_sub(1)),
+        let n = seen.get(&Workload::id(i)).copied().unwrap_or(0);
+        if !present.get(i as usize).copied().unwrap_or(false) {
+            v.not_produced += 1;
+            // An output of a record the input does not hold came from nowhere: a duplicate of
+            // nothing, counted as such.
+            v.duplicated += u64::from(n);
+            continue;
+        }
+        match n {
+            0 => v.lost += 1,
+            n => v.duplicated += u64::from(n - 1),
         }
     }
     // Outputs of one key are in one partition, in commit order: counts must read 1, 2, …, n.
@@ -132,7 +185,16 @@ pub fn verify_outputs(
 /// Keys whose state (as `eosflow state dump --format count` prints it) is not what the
 /// workload says, plus keys that should not exist at all.
 pub fn state_mismatches(workload: &Workload, state: &BTreeMap<String, serde_json::Value>) -> u64 {
-    let want = workload.expected_state();
+    state_mismatches_of(workload, &vec![true; workload.records as usize], state)
+}
+
+/// [`state_mismatches`] against the records `present` in the input only.
+pub fn state_mismatches_of(
+    workload: &Workload,
+    present: &[bool],
+    state: &BTreeMap<String, serde_json::Value>,
+) -> u64 {
+    let want = workload.expected_state_of(|i| present.get(i as usize).copied().unwrap_or(false));
     let mut bad = 0;
     for (key, w) in &want {
         let got = state.get(key);

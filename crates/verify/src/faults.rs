@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{Offset, TopicPartitionList};
 
+use super::cluster::Cluster;
 use super::stack::PrivateStack;
 use super::storm::StormPlan;
 use eosflow::kafka::{ClientRole, KafkaClients};
@@ -29,6 +30,17 @@ pub enum Fault {
     /// transaction timeout, so the coordinator aborts the open transactions when it wakes and
     /// commits in flight have an unknown outcome.
     BrokerPause(PrivateStack, Duration),
+    /// On the three-node cluster: the broker leading the most partitions of the run's topics is
+    /// stopped and started again, cleanly (controlled shutdown) for the first half of the
+    /// faults, with `kill -9` for the second.
+    LeaderBounce(Cluster),
+    /// On the three-node cluster: the broker that is the transaction coordinator of the most
+    /// instances' transactional ids is `kill -9`ed (always mid-transaction: at a 100 ms commit
+    /// interval one is always open) and started again.
+    CoordinatorBounce(Cluster),
+    /// On the three-node cluster: one broker (each in turn) is frozen (SIGSTOP) this long, past
+    /// the transaction timeout, while the other two serve; then resumed.
+    BrokerPauseOne(Cluster, Duration),
     /// A rebalance storm: every few seconds a graceful stop, a start of a stopped slot or a
     /// `kill -9` with restart, picked by a seeded RNG ([`crate::storm`]).
     Storm(StormPlan),

@@ -4,6 +4,7 @@
 //! exactly once.
 
 pub mod check;
+pub mod cluster;
 pub mod count;
 pub mod faults;
 mod group;
@@ -63,6 +64,9 @@ pub struct VerifyOptions {
     pub drain_timeout: Duration,
     /// Further settings of every instance (`EOSFLOW_*` variables), e.g. a scenario's fault.
     pub extra_env: Vec<(String, String)>,
+    /// A test of the verifier itself: every n-th record is sent where it cannot go, so its
+    /// sends fail and it must be reported as not produced, never as lost (0 = none).
+    pub unsendable_every: u64,
 }
 
 /// The outcome of a run.
@@ -70,8 +74,11 @@ pub struct VerifyOptions {
 pub struct VerifyReport {
     /// The verdict from the committed output and state.
     pub verdict: Verdict,
-    /// Records produced, duplicates included.
+    /// Sends the broker acknowledged (records and their duplicates, each counted once).
     pub produced: u64,
+    /// What the workload producer's delivery reports said (sends, retries, records with no
+    /// acknowledged send).
+    pub produce: workload::Produced,
     /// kill -9s delivered.
     pub kills: u32,
     /// Wall time from the first record to an empty lag.
@@ -101,16 +108,19 @@ pub struct VerifyReport {
     pub output_topic: String,
     /// What a rebalance storm did (`Fault::Storm` runs only).
     pub storm: Option<storm::Tally>,
+    /// What was done to the cluster's brokers (cluster faults only).
+    pub cluster: Option<cluster::ClusterTally>,
 }
 
 impl VerifyReport {
     /// The one closing line.
     pub fn line(&self) -> String {
         format!(
-            "{} kills={} produced={} elapsed_s={:.1}",
+            "{} kills={} produced={} retried_sends={} elapsed_s={:.1}",
             self.verdict,
             self.kills,
             self.produced,
+            self.produce.retried,
             self.elapsed.as_secs_f64()
         )
     }
@@ -267,6 +277,14 @@ struct Fleet<'a> {
     thaws: Vec<(usize, u64)>,
     /// The rebalance storm's slots and tally (`Fault::Storm` runs only).
     churn: Option<storm::Churn>,
+    /// The run's group (and transactional id prefix) and its topics, for the cluster faults.
+    app_id: String,
+    topics: Vec<String>,
+    clients: KafkaClients,
+    /// What the cluster faults did.
+    cluster: cluster::ClusterTally,
+    /// The brokers bounced so far, in order.
+    bounced: Vec<i32>,
 }
 
 impl Fleet<'_> {
@@ -430,6 +448,60 @@ impl Fleet<'_> {
                 self.monitor.restart_clock();
                 Ok(())
             }
+            Fault::LeaderBounce(c) => {
+                let c = c.clone();
+                let hard = self.faults >= self.opts.kills / 2;
+                let node = cluster::busiest_leader(&self.clients, &self.topics, &self.bounced)?;
+                self.bounced.push(node);
+                self.bounce(&c, node, hard)?;
+                if hard {
+                    self.cluster.hard_bounces += 1;
+                } else {
+                    self.cluster.clean_bounces += 1;
+                }
+                Ok(())
+            }
+            Fault::CoordinatorBounce(c) => {
+                let c = c.clone();
+                let mut coordinating: std::collections::BTreeMap<i32, u32> = Default::default();
+                for inst in &self.instances {
+                    let id = format!("{}-{}", self.app_id, inst.name);
+                    *coordinating
+                        .entry(cluster::transaction_coordinator(&self.clients, &id)?)
+                        .or_default() += 1;
+                }
+                let node = coordinating
+                    .iter()
+                    .max_by_key(|(id, n)| (**n, -**id))
+                    .map(|(id, _)| *id)
+                    .ok_or("no instance has a transaction coordinator")?;
+                self.bounce(&c, node, true)?;
+                self.cluster.hard_bounces += 1;
+                self.cluster.coordinator_bounces += 1;
+                Ok(())
+            }
+            Fault::BrokerPauseOne(c, d) => {
+                let (c, d) = (c.clone(), *d);
+                let node = (self.faults as i32 % cluster::BROKERS) + 1;
+                self.monitor.fault_now();
+                c.signal("pause", node)?;
+                tracing::info!(node, secs = d.as_secs_f64(), "broker SIGSTOP");
+                let until = Instant::now() + d;
+                // No progress check while frozen: one can block for seconds on the frozen
+                // broker and stretch the pause.
+                while Instant::now() < until {
+                    if let Err(e) = self.supervise() {
+                        let _ = c.signal("resume", node);
+                        return Err(e);
+                    }
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+                c.signal("resume", node)?;
+                tracing::info!(node, "broker SIGCONT");
+                self.monitor.outages.push(d);
+                self.cluster.pauses += 1;
+                self.await_isr()
+            }
             Fault::Storm(_) => {
                 let Some(churn) = &mut self.churn else {
                     return Err("a storm run without its churn state".into());
@@ -451,6 +523,82 @@ impl Fleet<'_> {
                 Ok(())
             }
         }
+    }
+}
+
+impl Fleet<'_> {
+    /// Runs `dev/cluster <args>` to its end (at most 300 s) while the run goes on being watched:
+    /// the monitor keeps timing progress (a bounce is no outage of the cluster) and the
+    /// instances are supervised.
+    fn cluster_op(&mut self, c: &cluster::Cluster, args: &[&str]) -> Result<(), String> {
+        let mut child = c.spawn(args)?;
+        let deadline = Instant::now() + Duration::from_secs(300);
+        loop {
+            match child.try_wait() {
+                Ok(Some(st)) if st.success() => return Ok(()),
+                Ok(Some(st)) => {
+                    return Err(format!(
+                        "dev/cluster {} failed ({st}); see {}",
+                        args.join(" "),
+                        c.run_dir.join("cluster-commands.log").display()
+                    ))
+                }
+                Ok(None) if Instant::now() < deadline => {}
+                Ok(None) => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return Err(format!("dev/cluster {} took over 300 s", args.join(" ")));
+                }
+                Err(e) => return Err(format!("dev/cluster {}: {e}", args.join(" "))),
+            }
+            self.monitor.tick();
+            self.supervise()?;
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// Stops broker `node` (`kill -9` when `hard`, else a clean stop), keeps it away for 1–4 s,
+    /// starts it again and waits for the full ISR, watching the run all along.
+    fn bounce(&mut self, c: &cluster::Cluster, node: i32, hard: bool) -> Result<(), String> {
+        self.monitor.fault_now();
+        let t = Instant::now();
+        let id = node.to_string();
+        self.cluster_op(c, &[if hard { "kill" } else { "stop" }, &id])?;
+        tracing::info!(node, hard, "broker stopped");
+        let until = Instant::now() + Duration::from_millis(self.rng.gen_range(1000..4000));
+        while Instant::now() < until {
+            self.monitor.tick();
+            self.supervise()?;
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        self.cluster_op(c, &["start", &id])?;
+        tracing::info!(node, secs = t.elapsed().as_secs_f64(), "broker back");
+        self.monitor.outages.push(t.elapsed());
+        self.await_isr()
+    }
+
+    /// Waits (up to 180 s, watching the run) for every partition to have its full ISR again,
+    /// so the next fault never takes a second replica of a partition away.
+    fn await_isr(&mut self) -> Result<(), String> {
+        let started = Instant::now();
+        loop {
+            let short = cluster::isr_shortfall(&self.clients, &self.topics);
+            if short.is_empty() {
+                break;
+            }
+            if started.elapsed() > Duration::from_secs(180) {
+                return Err(format!(
+                    "partitions still short of their ISR after 180 s: {}",
+                    short.join(", ")
+                ));
+            }
+            self.monitor.tick();
+            self.supervise()?;
+            std::thread::sleep(Duration::from_millis(500));
+        }
+        let waited = started.elapsed().as_millis() as u64;
+        self.cluster.isr_wait_max_ms = self.cluster.isr_wait_max_ms.max(waited);
+        Ok(())
     }
 }
 
@@ -570,6 +718,11 @@ pub fn run(config: &Config, opts: &VerifyOptions) -> Result<VerifyReport, String
             Fault::Storm(plan) => Some(storm::Churn::new(*plan, opts.instances)),
             _ => None,
         },
+        app_id: app_id.clone(),
+        topics: vec![input.clone(), output.clone(), changelog.clone()],
+        clients: clients.clone(),
+        cluster: cluster::ClusterTally::default(),
+        bounced: Vec::new(),
     };
     for inst in &mut fleet.instances {
         inst.spawn(&opts.exe, &output)?;
@@ -581,7 +734,8 @@ pub fn run(config: &Config, opts: &VerifyOptions) -> Result<VerifyReport, String
         let workload = opts.workload;
         let input = input.clone();
         let duration = opts.duration;
-        std::thread::spawn(move || workload.produce(&clients, &input, duration))
+        let unsendable = opts.unsendable_every;
+        std::thread::spawn(move || workload.produce_counted(&clients, &input, duration, unsendable))
     };
 
     let drain_deadline = Instant::now() + opts.duration + opts.drain_timeout;
@@ -631,7 +785,7 @@ impl Run<'_> {
     fn finish(
         &self,
         fleet: &mut Fleet<'_>,
-        produced: u64,
+        produced: workload::Produced,
         started: Instant,
         deadline: Instant,
     ) -> Result<VerifyReport, String> {
@@ -668,16 +822,34 @@ impl Run<'_> {
         for inst in fleet.instances.iter_mut() {
             inst.kill9();
         }
-        let mut verdict = check::verify_outputs(
+        // Judged on what the input holds, read back: a record the producer failed to write is
+        // the harness's failure (not_produced), never the processor's (lost).
+        let present = check::input_records(
             self.clients,
             &opts.workload,
+            self.input,
+            Duration::from_secs(120),
+        )
+        .map_err(|e| format!("reading the input back: {e}"))?;
+        let mut verdict = check::verify_outputs_of(
+            self.clients,
+            &opts.workload,
+            &present,
             &self.output(fleet),
             Duration::from_secs(120),
         )
         .map_err(|e| format!("reading the results: {e}"))?;
+        if verdict.not_produced != produced.not_produced {
+            tracing::warn!(
+                in_input = opts.workload.records - verdict.not_produced,
+                acknowledged = opts.workload.records - produced.not_produced,
+                "the input holds a different set of records than the delivery reports said; \
+                 judging on the input"
+            );
+        }
         // The final state through the query command, as an operator would read it.
         let state = query::dump_via_cli(&opts.exe, self.bootstrap, self.changelog, "count")?;
-        verdict.state_mismatches = check::state_mismatches(&opts.workload, &state);
+        verdict.state_mismatches = check::state_mismatches_of(&opts.workload, &present, &state);
         let levels: Vec<String> = self
             .ladder
             .iter()
@@ -695,7 +867,8 @@ impl Run<'_> {
         .map_err(|e| format!("reading the DLT: {e}"))?;
         Ok(VerifyReport {
             verdict,
-            produced,
+            produced: produced.acked,
+            produce: produced,
             kills: fleet.faults,
             elapsed,
             recoveries: fleet.monitor.recoveries.clone(),
@@ -710,6 +883,11 @@ impl Run<'_> {
             input_topic: self.input.to_string(),
             output_topic: fleet.output.clone(),
             storm: fleet.churn.as_ref().map(|c| c.tally),
+            cluster: matches!(
+                opts.fault,
+                Fault::LeaderBounce(_) | Fault::CoordinatorBounce(_) | Fault::BrokerPauseOne(..)
+            )
+            .then_some(fleet.cluster),
         })
     }
 

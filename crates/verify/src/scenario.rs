@@ -6,6 +6,7 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use super::cluster::{self, Cluster};
 use super::faults::Fault;
 use super::stack::PrivateStack;
 use super::{VerifyOptions, VerifyReport, Workload};
@@ -44,11 +45,19 @@ pub enum Scenario {
     /// A join → re-key → window topology over a backlog produced before the instances start,
     /// two instances kill -9ed in turn: no record may be made late.
     RepartitionBacklog,
+    /// Three-broker cluster: the broker leading most partitions is stopped and restarted, again
+    /// and again, cleanly and then with `kill -9`.
+    LeaderBounce,
+    /// Three-broker cluster: the transaction coordinator of the instances is `kill -9`ed
+    /// mid-transaction and restarted, again and again.
+    CoordinatorBounce,
+    /// Three-broker cluster: one broker at a time frozen past the transaction timeout.
+    BrokerPauseOne,
 }
 
 impl Scenario {
     /// Every scenario, in the order `--scenario all` runs them.
-    pub const ALL: [Scenario; 14] = [
+    pub const ALL: [Scenario; 17] = [
         Scenario::KillProcessors,
         Scenario::BrokerRestart,
         Scenario::Zombie,
@@ -63,6 +72,9 @@ impl Scenario {
         Scenario::Joins,
         Scenario::RebalanceStorm,
         Scenario::RepartitionBacklog,
+        Scenario::LeaderBounce,
+        Scenario::CoordinatorBounce,
+        Scenario::BrokerPauseOne,
     ];
 
     /// The name on the command line and in the closing line.
@@ -82,6 +94,9 @@ impl Scenario {
             Scenario::Joins => "joins",
             Scenario::RebalanceStorm => "rebalance-storm",
             Scenario::RepartitionBacklog => "repartition-backlog",
+            Scenario::LeaderBounce => "leader-bounce",
+            Scenario::CoordinatorBounce => "coordinator-bounce",
+            Scenario::BrokerPauseOne => "broker-pause-one",
         }
     }
 }
@@ -169,6 +184,8 @@ impl ScenarioReport {
                 v.forward_duplicates.to_string(),
             ),
             ("produced".into(), r.produced.to_string()),
+            ("not_produced".into(), v.not_produced.to_string()),
+            ("retried_sends".into(), r.produce.retried.to_string()),
             ("monitor_misses".into(), r.monitor_misses.to_string()),
         ];
         if !r.outages.is_empty()
@@ -193,6 +210,25 @@ impl ScenarioReport {
         }
         if let Some(t) = &r.storm {
             extra.extend(super::storm::figures(t, r));
+        }
+        if let Some(c) = &r.cluster {
+            extra.extend([
+                ("clean_bounces".into(), c.clean_bounces.to_string()),
+                ("hard_bounces".into(), c.hard_bounces.to_string()),
+                (
+                    "coordinator_bounces".into(),
+                    c.coordinator_bounces.to_string(),
+                ),
+                ("pauses".into(), c.pauses.to_string()),
+                (
+                    "longest_stall_s".into(),
+                    format!("{:.1}", r.max_recovery_s()),
+                ),
+                (
+                    "isr_wait_max_s".into(),
+                    format!("{:.1}", c.isr_wait_max_ms as f64 / 1000.0),
+                ),
+            ]);
         }
         extra.push((
             "elapsed_s".into(),
@@ -252,7 +288,26 @@ pub struct ScenarioEnv {
     pub storm_seed: Option<u64>,
 }
 
+/// The first port of a scenario's three-node cluster, above its private stack's ports: node n
+/// listens on it + 10 (n − 1) and the next port (its controller).
+const CLUSTER_PORT_OFFSET: u16 = 40;
+
 impl ScenarioEnv {
+    /// The scenario's private three-node cluster (`dev/cluster`, beside `dev/stack`).
+    fn cluster(&self, scenario: Scenario) -> Cluster {
+        let run_dir = std::env::temp_dir().join(format!(
+            "eosflow-{}-{}-{}",
+            scenario.name(),
+            self.private_port,
+            std::process::id()
+        ));
+        Cluster::new(
+            self.stack_script.with_file_name("cluster"),
+            run_dir,
+            self.private_port + CLUSTER_PORT_OFFSET,
+        )
+    }
+
     fn private_stack(&self, scenario: Scenario) -> PrivateStack {
         let run_dir = std::env::temp_dir().join(format!(
             "eosflow-{}-{}-{}",
@@ -295,6 +350,7 @@ fn count_run(
         work_dir: env.work_dir.clone(),
         drain_timeout: Duration::from_secs(600),
         extra_env: env.instance_env.clone(),
+        unsendable_every: 0,
     }
 }
 
@@ -480,6 +536,9 @@ fn run_scenario(
             };
             super::repartition_backlog::run(config, env, &opts)
         }
+        Scenario::LeaderBounce | Scenario::CoordinatorBounce | Scenario::BrokerPauseOne => {
+            cluster_scenario(config, scenario, short, env)
+        }
         Scenario::RebalanceStorm => {
             let plan = super::storm::StormPlan::new(env.storm_seed.unwrap_or_else(rand::random));
             // One event per mean gap over the churn, which lasts as long as the workload is
@@ -502,6 +561,55 @@ fn run_scenario(
             Ok(ScenarioReport::from_run(scenario, &r))
         }
     }
+}
+
+/// A cluster scenario: a private three-node cluster, the counting topology under load with
+/// `fault` done to its brokers, the verdict, then Kafka's console consumer as a second judge.
+fn cluster_scenario(
+    config: &Config,
+    scenario: Scenario,
+    short: bool,
+    env: &ScenarioEnv,
+) -> Result<ScenarioReport, String> {
+    let c = env.cluster(scenario);
+    let _guard = c.up()?;
+    let mut on_cluster = config.clone();
+    on_cluster.kafka.bootstrap = c.bootstrap();
+    // (records, instances, faults, seconds of load)
+    let (records, instances, faults, secs) = match (scenario, short) {
+        (Scenario::LeaderBounce, true) => (20_000, 2, 2, 30),
+        (Scenario::LeaderBounce, false) => (200_000, 3, 10, 300),
+        (Scenario::CoordinatorBounce, true) => (20_000, 2, 2, 30),
+        (Scenario::CoordinatorBounce, false) => (200_000, 3, 8, 300),
+        (_, true) => (20_000, 2, 1, 30),
+        (_, false) => (200_000, 3, 6, 300),
+    };
+    let fault = match scenario {
+        Scenario::LeaderBounce => Fault::LeaderBounce(c.clone()),
+        Scenario::CoordinatorBounce => Fault::CoordinatorBounce(c.clone()),
+        _ => Fault::BrokerPauseOne(c.clone(), Duration::from_secs(13)),
+    };
+    let opts = count_run(env, records, instances, faults, secs, fault);
+    let r = super::run(&on_cluster, &opts)?;
+    let mut report = ScenarioReport::from_run(scenario, &r);
+    // The second judge: Apache Kafka's own consumer, read_committed, on input and output.
+    let home = c.kafka_home()?;
+    let judge = cluster::console_judgement(&home, &c.bootstrap(), &r.input_topic, &r.output_topic)?;
+    let in_input = r.verdict.records - r.verdict.not_produced;
+    let agrees = judge.input_ids == in_input
+        && judge.outputs == r.verdict.outputs
+        && judge.lost == r.verdict.lost
+        && judge.duplicated == r.verdict.duplicated;
+    report.extra.extend([
+        ("console_inputs".into(), judge.input_ids.to_string()),
+        ("console_outputs".into(), judge.outputs.to_string()),
+        ("console_lost".into(), judge.lost.to_string()),
+        ("console_duplicated".into(), judge.duplicated.to_string()),
+        ("console_other_lines".into(), judge.other_lines.to_string()),
+        ("console_agrees".into(), agrees.to_string()),
+    ]);
+    report.checks_ok &= agrees && r.verdict.not_produced == 0;
+    Ok(report)
 }
 
 #[cfg(test)]

@@ -5,7 +5,8 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use rdkafka::message::{Header, OwnedHeaders};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
 
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::ClientContext;
@@ -13,23 +14,69 @@ use rdkafka::ClientContext;
 use crate::count::CountState;
 use eosflow::kafka::{ClientRole, KafkaClients};
 
-/// Counts deliveries that failed, so a lost workload record is never blamed on the processor.
-#[derive(Default)]
+/// The delivery reports of a workload's sends: a send counts as produced only when the broker
+/// acknowledged it, so a record the harness failed to produce is never blamed on the processor.
+/// Each send slot is `2 * record + copy` (copy 1: the re-sent duplicate).
 struct DeliveryCheck {
-    failed: AtomicU64,
+    acked: Vec<AtomicBool>,
+    failed: Mutex<Vec<usize>>,
+}
+
+impl DeliveryCheck {
+    fn new(records: u64) -> Self {
+        Self {
+            acked: (0..records * 2).map(|_| AtomicBool::new(false)).collect(),
+            failed: Mutex::new(Vec::new()),
+        }
+    }
+
+    fn take_failed(&self) -> Vec<usize> {
+        std::mem::take(&mut *self.failed.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    fn fail(&self, slot: usize) {
+        self.failed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(slot);
+    }
 }
 
 impl ClientContext for DeliveryCheck {}
 
 impl ProducerContext for DeliveryCheck {
-    type DeliveryOpaque = ();
-    fn delivery(&self, result: &DeliveryResult<'_>, _: Self::DeliveryOpaque) {
-        if let Err((e, _)) = result {
-            tracing::error!(error = %e, "workload record not delivered");
-            self.failed.fetch_add(1, Ordering::Relaxed);
+    type DeliveryOpaque = usize;
+    fn delivery(&self, result: &DeliveryResult<'_>, slot: usize) {
+        match result {
+            Ok(_) => {
+                if let Some(a) = self.acked.get(slot) {
+                    a.store(true, Ordering::Relaxed);
+                }
+            }
+            Err((e, _)) => {
+                tracing::warn!(error = %e, record = slot / 2, "workload send not delivered");
+                self.fail(slot);
+            }
         }
     }
 }
+
+/// What producing a workload achieved, by delivery report.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Produced {
+    /// Sends the workload asked for: every record once, plus its re-sent copy if it has one.
+    pub sent: u64,
+    /// Of those, the sends the broker acknowledged (on the first attempt or a retry).
+    pub acked: u64,
+    /// Sends made again after a failed delivery report or a refused send.
+    pub retried: u64,
+    /// Distinct records none of whose sends was acknowledged: not produced, whatever the
+    /// processor does.
+    pub not_produced: u64,
+}
+
+/// Rounds of re-sending what failed, after the first attempt.
+const RETRY_ROUNDS: u32 = 3;
 
 /// The shape of a workload.
 #[derive(Debug, Clone, Copy)]
@@ -73,8 +120,14 @@ impl Workload {
 
     /// Final per-key state if every distinct record is counted exactly once.
     pub fn expected_state(&self) -> BTreeMap<String, CountState> {
+        self.expected_state_of(|_| true)
+    }
+
+    /// Final per-key state if every distinct record `i` for which `present(i)` (those the input
+    /// topic holds) is counted exactly once.
+    pub fn expected_state_of(&self, present: impl Fn(u64) -> bool) -> BTreeMap<String, CountState> {
         let mut m: BTreeMap<String, CountState> = BTreeMap::new();
-        for i in 0..self.records {
+        for i in (0..self.records).filter(|i| present(*i)) {
             let s = m.entry(self.key(i)).or_default();
             s.count += 1;
             s.sum += Self::amount(i);
@@ -83,30 +136,67 @@ impl Workload {
     }
 
     /// Produces the workload to `topic`, paced to take about `duration` (zero = as fast as
-    /// possible). Duplicates follow their original a few records later.
+    /// possible). Duplicates follow their original a few records later. Returns the sends made
+    /// (records plus duplicates); an error if any was not acknowledged.
     pub fn produce(
         &self,
         clients: &KafkaClients,
         topic: &str,
         duration: Duration,
     ) -> Result<u64, String> {
+        let p = self.produce_counted(clients, topic, duration, 0)?;
+        if p.acked < p.sent {
+            return Err(format!(
+                "{} of {} workload sends were not acknowledged ({} records not produced)",
+                p.sent - p.acked,
+                p.sent,
+                p.not_produced
+            ));
+        }
+        Ok(p.sent)
+    }
+
+    /// Whether record `i` is one the harness is made to fail (`unsendable_every`, 0 = none).
+    pub fn is_unsendable(i: u64, unsendable_every: u64) -> bool {
+        unsendable_every > 0 && i % unsendable_every == unsendable_every / 2
+    }
+
+    /// [`Workload::produce`] that counts instead of failing: a send counts only once its
+    /// delivery report says the broker has it; a send that failed (refused by the client or
+    /// reported undelivered) is made again, up to three more rounds, and a record still without
+    /// an acknowledged send is counted as not produced. `unsendable_every` (a test of the
+    /// verifier itself; 0 = none) sends every n-th record to a partition that does not exist,
+    /// so all its sends fail.
+    pub fn produce_counted(
+        &self,
+        clients: &KafkaClients,
+        topic: &str,
+        duration: Duration,
+        unsendable_every: u64,
+    ) -> Result<Produced, String> {
         let producer: ThreadedProducer<DeliveryCheck> = clients
             .config(ClientRole::Idempotent)
-            .create_with_context(DeliveryCheck::default())
+            .create_with_context(DeliveryCheck::new(self.records))
             .map_err(|e| format!("creating the workload producer: {e}"))?;
         let started = Instant::now();
-        let mut sent = 0u64;
+        let mut out = Produced::default();
         let mut redo: Vec<u64> = Vec::new();
+        let send = |slot: usize| {
+            let i = (slot / 2) as u64;
+            let partition =
+                Self::is_unsendable(i, unsendable_every).then_some(UNSENDABLE_PARTITION);
+            self.send(&producer, topic, i, slot, partition)
+        };
         for i in 0..self.records {
-            self.send(&producer, topic, i)?;
-            sent += 1;
+            send(2 * i as usize)?;
+            out.sent += 1;
             if self.duplicate_every > 0 && i % self.duplicate_every == self.duplicate_every - 1 {
                 redo.push(i);
             }
             if redo.len() > 3 || (i + 1 == self.records && !redo.is_empty()) {
                 for j in redo.drain(..) {
-                    self.send(&producer, topic, j)?;
-                    sent += 1;
+                    send(2 * j as usize + 1)?;
+                    out.sent += 1;
                 }
             }
             if !duration.is_zero() && i % 256 == 0 {
@@ -117,21 +207,53 @@ impl Workload {
                 }
             }
         }
-        producer
-            .flush(Duration::from_secs(60))
-            .map_err(|e| format!("flushing the workload: {e}"))?;
-        let failed = producer.context().failed.load(Ordering::Relaxed);
-        if failed > 0 {
-            return Err(format!("{failed} workload records were not delivered"));
+        let flush = |producer: &ThreadedProducer<DeliveryCheck>| {
+            producer
+                .flush(Duration::from_secs(60))
+                .map_err(|e| format!("flushing the workload: {e}"))
+        };
+        flush(&producer)?;
+        for round in 1..=RETRY_ROUNDS {
+            let failed = producer.context().take_failed();
+            if failed.is_empty() {
+                break;
+            }
+            tracing::warn!(
+                sends = failed.len(),
+                round,
+                "workload sends failed; sending them again"
+            );
+            std::thread::sleep(Duration::from_millis(500));
+            for slot in failed {
+                send(slot)?;
+                out.retried += 1;
+            }
+            flush(&producer)?;
         }
-        Ok(sent)
+        let acked = &producer.context().acked;
+        let is_acked = |slot: usize| acked.get(slot).is_some_and(|a| a.load(Ordering::Relaxed));
+        out.acked = (0..acked.len()).filter(|s| is_acked(*s)).count() as u64;
+        out.not_produced = (0..self.records as usize)
+            .filter(|i| !is_acked(2 * i) && !is_acked(2 * i + 1))
+            .count() as u64;
+        if out.not_produced > 0 {
+            tracing::warn!(
+                records = out.not_produced,
+                "workload records not produced (no send acknowledged)"
+            );
+        }
+        Ok(out)
     }
 
+    /// Sends slot `slot` (record `i`, to `partition` if given); a send the client refuses
+    /// (other than a full queue, which is waited out) is counted as failed, for a retry round.
     fn send(
         &self,
         producer: &ThreadedProducer<DeliveryCheck>,
         topic: &str,
         i: u64,
+        slot: usize,
+        partition: Option<i32>,
     ) -> Result<(), String> {
         let key = self.key(i);
         let value = if self.is_transient(i) {
@@ -141,30 +263,42 @@ impl Workload {
         };
         let id = Self::id(i);
         let deadline = Instant::now() + Duration::from_secs(60);
-        let mut record = BaseRecord::to(topic)
+        let mut record = BaseRecord::with_opaque_to(topic, slot)
             .key(key.as_bytes())
             .payload(value.as_bytes())
             .headers(OwnedHeaders::new().insert(Header {
                 key: "id",
                 value: Some(id.as_bytes()),
             }));
+        if let Some(p) = partition {
+            record = record.partition(p);
+        }
         loop {
             match producer.send(record) {
                 Ok(()) => return Ok(()),
-                Err((e, r)) if Instant::now() < deadline => {
-                    if !matches!(
-                        e,
-                        rdkafka::error::KafkaError::MessageProduction(
-                            rdkafka::types::RDKafkaErrorCode::QueueFull
-                        )
-                    ) {
-                        return Err(format!("producing record {i}: {e}"));
+                Err((
+                    rdkafka::error::KafkaError::MessageProduction(
+                        rdkafka::types::RDKafkaErrorCode::QueueFull,
+                    ),
+                    r,
+                )) => {
+                    if Instant::now() >= deadline {
+                        return Err(format!(
+                            "producing record {i}: the queue stayed full for 60 s"
+                        ));
                     }
                     record = r;
                     std::thread::sleep(Duration::from_millis(5));
                 }
-                Err((e, _)) => return Err(format!("producing record {i}: {e}")),
+                Err((e, _)) => {
+                    tracing::warn!(error = %e, record = i, "workload send refused");
+                    producer.context().fail(slot);
+                    return Ok(());
+                }
             }
         }
     }
 }
+
+/// The partition unsendable records go to: none of the verifier's topics has it.
+const UNSENDABLE_PARTITION: i32 = 1_000_000;
