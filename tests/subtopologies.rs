@@ -26,11 +26,9 @@ use std::time::{Duration, Instant};
 use eosflow::config::Config;
 use eosflow::kafka::reader::{read_all, watermarks};
 use eosflow::kafka::topics::{self, TopicSpec};
-use eosflow::serdes::{I64Serde, StringSerde};
-use eosflow::topology::windows::{
-    EmitStrategy, TimeWindows, WindowStoreHandle, WindowedAggregate, WindowedSerde,
-};
-use eosflow::topology::{JoinWindows, StreamJoin, TableHandle, Topology};
+use eosflow::serdes::StringSerde;
+use eosflow::topology::windows::WindowStoreHandle;
+use eosflow::topology::{JoinWindows, StreamJoin, Topology};
 use eosflow_verify::group_lag;
 use rdkafka::Message;
 
@@ -41,8 +39,7 @@ const REGIONS: [&str; 5] = ["eu", "us", "apac", "latam", "africa"];
 const CLICKS: i64 = 3_000;
 /// Ten minutes of event time.
 const SPAN_MS: i64 = 600_000;
-const WINDOW_MS: i64 = 60_000;
-const GRACE_MS: i64 = 10_000;
+const WINDOW_MS: i64 = eosflow_verify::repartition_backlog::WINDOW_MS;
 
 fn user(k: usize) -> String {
     format!("user-{k:02}")
@@ -52,42 +49,10 @@ fn region(k: usize) -> &'static str {
     REGIONS[k % REGIONS.len()]
 }
 
-/// clicks ⋈ users → re-key by region → 1-minute windows (10 s grace) on close.
+/// clicks ⋈ users → re-key by region → 1-minute windows (10 s grace) on close: the
+/// `repartition-backlog` scenario's topology (`<app>.clicks` joined with `<app>.clicks.users`).
 fn region_counts(app: &str) -> Topology {
-    let users = TableHandle::new("users", format!("{app}.users"), StringSerde, StringSerde);
-    let windows = TimeWindows::of_size_with_grace(
-        Duration::from_millis(WINDOW_MS as u64),
-        Duration::from_millis(GRACE_MS as u64),
-    );
-    let store = WindowStoreHandle::new("per-region", StringSerde, I64Serde);
-    let count = WindowedAggregate::time(store, windows, || 0, |_, _: &String, n: i64| n + 1)
-        .emit(EmitStrategy::OnWindowClose);
-    let clicks = format!("{app}.clicks");
-    Topology::builder()
-        .add_source("clicks", &[clicks.as_str()], StringSerde, StringSerde)
-        .add_table(&users)
-        .add_stream_table_join(
-            "with-region",
-            &["clicks"],
-            &users,
-            |_: &String, page: &String, region: &String| Some(format!("{region}|{page}")),
-        )
-        .add_repartition(
-            "by-region",
-            "with-region",
-            |_: Option<&String>, v: &String| v.split_once('|').map(|(r, _)| r.to_string()),
-            StringSerde,
-            StringSerde,
-        )
-        .add_windowed_aggregate("count", &["by-region"], count)
-        .add_sink(
-            "out",
-            &format!("{app}.out"),
-            WindowedSerde::new(StringSerde),
-            I64Serde,
-            &["count"],
-        )
-        .build()
+    eosflow_verify::repartition_backlog::topology(&format!("{app}.clicks"), &format!("{app}.out"))
         .expect("valid topology")
 }
 
@@ -201,7 +166,7 @@ fn a_rekeyed_windowed_count_over_a_backlog_loses_no_click_to_lateness_across_kil
     assert_eq!(t.sub_topologies().len(), 2, "{:?}", t.sub_topologies());
     let (clicks, users, out) = (
         format!("{app}.clicks"),
-        format!("{app}.users"),
+        eosflow_verify::repartition_backlog::users_topic(&format!("{app}.clicks")),
         format!("{app}.out"),
     );
     let repartition = format!("{app}-by-region-repartition");

@@ -106,6 +106,19 @@ pub(super) fn owned_headers(m: &OwnedMessage) -> Vec<(String, Vec<u8>)> {
         .unwrap_or_default()
 }
 
+/// The polled message `m` as the record a processor sees, over its owned `headers`.
+pub(super) fn record_of<'m>(m: &'m OwnedMessage, headers: &'m [(String, Vec<u8>)]) -> Record<'m> {
+    Record {
+        topic: m.topic(),
+        partition: m.partition(),
+        offset: m.offset(),
+        timestamp: m.timestamp().to_millis(),
+        key: m.key(),
+        value: m.payload(),
+        headers,
+    }
+}
+
 impl<P: Processor> Runtime<P> {
     /// Runs `f` on the engine over this runtime's state, with the producer as its output.
     fn with_engine<T>(&mut self, f: impl FnOnce(&mut Engine<'_, P, KafkaOut<'_>>) -> T) -> T {
@@ -133,15 +146,7 @@ impl<P: Processor> Runtime<P> {
     /// Processes one polled record inside the open transaction.
     pub(super) fn handle(&mut self, m: &OwnedMessage, now: i64) -> Result<(), SinkError> {
         let headers = owned_headers(m);
-        let record = Record {
-            topic: m.topic(),
-            partition: m.partition(),
-            offset: m.offset(),
-            timestamp: m.timestamp().to_millis(),
-            key: m.key(),
-            value: m.payload(),
-            headers: &headers,
-        };
+        let record = record_of(m, &headers);
         self.with_engine(|e| e.handle(&record, now))
     }
 

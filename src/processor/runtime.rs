@@ -22,7 +22,7 @@ use rdkafka::{ClientContext, Message, Offset, TopicPartitionList};
 
 use super::align;
 use super::engine::{Isolated, NamedStore, Task};
-use super::{Processor, Record};
+use super::Processor;
 use crate::config::Config;
 use crate::kafka::{ClientRole, KafkaClients};
 use crate::retry::depth::DepthWatcher;
@@ -2506,17 +2506,8 @@ impl<P: Processor> Runtime<P> {
     /// stream time), or its Kafka timestamp.
     fn alignment_time(&self, m: &OwnedMessage) -> i64 {
         let headers = super::drive::owned_headers(m);
-        let record = Record {
-            topic: m.topic(),
-            partition: m.partition(),
-            offset: m.offset(),
-            timestamp: m.timestamp().to_millis(),
-            key: m.key(),
-            value: m.payload(),
-            headers: &headers,
-        };
         self.processor
-            .event_time(&record)
+            .event_time(&super::drive::record_of(m, &headers))
             .unwrap_or_else(|| align::kafka_ts(m))
     }
 
