@@ -55,7 +55,10 @@ fn the_initial_snapshot_publishes_each_aggregates_rows_in_write_order_across_a_k
         id_order_breaks_write_order(&o),
         "the data must catch id order"
     );
-    let chunks = [("EOSFLOW_OUTBOX_BATCH_SIZE", "100")];
+    // Small chunks (a Kafka transaction each): the snapshot lasts long enough for the progress
+    // poll to see it mid-way however fast the machine is (with 100-row chunks it could end
+    // between two polls, and the kill never land mid-snapshot).
+    let chunks = [("EOSFLOW_OUTBOX_BATCH_SIZE", "20")];
     o.spawn("cdc", &chunks);
     let (app, slot) = (o.app.clone(), o.slot.clone());
     let progress = || checkpoint(&app, &slot).and_then(|c| c.snapshot);
