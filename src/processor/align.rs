@@ -14,6 +14,7 @@
 //! necessarily the Kafka timestamp.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::{Duration, Instant};
 
 use rdkafka::message::OwnedMessage;
 use rdkafka::Message;
@@ -26,7 +27,7 @@ pub(super) type Times = HashMap<(String, i32), i64>;
 /// The topics that take part in alignment, with their rank (tables first at equal times, then
 /// inputs) and sub-topology: those of every sub-topology reading two or more of them. None
 /// when `processor.max_task_idle_ms` is `-1`.
-pub(super) fn aligned_topics(
+fn aligned_topics(
     opts: &RuntimeOptions,
     sub_of: impl Fn(&str) -> usize,
 ) -> Vec<(String, u8, usize)> {
@@ -53,7 +54,7 @@ pub(super) fn aligned_topics(
 }
 
 /// The rank and sub-topology of `topic` among the aligned topics (none: not aligned).
-pub(super) fn rank_of(aligned: &[(String, u8, usize)], topic: &str) -> Option<(u8, usize)> {
+fn rank_of(aligned: &[(String, u8, usize)], topic: &str) -> Option<(u8, usize)> {
     aligned
         .iter()
         .find(|(t, _, _)| t == topic)
@@ -70,7 +71,7 @@ pub(super) fn kafka_ts(m: &OwnedMessage) -> i64 {
 /// are merged by (time, rank, topic), each partition kept in offset order; they take the slots
 /// aligned records had, and every other record keeps its slot. `ts` is each batch record's
 /// time (by batch index).
-pub(super) fn merge(
+fn merge(
     batch: &[OwnedMessage],
     order: Vec<usize>,
     ts: &[i64],
@@ -118,20 +119,249 @@ pub(super) fn merge(
 #[derive(Default)]
 pub(super) struct Gate {
     /// Tasks (sub-topology, partition number) whose aligned records wait for the next batch.
-    pub(super) held: BTreeSet<(usize, i32)>,
+    held: BTreeSet<(usize, i32)>,
     /// Aligned records held (indexes into the batch): read again.
-    pub(super) held_records: Vec<usize>,
+    held_records: Vec<usize>,
     /// Last slot in the order of each aligned (topic, partition) of the batch.
-    pub(super) last_slot: HashMap<(String, i32), usize>,
+    last_slot: HashMap<(String, i32), usize>,
     /// Latest time handled per aligned (topic, partition): committed, then this batch's.
-    pub(super) seen: HashMap<(String, i32), i64>,
+    seen: HashMap<(String, i32), i64>,
     /// Whether an aligned (topic, partition) is read to its end (asked once per batch).
-    pub(super) caught_up: HashMap<(String, i32), bool>,
+    caught_up: HashMap<(String, i32), bool>,
+    /// Each batch record's time (by batch index; `i64::MIN` for records not aligned).
+    times: Vec<i64>,
+}
+
+/// Timestamp alignment across batches: the aligned topics, what each aligned partition
+/// handled last and offers next, how long each task has idled on a partition read to its end,
+/// and the open batch's outcome (applied only if it commits).
+#[derive(Default)]
+pub(super) struct Alignment {
+    /// The topics taking part, with their rank (tables first) and sub-topology.
+    aligned: Vec<(String, u8, usize)>,
+    /// `processor.max_task_idle_ms`.
+    max_task_idle_ms: i64,
+    /// The latest timestamp committed per input or table (topic, partition).
+    seen: Times,
+    /// A lower bound of the timestamps not handled yet per input or table (topic, partition):
+    /// the earliest record of it a batch polled and did not handle (records are assumed in
+    /// timestamp order within a partition). It lets a partition number progress when a batch
+    /// holds records of only one of its topics.
+    head: Times,
+    /// The open batch's records held (indexes into the batch), the latest timestamps it
+    /// handled and the heads it left: applied if it commits (on any path), dropped if not.
+    batch: (Vec<usize>, Times, Times),
+    /// With `max_task_idle_ms > 0`: since when each task (sub-topology, partition number) has
+    /// waited for a partition that is read to its end.
+    idle_since: HashMap<(usize, i32), Instant>,
+}
+
+impl Alignment {
+    /// Alignment of `opts`' tables and inputs, with `sub_of` each topic's sub-topology.
+    pub(super) fn new(opts: &RuntimeOptions, sub_of: impl Fn(&str) -> usize) -> Self {
+        Self {
+            aligned: aligned_topics(opts, sub_of),
+            max_task_idle_ms: opts.max_task_idle_ms,
+            ..Self::default()
+        }
+    }
+
+    /// Whether any task aligns its inputs.
+    pub(super) fn is_on(&self) -> bool {
+        !self.aligned.is_empty()
+    }
+
+    /// Starts a batch: each aligned record's time (`time_of`, the sources' extractor), and the
+    /// batch's `order` merged by time per task. Returns the order and the batch's gate.
+    pub(super) fn begin_batch(
+        &mut self,
+        batch: &[OwnedMessage],
+        order: Vec<usize>,
+        time_of: impl Fn(&OwnedMessage) -> i64,
+    ) -> (Vec<usize>, Gate) {
+        self.batch = (Vec::new(), HashMap::new(), HashMap::new());
+        let mut gate = Gate::default();
+        if !self.is_on() {
+            return (order, gate);
+        }
+        gate.times = batch
+            .iter()
+            .map(|m| match rank_of(&self.aligned, m.topic()) {
+                Some(_) => time_of(m),
+                None => i64::MIN,
+            })
+            .collect();
+        let aligned = &self.aligned;
+        let order = merge(batch, order, &gate.times, |t| rank_of(aligned, t));
+        for (k, &i) in order.iter().enumerate() {
+            let m = &batch[i];
+            if rank_of(aligned, m.topic()).is_some() {
+                gate.last_slot
+                    .insert((m.topic().to_string(), m.partition()), k);
+            }
+        }
+        gate.seen = self.seen.clone();
+        (order, gate)
+    }
+
+    /// Asks, before the transaction begins, whether the aligned partitions a held record would
+    /// wait for are read to their end (a broker round trip each, `read_to_its_end`). Those
+    /// with a record in the batch are asked only if a record waits for them.
+    pub(super) fn ask_ends(
+        &self,
+        batch: &[OwnedMessage],
+        gate: &mut Gate,
+        read_to_its_end: impl Fn(&str, i32) -> bool,
+    ) {
+        if !self.is_on() {
+            return;
+        }
+        let present: BTreeSet<(&str, i32)> =
+            batch.iter().map(|m| (m.topic(), m.partition())).collect();
+        let tasks: BTreeSet<(usize, i32)> = batch
+            .iter()
+            .filter_map(|m| rank_of(&self.aligned, m.topic()).map(|(_, sub)| (sub, m.partition())))
+            .collect();
+        for (sub, p) in tasks {
+            for (t, _, s) in &self.aligned {
+                if *s == sub && !present.contains(&(t.as_str(), p)) {
+                    let c = read_to_its_end(t, p);
+                    gate.caught_up.insert((t.clone(), p), c);
+                }
+            }
+        }
+    }
+
+    /// Whether record `m` (index `i` of the batch, slot `k` of the order) may be handled now —
+    /// every other table or input partition of its task (its sub-topology on its partition
+    /// number) holds nothing that must come first. If not, the task is held for the rest of
+    /// the batch and `m` is read again. Records of other topics are always handled.
+    pub(super) fn may_handle(
+        &mut self,
+        gate: &mut Gate,
+        k: usize,
+        i: usize,
+        m: &OwnedMessage,
+        read_to_its_end: impl Fn(&str, i32) -> bool,
+    ) -> bool {
+        let Some((r, sub)) = rank_of(&self.aligned, m.topic()) else {
+            return true;
+        };
+        let t = gate.times.get(i).copied().unwrap_or(i64::MIN);
+        let p = m.partition();
+        if gate.held.contains(&(sub, p)) {
+            gate.held_records.push(i);
+            return false;
+        }
+        let mut waited_idle = false;
+        for (other, other_rank, s) in &self.aligned {
+            if *s != sub || other == m.topic() {
+                continue;
+            }
+            let key = (other.clone(), p);
+            if gate.last_slot.get(&key).is_some_and(|l| *l > k) {
+                continue;
+            }
+            if seen_past(gate.seen.get(&key).copied(), t, r, *other_rank)
+                || seen_past(self.head.get(&key).copied(), t, r, *other_rank)
+            {
+                continue;
+            }
+            let caught_up = match gate.caught_up.get(&key) {
+                Some(c) => *c,
+                None => {
+                    let c = read_to_its_end(other, p);
+                    gate.caught_up.insert(key, c);
+                    c
+                }
+            };
+            // Read to its end: with `max_task_idle_ms > 0`, still waited for that long (a
+            // producer that lags), then passed.
+            let idle_wait = caught_up && self.max_task_idle_ms > 0 && {
+                waited_idle = true;
+                let since = *self.idle_since.entry((sub, p)).or_insert_with(Instant::now);
+                since.elapsed() < Duration::from_millis(self.max_task_idle_ms.unsigned_abs())
+            };
+            if !caught_up || idle_wait {
+                tracing::debug!(
+                    topic = m.topic(),
+                    partition = p,
+                    offset = m.offset(),
+                    waits_for = %other,
+                    "held for timestamp alignment"
+                );
+                gate.held.insert((sub, p));
+                gate.held_records.push(i);
+                return false;
+            }
+        }
+        if !waited_idle {
+            self.idle_since.remove(&(sub, p));
+        }
+        true
+    }
+
+    /// Record `m` (index `i` of the batch) was handled: its partition has shown its time.
+    pub(super) fn handled(&self, gate: &mut Gate, i: usize, m: &OwnedMessage) {
+        if rank_of(&self.aligned, m.topic()).is_some() {
+            let seen = gate
+                .seen
+                .entry((m.topic().to_string(), m.partition()))
+                .or_insert(i64::MIN);
+            *seen = (*seen).max(gate.times.get(i).copied().unwrap_or(i64::MIN));
+        }
+    }
+
+    /// Ends the batch's handling: `rest` (indexes into the batch) were not handled. Keeps the
+    /// first record (in offset order) of each aligned partition left for later (held, or after
+    /// the batch closed) as that partition's head: in a partition in timestamp order nothing
+    /// after it is earlier. In one out of order (late stream records beside a versioned table)
+    /// its timestamp, not the least one left, is what the partition offers next: taking the
+    /// least could hold two partitions each waiting for the other for good.
+    pub(super) fn end_batch(&mut self, gate: Gate, batch: &[OwnedMessage], rest: &[usize]) {
+        if !self.is_on() {
+            return;
+        }
+        let mut heads: HashMap<(String, i32), i64> = HashMap::new();
+        for &i in gate.held_records.iter().chain(rest) {
+            let m = &batch[i];
+            if rank_of(&self.aligned, m.topic()).is_some() {
+                heads
+                    .entry((m.topic().to_string(), m.partition()))
+                    .or_insert(gate.times.get(i).copied().unwrap_or(i64::MIN));
+            }
+        }
+        self.batch = (gate.held_records, gate.seen, heads);
+    }
+
+    /// The batch committed: what it handled and left becomes the alignment's. Returns the held
+    /// records (indexes into the batch), to be read again.
+    pub(super) fn committed(&mut self) -> Vec<usize> {
+        let (held, seen, heads) = std::mem::take(&mut self.batch);
+        if self.is_on() {
+            self.seen = seen;
+            self.head.extend(heads);
+        }
+        held
+    }
+
+    /// Drops the open batch's outcome (its records are read again).
+    pub(super) fn drop_batch(&mut self) {
+        self.batch = (Vec::new(), HashMap::new(), HashMap::new());
+    }
+
+    /// Forgets the partitions no longer assigned: what their next owner handled is not known
+    /// here.
+    pub(super) fn retain(&mut self, live: &BTreeSet<i32>) {
+        self.seen.retain(|(_, p), _| live.contains(p));
+        self.head.retain(|(_, p), _| live.contains(p));
+        self.idle_since.retain(|(_, p), _| live.contains(p));
+    }
 }
 
 /// Whether the other partition `other` (of rank `other_rank`) holds nothing that must come
 /// before a record at `t` of rank `rank`, judging by the latest time handled there.
-pub(super) fn seen_past(seen: Option<i64>, t: i64, rank: u8, other_rank: u8) -> bool {
+fn seen_past(seen: Option<i64>, t: i64, rank: u8, other_rank: u8) -> bool {
     seen.is_some_and(|s| s > t || (other_rank > rank && s >= t))
 }
 

@@ -8,7 +8,6 @@
 mod align;
 mod api;
 pub mod config;
-mod drive;
 pub(crate) mod engine;
 mod fire;
 mod globals;

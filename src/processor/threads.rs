@@ -131,7 +131,7 @@ impl<P: Processor + 'static> ProcessorThreads<P> {
             if let Some(first) = runtimes.first() {
                 rt.set_cache(first.cache().clone());
             }
-            rt.leases = leases.clone();
+            rt.set_leases(leases.clone());
             let health = Arc::new(Health::new(stuck_after));
             parts.push(health.clone());
             runtimes.push(rt.with_health(health));

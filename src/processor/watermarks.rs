@@ -39,9 +39,11 @@ pub(crate) const IDLE_CHECK_INTERVAL: Duration = Duration::from_secs(1);
 pub(crate) type SendMark<'s> =
     dyn FnMut(&str, i32, &[(String, Vec<u8>)], Option<i64>) -> Result<(), SinkError> + 's;
 
-/// What the upstream tasks of this loop last broadcast.
+/// The repartition topics this loop's upstream tasks write, and what they last broadcast.
 #[derive(Debug, Default)]
 pub(crate) struct Watermarks {
+    /// Each repartition topic written, with its writing sub-topology.
+    writers: Vec<(String, usize)>,
     /// Per (partition number, repartition topic): what was last broadcast, and when.
     sent: HashMap<(i32, String), (Upstream, Instant)>,
     /// Per (partition number, sub-topology): when its idleness was last checked, and the
@@ -50,17 +52,29 @@ pub(crate) struct Watermarks {
 }
 
 impl Watermarks {
+    /// Broadcasts of the upstream tasks writing `writers` (each repartition topic with its
+    /// writing sub-topology).
+    pub(crate) fn new(writers: Vec<(String, usize)>) -> Self {
+        Self {
+            writers,
+            ..Self::default()
+        }
+    }
+
+    /// Whether this loop writes any repartition topic (only then are marks broadcast).
+    pub(crate) fn is_on(&self) -> bool {
+        !self.writers.is_empty()
+    }
+
     /// Broadcasts, in the open transaction, the stream time of each upstream task of `tasks`
     /// that moved since its last broadcast (or became idle, or busy again) to every one of the
-    /// `partitions` partitions of each repartition topic it writes. `writers` lists each
-    /// repartition topic with its writing sub-topology; `busy` the (partition number,
+    /// `partitions` partitions of each repartition topic it writes. `busy` the (partition number,
     /// sub-topology) tasks that handled a record in this batch (never idle); `caught_up`
     /// answers whether a task's inputs are read to their end; `send` writes one mark-only
     /// record (topic, partition, headers, timestamp). Returns how many records were sent.
     pub(crate) fn broadcast(
         &mut self,
         tasks: &BTreeMap<i32, Task>,
-        writers: &[(String, usize)],
         partitions: usize,
         busy: &BTreeSet<(i32, usize)>,
         caught_up: &mut dyn FnMut(i32, usize) -> bool,
@@ -69,7 +83,7 @@ impl Watermarks {
         let mut sent = 0;
         let now = Instant::now();
         for (&p, task) in tasks {
-            for (topic, sub) in writers {
+            for (topic, sub) in &self.writers {
                 let stream_time = task.stream_time(*sub);
                 let idle = if busy.contains(&(p, *sub)) {
                     self.checked.remove(&(p, *sub));
