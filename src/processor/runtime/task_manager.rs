@@ -388,9 +388,7 @@ impl TaskManager {
             let (mut store, mut rebuilt) = Store::open(path, &source, &self.cache)?;
             let Some(until) = until else {
                 if store.checkpoint()?.is_some() {
-                    drop(store);
-                    Store::wipe(path)?;
-                    (store, _) = Store::open(path, &source, &self.cache)?;
+                    store = self.reopen_empty(store, path, &source)?;
                     rebuilt = true;
                 }
                 tracing::info!(partition = p, table = %name, topic = %topic, rebuilt, "no committed offset of the table topic yet: the table starts empty");
@@ -412,9 +410,7 @@ impl TaskManager {
                     e @ (StateError::CheckpointAhead { .. } | StateError::StaleCheckpoint { .. }),
                 ) => {
                     tracing::warn!(partition = p, table = %name, error = %e, "rebuilding the table from its topic alone");
-                    drop(store);
-                    Store::wipe(path)?;
-                    (store, _) = Store::open(path, &source, &self.cache)?;
+                    store = self.reopen_empty(store, path, &source)?;
                     rebuilt = true;
                     restore(&store)?
                 }
@@ -450,15 +446,26 @@ impl TaskManager {
         let stats = match restore(&store) {
             Err(e @ (StateError::CheckpointAhead { .. } | StateError::StaleCheckpoint { .. })) => {
                 tracing::warn!(partition = p, error = %e, "rebuilding the store from the changelog alone");
-                drop(store);
-                Store::wipe(path)?;
-                (store, _) = Store::open(path, source, &self.cache)?;
+                store = self.reopen_empty(store, path, source)?;
                 rebuilt = true;
                 restore(&store)?
             }
             other => other?,
         };
         Ok((store, rebuilt, stats))
+    }
+
+    /// Closes `store`, deletes it at `path` and opens it again empty, for `source`: a store whose
+    /// checkpoint cannot be trusted is rebuilt from its topic alone.
+    fn reopen_empty(
+        &self,
+        store: Store,
+        path: &std::path::Path,
+        source: &str,
+    ) -> Result<Store, RuntimeError> {
+        drop(store);
+        Store::wipe(path)?;
+        Ok(Store::open(path, source, &self.cache)?.0)
     }
 
     /// After a commit: every task's overlays go to RocksDB with the checkpoints reached — the
