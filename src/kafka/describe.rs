@@ -550,6 +550,38 @@ unsafe fn owned(s: *const c_char) -> Option<String> {
     Some(unsafe { CStr::from_ptr(s) }.to_string_lossy().into_owned())
 }
 
+/// The generation id and member id of `consumer`'s group membership now (librdkafka's
+/// `rd_kafka_consumer_group_metadata`: what a transaction's offsets would be committed with).
+///
+/// **Why.** After a commit whose outcome is unknown, the group's committed offsets tell
+/// whether it landed only while this member still owns the partitions: if the generation or
+/// member id moved, another owner may have committed past them, and the loop restores its
+/// tasks from their changelogs instead of trusting the offsets. rust-rdkafka's
+/// `ConsumerGroupMetadata` is opaque, hence this reader.
+pub fn member_generation<C: rdkafka::consumer::ConsumerContext>(
+    consumer: &BaseConsumer<C>,
+) -> Option<(i32, String)> {
+    let rk = consumer.client().native_ptr();
+    // SAFETY: `rk` is the live handle `consumer` owns (borrowed for this call); the returned
+    // metadata is a copy we own, destroyed below.
+    let md = NonNull::new(unsafe { rd::rd_kafka_consumer_group_metadata(rk) })?;
+    // SAFETY: `md` is live until destroyed below; the member id it returns is a NUL-terminated
+    // string inside `md`, copied into an owned `String` before `md` is destroyed.
+    let found = unsafe {
+        let generation = rd::rd_kafka_consumer_group_metadata_generation_id(md.as_ptr());
+        let member = rd::rd_kafka_consumer_group_metadata_member_id(md.as_ptr());
+        let member = if member.is_null() {
+            String::new()
+        } else {
+            CStr::from_ptr(member).to_string_lossy().into_owned()
+        };
+        (generation, member)
+    };
+    // SAFETY: `md` was returned by `rd_kafka_consumer_group_metadata` and is destroyed once.
+    unsafe { rd::rd_kafka_consumer_group_metadata_destroy(md.as_ptr()) };
+    Some(found)
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Instant;
@@ -642,36 +674,4 @@ mod tests {
             assert_eq!(group.owners("in"), None, "{state}");
         }
     }
-}
-
-/// The generation id and member id of `consumer`'s group membership now (librdkafka's
-/// `rd_kafka_consumer_group_metadata`: what a transaction's offsets would be committed with).
-///
-/// **Why.** After a commit whose outcome is unknown, the group's committed offsets tell
-/// whether it landed only while this member still owns the partitions: if the generation or
-/// member id moved, another owner may have committed past them, and the loop restores its
-/// tasks from their changelogs instead of trusting the offsets. rust-rdkafka's
-/// `ConsumerGroupMetadata` is opaque, hence this reader.
-pub fn member_generation<C: rdkafka::consumer::ConsumerContext>(
-    consumer: &BaseConsumer<C>,
-) -> Option<(i32, String)> {
-    let rk = consumer.client().native_ptr();
-    // SAFETY: `rk` is the live handle `consumer` owns (borrowed for this call); the returned
-    // metadata is a copy we own, destroyed below.
-    let md = NonNull::new(unsafe { rd::rd_kafka_consumer_group_metadata(rk) })?;
-    // SAFETY: `md` is live until destroyed below; the member id it returns is a NUL-terminated
-    // string inside `md`, copied into an owned `String` before `md` is destroyed.
-    let found = unsafe {
-        let generation = rd::rd_kafka_consumer_group_metadata_generation_id(md.as_ptr());
-        let member = rd::rd_kafka_consumer_group_metadata_member_id(md.as_ptr());
-        let member = if member.is_null() {
-            String::new()
-        } else {
-            CStr::from_ptr(member).to_string_lossy().into_owned()
-        };
-        (generation, member)
-    };
-    // SAFETY: `md` was returned by `rd_kafka_consumer_group_metadata` and is destroyed once.
-    unsafe { rd::rd_kafka_consumer_group_metadata_destroy(md.as_ptr()) };
-    Some(found)
 }

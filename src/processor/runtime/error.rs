@@ -5,6 +5,7 @@ use rdkafka::error::KafkaError;
 use crate::sink::SinkError;
 use crate::state::StateError;
 
+/// Why the runtime stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeError {
     /// The consumer could not be created or subscribed.

@@ -32,12 +32,15 @@ fn record_error_in(e: &SinkError) -> bool {
     code.is_some_and(is_record_error)
 }
 
+/// Records isolated from failed batches, by (topic, partition, offset).
+type IsolatedRecords = HashMap<(String, i32, i64), Isolated>;
+
 /// The records isolated from failed batches, and the batch bounds that find them.
 #[derive(Debug, Default)]
 pub(super) struct Isolation {
     /// Records isolated from a failed batch, by (topic, partition, offset): the next time they
     /// come they are dead-lettered without running the handler (see [`Isolated`]).
-    isolated: HashMap<(String, i32, i64), Isolated>,
+    isolated: IsolatedRecords,
     /// A record to run in a transaction of its own (suspected of failing its batch).
     alone: Option<(String, i32, i64)>,
     /// While a record error that no send names is being narrowed down: the most records the
@@ -86,12 +89,7 @@ impl Isolation {
 
     /// What the engine reads and sets while it runs a record: the isolated records, and the
     /// dead-letter class forced on the one it handles.
-    pub(super) fn engine_parts(
-        &mut self,
-    ) -> (
-        &HashMap<(String, i32, i64), Isolated>,
-        &mut Option<(DltClass, u8)>,
-    ) {
+    pub(super) fn engine_parts(&mut self) -> (&IsolatedRecords, &mut Option<(DltClass, u8)>) {
         (&self.isolated, &mut self.forced_dead_letter)
     }
 

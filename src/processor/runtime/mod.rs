@@ -56,6 +56,5 @@ mod task_manager;
 pub use error::RuntimeError;
 pub use options::RuntimeOptions;
 pub use record_collector::IN_PLACE_RECOVERY_LOG;
-pub(crate) use stream_thread::InstanceServices;
 pub use stream_thread::Runtime;
 pub use summary::{RunSummary, MAX_RESTORES_KEPT};
