@@ -324,6 +324,28 @@ fn fault_joins_short_gives_every_record_the_row_of_its_time_once() {
     assert!(figure(&line, "kills_mid_stream") >= 1, "{line}");
 }
 
+/// Issue #32: wall-clock timers firing on partitions that receive nothing more (commits without
+/// input offsets), the private broker frozen past the transaction timeout while they are due,
+/// instances killed mid-stream: every input's timeout emitted once, with its content.
+#[test]
+fn fault_saga_timeouts_short_fires_every_timeout_once_across_broker_pauses_and_kills() {
+    let _one_at_a_time = PRIVATE_BROKERS.lock().unwrap_or_else(|e| e.into_inner());
+    let line = scenario("saga-timeouts", 21592);
+    assert_eq!(figure(&line, "records"), 2_000, "{line}");
+    for exact in [
+        "dlt=0",
+        "wrong_results=0",
+        "pending_timers=0",
+        "kills=3",
+        "pauses=2",
+    ] {
+        assert!(line.contains(exact), "{line}");
+    }
+    assert!(figure(&line, "kills_mid_stream") >= 1, "{line}");
+    assert!(figure(&line, "pauses_with_timers_due") >= 1, "{line}");
+    println!("{line}");
+}
+
 #[test]
 fn fault_rebalance_storm_short_with_standbys_loses_and_duplicates_nothing() {
     // A fixed seed: the same choice of events each run (up to how fast graceful stops finish);

@@ -15,6 +15,7 @@ pub mod parked_flood;
 pub mod poison;
 pub mod query;
 pub mod repartition_backlog;
+pub mod saga_timeouts;
 pub mod scenario;
 pub mod slow;
 pub mod stack;
@@ -252,6 +253,20 @@ impl Instance {
     }
 }
 
+/// Lines of the logs of `instances` that contain `needle`.
+pub(crate) fn log_lines_containing(instances: &[Instance], needle: &str) -> u32 {
+    instances
+        .iter()
+        .filter_map(|i| std::fs::read(&i.log).ok())
+        .map(|b| {
+            String::from_utf8_lossy(&b)
+                .lines()
+                .filter(|l| l.contains(needle))
+                .count() as u32
+        })
+        .sum()
+}
+
 impl Drop for Instance {
     fn drop(&mut self) {
         // A frozen process must be thawed to die promptly and release its resources.
@@ -376,16 +391,7 @@ impl Fleet<'_> {
 
     /// Lines of every instance's log that contain `needle`.
     fn log_lines_containing(&self, needle: &str) -> u32 {
-        self.instances
-            .iter()
-            .filter_map(|i| std::fs::read(&i.log).ok())
-            .map(|b| {
-                String::from_utf8_lossy(&b)
-                    .lines()
-                    .filter(|l| l.contains(needle))
-                    .count() as u32
-            })
-            .sum()
+        log_lines_containing(&self.instances, needle)
     }
 
     /// How many resumed zombies' logs show them being fenced after they resumed.

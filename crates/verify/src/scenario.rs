@@ -53,11 +53,15 @@ pub enum Scenario {
     CoordinatorBounce,
     /// Three-broker cluster: one broker at a time frozen past the transaction timeout.
     BrokerPauseOne,
+    /// Every record schedules a wall-clock timeout whose callback emits its result; the
+    /// partitions fall silent one after the other, the (private) broker is frozen past the
+    /// transaction timeout while timers are due, and instances are kill -9ed.
+    SagaTimeouts,
 }
 
 impl Scenario {
     /// Every scenario, in the order `--scenario all` runs them.
-    pub const ALL: [Scenario; 17] = [
+    pub const ALL: [Scenario; 18] = [
         Scenario::KillProcessors,
         Scenario::BrokerRestart,
         Scenario::Zombie,
@@ -72,6 +76,7 @@ impl Scenario {
         Scenario::Joins,
         Scenario::RebalanceStorm,
         Scenario::RepartitionBacklog,
+        Scenario::SagaTimeouts,
         Scenario::LeaderBounce,
         Scenario::CoordinatorBounce,
         Scenario::BrokerPauseOne,
@@ -97,6 +102,7 @@ impl Scenario {
             Scenario::LeaderBounce => "leader-bounce",
             Scenario::CoordinatorBounce => "coordinator-bounce",
             Scenario::BrokerPauseOne => "broker-pause-one",
+            Scenario::SagaTimeouts => "saga-timeouts",
         }
     }
 }
@@ -535,6 +541,16 @@ fn run_scenario(
                 super::repartition_backlog::Options::long()
             };
             super::repartition_backlog::run(config, env, &opts)
+        }
+        Scenario::SagaTimeouts => {
+            let stack = env.private_stack(scenario);
+            let _guard = stack.up("kafka")?;
+            let opts = if short {
+                super::saga_timeouts::Options::short()
+            } else {
+                super::saga_timeouts::Options::long()
+            };
+            super::saga_timeouts::run(config, &stack, env, &opts)
         }
         Scenario::LeaderBounce | Scenario::CoordinatorBounce | Scenario::BrokerPauseOne => {
             cluster_scenario(config, scenario, short, env)
