@@ -332,16 +332,11 @@ fn fault_saga_timeouts_short_fires_every_timeout_once_across_broker_pauses_and_k
     let _one_at_a_time = PRIVATE_BROKERS.lock().unwrap_or_else(|e| e.into_inner());
     let line = scenario("saga-timeouts", 21592);
     assert_eq!(figure(&line, "records"), 2_000, "{line}");
-    for exact in [
-        "dlt=0",
-        "wrong_results=0",
-        "pending_timers=0",
-        "kills=3",
-        "pauses=2",
-    ] {
+    for exact in ["dlt=0", "wrong_results=0", "pending_timers=0", "kills=3"] {
         assert!(line.contains(exact), "{line}");
     }
     assert!(figure(&line, "kills_mid_stream") >= 1, "{line}");
+    // Two pauses are planned; the second is left out when every result is in before it.
     assert!(figure(&line, "pauses_with_timers_due") >= 1, "{line}");
     println!("{line}");
 }

@@ -202,7 +202,7 @@ impl Instance {
                 output_topic,
             ])
             .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-            .env("RUST_LOG", "info,rdkafka=warn")
+            .env("RUST_LOG", instance_log_filter())
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(err)
@@ -251,6 +251,12 @@ impl Instance {
             })
             .unwrap_or(false)
     }
+}
+
+/// The `RUST_LOG` of the instances: `info,rdkafka=warn`, or the verifier's own
+/// `VERIFY_INSTANCE_RUST_LOG` (say `info,eosflow::processor=debug` for a post-mortem).
+fn instance_log_filter() -> String {
+    std::env::var("VERIFY_INSTANCE_RUST_LOG").unwrap_or_else(|_| "info,rdkafka=warn".into())
 }
 
 /// Lines of the logs of `instances` that contain `needle`.

@@ -6,9 +6,10 @@
 //! `n` receives records during the first `(p + 1) / n` of the run only), so most timers fire on
 //! partitions that receive nothing more: batches that consume no input, whose commits carry no
 //! offsets. While they are due, the (private) broker process is frozen with SIGSTOP for longer
-//! than the 10 s transaction timeout — the last pause starts once the whole workload is written,
-//! when nothing but timers is left — and instances are `kill -9`ed on observed progress, each restarted at
-//! once.
+//! than the 10 s transaction timeout, and instances are `kill -9`ed, each restarted at once:
+//! kills and pauses alternate, each due on observed progress (results committed), a pause only
+//! once the group commits again after the last kill (a pause in a rebalance would freeze a group
+//! with no transaction open).
 //!
 //! Proven from outside: every input has exactly one committed result (read_committed), with
 //! the content computed from the workload alone (its key, `timeout:<id>`, its event time as
@@ -33,7 +34,11 @@ use eosflow::state::Column;
 use eosflow::topology::{NodeContext, NodeProcessor, Topology, TopologyError, TypedRecord};
 
 /// How far ahead (wall clock) each record's timeout is scheduled.
-pub const DELAY_MS: i64 = 4_000;
+pub const DELAY_MS: i64 = 6_000;
+
+/// How long after a kill a pause waits at least: the rebalance it causes (the 6 s session
+/// timeout of the killed member, then the assignment) is over.
+const SETTLE: Duration = Duration::from_secs(10);
 
 /// What an instance logs when a commit without input offsets (due timers only) has an unknown
 /// outcome and it restores its tasks from their changelogs (`src/processor/runtime.rs`).
@@ -270,18 +275,17 @@ pub struct Options {
     pub instances: usize,
     /// How long the workload is produced.
     pub span: Duration,
-    /// kill -9s, due on observed progress (results committed), one instance at a time.
+    /// kill -9s, one instance at a time, each restarted at once.
     pub kills: u32,
-    /// Broker pauses: the last one once the workload is written, the others spread over it;
-    /// each at least [`DELAY_MS`] after the one before ended.
+    /// Broker pauses, between the kills ([`Options::plan`]).
     pub pauses: u32,
     /// How long each pause lasts (past the 10 s transaction timeout).
     pub pause: Duration,
 }
 
 impl Options {
-    /// The `make test` version: 2 000 records on 4 partitions over 20 s, 2 instances, 3 kills,
-    /// two pauses of 12 s: half way (two partitions silent already) and as the workload ends.
+    /// The `make test` version: 2 000 records on 4 partitions over 20 s, 2 instances, 3 kills
+    /// and two pauses of 12 s between them.
     pub fn short() -> Self {
         Self {
             per_partition: 500,
@@ -308,13 +312,31 @@ impl Options {
         }
     }
 
-    /// When each pause is due, after the workload starts: at `i / pauses` of the span for
-    /// `i` in 1..=pauses (the last, at the end, waits for the workload to be written).
-    fn pause_times(&self) -> Vec<Duration> {
-        (1..=self.pauses)
-            .map(|i| self.span.mul_f64(f64::from(i) / f64::from(self.pauses)))
-            .collect()
+    /// The faults in order: the kills in `pauses + 1` runs (the longer first) with a pause
+    /// between each two, so kills and pauses alternate over the run. Each is due on observed
+    /// progress, the i-th of n once the results still missing have fallen to
+    /// `(n - i) / (n + 1)` of the total.
+    fn plan(&self) -> Vec<Fault> {
+        let runs = self.pauses + 1;
+        let mut plan = Vec::new();
+        for r in 0..runs {
+            let n = self.kills / runs + u32::from(r < self.kills % runs);
+            plan.extend((0..n).map(|_| Fault::Kill));
+            if r + 1 < runs {
+                plan.push(Fault::Pause);
+            }
+        }
+        plan
     }
+}
+
+/// One fault of a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fault {
+    /// `kill -9` of an instance, restarted at once.
+    Kill,
+    /// SIGSTOP of the broker for [`Options::pause`], then SIGCONT.
+    Pause,
 }
 
 /// Runs the scenario on `stack`'s private broker (started and stopped by the caller).
@@ -385,9 +407,14 @@ pub fn run(
         left_at_kill: Vec::new(),
         stalls: 0,
     };
-    let mut pause_at = opts.pause_times().into_iter().peekable();
+    let plan = opts.plan();
+    let events = plan.len() as u32;
+    let mut done_events = 0u32;
     let mut left_at_pause = Vec::new();
+    let mut skipped_pauses = 0u32;
     let mut resumed = t0;
+    let mut last_kill: Option<Instant> = None;
+    let mut due_since: Option<Instant> = None;
     let deadline = t0 + opts.span + Duration::from_secs(600);
     let mut last_progress = (Instant::now(), total);
     let mut longest_wait = Duration::ZERO;
@@ -402,23 +429,6 @@ pub fn run(
                 ));
             }
         }
-        // A pause is due at its time, the last one once the whole workload is written, and
-        // each one a timer delay after the one before ended (so timers come due between).
-        let last = pause_at.len() == 1;
-        let pause_due = pause_at.peek().is_some_and(|at| {
-            t0.elapsed() >= *at
-                && resumed.elapsed() >= Duration::from_millis(DELAY_MS as u64)
-                && (!last || producer.is_finished())
-        });
-        if pause_due {
-            pause_at.next();
-            let left = tally.left(total).unwrap_or(-1);
-            left_at_pause.push(left);
-            pause_broker(stack, &mut instances, opts.pause)?;
-            resumed = Instant::now();
-            last_progress.0 = resumed;
-            continue;
-        }
         let left = tally.left(total);
         if let Some(l) = left {
             if l < last_progress.1 {
@@ -429,17 +439,54 @@ pub fn run(
             longest_wait = longest_wait.max(last_progress.0.elapsed());
         }
         let left = left.unwrap_or(i64::MAX);
-        if group::kill_due(killed.kills, opts.kills, left, total)
-            || (killed.kills < opts.kills && left == 0)
-        {
-            let inst = &mut instances[killed.kills as usize % opts.instances];
-            inst.kill9();
-            inst.spawn(&env.exe, output)?;
-            tracing::info!(instance = %inst.name, left, "kill -9");
-            killed.kills += 1;
-            killed.left_at_kill.push(left);
-            quiet_since = None;
-            continue;
+        // The next fault, due on observed progress; one still due once every result is in
+        // (the group was faster than the checks) is a kill done then, not counted mid-stream,
+        // or a pause left out.
+        let next = plan.get(done_events as usize).copied();
+        let due =
+            next.is_some() && (group::kill_due(done_events, events, left, total) || left == 0);
+        if !due {
+            due_since = None;
+        }
+        match next {
+            Some(Fault::Kill) if due => {
+                let inst = &mut instances[killed.kills as usize % opts.instances];
+                inst.kill9();
+                inst.spawn(&env.exe, output)?;
+                tracing::info!(instance = %inst.name, left, "kill -9");
+                killed.kills += 1;
+                killed.left_at_kill.push(left);
+                last_kill = Some(Instant::now());
+                done_events += 1;
+                quiet_since = None;
+                continue;
+            }
+            Some(Fault::Pause) if due && left == 0 => {
+                tracing::warn!("a pause left out: every result was in before it was due");
+                skipped_pauses += 1;
+                done_events += 1;
+                continue;
+            }
+            Some(Fault::Pause) if due => {
+                // While results are being committed (transactions open), a timer delay after
+                // the last pause ended and SETTLE after the last kill — a pause in the
+                // rebalance a kill causes would freeze a group with no transaction open — or,
+                // failing that, 30 s after it was due.
+                let since = *due_since.get_or_insert_with(Instant::now);
+                let settled = resumed.elapsed() >= Duration::from_millis(DELAY_MS as u64)
+                    && last_kill.is_none_or(|k| k.elapsed() >= SETTLE)
+                    && last_progress.0.elapsed() <= Duration::from_secs(1);
+                if settled || since.elapsed() >= Duration::from_secs(30) {
+                    left_at_pause.push(left);
+                    pause_broker(stack, &mut instances, opts.pause)?;
+                    resumed = Instant::now();
+                    last_progress.0 = resumed;
+                    done_events += 1;
+                    due_since = None;
+                    continue;
+                }
+            }
+            _ => {}
         }
         match quiet_since {
             // Watched idle for a while after the end: a timer fired again (say, a commit
@@ -449,8 +496,7 @@ pub fn run(
             Some(_) => {}
             None => {
                 let done = left == 0
-                    && killed.kills >= opts.kills
-                    && pause_at.peek().is_none()
+                    && done_events >= events
                     && producer.is_finished()
                     && group_lag(&clients, app_id, input, opts.partitions).unwrap_or(-1) == 0
                     && pending_timers(&clients, &changelog)? == 0;
@@ -490,6 +536,18 @@ pub fn run(
         eosflow::processor::runtime::IN_PLACE_RECOVERY_LOG,
     );
     let offsetless_unknown = super::log_lines_containing(&instances, OFFSETLESS_UNKNOWN_LOG);
+    // Transactions of fired timers only (no record handled) aborted under a pause.
+    let offsetless_aborts: usize = instances
+        .iter()
+        .filter_map(|i| std::fs::read(&i.log).ok())
+        .map(|b| {
+            String::from_utf8_lossy(&b)
+                .lines()
+                .map(without_colours)
+                .filter(|l| l.contains("batch aborted") && l.trim_end().ends_with("records=0"))
+                .count()
+        })
+        .sum();
     // The stores go (a long run leaves many); the logs stay for a post-mortem.
     for i in 0..opts.instances {
         let _ = std::fs::remove_dir_all(env.work_dir.join(app_id).join(format!("i{i}")));
@@ -512,6 +570,7 @@ pub fn run(
             ("kills".into(), killed.kills.to_string()),
             ("kills_mid_stream".into(), mid_stream.to_string()),
             ("pauses".into(), left_at_pause.len().to_string()),
+            ("pauses_left_out".into(), skipped_pauses.to_string()),
             (
                 "pauses_with_timers_due".into(),
                 pauses_with_timers_due.to_string(),
@@ -526,6 +585,7 @@ pub fn run(
             ),
             ("in_place_recoveries".into(), recoveries.to_string()),
             ("offsetless_unknown".into(), offsetless_unknown.to_string()),
+            ("offsetless_aborts".into(), offsetless_aborts.to_string()),
             (
                 "duplicates_seen_running".into(),
                 extra_while_running.to_string(),
@@ -537,6 +597,24 @@ pub fn run(
             ("elapsed_s".into(), format!("{drained_s:.1}")),
         ],
     })
+}
+
+/// `line` without its ANSI colour sequences (`ESC [ … m`).
+fn without_colours(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\x1b' {
+            for c in chars.by_ref() {
+                if c == 'm' {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// Freezes the broker for `pause` (SIGSTOP), watching that no instance exits meanwhile, then
@@ -567,6 +645,16 @@ mod tests {
     use super::*;
 
     #[test]
+    fn colours_are_taken_out_of_log_lines() {
+        assert_eq!(
+            without_colours(
+                "\x1b[33m WARN\x1b[0m batch aborted \x1b[3mrecords\x1b[0m\x1b[2m=\x1b[0m0"
+            ),
+            " WARN batch aborted records=0"
+        );
+    }
+
+    #[test]
     fn partitions_fall_silent_one_after_the_other_and_the_expectation_is_one_result_each() {
         let opts = Options::short();
         let w = workload(1_700_000_000_000, 4, 500, opts.span);
@@ -589,10 +677,11 @@ mod tests {
         got.by_id.insert("t9-0".into(), vec![("k".into(), None)]);
         let c = compare(&w, &got);
         assert_eq!((c.lost, c.duplicated, c.wrong), (1, 1, 1));
+        use Fault::{Kill as K, Pause as P};
+        assert_eq!(opts.plan(), [K, P, K, P, K]);
         assert_eq!(
-            opts.pause_times(),
-            [Duration::from_secs(10), Duration::from_secs(20)]
+            Options::long().plan(),
+            [K, K, K, P, K, K, K, P, K, K, P, K, K, P, K, K]
         );
-        assert_eq!(Options::long().pause_times()[0], Duration::from_secs(60));
     }
 }
