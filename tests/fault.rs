@@ -1,9 +1,10 @@
 //! The fault-injection suite, short versions (`make test`): every named scenario of
 //! `eosflow verify --scenario <name> --short` runs as its own process against the real broker,
 //! registry and Postgres, and must end with its one closing line saying nothing was lost or
-//! duplicated. broker-restart and outbox-crash start a PRIVATE broker / Postgres (ports 21092+)
-//! and stop it at the end: the shared stack is never restarted. The `fault_cluster_*` scenarios
-//! start a private three-broker cluster (dev/cluster, ports 21332+) the same way.
+//! duplicated. broker-restart, broker-pause, saga-timeouts and outbox-crash start a PRIVATE
+//! broker / Postgres (ports 21092+) and stop it at the end: the shared stack is never restarted.
+//! The `fault_cluster_*` scenarios start a private three-broker cluster (dev/cluster, ports
+//! 21332+) the same way.
 //!
 //! The long versions: `make verify-long` (see docs/verification.md).
 

@@ -82,6 +82,9 @@ pub struct VerifyReport {
     pub produce: workload::Produced,
     /// kill -9s delivered.
     pub kills: u32,
+    /// Of the `kill -9`s (plain, or a storm's), those that landed while records were left: the
+    /// workload still being written, or a lag above 0.
+    pub kills_mid_stream: u32,
     /// Wall time from the first record to an empty lag.
     pub elapsed: Duration,
     /// Recovery time after each fault: until every partition with records waiting when the
@@ -306,6 +309,11 @@ struct Fleet<'a> {
     cluster: cluster::ClusterTally,
     /// The brokers bounced so far, in order.
     bounced: Vec<i32>,
+    /// Records still to be processed as last seen (`i64::MAX` while the workload is being
+    /// written: the stream is flowing): a kill with some left lands mid-stream.
+    left: i64,
+    /// `kill -9`s (plain or in a storm) that landed with records left.
+    kills_mid_stream: u32,
 }
 
 impl Fleet<'_> {
@@ -428,6 +436,7 @@ impl Fleet<'_> {
         match &self.opts.fault {
             Fault::Kill9 => {
                 self.monitor.fault_now();
+                self.kills_mid_stream += u32::from(self.left > 0);
                 let inst = &mut self.instances[i];
                 inst.kill9();
                 tracing::info!(instance = %inst.name, "kill -9");
@@ -518,12 +527,17 @@ impl Fleet<'_> {
                 let Some(churn) = &mut self.churn else {
                     return Err("a storm run without its churn state".into());
                 };
+                let before = churn.tally.kills;
                 churn.deliver(
                     &mut self.instances,
                     &mut self.monitor,
                     &self.opts.exe,
                     &self.output,
-                )
+                )?;
+                if churn.tally.kills > before && self.left > 0 {
+                    self.kills_mid_stream += 1;
+                }
+                Ok(())
             }
             Fault::BrokerRestart(stack) => {
                 self.monitor.fault_now();
@@ -735,6 +749,8 @@ pub fn run(config: &Config, opts: &VerifyOptions) -> Result<VerifyReport, String
         clients: clients.clone(),
         cluster: cluster::ClusterTally::default(),
         bounced: Vec::new(),
+        left: i64::MAX,
+        kills_mid_stream: 0,
     };
     for inst in &mut fleet.instances {
         inst.spawn(&opts.exe, &output)?;
@@ -808,6 +824,7 @@ impl Run<'_> {
             for t in &self.ladder {
                 lag += group_lag(self.clients, self.group, t, opts.partitions)?;
             }
+            fleet.left = lag;
             if lag == 0 && fleet.frozen.is_none() && fleet.faults >= opts.kills {
                 break;
             }
@@ -882,6 +899,7 @@ impl Run<'_> {
             produced: produced.acked,
             produce: produced,
             kills: fleet.faults,
+            kills_mid_stream: fleet.kills_mid_stream,
             elapsed,
             recoveries: fleet.monitor.recoveries.clone(),
             stalls: fleet.monitor.stalls,

@@ -277,7 +277,7 @@ pub struct Options {
     pub span: Duration,
     /// kill -9s, one instance at a time, each restarted at once.
     pub kills: u32,
-    /// Broker pauses, between the kills ([`Options::plan`]).
+    /// Broker pauses, between the kills (kills and pauses alternate).
     pub pauses: u32,
     /// How long each pause lasts (past the 10 s transaction timeout).
     pub pause: Duration,
@@ -672,7 +672,9 @@ mod tests {
                 .insert(r.id.clone(), vec![(r.key.clone(), Some(r.ts))]);
         }
         assert_eq!(compare(&w, &got), Comparison::default());
-        got.by_id.get_mut("t1-7").map(|v| v.push(v[0].clone()));
+        if let Some(v) = got.by_id.get_mut("t1-7") {
+            v.push(v[0].clone());
+        }
         got.by_id.remove("t2-9");
         got.by_id.insert("t9-0".into(), vec![("k".into(), None)]);
         let c = compare(&w, &got);

@@ -155,7 +155,9 @@ impl ScenarioReport {
             && !self.crashed_nothing_in_flight()
     }
 
-    /// Kills were asked for (`kills` > 0) but none landed mid-stream (`kills_mid_stream=0`).
+    /// Kills were done (`kills`, a storm's `kill9s`, the outbox's `router_kills`, or the
+    /// `faults` of a run that reports `kills_mid_stream`, > 0) but none landed mid-stream
+    /// (`kills_mid_stream=0`).
     pub fn crashed_nothing_in_flight(&self) -> bool {
         let figure = |name: &str| {
             self.extra
@@ -163,8 +165,12 @@ impl ScenarioReport {
                 .find(|(k, _)| k == name)
                 .and_then(|(_, v)| v.parse::<u64>().ok())
         };
+        let kills = figure("kills")
+            .or_else(|| figure("kill9s"))
+            .or_else(|| figure("router_kills"))
+            .or_else(|| figure("faults"));
         matches!(
-            (figure("kills"), figure("kills_mid_stream")),
+            (kills, figure("kills_mid_stream")),
             (Some(k), Some(0)) if k > 0
         )
     }
@@ -214,8 +220,17 @@ impl ScenarioReport {
             extra.push(("zombies_fenced".into(), r.zombies_fenced.to_string()));
             extra.push(("fenced_exits".into(), r.fenced_exits.to_string()));
         }
+        if matches!(scenario, Scenario::KillProcessors | Scenario::SlowHandler) {
+            extra.push(("kills".into(), r.kills.to_string()));
+        }
         if let Some(t) = &r.storm {
             extra.extend(super::storm::figures(t, r));
+        }
+        if matches!(
+            scenario,
+            Scenario::KillProcessors | Scenario::SlowHandler | Scenario::RebalanceStorm
+        ) {
+            extra.push(("kills_mid_stream".into(), r.kills_mid_stream.to_string()));
         }
         if let Some(c) = &r.cluster {
             extra.extend([
@@ -689,5 +704,15 @@ mod tests {
             ("kills_mid_stream".into(), "0".into()),
         ];
         assert!(r.ok(), "no kills asked for: nothing to prove");
+        r.extra = vec![
+            ("kill9s".into(), "4".into()),
+            ("kills_mid_stream".into(), "0".into()),
+        ];
+        assert!(!r.ok(), "a storm's kills count too: {r}");
+        r.extra = vec![
+            ("router_kills".into(), "3".into()),
+            ("kills_mid_stream".into(), "2".into()),
+        ];
+        assert!(r.ok(), "{r}");
     }
 }
