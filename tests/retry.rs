@@ -468,3 +468,98 @@ fn kill_9_during_forwarding_neither_loses_nor_duplicates_forwarded_records() {
     }
     let _ = std::fs::remove_dir_all(&work);
 }
+
+/// Writes `records` (key, value, id header) to `topic` in order with one producer.
+fn produce_all(topic: &str, records: &[(String, String, String)]) {
+    use rdkafka::message::{Header, OwnedHeaders};
+    use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+    let producer: ThreadedProducer<DefaultProducerContext> = support::clients()
+        .config(eosflow::kafka::ClientRole::Idempotent)
+        .create()
+        .expect("producer");
+    for (key, value, id) in records {
+        let headers = OwnedHeaders::new().insert(Header {
+            key: "id",
+            value: Some(id.as_bytes()),
+        });
+        let mut record = BaseRecord::<str, str>::to(topic)
+            .key(key)
+            .payload(value)
+            .headers(headers);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while let Err((e, back)) = producer.send(record) {
+            assert!(
+                e.to_string().contains("Queue full") && Instant::now() < deadline,
+                "send: {e}"
+            );
+            let _ = producer.flush(Duration::from_millis(50));
+            record = back;
+        }
+    }
+    producer.flush(Duration::from_secs(60)).expect("flush");
+}
+
+/// Issue #32 (1), the drain-only batch: a key's head fails once, and more followers than one
+/// drain chunk wait behind it. When the head succeeds (a batch with the retry level's offset)
+/// the first chunk drains; the rest drains in the next batch, which consumes no input: a
+/// commit without input offsets. That commit lands but is reported unknown (the hidden fault
+/// switch). The runtime cannot ask the group's offsets about it: it restores the partition
+/// from its changelog, which holds the drained followers as gone, so none is processed twice.
+/// (Before, such a batch counted as not committed and the followers were drained again.)
+#[test]
+fn a_drain_only_batch_whose_commit_outcome_is_unknown_emits_each_follower_once() {
+    let p = Pipeline::new("retry-drain-unknown", 1);
+    let followers = eosflow::retry::parked::DRAIN_CHUNK + 500;
+    let mut records = vec![(
+        "k".to_string(),
+        "transient:1:1".to_string(),
+        "k0".to_string(),
+    )];
+    records.extend((1..=followers).map(|i| ("k".to_string(), "1".to_string(), format!("k{i}"))));
+    produce_all(&p.input, &records);
+    // The topology has no timers, tables or re-keys: only draining can make a batch without
+    // input offsets.
+    eosflow::processor::runtime::faults::report_next_offsetless_commit_unknown(&p.app);
+    let inst = Instance::start(
+        &config(&p, &[800, 800, 800]),
+        CountProcessor::new(&p.output),
+    );
+    support::wait_for(
+        "the drain-only batch's commit reported unknown",
+        Duration::from_secs(90),
+        || {
+            (!eosflow::processor::runtime::faults::offsetless_commit_unknown_armed(&p.app))
+                .then_some(())
+        },
+    );
+    support::wait_for("every follower's output", Duration::from_secs(90), || {
+        (ids_of(&p, "k").len() as u64 > followers).then_some(())
+    });
+    // A later record of the key: its output follows any second drain of the followers.
+    produce(&p.input, "k", "1", "last");
+    support::wait_for("the later record's output", Duration::from_secs(60), || {
+        ids_of(&p, "k").iter().any(|id| id == "last").then_some(())
+    });
+    p.wait_drained(Duration::from_secs(30));
+    let summary = inst.stop();
+    let k: Vec<(String, i64)> = outputs(&p)
+        .into_iter()
+        .filter(|(key, _)| key == "k")
+        .map(|(_, o)| (o.id, o.count))
+        .collect();
+    let want: Vec<(String, i64)> = (0..=followers)
+        .map(|i| format!("k{i}"))
+        .chain(["last".to_string()])
+        .zip(1..)
+        .collect();
+    assert_eq!(k.len(), want.len(), "each record's output once");
+    assert!(k == want, "in order, counted once each");
+    assert_eq!(summary.parked_followers, followers, "{summary:?}");
+    assert!(
+        summary.restores.len() >= 2,
+        "restored at the start and again after the unknown outcome: {:?}",
+        summary.restores
+    );
+    assert!(dead_letters(&p).is_empty());
+    let _ = std::fs::remove_dir_all(&p.state_root);
+}

@@ -51,7 +51,9 @@ enum Command {
         /// `<input>.customers`; the benchmarks' join shape); or `table-join` (each record
         /// left-joined with the table `<input>.table`; the joins scenario's); or
         /// `repartition-windows` (clicks joined with `<input>.users`, re-keyed by region, counted
-        /// in 1-minute windows; the repartition-backlog scenario's).
+        /// in 1-minute windows; the repartition-backlog scenario's); or `saga-timeouts` (each
+        /// record schedules a wall-clock timeout whose callback emits its result; the
+        /// saga-timeouts scenario's).
         #[arg(long, default_value = "count")]
         topology: String,
         /// Output topic of `count`; the topic namespace (`<ns>.orders`, …) of the orders topologies.
@@ -301,9 +303,9 @@ struct VerifyArgs {
     /// The short version of the scenario (what `make test` runs).
     #[arg(long, requires = "scenario")]
     short: bool,
-    /// `dev/stack`, which starts the private broker/Postgres of broker-restart, broker-pause and
-    /// outbox-crash; the cluster scenarios (leader-bounce, coordinator-bounce, broker-pause-one)
-    /// run `dev/cluster` from the same directory.
+    /// `dev/stack`, which starts the private broker/Postgres of broker-restart, broker-pause,
+    /// saga-timeouts and outbox-crash; the cluster scenarios (leader-bounce, coordinator-bounce,
+    /// broker-pause-one) run `dev/cluster` from the same directory.
     #[arg(long, default_value = "dev/stack")]
     stack_script: PathBuf,
     /// First port of that private stack (Kafka uses it to +2, Postgres +10, a cluster +40 to
@@ -486,6 +488,13 @@ fn run(
             let input = input()?;
             run_with(config, |_| {
                 verify::repartition_backlog::topology(input, output)
+                    .map_err(|e| format!("{}: {e}", built(topology)))
+            })
+        }
+        "saga-timeouts" => {
+            let input = input()?;
+            run_with(config, |_| {
+                verify::saga_timeouts::topology(input, output)
                     .map_err(|e| format!("{}: {e}", built(topology)))
             })
         }

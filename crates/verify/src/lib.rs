@@ -15,6 +15,7 @@ pub mod parked_flood;
 pub mod poison;
 pub mod query;
 pub mod repartition_backlog;
+pub mod saga_timeouts;
 pub mod scenario;
 pub mod slow;
 pub mod stack;
@@ -81,6 +82,9 @@ pub struct VerifyReport {
     pub produce: workload::Produced,
     /// kill -9s delivered.
     pub kills: u32,
+    /// Of the `kill -9`s (plain, or a storm's), those that landed while records were left: the
+    /// workload still being written, or a lag above 0.
+    pub kills_mid_stream: u32,
     /// Wall time from the first record to an empty lag.
     pub elapsed: Duration,
     /// Recovery time after each fault: until every partition with records waiting when the
@@ -201,7 +205,7 @@ impl Instance {
                 output_topic,
             ])
             .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-            .env("RUST_LOG", "info,rdkafka=warn")
+            .env("RUST_LOG", instance_log_filter())
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(err)
@@ -252,6 +256,26 @@ impl Instance {
     }
 }
 
+/// The `RUST_LOG` of the instances: `info,rdkafka=warn`, or the verifier's own
+/// `VERIFY_INSTANCE_RUST_LOG` (say `info,eosflow::processor=debug` for a post-mortem).
+fn instance_log_filter() -> String {
+    std::env::var("VERIFY_INSTANCE_RUST_LOG").unwrap_or_else(|_| "info,rdkafka=warn".into())
+}
+
+/// Lines of the logs of `instances` that contain `needle`.
+pub(crate) fn log_lines_containing(instances: &[Instance], needle: &str) -> u32 {
+    instances
+        .iter()
+        .filter_map(|i| std::fs::read(&i.log).ok())
+        .map(|b| {
+            String::from_utf8_lossy(&b)
+                .lines()
+                .filter(|l| l.contains(needle))
+                .count() as u32
+        })
+        .sum()
+}
+
 impl Drop for Instance {
     fn drop(&mut self) {
         // A frozen process must be thawed to die promptly and release its resources.
@@ -285,6 +309,11 @@ struct Fleet<'a> {
     cluster: cluster::ClusterTally,
     /// The brokers bounced so far, in order.
     bounced: Vec<i32>,
+    /// Records still to be processed as last seen (`i64::MAX` while the workload is being
+    /// written: the stream is flowing): a kill with some left lands mid-stream.
+    left: i64,
+    /// `kill -9`s (plain or in a storm) that landed with records left.
+    kills_mid_stream: u32,
 }
 
 impl Fleet<'_> {
@@ -376,16 +405,7 @@ impl Fleet<'_> {
 
     /// Lines of every instance's log that contain `needle`.
     fn log_lines_containing(&self, needle: &str) -> u32 {
-        self.instances
-            .iter()
-            .filter_map(|i| std::fs::read(&i.log).ok())
-            .map(|b| {
-                String::from_utf8_lossy(&b)
-                    .lines()
-                    .filter(|l| l.contains(needle))
-                    .count() as u32
-            })
-            .sum()
+        log_lines_containing(&self.instances, needle)
     }
 
     /// How many resumed zombies' logs show them being fenced after they resumed.
@@ -416,6 +436,7 @@ impl Fleet<'_> {
         match &self.opts.fault {
             Fault::Kill9 => {
                 self.monitor.fault_now();
+                self.kills_mid_stream += u32::from(self.left > 0);
                 let inst = &mut self.instances[i];
                 inst.kill9();
                 tracing::info!(instance = %inst.name, "kill -9");
@@ -506,12 +527,17 @@ impl Fleet<'_> {
                 let Some(churn) = &mut self.churn else {
                     return Err("a storm run without its churn state".into());
                 };
+                let before = churn.tally.kills;
                 churn.deliver(
                     &mut self.instances,
                     &mut self.monitor,
                     &self.opts.exe,
                     &self.output,
-                )
+                )?;
+                if churn.tally.kills > before && self.left > 0 {
+                    self.kills_mid_stream += 1;
+                }
+                Ok(())
             }
             Fault::BrokerRestart(stack) => {
                 self.monitor.fault_now();
@@ -723,6 +749,8 @@ pub fn run(config: &Config, opts: &VerifyOptions) -> Result<VerifyReport, String
         clients: clients.clone(),
         cluster: cluster::ClusterTally::default(),
         bounced: Vec::new(),
+        left: i64::MAX,
+        kills_mid_stream: 0,
     };
     for inst in &mut fleet.instances {
         inst.spawn(&opts.exe, &output)?;
@@ -796,6 +824,7 @@ impl Run<'_> {
             for t in &self.ladder {
                 lag += group_lag(self.clients, self.group, t, opts.partitions)?;
             }
+            fleet.left = lag;
             if lag == 0 && fleet.frozen.is_none() && fleet.faults >= opts.kills {
                 break;
             }
@@ -870,6 +899,7 @@ impl Run<'_> {
             produced: produced.acked,
             produce: produced,
             kills: fleet.faults,
+            kills_mid_stream: fleet.kills_mid_stream,
             elapsed,
             recoveries: fleet.monitor.recoveries.clone(),
             stalls: fleet.monitor.stalls,

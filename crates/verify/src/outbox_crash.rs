@@ -339,6 +339,7 @@ pub fn run(
             .and_then(|t| eosflow_outbox::publish::parse_lsn(&t))
     };
     let deadline = Instant::now() + opts.duration + Duration::from_secs(300);
+    let mut kills_mid_stream = 0u32;
     while kills < opts.kills || pg_restarted.is_none() || !writer.is_finished() {
         if Instant::now() > deadline {
             return Err(format!(
@@ -371,6 +372,8 @@ pub fn run(
         }
         if kills < opts.kills && Instant::now() >= next_kill && pending.is_none() {
             let lsn = confirmed(&mut probe).unwrap_or(0);
+            // Mid-stream while the writer still commits rows.
+            kills_mid_stream += u32::from(!writer.is_finished());
             let victim = rng.gen_range(0..routers.children.len());
             let _ = routers.children[victim].kill();
             let _ = routers.children[victim].wait();
@@ -426,6 +429,7 @@ pub fn run(
         checks_ok: written == opts.rows && order_breaks == 0 && strangers == 0,
         extra: vec![
             ("router_kills".into(), kills.to_string()),
+            ("kills_mid_stream".into(), kills_mid_stream.to_string()),
             (
                 "postgres_restarts".into(),
                 u32::from(pg_restarted.is_some()).to_string(),

@@ -313,6 +313,7 @@ pub fn run(config: &Config, env: &ScenarioEnv, opts: &Options) -> Result<Scenari
     let mut done = 0u64;
     let mut txs = 0u64;
     let mut kills = 0u32;
+    let mut kills_mid_stream = 0u32;
     let mut router_exits = 0u32;
     while done < opts.rows {
         let size = ((txs * 7919) % 40 + 1).min(opts.rows - done);
@@ -331,6 +332,7 @@ pub fn run(config: &Config, env: &ScenarioEnv, opts: &Options) -> Result<Scenari
         if kills < opts.kills && kills < due {
             router.kill();
             kills += 1;
+            kills_mid_stream += u32::from(done < opts.rows);
             tracing::info!(kills, done, "kill -9 of the router");
             router.start()?;
         }
@@ -446,6 +448,7 @@ pub fn run(config: &Config, env: &ScenarioEnv, opts: &Options) -> Result<Scenari
             ("bad_rows".into(), bad_rows.to_string()),
             ("limit_bytes".into(), limit.to_string()),
             ("router_kills".into(), kills.to_string()),
+            ("kills_mid_stream".into(), kills_mid_stream.to_string()),
             ("router_exits".into(), router_exits.to_string()),
             ("sql_transactions".into(), txs.to_string()),
             ("order_breaks".into(), order_breaks.to_string()),

@@ -224,6 +224,9 @@ pub fn run(config: &Config, env: &ScenarioEnv, opts: &Options) -> Result<Scenari
     .map_err(|e| format!("redrive: {e}"))?;
     let mut kills = 0;
     let mut stalls = 0;
+    // Outputs committed as last seen: a kill with some missing lands mid-drain.
+    let mut done_before = 0u64;
+    let mut kills_mid_stream = 0u32;
     let deadline = Instant::now() + Duration::from_secs(900);
     loop {
         if let Some(status) = inst.exited() {
@@ -235,8 +238,10 @@ pub fn run(config: &Config, env: &ScenarioEnv, opts: &Options) -> Result<Scenari
             inst.kill9();
             inst.spawn(&env.exe, &output)?;
             kills += 1;
+            kills_mid_stream += u32::from(done_before < records);
         }
         let done: usize = outputs(&clients, &output)?.values().map(Vec::len).sum();
+        done_before = done as u64;
         if done as u64 >= records && lag(&clients) == 0 && kills >= opts.kills {
             break;
         }
@@ -296,6 +301,7 @@ pub fn run(config: &Config, env: &ScenarioEnv, opts: &Options) -> Result<Scenari
             ("sequence_breaks".into(), sequence_breaks.to_string()),
             ("followers".into(), opts.followers.to_string()),
             ("kills".into(), kills.to_string()),
+            ("kills_mid_stream".into(), kills_mid_stream.to_string()),
             ("parked_s".into(), format!("{parked_s:.1}")),
             ("drain_s".into(), format!("{drain_s:.1}")),
             (

@@ -731,6 +731,7 @@ pub fn run(config: &Config, env: &ScenarioEnv, opts: &Options) -> Result<Scenari
     }
     let mut rng = rand::thread_rng();
     let mut kills = 0;
+    let mut kills_mid_stream = 0u32;
     let mut next_kill = Instant::now() + Duration::from_secs(3);
     let levels: Vec<String> = ladder
         .iter()
@@ -758,6 +759,7 @@ pub fn run(config: &Config, env: &ScenarioEnv, opts: &Options) -> Result<Scenari
         if kills < opts.kills && Instant::now() >= next_kill {
             let i = rng.gen_range(0..instances.len());
             instances[i].kill9();
+            kills_mid_stream += u32::from(lag > 0);
             std::thread::sleep(Duration::from_millis(rng.gen_range(100..1000)));
             instances[i].spawn(&env.exe, &output)?;
             kills += 1;
@@ -885,6 +887,7 @@ pub fn run(config: &Config, env: &ScenarioEnv, opts: &Options) -> Result<Scenari
             ("sequence_breaks".into(), sequence_breaks.to_string()),
             ("state_mismatches".into(), state_mismatches.to_string()),
             ("faults".into(), kills.to_string()),
+            ("kills_mid_stream".into(), kills_mid_stream.to_string()),
             (
                 "elapsed_s".into(),
                 format!("{:.1}", started.elapsed().as_secs_f64()),

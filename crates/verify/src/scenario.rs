@@ -53,11 +53,15 @@ pub enum Scenario {
     CoordinatorBounce,
     /// Three-broker cluster: one broker at a time frozen past the transaction timeout.
     BrokerPauseOne,
+    /// Every record schedules a wall-clock timeout whose callback emits its result; the
+    /// partitions fall silent one after the other, the (private) broker is frozen past the
+    /// transaction timeout while timers are due, and instances are kill -9ed.
+    SagaTimeouts,
 }
 
 impl Scenario {
     /// Every scenario, in the order `--scenario all` runs them.
-    pub const ALL: [Scenario; 17] = [
+    pub const ALL: [Scenario; 18] = [
         Scenario::KillProcessors,
         Scenario::BrokerRestart,
         Scenario::Zombie,
@@ -72,6 +76,7 @@ impl Scenario {
         Scenario::Joins,
         Scenario::RebalanceStorm,
         Scenario::RepartitionBacklog,
+        Scenario::SagaTimeouts,
         Scenario::LeaderBounce,
         Scenario::CoordinatorBounce,
         Scenario::BrokerPauseOne,
@@ -97,6 +102,7 @@ impl Scenario {
             Scenario::LeaderBounce => "leader-bounce",
             Scenario::CoordinatorBounce => "coordinator-bounce",
             Scenario::BrokerPauseOne => "broker-pause-one",
+            Scenario::SagaTimeouts => "saga-timeouts",
         }
     }
 }
@@ -149,7 +155,9 @@ impl ScenarioReport {
             && !self.crashed_nothing_in_flight()
     }
 
-    /// Kills were asked for (`kills` > 0) but none landed mid-stream (`kills_mid_stream=0`).
+    /// Kills were done (`kills`, a storm's `kill9s`, the outbox's `router_kills`, or the
+    /// `faults` of a run that reports `kills_mid_stream`, > 0) but none landed mid-stream
+    /// (`kills_mid_stream=0`).
     pub fn crashed_nothing_in_flight(&self) -> bool {
         let figure = |name: &str| {
             self.extra
@@ -157,8 +165,12 @@ impl ScenarioReport {
                 .find(|(k, _)| k == name)
                 .and_then(|(_, v)| v.parse::<u64>().ok())
         };
+        let kills = figure("kills")
+            .or_else(|| figure("kill9s"))
+            .or_else(|| figure("router_kills"))
+            .or_else(|| figure("faults"));
         matches!(
-            (figure("kills"), figure("kills_mid_stream")),
+            (kills, figure("kills_mid_stream")),
             (Some(k), Some(0)) if k > 0
         )
     }
@@ -208,8 +220,17 @@ impl ScenarioReport {
             extra.push(("zombies_fenced".into(), r.zombies_fenced.to_string()));
             extra.push(("fenced_exits".into(), r.fenced_exits.to_string()));
         }
+        if matches!(scenario, Scenario::KillProcessors | Scenario::SlowHandler) {
+            extra.push(("kills".into(), r.kills.to_string()));
+        }
         if let Some(t) = &r.storm {
             extra.extend(super::storm::figures(t, r));
+        }
+        if matches!(
+            scenario,
+            Scenario::KillProcessors | Scenario::SlowHandler | Scenario::RebalanceStorm
+        ) {
+            extra.push(("kills_mid_stream".into(), r.kills_mid_stream.to_string()));
         }
         if let Some(c) = &r.cluster {
             extra.extend([
@@ -536,6 +557,16 @@ fn run_scenario(
             };
             super::repartition_backlog::run(config, env, &opts)
         }
+        Scenario::SagaTimeouts => {
+            let stack = env.private_stack(scenario);
+            let _guard = stack.up("kafka")?;
+            let opts = if short {
+                super::saga_timeouts::Options::short()
+            } else {
+                super::saga_timeouts::Options::long()
+            };
+            super::saga_timeouts::run(config, &stack, env, &opts)
+        }
         Scenario::LeaderBounce | Scenario::CoordinatorBounce | Scenario::BrokerPauseOne => {
             cluster_scenario(config, scenario, short, env)
         }
@@ -673,5 +704,15 @@ mod tests {
             ("kills_mid_stream".into(), "0".into()),
         ];
         assert!(r.ok(), "no kills asked for: nothing to prove");
+        r.extra = vec![
+            ("kill9s".into(), "4".into()),
+            ("kills_mid_stream".into(), "0".into()),
+        ];
+        assert!(!r.ok(), "a storm's kills count too: {r}");
+        r.extra = vec![
+            ("router_kills".into(), "3".into()),
+            ("kills_mid_stream".into(), "2".into()),
+        ];
+        assert!(r.ok(), "{r}");
     }
 }
