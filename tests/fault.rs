@@ -531,3 +531,32 @@ fn fault_cluster_broker_pause_one_short_survives_one_broker_frozen_past_the_tran
     let line = cluster_scenario("broker-pause-one", 21492);
     assert_eq!(figure(&line, "pauses"), 1, "{line}");
 }
+
+#[test]
+fn fault_cluster_isr_shrink_short_waits_out_a_partition_with_no_in_sync_leader_and_resumes_alone() {
+    let line = cluster_scenario("isr-shrink", 21692);
+    assert_eq!(figure(&line, "isr_shrinks"), 1, "{line}");
+    assert_eq!(figure(&line, "resumed_without_leader"), 1, "{line}");
+    assert_eq!(figure(&line, "pauses"), 1, "{line}");
+    assert_eq!(figure(&line, "hard_bounces"), 1, "{line}");
+}
+
+#[test]
+fn fault_cluster_outbox_leader_bounce_short_publishes_every_row_once_while_leaders_bounce() {
+    let _one_at_a_time = PRIVATE_BROKERS.lock().unwrap_or_else(|e| e.into_inner());
+    let line = scenario("outbox-leader-bounce", cluster_private_port(21792));
+    for exact in [
+        "router_exits=0",
+        "order_breaks=0",
+        "console_lost=0",
+        "console_duplicated=0",
+        "console_agrees=true",
+    ] {
+        assert!(line.contains(exact), "{line}");
+    }
+    assert_eq!(figure(&line, "records"), 10_000, "{line}");
+    assert_eq!(figure(&line, "rows_in_table"), 10_000, "{line}");
+    assert_eq!(figure(&line, "clean_bounces"), 1, "{line}");
+    assert_eq!(figure(&line, "hard_bounces"), 1, "{line}");
+    println!("{line}");
+}

@@ -302,8 +302,8 @@ struct VerifyArgs {
     #[arg(long, requires = "scenario")]
     short: bool,
     /// `dev/stack`, which starts the private broker/Postgres of broker-restart, broker-pause and
-    /// outbox-crash; the cluster scenarios (leader-bounce, coordinator-bounce, broker-pause-one)
-    /// run `dev/cluster` from the same directory.
+    /// outbox-crash; the cluster scenarios (leader-bounce, coordinator-bounce, broker-pause-one,
+    /// isr-shrink) run `dev/cluster` from the same directory.
     #[arg(long, default_value = "dev/stack")]
     stack_script: PathBuf,
     /// First port of that private stack (Kafka uses it to +2, Postgres +10, a cluster +40 to

@@ -41,6 +41,10 @@ pub enum Fault {
     /// On the three-node cluster: one broker (each in turn) is frozen (SIGSTOP) this long, past
     /// the transaction timeout, while the other two serve; then resumed.
     BrokerPauseOne(Cluster, Duration),
+    /// On the three-node cluster: a follower frozen (SIGSTOP) until it is out of every ISR, then
+    /// the leader of the most partitions `kill -9`ed while it is still frozen: no partition is
+    /// writable until the follower is back in sync ([`crate::isr_shrink`]).
+    IsrShrink(Cluster),
     /// A rebalance storm: every few seconds a graceful stop, a start of a stopped slot or a
     /// `kill -9` with restart, picked by a seeded RNG ([`crate::storm`]).
     Storm(StormPlan),

@@ -8,8 +8,10 @@ pub mod cluster;
 pub mod count;
 pub mod faults;
 mod group;
+pub mod isr_shrink;
 pub mod joins;
 pub mod outbox_crash;
+pub mod outbox_leader_bounce;
 pub mod outbox_oversize;
 pub mod parked_flood;
 pub mod poison;
@@ -110,6 +112,8 @@ pub struct VerifyReport {
     pub storm: Option<storm::Tally>,
     /// What was done to the cluster's brokers (cluster faults only).
     pub cluster: Option<cluster::ClusterTally>,
+    /// What the isr-shrink faults measured (`Fault::IsrShrink` runs only).
+    pub isr: Option<isr_shrink::IsrShrinkTally>,
 }
 
 impl VerifyReport {
@@ -285,6 +289,8 @@ struct Fleet<'a> {
     cluster: cluster::ClusterTally,
     /// The brokers bounced so far, in order.
     bounced: Vec<i32>,
+    /// What the isr-shrink faults measured.
+    isr: isr_shrink::IsrShrinkTally,
 }
 
 impl Fleet<'_> {
@@ -501,6 +507,10 @@ impl Fleet<'_> {
                 self.monitor.outages.push(d);
                 self.cluster.pauses += 1;
                 self.await_isr()
+            }
+            Fault::IsrShrink(c) => {
+                let c = c.clone();
+                self.isr_shrink(&c)
             }
             Fault::Storm(_) => {
                 let Some(churn) = &mut self.churn else {
@@ -723,6 +733,7 @@ pub fn run(config: &Config, opts: &VerifyOptions) -> Result<VerifyReport, String
         clients: clients.clone(),
         cluster: cluster::ClusterTally::default(),
         bounced: Vec::new(),
+        isr: isr_shrink::IsrShrinkTally::default(),
     };
     for inst in &mut fleet.instances {
         inst.spawn(&opts.exe, &output)?;
@@ -885,9 +896,13 @@ impl Run<'_> {
             storm: fleet.churn.as_ref().map(|c| c.tally),
             cluster: matches!(
                 opts.fault,
-                Fault::LeaderBounce(_) | Fault::CoordinatorBounce(_) | Fault::BrokerPauseOne(..)
+                Fault::LeaderBounce(_)
+                    | Fault::CoordinatorBounce(_)
+                    | Fault::BrokerPauseOne(..)
+                    | Fault::IsrShrink(_)
             )
             .then_some(fleet.cluster),
+            isr: matches!(opts.fault, Fault::IsrShrink(_)).then_some(fleet.isr),
         })
     }
 
