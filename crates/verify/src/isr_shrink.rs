@@ -82,10 +82,16 @@ fn out_of_every_isr(clients: &KafkaClients, topics: &[String], node: i32) -> boo
     })
 }
 
-/// Whether `node` is back in the ISR of every partition of `topics`.
-fn in_every_isr(clients: &KafkaClients, topics: &[String], node: i32) -> bool {
-    isr_of(clients, topics)
-        .is_ok_and(|parts| !parts.is_empty() && parts.values().all(|(_, isr)| isr.contains(&node)))
+/// Whether `node` is back in the ISR of every partition of `topics`, in metadata that knows
+/// `dead` is gone (no partition led by it): the resumed follower answers metadata from its
+/// cache of before the SIGSTOP, where it was in every ISR.
+fn in_every_isr(clients: &KafkaClients, topics: &[String], node: i32, dead: i32) -> bool {
+    isr_of(clients, topics).is_ok_and(|parts| {
+        !parts.is_empty()
+            && parts
+                .values()
+                .all(|(leader, isr)| *leader >= 0 && *leader != dead && isr.contains(&node))
+    })
 }
 
 impl Fleet<'_> {
@@ -119,7 +125,6 @@ impl Fleet<'_> {
         let follower =
             (leader + self.faults as i32 % (cluster::BROKERS - 1)) % cluster::BROKERS + 1;
         let topics = self.topics.clone();
-        self.monitor.fault_now();
 
         // 1. The follower frozen until it is out of every ISR.
         let t0 = Instant::now();
@@ -149,7 +154,10 @@ impl Fleet<'_> {
         );
 
         // 2. The leader killed while the follower is still frozen: no eligible leader, no
-        //    quorum, no write anywhere.
+        //    quorum, no write anywhere. The fault's baseline is taken now (the frozen follower
+        //    leads nothing any more, so the monitor's requests do not hang on it): progress
+        //    made while only the follower was away must not count as the recovery.
+        self.monitor.fault_now();
         let killed = Instant::now();
         if let Err(e) = c.kill(leader) {
             let _ = c.signal("resume", follower);
@@ -173,7 +181,7 @@ impl Fleet<'_> {
         while Instant::now() < deadline && (back_in_sync.is_none() || resumed_at.is_none()) {
             self.monitor.tick();
             self.supervise()?;
-            if back_in_sync.is_none() && in_every_isr(&self.clients, &topics, follower) {
+            if back_in_sync.is_none() && in_every_isr(&self.clients, &topics, follower, leader) {
                 back_in_sync = Some(killed.elapsed());
                 tracing::info!(follower, "isr-shrink: the follower is back in every ISR");
             }
