@@ -162,6 +162,35 @@ impl Monitor {
         });
     }
 
+    /// [`Monitor::fault_now`], asking again for up to `wait` while the broker does not answer
+    /// (a client whose metadata still names a frozen or dead broker as a leader times out once,
+    /// then refreshes it): a fault marked with no partition waiting would count as recovered at
+    /// once. Whether a snapshot came.
+    pub fn fault_now_within(&mut self, wait: Duration) -> bool {
+        let deadline = Instant::now() + wait;
+        loop {
+            if let Some(s) = self.snapshot() {
+                let waiting = s
+                    .into_iter()
+                    .filter(|(_, (at, high))| high > at)
+                    .map(|(p, (at, _))| (p, at))
+                    .collect();
+                self.pending.push(Pending {
+                    at: Instant::now(),
+                    waiting,
+                    stalled: false,
+                });
+                return true;
+            }
+            self.misses += 1;
+            if Instant::now() >= deadline {
+                self.fault_now();
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
     /// Restarts the clock of the latest fault (a broker restart counts from the broker's return).
     pub fn restart_clock(&mut self) {
         if let Some(p) = self.pending.last_mut() {

@@ -157,7 +157,9 @@ impl Fleet<'_> {
         //    quorum, no write anywhere. The fault's baseline is taken now (the frozen follower
         //    leads nothing any more, so the monitor's requests do not hang on it): progress
         //    made while only the follower was away must not count as the recovery.
-        self.monitor.fault_now();
+        if !self.monitor.fault_now_within(Duration::from_secs(20)) {
+            tracing::warn!("isr-shrink: no progress baseline before the leader's kill");
+        }
         let killed = Instant::now();
         if let Err(e) = c.kill(leader) {
             let _ = c.signal("resume", follower);

@@ -24,7 +24,7 @@ use super::scenario::{Scenario, ScenarioEnv, ScenarioReport};
 use super::stack::PrivateStack;
 use eosflow::config::Config;
 use eosflow::kafka::topics::{self, TopicSpec};
-use eosflow::kafka::KafkaClients;
+use eosflow::kafka::{ClientRole, KafkaClients};
 
 /// Shape of an outbox-leader-bounce run.
 #[derive(Debug, Clone)]
@@ -62,8 +62,14 @@ struct Watch<'a> {
     routers: Routers<'a>,
     probe: Pg,
     slot: String,
-    /// A bounce whose recovery is awaited: when, and Postgres' WAL position then.
-    pending: Option<(Instant, u64)>,
+    /// A bounce whose recovery is awaited: when, Postgres' WAL position and the offsets
+    /// topic's last stable offset then (`None`: its leader did not answer in time).
+    pending: Option<(Instant, u64, Option<i64>)>,
+    /// Reads the offsets topic's last stable offset (`read_committed` watermarks).
+    lso: rdkafka::consumer::BaseConsumer,
+    offsets_topic: String,
+    /// The writer has written every row.
+    writer_done: Arc<AtomicBool>,
     recoveries: Vec<Duration>,
     stalls: u32,
     router_exits: u32,
@@ -79,6 +85,16 @@ impl Watch<'_> {
             .and_then(|t| eosflow_outbox::publish::parse_lsn(&t))
     }
 
+    /// The offsets topic's last stable offset: it moves with every router transaction
+    /// committed (each writes its checkpoint there); `None` while its leader does not answer.
+    fn lso_now(&self) -> Option<i64> {
+        use rdkafka::consumer::Consumer;
+        self.lso
+            .fetch_watermarks(&self.offsets_topic, 0, Duration::from_secs(2))
+            .ok()
+            .map(|(_, high)| high)
+    }
+
     /// Postgres' current WAL position.
     fn wal_now(&mut self) -> Option<u64> {
         self.probe
@@ -87,10 +103,10 @@ impl Watch<'_> {
     }
 
     /// Restarts a router that exited (counted: a bounce must never make one exit) and times
-    /// the pending recovery: the slot's confirmed LSN reaching Postgres' WAL position at the
-    /// bounce. The router confirms an LSN only once every row before it is committed in Kafka
-    /// (a heartbeat's only when nothing is pending), so that is the moment every row written
-    /// before the bounce is in Kafka.
+    /// the pending recovery: a router transaction committed in Kafka after the bounce (the
+    /// offsets topic's last stable offset moved), or, once the writer is done, the slot's
+    /// confirmed LSN reaching Postgres' WAL position at the bounce (the router confirms an LSN
+    /// only once every row before it is in Kafka: nothing was left to publish).
     fn poll(&mut self) -> Result<(), String> {
         for i in 0..self.routers.children.len() {
             if let Ok(Some(st)) = self.routers.children[i].try_wait() {
@@ -99,8 +115,15 @@ impl Watch<'_> {
                 self.routers.children[i] = self.routers.spawn()?;
             }
         }
-        if let Some((at, lsn)) = self.pending {
-            if self.confirmed().is_some_and(|c| c >= lsn) {
+        if let Some((at, lsn, lso)) = self.pending {
+            let committed_since = match lso {
+                Some(before) => self.lso_now().is_some_and(|now| now > before),
+                // No baseline: every row written before the bounce in Kafka.
+                None => self.confirmed().is_some_and(|c| c >= lsn),
+            };
+            let drained = self.writer_done.load(std::sync::atomic::Ordering::Relaxed)
+                && self.confirmed().is_some_and(|c| c >= lsn);
+            if committed_since || drained {
                 self.recoveries.push(at.elapsed());
                 self.pending = None;
             } else if at.elapsed() > STALL_AFTER {
@@ -182,7 +205,15 @@ pub fn run(
         routers.children.push(child);
     }
     let slot = format!("{table}_slot");
+    let done = Arc::new(AtomicBool::new(false));
     let mut w = Watch {
+        lso: clients
+            .config(ClientRole::Reader)
+            .set("isolation.level", "read_committed")
+            .create()
+            .map_err(|e| format!("creating the LSO reader: {e}"))?,
+        offsets_topic: offsets_topic.clone(),
+        writer_done: done.clone(),
         routers,
         probe: Pg::new(&stack.postgres_url())?,
         slot: slot.clone(),
@@ -205,7 +236,6 @@ pub fn run(
     // The offsets topic exists by now: the router creates it before it streams.
     let bounced_topics = vec![topic.clone(), offsets_topic.clone()];
 
-    let done = Arc::new(AtomicBool::new(false));
     let writer = {
         let (url, table, done) = (stack.postgres_url(), table.clone(), done.clone());
         let (rows, duration) = (opts.rows, opts.duration);
@@ -230,7 +260,15 @@ pub fn run(
             bounced.push(node);
             let is_hard = clean + hard >= opts.bounces / 2;
             let lsn = w.wal_now().ok_or("reading pg_current_wal_lsn()")?;
-            w.pending = Some((Instant::now(), lsn));
+            let mut lso = None;
+            for _ in 0..5 {
+                lso = w.lso_now();
+                if lso.is_some() {
+                    break;
+                }
+                w.poll()?;
+            }
+            w.pending = Some((Instant::now(), lsn, lso));
             let id = node.to_string();
             w.cluster_op(c, &[if is_hard { "kill" } else { "stop" }, &id])?;
             tracing::info!(node, hard = is_hard, "outbox-leader-bounce: broker stopped");
