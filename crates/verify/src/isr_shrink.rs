@@ -49,11 +49,11 @@ pub struct IsrShrinkTally {
     pub resumed_without_leader: u32,
 }
 
+/// Partition → (leader, ISR).
+type Isrs = BTreeMap<(String, i32), (i32, Vec<i32>)>;
+
 /// Partition → (leader, ISR) of `topics`, from a fresh client's metadata.
-fn isr_of(
-    clients: &KafkaClients,
-    topics: &[String],
-) -> Result<BTreeMap<(String, i32), (i32, Vec<i32>)>, String> {
+fn isr_of(clients: &KafkaClients, topics: &[String]) -> Result<Isrs, String> {
     let consumer: BaseConsumer = clients
         .config(ClientRole::Reader)
         .create()
