@@ -65,7 +65,7 @@ lint:
 ## The fault-injection suite, long versions (docs/verification.md): kill-processors
 ## (1M records, 50 kill -9), broker-restart and outbox-crash (private broker/Postgres), zombie,
 ## poison, …, and the three-broker cluster scenarios (leader-bounce, coordinator-bounce,
-## broker-pause-one on a private dev/cluster). One closing line per scenario; exit 2 on any
+## broker-pause-one, isr-shrink, outbox-leader-bounce on a private dev/cluster). One closing line per scenario; exit 2 on any
 ## violation. About an hour on 2 cores.
 verify-long: stack-up build
 	@$(STACK_ENV) && $(EOSFLOW) verify --scenario all --work-dir target/verify-long

@@ -442,6 +442,7 @@ pub fn run(config: &Config, args: &BenchArgs) -> Result<Results, BenchError> {
                 format!("{} rec/s for {} s", args.latency_rate, args.latency_secs),
             ),
             ("bootstrap".into(), config.kafka.bootstrap.clone()),
+            ("broker".into(), broker_version(&args.repo)),
             (
                 "windowed shape".into(),
                 format!(
@@ -999,4 +1000,41 @@ fn run_polled_point(
             ..j
         }),
     })
+}
+
+/// The broker the report ran on, for its header: `EOSFLOW_BENCH_BROKER` when set (a broker
+/// other than the local stack's), else the Apache Kafka version of the distribution
+/// `dev/stack` runs (`dev/stack kafka-home`: `…/kafka-<version>`, holding
+/// `libs/kafka-server-<version>.jar`).
+pub fn broker_version(repo: &std::path::Path) -> String {
+    if let Ok(b) = std::env::var("EOSFLOW_BENCH_BROKER") {
+        if !b.trim().is_empty() {
+            return b.trim().to_string();
+        }
+    }
+    let home = std::process::Command::new(repo.join("dev/stack"))
+        .arg("kafka-home")
+        .stderr(std::process::Stdio::null())
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+    let version = home.as_deref().and_then(|h| {
+        std::fs::read_dir(std::path::Path::new(h).join("libs"))
+            .ok()?
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .find_map(|n| {
+                n.strip_prefix("kafka-server-")?
+                    .strip_suffix(".jar")
+                    .filter(|v| v.starts_with(|c: char| c.is_ascii_digit()))
+                    .map(str::to_string)
+            })
+    });
+    match version {
+        Some(v) => format!("Apache Kafka {v} (dev/stack, one KRaft node)"),
+        None => {
+            "unknown (dev/stack kafka-home gave no Kafka distribution; set EOSFLOW_BENCH_BROKER)"
+                .to_string()
+        }
+    }
 }

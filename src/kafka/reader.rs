@@ -95,7 +95,9 @@ const RECENT_ERROR: Duration = Duration::from_secs(10);
 const WAIT_LOG_EVERY: Duration = Duration::from_secs(10);
 
 /// Whether a metadata/offset request may succeed if asked again: a topic created a moment ago
-/// has no leader yet, a restarted broker is electing one.
+/// has no leader yet, a restarted broker is electing one, a request in flight to a broker
+/// librdkafka dropped from its metadata (`DestroyBroker`: a killed broker while leaderships
+/// move, issue 33's isr-shrink) must be sent to the new leader.
 fn retriable(e: &KafkaError) -> bool {
     use rdkafka::types::RDKafkaErrorCode as C;
     matches!(
@@ -111,6 +113,7 @@ fn retriable(e: &KafkaError) -> bool {
                 | C::OperationTimedOut
                 | C::BrokerTransportFailure
                 | C::AllBrokersDown
+                | C::DestroyBroker
         )
     )
 }
@@ -373,6 +376,7 @@ fn is_transient(e: &KafkaError) -> bool {
                 | C::NotLeaderForPartition
                 | C::LeaderNotAvailable
                 | C::UnknownPartition
+                | C::DestroyBroker
         )
     )
 }
@@ -414,4 +418,22 @@ where
     let starts: BTreeMap<i32, Option<i64>> = (0..n).map(|p| (p, None)).collect();
     read_to_end(clients, topic, &starts, timeout, on_record)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 33, isr-shrink (long run): a restore right after a leader's `kill -9` met
+    /// `Meta data fetch error: DestroyBroker` (a request in flight to a broker librdkafka had
+    /// dropped from its metadata) and the instance exited. It is asked again now.
+    #[test]
+    fn a_request_to_a_broker_dropped_from_the_metadata_is_asked_again() {
+        let e = KafkaError::MetadataFetch(RDKafkaErrorCode::DestroyBroker);
+        assert!(retriable(&e), "{e}");
+        assert!(is_transient(&e), "{e}");
+        assert!(!retriable(&KafkaError::MetadataFetch(
+            RDKafkaErrorCode::TopicAuthorizationFailed
+        )));
+    }
 }

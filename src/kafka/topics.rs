@@ -36,6 +36,23 @@ pub enum TopicsError {
     /// The broker refused or did not answer.
     #[error("kafka admin: {0}")]
     Kafka(#[from] rdkafka::error::KafkaError),
+    /// The cluster has fewer brokers up than the replication factor asked for: eosflow never
+    /// creates a topic with fewer replicas than asked (it would stay under-replicated for good).
+    #[error(
+        "creating topic {topic}: {asked} needs more brokers than the {up} the cluster has up \
+         (broker: {code:?}); nothing was created with fewer replicas: bring the missing brokers \
+         back and apply again"
+    )]
+    TooFewBrokers {
+        /// The topic.
+        topic: String,
+        /// The factor asked for: `replication factor N (declared)` or the cluster's default.
+        asked: String,
+        /// Brokers in the cluster's metadata when the topic was asked for.
+        up: usize,
+        /// The broker's error code.
+        code: RDKafkaErrorCode,
+    },
     /// Creating one topic failed.
     #[error("creating topic {topic}: {code:?}")]
     Create {
@@ -54,9 +71,12 @@ pub struct TopicSpec {
     pub name: String,
     /// Partition count: input, retry and changelog topics of one pipeline share it.
     pub partitions: i32,
-    /// Replication factor in production; capped to the broker count on smaller clusters.
-    #[serde(default = "default_replication")]
-    pub replication: i32,
+    /// Replication factor. Omitted (`None`): the cluster's `default.replication.factor`, which
+    /// the broker applies (CreateTopics with −1). Declared: exactly this many replicas. Never
+    /// capped to the brokers that are up: a cluster with too few refuses the topic, and
+    /// [`apply`] says so ([`TopicsError::TooFewBrokers`]).
+    #[serde(default)]
+    pub replication: Option<i32>,
     /// `delete` or `compact` (changelogs, offsets).
     #[serde(default = "default_cleanup")]
     pub cleanup_policy: String,
@@ -68,9 +88,6 @@ pub struct TopicSpec {
     pub config: BTreeMap<String, String>,
 }
 
-fn default_replication() -> i32 {
-    3
-}
 fn default_cleanup() -> String {
     "delete".into()
 }
@@ -83,13 +100,13 @@ struct TopicFile {
 }
 
 impl TopicSpec {
-    /// A topic with `partitions` and `cleanup_policy`, replication 3 (capped on small clusters)
-    /// and the broker's default retention: what tools and tests create on the fly.
+    /// A topic with `partitions` and `cleanup_policy`, the cluster's default replication factor
+    /// and retention: what tools and tests create on the fly.
     pub fn new(name: impl Into<String>, partitions: i32, cleanup_policy: &str) -> Self {
         Self {
             name: name.into(),
             partitions,
-            replication: default_replication(),
+            replication: None,
             cleanup_policy: cleanup_policy.into(),
             retention_ms: None,
             config: BTreeMap::new(),
@@ -167,7 +184,7 @@ pub fn parse(text: &str, path: &str, app_id: &str) -> Result<Vec<TopicSpec>, Top
         if t.partitions < 1 {
             return Err(invalid(format!("topic {}: partitions must be ≥ 1", t.name)));
         }
-        if t.replication < 1 {
+        if t.replication.is_some_and(|r| r < 1) {
             return Err(invalid(format!(
                 "topic {}: replication must be ≥ 1",
                 t.name
@@ -205,12 +222,19 @@ pub async fn apply(
 ) -> Result<Vec<(String, TopicOutcome)>, TopicsError> {
     let admin: AdminClient<DefaultClientContext> = clients.config(ClientRole::Admin).create()?;
     let metadata = admin.inner().fetch_metadata(None, timeout)?;
-    let brokers = metadata.brokers().len().max(1) as i32;
-    let existing: BTreeMap<String, i32> = metadata
+    let brokers = metadata.brokers().len();
+    // Topic → (partitions, the fewest replicas of any of its partitions).
+    let existing: BTreeMap<String, (i32, usize)> = metadata
         .topics()
         .iter()
         .filter(|t| t.error().is_none())
-        .map(|t| (t.name().to_string(), t.partitions().len() as i32))
+        .map(|t| {
+            let fewest = t.partitions().iter().map(|p| p.replicas().len()).min();
+            (
+                t.name().to_string(),
+                (t.partitions().len() as i32, fewest.unwrap_or(0)),
+            )
+        })
         .collect();
     let opts = AdminOptions::new().operation_timeout(Some(timeout));
     let mut outcomes = Vec::new();
@@ -227,10 +251,12 @@ pub async fn apply(
         .iter()
         .zip(&configs)
         .map(|(s, cfg)| {
+            // −1: the broker applies its default.replication.factor (KIP-464). No cap: a
+            // topic created with fewer replicas than asked stays under-replicated for good.
             let mut t = NewTopic::new(
                 &s.name,
                 s.partitions,
-                TopicReplication::Fixed(s.replication.min(brokers)),
+                TopicReplication::Fixed(s.replication.unwrap_or(-1)),
             );
             for (k, v) in cfg {
                 t = t.set(k, v);
@@ -245,6 +271,21 @@ pub async fn apply(
                 // Another instance created it between our metadata read and now.
                 Err((name, RDKafkaErrorCode::TopicAlreadyExists)) => {
                     outcomes.push((name, TopicOutcome::Unchanged))
+                }
+                Err((topic, code @ RDKafkaErrorCode::InvalidReplicationFactor)) => {
+                    let asked = match missing.iter().find(|s| s.name == topic) {
+                        Some(TopicSpec {
+                            replication: Some(r),
+                            ..
+                        }) => format!("replication factor {r} (declared)"),
+                        _ => "the cluster's default.replication.factor".to_string(),
+                    };
+                    return Err(TopicsError::TooFewBrokers {
+                        topic,
+                        asked,
+                        up: brokers,
+                        code,
+                    });
                 }
                 Err((topic, code)) => return Err(TopicsError::Create { topic, code }),
             }
@@ -263,7 +304,14 @@ pub async fn apply(
         let described = admin.describe_configs(&resources, &opts).await?;
         for (spec, desc) in present.iter().zip(described) {
             let mut drift = Vec::new();
-            let actual_partitions = existing.get(&spec.name).copied().unwrap_or_default();
+            let (actual_partitions, replicas) =
+                existing.get(&spec.name).copied().unwrap_or_default();
+            if let Some(r) = spec.replication.filter(|r| replicas < *r as usize) {
+                drift.push(format!(
+                    "replication: declared {r} but a partition has {replicas} replicas (not changed: \
+                     add replicas with a partition reassignment)"
+                ));
+            }
             if actual_partitions != spec.partitions {
                 drift.push(format!(
                     "partitions: declared {} but the topic has {} (not changed: repartitioning moves keys; do it deliberately)",
@@ -606,6 +654,27 @@ mod tests {
             t[0].configs().get("cleanup.policy").map(String::as_str),
             Some("compact")
         );
+    }
+
+    #[test]
+    fn an_undeclared_replication_factor_is_the_clusters_default_and_a_declared_one_is_kept() {
+        let t = parse(
+            "[[topic]]\nname = \"a\"\npartitions = 1\n[[topic]]\nname = \"b\"\npartitions = 1\nreplication = 5\n",
+            "x.toml",
+            "app",
+        )
+        .expect("valid");
+        assert_eq!(t[0].replication, None);
+        assert_eq!(t[1].replication, Some(5));
+        assert_eq!(TopicSpec::new("c", 1, "delete").replication, None);
+        let e = parse(
+            "[[topic]]\nname = \"a\"\npartitions = 1\nreplication = 0\n",
+            "x.toml",
+            "app",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("replication"), "{e}");
     }
 
     #[test]

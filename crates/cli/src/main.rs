@@ -305,7 +305,8 @@ struct VerifyArgs {
     short: bool,
     /// `dev/stack`, which starts the private broker/Postgres of broker-restart, broker-pause,
     /// saga-timeouts and outbox-crash; the cluster scenarios (leader-bounce, coordinator-bounce,
-    /// broker-pause-one) run `dev/cluster` from the same directory.
+    /// broker-pause-one, isr-shrink, outbox-leader-bounce) run `dev/cluster` from the same
+    /// directory.
     #[arg(long, default_value = "dev/stack")]
     stack_script: PathBuf,
     /// First port of that private stack (Kafka uses it to +2, Postgres +10, a cluster +40 to

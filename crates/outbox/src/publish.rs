@@ -111,7 +111,7 @@ pub fn offsets_topic_spec(name: &str) -> TopicSpec {
     TopicSpec {
         name: name.to_string(),
         partitions: 1,
-        replication: 3,
+        replication: None,
         cleanup_policy: "compact".into(),
         retention_ms: None,
         config: BTreeMap::from([("min.compaction.lag.ms".to_string(), "0".to_string())]),
@@ -132,7 +132,7 @@ pub fn routed_topic_spec(name: &str, partitions: i32) -> TopicSpec {
     TopicSpec {
         name: name.to_string(),
         partitions,
-        replication: 3,
+        replication: None,
         cleanup_policy: "delete".into(),
         retention_ms: None,
         config: BTreeMap::new(),
@@ -361,7 +361,7 @@ pub fn dlt_topic_spec(name: &str) -> TopicSpec {
     TopicSpec {
         name: name.to_string(),
         partitions: 1,
-        replication: 3,
+        replication: None,
         cleanup_policy: "delete".into(),
         retention_ms: Some(1_209_600_000),
         config: BTreeMap::new(),

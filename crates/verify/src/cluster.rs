@@ -398,6 +398,30 @@ pub fn console_judgement(
     })
 }
 
+/// How many times Kafka's console consumer (`read_committed`) finds each `id` header value in
+/// `topic`, and the lines with no `id` header (the tool's own logging): the second judge of a
+/// run whose records carry their id in a header (the outbox router's).
+pub fn console_ids_by_header(
+    kafka_home: &std::path::Path,
+    bootstrap: &str,
+    topic: &str,
+) -> Result<(BTreeMap<String, u64>, u64), String> {
+    let mut seen: BTreeMap<String, u64> = BTreeMap::new();
+    let mut other_lines = 0;
+    for l in console_read(kafka_home, bootstrap, topic, true)? {
+        let id = l.split('\t').next().and_then(|h| {
+            h.split(',')
+                .find_map(|h| h.strip_prefix("id:"))
+                .map(str::to_string)
+        });
+        match id {
+            Some(id) => *seen.entry(id).or_default() += 1,
+            None => other_lines += 1,
+        }
+    }
+    Ok((seen, other_lines))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -8,8 +8,10 @@ pub mod cluster;
 pub mod count;
 pub mod faults;
 mod group;
+pub mod isr_shrink;
 pub mod joins;
 pub mod outbox_crash;
+pub mod outbox_leader_bounce;
 pub mod outbox_oversize;
 pub mod parked_flood;
 pub mod poison;
@@ -114,6 +116,8 @@ pub struct VerifyReport {
     pub storm: Option<storm::Tally>,
     /// What was done to the cluster's brokers (cluster faults only).
     pub cluster: Option<cluster::ClusterTally>,
+    /// What the isr-shrink faults measured (`Fault::IsrShrink` runs only).
+    pub isr: Option<isr_shrink::IsrShrinkTally>,
 }
 
 impl VerifyReport {
@@ -314,6 +318,8 @@ struct Fleet<'a> {
     left: i64,
     /// `kill -9`s (plain or in a storm) that landed with records left.
     kills_mid_stream: u32,
+    /// What the isr-shrink faults measured.
+    isr: isr_shrink::IsrShrinkTally,
 }
 
 impl Fleet<'_> {
@@ -522,6 +528,10 @@ impl Fleet<'_> {
                 self.monitor.outages.push(d);
                 self.cluster.pauses += 1;
                 self.await_isr()
+            }
+            Fault::IsrShrink(c) => {
+                let c = c.clone();
+                self.isr_shrink(&c)
             }
             Fault::Storm(_) => {
                 let Some(churn) = &mut self.churn else {
@@ -751,6 +761,7 @@ pub fn run(config: &Config, opts: &VerifyOptions) -> Result<VerifyReport, String
         bounced: Vec::new(),
         left: i64::MAX,
         kills_mid_stream: 0,
+        isr: isr_shrink::IsrShrinkTally::default(),
     };
     for inst in &mut fleet.instances {
         inst.spawn(&opts.exe, &output)?;
@@ -915,9 +926,13 @@ impl Run<'_> {
             storm: fleet.churn.as_ref().map(|c| c.tally),
             cluster: matches!(
                 opts.fault,
-                Fault::LeaderBounce(_) | Fault::CoordinatorBounce(_) | Fault::BrokerPauseOne(..)
+                Fault::LeaderBounce(_)
+                    | Fault::CoordinatorBounce(_)
+                    | Fault::BrokerPauseOne(..)
+                    | Fault::IsrShrink(_)
             )
             .then_some(fleet.cluster),
+            isr: matches!(opts.fault, Fault::IsrShrink(_)).then_some(fleet.isr),
         })
     }
 

@@ -55,19 +55,19 @@ impl Options {
 }
 
 /// The id of row `i`.
-fn row_id(i: u64) -> String {
+pub(crate) fn row_id(i: u64) -> String {
     format!("00000000-0000-4000-8000-{i:012}")
 }
 
 /// A blocking Postgres connection that reconnects (the server restarts mid-run).
-struct Pg {
+pub(crate) struct Pg {
     url: String,
     rt: tokio::runtime::Runtime,
     client: Option<tokio_postgres::Client>,
 }
 
 impl Pg {
-    fn new(url: &str) -> Result<Self, String> {
+    pub(crate) fn new(url: &str) -> Result<Self, String> {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -116,7 +116,7 @@ impl Pg {
     }
 
     /// The first column of the first row as text, if any (errors are `None`: it is a probe).
-    fn text(&mut self, sql: &str) -> Option<String> {
+    pub(crate) fn text(&mut self, sql: &str) -> Option<String> {
         self.connect().ok()?;
         let c = self.client.as_ref()?;
         match self.rt.block_on(c.query_opt(sql, &[])) {
@@ -130,15 +130,15 @@ impl Pg {
 }
 
 /// Names and processes of the run.
-struct Routers<'a> {
-    env: &'a ScenarioEnv,
-    bootstrap: String,
-    pg_url: String,
-    app: String,
-    table: String,
-    logs: std::path::PathBuf,
-    children: Vec<Child>,
-    started: usize,
+pub(crate) struct Routers<'a> {
+    pub(crate) env: &'a ScenarioEnv,
+    pub(crate) bootstrap: String,
+    pub(crate) pg_url: String,
+    pub(crate) app: String,
+    pub(crate) table: String,
+    pub(crate) logs: std::path::PathBuf,
+    pub(crate) children: Vec<Child>,
+    pub(crate) started: usize,
 }
 
 impl Routers<'_> {
@@ -166,7 +166,7 @@ impl Routers<'_> {
         cmd
     }
 
-    fn migrate(&self) -> Result<(), String> {
+    pub(crate) fn migrate(&self) -> Result<(), String> {
         let out = self
             .command()
             .arg("migrate")
@@ -182,7 +182,7 @@ impl Routers<'_> {
         }
     }
 
-    fn spawn(&mut self) -> Result<Child, String> {
+    pub(crate) fn spawn(&mut self) -> Result<Child, String> {
         let log = self.logs.join(format!("router-{}.log", self.started));
         self.started += 1;
         let f = std::fs::File::create(&log).map_err(|e| format!("{}: {e}", log.display()))?;
@@ -204,7 +204,7 @@ impl Drop for Routers<'_> {
     }
 }
 
-fn writer(
+pub(crate) fn writer(
     url: &str,
     table: &str,
     rows: u64,
@@ -240,7 +240,10 @@ fn writer(
 }
 
 /// Reads the routed topic: per id, how often; and whether per-aggregate order held.
-fn read_routed(clients: &KafkaClients, topic: &str) -> Result<(HashMap<String, u32>, u64), String> {
+pub(crate) fn read_routed(
+    clients: &KafkaClients,
+    topic: &str,
+) -> Result<(HashMap<String, u32>, u64), String> {
     let mut counts: HashMap<String, u32> = HashMap::new();
     let mut last: HashMap<String, i64> = HashMap::new();
     let mut order_breaks = 0u64;
@@ -449,7 +452,11 @@ pub fn run(
     })
 }
 
-fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) -> Result<(), String> {
+pub(crate) fn wait_until(
+    what: &str,
+    timeout: Duration,
+    mut f: impl FnMut() -> bool,
+) -> Result<(), String> {
     let deadline = Instant::now() + timeout;
     while !f() {
         if Instant::now() > deadline {

@@ -57,11 +57,18 @@ pub enum Scenario {
     /// partitions fall silent one after the other, the (private) broker is frozen past the
     /// transaction timeout while timers are due, and instances are kill -9ed.
     SagaTimeouts,
+    /// Three-broker cluster: a follower frozen until it is out of the ISR, then the leader
+    /// killed: no partition writable (unclean election off) until the follower is back in sync.
+    IsrShrink,
+    /// Three-broker cluster and a private Postgres: the outbox router publishing while the
+    /// broker leading most of its topics' partitions is stopped and restarted, cleanly and with
+    /// `kill -9`.
+    OutboxLeaderBounce,
 }
 
 impl Scenario {
     /// Every scenario, in the order `--scenario all` runs them.
-    pub const ALL: [Scenario; 18] = [
+    pub const ALL: [Scenario; 20] = [
         Scenario::KillProcessors,
         Scenario::BrokerRestart,
         Scenario::Zombie,
@@ -80,6 +87,8 @@ impl Scenario {
         Scenario::LeaderBounce,
         Scenario::CoordinatorBounce,
         Scenario::BrokerPauseOne,
+        Scenario::IsrShrink,
+        Scenario::OutboxLeaderBounce,
     ];
 
     /// The name on the command line and in the closing line.
@@ -103,6 +112,8 @@ impl Scenario {
             Scenario::CoordinatorBounce => "coordinator-bounce",
             Scenario::BrokerPauseOne => "broker-pause-one",
             Scenario::SagaTimeouts => "saga-timeouts",
+            Scenario::IsrShrink => "isr-shrink",
+            Scenario::OutboxLeaderBounce => "outbox-leader-bounce",
         }
     }
 }
@@ -251,6 +262,19 @@ impl ScenarioReport {
                 ),
             ]);
         }
+        if let Some(t) = &r.isr {
+            let s = |ms: u64| format!("{:.1}", ms as f64 / 1000.0);
+            extra.extend([
+                ("isr_shrinks".into(), t.shrinks.to_string()),
+                ("isr_shrink_max_s".into(), s(t.shrink_max_ms)),
+                ("unwritable_max_s".into(), s(t.unwritable_max_ms)),
+                ("resume_max_s".into(), s(t.resume_max_ms)),
+                (
+                    "resumed_without_leader".into(),
+                    t.resumed_without_leader.to_string(),
+                ),
+            ]);
+        }
         extra.push((
             "elapsed_s".into(),
             format!("{:.1}", r.elapsed.as_secs_f64()),
@@ -266,7 +290,11 @@ impl ScenarioReport {
             checks_ok: v.ok()
                 && (!matches!(scenario, Scenario::Zombie) || r.zombies_fenced == r.kills)
                 && r.storm
-                    .is_none_or(|t| t.crashes == 0 && t.unclean_stops == 0),
+                    .is_none_or(|t| t.crashes == 0 && t.unclean_stops == 0)
+                // Every isr-shrink fault must have been followed by progress with the leader
+                // still dead: the instances resumed by themselves.
+                && r.isr
+                    .is_none_or(|t| t.resumed_without_leader == t.shrinks && t.shrinks == r.kills),
             extra,
         }
     }
@@ -317,7 +345,7 @@ impl ScenarioEnv {
     /// The scenario's private three-node cluster (`dev/cluster`, beside `dev/stack`).
     fn cluster(&self, scenario: Scenario) -> Cluster {
         let run_dir = std::env::temp_dir().join(format!(
-            "eosflow-{}-{}-{}",
+            "eosflow-{}-{}-{}-cluster",
             scenario.name(),
             self.private_port,
             std::process::id()
@@ -567,8 +595,21 @@ fn run_scenario(
             };
             super::saga_timeouts::run(config, &stack, env, &opts)
         }
-        Scenario::LeaderBounce | Scenario::CoordinatorBounce | Scenario::BrokerPauseOne => {
-            cluster_scenario(config, scenario, short, env)
+        Scenario::LeaderBounce
+        | Scenario::CoordinatorBounce
+        | Scenario::BrokerPauseOne
+        | Scenario::IsrShrink => cluster_scenario(config, scenario, short, env),
+        Scenario::OutboxLeaderBounce => {
+            let stack = env.private_stack(scenario);
+            let _pg = stack.up("postgres")?;
+            let c = env.cluster(scenario);
+            let _cluster = c.up()?;
+            let opts = if short {
+                super::outbox_leader_bounce::Options::short()
+            } else {
+                super::outbox_leader_bounce::Options::long()
+            };
+            super::outbox_leader_bounce::run(config, &stack, &c, env, &opts)
         }
         Scenario::RebalanceStorm => {
             let plan = super::storm::StormPlan::new(env.storm_seed.unwrap_or_else(rand::random));
@@ -612,12 +653,14 @@ fn cluster_scenario(
         (Scenario::LeaderBounce, false) => (200_000, 3, 10, 300),
         (Scenario::CoordinatorBounce, true) => (20_000, 2, 2, 30),
         (Scenario::CoordinatorBounce, false) => (200_000, 3, 8, 300),
+        (Scenario::IsrShrink, false) => (200_000, 3, 4, 300),
         (_, true) => (20_000, 2, 1, 30),
         (_, false) => (200_000, 3, 6, 300),
     };
     let fault = match scenario {
         Scenario::LeaderBounce => Fault::LeaderBounce(c.clone()),
         Scenario::CoordinatorBounce => Fault::CoordinatorBounce(c.clone()),
+        Scenario::IsrShrink => Fault::IsrShrink(c.clone()),
         _ => Fault::BrokerPauseOne(c.clone(), Duration::from_secs(13)),
     };
     let opts = count_run(env, records, instances, faults, secs, fault);

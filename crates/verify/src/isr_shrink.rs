@@ -1,0 +1,217 @@
+//! The `isr-shrink` fault (issue 33) on the three-node cluster: a follower is frozen (SIGSTOP)
+//! until the cluster drops it from the ISR of every partition of the run, then the leader of the
+//! most partitions is `kill -9`ed while the follower is still frozen. Unclean leader election is
+//! off, so what it led has no eligible leader but the third broker, whose ISR alone is below
+//! `min.insync.replicas=2`: no write is accepted anywhere until the follower is back in sync.
+//!
+//! On `dev/cluster` every node is also a controller voter, so with the follower frozen and the
+//! leader dead the controller quorum (2 of 3) is gone too: no leader election, no ISR change,
+//! for as long as both are away. That is a stronger fault than on a cluster with dedicated
+//! controllers, never a weaker one.
+//!
+//! Then the follower is resumed (the quorum is back, it catches up and rejoins the ISR: the
+//! partitions take writes again), the instances must resume by themselves with the leader
+//! still dead, and only then is the dead leader started again.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{BaseConsumer, Consumer};
+
+use super::cluster::{self, Cluster};
+use super::Fleet;
+use eosflow::kafka::{ClientRole, KafkaClients};
+
+/// How long the frozen follower and the dead leader are both kept away once the leader is dead:
+/// the time no partition takes a write and no controller answers.
+pub const BOTH_AWAY: Duration = Duration::from_secs(8);
+
+/// The longest wait for the cluster to drop the frozen follower from the ISR.
+const SHRINK_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// The longest wait, with the leader still dead, for the instances to resume.
+const RESUME_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// What the isr-shrink faults measured.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct IsrShrinkTally {
+    /// Faults delivered (follower frozen out of the ISR, then the leader killed).
+    pub shrinks: u32,
+    /// The longest time from the SIGSTOP until the follower was out of every ISR, ms.
+    pub shrink_max_ms: u64,
+    /// The longest time with no partition writable: from the leader's kill until the follower
+    /// was back in the ISR of every partition (with the leader still dead), ms.
+    pub unwritable_max_ms: u64,
+    /// The longest time from the follower's SIGCONT until every partition with records waiting
+    /// had committed progress again, ms (with the leader still dead).
+    pub resume_max_ms: u64,
+    /// Faults after which the instances resumed before the dead leader was started again.
+    pub resumed_without_leader: u32,
+}
+
+/// Partition → (leader, ISR).
+type Isrs = BTreeMap<(String, i32), (i32, Vec<i32>)>;
+
+/// Partition → (leader, ISR) of `topics`, from a fresh client's metadata.
+fn isr_of(clients: &KafkaClients, topics: &[String]) -> Result<Isrs, String> {
+    let consumer: BaseConsumer = clients
+        .config(ClientRole::Reader)
+        .create()
+        .map_err(|e| format!("creating a metadata client: {e}"))?;
+    let mut out = BTreeMap::new();
+    for topic in topics {
+        let md = consumer
+            .fetch_metadata(Some(topic), Duration::from_secs(5))
+            .map_err(|e| format!("metadata of {topic}: {e}"))?;
+        for t in md.topics().iter().filter(|t| t.name() == topic) {
+            for p in t.partitions() {
+                out.insert((topic.clone(), p.id()), (p.leader(), p.isr().to_vec()));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Whether `node` is out of the ISR (and leads nothing) of every partition of `topics`.
+fn out_of_every_isr(clients: &KafkaClients, topics: &[String], node: i32) -> bool {
+    isr_of(clients, topics).is_ok_and(|parts| {
+        !parts.is_empty()
+            && parts
+                .values()
+                .all(|(leader, isr)| *leader != node && !isr.contains(&node))
+    })
+}
+
+/// Whether `node` is back in the ISR of every partition of `topics`, in metadata that knows
+/// `dead` is gone (no partition led by it): the resumed follower answers metadata from its
+/// cache of before the SIGSTOP, where it was in every ISR.
+fn in_every_isr(clients: &KafkaClients, topics: &[String], node: i32, dead: i32) -> bool {
+    isr_of(clients, topics).is_ok_and(|parts| {
+        !parts.is_empty()
+            && parts
+                .values()
+                .all(|(leader, isr)| *leader >= 0 && *leader != dead && isr.contains(&node))
+    })
+}
+
+impl Fleet<'_> {
+    /// Supervises the instances (no progress check: one would block on the frozen broker) for
+    /// `d`, or until `done` holds (checked every 500 ms); whether it held.
+    fn watch_frozen(
+        &mut self,
+        d: Duration,
+        mut done: impl FnMut(&KafkaClients) -> bool,
+    ) -> Result<bool, String> {
+        let until = Instant::now() + d;
+        let mut next_check = Instant::now();
+        while Instant::now() < until {
+            self.supervise()?;
+            if Instant::now() >= next_check {
+                if done(&self.clients) {
+                    return Ok(true);
+                }
+                next_check = Instant::now() + Duration::from_millis(500);
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        Ok(false)
+    }
+
+    /// One isr-shrink fault (see the module): the leader of the most partitions is `leader`,
+    /// the frozen follower the broker after it (in turn over the faults).
+    pub(crate) fn isr_shrink(&mut self, c: &Cluster) -> Result<(), String> {
+        let leader = cluster::busiest_leader(&self.clients, &self.topics, &self.bounced)?;
+        self.bounced.push(leader);
+        let follower =
+            (leader + self.faults as i32 % (cluster::BROKERS - 1)) % cluster::BROKERS + 1;
+        let topics = self.topics.clone();
+
+        // 1. The follower frozen until it is out of every ISR.
+        let t0 = Instant::now();
+        c.signal("pause", follower)?;
+        tracing::info!(follower, leader, "isr-shrink: follower SIGSTOP");
+        let shrunk =
+            self.watch_frozen(SHRINK_TIMEOUT, |cl| out_of_every_isr(cl, &topics, follower));
+        let shrunk = match shrunk {
+            Ok(s) => s,
+            Err(e) => {
+                let _ = c.signal("resume", follower);
+                return Err(e);
+            }
+        };
+        if !shrunk {
+            let _ = c.signal("resume", follower);
+            return Err(format!(
+                "broker {follower} frozen for {} s is still in an ISR of {topics:?}",
+                SHRINK_TIMEOUT.as_secs()
+            ));
+        }
+        let shrink = t0.elapsed();
+        tracing::info!(
+            follower,
+            secs = shrink.as_secs_f64(),
+            "isr-shrink: the follower is out of every ISR"
+        );
+
+        // 2. The leader killed while the follower is still frozen: no eligible leader, no
+        //    quorum, no write anywhere. The fault's baseline is taken now (the frozen follower
+        //    leads nothing any more, so the monitor's requests do not hang on it): progress
+        //    made while only the follower was away must not count as the recovery.
+        if !self.monitor.fault_now_within(Duration::from_secs(20)) {
+            tracing::warn!("isr-shrink: no progress baseline before the leader's kill");
+        }
+        let killed = Instant::now();
+        if let Err(e) = c.kill(leader) {
+            let _ = c.signal("resume", follower);
+            return Err(e);
+        }
+        tracing::info!(leader, "isr-shrink: leader kill -9");
+        let away = self.watch_frozen(BOTH_AWAY, |_| false);
+        c.signal("resume", follower)?;
+        away?;
+        let resumed = Instant::now();
+        tracing::info!(follower, "isr-shrink: follower SIGCONT");
+        // Recovery counts from the follower's return: before it nothing can be written.
+        self.monitor.outages.push(resumed - t0);
+        self.monitor.restart_clock();
+
+        // 3. With the leader still dead: the follower back in sync, the instances resuming.
+        let pending_before = self.monitor.recoveries.len();
+        let deadline = Instant::now() + RESUME_TIMEOUT;
+        let mut back_in_sync = None;
+        let mut resumed_at = None;
+        while Instant::now() < deadline && (back_in_sync.is_none() || resumed_at.is_none()) {
+            self.monitor.tick();
+            self.supervise()?;
+            if back_in_sync.is_none() && in_every_isr(&self.clients, &topics, follower, leader) {
+                back_in_sync = Some(killed.elapsed());
+                tracing::info!(follower, "isr-shrink: the follower is back in every ISR");
+            }
+            if resumed_at.is_none() && self.monitor.recoveries.len() > pending_before {
+                resumed_at = Some(resumed.elapsed());
+                tracing::info!(
+                    secs = resumed.elapsed().as_secs_f64(),
+                    "isr-shrink: committed progress again, the leader still dead"
+                );
+            }
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        let t = &mut self.isr;
+        t.shrinks += 1;
+        t.shrink_max_ms = t.shrink_max_ms.max(shrink.as_millis() as u64);
+        if let Some(u) = back_in_sync {
+            t.unwritable_max_ms = t.unwritable_max_ms.max(u.as_millis() as u64);
+        }
+        if let Some(r) = resumed_at {
+            t.resume_max_ms = t.resume_max_ms.max(r.as_millis() as u64);
+            t.resumed_without_leader += 1;
+        }
+        self.cluster.pauses += 1;
+        self.cluster.hard_bounces += 1;
+
+        // 4. The dead leader back, and the full ISR before the next fault.
+        self.cluster_op(c, &["start", &leader.to_string()])?;
+        tracing::info!(leader, "isr-shrink: leader back");
+        self.await_isr()
+    }
+}
