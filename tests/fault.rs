@@ -557,6 +557,13 @@ fn fault_cluster_isr_shrink_short_waits_out_a_partition_with_no_in_sync_leader_a
     assert_eq!(figure(&line, "resumed_without_leader"), 1, "{line}");
     assert_eq!(figure(&line, "pauses"), 1, "{line}");
     assert_eq!(figure(&line, "hard_bounces"), 1, "{line}");
+    // An operator sees what the instances wait for: their /healthz named the partition's
+    // leader or its in-sync replicas while nothing could be written.
+    assert!(
+        line.contains("waits_seen=")
+            && (line.contains("partition-leader:") || line.contains("in-sync-replicas:")),
+        "{line}"
+    );
 }
 
 #[test]

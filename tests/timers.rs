@@ -526,3 +526,82 @@ fn a_timer_whose_offsetless_commit_outcome_is_unknown_fires_exactly_once() {
     assert_eq!(got.len(), 1, "the wall-clock timer fired once: {got:?}");
     let _ = std::fs::remove_dir_all(&config(&app, "a").state.dir);
 }
+
+/// Issue #32 (1), second bullet: a batch with input offsets whose commit landed but is
+/// reported unknown, and the group membership changed before the check (a rebalance between
+/// `send_offsets` and the check; here a test fault stands for it). The group's committed
+/// offsets may then be another owner's, so they do not decide: every task is restored from its
+/// changelogs and the consumer sent back to the committed offsets. Every input comes out once,
+/// and every timer it scheduled (stored in the landed batch) fires once.
+#[test]
+fn a_commit_reported_unknown_after_a_membership_change_restores_and_repeats_nothing() {
+    if std::env::var(CHILD).is_ok() {
+        return;
+    }
+    let app = support::unique("timers-membership");
+    create(&app, 2);
+    eosflow::processor::runtime::faults::report_next_commit_unknown_after_membership_change(&app);
+    let instance = Instance::start(&config(&app, "a"), topology(&app));
+    let t0 = now_ms() - 60_000;
+    let records: Vec<Input> = (0..40)
+        .map(|i| {
+            (
+                Some(i % 2),
+                format!("k{}", i % 2),
+                format!("w{i}"),
+                t0 + i as i64,
+            )
+        })
+        .collect();
+    produce(&format!("{app}.in"), &records);
+    support::wait_for(
+        "a batch reported unknown after a membership change",
+        Duration::from_secs(60),
+        || (!eosflow::processor::runtime::faults::membership_change_armed(&app)).then_some(()),
+    );
+    // Past every event-time timer, on both partitions.
+    let flush: Vec<Input> = (0..2)
+        .map(|p| (Some(p), format!("k{p}"), "flush".to_string(), t0 + 10_000))
+        .collect();
+    produce(&format!("{app}.in"), &flush);
+    let wanted = |out: &[(String, String, Option<i64>)]| {
+        let seen = out
+            .iter()
+            .filter(|(_, v, _)| v.starts_with("seen:w"))
+            .count();
+        let fired = out
+            .iter()
+            .filter(|(_, v, _)| v.starts_with("fired:"))
+            .count();
+        (seen >= 40 && fired >= 80).then_some(())
+    };
+    support::wait_for(
+        "every record seen and both of its timers fired",
+        Duration::from_secs(90),
+        || wanted(&outputs(&app)),
+    );
+    instance.stop();
+    let out = outputs(&app);
+    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    for (_, v, _) in &out {
+        if let Some(x) = v.strip_prefix("seen:w") {
+            *seen.entry(x.to_string()).or_default() += 1;
+        }
+    }
+    assert_eq!(seen.len(), 40, "every input came out: {seen:?}");
+    assert!(
+        seen.values().all(|n| *n == 1),
+        "no input came out twice: {seen:?}"
+    );
+    let fired = fired(&app);
+    assert_eq!(
+        fired.len(),
+        80,
+        "an event-time and a wall-clock timer per input: {fired:?}"
+    );
+    assert!(
+        fired.values().all(|f| f.len() == 1),
+        "no timer fired twice: {fired:?}"
+    );
+    let _ = std::fs::remove_dir_all(&config(&app, "a").state.dir);
+}

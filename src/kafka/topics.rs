@@ -402,6 +402,9 @@ pub struct BrokerTopic {
     pub partitions: i32,
     /// Its `cleanup.policy`, when it could be described.
     pub cleanup_policy: Option<String>,
+    /// Its `min.insync.replicas`, when it could be described: fewer in-sync replicas than
+    /// this and the broker refuses `acks=all` writes.
+    pub min_insync_replicas: Option<usize>,
 }
 
 /// One thing [`plan`] found.
@@ -492,7 +495,7 @@ impl std::fmt::Display for PlanItem {
 ///
 /// let specs = [TopicSpec::new("in", 4, "delete"), TopicSpec::new("app-state-changelog", 4, "compact")];
 /// let group = CoPartitioned { name: "app".into(), topics: vec!["in".into(), "app-state-changelog".into()] };
-/// let broker = BTreeMap::from([("in".to_string(), BrokerTopic { partitions: 8, cleanup_policy: Some("delete".into()) })]);
+/// let broker = BTreeMap::from([("in".to_string(), BrokerTopic { partitions: 8, cleanup_policy: Some("delete".into()), min_insync_replicas: None })]);
 /// let items = plan(&specs, &[group], &broker);
 /// assert!(items.contains(&PlanItem::Create { topic: "app-state-changelog".into(), partitions: 4 }));
 /// assert!(items.iter().any(|i| matches!(i, PlanItem::Mismatch { counts, .. }
@@ -572,7 +575,8 @@ pub fn plan(
     items
 }
 
-/// The partition count and cleanup policy of each of `topics` that exists on the broker.
+/// The partition count, cleanup policy and `min.insync.replicas` of each of `topics` that
+/// exists on the broker.
 pub async fn describe(
     clients: &KafkaClients,
     topics: &[String],
@@ -588,6 +592,7 @@ pub async fn describe(
             let b = BrokerTopic {
                 partitions: t.partitions().len() as i32,
                 cleanup_policy: None,
+                min_insync_replicas: None,
             };
             (t.name().to_string(), b)
         })
@@ -603,10 +608,22 @@ pub async fn describe(
         {
             if let (Ok(resource), Some(b)) = (desc, found.get_mut(name)) {
                 b.cleanup_policy = resource.get("cleanup.policy").and_then(|e| e.value.clone());
+                b.min_insync_replicas = resource
+                    .get("min.insync.replicas")
+                    .and_then(|e| e.value.as_deref()?.parse().ok());
             }
         }
     }
     Ok(found)
+}
+
+/// [`describe`] from synchronous code (not from inside a tokio runtime).
+pub fn describe_blocking(
+    clients: &KafkaClients,
+    topics: &[String],
+    timeout: Duration,
+) -> Result<BTreeMap<String, BrokerTopic>, TopicsError> {
+    blocking(describe(clients, topics, timeout))
 }
 
 /// [`describe`] then [`plan`], from synchronous code: what `eosflow topics plan` prints and
@@ -718,6 +735,7 @@ mod tests {
                 let b = BrokerTopic {
                     partitions: *n,
                     cleanup_policy: Some(p.to_string()),
+                    min_insync_replicas: None,
                 };
                 (t.to_string(), b)
             })

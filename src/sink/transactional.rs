@@ -26,6 +26,7 @@ use rdkafka::TopicPartitionList;
 
 use super::bounded::{CallThread, Elapsed};
 use crate::kafka::{ClientRole, KafkaClients};
+use crate::telemetry::{WaitingOn, Waits};
 
 /// What went wrong with a transaction, by what the caller must do about it.
 #[derive(Debug, thiserror::Error)]
@@ -88,6 +89,32 @@ impl SinkError {
             _ => false,
         }
     }
+
+    /// What this failure says the loop waits for the cluster to give back (a leader, in-sync
+    /// replicas, a coordinator), with what to print; `None` for a failure of the record's or the
+    /// producer's own (see [`crate::telemetry::Waits`]).
+    ///
+    /// ```
+    /// use eosflow::sink::SinkError;
+    /// use eosflow::telemetry::WaitingOn;
+    /// let rebalancing = SinkError::NoGroupMetadata.waiting_on();
+    /// assert_eq!(rebalancing.map(|(on, _)| on), Some(WaitingOn::GroupCoordinator));
+    /// ```
+    pub fn waiting_on(&self) -> Option<(WaitingOn, String)> {
+        match self {
+            SinkError::Abortable(e) | SinkError::Fatal(e) | SinkError::CommitUnknown(e) => e
+                .rdkafka_error_code()
+                .and_then(WaitingOn::of_code)
+                .map(|on| (on, e.to_string())),
+            SinkError::NoGroupMetadata => Some((WaitingOn::GroupCoordinator, self.to_string())),
+            SinkError::Stuck(stuck) => {
+                Some((WaitingOn::of_stuck_call(stuck.call), stuck.to_string()))
+            }
+            SinkError::Fenced { .. } | SinkError::Unwritable { .. } | SinkError::StateRead(_) => {
+                None
+            }
+        }
+    }
 }
 
 /// Errors that belong to one record, not to the transaction: the same record fails the same
@@ -135,6 +162,9 @@ pub struct TxnSink {
     timeout: Duration,
     /// False: at-least-once, no transactions.
     transactional: bool,
+    /// What the owning loop waits for, started by the retry loops here and ended by the next
+    /// commit that lands (see [`crate::telemetry::Waits`]).
+    waits: Waits,
 }
 
 impl std::fmt::Debug for TxnSink {
@@ -157,7 +187,16 @@ impl TxnSink {
     /// Creates the producer and calls `init_transactions`, fencing any previous instance with the
     /// same id and aborting its open transaction.
     pub fn new(clients: &KafkaClients, id: &str, timeout: Duration) -> Result<Self, SinkError> {
-        let (producer, calls) = Self::create(clients, id, timeout)?;
+        Self::transactional_with(clients, id, timeout, Waits::default())
+    }
+
+    fn transactional_with(
+        clients: &KafkaClients,
+        id: &str,
+        timeout: Duration,
+        waits: Waits,
+    ) -> Result<Self, SinkError> {
+        let (producer, calls) = Self::create(clients, id, timeout, &waits)?;
         Ok(Self {
             producer,
             calls,
@@ -166,7 +205,14 @@ impl TxnSink {
             id: id.to_string(),
             timeout,
             transactional: true,
+            waits,
         })
+    }
+
+    /// Reports this sink's waits for the cluster (a coordinator away, a partition without a
+    /// leader) to `waits`, the owning loop's (its `/healthz` and `eosflow_waiting`).
+    pub fn set_waits(&mut self, waits: Waits) {
+        self.waits = waits;
     }
 
     /// An at-least-once sink: idempotent producer, no transaction; `id` only names it in errors.
@@ -183,6 +229,7 @@ impl TxnSink {
             id: id.to_string(),
             timeout,
             transactional: false,
+            waits: Waits::default(),
         })
     }
 
@@ -197,6 +244,7 @@ impl TxnSink {
         clients: &KafkaClients,
         id: &str,
         timeout: Duration,
+        waits: &Waits,
     ) -> Result<(FutureProducer, CallThread), SinkError> {
         let deadline = Instant::now() + (timeout * 3).max(INIT_RETRY_FOR);
         'producer: loop {
@@ -211,16 +259,27 @@ impl TxnSink {
                     p.init_transactions(timeout)
                 });
                 match called {
-                    Ok(Ok(())) => return Ok((producer, calls)),
+                    Ok(Ok(())) => {
+                        waits.clear_if(WaitingOn::TxnCoordinator);
+                        return Ok((producer, calls));
+                    }
                     Ok(Err(e)) => match classify(id, e) {
                         // The coordinator may still be loading or the previous epoch aborting.
                         SinkError::Abortable(e) if Instant::now() < deadline => {
                             tracing::warn!(error = %e, "init_transactions failed; retrying");
+                            waits.start(
+                                WaitingOn::TxnCoordinator,
+                                format!("init_transactions of {id}: {e}"),
+                            );
                             std::thread::sleep(Duration::from_millis(500));
                         }
                         other => return Err(other),
                     },
                     Err(stuck) => {
+                        waits.start(
+                            WaitingOn::TxnCoordinator,
+                            format!("init_transactions of {id}: {stuck}"),
+                        );
                         calls.finish(move || drop(producer));
                         if Instant::now() >= deadline {
                             return Err(SinkError::Stuck(stuck));
@@ -236,9 +295,11 @@ impl TxnSink {
     /// dropped on its worker thread, after any call of it still running (a stuck one) returns.
     pub fn reset(&mut self) -> Result<(), SinkError> {
         let new = if self.transactional {
-            Self::new(&self.clients, &self.id, self.timeout)?
+            Self::transactional_with(&self.clients, &self.id, self.timeout, self.waits.clone())?
         } else {
-            Self::plain(&self.clients, &self.id, self.timeout)?
+            let mut plain = Self::plain(&self.clients, &self.id, self.timeout)?;
+            plain.waits = self.waits.clone();
+            plain
         };
         let old = std::mem::replace(self, new);
         let TxnSink {
@@ -264,6 +325,8 @@ impl TxnSink {
             .run(call, limit, move || job(producer))
             .map_err(|stuck| {
                 let _ = self.wedged.set(stuck);
+                self.waits
+                    .start(WaitingOn::of_stuck_call(call), stuck.to_string());
                 SinkError::Stuck(stuck)
             })
     }
@@ -274,6 +337,15 @@ impl TxnSink {
         self.producer
             .client()
             .fetch_metadata(Some(topic), self.timeout)
+    }
+
+    /// The broker's metadata of every topic, waiting at most `timeout` (to tell which
+    /// partition lacks a leader or in-sync replicas while commits cannot land).
+    pub fn cluster_metadata(
+        &self,
+        timeout: Duration,
+    ) -> Result<rdkafka::metadata::Metadata, KafkaError> {
+        self.producer.client().fetch_metadata(None, timeout)
     }
 
     /// The `transactional.id`.
@@ -403,6 +475,9 @@ impl TxnSink {
                     if e.is_retriable() && Instant::now() < deadline =>
                 {
                     tracing::warn!(error = %e, "sending offsets to the transaction failed with a retriable error; retrying");
+                    let on = WaitingOn::of_code(e.code()).unwrap_or(WaitingOn::GroupCoordinator);
+                    self.waits
+                        .start(on, format!("send_offsets_to_transaction: {e}"));
                 }
                 Err(e) => return Err(classify(&self.id, e)),
             }
@@ -425,10 +500,11 @@ impl TxnSink {
         }
         if !self.transactional {
             // At-least-once: every send acknowledged (or failed) before the offsets move on.
-            return self
-                .producer
+            self.producer
                 .flush(self.timeout)
-                .map_err(|e| classify(&self.id, e));
+                .map_err(|e| classify(&self.id, e))?;
+            self.waits.clear();
+            return Ok(());
         }
         let deadline = Instant::now() + COMMIT_RETRY_FOR.max(self.timeout);
         loop {
@@ -438,11 +514,30 @@ impl TxnSink {
                 p.commit_transaction(timeout)
             })?;
             match committed {
-                Ok(()) => return Ok(()),
+                Ok(()) => {
+                    self.waits.clear();
+                    return Ok(());
+                }
                 Err(KafkaError::Transaction(e))
                     if e.is_retriable() && Instant::now() < deadline =>
                 {
                     tracing::warn!(error = %e, "commit failed with a retriable error; calling it again");
+                    // Records still unacknowledged: the commit waits on their partitions (no
+                    // leader, too few in-sync replicas), not on the coordinator.
+                    let unacked = self.producer.in_flight_count();
+                    if unacked > 0 && self.waits.is_waiting_on(WaitingOn::InSyncReplicas) {
+                        // Already explained: the partition's in-sync replicas are too few.
+                    } else if unacked > 0 {
+                        self.waits.start(
+                            WaitingOn::PartitionLeader,
+                            format!(
+                                "commit_transaction: {unacked} records not acknowledged yet: {e}"
+                            ),
+                        );
+                    } else {
+                        let on = WaitingOn::of_code(e.code()).unwrap_or(WaitingOn::TxnCoordinator);
+                        self.waits.start(on, format!("commit_transaction: {e}"));
+                    }
                 }
                 Err(e) => {
                     // Only "abort now" is a known outcome: the transaction did not commit.

@@ -161,6 +161,24 @@ pub const FRAMEWORK: &[MetricDef] = &[
         "1 while a state restore runs in this process, else 0.",
     ),
     metric(
+        "eosflow_waiting",
+        Gauge,
+        Unit::Count,
+        "Loops (processing threads, outbox routers) that cannot commit until the cluster gives back `on`: partition-leader, in-sync-replicas, txn-coordinator or group-coordinator. /healthz names the partition or call and since when.",
+    ),
+    metric(
+        "eosflow_waits_total",
+        Counter,
+        Unit::Count,
+        "Waits for the cluster started, by what was waited on (`on`, as eosflow_waiting).",
+    ),
+    metric(
+        "eosflow_wait_seconds",
+        Histogram,
+        Unit::Seconds,
+        "How long each ended wait for the cluster lasted (first failure to the next landed commit), by `on`.",
+    ),
+    metric(
         "eosflow_ready",
         Gauge,
         Unit::Count,

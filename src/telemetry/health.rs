@@ -4,6 +4,7 @@
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::Duration;
 
+use super::waits::{Wait, Waits};
 use crate::clock::now_ms;
 
 /// What `/healthz` and `/readyz` report.
@@ -13,6 +14,8 @@ pub struct Health {
     ready: AtomicBool,
     restoring: AtomicBool,
     stuck_after: Duration,
+    /// What the loop waits for the cluster to give back, if anything (see [`Waits`]).
+    waits: Waits,
     /// The processing threads' own (an instance with several): alive and ready only when
     /// every one is.
     parts: Vec<std::sync::Arc<Health>>,
@@ -26,6 +29,7 @@ impl Health {
             ready: AtomicBool::new(false),
             restoring: AtomicBool::new(false),
             stuck_after,
+            waits: Waits::default(),
             parts: Vec::new(),
         }
     }
@@ -74,6 +78,30 @@ impl Health {
         self.restoring.store(restoring, Ordering::Relaxed);
         super::restoring(restoring);
         self.beat();
+    }
+
+    /// The loop's wait handle, for the producer that meets the failures (see [`Waits`]).
+    pub fn waits(&self) -> Waits {
+        self.waits.clone()
+    }
+
+    /// The open waits of this loop, or of every processing thread's (an instance with
+    /// several): what `/healthz` prints.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use eosflow::telemetry::{Health, WaitingOn};
+    /// let h = Health::new(Duration::from_secs(60));
+    /// h.waits().start(WaitingOn::InSyncReplicas, "orders-0: Broker: Not enough in-sync replicas");
+    /// assert_eq!(h.waiting()[0].on, WaitingOn::InSyncReplicas);
+    /// assert!(h.healthy(), "waiting for the cluster is not being stuck");
+    /// ```
+    pub fn waiting(&self) -> Vec<Wait> {
+        let mut all = self.waits.open();
+        for p in &self.parts {
+            all.extend(p.waiting());
+        }
+        all
     }
 
     /// Alive: the loop beat within the deadline (or a restore is running).

@@ -151,10 +151,10 @@ fn respond(
             );
             r
         }
-        "/healthz" if health.healthy() => text(StatusCode::OK, "ok\n".into()),
+        "/healthz" if health.healthy() => text(StatusCode::OK, with_waits("ok\n", health)),
         "/healthz" => text(
             StatusCode::SERVICE_UNAVAILABLE,
-            "processing loop stuck\n".into(),
+            with_waits("processing loop stuck\n", health),
         ),
         "/readyz" if health.ready() => text(StatusCode::OK, "ready\n".into()),
         _ => text(
@@ -162,6 +162,22 @@ fn respond(
             "restoring or rebalancing\n".into(),
         ),
     }
+}
+
+/// `/healthz`'s body: the verdict, then one line per open wait for the cluster (see
+/// [`super::Waits`]): alive but waiting is still 200, since restarting the pod brings no
+/// leader back; the lines say what it waits for.
+fn with_waits(verdict: &str, health: &Health) -> String {
+    let mut body = verdict.to_string();
+    for w in health.waiting() {
+        body.push_str(&format!(
+            "waiting on {} for {:.1} s: {}\n",
+            w.on.label(),
+            w.seconds(),
+            w.detail
+        ));
+    }
+    body
 }
 
 fn text(status: StatusCode, body: String) -> Response<Full<Bytes>> {
@@ -245,5 +261,26 @@ mod tests {
         assert_eq!(status(&ready), "503", "{ready}");
         let healthy = send(addr, "GET /healthz HTTP/1.0\r\n\r\n").await;
         assert_eq!(status(&healthy), "200", "{healthy}");
+    }
+
+    #[tokio::test]
+    async fn healthz_names_what_a_waiting_loop_waits_for() {
+        let health = Health::new(Duration::from_secs(60));
+        let waits = health.waits();
+        waits.start(
+            crate::telemetry::WaitingOn::PartitionLeader,
+            "orders-3: Local: Message timed out",
+        );
+        let addr = start(health).await;
+        let healthy = send(addr, "GET /healthz HTTP/1.0\r\n\r\n").await;
+        assert_eq!(status(&healthy), "200", "waiting is not stuck: {healthy}");
+        assert!(
+            healthy.contains("waiting on partition-leader for ")
+                && healthy.contains("orders-3: Local: Message timed out"),
+            "{healthy}"
+        );
+        waits.clear();
+        let after = send(addr, "GET /healthz HTTP/1.0\r\n\r\n").await;
+        assert!(!after.contains("waiting on"), "{after}");
     }
 }

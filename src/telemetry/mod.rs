@@ -11,8 +11,10 @@ pub mod config;
 mod health;
 pub mod http;
 pub mod trace;
+mod waits;
 
 pub use health::Health;
+pub use waits::{Wait, WaitingOn, Waits};
 
 /// A transaction committed `records` input records after `elapsed`.
 pub fn committed(records: usize, elapsed: Duration) {
@@ -279,6 +281,19 @@ pub fn kafka_call_stuck(call: &'static str) {
 pub fn restore_waiting_for_broker(partition: i32) {
     metrics::counter!("eosflow_restore_broker_waits_total", "partition" => partition.to_string())
         .increment(1);
+}
+
+/// A loop began to wait for the cluster to give back `on` (see [`Waits`]).
+pub fn wait_started(on: &'static str) {
+    metrics::counter!("eosflow_waits_total", "on" => on).increment(1);
+    metrics::gauge!("eosflow_waiting", "on" => on).increment(1.0);
+}
+
+/// A loop's wait on `on` ended after `seconds`: the next commit landed, or the coordinator
+/// came back.
+pub fn wait_ended(on: &'static str, seconds: f64) {
+    metrics::gauge!("eosflow_waiting", "on" => on).decrement(1.0);
+    metrics::histogram!("eosflow_wait_seconds", "on" => on).record(seconds);
 }
 
 /// Whether `/readyz` answers 200 (exported so an alert can see a pod that stays unready).

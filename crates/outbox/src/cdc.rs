@@ -896,6 +896,7 @@ async fn session(
         o.topic_partitions,
     )
     .await?;
+    publisher.set_waits(health.waits());
     // After init_transactions: a predecessor's open transaction is aborted, so what we read
     // now is final.
     let mut stored = tokio::task::block_in_place(|| {

@@ -19,6 +19,7 @@ use eosflow::kafka::reader::read_all;
 use eosflow::kafka::topics::{self, TopicSpec};
 use eosflow::kafka::KafkaClients;
 use eosflow::sink::{SinkError, TxnSink};
+use eosflow::telemetry::Waits;
 
 use super::router::RoutedRecord;
 use super::OutboxError;
@@ -526,6 +527,8 @@ pub struct Publisher {
     cluster: Option<ClusterId>,
     /// The initial snapshot's progress, written into every checkpoint while it runs.
     snapshot: Option<super::snapshot::SnapshotProgress>,
+    /// The router's waits for the cluster (its `/healthz`, `eosflow_waiting`).
+    waits: Waits,
 }
 
 impl Publisher {
@@ -561,6 +564,7 @@ impl Publisher {
             gate,
             cluster: None,
             snapshot: None,
+            waits: Waits::default(),
         })
     }
 
@@ -574,6 +578,13 @@ impl Publisher {
     /// the snapshot is complete).
     pub fn set_snapshot(&mut self, progress: Option<super::snapshot::SnapshotProgress>) {
         self.snapshot = progress;
+    }
+
+    /// Reports what the router waits for (a partition leader, a coordinator) to `waits`, the
+    /// router's health: `/healthz` names it and `eosflow_waiting{on}` counts it.
+    pub fn set_waits(&mut self, waits: Waits) {
+        self.sink.set_waits(waits.clone());
+        self.waits = waits;
     }
 
     /// The largest record the producer accepts (`message.max.bytes`).
@@ -648,6 +659,9 @@ impl Publisher {
                 }
                 Err(AttemptError::Sink(e)) => {
                     tracing::warn!(error = %e, attempt, "outbox transaction aborted; retrying");
+                    if let Some((on, detail)) = e.waiting_on() {
+                        self.waits.start(on, detail);
+                    }
                     self.abort_or_replace()?
                 }
             };

@@ -50,6 +50,20 @@ pub enum Fault {
     Storm(StormPlan),
 }
 
+impl Fault {
+    /// Whether the fault acts on a three-broker cluster (`dev/cluster`), not on the stack's
+    /// one broker.
+    pub fn on_cluster(&self) -> bool {
+        matches!(
+            self,
+            Fault::LeaderBounce(_)
+                | Fault::CoordinatorBounce(_)
+                | Fault::BrokerPauseOne(..)
+                | Fault::IsrShrink(_)
+        )
+    }
+}
+
 /// A fault whose recovery is still awaited.
 struct Pending {
     at: Instant,

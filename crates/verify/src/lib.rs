@@ -8,6 +8,7 @@ pub mod cluster;
 pub mod count;
 pub mod faults;
 mod group;
+pub mod health_probe;
 pub mod isr_shrink;
 pub mod joins;
 pub mod outbox_crash;
@@ -118,6 +119,9 @@ pub struct VerifyReport {
     pub cluster: Option<cluster::ClusterTally>,
     /// What the isr-shrink faults measured (`Fault::IsrShrink` runs only).
     pub isr: Option<isr_shrink::IsrShrinkTally>,
+    /// What the instances' `/healthz` said they waited for (cluster faults only: elsewhere
+    /// the instances serve no endpoint).
+    pub waits_seen: health_probe::WaitsSeen,
 }
 
 impl VerifyReport {
@@ -217,6 +221,14 @@ impl Instance {
             .map_err(|e| format!("starting {} ({}): {e}", self.name, exe.display()))?;
         self.child = Some(child);
         Ok(())
+    }
+
+    /// Where the instance serves `/healthz`, if it serves it (cluster scenarios).
+    pub(crate) fn metrics_addr(&self) -> Option<&str> {
+        self.env
+            .iter()
+            .find(|(k, v)| k == "EOSFLOW_METRICS_LISTEN" && !v.is_empty())
+            .map(|(_, v)| v.as_str())
     }
 
     /// Drops the handle of a process that has exited (seen by [`Instance::exited`]).
@@ -320,6 +332,8 @@ struct Fleet<'a> {
     kills_mid_stream: u32,
     /// What the isr-shrink faults measured.
     isr: isr_shrink::IsrShrinkTally,
+    /// What the instances' `/healthz` said they waited for, polled while supervising.
+    waits_seen: health_probe::WaitsSeen,
 }
 
 impl Fleet<'_> {
@@ -394,6 +408,8 @@ impl Fleet<'_> {
                 ));
             }
         }
+        self.waits_seen
+            .poll(self.instances.iter().filter_map(Instance::metrics_addr));
         Ok(())
     }
 
@@ -717,6 +733,7 @@ pub fn run(config: &Config, opts: &VerifyOptions) -> Result<VerifyReport, String
 
     let logs = opts.work_dir.join(&run_id);
     std::fs::create_dir_all(&logs).map_err(|e| format!("{}: {e}", logs.display()))?;
+    let on_cluster = opts.fault.on_cluster();
     let instances: Vec<Instance> = (0..opts.instances)
         .map(|i| {
             let mut env = instance_env(
@@ -728,14 +745,23 @@ pub fn run(config: &Config, opts: &VerifyOptions) -> Result<VerifyReport, String
                 &logs.join("state"),
             );
             env.extend(opts.extra_env.iter().cloned());
-            Instance::new(
+            if on_cluster {
+                // The cluster scenarios ask each instance what it waits for (`/healthz`).
+                let port = health_probe::free_local_port()?;
+                for (k, v) in env.iter_mut() {
+                    if k == "EOSFLOW_METRICS_LISTEN" {
+                        *v = format!("127.0.0.1:{port}");
+                    }
+                }
+            }
+            Ok(Instance::new(
                 format!("i{i}"),
                 "count",
                 env,
                 logs.join(format!("i{i}.log")),
-            )
+            ))
         })
-        .collect();
+        .collect::<Result<_, String>>()?;
     let mut rng = rand::thread_rng();
     let interval = opts.duration.as_secs_f64() / f64::from(opts.kills + 1);
     let mut fleet = Fleet {
@@ -762,6 +788,7 @@ pub fn run(config: &Config, opts: &VerifyOptions) -> Result<VerifyReport, String
         left: i64::MAX,
         kills_mid_stream: 0,
         isr: isr_shrink::IsrShrinkTally::default(),
+        waits_seen: health_probe::WaitsSeen::default(),
     };
     for inst in &mut fleet.instances {
         inst.spawn(&opts.exe, &output)?;
@@ -924,15 +951,9 @@ impl Run<'_> {
             input_topic: self.input.to_string(),
             output_topic: fleet.output.clone(),
             storm: fleet.churn.as_ref().map(|c| c.tally),
-            cluster: matches!(
-                opts.fault,
-                Fault::LeaderBounce(_)
-                    | Fault::CoordinatorBounce(_)
-                    | Fault::BrokerPauseOne(..)
-                    | Fault::IsrShrink(_)
-            )
-            .then_some(fleet.cluster),
+            cluster: opts.fault.on_cluster().then_some(fleet.cluster),
             isr: matches!(opts.fault, Fault::IsrShrink(_)).then_some(fleet.isr),
+            waits_seen: fleet.waits_seen.clone(),
         })
     }
 

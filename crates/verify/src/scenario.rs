@@ -262,6 +262,9 @@ impl ScenarioReport {
                 ),
             ]);
         }
+        if r.cluster.is_some() {
+            extra.push(("waits_seen".into(), r.waits_seen.summary()));
+        }
         if let Some(t) = &r.isr {
             let s = |ms: u64| format!("{:.1}", ms as f64 / 1000.0);
             extra.extend([
@@ -294,7 +297,10 @@ impl ScenarioReport {
                 // Every isr-shrink fault must have been followed by progress with the leader
                 // still dead: the instances resumed by themselves.
                 && r.isr
-                    .is_none_or(|t| t.resumed_without_leader == t.shrinks && t.shrinks == r.kills),
+                    .is_none_or(|t| t.resumed_without_leader == t.shrinks && t.shrinks == r.kills)
+                // ... and an instance's /healthz must have said it waited on a partition (its
+                // leader, its in-sync replicas) meanwhile: an operator must see what it waits for.
+                && (r.isr.is_none() || r.waits_seen.saw_partition_wait()),
             extra,
         }
     }

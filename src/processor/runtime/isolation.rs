@@ -15,7 +15,7 @@ use rdkafka::Message;
 use crate::processor::engine::Isolated;
 use crate::retry::dlt::DltClass;
 use crate::sink::{is_record_error, SinkError};
-use crate::telemetry;
+use crate::telemetry::{self, WaitingOn};
 
 /// Whether `e` is an error of one record (too large, unknown topic …), not of the transaction.
 fn record_error_in(e: &SinkError) -> bool {
@@ -133,6 +133,8 @@ impl Isolation {
     /// the same way: a send that failed on one record (over the size limit, unknown topic), a
     /// delivery report naming one, or a handler call that outlived the transaction timeout.
     /// Blamed records are dead-lettered the next time they are read ([`Isolated`]).
+    /// Returns what a failed delivery says the loop waits for (a partition without a leader,
+    /// too few in-sync replicas), if one says so: no record is to blame for that.
     pub(super) fn blame(
         &mut self,
         batch: &[OwnedMessage],
@@ -140,8 +142,9 @@ impl Isolation {
         culprit: Option<usize>,
         deliveries: Vec<(DeliveryFuture, usize)>,
         slow: Option<(usize, Duration)>,
-    ) {
+    ) -> Option<(WaitingOn, String)> {
         let mut blamed: Vec<(usize, String, bool)> = Vec::new();
+        let mut waited = None;
         if let (Some(i), SinkError::Unwritable { topic, source }) = (culprit, error) {
             blamed.push((
                 i,
@@ -161,8 +164,27 @@ impl Isolation {
                     format!("output to {} ({bytes} bytes): {e}", m.topic()),
                     m.topic().ends_with(".DLT"),
                 ));
+            } else if waited.is_none() {
+                // Not the record's fault: the partition's leader or replicas are away.
+                waited = e
+                    .rdkafka_error_code()
+                    .and_then(WaitingOn::of_code)
+                    .map(|on| (on, format!("{}-{}: {e}", m.topic(), m.partition())));
             }
         }
+        self.isolate(batch, error, blamed, slow);
+        waited
+    }
+
+    /// Isolates the records `blamed` names (index, reason, whether its dead letter was what
+    /// failed); with none, looks for the record by halving the batch or by its slow call.
+    fn isolate(
+        &mut self,
+        batch: &[OwnedMessage],
+        error: &SinkError,
+        blamed: Vec<(usize, String, bool)>,
+        slow: Option<(usize, Duration)>,
+    ) {
         let mut found = false;
         for (i, reason, dead_letter_failed) in blamed {
             let Some(m) = batch.get(i) else { continue };

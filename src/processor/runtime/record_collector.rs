@@ -14,11 +14,11 @@ use rdkafka::TopicPartitionList;
 use super::group_member::GroupMember;
 use super::task_manager::TaskManager;
 use super::{RuntimeError, RuntimeOptions};
-use crate::kafka::KafkaClients;
+use crate::kafka::{topics, KafkaClients};
 use crate::processor::engine::{Output, Stamps};
 use crate::sink::{SinkError, TxnSink};
 use crate::state::{dedup, Column};
-use crate::telemetry::{self, Health};
+use crate::telemetry::{self, Health, WaitingOn};
 
 /// The start of the ERROR line logged when the producer is recreated in place: the fault suite
 /// counts these lines to show a fault was met and survived.
@@ -162,6 +162,9 @@ pub(super) struct RecordCollector {
     /// When the producer was last recreated in place after a fencing answer (recent ones).
     fence_recoveries: Vec<Instant>,
     transactional_id: String,
+    /// For [`Self::diagnose`]: the cluster's clients and the topics' `min.insync.replicas`.
+    clients: KafkaClients,
+    min_insync: BTreeMap<String, usize>,
     session_timeout: Duration,
     transaction_timeout: Duration,
 }
@@ -178,6 +181,8 @@ impl RecordCollector {
         };
         Ok(Self {
             sink,
+            clients: clients.clone(),
+            min_insync: BTreeMap::new(),
             deliveries: Vec::new(),
             current: 0,
             known_topics: BTreeSet::new(),
@@ -237,6 +242,83 @@ impl RecordCollector {
         self.sink
             .send_at(topic, Some(partition), timestamp, None, None, h)
             .map(|_| ())
+    }
+
+    /// Reports the producer's waits for the cluster to the loop's `waits` (its `/healthz`).
+    pub(super) fn set_waits(&mut self, waits: telemetry::Waits) {
+        self.sink.set_waits(waits);
+    }
+
+    /// Which partition the loop waits for, from fresh metadata of the topics it writes (its
+    /// outputs and `also`: changelogs, repartition topics): one without a leader, else one
+    /// whose in-sync replicas are below its topic's `min.insync.replicas` (the broker refuses
+    /// `acks=all` writes). `None` when every partition is writable, or the metadata did not
+    /// come within 2 s.
+    pub(super) fn diagnose<'a>(
+        &mut self,
+        also: impl Iterator<Item = &'a str>,
+    ) -> Option<(WaitingOn, String)> {
+        let mut written = self.known_topics.clone();
+        written.extend(also.map(str::to_string));
+        let metadata = self.sink.cluster_metadata(Duration::from_secs(2)).ok()?;
+        // min.insync.replicas per topic, asked once (a topic's setting rarely changes).
+        let unknown: Vec<String> = written
+            .iter()
+            .filter(|t| !self.min_insync.contains_key(*t))
+            .cloned()
+            .collect();
+        if !unknown.is_empty() {
+            if let Ok(described) =
+                topics::describe_blocking(&self.clients, &unknown, Duration::from_secs(2))
+            {
+                for (t, b) in described {
+                    if let Some(n) = b.min_insync_replicas {
+                        self.min_insync.insert(t, n);
+                    }
+                }
+            }
+        }
+        let mut short = None;
+        for t in metadata
+            .topics()
+            .iter()
+            .filter(|t| written.contains(t.name()))
+        {
+            for p in t.partitions() {
+                if p.leader() < 0 {
+                    return Some((
+                        WaitingOn::PartitionLeader,
+                        format!(
+                            "{}-{} has no leader (replicas {:?}, in sync {:?})",
+                            t.name(),
+                            p.id(),
+                            p.replicas(),
+                            p.isr()
+                        ),
+                    ));
+                }
+                // Unknown setting: the broker default of most production clusters, 2.
+                let min = self
+                    .min_insync
+                    .get(t.name())
+                    .copied()
+                    .unwrap_or(2)
+                    .min(p.replicas().len());
+                if short.is_none() && p.isr().len() < min {
+                    short = Some((
+                        WaitingOn::InSyncReplicas,
+                        format!(
+                            "{}-{}: in sync {:?} of replicas {:?}, below min.insync.replicas={min}",
+                            t.name(),
+                            p.id(),
+                            p.isr(),
+                            p.replicas()
+                        ),
+                    ));
+                }
+            }
+        }
+        short
     }
 
     /// Index `i` of the batch is the record being handled: its sends are blamed on it.

@@ -33,7 +33,7 @@ use crate::retry::depth::DepthWatcher;
 use crate::retry::{dlt, ladder_topics};
 use crate::sink::SinkError;
 use crate::state::StoreCache;
-use crate::telemetry::{self, Health};
+use crate::telemetry::{self, Health, WaitingOn};
 
 /// What an instance runs once beside its processing loops, whatever their number: the global
 /// tables' stores and tailing threads, the DLT depth gauges, the standby tailer. Stopped when
@@ -209,7 +209,7 @@ impl<P: Processor> Runtime<P> {
             processor.sub_topology_count(),
             standby_replicas,
         )?;
-        let collector = RecordCollector::new(&clients, &opts)?;
+        let mut collector = RecordCollector::new(&clients, &opts)?;
         let mut member = GroupMember::connect(&clients, &opts, standby_replicas)?;
         let mut needed: Vec<String> = opts
             .input_topics
@@ -265,6 +265,8 @@ impl<P: Processor> Runtime<P> {
             changelog = %tasks.changelog(),
             "runtime started"
         );
+        let health = Arc::new(Health::new(Duration::from_secs(60)));
+        collector.set_waits(health.waits());
         Ok(Self {
             isolation: Isolation::new(opts.max_batch_records, opts.transaction_timeout),
             opts,
@@ -276,7 +278,7 @@ impl<P: Processor> Runtime<P> {
             alignment,
             watermarks: Watermarks::new(writers),
             purger,
-            health: Arc::new(Health::new(Duration::from_secs(60))),
+            health,
             summary: RunSummary::default(),
             last_batch_len: 0,
             globals,
@@ -286,6 +288,7 @@ impl<P: Processor> Runtime<P> {
     /// Reports liveness and readiness to `health` (served on `/healthz` and `/readyz`).
     pub fn with_health(mut self, health: Arc<Health>) -> Self {
         self.tasks.set_health(health.clone());
+        self.collector.set_waits(health.waits());
         self.health = health;
         self
     }
@@ -619,6 +622,9 @@ impl<P: Processor> Runtime<P> {
         } = failure;
         // What the batch broadcast may not have committed: say it again.
         self.watermarks.forget();
+        if let Some((on, detail)) = error.waiting_on() {
+            self.health.waits().start(on, detail);
+        }
         let age = started.elapsed();
         match &error {
             SinkError::Abortable(_)
@@ -657,7 +663,7 @@ impl<P: Processor> Runtime<P> {
                     return self.restore_after_unknown(batch);
                 }
                 let now = self.member.generation();
-                if now != generation {
+                if now != generation || faults::take_membership_change(&self.opts.app_id) {
                     // Another owner may have committed past the batch's offsets since: they
                     // no longer tell this batch's outcome.
                     tracing::warn!(error = %error, before = ?generation, now = ?now, "the outcome of a commit is unknown and the group membership changed since its offsets were sent: restoring every task from its changelogs");
@@ -688,10 +694,51 @@ impl<P: Processor> Runtime<P> {
         self.summary.aborts += 1;
         telemetry::aborted();
         tracing::warn!(error = %error, records = batch.len(), "batch aborted");
-        self.isolation
-            .blame(batch, &error, culprit, deliveries, slow);
+        if let Some((on, detail)) = self
+            .isolation
+            .blame(batch, &error, culprit, deliveries, slow)
+        {
+            // A delivery names the partition whose leader or replicas are away.
+            self.health.waits().start(on, detail);
+        }
+        self.diagnose_wait(&error);
         self.member.seek_back(batch.iter())?;
         Ok(())
+    }
+
+    /// A wait on partitions (records not acknowledged, deliveries timed out), or a batch that
+    /// failed on a bare timeout, says which partition and why, from fresh metadata: no leader,
+    /// or too few in-sync replicas.
+    fn diagnose_wait(&mut self, error: &SinkError) {
+        use rdkafka::types::RDKafkaErrorCode as C;
+        let timed_out = match error {
+            SinkError::Abortable(e) | SinkError::Fatal(e) | SinkError::CommitUnknown(e) => {
+                matches!(
+                    e.rdkafka_error_code(),
+                    Some(C::OperationTimedOut | C::MessageTimedOut | C::RequestTimedOut)
+                )
+            }
+            _ => false,
+        };
+        let waits = self.health.waits();
+        let on_partitions = waits.is_waiting_on(WaitingOn::PartitionLeader)
+            || waits.is_waiting_on(WaitingOn::InSyncReplicas);
+        if !timed_out && !on_partitions {
+            return;
+        }
+        let repartition = self.processor.repartition_topics();
+        let also = self
+            .tasks
+            .changelogs()
+            .map(String::as_str)
+            .chain(repartition.iter().map(String::as_str));
+        if let Some((on, detail)) = self.collector.diagnose(also) {
+            if on == WaitingOn::InSyncReplicas {
+                // The more precise reason the records were not acknowledged.
+                waits.clear_if(WaitingOn::PartitionLeader);
+            }
+            waits.start(on, detail);
+        }
     }
 
     /// Replaces the producer in place (see [`RecordCollector::recover_producer`]).
@@ -894,6 +941,11 @@ impl<P: Processor> Runtime<P> {
                 tracing::warn!(
                     "test fault: reporting a landed commit without input offsets as unknown"
                 );
+                let e = KafkaError::Global(rdkafka::types::RDKafkaErrorCode::OperationTimedOut);
+                return Err(fail(SinkError::CommitUnknown(e), slow));
+            }
+            if !next_offsets.is_empty() && faults::membership_change_armed(&self.opts.app_id) {
+                tracing::warn!("test fault: reporting a landed commit as unknown, the membership changed since");
                 let e = KafkaError::Global(rdkafka::types::RDKafkaErrorCode::OperationTimedOut);
                 return Err(fail(SinkError::CommitUnknown(e), slow));
             }

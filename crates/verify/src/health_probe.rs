@@ -1,0 +1,110 @@
+//! Asks the instances of a cluster scenario what they wait for: each one serves `/healthz` on
+//! a local port of its own, and a waiting loop prints `waiting on <what> for <s> s: <detail>`
+//! there (see `eosflow::telemetry::Waits`). The verifier polls it through the faults and
+//! tallies what it saw, so a scenario can require that an instance said what it waited for
+//! (isr-shrink: a partition's leader or its in-sync replicas).
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+
+/// A local port nobody listens on now (the instance binds it shortly after).
+pub(crate) fn free_local_port() -> Result<u16, String> {
+    let l = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("finding a free port: {e}"))?;
+    l.local_addr()
+        .map(|a| a.port())
+        .map_err(|e| format!("finding a free port: {e}"))
+}
+
+/// `/healthz`'s body from `addr`, or `None` when it does not answer within a second (the
+/// instance restarting, or not listening yet).
+pub(crate) fn healthz(addr: &str) -> Option<String> {
+    let addr: SocketAddr = addr.parse().ok()?;
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(1)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
+    s.write_all(b"GET /healthz HTTP/1.0\r\n\r\n").ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    Some(
+        out.split_once("\r\n\r\n")
+            .map_or(out.clone(), |(_, b)| b.to_string()),
+    )
+}
+
+/// What the `waiting on …` lines of a `/healthz` body name.
+pub(crate) fn waits_in(body: &str) -> impl Iterator<Item = (&str, &str)> {
+    body.lines().filter_map(|l| {
+        let rest = l.strip_prefix("waiting on ")?;
+        let (on, _) = rest.split_once(" for ")?;
+        let detail = rest.split_once(": ").map_or("", |(_, d)| d);
+        Some((on, detail))
+    })
+}
+
+/// The waits the instances reported over a run.
+#[derive(Debug, Default, Clone)]
+pub struct WaitsSeen {
+    /// Observations per `on` label (one per poll of one instance that named it).
+    pub by_on: BTreeMap<String, u32>,
+    /// The first detail seen per label (a partition, a call), for the closing line's log.
+    pub first_detail: BTreeMap<String, String>,
+    next_poll: Option<Instant>,
+}
+
+impl WaitsSeen {
+    /// Polls `addrs` if a second has passed since the last poll.
+    pub(crate) fn poll<'a>(&mut self, addrs: impl Iterator<Item = &'a str>) {
+        if self.next_poll.is_some_and(|t| Instant::now() < t) {
+            return;
+        }
+        self.next_poll = Some(Instant::now() + Duration::from_secs(1));
+        for addr in addrs {
+            let Some(body) = healthz(addr) else { continue };
+            for (on, detail) in waits_in(&body) {
+                *self.by_on.entry(on.to_string()).or_default() += 1;
+                if !self.first_detail.contains_key(on) {
+                    tracing::info!(%addr, on, detail, "an instance says what it waits for");
+                    self.first_detail.insert(on.to_string(), detail.to_string());
+                }
+            }
+        }
+    }
+
+    /// `partition-leader:12,txn-coordinator:3`, or `none`.
+    pub fn summary(&self) -> String {
+        if self.by_on.is_empty() {
+            return "none".into();
+        }
+        self.by_on
+            .iter()
+            .map(|(on, n)| format!("{on}:{n}"))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// Whether any instance said it waited on a partition (no leader, too few in-sync
+    /// replicas).
+    pub fn saw_partition_wait(&self) -> bool {
+        ["partition-leader", "in-sync-replicas"]
+            .iter()
+            .any(|on| self.by_on.contains_key(*on))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_waiting_lines_of_healthz_are_read_back() {
+        let body =
+            "ok\nwaiting on in-sync-replicas for 3.2 s: t-1: in sync [2] of replicas [1, 2, 3]\n";
+        let got: Vec<_> = waits_in(body).collect();
+        assert_eq!(
+            got,
+            vec![("in-sync-replicas", "t-1: in sync [2] of replicas [1, 2, 3]")]
+        );
+        assert_eq!(waits_in("ok\n").count(), 0);
+    }
+}
