@@ -1,6 +1,7 @@
 //! The benchmark driver's smoke run (part of `make test`): one tiny point of every contender,
 //! Kafka Streams peer included, against the local broker, in every shape (the recovery
-//! benchmark is left to `make bench`). It checks that the driver measures and reports, and that
+//! benchmark is left to `make bench`), with this same binary also as `--baseline-exe` (three
+//! more eosflow points, about 15 s). It checks that the driver measures and reports, and that
 //! the windowed and join shapes' contenders emit the right results — never how fast anything
 //! is.
 
@@ -62,6 +63,12 @@ fn bench_smoke_measures_every_contender_and_writes_the_report() {
             // of them closed by the backlog itself and the last by the closing records.
             "--event-time-step-ms",
             "20",
+            // The same binary as the baseline: its contender runs beside eosflow-eos in every
+            // shape and the report compares the two.
+            "--baseline-exe",
+            env!("CARGO_BIN_EXE_eosflow"),
+            "--baseline-label",
+            "same-binary",
         ])
         .arg("--out")
         .arg(&out)
@@ -107,6 +114,42 @@ fn bench_smoke_measures_every_contender_and_writes_the_report() {
         // Memory is reported per instance: a running process has a peak RSS of some MiB.
         assert!(s["peak_rss_mib"].as_f64().unwrap_or(0.0) > 1.0, "{c}: {s}");
     }
+    let baseline = samples
+        .iter()
+        .find(|s| {
+            s["point"]["contender"] == "eosflow-eos-baseline" && s["point"]["shape"] == "count"
+        })
+        .expect("a count sample of the baseline");
+    assert!(
+        baseline["records_per_sec"].as_f64().unwrap_or(0.0) > 0.0,
+        "{baseline}"
+    );
+    assert_eq!(
+        baseline["latencies_ms"].as_array().map(Vec::len),
+        Some(200),
+        "{baseline}"
+    );
+    assert!(
+        report.contains("| eosflow-eos-baseline (same-binary) | 2 | 1 | 100 |"),
+        "{report}"
+    );
+    assert!(
+        report.contains("**eosflow exactly-once ÷ baseline (same-binary)**"),
+        "{report}"
+    );
+    for shape in ["count", "windowed", "join"] {
+        assert!(
+            report.contains(&format!("| {shape} | 2 | 1 | ")),
+            "no {shape} row in the baseline table of\n{report}"
+        );
+    }
+    assert_eq!(results["baseline"]["label"], "same-binary");
+    assert_eq!(
+        results["baseline_ratios"].as_array().map(Vec::len),
+        Some(3),
+        "{}",
+        results["baseline_ratios"]
+    );
     assert!(report.contains("ratio to raw pipe"), "{report}");
     assert!(report.contains("peak RSS MiB per instance"), "{report}");
     for f in ["throughput.svg", "latency-cdf.svg"] {
@@ -114,9 +157,9 @@ fn bench_smoke_measures_every_contender_and_writes_the_report() {
         assert!(svg.contains("<svg"), "{f}");
     }
 
-    // The windowed shape: eosflow and (with Java) Kafka Streams exactly-once, each with a rate
-    // from the committed offsets and exactly the window results the input implies — so the
-    // same number for both.
+    // The windowed shape: eosflow, its baseline and (with Java) Kafka Streams exactly-once,
+    // each with a rate from the committed offsets and exactly the window results the input
+    // implies — so the same number for all.
     let windowed: Vec<&serde_json::Value> = samples
         .iter()
         .filter(|s| s["point"]["shape"] == "windowed")
@@ -124,6 +167,7 @@ fn bench_smoke_measures_every_contender_and_writes_the_report() {
     let windowed_contenders: Vec<&str> = contenders
         .split(',')
         .filter(|c| *c == "eosflow-eos" || *c == "kstreams-eos")
+        .chain(["eosflow-eos-baseline"])
         .collect();
     assert_eq!(
         windowed.len(),
@@ -152,12 +196,12 @@ fn bench_smoke_measures_every_contender_and_writes_the_report() {
     assert_eq!(
         emitted.len(),
         1,
-        "both contenders emit as many window results"
+        "every contender emits as many window results"
     );
     assert!(report.contains("## Windowed aggregation"), "{report}");
 
-    // The join shape: every backlog record joined once with its key's row, by both contenders
-    // (the probes have no customer: an inner join drops them).
+    // The join shape: every backlog record joined once with its key's row, by every
+    // exactly-once contender (the probes have no customer: an inner join drops them).
     let joins: Vec<&serde_json::Value> = samples
         .iter()
         .filter(|s| s["point"]["shape"] == "join")

@@ -1,5 +1,6 @@
 //! The contenders and how each runs as OS processes: the raw pipe (`eosflow bench-pipe`),
-//! eosflow's counting topology at-least-once and exactly-once (`eosflow run`), and Kafka
+//! eosflow's counting topology at-least-once and exactly-once (`eosflow run`), the same
+//! exactly-once run by a second eosflow binary (`--baseline-exe`, another commit), and Kafka
 //! Streams `exactly_once_v2` (the Java peer in `benches/peer/`); each in the count, the
 //! windowed or the join shape.
 
@@ -17,16 +18,20 @@ pub enum Contender {
     EosflowAlo,
     /// eosflow, exactly-once (transactions, RocksDB state, dedup).
     EosflowEos,
+    /// [`Contender::EosflowEos`] exactly as configured, but run by the `--baseline-exe` binary
+    /// (an older commit's build): the same run's comparison between two commits.
+    EosflowEosBaseline,
     /// Kafka Streams `exactly_once_v2`, the same topology.
     KafkaStreams,
 }
 
 impl Contender {
     /// Every contender, in report order.
-    pub const ALL: [Contender; 4] = [
+    pub const ALL: [Contender; 5] = [
         Contender::Raw,
         Contender::EosflowAlo,
         Contender::EosflowEos,
+        Contender::EosflowEosBaseline,
         Contender::KafkaStreams,
     ];
 
@@ -36,6 +41,7 @@ impl Contender {
             Contender::Raw => "raw-pipe",
             Contender::EosflowAlo => "eosflow-alo",
             Contender::EosflowEos => "eosflow-eos",
+            Contender::EosflowEosBaseline => "eosflow-eos-baseline",
             Contender::KafkaStreams => "kstreams-eos",
         }
     }
@@ -47,7 +53,19 @@ impl Contender {
 
     /// Whether the contender keeps state in a changelog topic it needs created.
     pub fn is_eosflow(self) -> bool {
-        matches!(self, Contender::EosflowAlo | Contender::EosflowEos)
+        matches!(
+            self,
+            Contender::EosflowAlo | Contender::EosflowEos | Contender::EosflowEosBaseline
+        )
+    }
+
+    /// Whether the contender runs exactly-once (the shapes other than count measure only
+    /// these).
+    pub fn is_exactly_once(self) -> bool {
+        matches!(
+            self,
+            Contender::EosflowEos | Contender::EosflowEosBaseline | Contender::KafkaStreams
+        )
     }
 }
 
@@ -61,6 +79,8 @@ pub struct Launch {
     pub shape: Shape,
     /// The `eosflow` binary.
     pub exe: PathBuf,
+    /// The second `eosflow` binary [`Contender::EosflowEosBaseline`] runs (`--baseline-exe`).
+    pub baseline_exe: Option<PathBuf>,
     /// Classpath of the Kafka Streams peer, when it was built.
     pub peer_classpath: Option<String>,
     /// The order-placed schema file (the peer's reader and writer schema).
@@ -99,6 +119,7 @@ impl Launch {
         Self {
             shape: Shape::Count,
             exe: exe.to_path_buf(),
+            baseline_exe: None,
             peer_classpath: peer.map(str::to_string),
             schema: args.repo.join(SCHEMA),
             bootstrap: bootstrap.to_string(),
@@ -198,12 +219,22 @@ pub fn spawn(who: Contender, l: &Launch, i: usize) -> Result<Instance, BenchErro
             .env("EOSFLOW_KAFKA_BOOTSTRAP", &l.bootstrap);
             c
         }
-        Contender::EosflowAlo | Contender::EosflowEos => {
-            let mut c = Command::new(&l.exe);
-            let guarantee = if who == Contender::EosflowEos {
-                "exactly_once"
+        Contender::EosflowAlo | Contender::EosflowEos | Contender::EosflowEosBaseline => {
+            let exe = if who == Contender::EosflowEosBaseline {
+                l.baseline_exe.as_deref().ok_or_else(|| {
+                    BenchError::Instance(
+                        "eosflow-eos-baseline needs --baseline-exe (the other eosflow binary)"
+                            .into(),
+                    )
+                })?
             } else {
+                l.exe.as_path()
+            };
+            let mut c = Command::new(exe);
+            let guarantee = if who == Contender::EosflowAlo {
                 "at_least_once"
+            } else {
+                "exactly_once"
             };
             let topology = match l.shape {
                 Shape::Count => "count",

@@ -13,6 +13,10 @@
 //! and measures records/s from the group's committed offsets instead of the outputs. The
 //! stream-table join shape ([`join`]) measures the same way an inner join of the backlog with a
 //! co-partitioned table of customers.
+//!
+//! With `--baseline-exe`, a second eosflow binary (another commit's build) runs as
+//! [`Contender::EosflowEosBaseline`] beside eosflow exactly-once in the same rounds, and the
+//! report gives eosflow exactly-once ÷ that baseline per shape ([`report::baseline_ratios`]).
 
 pub mod contender;
 pub mod join;
@@ -49,6 +53,9 @@ pub enum BenchError {
     /// Writing the report failed.
     #[error("report: {0}")]
     Report(String),
+    /// The command line asks for something impossible (checked before anything runs).
+    #[error("usage: {0}")]
+    Usage(String),
 }
 
 /// The command line of `eosflow bench`.
@@ -71,7 +78,8 @@ pub struct BenchArgs {
     /// instance); every other point uses 100 ms.
     #[arg(long, value_delimiter = ',', default_value = "50,100,500")]
     pub commit_intervals: Vec<u64>,
-    /// Contenders: raw-pipe, eosflow-alo, eosflow-eos, kstreams-eos.
+    /// Contenders: raw-pipe, eosflow-alo, eosflow-eos, kstreams-eos; and eosflow-eos-baseline,
+    /// which needs `--baseline-exe` (and is added by it when not listed).
     #[arg(
         long,
         value_delimiter = ',',
@@ -162,6 +170,95 @@ pub struct BenchArgs {
     /// memory and disk a large table takes per instance.
     #[arg(long, default_value_t = 0)]
     pub join_table_rows: u64,
+    /// A second eosflow binary (e.g. the previous commit's release build) measured in the same
+    /// run as the contender `eosflow-eos-baseline`: what eosflow-eos runs at 100 ms commits
+    /// (count, windowed, join; same topology and configuration), rounds interleaved, right
+    /// after eosflow-eos at each point. Added to `--contenders` when not listed there. The
+    /// report gives eosflow exactly-once ÷ the baseline per shape.
+    #[arg(long, value_name = "PATH")]
+    pub baseline_exe: Option<PathBuf>,
+    /// The baseline's name in the report (e.g. its commit id); default: the file name of
+    /// `--baseline-exe`.
+    #[arg(long, value_name = "TEXT")]
+    pub baseline_label: Option<String>,
+}
+
+/// The second eosflow binary of a run (`--baseline-exe`) and its name in the report.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Baseline {
+    /// The binary, as an absolute path.
+    pub exe: PathBuf,
+    /// Its name in the report: `--baseline-label`, else the binary's file name.
+    pub label: String,
+}
+
+/// Checks `--baseline-exe`, `--baseline-label` and the `eosflow-eos-baseline` contender
+/// before anything runs: the binary must be an executable file; the label (or the file name)
+/// must be non-empty and fit in a markdown table cell; the label and the contender need the
+/// binary. `None` without `--baseline-exe`.
+pub fn baseline(args: &BenchArgs) -> Result<Option<Baseline>, BenchError> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let Some(given) = &args.baseline_exe else {
+        if args.baseline_label.is_some() {
+            return Err(BenchError::Usage(
+                "--baseline-label names the --baseline-exe binary: give --baseline-exe <PATH> too"
+                    .into(),
+            ));
+        }
+        if args
+            .contenders
+            .iter()
+            .any(|c| c == Contender::EosflowEosBaseline.name())
+        {
+            return Err(BenchError::Usage(
+                "contender eosflow-eos-baseline needs --baseline-exe <PATH> (the other eosflow binary to measure)"
+                    .into(),
+            ));
+        }
+        return Ok(None);
+    };
+    let bad = |why: String| BenchError::Usage(format!("--baseline-exe {}: {why}", given.display()));
+    let meta = std::fs::metadata(given).map_err(|e| bad(e.to_string()))?;
+    if !meta.is_file() {
+        return Err(bad("not a file".into()));
+    }
+    if meta.permissions().mode() & 0o111 == 0 {
+        return Err(bad("not executable (chmod +x)".into()));
+    }
+    // Absolute: `Command::new` would look a bare name up in PATH.
+    let exe = std::fs::canonicalize(given).map_err(|e| bad(e.to_string()))?;
+    let label = match &args.baseline_label {
+        Some(l) => l.trim().to_string(),
+        None => given
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+    };
+    if label.is_empty() || label.contains(['|', '\n', '\r']) {
+        return Err(BenchError::Usage(format!(
+            "--baseline-label {label:?}: give a non-empty name without `|` or line breaks (it labels the report's rows)"
+        )));
+    }
+    Ok(Some(Baseline { exe, label }))
+}
+
+/// The contenders of `--contenders`, in order (unknown names left out: [`run`] refuses them),
+/// with `eosflow-eos-baseline` added when `--baseline-exe` is given and it is not listed:
+/// right after `eosflow-eos`, so that the two run one after the other at each point, else last.
+pub fn contenders(args: &BenchArgs) -> Vec<Contender> {
+    let mut list: Vec<Contender> = args
+        .contenders
+        .iter()
+        .filter_map(|c| Contender::parse(c))
+        .collect();
+    if args.baseline_exe.is_some() && !list.contains(&Contender::EosflowEosBaseline) {
+        let at = list
+            .iter()
+            .position(|c| *c == Contender::EosflowEos)
+            .map_or(list.len(), |i| i + 1);
+        list.insert(at, Contender::EosflowEosBaseline);
+    }
+    list
 }
 
 /// What the contenders compute.
@@ -286,6 +383,13 @@ pub struct Results {
     pub recovery: Vec<(String, Vec<f64>)>,
     /// Restore alone and failover: one entry per timed takeover.
     pub takeovers: Vec<restore::Takeover>,
+    /// The second eosflow binary measured (`--baseline-exe`), if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub baseline: Option<Baseline>,
+    /// eosflow exactly-once ÷ the baseline per shape, partitions and instances (filled in
+    /// before the report is written; empty without a baseline).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub baseline_ratios: Vec<report::BaselineRatio>,
 }
 
 /// The `--shapes` entries that are takeover benchmarks rather than throughput shapes.
@@ -293,11 +397,7 @@ const TAKEOVERS: [&str; 2] = ["restore", "failover"];
 
 /// The grid of points, in run order within a round.
 pub fn plan(args: &BenchArgs) -> Vec<Point> {
-    let contenders: Vec<Contender> = args
-        .contenders
-        .iter()
-        .filter_map(|c| Contender::parse(c))
-        .collect();
+    let contenders = contenders(args);
     let shapes: Vec<Shape> = args.shapes.iter().filter_map(|s| Shape::parse(s)).collect();
     let mut points = vec![];
     let count = shapes.contains(&Shape::Count);
@@ -330,7 +430,7 @@ pub fn plan(args: &BenchArgs) -> Vec<Point> {
                     continue;
                 }
                 for &c in &contenders {
-                    if matches!(c, Contender::EosflowEos | Contender::KafkaStreams) {
+                    if c.is_exactly_once() {
                         points.push(Point {
                             shape,
                             contender: c,
@@ -391,10 +491,11 @@ pub fn run(config: &Config, args: &BenchArgs) -> Result<Results, BenchError> {
     for c in &args.contenders {
         if Contender::parse(c).is_none() {
             return Err(BenchError::Instance(format!(
-                "unknown contender {c:?}: use raw-pipe, eosflow-alo, eosflow-eos, kstreams-eos"
+                "unknown contender {c:?}: use raw-pipe, eosflow-alo, eosflow-eos, eosflow-eos-baseline, kstreams-eos"
             )));
         }
     }
+    let baseline = baseline(args)?;
     for s in &args.shapes {
         if Shape::parse(s).is_none() && !TAKEOVERS.contains(&s.as_str()) {
             return Err(BenchError::Instance(format!(
@@ -436,6 +537,19 @@ pub fn run(config: &Config, args: &BenchArgs) -> Result<Results, BenchError> {
             ("keys".into(), args.keys.to_string()),
             ("values".into(), payload),
             ("build".into(), args.build.clone()),
+        ]
+        .into_iter()
+        .chain(baseline.iter().map(|b| {
+            (
+                "baseline".into(),
+                format!(
+                    "{} = `{}` (contender eosflow-eos-baseline)",
+                    b.label,
+                    b.exe.display()
+                ),
+            )
+        }))
+        .chain([
             ("repeats".into(), args.repeats.to_string()),
             (
                 "latency phase".into(),
@@ -471,7 +585,9 @@ pub fn run(config: &Config, args: &BenchArgs) -> Result<Results, BenchError> {
                     args.failover_repeats
                 ),
             ),
-        ],
+        ])
+        .collect(),
+        baseline: baseline.clone(),
         ..Results::default()
     };
     let points = plan(args);
@@ -483,6 +599,7 @@ pub fn run(config: &Config, args: &BenchArgs) -> Result<Results, BenchError> {
             let launch = Launch {
                 shape: point.shape,
                 exe: exe.clone(),
+                baseline_exe: baseline.as_ref().map(|b| b.exe.clone()),
                 peer_classpath: peer.clone(),
                 schema: args.repo.join(contender::SCHEMA),
                 bootstrap: config.kafka.bootstrap.clone(),
@@ -600,6 +717,7 @@ pub fn run(config: &Config, args: &BenchArgs) -> Result<Results, BenchError> {
         results.takeovers.extend(done);
         results.failures.extend(failed);
     }
+    results.baseline_ratios = report::baseline_ratios(&results);
     report::write(args, &results)?;
     Ok(results)
 }
@@ -1036,5 +1154,184 @@ pub fn broker_version(repo: &std::path::Path) -> String {
             "unknown (dev/stack kafka-home gave no Kafka distribution; set EOSFLOW_BENCH_BROKER)"
                 .to_string()
         }
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// `eosflow bench <argv>` as clap parses it.
+    pub(crate) fn args(argv: &[&str]) -> BenchArgs {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            bench: BenchArgs,
+        }
+        <Cli as clap::Parser>::try_parse_from(std::iter::once("bench").chain(argv.iter().copied()))
+            .expect("the arguments parse")
+            .bench
+    }
+
+    /// A scratch directory of this test process, created empty.
+    fn scratch(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("eosflow-bench-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("scratch dir");
+        dir
+    }
+
+    fn file(dir: &std::path::Path, name: &str, mode: u32) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt as _;
+        let path = dir.join(name);
+        std::fs::write(&path, "#!/bin/sh\n").expect("write");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).expect("chmod");
+        path
+    }
+
+    fn usage(args: &BenchArgs) -> String {
+        match baseline(args) {
+            Err(BenchError::Usage(m)) => m,
+            other => panic!("expected a usage error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn without_a_baseline_nothing_changes() {
+        let a = args(&[]);
+        assert_eq!(baseline(&a).ok(), Some(None));
+        assert_eq!(
+            contenders(&a),
+            [
+                Contender::Raw,
+                Contender::EosflowAlo,
+                Contender::EosflowEos,
+                Contender::KafkaStreams
+            ]
+        );
+        assert!(plan(&a)
+            .iter()
+            .all(|p| p.contender != Contender::EosflowEosBaseline));
+    }
+
+    #[test]
+    fn the_baseline_needs_an_executable_file() {
+        let dir = scratch("baseline-args");
+        let exe = file(&dir, "eosflow-6bf8937", 0o755);
+        let plain = file(&dir, "not-executable", 0o644);
+
+        // The label and the contender need the binary.
+        let m = usage(&args(&["--baseline-label", "old"]));
+        assert!(m.contains("--baseline-exe"), "{m}");
+        let m = usage(&args(&["--contenders", "eosflow-eos,eosflow-eos-baseline"]));
+        assert!(
+            m.contains("eosflow-eos-baseline") && m.contains("--baseline-exe"),
+            "{m}"
+        );
+        // Missing, a directory, not executable: each names the flag and the path.
+        for (path, why) in [
+            (dir.join("missing"), "No such file"),
+            (dir.clone(), "not a file"),
+            (plain, "not executable"),
+        ] {
+            let m = usage(&args(&["--baseline-exe", &path.to_string_lossy()]));
+            assert!(
+                m.starts_with(&format!("--baseline-exe {}", path.display())) && m.contains(why),
+                "{m}"
+            );
+        }
+        // The label defaults to the file name; the path is made absolute.
+        let b = baseline(&args(&["--baseline-exe", &exe.to_string_lossy()]))
+            .expect("valid")
+            .expect("a baseline");
+        assert_eq!(b.label, "eosflow-6bf8937");
+        assert!(b.exe.is_absolute(), "{b:?}");
+        assert_eq!(b.exe, std::fs::canonicalize(&exe).expect("canonical"));
+        let b = baseline(&args(&[
+            "--baseline-exe",
+            &exe.to_string_lossy(),
+            "--baseline-label",
+            " 6bf8937 ",
+        ]))
+        .expect("valid")
+        .expect("a baseline");
+        assert_eq!(b.label, "6bf8937");
+        // A label that would break the report's tables.
+        for bad in ["", "a|b", "a\nb"] {
+            let m = usage(&args(&[
+                "--baseline-exe",
+                &exe.to_string_lossy(),
+                "--baseline-label",
+                bad,
+            ]));
+            assert!(m.contains("--baseline-label"), "{m}");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn the_baseline_runs_right_after_eosflow_eos_wherever_it_runs_at_100_ms() {
+        let a = args(&["--baseline-exe", "/bin/true"]);
+        assert_eq!(
+            contenders(&a),
+            [
+                Contender::Raw,
+                Contender::EosflowAlo,
+                Contender::EosflowEos,
+                Contender::EosflowEosBaseline,
+                Contender::KafkaStreams
+            ]
+        );
+        // Listed explicitly: kept where it is, not added twice; without eosflow-eos: last.
+        let a = args(&[
+            "--baseline-exe",
+            "/bin/true",
+            "--contenders",
+            "eosflow-eos-baseline,eosflow-eos",
+        ]);
+        assert_eq!(
+            contenders(&a),
+            [Contender::EosflowEosBaseline, Contender::EosflowEos]
+        );
+        let a = args(&["--baseline-exe", "/bin/true", "--contenders", "raw-pipe"]);
+        assert_eq!(
+            contenders(&a),
+            [Contender::Raw, Contender::EosflowEosBaseline]
+        );
+
+        let a = args(&["--baseline-exe", "/bin/true"]);
+        let points = plan(&a);
+        let eos: Vec<Point> = points
+            .iter()
+            .filter(|p| p.contender == Contender::EosflowEos && p.commit_interval_ms == 100)
+            .copied()
+            .collect();
+        let base: Vec<Point> = points
+            .iter()
+            .filter(|p| p.contender == Contender::EosflowEosBaseline)
+            .copied()
+            .collect();
+        // Every shape, partitions and instances of eosflow-eos at 100 ms, and nothing else:
+        // the commit interval sweep is eosflow-eos's alone.
+        let same = |p: &Point| Point {
+            contender: Contender::EosflowEos,
+            ..*p
+        };
+        assert_eq!(base.iter().map(same).collect::<Vec<_>>(), eos);
+        for shape in [Shape::Count, Shape::Windowed, Shape::Join] {
+            assert!(base.iter().any(|p| p.shape == shape), "{shape:?}");
+        }
+        // Each right after eosflow-eos's point (interleaved within every round).
+        for (i, p) in points.iter().enumerate() {
+            if p.contender == Contender::EosflowEosBaseline {
+                assert_eq!(points[i - 1], same(p));
+            }
+        }
+        // Without it, the plan is the same minus its points.
+        let without: Vec<Point> = points
+            .into_iter()
+            .filter(|p| p.contender != Contender::EosflowEosBaseline)
+            .collect();
+        assert_eq!(without, plan(&args(&[])));
     }
 }

@@ -1,7 +1,7 @@
 //! The write-up of a run: `report.md` (medians with min–max spread, ratios to the raw pipe and
-//! of eosflow exactly-once to Kafka Streams, latency percentiles, recovery, the windowed
-//! shape's table), `results.json` (every sample), and two SVG charts drawn with plotters (the
-//! count shape); plus the `perf` helpers.
+//! of eosflow exactly-once to Kafka Streams and, with `--baseline-exe`, to the baseline binary,
+//! latency percentiles, recovery, the windowed shape's table), `results.json` (every sample),
+//! and two SVG charts drawn with plotters (the count shape); plus the `perf` helpers.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -35,6 +35,14 @@ fn min_max(values: &[f64]) -> (f64, f64) {
         })
 }
 
+/// How `c` is named in the tables and charts: its name, and the baseline's also its label.
+fn who(c: Contender, results: &Results) -> String {
+    match (c, &results.baseline) {
+        (Contender::EosflowEosBaseline, Some(b)) => format!("{} ({})", c.name(), b.label),
+        _ => c.name().to_string(),
+    }
+}
+
 /// Per-partition throughputs, latency percentiles (p50, p99, p999) and the largest instance's
 /// peak RSS (MiB) of each round.
 type Rounds = (Vec<f64>, Vec<[f64; 3]>, Vec<f64>);
@@ -63,7 +71,7 @@ pub fn tables(results: &Results) -> String {
     let g = group(&results.samples);
     let mut md = String::new();
     if g.is_empty() {
-        return takeover_tables(results);
+        return baseline_table(results) + &takeover_tables(results);
     }
     let _ = writeln!(
         md,
@@ -89,7 +97,7 @@ pub fn tables(results: &Results) -> String {
         let _ = writeln!(
             md,
             "| {} | {} | {} | {} | {:.0} [{:.0}–{:.0}] | {} | {:.1} | {:.1} | {:.1} | {:.0} |",
-            point.contender.name(),
+            who(point.contender, results),
             point.partitions,
             point.instances,
             point.commit_interval_ms,
@@ -149,6 +157,7 @@ pub fn tables(results: &Results) -> String {
             versus(Contender::Raw)
         );
     }
+    md.push_str(&baseline_table(results));
     if !results.recovery.is_empty() {
         let _ = writeln!(
             md,
@@ -162,6 +171,128 @@ pub fn tables(results: &Results) -> String {
         }
     }
     md.push_str(&takeover_tables(results));
+    md
+}
+
+/// One row of the "eosflow exactly-once ÷ baseline" table: eosflow-eos (this binary) against
+/// eosflow-eos-baseline (`--baseline-exe`) at the same shape, partitions and instances, 100 ms
+/// commits. A throughput ratio above 1, or a latency ratio below 1, favours this binary.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct BaselineRatio {
+    /// What was computed.
+    pub shape: Shape,
+    /// Partitions of input and output.
+    pub partitions: i32,
+    /// Instances (processes).
+    pub instances: usize,
+    /// eosflow-eos's records/s per partition, median over its rounds.
+    pub eosflow_per_partition: f64,
+    /// The baseline's records/s per partition, median over its rounds.
+    pub baseline_per_partition: f64,
+    /// `eosflow_per_partition ÷ baseline_per_partition`.
+    pub throughput_ratio: f64,
+    /// eosflow-eos ÷ baseline records/s of each round both completed, in round order.
+    pub per_round: Vec<f64>,
+    /// eosflow-eos's p99 latency ÷ the baseline's (medians over the rounds); the count shape
+    /// only (the windowed and join shapes measure no latency).
+    pub p99_latency_ratio: Option<f64>,
+}
+
+/// eosflow exactly-once ÷ the baseline wherever both ran at 100 ms commits, by shape,
+/// partitions and instances; empty without baseline samples.
+pub fn baseline_ratios(results: &Results) -> Vec<BaselineRatio> {
+    type Both<'a> = (Vec<&'a Sample>, Vec<&'a Sample>);
+    let mut g: BTreeMap<(Shape, i32, usize), Both<'_>> = BTreeMap::new();
+    for s in &results.samples {
+        let p = s.point;
+        let side = match p.contender {
+            Contender::EosflowEos => 0,
+            Contender::EosflowEosBaseline => 1,
+            _ => continue,
+        };
+        if p.commit_interval_ms != 100 {
+            continue;
+        }
+        let e = g.entry((p.shape, p.partitions, p.instances)).or_default();
+        if side == 0 {
+            e.0.push(s);
+        } else {
+            e.1.push(s);
+        }
+    }
+    let tput = |v: &[&Sample]| median(&v.iter().map(|s| s.per_partition).collect::<Vec<_>>());
+    let p99 = |v: &[&Sample]| {
+        median(
+            &v.iter()
+                .map(|s| percentile(&s.latencies_ms, 99.0))
+                .collect::<Vec<_>>(),
+        )
+    };
+    g.into_iter()
+        .filter(|(_, (ours, theirs))| !ours.is_empty() && !theirs.is_empty())
+        .map(|((shape, partitions, instances), (ours, theirs))| {
+            let per_round = ours
+                .iter()
+                .filter_map(|o| {
+                    theirs
+                        .iter()
+                        .find(|t| t.round == o.round)
+                        .map(|t| o.per_partition / t.per_partition)
+                })
+                .collect();
+            let (a, b) = (tput(&ours), tput(&theirs));
+            let p99_latency_ratio = (shape == Shape::Count)
+                .then(|| p99(&ours) / p99(&theirs))
+                .filter(|r| r.is_finite());
+            BaselineRatio {
+                shape,
+                partitions,
+                instances,
+                eosflow_per_partition: a,
+                baseline_per_partition: b,
+                throughput_ratio: a / b,
+                per_round,
+                p99_latency_ratio,
+            }
+        })
+        .collect()
+}
+
+/// The "eosflow exactly-once ÷ baseline (label)" table of [`baseline_ratios`], its header naming
+/// the baseline's binary; empty without a baseline.
+pub fn baseline_table(results: &Results) -> String {
+    let rows = baseline_ratios(results);
+    let mut md = String::new();
+    if rows.is_empty() {
+        return md;
+    }
+    let (label, exe) = results.baseline.as_ref().map_or_else(
+        || ("?".to_string(), "?".to_string()),
+        |b| (b.label.clone(), b.exe.display().to_string()),
+    );
+    let _ = writeln!(
+        md,
+        "\n**eosflow exactly-once ÷ baseline ({label})** (eosflow-eos, this binary, against eosflow-eos-baseline, `{exe}`: the same topology, configuration, partitions, instances and 100 ms commits, rounds interleaved; a throughput ratio above 1 or a p99 latency ratio below 1 favours this binary; per-round ratios in brackets):\n"
+    );
+    let _ = writeln!(
+        md,
+        "| shape | partitions | instances | throughput ratio (median [per round]) | p99 latency ratio |"
+    );
+    let _ = writeln!(md, "|---|---:|---:|---:|---:|");
+    for r in rows {
+        let per_round: Vec<String> = r.per_round.iter().map(|x| format!("{x:.2}")).collect();
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {:.2} [{}] | {} |",
+            r.shape.name(),
+            r.partitions,
+            r.instances,
+            r.throughput_ratio,
+            per_round.join(", "),
+            r.p99_latency_ratio
+                .map_or_else(|| "–".to_string(), |x| format!("{x:.2}"))
+        );
+    }
     md
 }
 
@@ -308,7 +439,7 @@ pub fn polled_tables(results: &Results, shape: Shape) -> String {
         let _ = writeln!(
             md,
             "| {} | {} | {} | {:.0} [{:.0}–{:.0}] | {} | {:.0} | {} |",
-            point.contender.name(),
+            who(point.contender, results),
             point.partitions,
             point.instances,
             median(&tput),
@@ -549,6 +680,7 @@ fn colour(c: Contender) -> RGBColor {
         Contender::Raw => RGBColor(90, 90, 90),
         Contender::EosflowAlo => RGBColor(31, 119, 180),
         Contender::EosflowEos => RGBColor(214, 39, 40),
+        Contender::EosflowEosBaseline => RGBColor(255, 127, 14),
         Contender::KafkaStreams => RGBColor(44, 160, 44),
     }
 }
@@ -604,7 +736,7 @@ fn throughput_chart(path: &Path, results: &Results) -> Result<(), BenchError> {
         chart
             .draw_series(LineSeries::new(pts.clone(), col.stroke_width(2)))
             .map_err(perr)?
-            .label(c.name())
+            .label(who(c, results))
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], col.stroke_width(2)));
         chart
             .draw_series(pts.into_iter().map(|p| Circle::new(p, 4, col.filled())))
@@ -681,7 +813,7 @@ fn latency_chart(path: &Path, results: &Results) -> Result<(), BenchError> {
         chart
             .draw_series(LineSeries::new(pts, col.stroke_width(2)))
             .map_err(perr)?
-            .label(c.name())
+            .label(who(c, results))
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], col.stroke_width(2)));
     }
     chart
@@ -738,5 +870,205 @@ pub fn stop_perf(mut perf: Child, data: &Path, text_path: &Path) {
             .map(|l| format!("{}\n", l.trim_end_matches([' ', '-'])))
             .collect();
         let _ = std::fs::write(text_path, text);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Baseline;
+
+    /// A sample of `c` at `(shape, partitions, commit ms)`, one instance, in `round`, at `v`
+    /// records/s per partition and a p99 latency of `p99` ms (count shape).
+    fn sample(
+        c: Contender,
+        (shape, p, ci): (Shape, i32, u64),
+        round: usize,
+        v: f64,
+        p99: f64,
+    ) -> Sample {
+        Sample {
+            point: Point {
+                shape,
+                contender: c,
+                partitions: p,
+                instances: 1,
+                commit_interval_ms: ci,
+            },
+            round,
+            records_per_sec: v * f64::from(p),
+            per_partition: v,
+            latencies_ms: if shape == Shape::Count {
+                (1..=100).map(|i| p99 * f64::from(i) / 99.0).collect()
+            } else {
+                Vec::new()
+            },
+            repeats: 0,
+            peak_rss_mib: 60.0,
+            windows: None,
+            join: None,
+        }
+    }
+
+    /// Three rounds of eosflow-eos, the baseline and Kafka Streams in the count (1 and 4
+    /// partitions) and windowed (4) shapes, plus a 50 ms commit point; the baseline's second
+    /// round of the windowed shape failed.
+    fn results(baseline: bool) -> Results {
+        let mut samples = Vec::new();
+        for round in 1..=3 {
+            let r = round as f64;
+            for p in [1, 4] {
+                let at = (Shape::Count, p, 100);
+                samples.push(sample(Contender::EosflowEos, at, round, 1100.0 * r, 99.0));
+                if baseline {
+                    samples.push(sample(
+                        Contender::EosflowEosBaseline,
+                        at,
+                        round,
+                        1000.0 * r,
+                        110.0,
+                    ));
+                }
+                samples.push(sample(Contender::KafkaStreams, at, round, 500.0, 200.0));
+            }
+            let at = (Shape::Windowed, 4, 100);
+            samples.push(sample(Contender::EosflowEos, at, round, 900.0 + r, 0.0));
+            if baseline && round != 2 {
+                samples.push(sample(
+                    Contender::EosflowEosBaseline,
+                    at,
+                    round,
+                    1000.0,
+                    0.0,
+                ));
+            }
+            samples.push(sample(Contender::KafkaStreams, at, round, 300.0, 0.0));
+            samples.push(sample(
+                Contender::EosflowEos,
+                (Shape::Count, 4, 50),
+                round,
+                700.0,
+                80.0,
+            ));
+        }
+        Results {
+            samples,
+            baseline: baseline.then(|| Baseline {
+                exe: "/opt/old/eosflow".into(),
+                label: "6bf8937".into(),
+            }),
+            ..Results::default()
+        }
+    }
+
+    #[test]
+    fn eosflow_exactly_once_divided_by_the_baseline_per_shape_and_round() {
+        let r = results(true);
+        let rows = baseline_ratios(&r);
+        assert_eq!(rows.len(), 3, "{rows:?}");
+        assert_eq!(
+            (rows[0].shape, rows[0].partitions, rows[0].instances),
+            (Shape::Count, 1, 1)
+        );
+        assert_eq!(rows[0].eosflow_per_partition, 2200.0);
+        assert_eq!(rows[0].baseline_per_partition, 2000.0);
+        assert!((rows[0].throughput_ratio - 1.1).abs() < 1e-9);
+        assert_eq!(rows[0].per_round.len(), 3);
+        assert!((rows[0].p99_latency_ratio.expect("count has latencies") - 0.9).abs() < 1e-9);
+        assert_eq!((rows[1].shape, rows[1].partitions), (Shape::Count, 4));
+        // The windowed shape: no latency, and only the rounds both completed.
+        assert_eq!((rows[2].shape, rows[2].partitions), (Shape::Windowed, 4));
+        assert_eq!(rows[2].p99_latency_ratio, None);
+        assert_eq!(rows[2].per_round, [0.901, 0.903]);
+
+        let md = baseline_table(&r);
+        let expected = "
+**eosflow exactly-once ÷ baseline (6bf8937)** (eosflow-eos, this binary, against eosflow-eos-baseline, `/opt/old/eosflow`: the same topology, configuration, partitions, instances and 100 ms commits, rounds interleaved; a throughput ratio above 1 or a p99 latency ratio below 1 favours this binary; per-round ratios in brackets):
+
+| shape | partitions | instances | throughput ratio (median [per round]) | p99 latency ratio |
+|---|---:|---:|---:|---:|
+| count | 1 | 1 | 1.10 [1.10, 1.10, 1.10] | 0.90 |
+| count | 4 | 1 | 1.10 [1.10, 1.10, 1.10] | 0.90 |
+| windowed | 4 | 1 | 0.90 [0.90, 0.90] | – |
+";
+        assert_eq!(md, expected);
+        // In the count tables, after the Kafka Streams ratios; the baseline's rows labelled.
+        let all = tables(&r);
+        let ks = all.find("÷ Kafka Streams").expect("Kafka Streams ratios");
+        assert!(all.find(expected).is_some_and(|at| at > ks), "{all}");
+        assert!(
+            all.contains("| eosflow-eos-baseline (6bf8937) | 4 | 1 | 100 | 2000 [1000–3000] |"),
+            "{all}"
+        );
+        let windowed = polled_tables(&r, Shape::Windowed);
+        assert!(
+            windowed.contains("| eosflow-eos-baseline (6bf8937) | 4 | 1 | 1000 [1000–1000] |"),
+            "{windowed}"
+        );
+        // Without count samples the table still comes.
+        let only_windowed = Results {
+            samples: r
+                .samples
+                .iter()
+                .filter(|s| s.point.shape == Shape::Windowed)
+                .cloned()
+                .collect(),
+            baseline: r.baseline.clone(),
+            ..Results::default()
+        };
+        assert!(tables(&only_windowed).contains("| windowed | 4 | 1 | 0.90 [0.90, 0.90] | – |"));
+    }
+
+    #[test]
+    fn without_a_baseline_the_report_has_no_trace_of_it() {
+        let r = results(false);
+        assert!(baseline_ratios(&r).is_empty());
+        assert_eq!(baseline_table(&r), "");
+        assert!(!tables(&r).contains("baseline"));
+        assert!(!polled_tables(&r, Shape::Windowed).contains("baseline"));
+        let json = serde_json::to_string(&r).expect("json");
+        assert!(!json.contains("baseline"), "{json}");
+    }
+
+    #[test]
+    fn the_report_files_carry_the_baseline() {
+        let out = std::env::temp_dir().join(format!(
+            "eosflow-bench-{}-report-baseline",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_dir_all(&out);
+        std::fs::create_dir_all(&out).expect("out dir");
+        let mut args = crate::tests::args(&["--baseline-exe", "/opt/old/eosflow"]);
+        args.out = out.clone();
+        let mut r = results(true);
+        r.baseline_ratios = baseline_ratios(&r);
+        write(&args, &r).expect("the report is written");
+        let md = std::fs::read_to_string(out.join("report.md")).expect("report.md");
+        assert!(
+            md.contains("**eosflow exactly-once ÷ baseline (6bf8937)**"),
+            "{md}"
+        );
+        let json: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(out.join("results.json")).expect("json"))
+                .expect("results.json is JSON");
+        assert_eq!(json["baseline"]["label"], "6bf8937");
+        assert_eq!(json["baseline"]["exe"], "/opt/old/eosflow");
+        let ratios = json["baseline_ratios"].as_array().expect("ratios");
+        assert_eq!(ratios.len(), 3);
+        assert_eq!(ratios[2]["shape"], "windowed");
+        assert_eq!(ratios[2]["p99_latency_ratio"], serde_json::Value::Null);
+        assert!(json["samples"]
+            .as_array()
+            .expect("samples")
+            .iter()
+            .any(|s| s["point"]["contender"] == "eosflow-eos-baseline"));
+        // The charts draw it in its own colour, under its label.
+        let svg = std::fs::read_to_string(out.join("throughput.svg")).expect("svg");
+        assert!(
+            svg.contains("eosflow-eos-baseline (6bf8937)"),
+            "no legend entry"
+        );
+        assert!(svg.contains("#FF7F0E"), "no orange line");
+        let _ = std::fs::remove_dir_all(&out);
     }
 }
