@@ -102,10 +102,16 @@ impl SinkError {
     /// ```
     pub fn waiting_on(&self) -> Option<(WaitingOn, String)> {
         match self {
-            SinkError::Abortable(e) | SinkError::Fatal(e) | SinkError::CommitUnknown(e) => e
-                .rdkafka_error_code()
-                .and_then(WaitingOn::of_code)
-                .map(|on| (on, e.to_string())),
+            SinkError::Abortable(e) | SinkError::Fatal(e) | SinkError::CommitUnknown(e) => {
+                let text = e.to_string();
+                let on = if text.contains("TxnCoordinator") {
+                    // librdkafka names the broker a failed request went to.
+                    Some(WaitingOn::TxnCoordinator)
+                } else {
+                    e.rdkafka_error_code().and_then(WaitingOn::of_code)
+                };
+                on.map(|on| (on, text))
+            }
             SinkError::NoGroupMetadata => Some((WaitingOn::GroupCoordinator, self.to_string())),
             SinkError::Stuck(stuck) => {
                 Some((WaitingOn::of_stuck_call(stuck.call), stuck.to_string()))
@@ -475,7 +481,11 @@ impl TxnSink {
                     if e.is_retriable() && Instant::now() < deadline =>
                 {
                     tracing::warn!(error = %e, "sending offsets to the transaction failed with a retriable error; retrying");
-                    let on = WaitingOn::of_code(e.code()).unwrap_or(WaitingOn::GroupCoordinator);
+                    let on = WaitingOn::of_coordinator_call(
+                        e.code(),
+                        &e.to_string(),
+                        WaitingOn::GroupCoordinator,
+                    );
                     self.waits
                         .start(on, format!("send_offsets_to_transaction: {e}"));
                 }
@@ -535,7 +545,11 @@ impl TxnSink {
                             ),
                         );
                     } else {
-                        let on = WaitingOn::of_code(e.code()).unwrap_or(WaitingOn::TxnCoordinator);
+                        let on = WaitingOn::of_coordinator_call(
+                            e.code(),
+                            &e.to_string(),
+                            WaitingOn::TxnCoordinator,
+                        );
                         self.waits.start(on, format!("commit_transaction: {e}"));
                     }
                 }

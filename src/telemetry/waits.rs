@@ -108,6 +108,32 @@ impl WaitingOn {
         })
     }
 
+    /// The wait a failed call to a coordinator means (`send_offsets_to_transaction`, a
+    /// commit): a group error names the group coordinator, an error librdkafka reports "on
+    /// broker TxnCoordinator" (a transport failure, a timeout) the transaction coordinator,
+    /// anything else `default`, the coordinator the call talks to. A transport failure here is
+    /// never a partition's leader.
+    ///
+    /// ```
+    /// use eosflow::telemetry::WaitingOn;
+    /// use rdkafka::types::RDKafkaErrorCode as C;
+    /// let text = "Failed to add offsets to transaction on broker TxnCoordinator: Local: Broker transport failure";
+    /// assert_eq!(WaitingOn::of_coordinator_call(C::BrokerTransportFailure, text, WaitingOn::GroupCoordinator), WaitingOn::TxnCoordinator);
+    /// assert_eq!(WaitingOn::of_coordinator_call(C::RebalanceInProgress, "", WaitingOn::TxnCoordinator), WaitingOn::GroupCoordinator);
+    /// ```
+    pub fn of_coordinator_call(
+        code: RDKafkaErrorCode,
+        text: &str,
+        default: WaitingOn,
+    ) -> WaitingOn {
+        match WaitingOn::of_code(code) {
+            Some(WaitingOn::GroupCoordinator) => WaitingOn::GroupCoordinator,
+            _ if text.contains("TxnCoordinator") => WaitingOn::TxnCoordinator,
+            Some(WaitingOn::TxnCoordinator) => WaitingOn::TxnCoordinator,
+            _ => default,
+        }
+    }
+
     /// The wait a blocking producer call that missed its deadline means (`call`: librdkafka's
     /// name, as in [`crate::sink::bounded::Elapsed::call`]).
     pub fn of_stuck_call(call: &str) -> WaitingOn {

@@ -47,8 +47,9 @@ pub(crate) fn waits_in(body: &str) -> impl Iterator<Item = (&str, &str)> {
 pub struct WaitsSeen {
     /// Observations per `on` label (one per poll of one instance that named it).
     pub by_on: BTreeMap<String, u32>,
-    /// The first detail seen per label (a partition, a call), for the closing line's log.
-    pub first_detail: BTreeMap<String, String>,
+    /// The first few distinct details seen per label (a partition, a call), each logged when
+    /// first seen.
+    pub details: BTreeMap<String, Vec<String>>,
     next_poll: Option<Instant>,
 }
 
@@ -63,9 +64,12 @@ impl WaitsSeen {
             let Some(body) = healthz(addr) else { continue };
             for (on, detail) in waits_in(&body) {
                 *self.by_on.entry(on.to_string()).or_default() += 1;
-                if !self.first_detail.contains_key(on) {
+                // Details without their numbers (sizes, milliseconds): one line per kind.
+                let kind: String = detail.chars().filter(|c| !c.is_ascii_digit()).collect();
+                let seen = self.details.entry(on.to_string()).or_default();
+                if seen.len() < 8 && !seen.contains(&kind) {
                     tracing::info!(%addr, on, detail, "an instance says what it waits for");
-                    self.first_detail.insert(on.to_string(), detail.to_string());
+                    seen.push(kind);
                 }
             }
         }

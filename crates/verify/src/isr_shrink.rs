@@ -47,6 +47,9 @@ pub struct IsrShrinkTally {
     pub resume_max_ms: u64,
     /// Faults after which the instances resumed before the dead leader was started again.
     pub resumed_without_leader: u32,
+    /// Faults whose leader kill landed with records still to process: only those make the
+    /// instances wait (and say so on `/healthz`).
+    pub mid_stream: u32,
 }
 
 /// Partition → (leader, ISR).
@@ -165,7 +168,8 @@ impl Fleet<'_> {
             let _ = c.signal("resume", follower);
             return Err(e);
         }
-        tracing::info!(leader, "isr-shrink: leader kill -9");
+        tracing::info!(leader, left = self.left, "isr-shrink: leader kill -9");
+        self.isr.mid_stream += u32::from(self.left > 0);
         let away = self.watch_frozen(BOTH_AWAY, |_| false);
         c.signal("resume", follower)?;
         away?;

@@ -25,6 +25,8 @@ use super::stack::PrivateStack;
 use eosflow::config::Config;
 use eosflow::kafka::topics::{self, TopicSpec};
 use eosflow::kafka::{ClientRole, KafkaClients};
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::{Message, Offset, TopicPartitionList};
 
 /// Shape of an outbox-leader-bounce run.
 #[derive(Debug, Clone)]
@@ -62,12 +64,12 @@ struct Watch<'a> {
     routers: Routers<'a>,
     probe: Pg,
     slot: String,
-    /// A bounce whose recovery is awaited: when, Postgres' WAL position and the offsets
-    /// topic's last stable offset then (`None`: its leader did not answer in time).
-    pending: Option<(Instant, u64, Option<i64>)>,
-    /// Reads the offsets topic's last stable offset (`read_committed` watermarks).
-    lso: rdkafka::consumer::BaseConsumer,
-    offsets_topic: String,
+    /// A bounce whose recovery is awaited: when, Postgres' WAL position then, and the last
+    /// row number (`n`) written by then.
+    pending: Option<(Instant, u64, i64)>,
+    /// Tails the routed topic `read_committed`: the highest row number published so far.
+    tail: BaseConsumer,
+    published_n: i64,
     /// The writer has written every row.
     writer_done: Arc<AtomicBool>,
     recoveries: Vec<Duration>,
@@ -85,16 +87,6 @@ impl Watch<'_> {
             .and_then(|t| eosflow_outbox::publish::parse_lsn(&t))
     }
 
-    /// The offsets topic's last stable offset: it moves with every router transaction
-    /// committed (each writes its checkpoint there); `None` while its leader does not answer.
-    fn lso_now(&self) -> Option<i64> {
-        use rdkafka::consumer::Consumer;
-        self.lso
-            .fetch_watermarks(&self.offsets_topic, 0, Duration::from_secs(2))
-            .ok()
-            .map(|(_, high)| high)
-    }
-
     /// Postgres' current WAL position.
     fn wal_now(&mut self) -> Option<u64> {
         self.probe
@@ -102,11 +94,39 @@ impl Watch<'_> {
             .and_then(|t| eosflow_outbox::publish::parse_lsn(&t))
     }
 
+    /// The highest row number written to the outbox table so far (-1: none).
+    fn written_n(&mut self, table: &str) -> Option<i64> {
+        self.probe
+            .text(&format!(
+                "select coalesce(max((payload->>'n')::bigint), -1)::text from {table}"
+            ))
+            .and_then(|t| t.parse().ok())
+    }
+
+    /// Reads what the routed topic committed since the last call (bounded per call).
+    fn drain_tail(&mut self) {
+        for _ in 0..20_000 {
+            match self.tail.poll(Duration::ZERO) {
+                Some(Ok(m)) => {
+                    let n = m
+                        .payload()
+                        .and_then(|p| serde_json::from_slice::<serde_json::Value>(p).ok())
+                        .and_then(|v| v["n"].as_i64());
+                    if let Some(n) = n {
+                        self.published_n = self.published_n.max(n);
+                    }
+                }
+                Some(Err(_)) | None => break,
+            }
+        }
+    }
+
     /// Restarts a router that exited (counted: a bounce must never make one exit) and times
-    /// the pending recovery: a router transaction committed in Kafka after the bounce (the
-    /// offsets topic's last stable offset moved), or, once the writer is done, the slot's
-    /// confirmed LSN reaching Postgres' WAL position at the bounce (the router confirms an LSN
-    /// only once every row before it is in Kafka: nothing was left to publish).
+    /// the pending recovery: until a row written *after* the bounce is visible `read_committed`
+    /// in the routed topic (published by a transaction that began after the bounce, never by
+    /// the one in flight then; the figure includes up to one pause of the writer, whose
+    /// statements come about 1.5 s apart), or, once the writer is done with nothing after the
+    /// bounce, until the slot is confirmed past Postgres' WAL position at the bounce.
     fn poll(&mut self) -> Result<(), String> {
         for i in 0..self.routers.children.len() {
             if let Ok(Some(st)) = self.routers.children[i].try_wait() {
@@ -115,12 +135,9 @@ impl Watch<'_> {
                 self.routers.children[i] = self.routers.spawn()?;
             }
         }
-        if let Some((at, lsn, lso)) = self.pending {
-            let committed_since = match lso {
-                Some(before) => self.lso_now().is_some_and(|now| now > before),
-                // No baseline: every row written before the bounce in Kafka.
-                None => self.confirmed().is_some_and(|c| c >= lsn),
-            };
+        self.drain_tail();
+        if let Some((at, lsn, n_at)) = self.pending {
+            let committed_since = self.published_n > n_at;
             let drained = self.writer_done.load(std::sync::atomic::Ordering::Relaxed)
                 && self.confirmed().is_some_and(|c| c >= lsn);
             if committed_since || drained {
@@ -206,13 +223,22 @@ pub fn run(
     }
     let slot = format!("{table}_slot");
     let done = Arc::new(AtomicBool::new(false));
+    let tail: BaseConsumer = clients
+        .config(ClientRole::Reader)
+        .set("isolation.level", "read_committed")
+        .create()
+        .map_err(|e| format!("creating the routed topic's tail: {e}"))?;
+    let mut from_start = TopicPartitionList::new();
+    for p in 0..8 {
+        from_start
+            .add_partition_offset(&topic, p, Offset::Beginning)
+            .map_err(|e| format!("tail of {topic}: {e}"))?;
+    }
+    tail.assign(&from_start)
+        .map_err(|e| format!("tail of {topic}: {e}"))?;
     let mut w = Watch {
-        lso: clients
-            .config(ClientRole::Reader)
-            .set("isolation.level", "read_committed")
-            .create()
-            .map_err(|e| format!("creating the LSO reader: {e}"))?,
-        offsets_topic: offsets_topic.clone(),
+        tail,
+        published_n: -1,
         writer_done: done.clone(),
         routers,
         probe: Pg::new(&stack.postgres_url())?,
@@ -260,15 +286,10 @@ pub fn run(
             bounced.push(node);
             let is_hard = clean + hard >= opts.bounces / 2;
             let lsn = w.wal_now().ok_or("reading pg_current_wal_lsn()")?;
-            let mut lso = None;
-            for _ in 0..5 {
-                lso = w.lso_now();
-                if lso.is_some() {
-                    break;
-                }
-                w.poll()?;
-            }
-            w.pending = Some((Instant::now(), lsn, lso));
+            let n_at = w
+                .written_n(&table)
+                .ok_or("reading the outbox table's last row")?;
+            w.pending = Some((Instant::now(), lsn, n_at));
             let id = node.to_string();
             w.cluster_op(c, &[if is_hard { "kill" } else { "stop" }, &id])?;
             tracing::info!(node, hard = is_hard, "outbox-leader-bounce: broker stopped");

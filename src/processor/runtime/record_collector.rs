@@ -165,6 +165,7 @@ pub(super) struct RecordCollector {
     /// For [`Self::diagnose`]: the cluster's clients and the topics' `min.insync.replicas`.
     clients: KafkaClients,
     min_insync: BTreeMap<String, usize>,
+    last_diagnosis: Option<Instant>,
     session_timeout: Duration,
     transaction_timeout: Duration,
 }
@@ -183,6 +184,7 @@ impl RecordCollector {
             sink,
             clients: clients.clone(),
             min_insync: BTreeMap::new(),
+            last_diagnosis: None,
             deliveries: Vec::new(),
             current: 0,
             known_topics: BTreeSet::new(),
@@ -252,12 +254,21 @@ impl RecordCollector {
     /// Which partition the loop waits for, from fresh metadata of the topics it writes (its
     /// outputs and `also`: changelogs, repartition topics): one without a leader, else one
     /// whose in-sync replicas are below its topic's `min.insync.replicas` (the broker refuses
-    /// `acks=all` writes). `None` when every partition is writable, or the metadata did not
-    /// come within 2 s.
+    /// `acks=all` writes). `None` when every partition is writable, the metadata did not come
+    /// within 2 s, or the last look was under 10 s ago.
     pub(super) fn diagnose<'a>(
         &mut self,
         also: impl Iterator<Item = &'a str>,
     ) -> Option<(WaitingOn, String)> {
+        // At most one look per 10 s: a batch fails every few seconds while the cluster is away,
+        // and each look can take its 2 s timeouts.
+        if self
+            .last_diagnosis
+            .is_some_and(|t| t.elapsed() < Duration::from_secs(10))
+        {
+            return None;
+        }
+        self.last_diagnosis = Some(Instant::now());
         let mut written = self.known_topics.clone();
         written.extend(also.map(str::to_string));
         let metadata = self.sink.cluster_metadata(Duration::from_secs(2)).ok()?;
