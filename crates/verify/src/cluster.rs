@@ -120,6 +120,39 @@ impl Cluster {
             .map_err(|e| format!("running {}: {e}", self.script.display()))
     }
 
+    /// Runs `dev/cluster <args>` to its end (at most 300 s, then killed), calling `watch`
+    /// every 200 ms meanwhile: a broker's stop or start takes seconds, and the run must be
+    /// supervised all along. `watch`'s error ends the wait.
+    pub fn run_watching(
+        &self,
+        args: &[&str],
+        mut watch: impl FnMut() -> Result<(), String>,
+    ) -> Result<(), String> {
+        let mut child = self.spawn(args)?;
+        let deadline = std::time::Instant::now() + Duration::from_secs(300);
+        loop {
+            match child.try_wait() {
+                Ok(Some(st)) if st.success() => return Ok(()),
+                Ok(Some(st)) => {
+                    return Err(format!(
+                        "dev/cluster {} failed ({st}); see {}",
+                        args.join(" "),
+                        self.run_dir.join("cluster-commands.log").display()
+                    ))
+                }
+                Ok(None) if std::time::Instant::now() < deadline => {}
+                Ok(None) => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return Err(format!("dev/cluster {} took over 300 s", args.join(" ")));
+                }
+                Err(e) => return Err(format!("dev/cluster {}: {e}", args.join(" "))),
+            }
+            watch()?;
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
     /// Starts the three nodes and returns a guard that stops them (and deletes their data).
     pub fn up(&self) -> Result<ClusterGuard, String> {
         let guard = ClusterGuard {
@@ -175,12 +208,30 @@ impl Drop for ClusterGuard {
     }
 }
 
-/// Partition → (leader, replicas, ISR size).
-type PartitionStates = BTreeMap<(String, i32), (i32, usize, usize)>;
+/// How long the cluster's own metadata questions wait per topic.
+const METADATA_WAIT: Duration = Duration::from_secs(10);
 
-/// The leader, replica count and ISR size of every partition of `topics`, from the metadata of
-/// a fresh client.
-fn partitions(clients: &KafkaClients, topics: &[String]) -> Result<PartitionStates, String> {
+/// One partition as the metadata shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct PartitionState {
+    /// The leading broker (-1: none).
+    pub(crate) leader: i32,
+    /// The brokers holding a replica.
+    pub(crate) replicas: Vec<i32>,
+    /// The replicas in sync.
+    pub(crate) isr: Vec<i32>,
+}
+
+/// Partition (topic, number) → its state.
+pub(crate) type PartitionStates = BTreeMap<(String, i32), PartitionState>;
+
+/// The leader, replicas and ISR of every partition of `topics`, from the metadata of a fresh
+/// client (each topic asked within `timeout`).
+pub(crate) fn partitions(
+    clients: &KafkaClients,
+    topics: &[String],
+    timeout: Duration,
+) -> Result<PartitionStates, String> {
     let consumer: BaseConsumer = clients
         .config(ClientRole::Reader)
         .create()
@@ -188,14 +239,16 @@ fn partitions(clients: &KafkaClients, topics: &[String]) -> Result<PartitionStat
     let mut out = BTreeMap::new();
     for topic in topics {
         let md = consumer
-            .fetch_metadata(Some(topic), Duration::from_secs(10))
+            .fetch_metadata(Some(topic), timeout)
             .map_err(|e| format!("metadata of {topic}: {e}"))?;
         for t in md.topics().iter().filter(|t| t.name() == topic) {
             for p in t.partitions() {
-                out.insert(
-                    (topic.clone(), p.id()),
-                    (p.leader(), p.replicas().len(), p.isr().len()),
-                );
+                let state = PartitionState {
+                    leader: p.leader(),
+                    replicas: p.replicas().to_vec(),
+                    isr: p.isr().to_vec(),
+                };
+                out.insert((topic.clone(), p.id()), state);
             }
         }
     }
@@ -211,7 +264,7 @@ pub fn busiest_leader(
     recent: &[i32],
 ) -> Result<i32, String> {
     let mut led: BTreeMap<i32, u32> = BTreeMap::new();
-    for (leader, _, _) in partitions(clients, topics)?.values() {
+    for PartitionState { leader, .. } in partitions(clients, topics, METADATA_WAIT)?.values() {
         if *leader >= 0 {
             *led.entry(*leader).or_default() += 1;
         }
@@ -248,7 +301,7 @@ pub fn transaction_coordinator(
     clients: &KafkaClients,
     transactional_id: &str,
 ) -> Result<i32, String> {
-    let parts = partitions(clients, &[TRANSACTION_LOG.to_string()])?;
+    let parts = partitions(clients, &[TRANSACTION_LOG.to_string()], METADATA_WAIT)?;
     let n = parts.len() as i32;
     if n == 0 {
         return Err(format!(
@@ -257,7 +310,7 @@ pub fn transaction_coordinator(
     }
     let p = transaction_log_partition(transactional_id, n);
     match parts.get(&(TRANSACTION_LOG.to_string(), p)) {
-        Some((leader, _, _)) if *leader >= 0 => Ok(*leader),
+        Some(PartitionState { leader, .. }) if *leader >= 0 => Ok(*leader),
         _ => Err(format!("{TRANSACTION_LOG}[{p}] has no leader")),
     }
 }
@@ -271,13 +324,15 @@ pub fn isr_shortfall(clients: &KafkaClients, topics: &[String]) -> Vec<String> {
         TRANSACTION_LOG.to_string(),
         "__consumer_offsets".to_string(),
     ]);
-    match partitions(clients, &all) {
+    match partitions(clients, &all, METADATA_WAIT) {
         Ok(parts) => parts
             .iter()
-            .filter(|(_, (leader, replicas, isr))| {
-                *leader < 0 || isr < replicas || *replicas < BROKERS as usize
+            .filter(|(_, s)| {
+                s.leader < 0
+                    || s.isr.len() < s.replicas.len()
+                    || s.replicas.len() < BROKERS as usize
             })
-            .map(|((t, p), (_, r, i))| format!("{t}[{p}] isr {i}/{r}"))
+            .map(|((t, p), s)| format!("{t}[{p}] isr {}/{}", s.isr.len(), s.replicas.len()))
             .collect(),
         Err(e) => vec![e],
     }

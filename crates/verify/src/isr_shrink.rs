@@ -13,14 +13,11 @@
 //! partitions take writes again), the instances must resume by themselves with the leader
 //! still dead, and only then is the dead leader started again.
 
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
-
-use rdkafka::consumer::{BaseConsumer, Consumer};
 
 use super::cluster::{self, Cluster};
 use super::Fleet;
-use eosflow::kafka::{ClientRole, KafkaClients};
+use eosflow::kafka::KafkaClients;
 
 /// How long the frozen follower and the dead leader are both kept away once the leader is dead:
 /// the time no partition takes a write and no controller answers.
@@ -52,27 +49,10 @@ pub struct IsrShrinkTally {
     pub mid_stream: u32,
 }
 
-/// Partition → (leader, ISR).
-type Isrs = BTreeMap<(String, i32), (i32, Vec<i32>)>;
-
-/// Partition → (leader, ISR) of `topics`, from a fresh client's metadata.
-fn isr_of(clients: &KafkaClients, topics: &[String]) -> Result<Isrs, String> {
-    let consumer: BaseConsumer = clients
-        .config(ClientRole::Reader)
-        .create()
-        .map_err(|e| format!("creating a metadata client: {e}"))?;
-    let mut out = BTreeMap::new();
-    for topic in topics {
-        let md = consumer
-            .fetch_metadata(Some(topic), Duration::from_secs(5))
-            .map_err(|e| format!("metadata of {topic}: {e}"))?;
-        for t in md.topics().iter().filter(|t| t.name() == topic) {
-            for p in t.partitions() {
-                out.insert((topic.clone(), p.id()), (p.leader(), p.isr().to_vec()));
-            }
-        }
-    }
-    Ok(out)
+/// The partitions of `topics` as a fresh client's metadata shows them (5 s per topic: the
+/// questions run while brokers are frozen).
+fn isr_of(clients: &KafkaClients, topics: &[String]) -> Result<cluster::PartitionStates, String> {
+    cluster::partitions(clients, topics, Duration::from_secs(5))
 }
 
 /// Whether `node` is out of the ISR (and leads nothing) of every partition of `topics`.
@@ -81,7 +61,7 @@ fn out_of_every_isr(clients: &KafkaClients, topics: &[String], node: i32) -> boo
         !parts.is_empty()
             && parts
                 .values()
-                .all(|(leader, isr)| *leader != node && !isr.contains(&node))
+                .all(|p| p.leader != node && !p.isr.contains(&node))
     })
 }
 
@@ -93,7 +73,7 @@ fn in_every_isr(clients: &KafkaClients, topics: &[String], node: i32, dead: i32)
         !parts.is_empty()
             && parts
                 .values()
-                .all(|(leader, isr)| *leader >= 0 && *leader != dead && isr.contains(&node))
+                .all(|p| p.leader >= 0 && p.leader != dead && p.isr.contains(&node))
     })
 }
 

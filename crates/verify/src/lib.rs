@@ -583,30 +583,10 @@ impl Fleet<'_> {
     /// the monitor keeps timing progress (a bounce is no outage of the cluster) and the
     /// instances are supervised.
     fn cluster_op(&mut self, c: &cluster::Cluster, args: &[&str]) -> Result<(), String> {
-        let mut child = c.spawn(args)?;
-        let deadline = Instant::now() + Duration::from_secs(300);
-        loop {
-            match child.try_wait() {
-                Ok(Some(st)) if st.success() => return Ok(()),
-                Ok(Some(st)) => {
-                    return Err(format!(
-                        "dev/cluster {} failed ({st}); see {}",
-                        args.join(" "),
-                        c.run_dir.join("cluster-commands.log").display()
-                    ))
-                }
-                Ok(None) if Instant::now() < deadline => {}
-                Ok(None) => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    return Err(format!("dev/cluster {} took over 300 s", args.join(" ")));
-                }
-                Err(e) => return Err(format!("dev/cluster {}: {e}", args.join(" "))),
-            }
+        c.run_watching(args, || {
             self.monitor.tick();
-            self.supervise()?;
-            std::thread::sleep(Duration::from_millis(200));
-        }
+            self.supervise()
+        })
     }
 
     /// Stops broker `node` (`kill -9` when `hard`, else a clean stop), keeps it away for 1–4 s,

@@ -141,7 +141,36 @@ pub(crate) struct Routers<'a> {
     pub(crate) started: usize,
 }
 
-impl Routers<'_> {
+impl<'a> Routers<'a> {
+    /// Creates the outbox table (`table`) and starts `n` routers of application `app` on it,
+    /// publishing to `bootstrap` (one of them takes the slot, the others stand by).
+    pub(crate) fn start(
+        env: &'a ScenarioEnv,
+        bootstrap: String,
+        stack: &PrivateStack,
+        app: &str,
+        table: &str,
+        logs: &std::path::Path,
+        n: usize,
+    ) -> Result<Self, String> {
+        let mut routers = Routers {
+            env,
+            bootstrap,
+            pg_url: stack.postgres_url(),
+            app: app.to_string(),
+            table: table.to_string(),
+            logs: logs.to_path_buf(),
+            children: Vec::new(),
+            started: 0,
+        };
+        routers.migrate()?;
+        for _ in 0..n {
+            let c = routers.spawn()?;
+            routers.children.push(c);
+        }
+        Ok(routers)
+    }
+
     fn command(&self) -> Command {
         let mut cmd = Command::new(&self.env.exe);
         cmd.arg("outbox")
@@ -288,21 +317,15 @@ pub fn run(
     let table = format!("crash_{run_id}_outbox");
     let logs = env.work_dir.join(&app);
     std::fs::create_dir_all(&logs).map_err(|e| format!("{}: {e}", logs.display()))?;
-    let mut routers = Routers {
+    let mut routers = Routers::start(
         env,
-        bootstrap: config.kafka.bootstrap.clone(),
-        pg_url: stack.postgres_url(),
-        app: app.clone(),
-        table: table.clone(),
-        logs: logs.clone(),
-        children: Vec::new(),
-        started: 0,
-    };
-    routers.migrate()?;
-    for _ in 0..2 {
-        let c = routers.spawn()?;
-        routers.children.push(c);
-    }
+        config.kafka.bootstrap.clone(),
+        stack,
+        &app,
+        &table,
+        &logs,
+        2,
+    )?;
     let mut probe = Pg::new(&stack.postgres_url())?;
     let slot = format!("{table}_slot");
     wait_until(

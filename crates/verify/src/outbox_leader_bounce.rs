@@ -10,7 +10,6 @@
 //! consumer. A router must never exit during a bounce: it can always recover.
 
 use std::collections::HashSet;
-use std::process::Child;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -157,25 +156,7 @@ impl Watch<'_> {
 
     /// Runs `dev/cluster <args>` to its end (at most 300 s), polling all along.
     fn cluster_op(&mut self, c: &Cluster, args: &[&str]) -> Result<(), String> {
-        let mut child: Child = c.spawn(args)?;
-        let deadline = Instant::now() + Duration::from_secs(300);
-        loop {
-            match child.try_wait() {
-                Ok(Some(st)) if st.success() => return Ok(()),
-                Ok(Some(st)) => {
-                    return Err(format!("dev/cluster {} failed ({st})", args.join(" ")))
-                }
-                Ok(None) if Instant::now() < deadline => {}
-                Ok(None) => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    return Err(format!("dev/cluster {} took over 300 s", args.join(" ")));
-                }
-                Err(e) => return Err(format!("dev/cluster {}: {e}", args.join(" "))),
-            }
-            self.poll()?;
-            std::thread::sleep(Duration::from_millis(200));
-        }
+        c.run_watching(args, || self.poll())
     }
 }
 
@@ -206,21 +187,7 @@ pub fn run(
         Duration::from_secs(30),
     )
     .map_err(|e| format!("creating {topic}: {e}"))?;
-    let mut routers = Routers {
-        env,
-        bootstrap: c.bootstrap(),
-        pg_url: stack.postgres_url(),
-        app: app.clone(),
-        table: table.clone(),
-        logs: logs.clone(),
-        children: Vec::new(),
-        started: 0,
-    };
-    routers.migrate()?;
-    for _ in 0..2 {
-        let child = routers.spawn()?;
-        routers.children.push(child);
-    }
+    let routers = Routers::start(env, c.bootstrap(), stack, &app, &table, &logs, 2)?;
     let slot = format!("{table}_slot");
     let done = Arc::new(AtomicBool::new(false));
     let tail: BaseConsumer = clients
