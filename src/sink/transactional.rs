@@ -101,24 +101,30 @@ impl SinkError {
     /// assert_eq!(rebalancing.map(|(on, _)| on), Some(WaitingOn::GroupCoordinator));
     /// ```
     pub fn waiting_on(&self) -> Option<(WaitingOn, String)> {
+        if let Some(e) = self.kafka_error() {
+            let text = e.to_string();
+            let on = if text.contains("TxnCoordinator") {
+                // librdkafka names the broker a failed request went to.
+                Some(WaitingOn::TxnCoordinator)
+            } else {
+                e.rdkafka_error_code().and_then(WaitingOn::of_code)
+            };
+            return on.map(|on| (on, text));
+        }
         match self {
-            SinkError::Abortable(e) | SinkError::Fatal(e) | SinkError::CommitUnknown(e) => {
-                let text = e.to_string();
-                let on = if text.contains("TxnCoordinator") {
-                    // librdkafka names the broker a failed request went to.
-                    Some(WaitingOn::TxnCoordinator)
-                } else {
-                    e.rdkafka_error_code().and_then(WaitingOn::of_code)
-                };
-                on.map(|on| (on, text))
-            }
             SinkError::NoGroupMetadata => Some((WaitingOn::GroupCoordinator, self.to_string())),
             SinkError::Stuck(stuck) => {
                 Some((WaitingOn::of_stuck_call(stuck.call), stuck.to_string()))
             }
-            SinkError::Fenced { .. } | SinkError::Unwritable { .. } | SinkError::StateRead(_) => {
-                None
-            }
+            _ => None,
+        }
+    }
+
+    /// librdkafka's error behind an abortable, fatal or unknown-outcome failure.
+    pub fn kafka_error(&self) -> Option<&KafkaError> {
+        match self {
+            SinkError::Abortable(e) | SinkError::Fatal(e) | SinkError::CommitUnknown(e) => Some(e),
+            _ => None,
         }
     }
 }

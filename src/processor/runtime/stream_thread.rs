@@ -711,15 +711,10 @@ impl<P: Processor> Runtime<P> {
     /// or too few in-sync replicas.
     fn diagnose_wait(&mut self, error: &SinkError) {
         use rdkafka::types::RDKafkaErrorCode as C;
-        let timed_out = match error {
-            SinkError::Abortable(e) | SinkError::Fatal(e) | SinkError::CommitUnknown(e) => {
-                matches!(
-                    e.rdkafka_error_code(),
-                    Some(C::OperationTimedOut | C::MessageTimedOut | C::RequestTimedOut)
-                )
-            }
-            _ => false,
-        };
+        let timed_out = matches!(
+            error.kafka_error().and_then(KafkaError::rdkafka_error_code),
+            Some(C::OperationTimedOut | C::MessageTimedOut | C::RequestTimedOut)
+        );
         let waits = self.health.waits();
         let on_partitions = waits.is_waiting_on(WaitingOn::PartitionLeader)
             || waits.is_waiting_on(WaitingOn::InSyncReplicas);
@@ -936,16 +931,19 @@ impl<P: Processor> Runtime<P> {
                 .send_offsets(&offsets, group)
                 .map_err(|e| fail(e, slow))?;
             self.collector.commit().map_err(|e| fail(e, slow))?;
-            if next_offsets.is_empty() && faults::take_offsetless_commit_unknown(&self.opts.app_id)
-            {
+            // Test faults: a landed commit reported unknown, without input offsets, or with
+            // them and (checked in `on_failed`) a membership change since.
+            let app = &self.opts.app_id;
+            let fault = if next_offsets.is_empty() {
+                faults::take_offsetless_commit_unknown(app)
+            } else {
+                faults::membership_change_armed(app)
+            };
+            if fault {
                 tracing::warn!(
-                    "test fault: reporting a landed commit without input offsets as unknown"
+                    offsetless = next_offsets.is_empty(),
+                    "test fault: reporting a landed commit as unknown"
                 );
-                let e = KafkaError::Global(rdkafka::types::RDKafkaErrorCode::OperationTimedOut);
-                return Err(fail(SinkError::CommitUnknown(e), slow));
-            }
-            if !next_offsets.is_empty() && faults::membership_change_armed(&self.opts.app_id) {
-                tracing::warn!("test fault: reporting a landed commit as unknown, the membership changed since");
                 let e = KafkaError::Global(rdkafka::types::RDKafkaErrorCode::OperationTimedOut);
                 return Err(fail(SinkError::CommitUnknown(e), slow));
             }
