@@ -178,7 +178,7 @@ fn wait_orders_consumed(app: &str) {
 /// What a started instance showed until it was ready: whether `/readyz` said 503 while the
 /// bootstrap was unfinished (`/metrics` without its duration), and `/metrics` once ready.
 struct Started {
-    child: std::process::Child,
+    child: support::pipeline::Running,
     addr: String,
     unready_while_bootstrapping: bool,
     metrics: String,

@@ -19,10 +19,10 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::process::Child;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use support::pipeline::Running;
 
 use eosflow::config::Config;
 use eosflow::kafka::reader::read_all;
@@ -103,7 +103,7 @@ fn child_instance() {
     support::run_until_killed(config(&app), topology(&app));
 }
 
-fn spawn(app: &str) -> Child {
+fn spawn(app: &str) -> Running {
     support::spawn_child(CHILD, app)
 }
 
@@ -201,7 +201,7 @@ fn outputs(topic: &str) -> BTreeMap<String, Vec<String>> {
 /// Produces the phase's clicks from another thread in transactions of 100, paced, and kills
 /// the instance once a third of them are out and some of those are processed: the producer
 /// is still sending, so the instance dies mid-stream whatever its speed. Checks it did.
-fn kill_mid_stream(app: &str, instance: &mut Child, produced: Vec<(String, Option<String>)>) {
+fn kill_mid_stream(app: &str, instance: &mut Running, produced: Vec<(String, Option<String>)>) {
     let total = produced.len();
     let sent = Arc::new(AtomicUsize::new(0));
     let topic = format!("{app}.clicks");

@@ -9,10 +9,10 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::process::Child;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use support::pipeline::Running;
 
 use eosflow::config::Config;
 use eosflow::kafka::reader::read_all;
@@ -179,7 +179,7 @@ fn child_instance() {
         .expect("runs until killed");
 }
 
-fn spawn(app: &str) -> Child {
+fn spawn(app: &str) -> Running {
     support::spawn_child(CHILD, app)
 }
 

@@ -24,10 +24,10 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::process::Child;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use support::pipeline::Running;
 
 use eosflow::config::Config;
 use eosflow::kafka::reader::read_all;
@@ -277,7 +277,7 @@ fn outputs(topic: &str) -> BTreeMap<String, Vec<String>> {
     got
 }
 
-fn spawn(app: &str) -> Child {
+fn spawn(app: &str) -> Running {
     support::spawn_child(CHILD, app)
 }
 

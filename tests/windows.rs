@@ -11,8 +11,8 @@
 mod support;
 
 use std::collections::BTreeSet;
-use std::process::Child;
 use std::time::{Duration, Instant};
+use support::pipeline::Running;
 
 use eosflow::config::Config;
 use eosflow::topology::Topology;
@@ -47,7 +47,7 @@ fn child_instance() {
     support::run_until_killed(config(&app), topology(&app));
 }
 
-fn spawn(app: &str) -> Child {
+fn spawn(app: &str) -> Running {
     support::spawn_child(CHILD, app)
 }
 

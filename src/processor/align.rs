@@ -262,8 +262,9 @@ impl Alignment {
             if gate.last_slot.get(&key).is_some_and(|l| *l > k) {
                 continue;
             }
-            if seen_past(gate.seen.get(&key).copied(), t, r, *other_rank)
-                || seen_past(self.head.get(&key).copied(), t, r, *other_rank)
+            let (this, that) = ((t, r, m.topic()), (*other_rank, other.as_str()));
+            if seen_past(gate.seen.get(&key).copied(), this, that)
+                || seen_past(self.head.get(&key).copied(), this, that)
             {
                 continue;
             }
@@ -359,10 +360,13 @@ impl Alignment {
     }
 }
 
-/// Whether the other partition `other` (of rank `other_rank`) holds nothing that must come
-/// before a record at `t` of rank `rank`, judging by the latest time handled there.
-fn seen_past(seen: Option<i64>, t: i64, rank: u8, other_rank: u8) -> bool {
-    seen.is_some_and(|s| s > t || (other_rank > rank && s >= t))
+/// Whether the other partition (`other`: its topic's rank and name) holds nothing that must
+/// come before a record `this` (time, rank, topic), judging by a time it has shown (`seen`:
+/// the latest handled there, or the head it offers next). Records are ordered by (time, rank,
+/// topic) — the batch merge's order — so two partitions whose heads share a time never wait
+/// for each other: the one whose topic sorts first goes.
+fn seen_past(seen: Option<i64>, this: (i64, u8, &str), other: (u8, &str)) -> bool {
+    seen.is_some_and(|s| (s, other.0, other.1) > this)
 }
 
 #[cfg(test)]
@@ -401,13 +405,18 @@ mod tests {
             rank_of(&aligned, t)
         });
         assert_eq!(order, vec![2, 0, 3, 1, 4, 5]);
-        assert!(seen_past(Some(11), 10, 1, 0));
+        assert!(seen_past(Some(11), (10, 1, "clicks"), (0, "users")));
         assert!(
-            !seen_past(Some(10), 10, 1, 0),
+            !seen_past(Some(10), (10, 1, "clicks"), (0, "users")),
             "a table row at the same time may follow"
         );
-        assert!(seen_past(Some(10), 10, 0, 1));
-        assert!(!seen_past(None, 10, 0, 1));
+        assert!(seen_past(Some(10), (10, 0, "users"), (1, "clicks")));
+        assert!(!seen_past(None, (10, 0, "users"), (1, "clicks")));
+        assert!(
+            seen_past(Some(10), (10, 1, "left"), (1, "right"))
+                && !seen_past(Some(10), (10, 1, "right"), (1, "left")),
+            "two inputs at one time: the first topic goes, the other waits"
+        );
     }
 
     #[test]
@@ -445,5 +454,99 @@ mod tests {
             aligned_topics(&opts, sub_of).is_empty(),
             "-1: never aligned"
         );
+    }
+
+    /// A consumer over two aligned inputs of one task whose partitions are out of event-time
+    /// order and share many timestamps, delivering random prefixes of each (mostly one topic
+    /// per batch, as a consumer does right after seeking both back) with seeks back for held
+    /// records: whatever the interleaving, every record is handled, each partition in offset
+    /// order, within a bounded number of batches. Two heads at the same time once held each
+    /// other for good when no batch brought both (a restarted stream-stream join stalled).
+    #[test]
+    fn two_out_of_order_inputs_delivered_at_random_always_drain() {
+        for seed in 1..=300u64 {
+            let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+            let mut next = |m: u64| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x % m
+            };
+            let topics = ["left", "right"];
+            // Each topic: 60 records, 40 ms apart, each moved by up to ±300 ms, on a 100 ms
+            // grid (many equal times across the two).
+            let times: Vec<Vec<i64>> = topics
+                .iter()
+                .map(|_| {
+                    (0..60)
+                        .map(|i| (1_000_000 + i * 40 + next(601) as i64 - 300) / 100 * 100)
+                        .collect()
+                })
+                .collect();
+            let mut alignment = Alignment {
+                aligned: topics
+                    .iter()
+                    .map(|t| (t.to_string(), 1u8, 0usize))
+                    .collect(),
+                ..Alignment::default()
+            };
+            // Next offset to handle, and the consumer's position (next to deliver).
+            let mut handled = [0usize; 2];
+            let mut position = [0usize; 2];
+            let mut batches = 0;
+            while handled.iter().zip(&times).any(|(h, t)| *h < t.len()) {
+                batches += 1;
+                assert!(
+                    batches < 2_000,
+                    "seed {seed}: stuck at {handled:?} of 60 each"
+                );
+                let mut batch = Vec::new();
+                // Odd seeds: strictly one topic per batch, in turn (the worst case); even: at
+                // random, both now and then.
+                let mut which: Vec<usize> = match (seed % 2, next(8)) {
+                    (1, _) => vec![batches % 2],
+                    (_, 0) => vec![0, 1],
+                    (_, n) => vec![(n % 2) as usize],
+                };
+                if next(2) == 0 {
+                    which.reverse();
+                }
+                for &t in &which {
+                    let n = 1 + next(20) as usize;
+                    let end = (position[t] + n).min(times[t].len());
+                    for o in position[t]..end {
+                        batch.push(msg(topics[t], 0, o as i64, times[t][o]));
+                    }
+                    position[t] = end;
+                }
+                let ends = |t: &str, _p: i32| {
+                    let i = usize::from(t == "right");
+                    position[i] >= times[i].len()
+                };
+                let order: Vec<usize> = (0..batch.len()).collect();
+                let (order, mut gate) = alignment.begin_batch(&batch, order, kafka_ts);
+                alignment.ask_ends(&batch, &mut gate, ends);
+                let mut got = Vec::new();
+                for (k, &i) in order.iter().enumerate() {
+                    if alignment.may_handle(&mut gate, k, i, &batch[i], ends) {
+                        alignment.handled(&mut gate, i, &batch[i]);
+                        got.push(i);
+                    }
+                }
+                alignment.end_batch(gate, &batch, &[]);
+                let held = alignment.committed();
+                for i in got {
+                    let m = &batch[i];
+                    let t = usize::from(m.topic() == "right");
+                    assert_eq!(m.offset() as usize, handled[t], "seed {seed}: offset order");
+                    handled[t] += 1;
+                }
+                for i in held {
+                    let m = &batch[i];
+                    let t = usize::from(m.topic() == "right");
+                    position[t] = position[t].min(m.offset() as usize);
+                }
+            }
+        }
     }
 }

@@ -178,6 +178,7 @@ pub fn run_until_killed<P: eosflow::processor::Processor + 'static>(
     processor: P,
 ) {
     config.processor.static_membership = true;
+    eosflow::init_logging();
     let runtime = eosflow::processor::Runtime::new(&config, processor).expect("runtime starts");
     runtime
         .run(std::sync::Arc::new(std::sync::atomic::AtomicBool::new(
@@ -187,8 +188,19 @@ pub fn run_until_killed<P: eosflow::processor::Processor + 'static>(
 }
 
 /// Re-executes this test binary running only its `child_instance` test, with `env` set to
-/// `value`: an instance a test can kill as a process (SIGKILL with `Child::kill`).
-pub fn spawn_child(env: &str, value: &str) -> std::process::Child {
+/// `value`: an instance a test can kill as a process (SIGKILL with `Child::kill`). Its logs go
+/// to a file under the temp dir, whose tail a failed [`wait_for`] prints; it is killed when
+/// dropped, so a failing test leaves no instance behind.
+pub fn spawn_child(env: &str, value: &str) -> pipeline::Running {
+    let log = child_log_path(value);
+    let mut out = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log)
+        .expect("child log file");
+    use std::io::Write as _;
+    writeln!(out, "=== an instance of {value} starts ===").expect("child log file");
+    watch_log(&log);
     std::process::Command::new(std::env::current_exe().expect("test binary"))
         .args([
             "child_instance",
@@ -197,11 +209,62 @@ pub fn spawn_child(env: &str, value: &str) -> std::process::Child {
             "--test-threads=1",
         ])
         .env(env, value)
+        .env(
+            "RUST_LOG",
+            std::env::var("RUST_LOG").unwrap_or_else(|_| "info,rdkafka=warn".into()),
+        )
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
+        .stderr(out)
         .spawn()
+        .map(pipeline::Running)
         .expect("spawn the instance")
+}
+
+/// Where the instances of `app` spawned by this test process log (one file per app, appended
+/// to by each instance in turn).
+fn child_log_path(app: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join("eosflow-test-logs");
+    std::fs::create_dir_all(&dir).expect("test log dir");
+    dir.join(format!("{app}.log"))
+}
+
+/// Log files whose tails a failed [`wait_for`] prints: the instances this test started.
+fn watched_logs() -> &'static std::sync::Mutex<Vec<std::path::PathBuf>> {
+    static LOGS: OnceLock<std::sync::Mutex<Vec<std::path::PathBuf>>> = OnceLock::new();
+    LOGS.get_or_init(Default::default)
+}
+
+/// Adds `log` to the files a failed [`wait_for`] prints the tail of.
+pub fn watch_log(log: &std::path::Path) {
+    let mut logs = watched_logs().lock().unwrap_or_else(|e| e.into_inner());
+    if !logs.iter().any(|l| l == log) {
+        logs.push(log.to_path_buf());
+    }
+}
+
+/// Prints the last lines of every watched log: what the instances said before a wait failed.
+fn print_log_tails() {
+    const LINES: usize = 60;
+    let logs = watched_logs()
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
+    for log in logs {
+        let Ok(text) = std::fs::read_to_string(&log) else {
+            continue;
+        };
+        let lines: Vec<&str> = text.lines().collect();
+        println!(
+            "--- last {} of {} lines of {} ---",
+            LINES.min(lines.len()),
+            lines.len(),
+            log.display()
+        );
+        for line in &lines[lines.len().saturating_sub(LINES)..] {
+            println!("{line}");
+        }
+    }
 }
 
 /// Polls `f` every 100 ms until it returns `Some`, failing the test after `timeout`.
@@ -211,10 +274,10 @@ pub fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<
         if let Some(v) = f() {
             return v;
         }
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {timeout:?} waiting for {what}"
-        );
+        if Instant::now() >= deadline {
+            print_log_tails();
+            panic!("timed out after {timeout:?} waiting for {what}");
+        }
         std::thread::sleep(Duration::from_millis(100));
     }
 }

@@ -90,6 +90,7 @@ impl Pipeline {
             .open(log)
             .expect("log file");
         let err = out.try_clone().expect("log file");
+        super::watch_log(log);
         std::process::Command::new(env!("CARGO_BIN_EXE_eosflow"))
             .args(["run", "--topology", "count", "--output", &self.output])
             .env("EOSFLOW_KAFKA_BOOTSTRAP", super::bootstrap())
