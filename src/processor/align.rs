@@ -514,8 +514,8 @@ mod tests {
                 for &t in &which {
                     let n = 1 + next(20) as usize;
                     let end = (position[t] + n).min(times[t].len());
-                    for o in position[t]..end {
-                        batch.push(msg(topics[t], 0, o as i64, times[t][o]));
+                    for (o, ts) in times[t].iter().enumerate().take(end).skip(position[t]) {
+                        batch.push(msg(topics[t], 0, o as i64, *ts));
                     }
                     position[t] = end;
                 }
