@@ -198,6 +198,11 @@ pub struct OutboxConfig {
     pub heartbeat_interval_ms: u64,
     /// How often the confirmed LSN is reported to Postgres.
     pub status_interval_ms: u64,
+    /// Row changes read from the replication stream ahead of publishing (the channel between
+    /// the socket reader and the router). It is what bounds memory for wide rows: a full
+    /// channel stops reading the socket, and the server waits; 8 192 rows of 900 KiB can hold
+    /// gigabytes, 128 of them hold 113 MiB. Lower it where rows are wide.
+    pub replication_buffer_events: usize,
     /// `transaction.timeout.ms` of the router's transactional producer.
     pub transaction_timeout_ms: u64,
     /// Polling mode: wait between empty polls.
@@ -489,6 +494,12 @@ impl OutboxConfig {
                 "must be in 1..=60000",
             ));
         }
+        if !(1..=65_536).contains(&o.replication_buffer_events) {
+            return Err(ConfigError::invalid(
+                "outbox.replication_buffer_events",
+                "must be in 1..=65536",
+            ));
+        }
         if !(100..=60_000).contains(&o.status_interval_ms) {
             return Err(ConfigError::invalid(
                 "outbox.status_interval_ms",
@@ -755,6 +766,7 @@ impl Default for OutboxConfig {
             commit_interval_ms: 100,
             heartbeat_interval_ms: 10_000,
             status_interval_ms: 1000,
+            replication_buffer_events: 8192,
             transaction_timeout_ms: 10_000,
             poll_interval_ms: 200,
             prune_interval_secs: 3600,

@@ -156,6 +156,17 @@ fn outbox_keys_validate_and_come_from_env() {
         err.contains("outbox.slot") && err.contains("EOSFLOW_OUTBOX_SLOT"),
         "{err}"
     );
+    let err = Config::from_sources(
+        None,
+        None,
+        &env(&[("EOSFLOW_OUTBOX_REPLICATION_BUFFER_EVENTS", "0")]),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("outbox.replication_buffer_events") && err.contains("1..=65536"),
+        "{err}"
+    );
     let err = Config::from_sources(Some("[outbox]\ntopic_template = \"x\"\n"), None, &[])
         .unwrap_err()
         .to_string();

@@ -252,6 +252,7 @@ fn replication_config(config: &Config, start: u64) -> Result<ReplicationConfig, 
     .with_start_lsn(Lsn::from_u64(start))
     .with_status_interval(Duration::from_millis(o.status_interval_ms))
     .with_wakeup_interval(Duration::from_millis(o.status_interval_ms))
+    .with_buffer_size(o.replication_buffer_events)
     .with_application_name(format!("eosflow-outbox-{}", o.slot)))
 }
 
