@@ -9,6 +9,8 @@ EOSFLOW := $(CARGO_TARGET_DIR)/debug/eosflow
 MDBOOK_VERSION := 0.5.4
 MDBOOK := $(HOME)/.cache/eosflow/tools/mdbook-$(MDBOOK_VERSION)/bin/mdbook
 STACK_ENV = eval "$$(dev/stack env)"
+# The workspace's rustdoc, warnings denied (lint checks it, docs puts it beside the book).
+RUSTDOC = RUSTDOCFLAGS="-D warnings" $(CARGO) doc --locked --workspace --no-deps --lib --examples
 
 .PHONY: demo demo-chaos test deps stack-up stack-down lint docs build verify verify-long verify-scenario check-compose check-rules config-reference bench
 
@@ -60,7 +62,7 @@ lint:
 	dev/check-links
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --locked --workspace --all-targets -- -D warnings
-	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --locked --workspace --no-deps --lib --examples
+	$(RUSTDOC)
 
 ## The fault-injection suite, long versions (docs/verification.md): kill-processors
 ## (1M records, 50 kill -9), broker-restart and outbox-crash (private broker/Postgres), zombie,
@@ -81,10 +83,14 @@ check-compose:
 ## every link, anchor and image checked by dev/check-links, after its self-test (a checker that
 ## stopped finding problems fails). mdBook is built once from crates.io into ~/.cache/eosflow/tools
 ## (about 7 min on two busy cores), skipped when present.
+## The book (target/book/) with the public API's rustdoc beside it as api/ (the same `cargo doc`
+## as `lint`, so after it this costs nothing), and its links checked, those into api/ too.
 docs: $(MDBOOK)
 	dev/check-links --self-test
+	$(RUSTDOC)
 	$(MDBOOK) build docs
-	dev/check-links
+	rm -rf target/book/api && cp -r $(CARGO_TARGET_DIR)/doc target/book/api
+	EOSFLOW_RUSTDOC_DIR=$(CARGO_TARGET_DIR)/doc dev/check-links
 
 $(MDBOOK):
 	CARGO_TARGET_DIR=$(HOME)/.cache/eosflow/target-tools $(CARGO) install mdbook --locked \

@@ -9,8 +9,8 @@ use apache_avro::types::Value;
 use apache_avro::Schema;
 use criterion::{criterion_main, BatchSize, Criterion, Throughput};
 
-use eosflow::codec::decode::{encode_wire, Decoder, FixedSource};
-use eosflow::state::{Column, Overlay, Store, StoreCache};
+use eosflow::internals::codec::decode::{encode_wire, Decoder, FixedSource};
+use eosflow::internals::state::{Column, Overlay, Store, StoreCache};
 
 fn order(i: u64) -> Value {
     eosflow_bench::workload::order_event(i, 12_345)

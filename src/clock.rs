@@ -7,9 +7,9 @@
 /// Now, in milliseconds since the Unix epoch (0 for a clock set before 1970).
 ///
 /// ```
-/// let a = eosflow::clock::now_ms();
+/// let a = eosflow::internals::clock::now_ms();
 /// assert!(a > 1_600_000_000_000, "after September 2020");
-/// assert!(eosflow::clock::now_ms() >= a);
+/// assert!(eosflow::internals::clock::now_ms() >= a);
 /// ```
 pub fn now_ms() -> i64 {
     std::time::SystemTime::now()

@@ -4,7 +4,8 @@
 //! deserializes `T`. Sources, sinks and stores of a [`crate::topology::Topology`] each carry
 //! one for their keys and one for their values. eosflow ships [`BytesSerde`], [`StringSerde`],
 //! [`I64Serde`] and [`JsonSerde`]; the Avro serde through the schema registry is
-//! [`crate::codec::avro_serde::AvroSerde`]. A user-defined serde implements the trait.
+//! [`AvroSerde`] (its schemas come from a [`Registry`] or a [`FixedSource`]). A user-defined
+//! serde implements the trait.
 //!
 //! Stores order their keys by the serialized bytes: a serde whose bytes sort like its values
 //! ([`StringSerde`], [`BytesSerde`], [`I64Serde`] for non-negative numbers) makes `range` and
@@ -22,6 +23,10 @@
 
 use std::marker::PhantomData;
 use std::sync::Arc;
+
+pub use crate::codec::avro_serde::AvroSerde;
+pub use crate::codec::decode::{FixedSource, RegistrySource, SchemaSource, SourceError};
+pub use crate::codec::registry::{CodecError, Registry};
 
 /// Why bytes could not become a value or a value bytes: names what was expected.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -9,12 +9,12 @@ use std::path::Path;
 use std::time::Duration;
 
 use apache_avro::types::Value;
-use eosflow::codec::decode::{Limits, RegistrySource};
-use eosflow::codec::registry::Registry;
-use eosflow::codec::{Catalog, Decoder, Payload};
-use eosflow::kafka::reader::read_all;
+use eosflow::internals::codec::decode::{Limits, RegistrySource};
+use eosflow::internals::codec::registry::Registry;
+use eosflow::internals::codec::{Catalog, Decoder, Payload};
+use eosflow::internals::kafka::reader::read_all;
+use eosflow::internals::retry::tooling::{self, Selector};
 use eosflow::processor::{Context, ProcessError, Processor, Record};
-use eosflow::retry::tooling::{self, Selector};
 use rdkafka::Message;
 use serde_json::Value as Json;
 use support::pipeline::{Instance, Pipeline};

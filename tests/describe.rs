@@ -1,5 +1,5 @@
 //! Describing consumer groups of both rebalance protocols (issue #21) on the real broker:
-//! `eosflow::kafka::describe` against a classic group (`group.protocol=classic`) and a KIP-848
+//! `eosflow::internals::kafka::describe` against a classic group (`group.protocol=classic`) and a KIP-848
 //! consumer-protocol group (`group.protocol=consumer`, broker-side `range` assignor), each with
 //! two running members, one of them static. The description must name both members with their
 //! client ids and instance ids, and give each the partitions its own consumer reports as
@@ -19,9 +19,11 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use eosflow::kafka::describe::{describe_group, DescribeError, GroupDescription, GroupKind};
+use eosflow::internals::kafka::describe::{
+    describe_group, DescribeError, GroupDescription, GroupKind,
+};
+use eosflow::internals::processor::standby::placement;
 use eosflow::kafka::ClientRole;
-use eosflow::processor::standby::placement;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 
 const PARTITIONS: i32 = 4;

@@ -216,7 +216,7 @@ fn fault_a_transactional_producer_started_during_a_broker_outage_waits_for_the_b
     use std::time::{Duration, Instant};
     let clients = gated_bootstrap(Duration::from_secs(6));
     let started = Instant::now();
-    let sink = eosflow::sink::TxnSink::new(
+    let sink = eosflow::internals::sink::TxnSink::new(
         &clients,
         &support::unique("fault-init"),
         Duration::from_secs(1),
@@ -259,7 +259,7 @@ fn fault_reading_a_changelog_to_its_end_waits_out_a_broker_outage() {
     producer.flush(Duration::from_secs(30)).expect("flush");
     let clients = gated_bootstrap(Duration::from_secs(12));
     let mut seen = 0;
-    let ends = eosflow::kafka::reader::read_to_end(
+    let ends = eosflow::internals::kafka::reader::read_to_end(
         &clients,
         &topic,
         &BTreeMap::from([(0, None)]),

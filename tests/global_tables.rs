@@ -26,7 +26,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use eosflow::config::Config;
-use eosflow::kafka::reader::read_all;
+use eosflow::internals::kafka::reader::read_all;
 use eosflow::kafka::topics::{self, TopicSpec};
 use eosflow::kafka::ClientRole;
 use eosflow::serdes::StringSerde;
@@ -65,14 +65,14 @@ fn topology(app: &str) -> Topology {
         .add_global_table(&countries)
         .add_stream_global_table_join(
             "ship",
-            &["orders"],
             &countries,
             |_order: &String, code: &String| Some(code.clone()),
             |order: &String, _code: &String, name: &String| Some(format!("{order}|{name}")),
+            &["orders"],
         )
         .add_sink(
             "out",
-            &format!("{app}.shipments"),
+            format!("{app}.shipments"),
             StringSerde,
             StringSerde,
             &["ship"],
@@ -464,7 +464,7 @@ fn a_global_table_whose_topic_does_not_exist_fails_the_start_naming_table_and_to
     specs.extend(t.internal_topics(&cfg, 1));
     topics::apply_blocking(&support::clients(), &specs, Duration::from_secs(30))
         .expect("creating topics");
-    let err = eosflow::processor::Runtime::new(&cfg, t)
+    let err = eosflow::internals::processor::Runtime::new(&cfg, t)
         .err()
         .expect("refuses to start")
         .to_string();

@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use support::pipeline::Running;
 
 use eosflow::config::Config;
-use eosflow::kafka::reader::read_all;
+use eosflow::internals::kafka::reader::read_all;
 use eosflow::kafka::topics::{self, TopicSpec};
 use eosflow::kafka::ClientRole;
 use eosflow::serdes::StringSerde;
@@ -58,28 +58,28 @@ fn topology(app: &str) -> Topology {
         .add_table(&users)
         .add_stream_table_join(
             "inner-join",
-            &["clicks"],
             &users,
             |_: &String, click: &String, name: &String| Some(format!("{click}|{name}")),
+            &["clicks"],
         )
         .add_stream_table_left_join(
             "left-join",
-            &["clicks"],
             &users,
             |_: &String, click: &String, name: Option<&String>| {
                 Some(format!("{click}|{}", name.map_or("-", String::as_str)))
             },
+            &["clicks"],
         )
         .add_sink(
             "inner",
-            &format!("{app}.inner"),
+            format!("{app}.inner"),
             StringSerde,
             StringSerde,
             &["inner-join"],
         )
         .add_sink(
             "left",
-            &format!("{app}.left"),
+            format!("{app}.left"),
             StringSerde,
             StringSerde,
             &["left-join"],
@@ -466,7 +466,7 @@ fn rows_and_clicks_interleaved_by_timestamp_join_as_written_across_kill_9() {
     topics::apply_blocking(&support::clients(), &specs, Duration::from_secs(30))
         .expect("creating topics");
     let events = interleaved(4_000);
-    let base = eosflow::clock::now_ms() - 3_600_000;
+    let base = eosflow::internals::clock::now_ms() - 3_600_000;
     produce_interleaved(&app, &events, base);
     println!(
         "produced {} events in {:.1} s",
@@ -573,7 +573,7 @@ fn a_table_topic_with_another_partition_count_refuses_to_start() {
     specs.extend(topology(&app).internal_topics(&cfg, PARTITIONS));
     topics::apply_blocking(&support::clients(), &specs, Duration::from_secs(30))
         .expect("creating topics");
-    let err = eosflow::processor::Runtime::new(&cfg, topology(&app))
+    let err = eosflow::internals::processor::Runtime::new(&cfg, topology(&app))
         .err()
         .expect("a table on 2 partitions beside inputs on 4 must not start")
         .to_string();

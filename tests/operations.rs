@@ -156,7 +156,7 @@ fn metrics_show_lag_commit_latency_and_dead_letters_during_a_real_run() {
         "eosflow_transactions_committed_total",
         "eosflow_dlt_records_total",
     ] {
-        let help = eosflow::telemetry::catalog::FRAMEWORK
+        let help = eosflow::internals::telemetry::catalog::FRAMEWORK
             .iter()
             .find(|m| m.name == name)
             .map(|m| m.help)
@@ -339,7 +339,7 @@ fn outputs_carry_the_envelope_and_join_the_inputs_trace_as_a_child_span() {
     inst.stop();
     let mut seen = Vec::new();
     let mut headers: Vec<(String, String)> = Vec::new();
-    eosflow::kafka::reader::read_all(
+    eosflow::internals::kafka::reader::read_all(
         &support::clients(),
         &p.output,
         Duration::from_secs(30),

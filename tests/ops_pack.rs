@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use eosflow::telemetry::catalog::{MetricDef, MetricKind, FRAMEWORK};
+use eosflow::internals::telemetry::catalog::{MetricDef, MetricKind, FRAMEWORK};
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")

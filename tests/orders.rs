@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use apache_avro::types::Value as Avro;
-use eosflow::kafka::reader::read_all;
+use eosflow::internals::kafka::reader::read_all;
 use eosflow_cli::demo::{self, DemoArgs};
 use eosflow_orders::catalog::{self, CustomerProfile, Product};
 use eosflow_orders::check;
@@ -301,7 +301,7 @@ fn kill_9_of_the_order_processor_mid_sagas_still_ends_every_saga_exactly_once() 
 
     // 300 orders: JSON as the outbox publishes them, every 15th Confluent-framed Avro.
     let n = 300;
-    let registry = eosflow::codec::registry::Registry::new(&support::registry_url());
+    let registry = eosflow::internals::codec::registry::Registry::new(&support::registry_url());
     let rt = tokio::runtime::Runtime::new().expect("tokio");
     let schema = include_str!("../schemas/orders/order-placed.v2.avsc");
     let mut placed = BTreeMap::new();
@@ -632,7 +632,7 @@ fn kill_9_while_saga_timeouts_are_pending_fires_each_timeout_exactly_once() {
     assert_eq!((v.cancelled, v.final_once), (n, n), "{v}");
     assert_eq!(v.timeouts.get("reserve"), Some(&(n / 2)));
     assert_eq!(v.timeouts.get("charge"), Some(&(n / 2)));
-    let replies_dlt = eosflow::retry::dlt::topic_for(&topics.replies);
+    let replies_dlt = eosflow::internals::retry::dlt::topic_for(&topics.replies);
     support::wait_for("every late reply reported", Duration::from_secs(30), || {
         let out = check::read(&clients, &topics, Duration::from_secs(30)).ok()?;
         let late = out

@@ -28,7 +28,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::RwLock;
 use std::time::{Duration, Instant};
 
-use eosflow::kafka::reader::read_all;
+use eosflow::internals::kafka::reader::read_all;
 use rdkafka::message::Headers;
 use rdkafka::Message;
 use tokio_postgres::Client;
@@ -966,7 +966,7 @@ fn backlog_throughput() {
 
 #[test]
 fn a_zombie_publisher_is_fenced_by_its_successor_with_the_same_transactional_id() {
-    use eosflow::sink::SinkError;
+    use eosflow::internals::sink::SinkError;
     use eosflow_outbox::publish::{read_committed_lsn, Publisher};
     use eosflow_outbox::router::RoutedRecord;
     use eosflow_outbox::OutboxError;
@@ -1149,7 +1149,7 @@ fn with_payload_format_avro_a_contracted_type_is_published_as_registered_avro_an
     let bytes = avro.1.as_deref().expect("a value");
     assert_eq!(bytes[0], 0, "Confluent magic byte");
     let rt = tokio::runtime::Runtime::new().expect("runtime");
-    let registry = eosflow::codec::registry::Registry::new(&support::registry_url());
+    let registry = eosflow::internals::codec::registry::Registry::new(&support::registry_url());
     let value = rt
         .block_on(registry.decode(bytes))
         .expect("decodes through the registry");

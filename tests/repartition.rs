@@ -22,13 +22,8 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use eosflow::config::Config;
-use eosflow::kafka::reader::read_all;
 use eosflow::kafka::topics::{self, TopicSpec};
-use eosflow::processor::{ProcessError, StoreHandle};
-use eosflow::serdes::{I64Serde, StringSerde};
-use eosflow::topology::{NodeContext, Topology, TypedRecord};
-use eosflow_verify::group_lag;
-use rdkafka::Message;
+use eosflow::topology::Topology;
 
 const CHILD: &str = "REPARTITION_CHILD";
 const PARTITIONS: i32 = 4;
@@ -42,37 +37,9 @@ fn order(i: u64) -> (String, String) {
     (id.clone(), format!("{customer}:{id}"))
 }
 
-/// Orders re-keyed by customer and counted per customer in store `counts`; each new count
-/// goes to `output` keyed by the customer.
+/// Orders re-keyed by customer and counted per customer (`support::rekeyed_count`).
 fn topology(input: &str, output: &str) -> Topology {
-    let counts = StoreHandle::new("counts", StringSerde, I64Serde);
-    let store = counts.clone();
-    let count = move |ctx: &mut NodeContext<'_, '_>, r: TypedRecord<String, String>| {
-        let customer = r
-            .key
-            .ok_or_else(|| ProcessError::permanent("no customer"))?;
-        let mut s = ctx.store(&store)?;
-        let n = s.get(&customer)?.unwrap_or(0) + 1;
-        s.put(&customer, &n)?;
-        ctx.forward(TypedRecord::new(Some(customer), Some(n)));
-        Ok(())
-    };
-    Topology::builder()
-        .add_source("orders", &[input], StringSerde, StringSerde)
-        .add_repartition(
-            "by-customer",
-            "orders",
-            |_order: Option<&String>, value: &String| {
-                value.split_once(':').map(|(c, _)| c.to_string())
-            },
-            StringSerde,
-            StringSerde,
-        )
-        .add_processor("count", count, &["by-customer"])
-        .add_state_store(&counts, &["count"])
-        .add_sink("out", output, StringSerde, I64Serde, &["count"])
-        .build()
-        .expect("valid topology")
+    support::rekeyed_count(input, output)
 }
 
 fn config(app: &str) -> Config {
@@ -98,39 +65,6 @@ fn child_instance() {
         config(&app),
         topology(&format!("{app}.in"), &format!("{app}.out")),
     );
-}
-
-/// The output's high watermarks summed: counts written, committed or not, and markers.
-fn counts_written(output: &str) -> i64 {
-    (0..PARTITIONS)
-        .map(|p| {
-            let clients = support::clients();
-            eosflow::kafka::reader::watermarks(&clients, output, p, Duration::from_secs(10))
-                .map_or(0, |(_, high)| high)
-        })
-        .sum()
-}
-
-fn lag(app: &str, topic: &str) -> i64 {
-    group_lag(&support::clients(), app, topic, PARTITIONS).unwrap_or(i64::MAX)
-}
-
-/// Every record of `topic` as (key, value) text, read_committed, each partition in order.
-fn read(topic: &str) -> Vec<(String, Vec<u8>)> {
-    let mut out = Vec::new();
-    read_all(&support::clients(), topic, Duration::from_secs(60), |m| {
-        // A watermark-only record (no key, no value) carries no order.
-        if m.payload().is_none() {
-            return Ok(());
-        }
-        out.push((
-            String::from_utf8_lossy(m.key().unwrap_or_default()).to_string(),
-            m.payload().unwrap_or_default().to_vec(),
-        ));
-        Ok(())
-    })
-    .expect("read");
-    out
 }
 
 #[test]
@@ -176,12 +110,15 @@ fn a_repartitioned_count_killed_mid_stream_counts_every_order_once_per_customer(
     // while the orders or their repartition records are still being worked through (the
     // whole input may be consumed by the time the lag is seen: then it dies counting).
     support::wait_for("the first orders consumed", Duration::from_secs(60), || {
-        (lag(&app, &input) <= ORDERS as i64 - 500).then_some(())
+        (support::lag(&app, &input, PARTITIONS) <= ORDERS as i64 - 500).then_some(())
     });
     first.kill().expect("kill -9");
     first.wait().expect("reaped");
-    let (left, rekeyed_left) = (lag(&app, &input), lag(&app, &repartition));
-    let counted_before = counts_written(&output);
+    let (left, rekeyed_left) = (
+        support::lag(&app, &input, PARTITIONS),
+        support::lag(&app, &repartition, PARTITIONS),
+    );
+    let counted_before = support::written(&output, PARTITIONS);
     println!(
         "killed with {left} of {ORDERS} orders and {rekeyed_left} repartition records left after {:?}",
         started.elapsed()
@@ -198,11 +135,11 @@ fn a_repartitioned_count_killed_mid_stream_counts_every_order_once_per_customer(
     support::wait_for(
         "the second instance's first counts",
         Duration::from_secs(60),
-        || (counts_written(&output) > counted_before + 20).then_some(()),
+        || (support::written(&output, PARTITIONS) > counted_before + 20).then_some(()),
     );
     second.kill().expect("kill -9");
     second.wait().expect("reaped");
-    let rekeyed_left = lag(&app, &repartition);
+    let rekeyed_left = support::lag(&app, &repartition, PARTITIONS);
     println!(
         "killed again with {rekeyed_left} repartition records left after {:?}",
         started.elapsed()
@@ -215,7 +152,11 @@ fn a_repartitioned_count_killed_mid_stream_counts_every_order_once_per_customer(
     support::wait_for(
         "every order and every repartition record processed",
         Duration::from_secs(90),
-        || (lag(&app, &input) == 0 && lag(&app, &repartition) == 0).then_some(()),
+        || {
+            (support::lag(&app, &input, PARTITIONS) == 0
+                && support::lag(&app, &repartition, PARTITIONS) == 0)
+                .then_some(())
+        },
     );
     third.kill().expect("kill -9");
     third.wait().expect("reaped");
@@ -228,7 +169,7 @@ fn a_repartitioned_count_killed_mid_stream_counts_every_order_once_per_customer(
         *orders_of.entry(customer.unwrap_or_default()).or_default() += 1;
     }
     let mut got: BTreeMap<String, Vec<i64>> = BTreeMap::new();
-    for (customer, v) in read(&output) {
+    for (customer, v) in support::read_payloads(&output) {
         let bytes: [u8; 8] = v.try_into().expect("an i64 count");
         got.entry(customer)
             .or_default()
@@ -244,7 +185,7 @@ fn a_repartitioned_count_killed_mid_stream_counts_every_order_once_per_customer(
     }
     // The repartition topic holds each order exactly once, keyed by its customer.
     let mut rekeyed: BTreeMap<String, String> = BTreeMap::new();
-    for (customer, v) in read(&repartition) {
+    for (customer, v) in support::read_payloads(&repartition) {
         let value = String::from_utf8_lossy(&v).to_string();
         let (c, id) = value.split_once(':').expect("customer:order");
         assert_eq!(c, customer, "{value} keyed by its customer");
@@ -255,7 +196,10 @@ fn a_repartitioned_count_killed_mid_stream_counts_every_order_once_per_customer(
     }
     assert_eq!(rekeyed.len(), ORDERS as usize);
     for dead in [format!("{input}.DLT"), format!("{repartition}.DLT")] {
-        assert!(read(&dead).is_empty(), "nothing dead-lettered in {dead}");
+        assert!(
+            support::read_payloads(&dead).is_empty(),
+            "nothing dead-lettered in {dead}"
+        );
     }
     println!("took {:?}", started.elapsed());
     let _ = std::fs::remove_dir_all(&cfg.state.dir);

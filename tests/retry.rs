@@ -10,9 +10,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use eosflow::config::Config;
-use eosflow::kafka::reader::read_all;
+use eosflow::internals::kafka::reader::read_all;
+use eosflow::internals::retry::tooling::{self, DeadLetter, Selector};
 use eosflow::processor::{Context, ProcessError, Processor, Record};
-use eosflow::retry::tooling::{self, DeadLetter, Selector};
 use eosflow_verify::count::{CountOutput, CountProcessor};
 use rdkafka::Message;
 use support::pipeline::{produce, Instance, Pipeline};
@@ -105,7 +105,7 @@ fn an_always_failing_record_climbs_every_level_with_its_delays_then_lands_in_the
     // Each level held the record until its due time: the next failure is never before it.
     let mut due_and_failed = Vec::new();
     for level in 1..=3 {
-        let topic = eosflow::retry::retry_topic(&p.input, level);
+        let topic = eosflow::internals::retry::retry_topic(&p.input, level);
         read_all(&support::clients(), &topic, Duration::from_secs(30), |m| {
             use rdkafka::message::Headers;
             let h = |name: &str| -> Option<i64> {
@@ -162,7 +162,10 @@ fn a_permanent_failure_skips_the_ladder() {
     assert!(dl[0]
         .dlt("error.message")
         .is_some_and(|m| m.contains("not a decimal integer")));
-    assert_eq!(p.count(&eosflow::retry::retry_topic(&p.input, 1)), 0);
+    assert_eq!(
+        p.count(&eosflow::internals::retry::retry_topic(&p.input, 1)),
+        0
+    );
     assert_eq!(ids_of(&p, "a"), vec!["good1"]);
 }
 
@@ -220,7 +223,7 @@ fn a_keys_later_records_wait_behind_its_retried_record() {
     );
     assert_eq!(summary.parked_followers, 2, "{summary:?}");
     assert_eq!(
-        p.count(&eosflow::retry::retry_topic(&p.input, 1)),
+        p.count(&eosflow::internals::retry::retry_topic(&p.input, 1)),
         1,
         "only the head climbs the ladder; its followers wait in the state store"
     );
@@ -247,7 +250,7 @@ fn a_parked_key_keeps_its_order_when_its_partition_moves_to_another_instance() {
         || {
             let input_lag =
                 eosflow_verify::group_lag(&support::clients(), &p.app, &p.input, 2).expect("lag");
-            (input_lag == 0 && p.count(&eosflow::retry::retry_topic(&p.input, 1)) >= 6)
+            (input_lag == 0 && p.count(&eosflow::internals::retry::retry_topic(&p.input, 1)) >= 6)
                 .then_some(())
         },
     );
@@ -509,7 +512,7 @@ fn produce_all(topic: &str, records: &[(String, String, String)]) {
 #[test]
 fn a_drain_only_batch_whose_commit_outcome_is_unknown_emits_each_follower_once() {
     let p = Pipeline::new("retry-drain-unknown", 1);
-    let followers = eosflow::retry::parked::DRAIN_CHUNK + 500;
+    let followers = eosflow::internals::retry::parked::DRAIN_CHUNK + 500;
     let mut records = vec![(
         "k".to_string(),
         "transient:1:1".to_string(),
@@ -519,7 +522,7 @@ fn a_drain_only_batch_whose_commit_outcome_is_unknown_emits_each_follower_once()
     produce_all(&p.input, &records);
     // The topology has no timers, tables or re-keys: only draining can make a batch without
     // input offsets.
-    eosflow::processor::runtime::faults::report_next_offsetless_commit_unknown(&p.app);
+    eosflow::internals::processor::runtime::faults::report_next_offsetless_commit_unknown(&p.app);
     let inst = Instance::start(
         &config(&p, &[800, 800, 800]),
         CountProcessor::new(&p.output),
@@ -528,8 +531,10 @@ fn a_drain_only_batch_whose_commit_outcome_is_unknown_emits_each_follower_once()
         "the drain-only batch's commit reported unknown",
         Duration::from_secs(90),
         || {
-            (!eosflow::processor::runtime::faults::offsetless_commit_unknown_armed(&p.app))
-                .then_some(())
+            (!eosflow::internals::processor::runtime::faults::offsetless_commit_unknown_armed(
+                &p.app,
+            ))
+            .then_some(())
         },
     );
     support::wait_for("every follower's output", Duration::from_secs(90), || {

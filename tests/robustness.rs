@@ -9,8 +9,9 @@ use support::pipeline::{Instance, Pipeline};
 
 use std::time::Duration;
 
+use eosflow::internals::processor::Runtime;
 use eosflow::kafka::topics::{self, TopicSpec};
-use eosflow::processor::{Context, ProcessError, Processor, Record, Runtime};
+use eosflow::processor::{Context, ProcessError, Processor, Record};
 use eosflow_verify::count::CountProcessor;
 use eosflow_verify::Workload;
 
@@ -162,10 +163,10 @@ fn a_record_whose_dead_letter_is_over_the_limit_reaches_the_dlt_truncated_with_a
     assert_eq!(l.key.as_deref(), Some("big"));
     assert_eq!(
         l.value.as_ref().map(Vec::len),
-        Some(eosflow::retry::dlt::TRUNCATE_VALUE_TO)
+        Some(eosflow::internals::retry::dlt::TRUNCATE_VALUE_TO)
     );
     assert_eq!(
-        l.header(eosflow::retry::dlt::TRUNCATED_FROM),
+        l.header(eosflow::internals::retry::dlt::TRUNCATED_FROM),
         Some("1040000")
     );
     assert_eq!(
@@ -310,7 +311,7 @@ fn a_commit_whose_answer_is_lost_is_neither_processed_twice_nor_lost() {
     let input = format!("{app}.input");
     let output = format!("{app}.output");
     let changelog = format!("{app}-count-changelog");
-    let mut names = eosflow::retry::ladder_topics(std::slice::from_ref(&input), 3);
+    let mut names = eosflow::internals::retry::ladder_topics(std::slice::from_ref(&input), 3);
     names.extend([output.clone(), changelog.clone()]);
     let specs: Vec<TopicSpec> = names
         .iter()

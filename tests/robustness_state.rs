@@ -8,11 +8,11 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use eosflow::config::Config;
-use eosflow::kafka::reader::read_all;
+use eosflow::internals::kafka::reader::read_all;
+use eosflow::internals::retry::parked::{Decoded, HeadAt, Parked};
+use eosflow::internals::retry::tooling::DeadLetter;
+use eosflow::internals::state::{Column, Store, StoreCache};
 use eosflow::kafka::ClientRole;
-use eosflow::retry::parked::{Decoded, HeadAt, Parked};
-use eosflow::retry::tooling::DeadLetter;
-use eosflow::state::{Column, Store, StoreCache};
 use eosflow_verify::count::{CountOutput, CountProcessor};
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
 use rdkafka::Message;

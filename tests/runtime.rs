@@ -10,8 +10,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use eosflow::kafka::reader::read_all;
-use eosflow::processor::{Context, ProcessError, Processor, Record, Runtime};
+use eosflow::internals::kafka::reader::read_all;
+use eosflow::internals::processor::Runtime;
+use eosflow::processor::{Context, ProcessError, Processor, Record};
 use eosflow_verify::check::read_state;
 use eosflow_verify::count::CountProcessor;
 use eosflow_verify::Workload;
@@ -267,7 +268,7 @@ fn reading_to_the_end_waits_for_an_open_transaction_instead_of_skipping_it() {
     let topic = support::unique("rt-open-txn");
     support::create_topics(&[&topic], 1);
     let clients = support::clients();
-    let sink = eosflow::sink::TxnSink::new(
+    let sink = eosflow::internals::sink::TxnSink::new(
         &clients,
         &support::unique("rt-open-txn"),
         Duration::from_secs(20),
@@ -399,7 +400,7 @@ fn dedup_ids_expire_after_the_retention_window_with_changelog_tombstones() {
                             tombstoned.insert(k.to_vec());
                         }
                         Some(v) => {
-                            let ids = eosflow::state::dedup::decode(v)
+                            let ids = eosflow::internals::state::dedup::decode(v)
                                 .expect("a dedup batch record")
                                 .into_iter()
                                 .map(|i| String::from_utf8_lossy(i).to_string())

@@ -11,7 +11,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use eosflow::config::{Config, Secret};
-use eosflow::kafka::client::ConnectError;
+use eosflow::internals::kafka::client::ConnectError;
 use eosflow::kafka::{ClientRole, KafkaClients};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{Offset, TopicPartitionList};

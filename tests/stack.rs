@@ -5,10 +5,10 @@ mod support;
 
 use std::time::Duration;
 
-use eosflow::codec::registry::Registry;
-use eosflow::kafka::reader::read_all;
+use eosflow::internals::codec::registry::Registry;
+use eosflow::internals::kafka::reader::read_all;
+use eosflow::internals::sink::TxnSink;
 use eosflow::kafka::ClientRole;
-use eosflow::sink::TxnSink;
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
 use rdkafka::Message;
 

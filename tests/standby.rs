@@ -7,7 +7,7 @@
 //! comparison shows the copy is what saves the replay. Both print their failover times. The
 //! run with a standby is repeated under the KIP-848 consumer protocol
 //! (`processor.group_protocol = "consumer"`), whose groups the placement describes with
-//! ConsumerGroupDescribe (`eosflow::kafka::describe`).
+//! ConsumerGroupDescribe (`eosflow::internals::kafka::describe`).
 
 mod support;
 
@@ -15,8 +15,8 @@ use std::collections::BTreeSet;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use eosflow::kafka::reader::read_to_end;
-use eosflow::state::Column;
+use eosflow::internals::kafka::reader::read_to_end;
+use eosflow::internals::state::Column;
 use eosflow_verify::Workload;
 use rdkafka::Message;
 use support::http::{free_addr, get, metric};
@@ -52,9 +52,13 @@ fn partition_lag(group: &str, topic: &str, partition: i32) -> i64 {
     let clients = support::clients();
     let committed = eosflow_verify::group_committed(&clients, group, topic, partition + 1)
         .expect("committed offsets");
-    let (_, high) =
-        eosflow::kafka::reader::watermarks(&clients, topic, partition, Duration::from_secs(10))
-            .expect("watermarks");
+    let (_, high) = eosflow::internals::kafka::reader::watermarks(
+        &clients,
+        topic,
+        partition,
+        Duration::from_secs(10),
+    )
+    .expect("watermarks");
     high - committed[partition as usize]
 }
 

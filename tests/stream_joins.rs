@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use eosflow::config::Config;
-use eosflow::kafka::reader::read_all;
+use eosflow::internals::kafka::reader::read_all;
 use eosflow::kafka::topics::{self, TopicSpec};
 use eosflow::kafka::ClientRole;
 use eosflow::serdes::StringSerde;
@@ -94,26 +94,26 @@ fn topology(app: &str) -> Topology {
     Topology::builder()
         .add_source("left", &[lt.as_str()], StringSerde, StringSerde)
         .add_source("right", &[rt.as_str()], StringSerde, StringSerde)
-        .add_stream_stream_join("inner", &["left"], &["right"], inner)
-        .add_stream_stream_join("leftjoin", &["left"], &["right"], left)
-        .add_stream_stream_join("outer", &["left"], &["right"], outer)
+        .add_stream_stream_join("inner", inner, &["left"], &["right"])
+        .add_stream_stream_join("leftjoin", left, &["left"], &["right"])
+        .add_stream_stream_join("outer", outer, &["left"], &["right"])
         .add_sink(
             "inner-out",
-            &format!("{app}.inner"),
+            format!("{app}.inner"),
             StringSerde,
             StringSerde,
             &["inner"],
         )
         .add_sink(
             "left-out",
-            &format!("{app}.leftjoin"),
+            format!("{app}.leftjoin"),
             StringSerde,
             StringSerde,
             &["leftjoin"],
         )
         .add_sink(
             "outer-out",
-            &format!("{app}.outer"),
+            format!("{app}.outer"),
             StringSerde,
             StringSerde,
             &["outer"],
@@ -312,7 +312,7 @@ fn stream_stream_joins_killed_mid_stream_give_every_pair_and_every_unmatched_rec
     topics::apply_blocking(&support::clients(), &specs, Duration::from_secs(30))
         .expect("creating topics");
 
-    let base = eosflow::clock::now_ms() - 3 * 3_600_000;
+    let base = eosflow::internals::clock::now_ms() - 3 * 3_600_000;
     let events = workload(base);
     let (want_inner, want_left, want_outer) = expected(&events);
     let unmatched = want_left

@@ -24,7 +24,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use eosflow::config::Config;
-use eosflow::kafka::reader::{read_all, watermarks};
+use eosflow::internals::kafka::reader::{read_all, watermarks};
 use eosflow::kafka::topics::{self, TopicSpec};
 use eosflow::serdes::StringSerde;
 use eosflow::topology::windows::WindowStoreHandle;
@@ -81,10 +81,10 @@ fn lagging_join(app: &str) -> Topology {
     Topology::builder()
         .add_source("left", &[lt.as_str()], StringSerde, StringSerde)
         .add_source("right", &[rt.as_str()], StringSerde, StringSerde)
-        .add_stream_stream_join("join", &["left"], &["right"], join)
+        .add_stream_stream_join("join", join, &["left"], &["right"])
         .add_sink(
             "out",
-            &format!("{app}.out"),
+            format!("{app}.out"),
             StringSerde,
             StringSerde,
             &["join"],
@@ -182,7 +182,7 @@ fn a_rekeyed_windowed_count_over_a_backlog_loses_no_click_to_lateness_across_kil
     );
     // Three hours ago: old enough to be a backlog, young enough for the topics' retention.
     let base = {
-        let now = eosflow::clock::now_ms() - 3 * 3_600_000;
+        let now = eosflow::internals::clock::now_ms() - 3 * 3_600_000;
         now - now.rem_euclid(WINDOW_MS)
     };
     let rows: Vec<support::Timed> = (0..USERS)
@@ -306,7 +306,7 @@ fn a_stream_stream_join_whose_right_side_lags_five_minutes_joins_every_pair_of_a
             (out.clone(), "delete"),
         ],
     );
-    let base = eosflow::clock::now_ms() - 3 * 3_600_000;
+    let base = eosflow::internals::clock::now_ms() - 3 * 3_600_000;
     // Left: ten minutes from `base`; right: ten minutes from five minutes earlier, 150 ms
     // after a step. Both written in full before the instance starts.
     let mut next = lcg(0x106a);

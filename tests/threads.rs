@@ -16,7 +16,7 @@ use std::collections::BTreeSet;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use eosflow::kafka::describe::describe_group;
+use eosflow::internals::kafka::describe::describe_group;
 use eosflow_verify::Workload;
 use support::http::{free_addr, get, metric};
 use support::pipeline::{

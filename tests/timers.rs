@@ -15,9 +15,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use support::pipeline::Running;
 
 use eosflow::config::Config;
-use eosflow::kafka::reader::read_all;
+use eosflow::internals::kafka::reader::read_all;
+use eosflow::internals::processor::Runtime;
 use eosflow::kafka::topics::{self, TopicSpec};
-use eosflow::processor::{ProcessError, Runtime, Timer};
+use eosflow::processor::{ProcessError, Timer};
 use eosflow::serdes::StringSerde;
 use eosflow::topology::{NodeContext, NodeProcessor, Topology, TypedRecord};
 use eosflow_verify::group_lag;
@@ -72,7 +73,7 @@ fn topology(app: &str) -> Topology {
         .add_processor("reminders", Reminders, &["in"])
         .add_sink(
             "out",
-            &format!("{app}.out"),
+            format!("{app}.out"),
             StringSerde,
             StringSerde,
             &["reminders"],
@@ -425,14 +426,14 @@ fn a_timer_whose_output_cannot_be_written_is_dead_lettered_and_the_partition_goe
         .add_processor("misrouted", Misrouted, &["in"])
         .add_sink(
             "out",
-            &format!("{app}.out"),
+            format!("{app}.out"),
             StringSerde,
             StringSerde,
             &["misrouted"],
         )
         .add_sink(
             "nowhere",
-            &format!("{app}.nowhere"),
+            format!("{app}.nowhere"),
             StringSerde,
             StringSerde,
             &["misrouted"],
@@ -495,7 +496,7 @@ fn a_timer_whose_offsetless_commit_outcome_is_unknown_fires_exactly_once() {
     }
     let app = support::unique("timers-unknown");
     create(&app, 2);
-    eosflow::processor::runtime::faults::report_next_offsetless_commit_unknown(&app);
+    eosflow::internals::processor::runtime::faults::report_next_offsetless_commit_unknown(&app);
     let instance = Instance::start(&config(&app, "a"), topology(&app));
     produce(
         &format!("{app}.in"),
@@ -505,7 +506,7 @@ fn a_timer_whose_offsetless_commit_outcome_is_unknown_fires_exactly_once() {
         "the timer's batch reported unknown",
         Duration::from_secs(60),
         || {
-            (!eosflow::processor::runtime::faults::offsetless_commit_unknown_armed(&app))
+            (!eosflow::internals::processor::runtime::faults::offsetless_commit_unknown_armed(&app))
                 .then_some(())
         },
     );
@@ -540,7 +541,7 @@ fn a_commit_reported_unknown_after_a_membership_change_restores_and_repeats_noth
     }
     let app = support::unique("timers-membership");
     create(&app, 2);
-    eosflow::processor::runtime::faults::report_next_commit_unknown_after_membership_change(&app);
+    eosflow::internals::processor::runtime::faults::report_next_commit_unknown_after_membership_change(&app);
     let instance = Instance::start(&config(&app, "a"), topology(&app));
     let t0 = now_ms() - 60_000;
     let records: Vec<Input> = (0..40)
@@ -557,7 +558,10 @@ fn a_commit_reported_unknown_after_a_membership_change_restores_and_repeats_noth
     support::wait_for(
         "a batch reported unknown after a membership change",
         Duration::from_secs(60),
-        || (!eosflow::processor::runtime::faults::membership_change_armed(&app)).then_some(()),
+        || {
+            (!eosflow::internals::processor::runtime::faults::membership_change_armed(&app))
+                .then_some(())
+        },
     );
     // Past every event-time timer, on both partitions.
     let flush: Vec<Input> = (0..2)

@@ -11,7 +11,7 @@ mod support;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use eosflow::kafka::client::ConnectError;
+use eosflow::internals::kafka::client::ConnectError;
 use eosflow::kafka::KafkaClients;
 
 fn stack_var(name: &str, default: String) -> String {

@@ -6,8 +6,8 @@ mod support;
 
 use std::time::Duration;
 
+use eosflow::internals::processor::Runtime;
 use eosflow::kafka::topics::{self, TopicSpec};
-use eosflow::processor::Runtime;
 use eosflow::serdes::StringSerde;
 use eosflow::topology::{NodeContext, Topology, TypedRecord};
 

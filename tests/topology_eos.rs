@@ -15,11 +15,12 @@ use std::time::Duration;
 use support::pipeline::Running;
 
 use eosflow::config::Config;
-use eosflow::kafka::reader::read_all;
+use eosflow::internals::kafka::reader::read_all;
+use eosflow::internals::processor::Runtime;
+use eosflow::internals::state::Column;
 use eosflow::kafka::topics::{self, TopicSpec};
-use eosflow::processor::{ProcessError, Runtime, StoreHandle};
+use eosflow::processor::{ProcessError, StoreHandle};
 use eosflow::serdes::{I64Serde, StringSerde};
-use eosflow::state::Column;
 use eosflow::topology::{NodeContext, Topology, TypedRecord};
 use eosflow_verify::{group_lag, Workload};
 use rdkafka::Message;

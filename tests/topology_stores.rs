@@ -7,7 +7,7 @@ mod support;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use eosflow::kafka::reader::read_all;
+use eosflow::internals::kafka::reader::read_all;
 use eosflow::processor::{Context, ProcessError, Processor, Record, StoreHandle};
 use eosflow::serdes::{I64Serde, StringSerde};
 use eosflow_verify::Workload;

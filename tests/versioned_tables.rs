@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use support::pipeline::Running;
 
 use eosflow::config::Config;
-use eosflow::kafka::reader::read_all;
+use eosflow::internals::kafka::reader::read_all;
 use eosflow::kafka::topics::{self, TopicSpec};
 use eosflow::serdes::StringSerde;
 use eosflow::topology::{TableHandle, Topology};
@@ -70,28 +70,28 @@ fn topology(app: &str) -> Topology {
         .add_table(&users)
         .add_stream_table_join(
             "inner-join",
-            &["clicks"],
             &users,
             |_: &String, click: &String, name: &String| Some(format!("{click}|{name}")),
+            &["clicks"],
         )
         .add_stream_table_left_join(
             "left-join",
-            &["clicks"],
             &users,
             |_: &String, click: &String, name: Option<&String>| {
                 Some(format!("{click}|{}", name.map_or("-", String::as_str)))
             },
+            &["clicks"],
         )
         .add_sink(
             "inner",
-            &format!("{app}.inner"),
+            format!("{app}.inner"),
             StringSerde,
             StringSerde,
             &["inner-join"],
         )
         .add_sink(
             "left",
-            &format!("{app}.left"),
+            format!("{app}.left"),
             StringSerde,
             StringSerde,
             &["left-join"],
@@ -299,7 +299,7 @@ fn temporal_joins_killed_mid_stream_join_every_click_once_with_the_row_valid_at_
     topics::apply_blocking(&support::clients(), &specs, Duration::from_secs(30))
         .expect("creating topics");
 
-    let events = workload(eosflow::clock::now_ms() - 600_000);
+    let events = workload(eosflow::internals::clock::now_ms() - 600_000);
     let (want_inner, want_left) = expected(&events);
     let total = events.len();
     let clicks: usize = want_left.values().map(Vec::len).sum();

@@ -59,7 +59,7 @@ fn tumbling_on_close_counts_are_exact_across_kill_9_and_late_records_reach_the_d
     let started = Instant::now();
     let app = support::unique("windows-kill");
     support::create_app_topics(&app, &topology(&app), PARTITIONS);
-    let base = eosflow::clock::now_ms() - 3 * 3_600_000;
+    let base = eosflow::internals::clock::now_ms() - 3 * 3_600_000;
     let input = w::workload(base, PARTITIONS, PER_PARTITION, KEYS_PER_PARTITION);
     let want = w::expected(&input);
     let records = PER_PARTITION * PARTITIONS as usize;
@@ -134,7 +134,7 @@ fn windowed_count_throughput_against_the_broker() {
     }
     let app = support::unique("windows-rate");
     support::create_app_topics(&app, &topology(&app), PARTITIONS);
-    let base = eosflow::clock::now_ms() - 3 * 3_600_000;
+    let base = eosflow::internals::clock::now_ms() - 3 * 3_600_000;
     let per_partition = 25_000i64;
     let mut timed: Vec<support::Timed> = Vec::new();
     for p in 0..PARTITIONS {
@@ -195,7 +195,7 @@ fn counting(app: &str, grace_ms: u64) -> Topology {
     let (input, output) = (format!("{app}.in"), format!("{app}.out"));
     Topology::builder()
         .add_source("in", &[input.as_str()], StringSerde, StringSerde)
-        .add_windowed_aggregate("count", &["in"], count)
+        .add_windowed_aggregate("count", count, &["in"])
         .add_sink(
             "out",
             &output,
@@ -216,7 +216,7 @@ fn run_until_drained(app: &str, topology: Topology) {
     let flag = stop.clone();
     let config = config(app);
     let runtime = std::thread::spawn(move || {
-        eosflow::processor::Runtime::new(&config, topology)
+        eosflow::internals::processor::Runtime::new(&config, topology)
             .expect("runtime starts")
             .run(flag)
             .expect("runs until stopped")
@@ -235,7 +235,7 @@ fn run_until_drained(app: &str, topology: Topology) {
 /// it is aggregated into its own window once, and a second redrive is the duplicate.
 #[test]
 fn a_late_record_redriven_after_raising_the_grace_is_counted_once_in_its_window() {
-    use eosflow::retry::tooling::{self, Selector};
+    use eosflow::internals::retry::tooling::{self, Selector};
     use rdkafka::message::{Header, OwnedHeaders};
     use rdkafka::producer::{BaseRecord, Producer};
     if std::env::var(CHILD).is_ok() {
@@ -243,7 +243,7 @@ fn a_late_record_redriven_after_raising_the_grace_is_counted_once_in_its_window(
     }
     let app = support::unique("windows-redrive");
     support::create_app_topics(&app, &counting(&app, 0), 1);
-    let base = (eosflow::clock::now_ms() - 3_600_000) / SIZE_MS * SIZE_MS;
+    let base = (eosflow::internals::clock::now_ms() - 3_600_000) / SIZE_MS * SIZE_MS;
     let producer = support::test_producer();
     let input = format!("{app}.in");
     for (id, at) in [("r2", base + 5 * SIZE_MS), ("r3", base + 200)] {

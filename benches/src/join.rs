@@ -107,7 +107,6 @@ pub fn topology(input: &str, output: &str, registry_url: &str) -> Result<Topolog
         .add_table(&customers)
         .add_stream_table_join(
             "join",
-            &["in"],
             &customers,
             |_, amount: &i64, row: &Vec<u8>| {
                 Some(Enriched {
@@ -115,6 +114,7 @@ pub fn topology(input: &str, output: &str, registry_url: &str) -> Result<Topolog
                     row: row.clone(),
                 })
             },
+            &["in"],
         )
         .add_sink("out", output, StringSerde, EnrichedSerde, &["join"])
         .build()
@@ -158,7 +158,7 @@ pub struct Joined {
 /// Reads every committed result of `output` (read_committed).
 pub fn joined(clients: &KafkaClients, output: &str) -> Result<Joined, BenchError> {
     let mut j = Joined::default();
-    eosflow::kafka::reader::read_all(clients, output, Duration::from_secs(60), |m| {
+    eosflow::internals::kafka::reader::read_all(clients, output, Duration::from_secs(60), |m| {
         let v = EnrichedSerde
             .deserialize(m.payload().unwrap_or_default())
             .map_err(|e| e.to_string())?;

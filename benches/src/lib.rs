@@ -805,9 +805,9 @@ fn run_point(
     launch: &Launch,
     profile: bool,
 ) -> Result<Sample, BenchError> {
-    let levels = eosflow::retry::ladder_topics(
+    let levels = eosflow::internals::retry::ladder_topics(
         std::slice::from_ref(&launch.input),
-        eosflow::retry::RetryPolicy::default().levels(),
+        eosflow::internals::retry::RetryPolicy::default().levels(),
     );
     workload::create_topics(clients, &topic_specs(&point, launch, &levels))?;
     workload::probes(clients, &launch.input, point.partitions, 0)?;
@@ -970,7 +970,7 @@ fn run_polled_point(
     workload::create_topics(clients, &specs)?;
     // Three hours back, on a window boundary: every event time is in the past (the broker
     // refuses timestamps too far ahead) and well inside the topics' retention.
-    let base = windowed::window_start(eosflow::clock::now_ms() - 3 * 3_600_000);
+    let base = windowed::window_start(eosflow::internals::clock::now_ms() - 3 * 3_600_000);
     if point.shape == Shape::Join {
         // Before every input record in time: a stream record waits for the table's rows.
         join::load_table(clients, &table, join_rows(args), base - 1_000)?;
@@ -1009,9 +1009,14 @@ fn run_polled_point(
     backlog.release()?;
     // The backlog ends before its transaction's commit marker (the high watermark's last offset).
     let high = |part: i32| {
-        eosflow::kafka::reader::watermarks(clients, &launch.input, part, Duration::from_secs(30))
-            .map(|(_, h)| h)
-            .map_err(|e| BenchError::Kafka(format!("watermarks of {}: {e}", launch.input)))
+        eosflow::internals::kafka::reader::watermarks(
+            clients,
+            &launch.input,
+            part,
+            Duration::from_secs(30),
+        )
+        .map(|(_, h)| h)
+        .map_err(|e| BenchError::Kafka(format!("watermarks of {}: {e}", launch.input)))
     };
     let ends: Vec<i64> = (0..p)
         .map(|part| high(part).map(|h| h - 1))

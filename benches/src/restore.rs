@@ -184,9 +184,9 @@ fn load(
         instances: 1,
         commit_interval_ms: 100,
     };
-    let levels = eosflow::retry::ladder_topics(
+    let levels = eosflow::internals::retry::ladder_topics(
         std::slice::from_ref(&launch.input),
-        eosflow::retry::RetryPolicy::default().levels(),
+        eosflow::internals::retry::RetryPolicy::default().levels(),
     );
     workload::create_topics(clients, &super::topic_specs(&point, launch, &levels))?;
     workload::preload(clients, &launch.input, keys, keys)?;

@@ -27,8 +27,8 @@ use rdkafka::{Message, Offset, TopicPartitionList};
 
 use super::workload::now_us;
 use super::BenchError;
-use eosflow::codec::decode::{Decoder, RegistrySource};
-use eosflow::codec::registry::Registry;
+use eosflow::internals::codec::decode::{Decoder, RegistrySource};
+use eosflow::internals::codec::registry::Registry;
 use eosflow::kafka::{ClientRole, KafkaClients};
 use eosflow::serdes::{Serde, SerdeError, StringSerde};
 use eosflow::topology::windows::{
@@ -183,7 +183,7 @@ pub fn topology(input: &str, output: &str, registry_url: &str) -> Result<Topolog
     .emit(EmitStrategy::OnWindowClose);
     Topology::builder()
         .add_source("in", &[input], StringSerde, AmountSerde::new(registry_url))
-        .add_windowed_aggregate("aggregate", &["in"], aggregate)
+        .add_windowed_aggregate("aggregate", aggregate, &["in"])
         .add_sink(
             "out",
             output,
@@ -259,7 +259,7 @@ pub fn emitted(clients: &KafkaClients, output: &str) -> Result<Emitted, BenchErr
     let keys = WindowedSerde::new(StringSerde);
     let mut seen: HashSet<(String, i64)> = HashSet::new();
     let mut e = Emitted::default();
-    eosflow::kafka::reader::read_all(clients, output, Duration::from_secs(60), |m| {
+    eosflow::internals::kafka::reader::read_all(clients, output, Duration::from_secs(60), |m| {
         let k = keys
             .deserialize(m.key().unwrap_or_default())
             .map_err(|e| e.to_string())?;

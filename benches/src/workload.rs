@@ -15,8 +15,8 @@ use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::types::RDKafkaErrorCode;
 
 use super::BenchError;
-use eosflow::codec::decode::encode_wire;
-use eosflow::codec::registry::Registry;
+use eosflow::internals::codec::decode::encode_wire;
+use eosflow::internals::codec::registry::Registry;
 use eosflow::kafka::topics::{self, TopicOutcome, TopicSpec};
 use eosflow::kafka::{ClientRole, KafkaClients};
 

@@ -196,3 +196,22 @@ fn an_author_quiet_for_a_day_of_event_time_is_told_so() -> Result<(), Box<dyn st
     assert_eq!(driver.pending_timers(0)?.len(), 2); // alice's and carol's
     Ok(())
 }
+
+/// A `kill -9` anywhere — inside a batch, at each batch boundary, between a batch's commit and
+/// its local apply — changes no committed summary, store entry, timer or dead letter: the
+/// counts live in the two stores, nothing in the processor's fields.
+#[test]
+fn a_crash_anywhere_changes_no_committed_summary() -> Result<(), Box<dyn std::error::Error>> {
+    let mut crash_test = TopologyTestDriver::with_crashes(4, topology);
+    let lines = crash_test.input_topic(LINES, StringSerde, StringSerde);
+    crash_test.pipe_input(&lines, "alice", "monday morning")?;
+    crash_test.pipe_input(&lines, "bob", "hello")?;
+    crash_test.advance_wall_clock(Duration::from_secs(3 * 86_400));
+    crash_test.pipe_input(&lines, "alice", "thursday")?;
+    crash_test.pipe(TestRecord::new(LINES, None::<&str>, Some("no author")));
+    crash_test.advance_wall_clock(Duration::from_secs(5 * 86_400));
+    crash_test.pipe_input(&lines, "alice", "next tuesday")?;
+    let summary = crash_test.run()?;
+    assert_eq!(summary.written.get(SUMMARIES), Some(&4));
+    Ok(())
+}

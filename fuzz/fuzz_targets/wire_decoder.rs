@@ -6,8 +6,8 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 
-use eosflow::codec::decode::{DecodeError, Decoder, FixedSource};
-use eosflow::codec::Catalog;
+use eosflow::internals::codec::decode::{DecodeError, Decoder, FixedSource};
+use eosflow::internals::codec::Catalog;
 use libfuzzer_sys::fuzz_target;
 
 thread_local! {

@@ -4,8 +4,8 @@
 //!
 //! ```
 //! use std::collections::HashMap;
-//! use eosflow::codec::avro_serde::AvroSerde;
-//! use eosflow::codec::decode::FixedSource;
+//! use eosflow::internals::codec::avro_serde::AvroSerde;
+//! use eosflow::internals::codec::decode::FixedSource;
 //! use eosflow::serdes::Serde;
 //!
 //! #[derive(serde::Serialize, serde::Deserialize, Debug, PartialEq, Clone)]

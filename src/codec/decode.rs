@@ -212,7 +212,7 @@ pub type UpcastFn = fn(Value) -> Result<Value, String>;
 ///
 /// ```
 /// use apache_avro::types::Value;
-/// use eosflow::codec::Upcasters;
+/// use eosflow::internals::codec::Upcasters;
 ///
 /// fn add_tag(v: Value) -> Result<Value, String> {
 ///     match v {

@@ -169,6 +169,23 @@ pub fn env_name(key: &str) -> String {
     format!("EOSFLOW_{}", key.replace('.', "_").to_uppercase())
 }
 
+/// Keys that were renamed: a config still setting the old one fails at start saying so.
+const RENAMED: [(&str, &str, &str); 1] = [(
+    "state.block_cache_bytes",
+    "state.memory_bytes",
+    "it now bounds the memtables too, not only the block cache",
+)];
+
+fn renamed(origin: &str, (old, new, why): &(&str, &str, &str)) -> ConfigError {
+    ConfigError::Parse {
+        origin: origin.to_string(),
+        message: format!(
+            "`{old}` was renamed: set `{new}` (env {}) instead; {why}",
+            env_name(new)
+        ),
+    }
+}
+
 impl Config {
     /// Loads defaults, then `file` (if any), then the process environment.
     pub fn load(file: Option<&Path>) -> Result<Self, ConfigError> {
@@ -198,12 +215,22 @@ impl Config {
     ) -> Result<Self, ConfigError> {
         let defaults = Self::defaults_tree()?;
         let mut merged = defaults.clone();
+        for (name, _) in env {
+            if let Some(r) = RENAMED.iter().find(|(old, _, _)| env_name(old) == *name) {
+                return Err(renamed(&format!("env {name}"), r));
+            }
+        }
         if let Some(text) = toml_text {
             let origin = origin.unwrap_or("config file");
             let file: toml::Value = toml::from_str(text).map_err(|e| ConfigError::Parse {
                 origin: origin.to_string(),
                 message: e.to_string(),
             })?;
+            for r in &RENAMED {
+                if r.0.split('.').try_fold(&file, |n, k| n.get(k)).is_some() {
+                    return Err(renamed(origin, r));
+                }
+            }
             // Type-check the file alone first, so its errors name the file, not the env.
             if let Err(e) = Config::deserialize(file.clone()) {
                 let settings: Vec<_> = sources::leaves(&file)

@@ -39,6 +39,31 @@ fn unknown_key_in_file_is_named() {
 }
 
 #[test]
+fn a_renamed_key_fails_naming_the_old_and_the_new_name_in_a_file_or_the_environment() {
+    let err = Config::from_sources(
+        Some("[state]\nblock_cache_bytes = 1048576\n"),
+        Some("f.toml"),
+        &[],
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("f.toml"), "{err}");
+    assert!(
+        err.contains("`state.block_cache_bytes` was renamed: set `state.memory_bytes` (env EOSFLOW_STATE_MEMORY_BYTES)"),
+        "{err}"
+    );
+    let err = Config::from_sources(
+        None,
+        None,
+        &env(&[("EOSFLOW_STATE_BLOCK_CACHE_BYTES", "1048576")]),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("env EOSFLOW_STATE_BLOCK_CACHE_BYTES"), "{err}");
+    assert!(err.contains("set `state.memory_bytes`"), "{err}");
+}
+
+#[test]
 fn bad_env_value_names_key_and_variable() {
     let err = Config::from_sources(
         None,

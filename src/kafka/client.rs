@@ -120,7 +120,8 @@ fn is_tls_error(code: Option<RDKafkaErrorCode>, text: &str) -> bool {
 ///
 /// ```
 /// use std::time::Duration;
-/// use eosflow::kafka::{client::consumer_protocol, ClientRole, KafkaClients};
+/// use eosflow::internals::kafka::client::consumer_protocol;
+/// use eosflow::kafka::{ClientRole, KafkaClients};
 /// let clients = KafkaClients::new(Default::default());
 /// let mut c = clients.config(ClientRole::GroupConsumer {
 ///     group: "g",

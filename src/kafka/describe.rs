@@ -62,7 +62,7 @@ impl MemberDescription {
     /// The partitions of `topic` this member holds, ascending.
     ///
     /// ```
-    /// use eosflow::kafka::describe::MemberDescription;
+    /// use eosflow::internals::kafka::describe::MemberDescription;
     /// let m = MemberDescription {
     ///     client_id: "eosflow-a".into(),
     ///     instance_id: None,
@@ -108,7 +108,7 @@ impl GroupDescription {
     /// ([`crate::processor::standby::placement`]) is computed from.
     ///
     /// ```
-    /// use eosflow::kafka::describe::{GroupDescription, GroupKind, MemberDescription};
+    /// use eosflow::internals::kafka::describe::{GroupDescription, GroupKind, MemberDescription};
     /// let member = |client: &str, parts: &[i32]| MemberDescription {
     ///     client_id: client.into(),
     ///     instance_id: None,
@@ -193,7 +193,7 @@ pub enum DescribeError {
 /// ```no_run
 /// use std::time::Duration;
 /// use eosflow::config::KafkaConfig;
-/// use eosflow::kafka::describe::{describe_group, GroupKind};
+/// use eosflow::internals::kafka::describe::{describe_group, GroupKind};
 /// use eosflow::kafka::KafkaClients;
 ///
 /// let clients = KafkaClients::new(KafkaConfig {
@@ -206,7 +206,7 @@ pub enum DescribeError {
 ///         println!("{} holds {:?}", m.client_id, m.partitions_of("orders.in"));
 ///     }
 /// }
-/// # Ok::<(), eosflow::kafka::describe::DescribeError>(())
+/// # Ok::<(), eosflow::internals::kafka::describe::DescribeError>(())
 /// ```
 pub fn describe_group(
     clients: &KafkaClients,
@@ -226,8 +226,8 @@ pub fn describe_group(
 /// ```no_run
 /// use std::time::Duration;
 /// use eosflow::config::KafkaConfig;
-/// use eosflow::kafka::describe::describe_group_with;
-/// use eosflow::kafka::reader::ReaderContext;
+/// use eosflow::internals::kafka::describe::describe_group_with;
+/// use eosflow::internals::kafka::reader::ReaderContext;
 /// use eosflow::kafka::{ClientRole, KafkaClients};
 /// use rdkafka::consumer::{BaseConsumer, Consumer};
 ///

@@ -3,10 +3,10 @@
 //! The transactional producer and the group consumer are configured here so every part of
 //! eosflow (processors, outbox router, verifier, tools) connects the same way.
 
-pub mod client;
-pub mod config;
-pub mod describe;
-pub mod reader;
+pub(crate) mod client;
+pub(crate) mod config;
+pub(crate) mod describe;
+pub(crate) mod reader;
 pub mod topics;
 
-pub use client::{ClientRole, KafkaClients};
+pub use client::{ClientRole, ConnectError, KafkaClients};

@@ -435,7 +435,7 @@ mod tests {
         let ts: Vec<i64> = batch.iter().map(kafka_ts).collect();
         let order = merge(&batch, vec![0, 1, 2], &ts, |t| rank_of(&aligned, t));
         assert_eq!(order, vec![2, 1, 0]);
-        let mut opts = crate::processor::RuntimeOptions::from_config(&{
+        let mut opts = crate::processor::runtime::RuntimeOptions::from_config(&{
             let mut c = crate::config::Config::default();
             c.app.instance_id = "i".into();
             c.processor.input_topics = vec!["clicks".into(), "app-by-region-repartition".into()];

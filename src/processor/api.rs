@@ -15,7 +15,7 @@ pub trait Processor: Send {
     /// Called when a timer this processor scheduled ([`Context::schedule`]) is due, inside the
     /// batch's transaction: its state writes, emits and new timers commit with the batch that
     /// fired it, or it fires again after a crash. An error (or a panic) discards what the call
-    /// did and dead-letters the timer (see [`super::timers`]). The default does nothing.
+    /// did and dead-letters the timer (see [`super::Timer`]). The default does nothing.
     fn on_timer(&mut self, ctx: &mut Context<'_>, timer: &Timer) -> Result<(), ProcessError> {
         let _ = (ctx, timer);
         Ok(())

@@ -128,6 +128,13 @@ pub struct ProcessorConfig {
     /// deleted (`DeleteRecords`; Kafka Streams' `repartition.purge.interval.ms`), so the
     /// topics do not grow with their retention. `0` never deletes.
     pub repartition_purge_interval_ms: u64,
+    /// Creates the internal topics the processor needs when it starts, where they are missing
+    /// (Kafka Streams does the same): each input's `.retry.<n>` levels and `.DLT`, each store's
+    /// compacted changelog, each repartition topic, with the inputs' partition count and the
+    /// cluster's replication factor. Inputs and outputs stay the user's. `false` where the
+    /// application may not create topics: they must then exist (`eosflow topics apply`), and
+    /// the start names each missing one.
+    pub create_topics: bool,
 }
 
 /// The most processing threads `processor.threads` accepts.
@@ -156,6 +163,7 @@ impl Default for ProcessorConfig {
             group_protocol: GroupProtocol::Classic,
             max_task_idle_ms: 0,
             repartition_purge_interval_ms: 30_000,
+            create_topics: true,
         }
     }
 }

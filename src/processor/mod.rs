@@ -1,4 +1,4 @@
-//! The Processor API (what users implement) and the exactly-once runtime that drives it.
+//! The Processor API (what users implement); the exactly-once runtime that drives it is internal.
 //!
 //! A [`Processor`] sees one [`Record`] at a time with a [`Context`] giving read-your-writes
 //! access to the state of the record's partition and a way to emit records. Everything a call
@@ -7,23 +7,25 @@
 
 mod align;
 mod api;
-pub mod config;
+pub(crate) mod config;
 pub(crate) mod engine;
 mod fire;
 mod globals;
 mod handle;
 mod purge;
-pub mod runtime;
-pub mod standby;
-pub mod stores;
-pub mod threads;
-pub mod timers;
+pub(crate) mod runtime;
+pub(crate) mod standby;
+pub(crate) mod stores;
+pub(crate) mod threads;
+pub(crate) mod timers;
+#[cfg(test)]
+mod timers_tests;
 mod watermarks;
 
 pub(crate) use api::DeadLetterRequest;
 pub use api::{Context, Emit, ProcessError, Processor, Record};
 pub use fire::{TIMER_CALL_ATTEMPTS, TIMER_RETRY_BACKOFF_MS};
-pub use runtime::{RunSummary, Runtime, RuntimeError, RuntimeOptions};
+pub use runtime::{RunSummary, RuntimeError};
 pub use stores::{AsOf, Entries, KeyValueStore, StoreHandle};
-pub use threads::ProcessorThreads;
+pub(crate) use threads::ProcessorThreads;
 pub use timers::{Timer, TimerKind};

@@ -63,7 +63,7 @@ const TOUCH_EVERY: Duration = Duration::from_secs(60);
 /// `client.id` set in `kafka.properties` for that consumer).
 ///
 /// ```
-/// assert_eq!(eosflow::processor::standby::client_id("pod-0"), "eosflow-pod-0");
+/// assert_eq!(eosflow::internals::processor::standby::client_id("pod-0"), "eosflow-pod-0");
 /// ```
 pub fn client_id(instance_id: &str) -> String {
     format!("eosflow-{instance_id}")
@@ -74,7 +74,7 @@ pub fn client_id(instance_id: &str) -> String {
 /// (wrapping), never the owner itself.
 ///
 /// ```
-/// use eosflow::processor::standby::placement;
+/// use eosflow::internals::processor::standby::placement;
 /// let members = vec![
 ///     ("eosflow-a".to_string(), vec![0, 1]),
 ///     ("eosflow-b".to_string(), vec![2, 3]),

@@ -102,7 +102,7 @@ impl<P: Processor + 'static> ProcessorThreads<P> {
     /// (processors keep per-call state, so threads do not share one).
     ///
     /// ```no_run
-    /// use eosflow::processor::ProcessorThreads;
+    /// use eosflow::internals::processor::ProcessorThreads;
     /// # use eosflow::processor::{Context, ProcessError, Processor, Record};
     /// # struct Echo;
     /// # impl Processor for Echo {

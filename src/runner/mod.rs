@@ -96,7 +96,7 @@ pub enum RunError {
 pub fn run<P: Processor + 'static>(config: &Config, processor: P) -> Result<RunSummary, RunError> {
     if config.processor.threads > 1 {
         return Err(RunError::Runtime(RuntimeError::Config(format!(
-            "processor.threads = {} needs one processor per thread: start the instance with eosflow::runner::run_threads(&config, |_thread| build()) instead of run(&config, processor)",
+            "processor.threads = {} needs one processor per thread: start the instance with eosflow::run_threads(&config, |_thread| build()) instead of run(&config, processor)",
             config.processor.threads
         ))));
     }
@@ -110,7 +110,7 @@ pub fn run<P: Processor + 'static>(config: &Config, processor: P) -> Result<RunS
 /// Runs `processor.threads` processing threads of one instance, each with the processor
 /// `make(thread index)` builds (a topology built again, a handler constructed again: threads do
 /// not share a processor's fields), until SIGTERM/SIGINT or until a thread fails; see [`run`]
-/// for the rest and [`crate::processor::threads`] for what the threads share.
+/// for the rest and `processor::threads` for what the threads share.
 ///
 /// ```no_run
 /// # use eosflow::processor::{Context, ProcessError, Processor, Record};
@@ -119,7 +119,7 @@ pub fn run<P: Processor + 'static>(config: &Config, processor: P) -> Result<RunS
 /// #     fn process(&mut self, _: &mut Context<'_>, _: &Record<'_>) -> Result<(), ProcessError> { Ok(()) }
 /// # }
 /// let config = eosflow::config::Config::load(None)?;
-/// eosflow::runner::run_threads(&config, |_thread| Ok::<_, std::convert::Infallible>(Echo))?;
+/// eosflow::run_threads(&config, |_thread| Ok::<_, std::convert::Infallible>(Echo))?;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn run_threads<P, F, E>(config: &Config, make: F) -> Result<RunSummary, RunError>

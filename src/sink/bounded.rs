@@ -61,6 +61,19 @@ impl CallThread {
         limit: Duration,
         job: impl FnOnce() -> T + Send + 'static,
     ) -> Result<T, Elapsed> {
+        self.run_noting_slow(call, limit, None, job)
+    }
+
+    /// [`CallThread::run`], calling `slow.1` once if the call has not answered after `slow.0`
+    /// (still waiting for it): a call blocked on an absent broker says so while it blocks, not
+    /// only when it fails many seconds later.
+    pub(crate) fn run_noting_slow<T: Send + 'static>(
+        &self,
+        call: &'static str,
+        limit: Duration,
+        slow: Option<(Duration, &dyn Fn())>,
+        job: impl FnOnce() -> T + Send + 'static,
+    ) -> Result<T, Elapsed> {
         let Some(jobs) = &self.jobs else {
             return Ok(job());
         };
@@ -80,7 +93,17 @@ impl CallThread {
         if sent.is_err() {
             return Err(elapsed);
         }
-        match answered.recv_timeout(limit) {
+        let answer = match slow {
+            Some((after, note)) if after < limit => match answered.recv_timeout(after) {
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    note();
+                    answered.recv_timeout(limit - after)
+                }
+                other => other,
+            },
+            _ => answered.recv_timeout(limit),
+        };
+        match answer {
             Ok(out) => Ok(out),
             Err(_) => {
                 let stuck = STUCK_WORKERS.fetch_add(1, Ordering::Relaxed) + 1;
@@ -119,6 +142,27 @@ mod tests {
     fn a_call_that_answers_in_time_gives_its_answer() {
         let t = CallThread::start("test-call");
         assert_eq!(t.run("add", Duration::from_secs(5), || 2 + 2), Ok(4));
+    }
+
+    #[test]
+    fn a_slow_call_is_noted_while_it_blocks_and_a_quick_one_is_not() {
+        let t = CallThread::start("test-call");
+        let noted = std::cell::Cell::new(0);
+        let note = || noted.set(noted.get() + 1);
+        let quick = t.run_noting_slow(
+            "commit_transaction",
+            Duration::from_secs(5),
+            Some((Duration::from_secs(2), &note)),
+            || 1,
+        );
+        assert_eq!((quick, noted.get()), (Ok(1), 0));
+        let slow = t.run_noting_slow(
+            "commit_transaction",
+            Duration::from_secs(5),
+            Some((Duration::from_millis(50), &note)),
+            || std::thread::sleep(Duration::from_millis(300)),
+        );
+        assert_eq!((slow, noted.get()), (Ok(()), 1));
     }
 
     #[test]

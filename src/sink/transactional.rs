@@ -95,8 +95,8 @@ impl SinkError {
     /// producer's own (see [`crate::telemetry::Waits`]).
     ///
     /// ```
-    /// use eosflow::sink::SinkError;
-    /// use eosflow::telemetry::WaitingOn;
+    /// use eosflow::internals::sink::SinkError;
+    /// use eosflow::internals::telemetry::WaitingOn;
     /// let rebalancing = SinkError::NoGroupMetadata.waiting_on();
     /// assert_eq!(rebalancing.map(|(on, _)| on), Some(WaitingOn::GroupCoordinator));
     /// ```
@@ -161,6 +161,11 @@ const COMMIT_CALL: &str = "commit_transaction";
 
 /// What a blocking call may take beyond the timeout it is given before it counts as stuck.
 const CALL_GRACE: Duration = Duration::from_secs(5);
+
+/// How long a blocking call (or the wait for acknowledgements before a commit) runs before
+/// the loop says, while still waiting, what it waits on: well above a healthy call's
+/// milliseconds, well below `message.timeout.ms` and the transaction timeout.
+const SLOW_CALL: Duration = Duration::from_secs(3);
 
 /// The transactional producer and its settings (to recreate it).
 pub struct TxnSink {
@@ -333,14 +338,45 @@ impl TxnSink {
             return Err(SinkError::Stuck(*stuck));
         }
         let producer = self.producer.clone();
+        let note = || self.note_slow(call, SLOW_CALL);
         self.calls
-            .run(call, limit, move || job(producer))
+            .run_noting_slow(call, limit, Some((SLOW_CALL, &note)), move || job(producer))
             .map_err(|stuck| {
                 let _ = self.wedged.set(stuck);
                 self.waits
                     .start(WaitingOn::of_stuck_call(call), stuck.to_string());
                 SinkError::Stuck(stuck)
             })
+    }
+
+    /// A call (or the wait for acknowledgements before a commit) has blocked for `waited`:
+    /// says what the loop waits on while it still blocks, so `/healthz` names it during an
+    /// outage instead of only after the call fails (a send can wait out its whole
+    /// `message.timeout.ms` on a partition without a leader). The next commit that lands ends
+    /// it.
+    fn note_slow(&self, call: &'static str, waited: Duration) {
+        let secs = waited.as_secs();
+        self.note_waiting(
+            |unacked| format!("{call}: {unacked} records not acknowledged after {secs} s (a partition without a leader or in-sync replicas)"),
+            || (WaitingOn::of_stuck_call(call), format!("{call}: no answer after {secs} s")),
+        );
+    }
+
+    /// Opens the wait a blocked or failed commit step means: records not acknowledged mean
+    /// their partitions (no leader; unless too few in-sync replicas already explain it), with
+    /// `unacked(n)` as the detail; none, the coordinator and detail `coordinator()` names.
+    fn note_waiting(
+        &self,
+        unacked: impl FnOnce(i32) -> String,
+        coordinator: impl FnOnce() -> (WaitingOn, String),
+    ) {
+        let n = self.producer.in_flight_count();
+        if n == 0 {
+            let (on, detail) = coordinator();
+            self.waits.start(on, detail);
+        } else if !self.waits.is_waiting_on(WaitingOn::InSyncReplicas) {
+            self.waits.start(WaitingOn::PartitionLeader, unacked(n));
+        }
     }
 
     /// The broker's metadata of one topic (does it exist, how many partitions), asked through
@@ -506,12 +542,18 @@ impl TxnSink {
     /// retriable at the deadline, fenced, fatal) leaves the outcome unknown:
     /// [`SinkError::CommitUnknown`].
     pub fn commit(&self) -> Result<(), SinkError> {
-        let deadline = Instant::now() + self.timeout;
+        let started = Instant::now();
+        let deadline = started + self.timeout;
         // rust-rdkafka's commit_transaction flushes first, and that flush polls in 100 ms steps
         // while anything is in flight (the delivery events belong to FutureProducer's thread):
         // a 100 ms floor on every transaction. Waiting for the out-queue to drain here, in
         // fine steps, makes that flush return at once.
+        let mut noted = false;
         while self.producer.in_flight_count() > 0 && Instant::now() < deadline {
+            if !noted && started.elapsed() >= SLOW_CALL {
+                noted = true;
+                self.note_slow(COMMIT_CALL, SLOW_CALL);
+            }
             std::thread::sleep(Duration::from_micros(100));
         }
         if !self.transactional {
@@ -540,24 +582,21 @@ impl TxnSink {
                     tracing::warn!(error = %e, "commit failed with a retriable error; calling it again");
                     // Records still unacknowledged: the commit waits on their partitions (no
                     // leader, too few in-sync replicas), not on the coordinator.
-                    let unacked = self.producer.in_flight_count();
-                    if unacked > 0 && self.waits.is_waiting_on(WaitingOn::InSyncReplicas) {
-                        // Already explained: the partition's in-sync replicas are too few.
-                    } else if unacked > 0 {
-                        self.waits.start(
-                            WaitingOn::PartitionLeader,
+                    self.note_waiting(
+                        |unacked| {
                             format!(
                                 "commit_transaction: {unacked} records not acknowledged yet: {e}"
-                            ),
-                        );
-                    } else {
-                        let on = WaitingOn::of_coordinator_call(
-                            e.code(),
-                            &e.to_string(),
-                            WaitingOn::TxnCoordinator,
-                        );
-                        self.waits.start(on, format!("commit_transaction: {e}"));
-                    }
+                            )
+                        },
+                        || {
+                            let on = WaitingOn::of_coordinator_call(
+                                e.code(),
+                                &e.to_string(),
+                                WaitingOn::TxnCoordinator,
+                            );
+                            (on, format!("commit_transaction: {e}"))
+                        },
+                    );
                 }
                 Err(e) => {
                     // Only "abort now" is a known outcome: the transaction did not commit.

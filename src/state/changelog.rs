@@ -1,7 +1,7 @@
 //! Restore: replay a store's changelog partition from its checkpoint to the end.
 //!
 //! "The end" is the high watermark with no open transaction below it (see
-//! [`crate::kafka::reader`]): a dead instance's open transaction, whose input offsets may
+//! `kafka::reader`): a dead instance's open transaction, whose input offsets may
 //! still commit, is waited out rather than skipped, so a store never misses writes whose
 //! offsets the group will resume after.
 //!

@@ -12,8 +12,10 @@ use crate::config::ConfigError;
 pub struct StateConfig {
     /// Root of the per-instance, per-partition stores.
     pub dir: PathBuf,
-    /// RocksDB block cache shared by all stores of the instance: the memory budget (≥ 1 MiB).
-    pub block_cache_bytes: u64,
+    /// RocksDB memory shared by all stores of the instance (≥ 1 MiB): one block cache, with
+    /// every store's memtables charged to it (memtables beyond half of it are flushed). Each
+    /// open store also costs about 1 MiB outside it (see docs/operations.md).
+    pub memory_bytes: u64,
     /// How long a processed message id is remembered (the worst redelivery age).
     pub dedup_retention_secs: u64,
     /// How often expired dedup entries are purged (tombstoned in the changelog).
@@ -24,7 +26,7 @@ impl Default for StateConfig {
     fn default() -> Self {
         Self {
             dir: PathBuf::from("/var/lib/eosflow"),
-            block_cache_bytes: 64 * 1024 * 1024,
+            memory_bytes: 128 * 1024 * 1024,
             dedup_retention_secs: 7 * 24 * 3600,
             dedup_purge_interval_secs: 60,
         }
@@ -34,9 +36,9 @@ impl Default for StateConfig {
 impl StateConfig {
     /// Range checks serde cannot express.
     pub(crate) fn validate(&self) -> Result<(), ConfigError> {
-        if self.block_cache_bytes < 1024 * 1024 {
+        if self.memory_bytes < 1024 * 1024 {
             return Err(ConfigError::invalid(
-                "state.block_cache_bytes",
+                "state.memory_bytes",
                 "must be ≥ 1 MiB (1048576)",
             ));
         }

@@ -21,7 +21,7 @@ pub enum Column {
     /// key's followers sort in arrival order (see [`crate::retry::parked`]).
     ParkedFollower,
     /// Pending timers in due order: `kind · due (sign-flipped, big-endian) · name · key` →
-    /// payload (see [`crate::processor::timers`]).
+    /// payload (see `processor::timers`).
     Timer,
     /// Each pending timer's due time by `kind · name · key`, so rescheduling or cancelling a
     /// key finds its entry in [`Column::Timer`] with one read.

@@ -36,7 +36,7 @@ pub struct MetricDef {
 /// A table entry, for the `const` tables of each crate.
 ///
 /// ```
-/// use eosflow::telemetry::catalog::{metric, MetricDef, MetricKind, Unit};
+/// use eosflow::internals::telemetry::catalog::{metric, MetricDef, MetricKind, Unit};
 /// const MINE: &[MetricDef] = &[metric("myapp_things_total", MetricKind::Counter, Unit::Count, "Things done.")];
 /// assert_eq!(MINE[0].kind, MetricKind::Counter);
 /// ```
@@ -56,7 +56,7 @@ pub const fn metric(
 
 use MetricKind::{Counter, Gauge, Histogram};
 
-/// Every metric the core library (`eosflow`, [`super`]) emits.
+/// Every metric the core library (`eosflow`, `telemetry`) emits.
 pub const FRAMEWORK: &[MetricDef] = &[
     metric(
         "eosflow_transactions_committed_total",
@@ -364,10 +364,10 @@ static REGISTERED: Mutex<Vec<&'static [MetricDef]>> = Mutex::new(Vec::new());
 
 /// Adds `table` to what `/metrics` describes: now if the recorder is installed, and again when
 /// one is installed later ([`describe_registered`]). Call it once at a component's start, e.g.
-/// `eosflow::telemetry::catalog::register(FRAMEWORK)`.
+/// `eosflow::internals::telemetry::catalog::register(FRAMEWORK)`.
 ///
 /// ```
-/// use eosflow::telemetry::catalog::{register, FRAMEWORK};
+/// use eosflow::internals::telemetry::catalog::{register, FRAMEWORK};
 /// register(FRAMEWORK); // harmless before a recorder exists: described again at install
 /// ```
 pub fn register(table: &'static [MetricDef]) {

@@ -40,7 +40,7 @@ impl Health {
     /// ```
     /// use std::sync::Arc;
     /// use std::time::Duration;
-    /// use eosflow::telemetry::Health;
+    /// use eosflow::internals::telemetry::Health;
     /// let (a, b) = (Arc::new(Health::new(Duration::from_secs(60))), Arc::new(Health::new(Duration::from_secs(60))));
     /// let instance = Health::of_parts(vec![a.clone(), b.clone()]);
     /// a.set_ready(true);
@@ -90,7 +90,7 @@ impl Health {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use eosflow::telemetry::{Health, WaitingOn};
+    /// use eosflow::internals::telemetry::{Health, WaitingOn};
     /// let h = Health::new(Duration::from_secs(60));
     /// h.waits().start(WaitingOn::InSyncReplicas, "orders-0: Broker: Not enough in-sync replicas");
     /// assert_eq!(h.waiting()[0].on, WaitingOn::InSyncReplicas);

@@ -16,7 +16,7 @@
 //! transaction coordinator still finishing the aborted transaction): each is its own wait.
 //!
 //! ```
-//! use eosflow::telemetry::{Waits, WaitingOn};
+//! use eosflow::internals::telemetry::{Waits, WaitingOn};
 //! let waits = Waits::default();
 //! waits.start(WaitingOn::PartitionLeader, "orders-2: Local: Message timed out");
 //! waits.start(WaitingOn::TxnCoordinator, "init_transactions: Concurrent transactions");
@@ -75,7 +75,7 @@ impl WaitingOn {
     /// out is told by where it happened, or by the cluster's metadata.
     ///
     /// ```
-    /// use eosflow::telemetry::WaitingOn;
+    /// use eosflow::internals::telemetry::WaitingOn;
     /// use rdkafka::types::RDKafkaErrorCode;
     /// assert_eq!(WaitingOn::of_code(RDKafkaErrorCode::NotEnoughReplicas), Some(WaitingOn::InSyncReplicas));
     /// assert_eq!(WaitingOn::of_code(RDKafkaErrorCode::MessageSizeTooLarge), None);
@@ -115,7 +115,7 @@ impl WaitingOn {
     /// never a partition's leader.
     ///
     /// ```
-    /// use eosflow::telemetry::WaitingOn;
+    /// use eosflow::internals::telemetry::WaitingOn;
     /// use rdkafka::types::RDKafkaErrorCode as C;
     /// let text = "Failed to add offsets to transaction on broker TxnCoordinator: Local: Broker transport failure";
     /// assert_eq!(WaitingOn::of_coordinator_call(C::BrokerTransportFailure, text, WaitingOn::GroupCoordinator), WaitingOn::TxnCoordinator);

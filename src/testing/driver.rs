@@ -169,8 +169,9 @@ impl<P: Processor> TopologyTestDriver<P> {
             session_timeout: Duration::from_millis(config.processor.session_timeout_ms),
             restore_timeout: Duration::ZERO,
             static_membership: false,
+            create_topics: false,
             state_dir: dir.clone(),
-            block_cache_bytes: 8 << 20,
+            memory_bytes: 8 << 20,
             dedup_retention: Duration::from_secs(config.state.dedup_retention_secs),
             dedup_purge_interval: Duration::from_secs(config.state.dedup_purge_interval_secs),
             dlt_depth_interval: Duration::ZERO,
@@ -190,7 +191,7 @@ impl<P: Processor> TopologyTestDriver<P> {
             globals.insert(g.name().to_string(), store);
         }
         Ok(Self {
-            cache: StoreCache::new(opts.block_cache_bytes),
+            cache: StoreCache::new(opts.memory_bytes),
             processor,
             config,
             opts,
@@ -655,6 +656,17 @@ impl<P: Processor> TopologyTestDriver<P> {
         })
     }
 
+    /// Every committed window of every key in a windowed store (partition 0), in key then
+    /// start order.
+    pub fn window_all<K, V>(
+        &mut self,
+        handle: &WindowStoreHandle<K, V>,
+    ) -> Result<Vec<(K, Window, V)>, DriverError> {
+        self.with_view(0, handle.name(), |view| {
+            WindowStore::new(view, handle).all()
+        })
+    }
+
     /// The committed value of `key` in a named store (partition 0).
     pub fn store_get<K, V>(
         &mut self,
@@ -739,6 +751,169 @@ impl<P: Processor> TopologyTestDriver<P> {
     #[cfg(test)]
     pub(crate) fn replace_processor(&mut self, processor: P) -> P {
         std::mem::replace(&mut self.processor, processor)
+    }
+}
+
+/// What survives a simulated `kill -9`: the topics as of the last commit (outputs, dead
+/// letters, retry forwards, the input positions). The stores need no copy: the driver applies a
+/// batch to RocksDB only when it commits, so what is on disk is what the changelogs hold.
+#[derive(Clone)]
+pub(super) struct Committed {
+    written: BTreeMap<String, Vec<OutputRecord>>,
+    ladder: Vec<OutputRecord>,
+    offsets: BTreeMap<(String, i32), i64>,
+    routed: BTreeMap<String, usize>,
+    now_ms: i64,
+}
+
+/// Committed store entries by `store[partition] column`, each in key order.
+pub(super) type StoreContents = BTreeMap<String, Vec<crate::state::Entry>>;
+
+/// One task's batch as the changelogs received it: committed in Kafka, not yet applied to the
+/// local RocksDB (the overlays of its default store and of each named store, in order).
+pub(super) struct ChangelogBatch {
+    partition: i32,
+    overlay: Overlay,
+    named: Vec<Overlay>,
+}
+
+/// Support for the typed topics and the crash simulation (`super::topics`, `super::crashes`).
+impl<P: Processor> TopologyTestDriver<P> {
+    /// Takes the oldest unread record of `topic`, if any.
+    pub(super) fn take_first(&mut self, topic: &str) -> Option<OutputRecord> {
+        let records = self.written.get_mut(topic)?;
+        if records.is_empty() {
+            return None;
+        }
+        if let Some(n) = self.routed.get_mut(topic) {
+            *n = n.saturating_sub(1);
+        }
+        Some(records.remove(0))
+    }
+
+    /// How many records of `topic` are unread.
+    pub(super) fn unread(&self, topic: &str) -> usize {
+        self.written.get(topic).map_or(0, Vec::len)
+    }
+
+    /// Every unread record of every topic, without taking them.
+    pub(super) fn written(&self) -> &BTreeMap<String, Vec<OutputRecord>> {
+        &self.written
+    }
+
+    /// Every committed store entry (handler state and pending timers) of every open task, by
+    /// `store[partition]` and then `state`/`timers`: what a crash must not change.
+    pub(super) fn store_contents(&mut self) -> Result<StoreContents, DriverError> {
+        self.commit(self.stamps.now_ms)?;
+        let mut out = BTreeMap::new();
+        let default = self.processor.store_name().to_string();
+        for (p, task) in &self.tasks {
+            out.insert(
+                format!("{default}[{p}] state"),
+                task.store.entries(Column::State)?,
+            );
+            out.insert(
+                format!("{default}[{p}] timers"),
+                task.store.entries(Column::Timer)?,
+            );
+            for n in &task.named {
+                out.insert(
+                    format!("{}[{p}] state", n.name),
+                    n.store.entries(Column::State)?,
+                );
+            }
+        }
+        Ok(out)
+    }
+
+    /// Commits the open batch (dedup ids sealed, overlays applied) and returns what a crash
+    /// from now on keeps.
+    pub(super) fn commit_point(&mut self) -> Result<Committed, DriverError> {
+        self.commit(self.stamps.now_ms)?;
+        Ok(Committed {
+            written: self.written.clone(),
+            ladder: self.ladder.clone(),
+            offsets: self.offsets.clone(),
+            routed: self.routed.clone(),
+            now_ms: self.stamps.now_ms,
+        })
+    }
+
+    /// Commits the open batch "in Kafka" only: dedup ids sealed, the overlays taken as the
+    /// batch's changelog records, nothing applied to RocksDB. With [`Self::crash`] right after,
+    /// this is a `kill -9` between the transaction's commit and the local apply.
+    pub(super) fn commit_to_changelog(
+        &mut self,
+    ) -> Result<(Committed, Vec<ChangelogBatch>), DriverError> {
+        let now = self.stamps.now_ms;
+        let mut batches = Vec::new();
+        for (p, task) in self.tasks.iter_mut() {
+            dedup::seal(&mut task.overlay, now);
+            batches.push(ChangelogBatch {
+                partition: *p,
+                overlay: std::mem::take(&mut task.overlay),
+                named: task
+                    .named
+                    .iter_mut()
+                    .map(|n| std::mem::take(&mut n.overlay))
+                    .collect(),
+            });
+        }
+        self.uncommitted = 0;
+        let committed = Committed {
+            written: self.written.clone(),
+            ladder: self.ladder.clone(),
+            offsets: self.offsets.clone(),
+            routed: self.routed.clone(),
+            now_ms: now,
+        };
+        Ok((committed, batches))
+    }
+
+    /// A `kill -9` and a restart: the processor (struct fields and all) is replaced by
+    /// `processor`, every open batch's writes are lost (outputs, store overlays, dedup marks,
+    /// stream time not committed), the topics go back to `committed`, and the stores reopen from
+    /// disk, then replay `changelog` (batches committed in Kafka but not applied locally), as
+    /// the runtime's restore from the changelog topics would.
+    pub(super) fn crash(
+        &mut self,
+        mut processor: P,
+        committed: &Committed,
+        changelog: Vec<ChangelogBatch>,
+    ) -> Result<(), DriverError> {
+        let open: Vec<i32> = self.tasks.keys().copied().collect();
+        self.tasks.clear();
+        processor.bind_application(&self.config.app.id);
+        for g in processor.global_tables() {
+            if let Some(store) = self.globals.get(g.name()) {
+                g.bind(store.clone()).map_err(DriverError::Global)?;
+            }
+        }
+        self.processor = processor;
+        self.written = committed.written.clone();
+        self.ladder = committed.ladder.clone();
+        self.offsets = committed.offsets.clone();
+        self.routed = committed.routed.clone();
+        self.stamps.now_ms = committed.now_ms;
+        self.isolated.clear();
+        self.forced = None;
+        self.uncommitted = 0;
+        for batch in changelog {
+            self.task(batch.partition)?;
+            if let Some(task) = self.tasks.get_mut(&batch.partition) {
+                task.overlay = batch.overlay;
+                for (n, o) in task.named.iter_mut().zip(batch.named) {
+                    n.overlay = o;
+                }
+                task.apply_committed(|_| None)?;
+            }
+        }
+        // Reopen from disk, so each task's clocks are the restored ones.
+        self.tasks.clear();
+        for p in open {
+            self.task(p)?;
+        }
+        Ok(())
     }
 }
 

@@ -3,23 +3,48 @@
 //! letters, parked keys, stores — over RocksDB in a temporary directory, with a clock that moves
 //! only when the test says. Kafka Streams users know it as `TopologyTestDriver`.
 
+mod crashes;
 mod driver;
-#[cfg(test)]
-mod global_join_tests;
-#[cfg(test)]
-mod join_tests;
 mod memory;
 mod records;
+mod topics;
 #[cfg(test)]
-mod repartition_tests;
-#[cfg(test)]
-mod stream_join_tests;
-#[cfg(test)]
-mod timer_tests;
-#[cfg(test)]
-mod versioned_tests;
-#[cfg(test)]
-mod window_tests;
+mod topics_tests;
 
+pub use crate::retry::dlt::DltClass;
+pub use crashes::{CrashPoint, CrashStep, CrashSummary, CrashTest, CrashTestError, Divergence};
 pub use driver::{DriverError, KeyValues, TopologyTestDriver, START_MS};
 pub use records::{OutputRecord, TestRecord};
+pub use topics::{
+    DeadLetter, KeyValue, KeyValueStoreView, TestInputTopic, TestOutput, TestOutputTopic,
+    WindowStoreView,
+};
+
+/// Fails unless `page` (a docs page, `page_path` in messages) has at least `at_least` Rust
+/// blocks and each is in `source` (`source_path`) word for word: a page whose examples are
+/// excerpts of tests cannot drift from the code. Shared by the DSL's and the driver's pages.
+#[cfg(test)]
+pub(crate) fn assert_rust_blocks_are_in(
+    page_path: &str,
+    page: &str,
+    source_path: &str,
+    source: &str,
+    at_least: usize,
+) {
+    let blocks: Vec<&str> = page
+        .split("```rust\n")
+        .skip(1)
+        .filter_map(|b| b.split("\n```").next())
+        .collect();
+    assert!(
+        blocks.len() >= at_least,
+        "{page_path} has {} Rust blocks",
+        blocks.len()
+    );
+    for block in blocks {
+        assert!(
+            source.contains(block),
+            "a Rust block of {page_path} is not in {source_path}:\n{block}"
+        );
+    }
+}

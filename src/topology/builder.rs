@@ -29,6 +29,69 @@ pub(crate) type Encoded = (
     Option<i64>,
 );
 
+/// The topic names a source reads: one name (`&str`, `String`, `&String`) or a slice, a borrowed
+/// array or a `Vec` of them, so a topic held in a `String` needs no `.as_str()`. (No array by
+/// value: `&["a", "b"]` stays the one spelling, and clippy does not flag its borrow.)
+///
+/// ```
+/// use eosflow::serdes::StringSerde;
+/// use eosflow::topology::Topology;
+///
+/// let clicks = String::from("clicks");
+/// let mut b = Topology::builder();
+/// b.add_source("one", "orders", StringSerde, StringSerde)
+///     .add_source("owned", &clicks, StringSerde, StringSerde)
+///     .add_source("many", &["views", "shares"], StringSerde, StringSerde)
+///     .add_source("vec", vec![String::from("likes")], StringSerde, StringSerde);
+/// assert!(b.build().is_ok());
+/// ```
+pub trait Topics {
+    /// The names, in order.
+    fn topic_names(self) -> Vec<String>;
+}
+
+impl Topics for &str {
+    fn topic_names(self) -> Vec<String> {
+        vec![self.to_string()]
+    }
+}
+
+impl Topics for String {
+    fn topic_names(self) -> Vec<String> {
+        vec![self]
+    }
+}
+
+impl Topics for &String {
+    fn topic_names(self) -> Vec<String> {
+        vec![self.clone()]
+    }
+}
+
+impl<T: AsRef<str>> Topics for &[T] {
+    fn topic_names(self) -> Vec<String> {
+        self.iter().map(|t| t.as_ref().to_string()).collect()
+    }
+}
+
+impl<T: AsRef<str>, const N: usize> Topics for &[T; N] {
+    fn topic_names(self) -> Vec<String> {
+        self.iter().map(|t| t.as_ref().to_string()).collect()
+    }
+}
+
+impl<T: AsRef<str>> Topics for Vec<T> {
+    fn topic_names(self) -> Vec<String> {
+        self.iter().map(|t| t.as_ref().to_string()).collect()
+    }
+}
+
+impl<T: AsRef<str>> Topics for &Vec<T> {
+    fn topic_names(self) -> Vec<String> {
+        self.iter().map(|t| t.as_ref().to_string()).collect()
+    }
+}
+
 /// A typed node with its types erased.
 pub(crate) trait ErasedNode: Send {
     fn process(
@@ -90,11 +153,44 @@ pub(crate) enum Kind {
     Sink { topic: String, encode: Encode },
 }
 
+/// The `(K, V)` record type of one side of an edge, recorded when a node is added so that
+/// [`TopologyBuilder::build`] rejects a mismatched edge instead of the runtime dead-lettering
+/// every record that crosses it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct EdgeType {
+    id: std::any::TypeId,
+    key: &'static str,
+    value: &'static str,
+}
+
+impl EdgeType {
+    pub(crate) fn of<K: 'static, V: 'static>() -> Self {
+        Self {
+            id: std::any::TypeId::of::<(K, V)>(),
+            key: std::any::type_name::<K>(),
+            value: std::any::type_name::<V>(),
+        }
+    }
+}
+
+impl std::fmt::Display for EdgeType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "({}, {})", self.key, self.value)
+    }
+}
+
 /// One named node and the names of its parents.
 pub(crate) struct Node {
     pub(crate) name: String,
     pub(crate) parents: Vec<String>,
     pub(crate) kind: Kind,
+    /// The records it takes (processors and sinks).
+    pub(crate) input: Option<EdgeType>,
+    /// The records it forwards, when known (sources, the built-in operators, processors
+    /// declared with [`TopologyBuilder::forwards`]).
+    pub(crate) output: Option<EdgeType>,
+    /// A child it forwards other records to (a windowed aggregate's late-record sink).
+    pub(crate) output_to: Option<(String, EdgeType)>,
     /// Indexes of the nodes whose parent this one is (set by `build`).
     pub(crate) children: Vec<usize>,
 }
@@ -134,7 +230,7 @@ impl Repartition {
     }
 }
 
-/// A runnable topology: give it to [`crate::processor::Runtime::new`] (it is a
+/// A runnable topology: give it to [`crate::run`] (it is a
 /// [`crate::processor::Processor`]) or to [`crate::testing::TopologyTestDriver`].
 pub struct Topology {
     pub(crate) nodes: Vec<Node>,
@@ -233,8 +329,57 @@ impl TopologyBuilder {
             name: name.to_string(),
             parents: parents.iter().map(|p| p.to_string()).collect(),
             kind,
+            input: None,
+            output: None,
+            output_to: None,
             children: Vec::new(),
         });
+        self
+    }
+
+    /// The node added last: its record types are set right after it is added.
+    fn last_node(&mut self) -> Option<&mut Node> {
+        self.nodes.last_mut()
+    }
+
+    /// Declares that processor `node` forwards `(K, V)` records, so that
+    /// [`TopologyBuilder::build`] checks the nodes it feeds against that type (a processor's
+    /// output type is otherwise unknown, and an edge from it is checked only at run time,
+    /// where a mismatch dead-letters each record). The built-in operators (sources, joins,
+    /// windowed aggregates, repartitions) and every DSL step declare theirs.
+    ///
+    /// ```
+    /// use eosflow::serdes::{I64Serde, StringSerde};
+    /// use eosflow::topology::{NodeContext, Topology, TypedRecord};
+    ///
+    /// let length = |ctx: &mut NodeContext<'_, '_>, r: TypedRecord<String, String>| {
+    ///     let n = r.value.as_ref().map_or(0, |v| v.len() as i64);
+    ///     ctx.forward(TypedRecord::new(r.key, Some(n)));
+    ///     Ok(())
+    /// };
+    /// // The sink expects strings, the processor declares it forwards i64 values.
+    /// let err = Topology::builder()
+    ///     .add_source("words", &["words"], StringSerde, StringSerde)
+    ///     .add_processor("length", length, &["words"])
+    ///     .forwards::<String, i64>("length")
+    ///     .add_sink("out", "lengths", StringSerde, StringSerde, &["length"])
+    ///     .build()
+    ///     .unwrap_err();
+    /// assert!(err.to_string().contains(r#"node "out" takes"#), "{err}");
+    /// assert!(err.to_string().contains(r#"parent "length" forwards (alloc::string::String, i64)"#), "{err}");
+    /// ```
+    pub fn forwards<K: 'static, V: 'static>(&mut self, node: &str) -> &mut Self {
+        match self.nodes.iter_mut().find(|n| n.name == node) {
+            Some(
+                n @ Node {
+                    kind: Kind::Processor { .. },
+                    ..
+                },
+            ) => n.output = Some(EdgeType::of::<K, V>()),
+            _ => self.errors.push(format!(
+                "forwards() names {node:?}, which is not a processor added before it"
+            )),
+        }
         self
     }
 
@@ -244,7 +389,7 @@ impl TopologyBuilder {
     pub fn add_source<K, V>(
         &mut self,
         name: &str,
-        topics: &[&str],
+        topics: impl Topics,
         keys: impl Serde<K> + 'static,
         values: impl Serde<V> + 'static,
     ) -> &mut Self
@@ -252,6 +397,7 @@ impl TopologyBuilder {
         K: Clone + Send + 'static,
         V: Clone + Send + 'static,
     {
+        let topics: Vec<String> = topics.topic_names();
         if topics.is_empty() {
             self.errors.push(format!("source {name:?} names no topic"));
         }
@@ -277,7 +423,6 @@ impl TopologyBuilder {
                 headers: Vec::new(),
             }) as Box<dyn AnyRecord>)
         });
-        let topics = topics.iter().map(|t| t.to_string()).collect();
         let time = TimestampExtractor::default();
         self.add(
             name,
@@ -287,7 +432,11 @@ impl TopologyBuilder {
                 decode,
                 time,
             },
-        )
+        );
+        if let Some(n) = self.last_node() {
+            n.output = Some(EdgeType::of::<K, V>());
+        }
+        self
     }
 
     /// Reads the event time of source `source`'s records with `extractor` instead of taking
@@ -331,7 +480,11 @@ impl TopologyBuilder {
                 node,
                 stores: Vec::new(),
             },
-        )
+        );
+        if let Some(n) = self.last_node() {
+            n.input = Some(EdgeType::of::<K, V>());
+        }
+        self
     }
 
     /// A state store attached to `processors` (its changelog is `<app>-<name>-changelog`).
@@ -359,8 +512,8 @@ impl TopologyBuilder {
     pub fn add_windowed_aggregate<K, V, A>(
         &mut self,
         name: &str,
-        parents: &[&str],
         aggregate: WindowedAggregate<K, V, A>,
+        parents: &[&str],
     ) -> &mut Self
     where
         K: Clone + Send + 'static,
@@ -372,7 +525,12 @@ impl TopologyBuilder {
                 .push(format!("windowed aggregate {name:?}: {e}"));
         }
         let store = aggregate.store().name().to_string();
+        let late_child = aggregate.late_child().map(str::to_string);
         self.add_processor(name, aggregate, parents);
+        self.forwards::<super::windows::Windowed<K>, A>(name);
+        if let Some(n) = self.last_node() {
+            n.output_to = late_child.map(|c| (c, EdgeType::of::<K, V>()));
+        }
         self.attach_store(&store, &[name])
     }
 
@@ -422,9 +580,9 @@ impl TopologyBuilder {
     pub fn add_stream_table_join<K, V, T, R>(
         &mut self,
         name: &str,
-        parents: &[&str],
         table: &TableHandle<K, T>,
         joiner: impl Fn(&K, &V, &T) -> Option<R> + Send + 'static,
+        parents: &[&str],
     ) -> &mut Self
     where
         K: Clone + Send + 'static,
@@ -441,9 +599,9 @@ impl TopologyBuilder {
     pub fn add_stream_table_left_join<K, V, T, R>(
         &mut self,
         name: &str,
-        parents: &[&str],
         table: &TableHandle<K, T>,
         joiner: impl Fn(&K, &V, Option<&T>) -> Option<R> + Send + 'static,
+        parents: &[&str],
     ) -> &mut Self
     where
         K: Clone + Send + 'static,
@@ -487,6 +645,7 @@ impl TopologyBuilder {
             _types: PhantomData,
         };
         self.add_processor(name, node, parents);
+        self.forwards::<K, R>(name);
         if let Some(Node {
             kind: Kind::Processor { stores, .. },
             ..
@@ -523,10 +682,10 @@ impl TopologyBuilder {
     pub fn add_stream_global_table_join<K, V, GK, T, R>(
         &mut self,
         name: &str,
-        parents: &[&str],
         table: &GlobalTableHandle<GK, T>,
         key_extractor: impl Fn(&K, &V) -> Option<GK> + Send + 'static,
         joiner: impl Fn(&K, &V, &T) -> Option<R> + Send + 'static,
+        parents: &[&str],
     ) -> &mut Self
     where
         K: Clone + Send + 'static,
@@ -546,10 +705,10 @@ impl TopologyBuilder {
     pub fn add_stream_global_table_left_join<K, V, GK, T, R>(
         &mut self,
         name: &str,
-        parents: &[&str],
         table: &GlobalTableHandle<GK, T>,
         key_extractor: impl Fn(&K, &V) -> Option<GK> + Send + 'static,
         joiner: impl Fn(&K, &V, Option<&T>) -> Option<R> + Send + 'static,
+        parents: &[&str],
     ) -> &mut Self
     where
         K: Clone + Send + 'static,
@@ -601,7 +760,8 @@ impl TopologyBuilder {
             left,
             _types: PhantomData,
         };
-        self.add_processor(name, node, parents)
+        self.add_processor(name, node, parents);
+        self.forwards::<K, R>(name)
     }
 
     /// Lets `processors` read `table` with [`super::NodeContext::store`]`(table.store())`
@@ -635,9 +795,9 @@ impl TopologyBuilder {
     pub fn add_stream_stream_join<K, V1, V2, R>(
         &mut self,
         name: &str,
+        join: StreamJoin<K, V1, V2, R>,
         left_parents: &[&str],
         right_parents: &[&str],
-        join: StreamJoin<K, V1, V2, R>,
     ) -> &mut Self
     where
         K: Clone + Send + 'static,
@@ -653,12 +813,15 @@ impl TopologyBuilder {
         let (left, right) = join.into_nodes();
         let (l, r) = (format!("{name}-left"), format!("{name}-right"));
         self.add_processor(&l, left, left_parents);
+        self.forwards::<K, R>(&l);
         self.add_processor(&r, right, right_parents);
+        self.forwards::<K, R>(&r);
         let results = |ctx: &mut super::NodeContext<'_, '_>, record: TypedRecord<K, R>| {
             ctx.forward(record);
             Ok(())
         };
         self.add_processor(name, results, &[&l, &r]);
+        self.forwards::<K, R>(name);
         self.attach_store(&left_store, &[&l, &r]);
         self.attach_store(&right_store, &[&l, &r])
     }
@@ -667,7 +830,7 @@ impl TopologyBuilder {
     pub fn add_sink<K, V>(
         &mut self,
         name: &str,
-        topic: &str,
+        topic: impl AsRef<str>,
         keys: impl Serde<K> + 'static,
         values: impl Serde<V> + 'static,
         parents: &[&str],
@@ -698,13 +861,17 @@ impl TopologyBuilder {
             name,
             parents,
             Kind::Sink {
-                topic: topic.to_string(),
+                topic: topic.as_ref().to_string(),
                 encode,
             },
-        )
+        );
+        if let Some(n) = self.last_node() {
+            n.input = Some(EdgeType::of::<K, V>());
+        }
+        self
     }
 
-    /// Re-keys what `parent` forwards through the internal topic `<app>-<name>-repartition`
+    /// Re-keys what `parents` forward through the internal topic `<app>-<name>-repartition`
     /// (Kafka Streams' `selectKey` + `repartition()`): each `(K, V)` record is written there
     /// as `(key_fn(key, value), value)`, inside the transaction of the input that caused it,
     /// and read back by a source node named `name` — attach the downstream nodes to `name`.
@@ -740,10 +907,10 @@ impl TopologyBuilder {
     ///     .add_source("orders", &["orders"], StringSerde, StringSerde)
     ///     .add_repartition(
     ///         "by-customer",
-    ///         "orders",
     ///         |_order: Option<&String>, v: &String| v.split_once(':').map(|(c, _)| c.to_string()),
     ///         StringSerde,
     ///         StringSerde,
+    ///         &["orders"],
     ///     )
     ///     .add_processor("count", count, &["by-customer"])
     ///     .add_state_store(&counts, &["count"])
@@ -762,10 +929,10 @@ impl TopologyBuilder {
     pub fn add_repartition<K, V, K2>(
         &mut self,
         name: &str,
-        parent: &str,
         key_fn: impl Fn(Option<&K>, &V) -> Option<K2> + Send + 'static,
         keys: impl Serde<K2> + 'static,
         values: impl Serde<V> + 'static,
+        parents: &[&str],
     ) -> &mut Self
     where
         K: Clone + Send + 'static,
@@ -791,7 +958,8 @@ impl TopologyBuilder {
         // Until bound, the topic is named for a placeholder application.
         let topic = Repartition::topic("<app>", name);
         let (keys, values) = (std::sync::Arc::new(keys), std::sync::Arc::new(values));
-        self.add_processor(&select, rekey, &[parent]);
+        self.add_processor(&select, rekey, parents);
+        self.forwards::<K2, V>(&select);
         self.add_sink(&sink, &topic, keys.clone(), values.clone(), &[&select]);
         let sink_at = self.nodes.len() - 1;
         self.add_source(name, &[&topic], keys, values);
@@ -895,6 +1063,24 @@ impl TopologyBuilder {
                         "node {:?} names {p:?} as its parent, which does not exist",
                         n.name
                     )),
+                }
+            }
+        }
+        if !errors.is_empty() {
+            return Err(TopologyError::Invalid(errors.join("; ")));
+        }
+        for &(parent, child) in &links {
+            let (from, to) = (&nodes[parent], &nodes[child]);
+            let out = match &from.output_to {
+                Some((c, t)) if *c == to.name => Some(*t),
+                _ => from.output,
+            };
+            if let (Some(out), Some(input)) = (out, to.input) {
+                if out.id != input.id {
+                    errors.push(format!(
+                        "node {:?} takes {input} records but its parent {:?} forwards {out}",
+                        to.name, from.name
+                    ));
                 }
             }
         }

@@ -59,10 +59,10 @@
 //!     .add_global_table(&countries)
 //!     .add_stream_global_table_join(
 //!         "enrich",
-//!         &["orders"],
 //!         &countries,
 //!         |_order: &String, code: &String| Some(code.clone()), // the table key
 //!         |order: &String, _code: &String, name: &String| Some(format!("{order} ships to {name}")),
+//!         &["orders"],
 //!     )
 //!     .add_sink("out", "shipments", StringSerde, StringSerde, &["enrich"])
 //!     .build()?;
@@ -516,10 +516,10 @@ mod tests {
                 .add_global_table(&h)
                 .add_stream_global_table_join(
                     "join",
-                    &["in"],
                     &h,
                     |_k: &String, v: &String| Some(v.clone()),
                     |_k: &String, _v: &String, row: &String| Some(row.clone()),
+                    &["in"],
                 )
                 .add_sink("out", "out", StringSerde, StringSerde, &["join"])
                 .build()

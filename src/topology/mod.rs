@@ -37,13 +37,23 @@
 
 mod builder;
 pub mod globals;
+#[cfg(test)]
+mod globals_tests;
 mod node;
+#[cfg(test)]
+mod repartition_tests;
 pub mod stream_joins;
+#[cfg(test)]
+mod stream_joins_tests;
 pub mod tables;
+#[cfg(test)]
+mod tables_tests;
 pub mod time;
+#[cfg(test)]
+mod versioned_tests;
 pub mod windows;
 
-pub use builder::{Topology, TopologyBuilder};
+pub use builder::{Topics, Topology, TopologyBuilder};
 pub use globals::{GlobalTable, GlobalTableHandle};
 pub use node::{NodeContext, NodeProcessor, TypedRecord};
 pub use stream_joins::{JoinKind, JoinWindows, StreamJoin};
@@ -57,7 +67,7 @@ use crate::config::Config;
 use crate::kafka::topics::TopicSpec;
 use crate::processor::{Context, Emit, Processor, Timer};
 use crate::record::{ProcessError, Record};
-use crate::retry::{base_and_level, dlt, retry_topic};
+use crate::retry::base_and_level;
 
 /// Why a topology cannot be built.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -66,9 +76,6 @@ pub enum TopologyError {
     #[error("invalid topology: {0}")]
     Invalid(String),
 }
-
-/// How long dead letters are kept by default (14 days, as `topics/` declares them).
-const DLT_RETENTION_MS: i64 = 14 * 24 * 3_600_000;
 
 impl Topology {
     /// A builder (the same as [`TopologyBuilder::new`]).
@@ -127,10 +134,10 @@ impl Topology {
     ///     .add_source("orders", &["orders"], StringSerde, StringSerde)
     ///     .add_repartition(
     ///         "by-customer",
-    ///         "orders",
     ///         |_: Option<&String>, v: &String| Some(v.clone()),
     ///         StringSerde,
     ///         StringSerde,
+    ///         &["orders"],
     ///     )
     ///     .add_sink("out", "per-customer", StringSerde, StringSerde, &["by-customer"])
     ///     .build()?;
@@ -214,23 +221,83 @@ impl Topology {
     /// repartition topic is an input too — and each store's compacted changelog. Inputs and
     /// sink topics are the user's own.
     pub fn internal_topics(&self, config: &Config, partitions: i32) -> Vec<TopicSpec> {
-        let mut out = Vec::new();
-        for topic in self.repartition_topics_for(&config.app.id) {
-            out.push(TopicSpec::new(topic, partitions, "delete"));
-        }
-        for input in self.inputs_for(&config.app.id) {
-            let levels = config.retry.policy_for(&input).levels();
-            for n in 1..=levels {
-                out.push(TopicSpec::new(retry_topic(&input, n), partitions, "delete"));
+        crate::processor::runtime::internal_topics::specs(
+            &self.inputs_for(&config.app.id),
+            |input| config.retry.policy_for(input).levels(),
+            &self.changelog_topics(&config.app.id),
+            &self.repartition_topics_for(&config.app.id),
+            partitions,
+        )
+    }
+
+    /// Every topic the topology reads or writes as application `config.app.id`, each declared
+    /// with `partitions` partitions, and the co-partitioned group the runtime checks at start:
+    /// what a deploy tool plans and applies ([`crate::kafka::topics::plan_blocking`],
+    /// [`crate::kafka::topics::apply_blocking`]; `eosflow topics --topology`). The inputs,
+    /// tables' topics (compacted) and outputs are the application's own, to exist before it
+    /// starts; the [internal topics](Self::internal_topics) are also created by the instance
+    /// when it starts (`processor.create_topics`). Global tables' topics are the user's and
+    /// not listed: they are read whole, with any partition count.
+    ///
+    /// ```
+    /// use eosflow::config::Config;
+    /// use eosflow::serdes::StringSerde;
+    /// use eosflow::topology::Topology;
+    ///
+    /// let t = Topology::builder()
+    ///     .add_source("in", &["clicks"], StringSerde, StringSerde)
+    ///     .add_sink("out", "clicks-copy", StringSerde, StringSerde, &["in"])
+    ///     .build()?;
+    /// let mut config = Config::default();
+    /// config.app.id = "copy".into();
+    /// config.retry.delays_ms = vec![1_000];
+    /// let (specs, group) = t.topics(&config, 6);
+    /// let names: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
+    /// assert_eq!(
+    ///     names,
+    ///     ["clicks", "clicks.retry.1", "clicks.DLT", "copy-state-changelog", "clicks-copy"]
+    /// );
+    /// assert!(!group.topics.contains(&"clicks-copy".to_string()), "outputs are not co-partitioned");
+    /// # Ok::<(), eosflow::topology::TopologyError>(())
+    /// ```
+    pub fn topics(
+        &self,
+        config: &Config,
+        partitions: i32,
+    ) -> (Vec<TopicSpec>, crate::kafka::topics::CoPartitioned) {
+        let app = config.app.id.as_str();
+        let repartition: Vec<String> = self
+            .repartitions
+            .iter()
+            .flat_map(|r| {
+                [
+                    builder::Repartition::topic(app, &r.name),
+                    builder::Repartition::topic("<app>", &r.name),
+                ]
+            })
+            .collect();
+        let mut specs: Vec<TopicSpec> = self
+            .inputs_for(app)
+            .into_iter()
+            .filter(|t| !repartition.contains(t))
+            .map(|t| TopicSpec::new(t, partitions, "delete"))
+            .collect();
+        specs.extend(
+            self.table_topics()
+                .into_iter()
+                .map(|t| TopicSpec::new(t, partitions, "compact")),
+        );
+        specs.extend(self.internal_topics(config, partitions));
+        let group = crate::kafka::topics::CoPartitioned {
+            name: app.to_string(),
+            topics: specs.iter().map(|s| s.name.clone()).collect(),
+        };
+        for out in self.sink_topics() {
+            if !repartition.contains(&out) && !specs.iter().any(|s| s.name == out) {
+                specs.push(TopicSpec::new(out, partitions, "delete"));
             }
-            let mut dead = TopicSpec::new(dlt::topic_for(&input), partitions, "delete");
-            dead.retention_ms = Some(DLT_RETENTION_MS);
-            out.push(dead);
         }
-        for c in self.changelog_topics(&config.app.id) {
-            out.push(TopicSpec::new(c, partitions, "compact"));
-        }
-        out
+        (specs, group)
     }
 
     /// Sends `record` from node `from` to its children (or to the child named `child`).
@@ -524,6 +591,56 @@ mod tests {
         ] {
             assert!(text.contains(part), "{part:?} missing from {text}");
         }
+    }
+
+    #[test]
+    fn build_rejects_an_edge_whose_record_types_differ_naming_both_nodes_and_types() {
+        use crate::serdes::I64Serde;
+        let count = |_: &mut NodeContext<'_, '_>, _: TypedRecord<String, i64>| Ok(());
+        // A source of strings feeding a processor of i64 values: every record would have been
+        // dead-lettered at run time.
+        let err = TopologyBuilder::new()
+            .add_source("clicks", &["clicks"], StringSerde, StringSerde)
+            .add_processor("count", count, &["clicks"])
+            .build()
+            .expect_err("a mismatched edge");
+        assert_eq!(
+            err.to_string(),
+            "invalid topology: node \"count\" takes (alloc::string::String, i64) records but its parent \"clicks\" forwards (alloc::string::String, alloc::string::String)"
+        );
+        // The same chain with matching types builds; a processor's declared output is checked
+        // against the sink it feeds.
+        let pass = |ctx: &mut NodeContext<'_, '_>, r: TypedRecord<String, i64>| {
+            ctx.forward(r);
+            Ok(())
+        };
+        let ok = TopologyBuilder::new()
+            .add_source("amounts", &["amounts"], StringSerde, I64Serde)
+            .add_processor("pass", pass, &["amounts"])
+            .forwards::<String, i64>("pass")
+            .add_sink("out", "out", StringSerde, I64Serde, &["pass"])
+            .build();
+        assert!(ok.is_ok(), "{ok:?}");
+        let err = TopologyBuilder::new()
+            .add_source("amounts", &["amounts"], StringSerde, I64Serde)
+            .add_processor("pass", pass, &["amounts"])
+            .forwards::<String, i64>("pass")
+            .add_sink("out", "out", StringSerde, StringSerde, &["pass"])
+            .build()
+            .expect_err("the sink takes strings");
+        assert!(
+            err.to_string().contains("node \"out\" takes (alloc::string::String, alloc::string::String) records but its parent \"pass\" forwards (alloc::string::String, i64)"),
+            "{err}"
+        );
+        let err = TopologyBuilder::new()
+            .add_source("amounts", &["amounts"], StringSerde, I64Serde)
+            .forwards::<String, i64>("amounts")
+            .build()
+            .expect_err("a source is not a processor");
+        assert!(
+            err.to_string().contains("forwards() names \"amounts\""),
+            "{err}"
+        );
     }
 
     #[test]

@@ -61,7 +61,7 @@
 //! let topology = Topology::builder()
 //!     .add_source("impressions", &["impressions"], StringSerde, StringSerde)
 //!     .add_source("clicks", &["clicks"], StringSerde, StringSerde)
-//!     .add_stream_stream_join("shown-clicked", &["impressions"], &["clicks"], join)
+//!     .add_stream_stream_join("shown-clicked", join, &["impressions"], &["clicks"])
 //!     .add_sink("out", "ad-outcomes", StringSerde, StringSerde, &["shown-clicked"])
 //!     .build()?;
 //! assert_eq!(

@@ -52,9 +52,9 @@
 //! let topology = Topology::builder()
 //!     .add_source("views", &["views"], StringSerde, StringSerde)
 //!     .add_table(&users)
-//!     .add_stream_table_left_join("enrich", &["views"], &users, |_user, page: &String, name: Option<&String>| {
+//!     .add_stream_table_left_join("enrich", &users, |_user, page: &String, name: Option<&String>| {
 //!         Some(format!("{page} by {}", name.map_or("someone", String::as_str)))
-//!     })
+//!     }, &["views"])
 //!     .add_sink("out", "enriched-views", StringSerde, StringSerde, &["enrich"])
 //!     .build()?;
 //! assert_eq!(topology.table_topics(), vec!["users".to_string()]);
@@ -163,9 +163,9 @@ impl<K, V> TableHandle<K, V> {
     /// let topology = Topology::builder()
     ///     .add_source("orders", &["orders"], StringSerde, StringSerde)
     ///     .add_table(&prices)
-    ///     .add_stream_table_join("price", &["orders"], &prices, |_item, order: &String, price: &String| {
+    ///     .add_stream_table_join("price", &prices, |_item, order: &String, price: &String| {
     ///         Some(format!("{order} at {price}"))
-    ///     })
+    ///     }, &["orders"])
     ///     .add_sink("out", "priced", StringSerde, StringSerde, &["price"])
     ///     .build()?;
     ///

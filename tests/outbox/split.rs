@@ -1,7 +1,7 @@
 //! A Postgres transaction over `outbox.max_rows_per_transaction` rows is published in several
 //! Kafka transactions (a `read_committed` reader sees its parts arrive), and a `kill -9` between
 //! two parts resumes after the last part in Kafka: every row exactly once, in order per
-//! aggregate.
+//! aggregate. A transaction over the limit that is rolled back publishes nothing.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -41,6 +41,13 @@ fn a_transaction_over_the_limit_is_published_in_parts_and_a_kill_between_parts_r
         )
     };
     o.pg.exec(&small(100, "before"));
+    // Over the limit too, then rolled back: none of it may reach Kafka.
+    o.pg.exec(&format!(
+        "begin; insert into {} (id, aggregate_id, type, payload) \
+         select gen_random_uuid(), 'rolled-back-' || (i % 50), 'Order.Changed', '{{}}'::jsonb \
+         from generate_series(1, 5000) i; rollback",
+        o.table
+    ));
     // One transaction of 100 000 rows over 50 aggregates, `n` rising in insertion order.
     o.pg.exec(&format!(
         "insert into {} (id, aggregate_id, type, payload) \
@@ -93,6 +100,14 @@ fn a_transaction_over_the_limit_is_published_in_parts_and_a_kill_between_parts_r
         dups.is_empty(),
         "rows published twice after a kill between parts: {dups:?} (logs in {})",
         o.logs.display()
+    );
+    let rolled_back = got
+        .iter()
+        .filter(|s| s.key.starts_with("rolled-back-"))
+        .count();
+    assert_eq!(
+        rolled_back, 0,
+        "rows of a rolled-back transaction were published"
     );
     assert_eq!(got.len(), total);
     let mut last: HashMap<&str, i64> = HashMap::new();

@@ -187,16 +187,21 @@ fn an_avro_payload_is_registered_and_published_in_the_confluent_wire_format_from
     o.wait_for_ids(&["Order"], &ids, Duration::from_secs(60));
     let topic = o.topic("Order");
     let mut values = vec![];
-    eosflow::kafka::reader::read_all(&support::clients(), &topic, Duration::from_secs(30), |m| {
-        use rdkafka::Message;
-        values.push(m.payload().map(<[u8]>::to_vec));
-        Ok(())
-    })
+    eosflow::internals::kafka::reader::read_all(
+        &support::clients(),
+        &topic,
+        Duration::from_secs(30),
+        |m| {
+            use rdkafka::Message;
+            values.push(m.payload().map(<[u8]>::to_vec));
+            Ok(())
+        },
+    )
     .expect("read");
     assert_eq!(values.len(), 1);
     let bytes = values[0].clone().expect("a value");
     assert_eq!(bytes[0], 0, "Confluent magic byte");
-    let registry = eosflow::codec::registry::Registry::new(&support::registry_url());
+    let registry = eosflow::internals::codec::registry::Registry::new(&support::registry_url());
     let decoded = o.pg.rt.block_on(registry.decode(&bytes)).expect("decodes");
     assert_eq!(
         decoded,

@@ -179,7 +179,8 @@ pub fn run_until_killed<P: eosflow::processor::Processor + 'static>(
 ) {
     config.processor.static_membership = true;
     eosflow::init_logging();
-    let runtime = eosflow::processor::Runtime::new(&config, processor).expect("runtime starts");
+    let runtime =
+        eosflow::internals::processor::Runtime::new(&config, processor).expect("runtime starts");
     runtime
         .run(std::sync::Arc::new(std::sync::atomic::AtomicBool::new(
             false,
@@ -409,4 +410,94 @@ pub fn without_colours(text: &str) -> String {
         }
     }
     out
+}
+
+/// Orders (value `customer:order`) re-keyed by customer through `<app>-by-customer-repartition`
+/// and counted per customer in store `counts`; each new count goes to `output` keyed by the
+/// customer (`I64Serde`). The repartitioning count of `tests/repartition.rs` and
+/// `tests/topics.rs`.
+pub fn rekeyed_count(input: &str, output: &str) -> eosflow::topology::Topology {
+    use eosflow::processor::{ProcessError, StoreHandle};
+    use eosflow::serdes::{I64Serde, StringSerde};
+    use eosflow::topology::{NodeContext, Topology, TypedRecord};
+    let counts = StoreHandle::new("counts", StringSerde, I64Serde);
+    let store = counts.clone();
+    let count = move |ctx: &mut NodeContext<'_, '_>, r: TypedRecord<String, String>| {
+        let customer = r
+            .key
+            .ok_or_else(|| ProcessError::permanent("no customer"))?;
+        let mut s = ctx.store(&store)?;
+        let n = s.get(&customer)?.unwrap_or(0) + 1;
+        s.put(&customer, &n)?;
+        ctx.forward(TypedRecord::new(Some(customer), Some(n)));
+        Ok(())
+    };
+    Topology::builder()
+        .add_source("orders", &[input], StringSerde, StringSerde)
+        .add_repartition(
+            "by-customer",
+            |_order: Option<&String>, value: &String| {
+                value.split_once(':').map(|(c, _)| c.to_string())
+            },
+            StringSerde,
+            StringSerde,
+            &["orders"],
+        )
+        .add_processor("count", count, &["by-customer"])
+        .add_state_store(&counts, &["count"])
+        .add_sink("out", output, StringSerde, I64Serde, &["count"])
+        .build()
+        .expect("valid topology")
+}
+
+/// The high watermarks of `topic`'s `partitions` summed: records written, committed or not,
+/// and transaction markers (a kill test's "has it written anything since").
+pub fn written(topic: &str, partitions: i32) -> i64 {
+    let clients = clients();
+    (0..partitions)
+        .map(|p| {
+            eosflow::internals::kafka::reader::watermarks(
+                &clients,
+                topic,
+                p,
+                Duration::from_secs(10),
+            )
+            .map_or(0, |(_, high)| high)
+        })
+        .sum()
+}
+
+/// Group `app`'s lag on `topic` (`i64::MAX` while it cannot be read: no offsets yet, a topic
+/// not created yet).
+pub fn lag(app: &str, topic: &str, partitions: i32) -> i64 {
+    eosflow_verify::group_lag(&clients(), app, topic, partitions).unwrap_or(i64::MAX)
+}
+
+/// Every record of `topic` with a payload as (key text, value bytes), read_committed, each
+/// partition in order; watermark-only records (no key, no value) are skipped.
+pub fn read_payloads(topic: &str) -> Vec<(String, Vec<u8>)> {
+    let mut out = Vec::new();
+    eosflow::internals::kafka::reader::read_all(&clients(), topic, Duration::from_secs(60), |m| {
+        if m.payload().is_none() {
+            return Ok(());
+        }
+        out.push((
+            String::from_utf8_lossy(m.key().unwrap_or_default()).to_string(),
+            m.payload().unwrap_or_default().to_vec(),
+        ));
+        Ok(())
+    })
+    .expect("read");
+    out
+}
+
+/// Peak resident memory of process `pid` so far (`VmHWM` in `/proc/<pid>/status`), in bytes.
+pub fn peak_rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map(|kib| kib << 10)
+        .expect("VmHWM in /proc status")
 }

@@ -8,8 +8,9 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use eosflow::config::Config;
-use eosflow::kafka::reader::read_all;
-use eosflow::processor::{Processor, RunSummary, Runtime};
+use eosflow::internals::kafka::reader::read_all;
+use eosflow::internals::processor::Runtime;
+use eosflow::processor::{Processor, RunSummary};
 use eosflow_verify::{group_lag, Workload};
 
 /// Topics of one test pipeline.
@@ -35,7 +36,8 @@ impl Pipeline {
             app,
             partitions,
         };
-        let mut topics = eosflow::retry::ladder_topics(std::slice::from_ref(&p.input), 3);
+        let mut topics =
+            eosflow::internals::retry::ladder_topics(std::slice::from_ref(&p.input), 3);
         topics.extend([p.output.clone(), p.changelog.clone()]);
         let names: Vec<&str> = topics.iter().map(String::as_str).collect();
         super::create_topics(&names, partitions);
@@ -54,7 +56,7 @@ impl Pipeline {
 
     /// Records not yet committed by the group, on the input and every retry level.
     pub fn lag(&self) -> i64 {
-        eosflow::retry::ladder_topics(std::slice::from_ref(&self.input), 3)
+        eosflow::internals::retry::ladder_topics(std::slice::from_ref(&self.input), 3)
             .iter()
             .filter(|t| !t.ends_with(".DLT"))
             .map(|t| group_lag(&super::clients(), &self.app, t, self.partitions).expect("lag"))
@@ -130,11 +132,11 @@ impl Pipeline {
     }
 
     /// The input's dead letters.
-    pub fn dead_letters(&self) -> Vec<eosflow::retry::tooling::DeadLetter> {
-        eosflow::retry::tooling::read(
+    pub fn dead_letters(&self) -> Vec<eosflow::internals::retry::tooling::DeadLetter> {
+        eosflow::internals::retry::tooling::read(
             &super::clients(),
             &self.dlt,
-            &eosflow::retry::tooling::Selector::default(),
+            &eosflow::internals::retry::tooling::Selector::default(),
         )
         .expect("read DLT")
     }

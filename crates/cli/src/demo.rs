@@ -16,10 +16,11 @@ use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 
 use eosflow::config::Config;
-use eosflow::kafka::reader::ReaderContext;
+use eosflow::internals::kafka::reader::ReaderContext;
+use eosflow::internals::processor::Runtime;
 use eosflow::kafka::topics::{self, TopicOutcome, TopicSpec};
 use eosflow::kafka::{ClientRole, KafkaClients};
-use eosflow::processor::{Processor, RunSummary, Runtime};
+use eosflow::processor::{Processor, RunSummary};
 use eosflow_orders::aggregate::OrderProcessor;
 use eosflow_orders::catalog;
 use eosflow_orders::check::{self, Enrichment, Outputs, Verdict};
@@ -152,7 +153,7 @@ fn tail(
     let dlts: Vec<String> = Topology::ALL
         .iter()
         .flat_map(|t| topics.inputs(*t))
-        .map(|t| eosflow::retry::dlt::topic_for(&t))
+        .map(|t| eosflow::internals::retry::dlt::topic_for(&t))
         .collect();
     let mut tpl = TopicPartitionList::new();
     for t in [&topics.orders, &topics.status, &topics.saga_events]
@@ -447,7 +448,7 @@ pub fn run(config: &Config, args: &DemoArgs, progress: bool) -> Result<DemoRepor
             std::thread::Builder::new()
                 .name("outbox".into())
                 .spawn(move || {
-                    let health = eosflow::telemetry::Health::always_ready();
+                    let health = eosflow::internals::telemetry::Health::always_ready();
                     eosflow_outbox::run(&c, s, &health).map_err(|e| e.to_string())
                 })
                 .map_err(|e| e.to_string())?
@@ -597,7 +598,7 @@ pub fn run(config: &Config, args: &DemoArgs, progress: bool) -> Result<DemoRepor
         let profiles = writer.profiles().map_err(|e| e.to_string())?;
         let enrichment = check::enrichment(&profiles, writer.tier_history(), &products, &outputs);
         let poison = tally.poison();
-        let orders_dlt = eosflow::retry::dlt::topic_for(&topics.orders);
+        let orders_dlt = eosflow::internals::retry::dlt::topic_for(&topics.orders);
         let poison_dead_lettered = poison.iter().all(|(code, n)| {
             outputs
                 .dead_letters
@@ -676,7 +677,7 @@ fn register_schemas(cfg: &Config, topics: &Topics) -> Result<usize, String> {
         .enable_all()
         .build()
         .map_err(|e| e.to_string())?;
-    let registry = eosflow::codec::registry::Registry::new(&cfg.schema_registry.url);
+    let registry = eosflow::internals::codec::registry::Registry::new(&cfg.schema_registry.url);
     let catalog = eosflow_orders::contracts::catalog().map_err(|e| e.to_string())?;
     let done = rt
         .block_on(async {
@@ -684,7 +685,7 @@ fn register_schemas(cfg: &Config, topics: &Topics) -> Result<usize, String> {
                 Duration::from_secs(20),
                 registry.register_catalog(
                     &catalog,
-                    eosflow::codec::SubjectStrategy::TopicRecord,
+                    eosflow::internals::codec::SubjectStrategy::TopicRecord,
                     |c| {
                         if c.domain == "fulfilment" {
                             topics.replies.clone()

@@ -17,9 +17,9 @@ use eosflow_verify::count::CountProcessor;
 /// allocations cost a quarter of the processing thread under glibc malloc.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+use eosflow::internals::runner::{serve_endpoints, wait_for_signal_or};
+use eosflow::internals::telemetry::Health;
 use eosflow::kafka::KafkaClients;
-use eosflow::runner::{serve_endpoints, wait_for_signal_or};
-use eosflow::telemetry::Health;
 use eosflow::Config;
 use eosflow_verify::{self as verify, VerifyOptions, Workload};
 
@@ -119,7 +119,7 @@ struct SchemasArgs {
     dir: PathBuf,
     /// Subject naming: topic-record (`<topic>-<record>`), topic (`<topic>-value`), record.
     #[arg(long, default_value = "topic-record")]
-    strategy: eosflow::codec::SubjectStrategy,
+    strategy: eosflow::internals::codec::SubjectStrategy,
     /// The topic in subject names; `${domain}` is the schema's domain directory.
     #[arg(long, default_value = "${domain}")]
     topic: String,
@@ -173,7 +173,7 @@ fn parse_range(s: &str) -> std::result::Result<(i64, i64), String> {
     Ok((a, b))
 }
 
-impl From<DltSelect> for eosflow::retry::tooling::Selector {
+impl From<DltSelect> for eosflow::internals::retry::tooling::Selector {
     fn from(s: DltSelect) -> Self {
         Self {
             key: s.key,
@@ -478,45 +478,10 @@ fn run(
                 None => run_with(config, |_| Ok::<_, String>(count())),
             }
         }
-        "windowed-count" => {
+        name if topics_cmd::SHIPPED_TOPOLOGIES.contains(&name) => {
             let input = input()?;
             run_with(config, |_| {
-                verify::windows::topology(input, output)
-                    .map_err(|e| format!("{}: {e}", built(topology)))
-            })
-        }
-        "repartition-windows" => {
-            let input = input()?;
-            run_with(config, |_| {
-                verify::repartition_backlog::topology(input, output)
-                    .map_err(|e| format!("{}: {e}", built(topology)))
-            })
-        }
-        "saga-timeouts" => {
-            let input = input()?;
-            run_with(config, |_| {
-                verify::saga_timeouts::topology(input, output)
-                    .map_err(|e| format!("{}: {e}", built(topology)))
-            })
-        }
-        "table-join" => {
-            let input = input()?;
-            run_with(config, |_| {
-                verify::joins::topology(input, output)
-                    .map_err(|e| format!("{}: {e}", built(topology)))
-            })
-        }
-        "windowed-sum" => {
-            let input = input()?;
-            run_with(config, |_| {
-                eosflow_bench::windowed::topology(input, output, registry)
-                    .map_err(|e| format!("{}: {e}", built(topology)))
-            })
-        }
-        "stream-table-join" => {
-            let input = input()?;
-            run_with(config, |_| {
-                eosflow_bench::join::topology(input, output, registry)
+                topics_cmd::shipped_topology(name, input, output, registry)
                     .map_err(|e| format!("{}: {e}", built(topology)))
             })
         }
@@ -561,7 +526,7 @@ fn outbox_cmd(mut config: Config, args: OutboxArgs) -> Result<std::process::Exit
     let health = Arc::new(Health::new(Duration::from_millis(
         config.processor.stuck_after_ms,
     )));
-    eosflow::telemetry::catalog::register(eosflow_outbox::telemetry::METRICS);
+    eosflow::internals::telemetry::catalog::register(eosflow_outbox::telemetry::METRICS);
     let _endpoints = serve_endpoints(&config, health.clone())?;
     let shutdown = Arc::new(AtomicBool::new(false));
     let worker = {
@@ -683,12 +648,12 @@ fn dlt_topic(topic: &str) -> String {
     if topic.ends_with(".DLT") {
         topic.to_string()
     } else {
-        eosflow::retry::dlt::topic_for(topic)
+        eosflow::internals::retry::dlt::topic_for(topic)
     }
 }
 
 fn dlt_cmd(config: &Config, action: DltAction) -> Result<std::process::ExitCode> {
-    use eosflow::retry::tooling::{self, Selector};
+    use eosflow::internals::retry::tooling::{self, Selector};
     let clients = KafkaClients::new(config.kafka.clone());
     match action {
         DltAction::List { topic } => {
@@ -701,7 +666,7 @@ fn dlt_cmd(config: &Config, action: DltAction) -> Result<std::process::ExitCode>
                 println!("  {class:<28} {n:>8}");
             }
             if let Some(oldest) = s.oldest {
-                let age = (eosflow::clock::now_ms() - oldest).max(0) / 1000;
+                let age = (eosflow::internals::clock::now_ms() - oldest).max(0) / 1000;
                 println!("  oldest failure {age} s ago");
             }
         }
@@ -810,8 +775,8 @@ fn progress(what: &str, done: usize, total: usize) {
 }
 
 fn schemas_cmd(config: &Config, action: SchemasAction) -> Result<std::process::ExitCode> {
-    use eosflow::codec::check::{self, CheckOptions};
-    use eosflow::codec::registry::Registry;
+    use eosflow::internals::codec::check::{self, CheckOptions};
+    use eosflow::internals::codec::registry::Registry;
     let rt = tokio::runtime::Runtime::new().context("tokio")?;
     let registry = Registry::from_config(&config.schema_registry)?;
     match action {

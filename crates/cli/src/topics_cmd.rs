@@ -12,6 +12,7 @@ use std::time::Duration;
 use anyhow::{Context as _, Result};
 use eosflow::kafka::topics::{self, CoPartitioned, PlanItem, TopicOutcome, TopicSpec};
 use eosflow::kafka::KafkaClients;
+use eosflow::topology::{Topology, TopologyError};
 use eosflow::Config;
 
 /// Exit code when something needs a person: drift, a mismatch, an uncompacted changelog.
@@ -34,9 +35,11 @@ pub struct TopicsArgs {
     /// Folder of declarations.
     #[arg(long, default_value = "topics")]
     dir: PathBuf,
-    /// Also the topics of a shipped topology (as for `run`): `count`, `order-lifecycle`, or
-    /// any of the orders application's (`orders`, `stock`, `payment`, `customers`: the whole
-    /// application's topics). Inputs of `count`/`order-lifecycle` are processor.input_topics.
+    /// Also the topics of a shipped topology (as for `run`): `count`, `order-lifecycle`, one
+    /// built on the topology builder (`windowed-count`, `windowed-sum`, `repartition-windows`,
+    /// `saga-timeouts`, `table-join`, `stream-table-join`), or any of the orders application's
+    /// (`orders`, `stock`, `payment`, `customers`: the whole application's topics). Inputs of
+    /// all but the orders application are processor.input_topics.
     #[arg(long, requires = "output")]
     topology: Option<String>,
     /// Output topic of `count`/`order-lifecycle`; the namespace of the orders topologies.
@@ -110,6 +113,17 @@ fn wanted(config: &Config, args: &TopicsArgs) -> Result<(Vec<TopicSpec>, Vec<CoP
         let (more, group) = match topology.as_str() {
             "count" => processor(config, "count", output, n),
             "order-lifecycle" => processor(config, "orders", output, n),
+            name if SHIPPED_TOPOLOGIES.contains(&name) => {
+                let input = config
+                    .processor
+                    .input_topics
+                    .first()
+                    .with_context(|| format!("{name} reads processor.input_topics"))?;
+                let t = shipped_topology(name, input, output, &config.schema_registry.url)
+                    .with_context(|| format!("building the {name} topology"))?;
+                let (specs, group) = t.topics(config, n);
+                (specs, vec![group])
+            }
             name => orders_app(config, name, output, n)?,
         };
         for s in more {
@@ -121,6 +135,39 @@ fn wanted(config: &Config, args: &TopicsArgs) -> Result<(Vec<TopicSpec>, Vec<CoP
         groups.extend(group);
     }
     Ok((specs, groups))
+}
+
+/// The shipped topologies built on the topology builder, which `eosflow run --topology` runs
+/// and `eosflow topics --topology` plans from the topology itself ([`Topology::topics`]).
+pub const SHIPPED_TOPOLOGIES: [&str; 6] = [
+    "windowed-count",
+    "windowed-sum",
+    "repartition-windows",
+    "saga-timeouts",
+    "table-join",
+    "stream-table-join",
+];
+
+/// Shipped topology `name` (one of [`SHIPPED_TOPOLOGIES`]) reading `input`, writing `output`
+/// (Avro ones register with `registry`).
+pub fn shipped_topology(
+    name: &str,
+    input: &str,
+    output: &str,
+    registry: &str,
+) -> Result<Topology, TopologyError> {
+    use eosflow_verify as verify;
+    match name {
+        "windowed-count" => verify::windows::topology(input, output),
+        "repartition-windows" => verify::repartition_backlog::topology(input, output),
+        "saga-timeouts" => verify::saga_timeouts::topology(input, output),
+        "table-join" => verify::joins::topology(input, output),
+        "windowed-sum" => eosflow_bench::windowed::topology(input, output, registry),
+        "stream-table-join" => eosflow_bench::join::topology(input, output, registry),
+        other => Err(TopologyError::Invalid(format!(
+            "{other} is not one of {SHIPPED_TOPOLOGIES:?}"
+        ))),
+    }
 }
 
 /// A single-processor topology: its inputs' ladders, changelog and output.

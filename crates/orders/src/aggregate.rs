@@ -27,12 +27,12 @@ use super::messages::{
 use super::model::{self, Order, OrderEvent, Rejection};
 use super::saga::{self, Action, Reply, Saga, Timeout};
 use super::{contracts, telemetry, SagaTimeouts, Topics};
-use eosflow::codec::decode::{RegistrySource, SchemaSource};
-use eosflow::codec::registry::Registry;
-use eosflow::codec::Decoder;
+use eosflow::internals::codec::decode::{RegistrySource, SchemaSource};
+use eosflow::internals::codec::registry::Registry;
+use eosflow::internals::codec::Decoder;
+use eosflow::internals::retry::dlt::{self, DltClass};
+use eosflow::internals::retry::headers::History;
 use eosflow::processor::{Context, ProcessError, Processor, Record, Timer, TimerKind};
-use eosflow::retry::dlt::{self, DltClass};
-use eosflow::retry::headers::History;
 use eosflow::topology::{GlobalTable, GlobalTableHandle};
 
 /// The header naming a business event id: a re-sent event keeps it, so dedup drops it.
@@ -68,7 +68,7 @@ impl OrderProcessor {
 
     /// As [`OrderProcessor::new`], reading Avro writer schemas from `source` instead of a
     /// registry: tests run the processor on `eosflow::testing::TopologyTestDriver` with a
-    /// [`eosflow::codec::decode::FixedSource`] holding the ids their records were encoded with.
+    /// [`eosflow::internals::codec::decode::FixedSource`] holding the ids their records were encoded with.
     pub fn with_schemas(
         topics: Topics,
         group: &str,
@@ -468,7 +468,7 @@ impl OrderProcessor {
 
 impl Processor for OrderProcessor {
     fn process(&mut self, ctx: &mut Context<'_>, r: &Record<'_>) -> Result<(), ProcessError> {
-        let (base, _) = eosflow::retry::base_and_level(r.topic);
+        let (base, _) = eosflow::internals::retry::base_and_level(r.topic);
         if base == self.topics.replies {
             self.on_reply(ctx, r)
         } else {

@@ -4,8 +4,8 @@
 //! The core codec knows none of this; it decodes with whatever catalog and upcasters it is given.
 
 use apache_avro::types::Value;
-use eosflow::codec::catalog::CatalogError;
-use eosflow::codec::{Catalog, Upcasters};
+use eosflow::internals::codec::catalog::CatalogError;
+use eosflow::internals::codec::{Catalog, Upcasters};
 
 /// The contracts, by path under `schemas/` (which names each type) and text.
 const SCHEMAS: &[(&str, &str)] = &[
@@ -65,7 +65,7 @@ const SCHEMAS: &[(&str, &str)] = &[
 /// let c = eosflow_orders::contracts::catalog()?;
 /// let v2 = c.get("orders.order-placed.v2").expect("built in");
 /// assert_eq!(v2.previous_type().as_deref(), Some("orders.order-placed.v1"));
-/// # Ok::<(), eosflow::codec::catalog::CatalogError>(())
+/// # Ok::<(), eosflow::internals::codec::catalog::CatalogError>(())
 /// ```
 pub fn catalog() -> Result<Catalog, CatalogError> {
     Catalog::from_texts(SCHEMAS.iter().copied())
@@ -98,8 +98,8 @@ pub fn order_placed_v1_to_v2(v: Value) -> Result<Value, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use eosflow::codec::compat::{check, Rule};
-    use eosflow::codec::SubjectStrategy;
+    use eosflow::internals::codec::compat::{check, Rule};
+    use eosflow::internals::codec::SubjectStrategy;
 
     fn schemas_dir() -> std::path::PathBuf {
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../schemas")

@@ -11,9 +11,9 @@
 use apache_avro::types::Value;
 use serde::{Deserialize, Serialize};
 
-use eosflow::codec::decode::RegistrySource;
-use eosflow::codec::registry::Registry;
-use eosflow::codec::{Decoder, Limits, Payload};
+use eosflow::internals::codec::decode::RegistrySource;
+use eosflow::internals::codec::registry::Registry;
+use eosflow::internals::codec::{Decoder, Limits, Payload};
 use eosflow::processor::{Context, ProcessError, Processor, Record};
 
 /// Largest value the topology accepts (bigger is `oversize` bad input).
@@ -99,8 +99,11 @@ fn misbehave(customer: &str, record: &Record<'_>) -> Result<(), ProcessError> {
     let Some(marker) = customer.strip_prefix("poison:") else {
         return Ok(());
     };
-    let attempt =
-        eosflow::retry::headers::int(record, eosflow::retry::headers::ATTEMPT).unwrap_or(0);
+    let attempt = eosflow::internals::retry::headers::int(
+        record,
+        eosflow::internals::retry::headers::ATTEMPT,
+    )
+    .unwrap_or(0);
     if marker == "panic" {
         panic!("poison:panic marker: the handler panics on purpose");
     }
@@ -320,7 +323,10 @@ mod tests {
         let first = record(&[]);
         let e = transition(p, &placed("poison:transient:1", 1), None, &first).unwrap_err();
         assert!(matches!(e, ProcessError::Transient(_)), "{e:?}");
-        let h = vec![(eosflow::retry::headers::ATTEMPT.to_string(), b"1".to_vec())];
+        let h = vec![(
+            eosflow::internals::retry::headers::ATTEMPT.to_string(),
+            b"1".to_vec(),
+        )];
         let retried = record(&h);
         assert_eq!(
             transition(p, &placed("poison:transient:1", 1), None, &retried),

@@ -18,11 +18,11 @@ use std::sync::OnceLock;
 use apache_avro::types::Value;
 use apache_avro::Schema;
 
-use eosflow::codec::registry::Registry;
-use eosflow::codec::Catalog;
 use eosflow::config::Config;
-use eosflow::retry::dlt;
-use eosflow::retry::headers::bound_message;
+use eosflow::internals::codec::registry::Registry;
+use eosflow::internals::codec::Catalog;
+use eosflow::internals::retry::dlt;
+use eosflow::internals::retry::headers::bound_message;
 
 use super::router::RoutedRecord;
 use super::telemetry;
@@ -211,7 +211,7 @@ fn from_json(v: serde_json::Value) -> Value {
 fn dead_letter(r: &mut RoutedRecord, reason: &str) {
     let dlt_topic = dlt::topic_for(&r.topic);
     let original = std::mem::replace(&mut r.topic, dlt_topic);
-    let now = eosflow::clock::now_ms().to_string();
+    let now = eosflow::internals::clock::now_ms().to_string();
     for (k, v) in [
         ("original.topic", original),
         ("error.class", "permanent".to_string()),

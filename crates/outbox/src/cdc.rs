@@ -40,7 +40,7 @@ use super::publish::{
 };
 use super::router::{EventRouter, RoutedRecord, Row};
 use super::{migrate, pg_err, quote_ident, quoted_table, telemetry, OutboxError};
-use eosflow::telemetry::Health;
+use eosflow::internals::telemetry::Health;
 
 /// What a CDC run did, for the log line at exit.
 #[derive(Debug, Default, Clone)]
@@ -751,7 +751,7 @@ async fn unfenced(
     pg: &tokio_postgres::Client,
 ) -> Result<(), OutboxError> {
     match r {
-        Err(OutboxError::Sink(eosflow::sink::SinkError::Fenced { id, source }))
+        Err(OutboxError::Sink(eosflow::internals::sink::SinkError::Fenced { id, source }))
             if pg.simple_query("select 1").await.is_ok() =>
         {
             tracing::warn!(%id, error = %source, "fenced while this router still holds the slot's lock: a timed-out transaction, not a successor; starting a new session");

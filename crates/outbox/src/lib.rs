@@ -31,7 +31,7 @@ pub mod snapshot;
 pub mod telemetry;
 
 use eosflow::config::OutboxConfig;
-use eosflow::sink::SinkError;
+use eosflow::internals::sink::SinkError;
 
 /// Why the outbox router stopped or a step of it failed.
 #[derive(Debug, thiserror::Error)]
@@ -224,7 +224,7 @@ pub fn dlt_topic(app: &str) -> String {
 pub fn run(
     config: &eosflow::Config,
     shutdown: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    health: &eosflow::telemetry::Health,
+    health: &eosflow::internals::telemetry::Health,
 ) -> Result<String, OutboxError> {
     let config = &effective(config)?;
     if config.outbox.mode == eosflow::config::OutboxMode::Poll {

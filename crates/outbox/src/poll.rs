@@ -35,7 +35,7 @@ pub struct PollSummary {
 pub fn run(
     config: &Config,
     shutdown: Arc<AtomicBool>,
-    health: &eosflow::telemetry::Health,
+    health: &eosflow::internals::telemetry::Health,
 ) -> Result<PollSummary, OutboxError> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -102,7 +102,7 @@ async fn session(
     config: &Config,
     shutdown: &AtomicBool,
     summary: &mut PollSummary,
-    health: &eosflow::telemetry::Health,
+    health: &eosflow::internals::telemetry::Health,
 ) -> Result<(), OutboxError> {
     let o = &config.outbox;
     let mut pg = super::connect(config.postgres.url.expose()).await?;

@@ -15,11 +15,11 @@ use rdkafka::producer::DeliveryFuture;
 use rdkafka::Message;
 use serde::{Deserialize, Serialize};
 
-use eosflow::kafka::reader::read_all;
+use eosflow::internals::kafka::reader::read_all;
+use eosflow::internals::sink::{SinkError, TxnSink};
+use eosflow::internals::telemetry::Waits;
 use eosflow::kafka::topics::{self, TopicSpec};
 use eosflow::kafka::KafkaClients;
-use eosflow::sink::{SinkError, TxnSink};
-use eosflow::telemetry::Waits;
 
 use super::router::RoutedRecord;
 use super::OutboxError;
@@ -316,7 +316,7 @@ pub fn dead_letter(
     let mut headers: Vec<(String, Vec<u8>)> = r
         .headers
         .iter()
-        .filter(|(k, _)| !k.starts_with(eosflow::retry::dlt::PREFIX))
+        .filter(|(k, _)| !k.starts_with(eosflow::internals::retry::dlt::PREFIX))
         .take(DLT_HEADERS_MAX)
         .map(|(k, v)| {
             let k = String::from_utf8_lossy(bounded(k.as_bytes(), DLT_FIELD_MAX).0).into_owned();
@@ -339,7 +339,7 @@ pub fn dead_letter(
     .chain(lsn)
     {
         headers.push((
-            format!("{}{k}", eosflow::retry::dlt::PREFIX),
+            format!("{}{k}", eosflow::internals::retry::dlt::PREFIX),
             bounded(v.as_bytes(), DLT_FIELD_MAX).0.to_vec(),
         ));
     }

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use eosflow::telemetry::catalog::{metric, MetricDef, MetricKind, Unit};
+use eosflow::internals::telemetry::catalog::{metric, MetricDef, MetricKind, Unit};
 use MetricKind::{Counter, Gauge, Histogram};
 
 /// Rows published to Kafka in a committed transaction.

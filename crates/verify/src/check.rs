@@ -9,9 +9,9 @@ use rdkafka::Message;
 
 use super::workload::Workload;
 use crate::count::{CountOutput, CountState};
-use eosflow::kafka::reader::{read_all, ReadError};
+use eosflow::internals::kafka::reader::{read_all, ReadError};
+use eosflow::internals::state::Column;
 use eosflow::kafka::KafkaClients;
-use eosflow::state::Column;
 
 /// What the outputs and the final state prove.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -21,6 +21,8 @@ pub const BROKERS: i32 = 3;
 
 /// Kafka's transaction log topic, whose partition leaders are the transaction coordinators.
 const TRANSACTION_LOG: &str = "__transaction_state";
+/// The group coordinators' log.
+const OFFSETS_LOG: &str = "__consumer_offsets";
 
 /// A cluster started by `dev/cluster` in its own run dir and ports.
 #[derive(Debug, Clone)]
@@ -263,23 +265,70 @@ pub fn busiest_leader(
     topics: &[String],
     recent: &[i32],
 ) -> Result<i32, String> {
+    pick_leader(clients, topics, |id, n| (n, -last_bounced(recent, id), -id))
+}
+
+/// [`busiest_leader`] among the brokers other than `except` (a coordinator a fault must spare).
+pub fn busiest_leader_except(
+    clients: &KafkaClients,
+    topics: &[String],
+    recent: &[i32],
+    except: i32,
+) -> Result<i32, String> {
+    pick_leader(clients, topics, |id, n| {
+        (id != except, n, -last_bounced(recent, id), -id)
+    })
+    .and_then(|id| {
+        if id == except {
+            Err(format!(
+                "only broker {except} leads partitions of {topics:?}"
+            ))
+        } else {
+            Ok(id)
+        }
+    })
+}
+
+/// Of the brokers leading at least one partition of `topics`, the one bounced least recently
+/// (never bounced first; `recent`: the brokers bounced so far, oldest first), the one leading
+/// the most on a tie. Repeated bounces go round every leader, so each broker — the transaction
+/// coordinator among them — is bounced in turn, even when one broker always leads the most
+/// (preferred leaders come back to it after each restart).
+pub fn least_recently_bounced_leader(
+    clients: &KafkaClients,
+    topics: &[String],
+    recent: &[i32],
+) -> Result<i32, String> {
+    pick_leader(clients, topics, |id, n| {
+        (-last_bounced(recent, id), i64::from(n), -id)
+    })
+}
+
+/// The broker leading partitions of `topics` that `rank` (broker id, partitions it leads)
+/// ranks highest.
+fn pick_leader<R: Ord>(
+    clients: &KafkaClients,
+    topics: &[String],
+    rank: impl Fn(i32, u32) -> R,
+) -> Result<i32, String> {
     let mut led: BTreeMap<i32, u32> = BTreeMap::new();
     for PartitionState { leader, .. } in partitions(clients, topics, METADATA_WAIT)?.values() {
         if *leader >= 0 {
             *led.entry(*leader).or_default() += 1;
         }
     }
-    // Never bounced sorts first, then the one bounced longest ago.
-    let last_bounced = |id: i32| {
-        recent
-            .iter()
-            .rposition(|b| *b == id)
-            .map_or(-1, |i| i as i64)
-    };
-    led.iter()
-        .max_by_key(|(id, n)| (**n, -last_bounced(**id), -**id))
-        .map(|(id, _)| *id)
+    led.into_iter()
+        .max_by_key(|(id, n)| rank(*id, *n))
+        .map(|(id, _)| id)
         .ok_or_else(|| format!("no partition of {topics:?} has a leader"))
+}
+
+/// Where `id` was last bounced in `recent` (oldest first); -1 if never.
+fn last_bounced(recent: &[i32], id: i32) -> i64 {
+    recent
+        .iter()
+        .rposition(|b| *b == id)
+        .map_or(-1, |i| i as i64)
 }
 
 /// Java's `String.hashCode` of `s` (UTF-16 code units, wrapping).
@@ -301,17 +350,26 @@ pub fn transaction_coordinator(
     clients: &KafkaClients,
     transactional_id: &str,
 ) -> Result<i32, String> {
-    let parts = partitions(clients, &[TRANSACTION_LOG.to_string()], METADATA_WAIT)?;
+    coordinator(clients, TRANSACTION_LOG, transactional_id)
+}
+
+/// The broker that is the group coordinator of `group` now: the leader of its offsets topic
+/// partition (`GroupMetadataManager.partitionFor`: the same hash as the transaction log's).
+pub fn group_coordinator(clients: &KafkaClients, group: &str) -> Result<i32, String> {
+    coordinator(clients, OFFSETS_LOG, group)
+}
+
+/// The leader of `log`'s partition for `id` (`Utils.abs(id.hashCode) % partitions`).
+fn coordinator(clients: &KafkaClients, log: &str, id: &str) -> Result<i32, String> {
+    let parts = partitions(clients, &[log.to_string()], METADATA_WAIT)?;
     let n = parts.len() as i32;
     if n == 0 {
-        return Err(format!(
-            "{TRANSACTION_LOG} does not exist yet (no transaction has begun)"
-        ));
+        return Err(format!("{log} does not exist yet"));
     }
-    let p = transaction_log_partition(transactional_id, n);
-    match parts.get(&(TRANSACTION_LOG.to_string(), p)) {
+    let p = transaction_log_partition(id, n);
+    match parts.get(&(log.to_string(), p)) {
         Some(PartitionState { leader, .. }) if *leader >= 0 => Ok(*leader),
-        _ => Err(format!("{TRANSACTION_LOG}[{p}] has no leader")),
+        _ => Err(format!("{log}[{p}] has no leader")),
     }
 }
 
@@ -320,10 +378,7 @@ pub fn transaction_coordinator(
 /// entry): empty once the cluster is whole again.
 pub fn isr_shortfall(clients: &KafkaClients, topics: &[String]) -> Vec<String> {
     let mut all: Vec<String> = topics.to_vec();
-    all.extend([
-        TRANSACTION_LOG.to_string(),
-        "__consumer_offsets".to_string(),
-    ]);
+    all.extend([TRANSACTION_LOG.to_string(), OFFSETS_LOG.to_string()]);
     match partitions(clients, &all, METADATA_WAIT) {
         Ok(parts) => parts
             .iter()

@@ -10,8 +10,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use eosflow::codec::decode::{Decoder, RegistrySource};
-use eosflow::codec::registry::Registry;
+use eosflow::internals::codec::decode::{Decoder, RegistrySource};
+use eosflow::internals::codec::registry::Registry;
 use eosflow::processor::{Context, ProcessError, Processor, Record};
 
 /// What one output record says.
@@ -149,9 +149,11 @@ impl Processor for CountProcessor {
             Some(rest) => {
                 let (k, amount) = rest.split_once(':').unwrap_or((rest, "0"));
                 let k: i64 = k.parse().unwrap_or(i64::MAX);
-                let attempt =
-                    eosflow::retry::headers::int(record, eosflow::retry::headers::ATTEMPT)
-                        .unwrap_or(0);
+                let attempt = eosflow::internals::retry::headers::int(
+                    record,
+                    eosflow::internals::retry::headers::ATTEMPT,
+                )
+                .unwrap_or(0);
                 if attempt < k {
                     return Err(ProcessError::transient(format!(
                         "simulated dependency outage (attempt {} of the {k} that fail)",

@@ -205,6 +205,12 @@ impl Monitor {
         }
     }
 
+    /// How many partitions had records waiting when the latest fault was marked (0 also when
+    /// it was marked blind: no snapshot could be read).
+    pub fn waiting_at_last_fault(&self) -> usize {
+        self.pending.last().map_or(0, |p| p.waiting.len())
+    }
+
     /// Restarts the clock of the latest fault (a broker restart counts from the broker's return).
     pub fn restart_clock(&mut self) {
         if let Some(p) = self.pending.last_mut() {

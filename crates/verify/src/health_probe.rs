@@ -1,6 +1,6 @@
 //! Asks the instances of a cluster scenario what they wait for: each one serves `/healthz` on
 //! a local port of its own, and a waiting loop prints `waiting on <what> for <s> s: <detail>`
-//! there (see `eosflow::telemetry::Waits`). The verifier polls it through the faults and
+//! there (see `eosflow::internals::telemetry::Waits`). The verifier polls it through the faults and
 //! tallies what it saw, so a scenario can require that an instance said what it waited for
 //! (isr-shrink: a partition's leader or its in-sync replicas).
 

@@ -100,13 +100,30 @@ impl Fleet<'_> {
         Ok(false)
     }
 
-    /// One isr-shrink fault (see the module): the leader of the most partitions is `leader`,
-    /// the frozen follower the broker after it (in turn over the faults).
+    /// One isr-shrink fault (see the module). Neither broker hit is the group's coordinator:
+    /// with it frozen or dead the group rebalances, the instances hold no partition through the
+    /// outage and have nothing to wait on (runs whose coordinator landed there saw
+    /// `waits_seen=none`), and the verifier's progress checks, which ask it, go blind. So the
+    /// killed leader is the busiest leader other than the coordinator, and the frozen follower
+    /// the broker that is neither.
     pub(crate) fn isr_shrink(&mut self, c: &Cluster) -> Result<(), String> {
-        let leader = cluster::busiest_leader(&self.clients, &self.topics, &self.bounced)?;
+        let coordinator = cluster::group_coordinator(&self.clients, &self.app_id)?;
+        let leader = cluster::busiest_leader_except(
+            &self.clients,
+            &self.topics,
+            &self.bounced,
+            coordinator,
+        )?;
         self.bounced.push(leader);
-        let follower =
-            (leader + self.faults as i32 % (cluster::BROKERS - 1)) % cluster::BROKERS + 1;
+        let follower = (1..=cluster::BROKERS)
+            .find(|b| *b != leader && *b != coordinator)
+            .ok_or("a three-broker cluster has a third broker")?;
+        tracing::info!(
+            leader,
+            follower,
+            coordinator,
+            "isr-shrink: the group's coordinator is spared"
+        );
         let topics = self.topics.clone();
 
         // 1. The follower frozen until it is out of every ISR.
@@ -140,16 +157,28 @@ impl Fleet<'_> {
         //    quorum, no write anywhere. The fault's baseline is taken now (the frozen follower
         //    leads nothing any more, so the monitor's requests do not hang on it): progress
         //    made while only the follower was away must not count as the recovery.
-        if !self.monitor.fault_now_within(Duration::from_secs(20)) {
+        //    At most 8 s for it: while the follower is frozen the monitor's reads can hang for
+        //    seconds each, and a longer wait pushed the kill past the end of the load.
+        let mid_stream = if self.monitor.fault_now_within(Duration::from_secs(8)) {
+            // Partitions with records not yet committed, read now.
+            self.monitor.waiting_at_last_fault() > 0
+        } else {
             tracing::warn!("isr-shrink: no progress baseline before the leader's kill");
-        }
+            // Blind: records are left while the load is still being written (`i64::MAX`).
+            self.left > 0
+        };
         let killed = Instant::now();
         if let Err(e) = c.kill(leader) {
             let _ = c.signal("resume", follower);
             return Err(e);
         }
-        tracing::info!(leader, left = self.left, "isr-shrink: leader kill -9");
-        self.isr.mid_stream += u32::from(self.left > 0);
+        tracing::info!(
+            leader,
+            mid_stream,
+            waiting_partitions = self.monitor.waiting_at_last_fault(),
+            "isr-shrink: leader kill -9"
+        );
+        self.isr.mid_stream += u32::from(mid_stream);
         let away = self.watch_frozen(BOTH_AWAY, |_| false);
         c.signal("resume", follower)?;
         away?;

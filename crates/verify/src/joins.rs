@@ -18,7 +18,7 @@ use super::group::{self, GroupSpec, Outgoing, Run};
 use super::group_lag;
 use super::scenario::{Scenario, ScenarioEnv, ScenarioReport};
 use eosflow::config::Config;
-use eosflow::kafka::reader::read_all;
+use eosflow::internals::kafka::reader::read_all;
 use eosflow::kafka::topics::TopicSpec;
 use eosflow::kafka::KafkaClients;
 use eosflow::serdes::StringSerde;
@@ -55,11 +55,11 @@ pub fn topology(input: &str, output: &str) -> Result<Topology, TopologyError> {
         .add_table(&table)
         .add_stream_table_left_join(
             "join",
-            &["in"],
             &table,
             |_, id: &String, row: Option<&String>| {
                 Some(format!("{id}|{}", row.map_or("-", String::as_str)))
             },
+            &["in"],
         )
         .add_sink("out", output, StringSerde, StringSerde, &["join"])
         .build()
@@ -281,7 +281,7 @@ pub fn run(config: &Config, env: &ScenarioEnv, opts: &Options) -> Result<Scenari
         vec![TopicSpec::new(&table, opts.partitions, "compact")],
     )?;
     let events = workload(
-        eosflow::clock::now_ms() - 3 * 3_600_000,
+        eosflow::internals::clock::now_ms() - 3 * 3_600_000,
         opts.partitions,
         opts.per_partition,
         opts.keys,

@@ -20,7 +20,7 @@ use super::faults::STALL_AFTER;
 use super::scenario::{Scenario, ScenarioEnv, ScenarioReport};
 use super::stack::PrivateStack;
 use eosflow::config::Config;
-use eosflow::kafka::reader::read_all;
+use eosflow::internals::kafka::reader::read_all;
 use eosflow::kafka::KafkaClients;
 
 /// Shape of an outbox-crash run.

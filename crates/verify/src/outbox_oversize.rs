@@ -17,7 +17,7 @@ use rdkafka::Message;
 
 use super::scenario::{Scenario, ScenarioEnv, ScenarioReport};
 use eosflow::config::Config;
-use eosflow::kafka::reader::read_all;
+use eosflow::internals::kafka::reader::read_all;
 use eosflow::kafka::KafkaClients;
 use eosflow_outbox::publish::DEFAULT_MESSAGE_MAX_BYTES;
 

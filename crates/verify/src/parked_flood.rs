@@ -18,10 +18,10 @@ use super::scenario::{Scenario, ScenarioEnv, ScenarioReport};
 use super::{group_lag, instance_env, run_topics, wait_for_topics, Instance};
 use crate::count::CountOutput;
 use eosflow::config::Config;
-use eosflow::kafka::reader::read_all;
+use eosflow::internals::kafka::reader::read_all;
+use eosflow::internals::retry::tooling::{self, Selector};
 use eosflow::kafka::topics;
 use eosflow::kafka::{ClientRole, KafkaClients};
-use eosflow::retry::tooling::{self, Selector};
 
 /// The flooded key.
 const KEY: &str = "flood";
@@ -153,7 +153,7 @@ pub fn run(config: &Config, env: &ScenarioEnv, opts: &Options) -> Result<Scenari
     let input = format!("{app_id}.input");
     let output = format!("{app_id}.output");
     let changelog = format!("{app_id}-count-changelog");
-    let dlt = eosflow::retry::dlt::topic_for(&input);
+    let dlt = eosflow::internals::retry::dlt::topic_for(&input);
     let specs = run_topics(&input, 1, &output, &changelog, opts.partitions);
     topics::apply_blocking(&clients, &specs, Duration::from_secs(30))
         .map_err(|e| format!("creating the run's topics: {e}"))?;
@@ -181,10 +181,13 @@ pub fn run(config: &Config, env: &ScenarioEnv, opts: &Options) -> Result<Scenari
 
     // Every record read: the head in the DLT, its followers parked, the others processed.
     let lag = |clients: &KafkaClients| -> i64 {
-        [input.clone(), eosflow::retry::retry_topic(&input, 1)]
-            .iter()
-            .map(|t| group_lag(clients, &app_id, t, opts.partitions).unwrap_or(i64::MAX / 4))
-            .sum()
+        [
+            input.clone(),
+            eosflow::internals::retry::retry_topic(&input, 1),
+        ]
+        .iter()
+        .map(|t| group_lag(clients, &app_id, t, opts.partitions).unwrap_or(i64::MAX / 4))
+        .sum()
     };
     let deadline = Instant::now() + Duration::from_secs(600);
     let mut letters = Vec::new();

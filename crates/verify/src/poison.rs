@@ -20,13 +20,13 @@ use rdkafka::Message;
 
 use super::scenario::{Scenario, ScenarioEnv, ScenarioReport};
 use super::{group_lag, instance_env, Instance};
-use eosflow::codec::decode::encode_wire;
-use eosflow::codec::registry::Registry;
 use eosflow::config::Config;
-use eosflow::kafka::reader::read_all;
+use eosflow::internals::codec::decode::encode_wire;
+use eosflow::internals::codec::registry::Registry;
+use eosflow::internals::kafka::reader::read_all;
+use eosflow::internals::retry::tooling::{self, Selector};
 use eosflow::kafka::topics;
 use eosflow::kafka::{ClientRole, KafkaClients};
-use eosflow::retry::tooling::{self, Selector};
 use eosflow_orders::poison_lifecycle::{OrderOutput, MAX_VALUE_BYTES};
 
 /// Shape of a poison run.
@@ -660,7 +660,7 @@ pub fn run(config: &Config, env: &ScenarioEnv, opts: &Options) -> Result<Scenari
     let changelog = format!("{app_id}-orders-changelog");
     let dlt = format!("{input}.DLT");
     // Two short retry levels: always-transient records reach the DLT in about a second.
-    let ladder = eosflow::retry::ladder_topics(std::slice::from_ref(&input), 2);
+    let ladder = eosflow::internals::retry::ladder_topics(std::slice::from_ref(&input), 2);
     let specs = super::run_topics(&input, 2, &output, &changelog, opts.partitions);
     topics::apply_blocking(&clients, &specs, Duration::from_secs(30))
         .map_err(|e| format!("creating the run's topics: {e}"))?;
@@ -828,7 +828,9 @@ pub fn run(config: &Config, env: &ScenarioEnv, opts: &Options) -> Result<Scenari
         *in_dlt.entry(identity.clone()).or_default() += 1;
         let msg = l.dlt("error.message").unwrap_or_default();
         let class = l.dlt("error.class").unwrap_or_default();
-        let cut_down = l.header(eosflow::retry::dlt::TRUNCATED_FROM).is_some();
+        let cut_down = l
+            .header(eosflow::internals::retry::dlt::TRUNCATED_FROM)
+            .is_some();
         if b.class == "near-broker-limit" && !cut_down {
             wrong_reason.push(format!("{}: not truncated", b.class));
         }

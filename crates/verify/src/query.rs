@@ -10,9 +10,9 @@ use std::time::Duration;
 use rdkafka::Message;
 
 use crate::count::CountState;
-use eosflow::kafka::reader::{read_all, ReadError};
+use eosflow::internals::kafka::reader::{read_all, ReadError};
+use eosflow::internals::state::Column;
 use eosflow::kafka::KafkaClients;
-use eosflow::state::Column;
 
 /// How state values are rendered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

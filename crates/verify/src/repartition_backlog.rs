@@ -17,7 +17,7 @@ use super::group::{self, GroupSpec, Outgoing, Run};
 use super::group_lag;
 use super::scenario::{Scenario, ScenarioEnv, ScenarioReport};
 use eosflow::config::Config;
-use eosflow::kafka::reader::read_all;
+use eosflow::internals::kafka::reader::read_all;
 use eosflow::kafka::topics::TopicSpec;
 use eosflow::kafka::KafkaClients;
 use eosflow::serdes::{I64Serde, StringSerde};
@@ -66,18 +66,18 @@ pub fn topology(input: &str, output: &str) -> Result<Topology, TopologyError> {
         .add_table(&users)
         .add_stream_table_join(
             "with-region",
-            &["clicks"],
             &users,
             |_: &String, click: &String, region: &String| Some(format!("{region}|{click}")),
+            &["clicks"],
         )
         .add_repartition(
             REPARTITION,
-            "with-region",
             |_: Option<&String>, v: &String| v.split_once('|').map(|(r, _)| r.to_string()),
             StringSerde,
             StringSerde,
+            &["with-region"],
         )
-        .add_windowed_aggregate("count", &[REPARTITION], count)
+        .add_windowed_aggregate("count", count, &[REPARTITION])
         .add_sink(
             "out",
             output,
@@ -217,7 +217,7 @@ pub fn run(config: &Config, env: &ScenarioEnv, opts: &Options) -> Result<Scenari
         vec![TopicSpec::new(&users, opts.partitions, "compact")],
     )?;
     let base = {
-        let t = eosflow::clock::now_ms() - 3 * 3_600_000;
+        let t = eosflow::internals::clock::now_ms() - 3 * 3_600_000;
         t - t.rem_euclid(WINDOW_MS)
     };
     let (rows, clicks) = workload(base, opts.partitions, opts.users, opts.clicks);
@@ -290,8 +290,8 @@ pub fn run(config: &Config, env: &ScenarioEnv, opts: &Options) -> Result<Scenari
         .count() as u64;
     let mut dead = 0u64;
     for dlt in [
-        eosflow::retry::dlt::topic_for(input),
-        eosflow::retry::dlt::topic_for(&repartition),
+        eosflow::internals::retry::dlt::topic_for(input),
+        eosflow::internals::retry::dlt::topic_for(&repartition),
     ] {
         read_all(&clients, &dlt, Duration::from_secs(120), |_| {
             dead += 1;

@@ -26,11 +26,11 @@ use super::group_lag;
 use super::scenario::{Scenario, ScenarioEnv, ScenarioReport};
 use super::stack::PrivateStack;
 use eosflow::config::Config;
-use eosflow::kafka::reader::{read_all, read_to_end};
+use eosflow::internals::kafka::reader::{read_all, read_to_end};
+use eosflow::internals::state::Column;
 use eosflow::kafka::KafkaClients;
 use eosflow::processor::{ProcessError, Timer};
 use eosflow::serdes::StringSerde;
-use eosflow::state::Column;
 use eosflow::topology::{NodeContext, NodeProcessor, Topology, TopologyError, TypedRecord};
 
 /// How far ahead (wall clock) each record's timeout is scheduled.
@@ -371,7 +371,7 @@ pub fn run(
     };
     let mut instances = group::spawn(config, env, &spec, &env.work_dir.join(app_id))?;
     let workload = workload(
-        eosflow::clock::now_ms(),
+        eosflow::internals::clock::now_ms(),
         opts.partitions,
         opts.per_partition,
         opts.span,
@@ -528,12 +528,13 @@ pub fn run(
     .map_err(|e| format!("reading the results: {e}"))?;
     let c = compare(&workload, &got);
     let pending = pending_timers(&clients, &changelog)?;
-    let dead = super::windows::dead_letters(&clients, &eosflow::retry::dlt::topic_for(input))?;
+    let dead =
+        super::windows::dead_letters(&clients, &eosflow::internals::retry::dlt::topic_for(input))?;
     let mid_stream = killed.mid_stream(total);
     let pauses_with_timers_due = left_at_pause.iter().filter(|l| **l > 0).count();
     let recoveries = super::log_lines_containing(
         &instances,
-        eosflow::processor::runtime::IN_PLACE_RECOVERY_LOG,
+        eosflow::internals::processor::runtime::IN_PLACE_RECOVERY_LOG,
     );
     let offsetless_unknown = super::log_lines_containing(&instances, OFFSETLESS_UNKNOWN_LOG);
     // Transactions of fired timers only (no record handled) aborted under a pause.

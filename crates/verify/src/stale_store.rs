@@ -18,10 +18,10 @@ use super::scenario::{Scenario, ScenarioEnv, ScenarioReport};
 use super::{group_lag, instance_env, run_topics, wait_for_topics, Instance};
 use crate::count::CountOutput;
 use eosflow::config::Config;
-use eosflow::kafka::reader::read_all;
+use eosflow::internals::kafka::reader::read_all;
+use eosflow::internals::state::Column;
 use eosflow::kafka::topics;
 use eosflow::kafka::{ClientRole, KafkaClients};
-use eosflow::state::Column;
 
 /// Shape of a stale-store run.
 #[derive(Debug, Clone)]

@@ -17,7 +17,7 @@ use super::group::{self, GroupSpec, Outgoing, Run};
 use super::group_lag;
 use super::scenario::{Scenario, ScenarioEnv, ScenarioReport};
 use eosflow::config::Config;
-use eosflow::kafka::reader::read_all;
+use eosflow::internals::kafka::reader::read_all;
 use eosflow::kafka::KafkaClients;
 use eosflow::serdes::{I64Serde, Serde, StringSerde};
 use eosflow::topology::windows::{
@@ -43,7 +43,7 @@ pub fn topology(input: &str, output: &str) -> Result<Topology, TopologyError> {
         .emit(EmitStrategy::OnWindowClose);
     Topology::builder()
         .add_source("in", &[input], StringSerde, StringSerde)
-        .add_windowed_aggregate("count", &["in"], count)
+        .add_windowed_aggregate("count", count, &["in"])
         .add_sink(
             "out",
             output,
@@ -284,7 +284,7 @@ pub fn run(config: &Config, env: &ScenarioEnv, opts: &Options) -> Result<Scenari
     let topology = topology(input, output).map_err(|e| e.to_string())?;
     run.create_topics(config, &clients, &topology, opts.partitions, Vec::new())?;
     let workload = workload(
-        eosflow::clock::now_ms() - 3 * 3_600_000,
+        eosflow::internals::clock::now_ms() - 3 * 3_600_000,
         opts.partitions,
         opts.per_partition,
         50,
@@ -318,7 +318,7 @@ pub fn run(config: &Config, env: &ScenarioEnv, opts: &Options) -> Result<Scenari
         inst.kill9();
     }
     let got = results(&clients, output)?;
-    let dead = dead_letters(&clients, &eosflow::retry::dlt::topic_for(input))?;
+    let dead = dead_letters(&clients, &eosflow::internals::retry::dlt::topic_for(input))?;
     let c = compare(&want, &got, &dead);
     let mid_stream = killed.mid_stream(total);
     Ok(ScenarioReport {

@@ -267,6 +267,14 @@ impl GroupMember {
         })
     }
 
+    /// Partition counts of those of `topics` the broker knows (metadata only: no admin call).
+    pub(super) fn partition_counts(
+        &self,
+        topics: &[String],
+    ) -> Result<BTreeMap<String, usize>, KafkaError> {
+        partition_counts(&self.consumer, topics)
+    }
+
     /// Which of `topics` the broker does not know.
     pub(super) fn missing_topics(&self, topics: &[String]) -> Result<Vec<String>, KafkaError> {
         let md = self

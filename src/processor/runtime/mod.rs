@@ -46,6 +46,7 @@ mod error;
 #[doc(hidden)]
 pub mod faults;
 mod group_member;
+pub(crate) mod internal_topics;
 mod isolation;
 mod options;
 mod record_collector;

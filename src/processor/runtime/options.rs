@@ -32,10 +32,12 @@ pub struct RuntimeOptions {
     pub restore_timeout: Duration,
     /// Join with `group.instance.id` = instance id.
     pub static_membership: bool,
+    /// Create the missing internal topics at start (`processor.create_topics`).
+    pub create_topics: bool,
     /// Root of this instance's stores.
     pub state_dir: PathBuf,
     /// RocksDB block cache for all stores.
-    pub block_cache_bytes: u64,
+    pub memory_bytes: u64,
     /// Dedup window.
     pub dedup_retention: Duration,
     /// How often expired dedup ids are purged.
@@ -93,7 +95,8 @@ impl RuntimeOptions {
             session_timeout: Duration::from_millis(config.processor.session_timeout_ms),
             restore_timeout: Duration::from_millis(config.processor.restore_timeout_ms),
             static_membership: config.processor.static_membership,
-            block_cache_bytes: config.state.block_cache_bytes,
+            create_topics: config.processor.create_topics,
+            memory_bytes: config.state.memory_bytes,
             dedup_retention: Duration::from_secs(config.state.dedup_retention_secs),
             dedup_purge_interval: Duration::from_secs(config.state.dedup_purge_interval_secs),
             retry: config
@@ -129,7 +132,7 @@ impl RuntimeOptions {
     ///
     /// ```
     /// use eosflow::config::Config;
-    /// use eosflow::processor::RuntimeOptions;
+    /// use eosflow::internals::processor::RuntimeOptions;
     /// let mut config = Config::default();
     /// config.app.id = "orders".into();
     /// config.app.instance_id = "pod-0".into();

@@ -150,7 +150,7 @@ fn alignment_time<P: Processor>(processor: &P, m: &OwnedMessage) -> i64 {
 }
 
 /// The exactly-once runtime of one instance (one processing thread of it: see
-/// [`crate::processor::ProcessorThreads`]).
+/// [`crate::processor::threads::ProcessorThreads`]).
 pub struct Runtime<P: Processor> {
     opts: RuntimeOptions,
     clients: KafkaClients,
@@ -211,6 +211,17 @@ impl<P: Processor> Runtime<P> {
         )?;
         let mut collector = RecordCollector::new(&clients, &opts)?;
         let mut member = GroupMember::connect(&clients, &opts, standby_replicas)?;
+        let not_created = if opts.create_topics {
+            super::internal_topics::ensure(
+                &clients,
+                &member,
+                &opts,
+                tasks.changelogs(),
+                &processor.repartition_topics(),
+            )
+        } else {
+            None
+        };
         let mut needed: Vec<String> = opts
             .input_topics
             .iter()
@@ -230,9 +241,16 @@ impl<P: Processor> Runtime<P> {
         }
         if !missing.is_empty() {
             return Err(RuntimeError::Config(format!(
-                "topics missing on {}: {}; declare them in topics/ and run `eosflow topics apply` (inputs, their .retry.<n> levels and .DLT, and the changelog share one partition count)",
+                "topics missing on {}: {}; {}",
                 clients.bootstrap(),
-                missing.join(", ")
+                missing.join(", "),
+                if let Some(why) = &not_created {
+                    why.as_str()
+                } else if opts.create_topics {
+                    "create the inputs (and the tables' topics) first: eosflow creates only its internal topics (retry levels, DLTs, changelogs, repartition topics), with the inputs' partition count"
+                } else {
+                    "processor.create_topics is off: declare them in topics/ and run `eosflow topics apply` (inputs, their .retry.<n> levels and .DLT, and the changelogs share one partition count)"
+                }
             )));
         }
         let subscription: Vec<String> = needed

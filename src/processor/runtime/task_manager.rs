@@ -121,7 +121,7 @@ impl TaskManager {
         Ok(Self {
             tasks: BTreeMap::new(),
             clients: clients.clone(),
-            cache: StoreCache::new(opts.block_cache_bytes),
+            cache: StoreCache::new(opts.memory_bytes),
             changelog: format!("{}-{store_name}-changelog", opts.app_id),
             stores,
             tables: opts.tables.clone(),

@@ -56,7 +56,7 @@ enum Kind<K, A> {
 /// .emit(EmitStrategy::OnWindowClose);
 /// let topology = Topology::builder()
 ///     .add_source("clicks", &["clicks"], StringSerde, StringSerde)
-///     .add_windowed_aggregate("sessions", &["clicks"], clicks)
+///     .add_windowed_aggregate("sessions", clicks, &["clicks"])
 ///     .add_sink("out", "sessions", WindowedSerde::new(StringSerde), I64Serde, &["sessions"])
 ///     .build()?;
 /// let mut driver = TopologyTestDriver::new(topology)?;
@@ -142,6 +142,14 @@ impl<K, V, A> WindowedAggregate<K, V, A> {
     pub fn late_records_to(mut self, sink: &str) -> Self {
         self.late = LateRecords::Forward(sink.to_string());
         self
+    }
+
+    /// The child late records are forwarded to, unchanged (`(K, V)` records), if any.
+    pub(crate) fn late_child(&self) -> Option<&str> {
+        match &self.late {
+            LateRecords::Forward(child) => Some(child),
+            LateRecords::DeadLetter => None,
+        }
     }
 
     /// The windowed store it aggregates into.
@@ -354,9 +362,6 @@ where
         (key, value, ts, stream): (&K, &V, i64, i64),
     ) -> Result<(), ProcessError> {
         let own = Window { start: ts, end: ts };
-        if self.close_time(own) <= stream {
-            return self.late(ctx, record, &[own], ts, stream);
-        }
         let k = self.key_bytes(key)?;
         let mut store = ctx.window_store(&self.store)?;
         // Only the sessions within the gap of `ts` (by the session index: bounded by what can
@@ -371,10 +376,17 @@ where
             .filter(|(w, _)| self.close_time(*w) > stream)
             .collect();
         let mut session = own;
-        let mut agg = (self.init)();
-        for (w, a) in &near {
+        for (w, _) in &near {
             session.start = session.start.min(w.start);
             session.end = session.end.max(w.end);
+        }
+        // Late is judged on the session the record lands in, as Kafka Streams does: a record
+        // inside a session still open joins it, however far its own timestamp is behind.
+        if self.close_time(session) <= stream {
+            return self.late(ctx, record, &[own], ts, stream);
+        }
+        let mut agg = (self.init)();
+        for (_, a) in &near {
             agg = merge(key, agg, a.clone());
         }
         let agg = (self.aggregate)(key, value, agg);

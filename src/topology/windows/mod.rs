@@ -36,7 +36,7 @@
 //!     .emit(EmitStrategy::OnWindowClose);
 //! let topology = Topology::builder()
 //!     .add_source("clicks", &["clicks"], StringSerde, StringSerde)
-//!     .add_windowed_aggregate("count", &["clicks"], count)
+//!     .add_windowed_aggregate("count", count, &["clicks"])
 //!     .add_sink("out", "clicks-per-minute", WindowedSerde::new(StringSerde), I64Serde, &["count"])
 //!     .build()?;
 //!
@@ -57,6 +57,8 @@
 //! ```
 
 mod aggregate;
+#[cfg(test)]
+mod aggregate_tests;
 mod store;
 
 pub use aggregate::{WindowedAggregate, EXPIRE_PER_CALL};

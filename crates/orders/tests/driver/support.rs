@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 
 use apache_avro::Schema;
-use eosflow::codec::decode::{encode_wire, FixedSource, SchemaSource};
+use eosflow::internals::codec::decode::{encode_wire, FixedSource, SchemaSource};
 use eosflow::processor::Processor;
 use eosflow::testing::{OutputRecord, TestRecord, TopologyTestDriver};
 use eosflow::Config;

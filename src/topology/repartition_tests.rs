@@ -2,10 +2,10 @@
 //! counted per customer, the repartition record and the count keeping the event time, the
 //! causation chain and the correlation, dropped records, and the internal topics.
 
-use super::{TestRecord, TopologyTestDriver};
 use crate::config::Config;
 use crate::processor::{ProcessError, StoreHandle};
 use crate::serdes::{I64Serde, StringSerde};
+use crate::testing::{TestRecord, TopologyTestDriver};
 use crate::topology::{NodeContext, Topology, TypedRecord};
 
 const ORDERS: &str = "orders";
@@ -30,12 +30,12 @@ fn topology() -> Topology {
         .add_source("orders", &[ORDERS], StringSerde, StringSerde)
         .add_repartition(
             "by-customer",
-            "orders",
             |_order: Option<&String>, value: &String| {
                 value.split_once(':').map(|(c, _)| c.to_string())
             },
             StringSerde,
             StringSerde,
+            &["orders"],
         )
         .add_processor("count", count, &["by-customer"])
         .add_state_store(&counts, &["count"])
@@ -160,10 +160,10 @@ fn the_repartition_topic_is_an_internal_input_named_for_the_application() {
         .add_source("orders", &[ORDERS], StringSerde, StringSerde)
         .add_repartition(
             "r",
-            "nowhere",
             |_: Option<&String>, v: &String| Some(v.clone()),
             StringSerde,
             StringSerde,
+            &["nowhere"],
         )
         .build()
         .expect_err("a dangling parent");
@@ -194,14 +194,14 @@ fn windowed_topology() -> Topology {
         .add_processor("keep", keep, &["orders"])
         .add_repartition(
             "by-customer",
-            "keep",
             |_order: Option<&String>, value: &String| {
                 value.split_once(':').map(|(c, _)| c.to_string())
             },
             StringSerde,
             StringSerde,
+            &["keep"],
         )
-        .add_windowed_aggregate("count", &["by-customer"], count)
+        .add_windowed_aggregate("count", count, &["by-customer"])
         .add_sink(
             "out",
             "windows",

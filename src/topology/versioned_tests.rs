@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use metrics_exporter_prometheus::PrometheusBuilder;
 
-use super::{TestRecord, TopologyTestDriver};
 use crate::processor::AsOf;
 use crate::serdes::StringSerde;
+use crate::testing::{TestRecord, TopologyTestDriver};
 use crate::topology::{TableHandle, Topology};
 
 const CLICKS: &str = "clicks";
@@ -38,17 +38,17 @@ fn topology() -> Topology {
         .add_table(&users)
         .add_stream_table_join(
             "inner-join",
-            &["clicks"],
             &users,
             |_user: &String, page: &String, name: &String| Some(format!("{page} by {name}")),
+            &["clicks"],
         )
         .add_stream_table_left_join(
             "left-join",
-            &["clicks"],
             &users,
             |_user: &String, page: &String, name: Option<&String>| {
                 Some(format!("{page} by {}", name.map_or("?", String::as_str)))
             },
+            &["clicks"],
         )
         .add_sink("inner", "inner", StringSerde, StringSerde, &["inner-join"])
         .add_sink("left", "left", StringSerde, StringSerde, &["left-join"])
@@ -228,11 +228,11 @@ fn only_a_versioned_table_answers_as_of_a_time() {
         .add_table(&plain)
         .add_stream_table_left_join(
             "left-join",
-            &["clicks"],
             &plain,
             |_: &String, page: &String, name: Option<&String>| {
                 Some(format!("{page} by {}", name.map_or("?", String::as_str)))
             },
+            &["clicks"],
         )
         .add_sink("left", "left", StringSerde, StringSerde, &["left-join"])
         .build()

@@ -4,9 +4,9 @@
 
 use std::time::{Duration, Instant};
 
-use super::{TestRecord, TopologyTestDriver};
 use crate::processor::StoreHandle;
 use crate::serdes::{BytesSerde, I64Serde, StringSerde};
+use crate::testing::{TestRecord, TopologyTestDriver};
 use crate::topology::windows::{
     EmitStrategy, SessionWindows, TimeWindows, WindowStoreHandle, Windowed, WindowedAggregate,
     WindowedSerde,
@@ -27,7 +27,7 @@ fn ms(n: u64) -> Duration {
 fn topology(agg: WindowedAggregate<String, String, i64>, late_sink: bool) -> Topology {
     let mut b = Topology::builder();
     b.add_source("in", &[IN], StringSerde, StringSerde)
-        .add_windowed_aggregate("count", &["in"], agg)
+        .add_windowed_aggregate("count", agg, &["in"])
         .add_sink(
             "out",
             OUT,
@@ -253,6 +253,26 @@ fn sessions_on_close_emit_once_after_end_plus_gap_plus_grace() {
 }
 
 #[test]
+fn a_record_inside_a_session_still_open_joins_it_however_old_its_own_timestamp() {
+    // Gap 10, grace 20: a session closes 30 after its end.
+    let mut d = sessions(EmitStrategy::OnWindowUpdate);
+    for t in [100, 108, 116, 124, 132, 140] {
+        click(&mut d, "a", t); // one session 100-140, open until 170
+    }
+    click(&mut d, "b", 160); // stream time 160
+    let _ = texts(&mut d);
+    // Its own single-point session would have closed at 104 + 30 = 134 <= 160, but it lies
+    // inside a's open session: it counts there (Kafka Streams judges the merged session).
+    click(&mut d, "a", 104);
+    assert_eq!(texts(&mut d), ["a@100-140=7"]);
+    assert!(d.read_raw_output("clicks.DLT").is_empty());
+    // Outside every open session and past its own close: late.
+    click(&mut d, "a", 60);
+    assert!(texts(&mut d).is_empty());
+    assert_eq!(d.read_raw_output("clicks.DLT").len(), 1);
+}
+
+#[test]
 fn retention_deletes_windows_once_stream_time_passes_their_close_plus_retention() {
     let windows = TimeWindows::of_size_with_grace(ms(100), ms(10));
     let agg = count(windows, EmitStrategy::OnWindowUpdate).retention(ms(200));
@@ -285,7 +305,7 @@ fn the_window_store_reads_a_keys_windows_in_time_order() {
     }
     click(&mut d, "b", 15);
     let a = "a".to_string();
-    let w = |start, end| super::super::topology::windows::Window { start, end };
+    let w = |start, end| crate::topology::windows::Window { start, end };
     assert_eq!(
         d.window_fetch_range(&store(), &a, 0, 900).expect("read"),
         vec![
@@ -333,8 +353,8 @@ fn an_event_time_out_of_range_is_dead_lettered_as_bad_timestamp_and_the_partitio
         .timestamp_extractor("in", TimestampExtractor::header("ts"))
         .add_windowed_aggregate(
             "count",
-            &["in"],
             count(windows, EmitStrategy::OnWindowUpdate),
+            &["in"],
         )
         .add_sink(
             "out",

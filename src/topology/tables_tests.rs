@@ -3,9 +3,9 @@
 //! and never change a result already sent, one partition's order, the envelope's causation,
 //! and the table store staying read-only.
 
-use super::{TestRecord, TopologyTestDriver};
 use crate::processor::ProcessError;
 use crate::serdes::StringSerde;
+use crate::testing::{TestRecord, TopologyTestDriver};
 use crate::topology::{NodeContext, TableHandle, Topology, TypedRecord};
 
 const CLICKS: &str = "clicks";
@@ -25,17 +25,17 @@ fn topology() -> Topology {
         .add_table(&users)
         .add_stream_table_join(
             "inner-join",
-            &["clicks"],
             &users,
             |_user: &String, page: &String, name: &String| Some(format!("{page} by {name}")),
+            &["clicks"],
         )
         .add_stream_table_left_join(
             "left-join",
-            &["clicks"],
             &users,
             |_user: &String, page: &String, name: Option<&String>| {
                 Some(format!("{page} by {}", name.map_or("?", String::as_str)))
             },
+            &["clicks"],
         )
         .add_sink("inner", "inner", StringSerde, StringSerde, &["inner-join"])
         .add_sink("left", "left", StringSerde, StringSerde, &["left-join"])
@@ -272,9 +272,9 @@ fn build_names_a_join_on_a_table_not_added_and_a_table_topic_read_by_a_source() 
         .add_source("raw-users", &[USERS], StringSerde, StringSerde)
         .add_stream_table_join(
             "j",
-            &["clicks"],
             &users,
             |_: &String, v: &String, _: &String| Some(v.clone()),
+            &["clicks"],
         )
         .add_table(&users)
         .build()

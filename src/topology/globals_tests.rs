@@ -2,8 +2,8 @@
 //! choosing the row, inner and left results, tombstones deleting rows, an extractor with no
 //! key, the stream key, timestamp and causation on results, and the builder's refusals.
 
-use super::{TestRecord, TopologyTestDriver};
 use crate::serdes::StringSerde;
+use crate::testing::{TestRecord, TopologyTestDriver};
 use crate::topology::{GlobalTableHandle, NodeContext, TableHandle, Topology, TypedRecord};
 
 const ORDERS: &str = "orders";
@@ -30,19 +30,19 @@ fn topology() -> Topology {
         .add_global_table(&countries)
         .add_stream_global_table_join(
             "inner-join",
-            &["orders"],
             &countries,
             code,
             |_order: &String, value: &String, name: &String| Some(format!("{value} to {name}")),
+            &["orders"],
         )
         .add_stream_global_table_left_join(
             "left-join",
-            &["orders"],
             &countries,
             code,
             |_order: &String, value: &String, name: Option<&String>| {
                 Some(format!("{value} to {}", name.map_or("?", String::as_str)))
             },
+            &["orders"],
         )
         .add_sink("inner", "inner", StringSerde, StringSerde, &["inner-join"])
         .add_sink("left", "left", StringSerde, StringSerde, &["left-join"])
@@ -186,10 +186,10 @@ fn the_builder_names_global_table_mistakes_and_the_driver_refuses_an_unknown_one
         .add_processor("p", noop, &["orders"])
         .add_stream_global_table_join(
             "j",
-            &["orders"],
             &GlobalTableHandle::new("other", "other", StringSerde, StringSerde),
             code,
             |_: &String, v: &String, _: &String| Some(v.clone()),
+            &["orders"],
         )
         .add_table(&users)
         .add_global_table(&countries)

@@ -5,9 +5,9 @@
 
 use std::time::Duration;
 
-use super::{OutputRecord, TestRecord, TopologyTestDriver};
 use crate::processor::StoreHandle;
 use crate::serdes::{BytesSerde, StringSerde};
+use crate::testing::{OutputRecord, TestRecord, TopologyTestDriver};
 use crate::topology::windows::WindowStoreHandle;
 use crate::topology::{JoinWindows, StreamJoin, Topology};
 
@@ -60,7 +60,7 @@ fn driver(join: Join) -> Driver {
     let topology = Topology::builder()
         .add_source("views", &[LEFT], StringSerde, StringSerde)
         .add_source("clicks", &[RIGHT], StringSerde, StringSerde)
-        .add_stream_stream_join("join", &["views"], &["clicks"], join)
+        .add_stream_stream_join("join", join, &["views"], &["clicks"])
         .add_sink("out", OUT, StringSerde, StringSerde, &["join"])
         .build()
         .expect("valid topology");
@@ -286,7 +286,7 @@ fn the_builder_adds_both_buffers_with_changelogs_and_refuses_one_store_for_both_
     let topology = Topology::builder()
         .add_source("views", &[LEFT], StringSerde, StringSerde)
         .add_source("clicks", &[RIGHT], StringSerde, StringSerde)
-        .add_stream_stream_join("join", &["views"], &["clicks"], inner(w))
+        .add_stream_stream_join("join", inner(w), &["views"], &["clicks"])
         .add_sink("out", OUT, StringSerde, StringSerde, &["join"])
         .build()
         .expect("valid");
@@ -303,7 +303,7 @@ fn the_builder_adds_both_buffers_with_changelogs_and_refuses_one_store_for_both_
     let err = Topology::builder()
         .add_source("views", &[LEFT], StringSerde, StringSerde)
         .add_source("clicks", &[RIGHT], StringSerde, StringSerde)
-        .add_stream_stream_join("join", &["views"], &["clicks"], join)
+        .add_stream_stream_join("join", join, &["views"], &["clicks"])
         .build()
         .expect_err("one store for both sides");
     assert!(err.to_string().contains("each side needs its own"), "{err}");

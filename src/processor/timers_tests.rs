@@ -3,9 +3,9 @@
 
 use std::time::Duration;
 
-use super::{TestRecord, TopologyTestDriver, START_MS};
 use crate::processor::{Context, ProcessError, Processor, Record, Timer, TimerKind};
 use crate::serdes::StringSerde;
+use crate::testing::{TestRecord, TopologyTestDriver, START_MS};
 use crate::topology::{NodeContext, NodeProcessor, TimestampExtractor, Topology, TypedRecord};
 
 /// Schedules an event-time timer per record at `event time + delay`, keyed by the value; the

@@ -1,0 +1,273 @@
+//! The small values that carry serdes and names into the DSL: [`Consumed`] (a source topic),
+//! [`Produced`] (a sink topic), [`Grouped`] (a repartition topic) and [`Materialized`] (a
+//! store and its changelog). Each topic's serdes are given once, where its bytes are made.
+
+use std::sync::Arc;
+
+use crate::serdes::Serde;
+use crate::topology::TimestampExtractor;
+
+/// How a source topic is read: its key and value serdes, the source node's name, and how its
+/// event time is read (Kafka Streams' `Consumed`).
+pub struct Consumed<K, V> {
+    pub(crate) keys: Arc<dyn Serde<K>>,
+    pub(crate) values: Arc<dyn Serde<V>>,
+    pub(crate) name: Option<String>,
+    pub(crate) extractor: Option<TimestampExtractor>,
+}
+
+impl<K, V> Consumed<K, V> {
+    /// Keys read with `keys`, values with `values`; the Kafka timestamp is the event time.
+    pub fn with(keys: impl Serde<K> + 'static, values: impl Serde<V> + 'static) -> Self {
+        Self {
+            keys: Arc::new(keys),
+            values: Arc::new(values),
+            name: None,
+            extractor: None,
+        }
+    }
+
+    /// Names the source node (instead of `KSTREAM-SOURCE-<n>`).
+    pub fn named(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+
+    /// Reads the event time with `extractor` instead of the Kafka timestamp (windows and
+    /// timers follow it).
+    pub fn with_timestamp_extractor(mut self, extractor: TimestampExtractor) -> Self {
+        self.extractor = Some(extractor);
+        self
+    }
+}
+
+/// Shares the serdes (cheap: they are reference-counted).
+impl<K, V> Clone for Consumed<K, V> {
+    fn clone(&self) -> Self {
+        Self {
+            keys: self.keys.clone(),
+            values: self.values.clone(),
+            name: self.name.clone(),
+            extractor: self.extractor.clone(),
+        }
+    }
+}
+
+impl<K, V> std::fmt::Debug for Consumed<K, V> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Consumed")
+            .field("name", &self.name)
+            .finish()
+    }
+}
+
+/// How a sink topic is written: its key and value serdes and the sink node's name (Kafka
+/// Streams' `Produced`). Records are partitioned by their key bytes, as every output.
+pub struct Produced<K, V> {
+    pub(crate) keys: Arc<dyn Serde<K>>,
+    pub(crate) values: Arc<dyn Serde<V>>,
+    pub(crate) name: Option<String>,
+}
+
+impl<K, V> Produced<K, V> {
+    /// Keys written with `keys`, values with `values`.
+    pub fn with(keys: impl Serde<K> + 'static, values: impl Serde<V> + 'static) -> Self {
+        Self {
+            keys: Arc::new(keys),
+            values: Arc::new(values),
+            name: None,
+        }
+    }
+
+    /// Names the sink node (instead of `KSTREAM-SINK-<n>`).
+    pub fn named(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+}
+
+/// Shares the serdes (cheap: they are reference-counted).
+impl<K, V> Clone for Produced<K, V> {
+    fn clone(&self) -> Self {
+        Self {
+            keys: self.keys.clone(),
+            values: self.values.clone(),
+            name: self.name.clone(),
+        }
+    }
+}
+
+impl<K, V> std::fmt::Debug for Produced<K, V> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Produced")
+            .field("name", &self.name)
+            .finish()
+    }
+}
+
+/// How records are re-keyed through a repartition topic: the serdes of the new key and the
+/// value, and the repartition's name (Kafka Streams' `Grouped` / `Repartitioned`). The topic
+/// is `<application id>-<name>-repartition`; unnamed, `<name>` is `KSTREAM-REPARTITION-<n>`.
+pub struct Grouped<K, V> {
+    pub(crate) keys: Arc<dyn Serde<K>>,
+    pub(crate) values: Arc<dyn Serde<V>>,
+    pub(crate) name: Option<String>,
+}
+
+impl<K, V> Grouped<K, V> {
+    /// The repartition topic's keys written with `keys`, values with `values`.
+    pub fn with(keys: impl Serde<K> + 'static, values: impl Serde<V> + 'static) -> Self {
+        Self {
+            keys: Arc::new(keys),
+            values: Arc::new(values),
+            name: None,
+        }
+    }
+
+    /// Names the repartition (its topic is `<application id>-<name>-repartition`): a name
+    /// that stays when the topology changes.
+    pub fn named(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+}
+
+/// Shares the serdes (cheap: they are reference-counted).
+impl<K, V> Clone for Grouped<K, V> {
+    fn clone(&self) -> Self {
+        Self {
+            keys: self.keys.clone(),
+            values: self.values.clone(),
+            name: self.name.clone(),
+        }
+    }
+}
+
+impl<K, V> std::fmt::Debug for Grouped<K, V> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Grouped").field("name", &self.name).finish()
+    }
+}
+
+/// The store an aggregation keeps its state in: its key and value serdes and its name
+/// (Kafka Streams' `Materialized`). The store is a named RocksDB store per partition with its
+/// own compacted changelog `<application id>-<name>-changelog`, written in the transaction
+/// of the input that changed it: the state survives crashes and moves with its partition.
+/// Unnamed, the store is `KSTREAM-AGGREGATE-STATE-STORE-<n>` (or `…-REDUCE-…`).
+pub struct Materialized<K, V> {
+    pub(crate) keys: Arc<dyn Serde<K>>,
+    pub(crate) values: Arc<dyn Serde<V>>,
+    pub(crate) name: Option<String>,
+}
+
+impl<K: 'static, V: 'static> Materialized<K, V> {
+    /// The key-value store this names (else `prefix` + `STATE-STORE-` + the builder's next
+    /// number), and what attaches it to the node that writes it.
+    pub(crate) fn key_value_store(
+        self,
+        builder: &super::StreamsBuilder,
+        prefix: &str,
+    ) -> (crate::processor::StoreHandle<K, V>, super::stream::Attach) {
+        let Materialized { keys, values, name } = self;
+        let name = name.unwrap_or_else(|| builder.next_name(&format!("{prefix}STATE-STORE-")));
+        let store = crate::processor::StoreHandle::new(name, keys, values);
+        let attached = store.clone();
+        let attach: super::stream::Attach = Box::new(move |b, node| {
+            b.add_state_store(&attached, &[node]);
+        });
+        (store, attach)
+    }
+}
+
+impl<K, V> Materialized<K, V> {
+    /// A store whose keys use `keys` and values `values`.
+    pub fn with(keys: impl Serde<K> + 'static, values: impl Serde<V> + 'static) -> Self {
+        Self {
+            keys: Arc::new(keys),
+            values: Arc::new(values),
+            name: None,
+        }
+    }
+
+    /// Names the store (Kafka Streams' `Materialized.as(name)`): its changelog is
+    /// `<application id>-<name>-changelog`, and the name stays when the topology changes.
+    pub fn named(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+}
+
+/// Shares the serdes (cheap: they are reference-counted).
+impl<K, V> Clone for Materialized<K, V> {
+    fn clone(&self) -> Self {
+        Self {
+            keys: self.keys.clone(),
+            values: self.values.clone(),
+            name: self.name.clone(),
+        }
+    }
+}
+
+impl<K, V> std::fmt::Debug for Materialized<K, V> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Materialized")
+            .field("name", &self.name)
+            .finish()
+    }
+}
+
+/// The stores a stream-stream join buffers each side in (Kafka Streams' `StreamJoined`): the
+/// key serde, this side's and the other side's value serdes, and the name the stores are
+/// named after: `<name>-this-join-store` and `<name>-other-join-store`, each a windowed store
+/// with its changelog `<application id>-<store>-changelog`. Unnamed, `<name>` is the join's
+/// node name (`KSTREAM-JOIN-<n>`, …): name it in an application that will change.
+pub struct StreamJoined<K, V1, V2> {
+    pub(crate) keys: Arc<dyn Serde<K>>,
+    pub(crate) values: Arc<dyn Serde<V1>>,
+    pub(crate) other_values: Arc<dyn Serde<V2>>,
+    pub(crate) name: Option<String>,
+}
+
+impl<K, V1, V2> StreamJoined<K, V1, V2> {
+    /// Keys stored with `keys`, this side's values with `values`, the other side's with
+    /// `other_values`.
+    pub fn with(
+        keys: impl Serde<K> + 'static,
+        values: impl Serde<V1> + 'static,
+        other_values: impl Serde<V2> + 'static,
+    ) -> Self {
+        Self {
+            keys: Arc::new(keys),
+            values: Arc::new(values),
+            other_values: Arc::new(other_values),
+            name: None,
+        }
+    }
+
+    /// Names the join's stores `<name>-this-join-store` and `<name>-other-join-store`
+    /// (Kafka Streams' `withStoreName`).
+    pub fn named(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+}
+
+/// Shares the serdes (cheap: they are reference-counted).
+impl<K, V1, V2> Clone for StreamJoined<K, V1, V2> {
+    fn clone(&self) -> Self {
+        Self {
+            keys: self.keys.clone(),
+            values: self.values.clone(),
+            other_values: self.other_values.clone(),
+            name: self.name.clone(),
+        }
+    }
+}
+
+impl<K, V1, V2> std::fmt::Debug for StreamJoined<K, V1, V2> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StreamJoined")
+            .field("name", &self.name)
+            .finish()
+    }
+}
