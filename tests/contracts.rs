@@ -14,7 +14,7 @@ use eosflow::internals::codec::registry::Registry;
 use eosflow::internals::codec::{Catalog, Decoder, Payload};
 use eosflow::internals::kafka::reader::read_all;
 use eosflow::internals::retry::tooling::{self, Selector};
-use eosflow::processor::{Context, ProcessError, Processor, Record};
+use eosflow::processor::{Context, ProcessError, Processor, ProcessorSpec, Record};
 use rdkafka::Message;
 use serde_json::Value as Json;
 use support::pipeline::{Instance, Pipeline};
@@ -218,11 +218,6 @@ impl Processor for OrdersProbe {
         );
         Ok(())
     }
-
-    /// The Pipeline helper declares `<app>-count-changelog`.
-    fn store_name(&self) -> &str {
-        "count"
-    }
 }
 
 /// A record to produce: key, value, headers.
@@ -379,10 +374,12 @@ fn contracts_each_bad_input_class_lands_in_the_dlt_with_its_reason_and_good_reco
     c.retry.jitter_percent = 0;
     let inst = Instance::start(
         &c,
-        OrdersProbe {
+        // The Pipeline helper declares `<app>-count-changelog`.
+        ProcessorSpec::new(OrdersProbe {
             decoder,
             output: p.output.clone(),
-        },
+        })
+        .store_name("count"),
     );
     let outputs = support::wait_for("9 good outputs", Duration::from_secs(60), || {
         let mut out = Vec::new();

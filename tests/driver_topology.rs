@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use eosflow::processor::{ProcessError, StoreHandle};
 use eosflow::serdes::{I64Serde, JsonSerde, StringSerde};
 use eosflow::testing::{TestRecord, TopologyTestDriver};
-use eosflow::topology::{NodeContext, Topology, TypedRecord};
+use eosflow::topology::{ProcessorContext, Topology, TypedRecord};
 
 /// Per key: the running total (`totals`) and every amount under `<key>/<seq>` (`events`);
 /// outputs `(key, [total, events of the key, sum of the key's events])`. The amount `-1` fails
@@ -17,7 +17,8 @@ fn totals_topology(
     let totals = StoreHandle::new("totals", StringSerde, I64Serde);
     let events = StoreHandle::new("events", StringSerde, I64Serde);
     let (t, e) = (totals.clone(), events.clone());
-    let sum = move |ctx: &mut NodeContext<'_, '_>, r: TypedRecord<String, i64>| {
+    let sum = move |ctx: &mut ProcessorContext<'_, '_, '_, String, Vec<i64>>,
+                    r: TypedRecord<String, i64>| {
         let key = r.key.ok_or_else(|| ProcessError::permanent("no key"))?;
         let amount = r
             .value
@@ -196,7 +197,8 @@ fn range_and_prefix_scans_merge_the_calls_writes_and_deletes_over_committed_keys
     let store = StoreHandle::new("kv", StringSerde, StringSerde);
     let s = store.clone();
     // "put k v" writes, "del k" deletes, "scan a c" outputs the keys in [a, c) as one line.
-    let node = move |ctx: &mut NodeContext<'_, '_>, r: TypedRecord<String, String>| {
+    let node = move |ctx: &mut ProcessorContext<'_, '_, '_, String, String>,
+                     r: TypedRecord<String, String>| {
         let line = r.value.unwrap_or_default();
         let words: Vec<&str> = line.split(' ').collect();
         let mut kv = ctx.store(&s)?;
@@ -252,7 +254,8 @@ fn range_and_prefix_scans_merge_the_calls_writes_and_deletes_over_committed_keys
 fn running_total() -> (Topology, StoreHandle<String, i64>) {
     let totals = StoreHandle::new("totals", StringSerde, I64Serde);
     let t = totals.clone();
-    let sum = move |ctx: &mut NodeContext<'_, '_>, r: TypedRecord<String, i64>| {
+    let sum = move |ctx: &mut ProcessorContext<'_, '_, '_, String, i64>,
+                    r: TypedRecord<String, i64>| {
         let key = r.key.ok_or_else(|| ProcessError::permanent("no key"))?;
         let mut s = ctx.store(&t)?;
         let total = s.get(&key)?.unwrap_or(0) + r.value.unwrap_or(0);

@@ -276,15 +276,15 @@ fn kill_9_of_the_order_processor_mid_sagas_still_ends_every_saga_exactly_once() 
     let services = [
         Instance::start(
             &cfg(Topology::Stock),
-            StockService::new(topics.clone(), rates),
+            StockService::new(topics.clone(), rates).spec(),
         ),
         Instance::start(
             &cfg(Topology::Payment),
-            PaymentService::new(topics.clone(), rates),
+            PaymentService::new(topics.clone(), rates).spec(),
         ),
         Instance::start(
             &cfg(Topology::Customers),
-            CustomersProcessor::new(topics.clone()),
+            CustomersProcessor::new(topics.clone()).spec(),
         ),
     ];
     let log = state.join("orders.log");
@@ -453,7 +453,7 @@ fn kill_9_while_saga_timeouts_are_pending_fires_each_timeout_exactly_once() {
     base.processor.session_timeout_ms = 6000;
     let read_model = Instance::start(
         &orders::configure(&base, Topology::Customers, &topics),
-        CustomersProcessor::new(topics.clone()),
+        CustomersProcessor::new(topics.clone()).spec(),
     );
     let timeout_ms = "10000";
     let spawn = || {

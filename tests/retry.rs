@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use eosflow::config::Config;
 use eosflow::internals::kafka::reader::read_all;
 use eosflow::internals::retry::tooling::{self, DeadLetter, Selector};
-use eosflow::processor::{Context, ProcessError, Processor, Record};
+use eosflow::processor::{Application, Context, ProcessError, Processor, ProcessorSpec, Record};
 use eosflow_verify::count::{CountOutput, CountProcessor};
 use rdkafka::Message;
 use support::pipeline::{produce, Instance, Pipeline};
@@ -299,9 +299,6 @@ impl Processor for Dependent {
         }
         self.inner.process(ctx, r)
     }
-    fn store_name(&self) -> &str {
-        "count"
-    }
 }
 
 #[test]
@@ -311,10 +308,11 @@ fn redriving_a_dead_letter_twice_yields_one_output() {
     produce(&p.input, "a", "dep", "d1");
     let inst = Instance::start(
         &config(&p, &[200, 200]),
-        Dependent {
+        ProcessorSpec::new(Dependent {
             healthy: healthy.clone(),
             inner: CountProcessor::new(&p.output),
-        },
+        })
+        .store_name("count"),
     );
     support::wait_for("the DLT record", Duration::from_secs(30), || {
         (!dead_letters(&p).is_empty()).then_some(())

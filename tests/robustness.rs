@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use eosflow::internals::processor::Runtime;
 use eosflow::kafka::topics::{self, TopicSpec};
-use eosflow::processor::{Context, ProcessError, Processor, Record};
+use eosflow::processor::{Application, Context, ProcessError, Processor, ProcessorSpec, Record};
 use eosflow_verify::count::CountProcessor;
 use eosflow_verify::Workload;
 
@@ -82,9 +82,6 @@ fn outputs_that_can_never_be_written_are_dead_lettered_and_the_partition_moves_o
             }
             Ok(())
         }
-        fn store_name(&self) -> &str {
-            "count"
-        }
     }
 
     let p = Pipeline::new("rb-unwritable", 2);
@@ -102,12 +99,13 @@ fn outputs_that_can_never_be_written_are_dead_lettered_and_the_partition_moves_o
     support::pipeline::produce_range(&p.input, &w, 150..300);
     let inst = Instance::start(
         &p.config("a"),
-        Hostile {
+        ProcessorSpec::new(Hostile {
             inner: CountProcessor::new(&p.output),
             output: p.output.clone(),
             missing: format!("{}.does-not-exist", p.app),
             small: small.clone(),
-        },
+        })
+        .store_name("count"),
     );
     // On the old loop this never drains: the batch aborts and is read again forever.
     p.wait_drained(Duration::from_secs(120));
@@ -195,9 +193,6 @@ fn a_handler_slower_than_the_transaction_timeout_does_not_stop_the_instance() {
             }
             self.inner.process(ctx, r)
         }
-        fn store_name(&self) -> &str {
-            "count"
-        }
     }
 
     let p = Pipeline::new("rb-slow", 1);
@@ -210,11 +205,12 @@ fn a_handler_slower_than_the_transaction_timeout_does_not_stop_the_instance() {
     // panics on the runtime's error.
     let inst = Instance::start(
         &cfg,
-        Sleepy {
+        ProcessorSpec::new(Sleepy {
             inner: CountProcessor::new(&p.output),
             slow_id: Workload::id(100),
             slept: false,
-        },
+        })
+        .store_name("count"),
     );
     p.wait_drained(Duration::from_secs(120));
     let summary = inst.stop();

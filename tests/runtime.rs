@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use eosflow::internals::kafka::reader::read_all;
 use eosflow::internals::processor::Runtime;
-use eosflow::processor::{Context, ProcessError, Processor, Record};
+use eosflow::processor::{Application, Context, ProcessError, Processor, ProcessorSpec, Record};
 use eosflow_verify::check::read_state;
 use eosflow_verify::count::CountProcessor;
 use eosflow_verify::Workload;
@@ -35,9 +35,6 @@ fn aborted_batches_leave_no_trace_and_are_processed_again_exactly_once() {
             }
             self.inner.process(ctx, r)
         }
-        fn store_name(&self) -> &str {
-            "count"
-        }
     }
 
     let p = Pipeline::new("rt-abort", 2);
@@ -54,10 +51,11 @@ fn aborted_batches_leave_no_trace_and_are_processed_again_exactly_once() {
     cfg.processor.commit_interval_ms = 500;
     let inst = Instance::start(
         &cfg,
-        AbortOnce {
+        ProcessorSpec::new(AbortOnce {
             inner: CountProcessor::new(&p.output),
             failed: false,
-        },
+        })
+        .store_name("count"),
     );
     p.wait_drained(Duration::from_secs(90));
     let summary = inst.stop();

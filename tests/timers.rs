@@ -20,7 +20,7 @@ use eosflow::internals::processor::Runtime;
 use eosflow::kafka::topics::{self, TopicSpec};
 use eosflow::processor::{ProcessError, Timer};
 use eosflow::serdes::StringSerde;
-use eosflow::topology::{NodeContext, NodeProcessor, Topology, TypedRecord};
+use eosflow::topology::{ProcessorContext, StreamProcessor, Topology, TypedRecord};
 use eosflow_verify::group_lag;
 use rdkafka::Message;
 use support::pipeline::Instance;
@@ -35,10 +35,10 @@ const WALL_DELAY_MS: i64 = 3_000;
 /// `fired:<due>` keyed by the timer's key (`<record key>/<value>`, `/w` for wall-clock).
 struct Reminders;
 
-impl NodeProcessor<String, String> for Reminders {
+impl StreamProcessor<String, String, String, String> for Reminders {
     fn process(
         &mut self,
-        ctx: &mut NodeContext<'_, '_>,
+        ctx: &mut ProcessorContext<'_, '_, '_, String, String>,
         r: TypedRecord<String, String>,
     ) -> Result<(), ProcessError> {
         let key = r.key.unwrap_or_default();
@@ -57,7 +57,11 @@ impl NodeProcessor<String, String> for Reminders {
         Ok(())
     }
 
-    fn on_timer(&mut self, ctx: &mut NodeContext<'_, '_>, t: &Timer) -> Result<(), ProcessError> {
+    fn on_timer(
+        &mut self,
+        ctx: &mut ProcessorContext<'_, '_, '_, String, String>,
+        t: &Timer,
+    ) -> Result<(), ProcessError> {
         let key = String::from_utf8_lossy(&t.key).to_string();
         ctx.forward(TypedRecord::new(
             Some(key),
@@ -393,17 +397,21 @@ fn timers_move_with_their_partition_to_another_instance_and_fire_once() {
 /// Sends a timer of key `bad` to a sink whose topic does not exist, the others to `out`.
 struct Misrouted;
 
-impl NodeProcessor<String, String> for Misrouted {
+impl StreamProcessor<String, String, String, String> for Misrouted {
     fn process(
         &mut self,
-        ctx: &mut NodeContext<'_, '_>,
+        ctx: &mut ProcessorContext<'_, '_, '_, String, String>,
         r: TypedRecord<String, String>,
     ) -> Result<(), ProcessError> {
         let t = ctx.event_time_ms().unwrap_or_default();
         ctx.schedule_event_time(r.key.unwrap_or_default().as_bytes(), t + DELAY_MS)
     }
 
-    fn on_timer(&mut self, ctx: &mut NodeContext<'_, '_>, t: &Timer) -> Result<(), ProcessError> {
+    fn on_timer(
+        &mut self,
+        ctx: &mut ProcessorContext<'_, '_, '_, String, String>,
+        t: &Timer,
+    ) -> Result<(), ProcessError> {
         let key = String::from_utf8_lossy(&t.key).to_string();
         let sink = if key == "bad" { "nowhere" } else { "out" };
         ctx.forward_to(

@@ -9,10 +9,11 @@ use std::time::Duration;
 use eosflow::internals::processor::Runtime;
 use eosflow::kafka::topics::{self, TopicSpec};
 use eosflow::serdes::StringSerde;
-use eosflow::topology::{NodeContext, Topology, TypedRecord};
+use eosflow::topology::{ProcessorContext, Topology, TypedRecord};
 
 fn two_input_topology(a: &str, b: &str) -> Topology {
-    let noop = |_: &mut NodeContext<'_, '_>, _: TypedRecord<String, String>| Ok(());
+    let noop = |_: &mut ProcessorContext<'_, '_, '_, String, String>,
+                _: TypedRecord<String, String>| Ok(());
     Topology::builder()
         .add_source("in", &[a, b], StringSerde, StringSerde)
         .add_processor("p", noop, &["in"])

@@ -21,7 +21,7 @@ use eosflow::internals::state::Column;
 use eosflow::kafka::topics::{self, TopicSpec};
 use eosflow::processor::{ProcessError, StoreHandle};
 use eosflow::serdes::{I64Serde, StringSerde};
-use eosflow::topology::{NodeContext, Topology, TypedRecord};
+use eosflow::topology::{ProcessorContext, Topology, TypedRecord};
 use eosflow_verify::{group_lag, Workload};
 use rdkafka::Message;
 
@@ -35,7 +35,8 @@ fn topology(input: &str, output: &str) -> Topology {
     let totals = StoreHandle::new("totals", StringSerde, I64Serde);
     let log = StoreHandle::new("log", StringSerde, I64Serde);
     let (t, l) = (totals.clone(), log.clone());
-    let node = move |ctx: &mut NodeContext<'_, '_>, r: TypedRecord<String, String>| {
+    let node = move |ctx: &mut ProcessorContext<'_, '_, '_, String, String>,
+                     r: TypedRecord<String, String>| {
         let key = r.key.ok_or_else(|| ProcessError::permanent("no key"))?;
         let amount: i64 = r
             .value

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use eosflow::internals::kafka::reader::read_all;
-use eosflow::processor::{Context, ProcessError, Processor, Record, StoreHandle};
+use eosflow::processor::{Context, ProcessError, Processor, ProcessorSpec, Record, StoreHandle};
 use eosflow::serdes::{I64Serde, StringSerde};
 use eosflow_verify::Workload;
 use rdkafka::Message;
@@ -24,12 +24,17 @@ struct TwoStores {
 }
 
 impl TwoStores {
-    fn new(output: &str) -> Self {
-        Self {
+    /// The processor with its wiring: the default store named `count` (the Pipeline helper's
+    /// changelog) and the two named stores.
+    fn new(output: &str) -> ProcessorSpec<Self> {
+        ProcessorSpec::new(Self {
             output: output.to_string(),
             totals: StoreHandle::new("totals", StringSerde, I64Serde),
             events: StoreHandle::new("events", StringSerde, I64Serde),
-        }
+        })
+        .store_name("count")
+        .store("totals")
+        .store("events")
     }
 }
 
@@ -62,12 +67,6 @@ impl Processor for TwoStores {
             vec![],
         );
         Ok(())
-    }
-    fn store_name(&self) -> &str {
-        "count"
-    }
-    fn stores(&self) -> Vec<String> {
-        vec!["totals".into(), "events".into()]
     }
 }
 

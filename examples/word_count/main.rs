@@ -1,8 +1,10 @@
-//! Word count on the topology builder: per author, how often each word was written and how many
-//! lines in the last seven days — two named stores, a prefix scan and a range scan, exactly once.
-//! Lines come in on `word-count.lines` (key = author, value = a line of text); after each line the
-//! author's summary goes to `word-count.summaries`. The guide `docs/write-your-own-topology.md`
-//! walks through this file and `tests.rs` (its unit tests, in the test driver, no broker).
+//! Word count with the streams DSL: per author, how often each word was written and how many
+//! lines in the last seven days — a processor with two named stores, a prefix scan and a range
+//! scan, exactly once. Lines come in on `word-count.lines` (key = author, value = a line of
+//! text); after each line the author's summary goes to `word-count.summaries`. The guide
+//! `docs/write-your-own-topology.md` walks through this file and `tests.rs` (its unit tests, in
+//! the test driver, no broker). `topology_by_hand` is the same topology on the lower-level
+//! builder.
 //!
 //! ```text
 //! eval "$(dev/stack env)"
@@ -14,11 +16,12 @@ mod tests;
 
 use std::time::Duration;
 
-use eosflow::kafka::topics::{self, CoPartitioned, TopicSpec};
+use eosflow::dsl::{Consumed, Produced, Stores, StreamsBuilder};
+use eosflow::kafka::topics;
 use eosflow::kafka::KafkaClients;
 use eosflow::processor::{ProcessError, StoreHandle};
 use eosflow::serdes::{I64Serde, StringSerde};
-use eosflow::topology::{NodeContext, Topology, TopologyError, TypedRecord};
+use eosflow::topology::{ProcessorContext, StreamProcessor, Topology, TopologyError, TypedRecord};
 
 /// Input: key = author, value = one line of text.
 const LINES: &str = "word-count.lines";
@@ -36,8 +39,26 @@ fn stores() -> (StoreHandle<String, i64>, StoreHandle<String, i64>) {
 /// lines → count (both stores) → summaries.
 fn topology() -> Result<Topology, TopologyError> {
     let (words, days) = stores();
+    let builder = StreamsBuilder::new();
+    builder
+        .stream(LINES, Consumed::with(StringSerde, StringSerde))
+        .process(
+            count(&words, &days),
+            Stores::new().store(&words).store(&days),
+        )
+        .to(SUMMARIES, Produced::with(StringSerde, StringSerde));
+    builder.build()
+}
+
+/// Takes `(author, line)`, updates the author's two stores and forwards `(author, summary)`.
+fn count(
+    words: &StoreHandle<String, i64>,
+    days: &StoreHandle<String, i64>,
+) -> impl StreamProcessor<String, String, String, String> {
     let (w, d) = (words.clone(), days.clone());
-    let count = move |ctx: &mut NodeContext<'_, '_>, line: TypedRecord<String, String>| {
+    move |ctx: &mut ProcessorContext<'_, '_, '_, String, String>,
+          line: TypedRecord<String, String>|
+          -> Result<(), ProcessError> {
         let author = line
             .key
             .ok_or_else(|| ProcessError::permanent("a line needs an author"))?;
@@ -73,10 +94,15 @@ fn topology() -> Result<Topology, TopologyError> {
         );
         ctx.forward(TypedRecord::new(Some(author), Some(summary)));
         Ok(())
-    };
+    }
+}
+
+/// The same topology on the lower-level builder: nodes wired by name.
+fn topology_by_hand() -> Result<Topology, TopologyError> {
+    let (words, days) = stores();
     Topology::builder()
-        .add_source("lines", &[LINES], StringSerde, StringSerde)
-        .add_processor("count", count, &["lines"])
+        .add_source("lines", LINES, StringSerde, StringSerde)
+        .add_processor("count", count(&words, &days), &["lines"])
         .add_state_store(&words, &["count"])
         .add_state_store(&days, &["count"])
         .add_sink("summaries", SUMMARIES, StringSerde, StringSerde, &["count"])
@@ -87,16 +113,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     eosflow::init_logging();
     let mut config = eosflow::Config::load(None)?;
     config.app.id = "word-count".into();
-    let topology = topology()?;
-    // The input and output are ours to declare; the topology derives its retry levels, DLT
-    // and one compacted changelog per store. All share one partition count.
-    let mut specs = vec![TopicSpec::new(LINES, 4, "delete")];
-    specs.extend(topology.internal_topics(&config, 4));
-    let group = CoPartitioned {
-        name: config.app.id.clone(),
-        topics: specs.iter().map(|s| s.name.clone()).collect(),
+    // `-- by-hand` (after `plan` or `apply`, or alone) runs the builder's version instead.
+    let by_hand = std::env::args().any(|arg| arg == "by-hand");
+    let topology = if by_hand {
+        topology_by_hand()?
+    } else {
+        topology()?
     };
-    specs.push(TopicSpec::new(SUMMARIES, 4, "delete"));
+    // Every topic it reads or writes — the input, its retry levels and DLT, one compacted
+    // changelog per store, the output — with 4 partitions, and the group sharing one count.
+    let (specs, group) = topology.topics(&config, 4);
     let clients = KafkaClients::new(config.kafka.clone());
     let timeout = Duration::from_secs(30);
     match std::env::args().nth(1).as_deref() {

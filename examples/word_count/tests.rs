@@ -6,9 +6,11 @@ use std::time::Duration;
 use eosflow::processor::{ProcessError, Timer};
 use eosflow::serdes::StringSerde;
 use eosflow::testing::{DriverError, TestRecord, TopologyTestDriver};
-use eosflow::topology::{NodeContext, NodeProcessor, TimestampExtractor, Topology, TypedRecord};
+use eosflow::topology::{
+    ProcessorContext, StreamProcessor, TimestampExtractor, Topology, TypedRecord,
+};
 
-use super::{stores, topology, DAY_MS, LINES, SUMMARIES};
+use super::{stores, topology, topology_by_hand, DAY_MS, LINES, SUMMARIES};
 
 type Driver = TopologyTestDriver<Topology>;
 
@@ -52,6 +54,30 @@ fn each_line_updates_its_authors_counts() -> Result<(), Box<dyn std::error::Erro
     assert_eq!(driver.store_get(&words, &"alice/the".to_string())?, Some(3));
     let alice = driver.store_prefix(&words, &"alice/".to_string())?;
     assert_eq!(alice.len(), 5);
+    Ok(())
+}
+
+#[test]
+fn the_dsl_and_the_builder_give_the_same_topology() -> Result<(), Box<dyn std::error::Error>> {
+    let mut outputs = Vec::new();
+    for built in [topology()?, topology_by_hand()?] {
+        assert_eq!(
+            built.changelog_topics("wc"),
+            [
+                "wc-state-changelog",
+                "wc-words-changelog",
+                "wc-days-changelog"
+            ]
+        );
+        let mut driver = TopologyTestDriver::new(built)?;
+        write(&mut driver, "alice", "the cat and the hat")?;
+        write(&mut driver, "bob", "hello")?;
+        driver.advance_wall_clock(Duration::from_secs(2 * 86_400))?;
+        write(&mut driver, "alice", "The end")?;
+        outputs.push(summaries(&mut driver)?);
+    }
+    assert_eq!(outputs[0].len(), 3);
+    assert_eq!(outputs[0], outputs[1]);
     Ok(())
 }
 
@@ -138,10 +164,10 @@ fn every_rust_block_of_the_guide_is_part_of_this_example() {
 /// Tells an author who wrote nothing for a day of event time that they went quiet.
 struct Quiet;
 
-impl NodeProcessor<String, String> for Quiet {
+impl StreamProcessor<String, String, String, String> for Quiet {
     fn process(
         &mut self,
-        ctx: &mut NodeContext<'_, '_>,
+        ctx: &mut ProcessorContext<'_, '_, '_, String, String>,
         line: TypedRecord<String, String>,
     ) -> Result<(), ProcessError> {
         let author = line
@@ -154,7 +180,7 @@ impl NodeProcessor<String, String> for Quiet {
 
     fn on_timer(
         &mut self,
-        ctx: &mut NodeContext<'_, '_>,
+        ctx: &mut ProcessorContext<'_, '_, '_, String, String>,
         timer: &Timer,
     ) -> Result<(), ProcessError> {
         let author = String::from_utf8_lossy(&timer.key).to_string();

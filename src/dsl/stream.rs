@@ -139,7 +139,7 @@ impl<'b, K: Data, V: Data> KStream<'b, K, V> {
             Ok(())
         };
         let add: AddFn = Box::new(move |b, w| {
-            b.add_processor(w.name, node, &w.parents);
+            b.add_node(w.name, node, &w.parents);
             b.forwards::<K2, V2>(w.name);
             if let Some(attach) = attach {
                 attach(b, w.name);
@@ -522,7 +522,7 @@ impl<'b, K: Data, V: Data> KStream<'b, K, V> {
             Ok(())
         };
         let add: AddFn = Box::new(move |b, w| {
-            b.add_processor(w.name, node, &w.parents);
+            b.add_node(w.name, node, &w.parents);
             b.forwards::<K, V>(w.name);
         });
         let id = self
@@ -737,7 +737,7 @@ impl<'b, K: Data, V: Data> BranchedKStream<'b, K, V> {
                 }
                 Ok(())
             };
-            b.add_processor(w.name, node, &w.parents);
+            b.add_node(w.name, node, &w.parents);
             b.forwards::<K, V>(w.name);
         });
         let id = builder.push("", Some(split), vec![stream.id], add);
@@ -748,7 +748,7 @@ impl<'b, K: Data, V: Data> BranchedKStream<'b, K, V> {
                     Ok(())
                 };
                 let add: AddFn = Box::new(move |b, w| {
-                    b.add_processor(w.name, pass, &w.parents);
+                    b.add_node(w.name, pass, &w.parents);
                     b.forwards::<K, V>(w.name);
                 });
                 let branch = builder.push("KSTREAM-BRANCHCHILD-", None, vec![id], add);

@@ -5,9 +5,53 @@ use super::timers::{Lane, Layers, Timer, TimerKind};
 pub use crate::record::{Emit, ProcessError, Record};
 use crate::state::{Column, Overlay, Store};
 
-/// What a handler implements. One instance serves every partition of the runtime; per-key
-/// data belongs in the context's state, which moves with the partition.
+/// What you implement for a handler over raw records (Kafka Streams' `Processor`, one level
+/// below the [`crate::dsl`]): what handles records and timers, nothing else. One instance serves
+/// every partition of its thread; per-key data belongs in the context's state, which moves with
+/// the partition — never in the processor's fields, which a crash or a rebalance does not
+/// restore.
+///
+/// The wiring — the stores it opens, the tables it reads, the message id dedup remembers,
+/// whether a key's records wait behind a retried one, its event time — is declared beside it
+/// with a [`ProcessorSpec`](super::ProcessorSpec), not implemented: a processor without one runs with the defaults
+/// (the default store `state`, dedup by the `id` header, ordered, the Kafka timestamp).
+///
+/// ```
+/// use eosflow::processor::{Context, ProcessError, Processor, ProcessorSpec, Record};
+/// use eosflow::testing::{TestRecord, TopologyTestDriver};
+///
+/// /// Counts records per key and emits the running count.
+/// struct Count;
+///
+/// impl Processor for Count {
+///     fn process(&mut self, ctx: &mut Context<'_>, r: &Record<'_>) -> Result<(), ProcessError> {
+///         let key = r.key.ok_or_else(|| ProcessError::permanent("a count needs a key"))?;
+///         let n = match ctx.get(key)? {
+///             Some(b) => u64::from_le_bytes(b.try_into().map_err(|_| ProcessError::permanent("bad count"))?),
+///             None => 0,
+///         } + 1;
+///         ctx.put(key, n.to_le_bytes().to_vec());
+///         ctx.emit("counts", Some(key.to_vec()), Some(n.to_string().into_bytes()), vec![]);
+///         Ok(())
+///     }
+/// }
+///
+/// // Declared: its store is `counts` (changelog `<app>-counts-changelog`), no dedup.
+/// let app = ProcessorSpec::new(Count).store_name("counts").inputs(["clicks"]).no_dedup();
+/// let mut driver = TopologyTestDriver::new(app)?;
+/// driver.pipe(TestRecord::new("clicks", Some("a"), Some("x")))?;
+/// driver.pipe(TestRecord::new("clicks", Some("a"), Some("y")))?;
+/// let out: Vec<_> = driver.read_raw_output("counts").iter().map(|o| o.value_text()).collect();
+/// assert_eq!(out, ["1", "2"]);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub trait Processor: Send {
+    /// Called once before the first record, with the application id the processor runs under
+    /// (`app.id`): for what the processor derives from it. The default does nothing.
+    fn init(&mut self, app_id: &str) {
+        let _ = app_id;
+    }
+
     /// Handles one record. Returning an error (or panicking) discards this record's state writes
     /// and emits, and routes the record to its dead-letter topic in the same transaction.
     fn process(&mut self, ctx: &mut Context<'_>, record: &Record<'_>) -> Result<(), ProcessError>;
@@ -21,9 +65,34 @@ pub trait Processor: Send {
         Ok(())
     }
 
+    /// Called once when the thread running the processor stops (a clean shutdown or a fatal
+    /// error), after its last commit: for releasing what `init` opened. Not called on a crash,
+    /// so it must never hold state the next owner needs. The default does nothing.
+    fn close(&mut self) {}
+}
+
+/// What the runtime ([`crate::run`]) and the test driver run: handlers plus their wiring. It
+/// is implemented for every [`Processor`] (with the default wiring), for a [`ProcessorSpec`](super::ProcessorSpec)
+/// (a processor with its wiring declared) and for a [`crate::topology::Topology`]; you do not
+/// implement it. Its wiring methods are the runtime's questions, hidden from the docs.
+pub trait Application: Send {
+    /// Handles one record (see [`Processor::process`]).
+    fn process(&mut self, ctx: &mut Context<'_>, record: &Record<'_>) -> Result<(), ProcessError>;
+
+    /// Handles a due timer (see [`Processor::on_timer`]). The default does nothing.
+    fn on_timer(&mut self, ctx: &mut Context<'_>, timer: &Timer) -> Result<(), ProcessError> {
+        let _ = (ctx, timer);
+        Ok(())
+    }
+
+    /// The runtime stopped (see [`Processor::close`]).
+    #[doc(hidden)]
+    fn close(&mut self) {}
+
     /// The record's event time (ms since the epoch): what moves the partition's stream time,
     /// fires event-time timers and stamps the outputs the record causes. By default the
     /// record's Kafka timestamp; a topology applies its sources' timestamp extractors.
+    #[doc(hidden)]
     fn event_time(&self, record: &Record<'_>) -> Option<i64> {
         record.timestamp
     }
@@ -31,111 +100,124 @@ pub trait Processor: Send {
     /// [`Self::event_time`] checked against the supported range (years 1 to 9999,
     /// [`crate::topology::time::MIN_EVENT_TIME_MS`]): a record outside it is dead-lettered as
     /// `bad-timestamp` before it reaches [`Self::process`] or moves stream time, so no window,
-    /// join or timer arithmetic ever sees it. A topology names the source and extractor that
-    /// read the value; override only to name your own.
+    /// join or timer arithmetic ever sees it. The message names what read the value.
+    #[doc(hidden)]
     fn checked_event_time(
         &self,
         record: &Record<'_>,
     ) -> Result<Option<i64>, crate::topology::time::BadEventTime> {
         crate::topology::time::check_event_time(self.event_time(record), || {
-            "Processor::event_time (the Kafka timestamp by default)".to_string()
+            "the Kafka timestamp (ProcessorSpec::event_time not set)".to_string()
         })
     }
 
-    /// The id dedup remembers: by default the `id` header; override to name a business key.
-    /// `None` disables dedup for the record.
+    /// The id dedup remembers: by default the `id` header. `None` disables dedup for the record.
+    #[doc(hidden)]
     fn message_id(&self, record: &Record<'_>) -> Option<Vec<u8>> {
         record.header("id").map(<[u8]>::to_vec)
     }
 
-    /// Whether a key's later records must wait behind one in the retry ladder. Handlers whose
-    /// records commute (idempotent upserts, counters) return `false` and skip the parked set.
+    /// Whether a key's later records must wait behind one in the retry ladder.
+    #[doc(hidden)]
     fn ordered(&self) -> bool {
         true
     }
 
-    /// Names the store and so its changelog topic, `<app>-<store>-changelog`.
+    /// Names the default store and so its changelog topic, `<app>-<store>-changelog`.
+    #[doc(hidden)]
     fn store_name(&self) -> &str {
         "state"
     }
 
-    /// The named stores the handler opens with [`Context::store`], beside the default one:
-    /// each gets its own RocksDB store per partition and changelog `<app>-<name>-changelog`.
+    /// The named stores opened with [`Context::store`], beside the default one: each gets its
+    /// own RocksDB store per partition and changelog `<app>-<name>-changelog`.
+    #[doc(hidden)]
     fn stores(&self) -> Vec<String> {
         Vec::new()
     }
 
-    /// The tables the processor reads, as `(store name, topic)`: each topic is consumed with
-    /// the inputs (co-partitioned with them) and its records go straight into the store of
-    /// that name — never to the handler, the dedup store or the retry ladder; a null value
-    /// deletes the key. The topic is the store's changelog (no `<app>-<name>-changelog`): on
-    /// assignment the store is restored from it up to the group's committed offset. The
-    /// handler reads the store with [`Context::store`] and cannot write it. See
-    /// [`crate::topology::TableHandle`].
+    /// The tables read, as `(store name, topic)`: each topic is consumed with the inputs
+    /// (co-partitioned with them) and its records go straight into the store of that name —
+    /// never to the handler, the dedup store or the retry ladder; a null value deletes the
+    /// key. The topic is the store's changelog. See [`crate::topology::TableHandle`].
+    #[doc(hidden)]
     fn tables(&self) -> Vec<(String, String)> {
         Vec::new()
     }
 
-    /// The versioned tables among [`Processor::tables`], as `(store name, history)`: their
-    /// records are kept as versions within `history` of the table's newest timestamp, and
-    /// [`crate::processor::KeyValueStore::get_as_of`] reads them as of a time. See
-    /// [`crate::topology::TableHandle::versioned`].
+    /// The versioned tables among [`Application::tables`], as `(store name, history)`.
+    #[doc(hidden)]
     fn versioned_tables(&self) -> Vec<(String, std::time::Duration)> {
         Vec::new()
     }
 
-    /// The global tables the processor reads (see [`crate::topology::globals`]): each topic is
-    /// read whole into a local store before the instance joins its group, then kept current
-    /// by a thread of its own. A [`crate::topology::Topology`] lists its own; a plain processor
-    /// lists [`crate::topology::GlobalTableHandle::table`]s and reads them with
-    /// [`crate::topology::GlobalTableHandle::get`].
+    /// The global tables read (see [`crate::topology::globals`]): each topic is read whole
+    /// into a local store before the instance joins its group, then kept current by a thread
+    /// of its own.
+    #[doc(hidden)]
     fn global_tables(&self) -> Vec<crate::topology::GlobalTable> {
         Vec::new()
     }
 
-    /// The input topics, when the processor knows them (a [`crate::topology::Topology`]
-    /// does); `None` takes `processor.input_topics` from the configuration.
+    /// The input topics, when known; `None` takes `processor.input_topics` from the
+    /// configuration.
+    #[doc(hidden)]
     fn input_topics(&self) -> Option<Vec<String>> {
         None
     }
 
-    /// Tells the processor the application id it runs under, before anything else is asked
-    /// of it: a [`crate::topology::Topology`] names its repartition topics
-    /// `<app>-<name>-repartition` from it. The runtime and the test driver call it with the
-    /// configuration's `app.id`. The default does nothing.
+    /// Tells the application id it runs under, before anything else is asked: a topology
+    /// names its repartition topics `<app>-<name>-repartition` from it; a processor's
+    /// [`Processor::init`] gets it.
+    #[doc(hidden)]
     fn bind_application(&mut self, app_id: &str) {
         let _ = app_id;
     }
 
-    /// The topics the processor writes and reads back itself (a topology's repartition
-    /// topics, once bound): inputs too ([`Processor::input_topics`] lists them), and what
-    /// the test driver pipes back in as soon as they are written. None by default.
+    /// The topics written and read back (a topology's repartition topics, once bound).
+    #[doc(hidden)]
     fn repartition_topics(&self) -> Vec<String> {
         Vec::new()
     }
 
-    /// How many sub-topologies the processor has: a topology is split at its repartition
-    /// topics, and each sub-topology on each partition number is a task of its own (its own
-    /// stream time, timers and timestamp alignment). A plain processor is one.
+    /// How many sub-topologies: each sub-topology on each partition number is a task of its
+    /// own (its own stream time, timers and timestamp alignment). A processor is one.
     #[doc(hidden)]
     fn sub_topology_count(&self) -> usize {
         1
     }
 
-    /// The sub-topology reading `topic` (an input, a repartition topic or a table's topic; a
-    /// retry level counts as its input). `0` for a plain processor.
+    /// The sub-topology reading `topic`. `0` for a processor.
     #[doc(hidden)]
     fn sub_topology(&self, topic: &str) -> usize {
         let _ = topic;
         0
     }
 
-    /// The sub-topology writing the repartition topic `topic` (one of
-    /// [`Processor::repartition_topics`]), if the processor writes it.
+    /// The sub-topology writing the repartition topic `topic`, if any.
     #[doc(hidden)]
     fn repartition_writer(&self, topic: &str) -> Option<usize> {
         let _ = topic;
         None
+    }
+}
+
+/// A processor alone runs with the default wiring.
+impl<P: Processor> Application for P {
+    fn process(&mut self, ctx: &mut Context<'_>, record: &Record<'_>) -> Result<(), ProcessError> {
+        Processor::process(self, ctx, record)
+    }
+
+    fn on_timer(&mut self, ctx: &mut Context<'_>, timer: &Timer) -> Result<(), ProcessError> {
+        Processor::on_timer(self, ctx, timer)
+    }
+
+    fn close(&mut self) {
+        Processor::close(self)
+    }
+
+    fn bind_application(&mut self, app_id: &str) {
+        Processor::init(self, app_id)
     }
 }
 
@@ -221,7 +303,7 @@ impl<'a> Context<'a> {
     }
 
     /// Opens the named store `handle` names, typed by its serdes. Fails (permanently) when the
-    /// processor did not list the store in [`Processor::stores`].
+    /// processor did not declare the store ([`super::ProcessorSpec::store`]).
     pub fn store<'c, K, V>(
         &'c mut self,
         handle: &'c StoreHandle<K, V>,
@@ -232,7 +314,7 @@ impl<'a> Context<'a> {
             .find(|v| v.name == handle.name())
             .ok_or_else(|| {
                 ProcessError::permanent(format!(
-                    "store {} is not attached to this processor (list it in Processor::stores or Topology::add_state_store)",
+                    "store {} is not attached to this processor (declare it with ProcessorSpec::store or Topology::add_state_store)",
                     handle.name()
                 ))
             })?;

@@ -65,7 +65,7 @@ pub(crate) struct Task {
     pub(crate) store_has_parked: bool,
     /// Parked keys whose followers are drained a chunk per transaction (see `drain_parked`).
     pub(crate) draining: BTreeSet<Vec<u8>>,
-    /// The processor's named stores of this partition, in [`super::Processor::stores`] order.
+    /// The processor's named stores of this partition, in [`super::Application::stores`] order.
     pub(crate) named: Vec<NamedStore>,
     /// Per sub-topology: its task's clocks (stream time, timers, upstream watermarks).
     pub(crate) clocks: Vec<TaskClock>,

@@ -23,7 +23,7 @@ use std::ops::Bound;
 
 use super::engine::{Engine, Output};
 use super::timers::{self, Lane, Timer, TimerKind};
-use super::{ProcessError, Processor, Record};
+use super::{Application, ProcessError, Record};
 use crate::retry::dlt::{self, DltClass};
 use crate::retry::headers::History;
 use crate::sink::SinkError;
@@ -37,7 +37,7 @@ pub const TIMER_CALL_ATTEMPTS: usize = 3;
 /// batch: short, so the transaction stays well inside its timeout.
 pub const TIMER_RETRY_BACKOFF_MS: [u64; 2] = [20, 200];
 
-impl<P: Processor, O: Output> Engine<'_, P, O> {
+impl<P: Application, O: Output> Engine<'_, P, O> {
     /// Fires the timers of `lane` due at `up_to` or before on `partition`, in due order, at
     /// most `budget` of them (timers a callback schedules at or before `up_to` fire in the same
     /// call). Returns how many fired; what the budget left stays due for the next batch.

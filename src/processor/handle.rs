@@ -3,7 +3,7 @@
 //! records go to the [`Engine`]'s [`Output`], so the runtime and the test driver share it.
 
 use super::engine::{Engine, Output, Task};
-use super::{ProcessError, Processor, Record};
+use super::{Application, ProcessError, Record};
 use crate::codec::envelope::EnvelopeRef;
 use crate::retry::dlt::{self, DltClass};
 use crate::retry::headers::{self as rh, History};
@@ -57,7 +57,7 @@ fn seen(task: &Task, id: &[u8], digest: u64) -> Result<Seen, SinkError> {
     Ok(dedup::lookup(&task.store, &task.overlay, id, digest)?)
 }
 
-impl<P: Processor, O: Output> Engine<'_, P, O> {
+impl<P: Application, O: Output> Engine<'_, P, O> {
     /// A table topic's record: written into the table's store in the open batch (a null value
     /// deletes the key), committed with the topic's offset. No handler, dedup or retry ladder:
     /// the topic is the table's changelog, and restore applies its records the same way. A
@@ -581,7 +581,7 @@ impl<P: Processor, O: Output> Engine<'_, P, O> {
     }
 }
 
-impl<P: Processor, O: Output> Engine<'_, P, O> {
+impl<P: Application, O: Output> Engine<'_, P, O> {
     /// Writes a dead letter (and counts it), cut down as far as it must be to be written: whole (stage 0), with
     /// its value truncated and only the `eosflow.dlt.*` headers (1), or a pointer alone — the
     /// original topic, partition and offset with the reason (2). A record whose dead letter is

@@ -4,6 +4,12 @@
 //! access to the state of the record's partition and a way to emit records. Everything a call
 //! does — state writes, emitted records, the dedup mark — commits in one Kafka transaction with
 //! the record's input offset, or not at all.
+//!
+//! A [`Processor`] is only what handles records and timers (`init`, `process`, `on_timer`,
+//! `close`); what it runs with — its stores, tables, message id, ordering and event time — is
+//! declared beside it in a [`ProcessorSpec`]. [`crate::run`] and the test driver take any
+//! [`Application`]: a processor alone (the default wiring), a [`ProcessorSpec`] or a
+//! [`crate::topology::Topology`].
 
 mod align;
 mod api;
@@ -14,6 +20,7 @@ mod globals;
 mod handle;
 mod purge;
 pub(crate) mod runtime;
+mod spec;
 pub(crate) mod standby;
 pub(crate) mod stores;
 pub(crate) mod threads;
@@ -23,9 +30,10 @@ mod timers_tests;
 mod watermarks;
 
 pub(crate) use api::DeadLetterRequest;
-pub use api::{Context, Emit, ProcessError, Processor, Record};
+pub use api::{Application, Context, Emit, ProcessError, Processor, Record};
 pub use fire::{TIMER_CALL_ATTEMPTS, TIMER_RETRY_BACKOFF_MS};
 pub use runtime::{RunSummary, RuntimeError};
+pub use spec::ProcessorSpec;
 pub use stores::{AsOf, Entries, KeyValueStore, StoreHandle};
 pub(crate) use threads::ProcessorThreads;
 pub use timers::{Timer, TimerKind};

@@ -26,7 +26,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use super::runtime::{RunSummary, Runtime, RuntimeError};
-use super::Processor;
+use super::Application;
 use crate::config::Config;
 use crate::telemetry::Health;
 
@@ -92,12 +92,12 @@ impl Leases {
 }
 
 /// An instance's processing threads, built and ready to run.
-pub struct ProcessorThreads<P: Processor> {
+pub struct ProcessorThreads<P: Application> {
     runtimes: Vec<Runtime<P>>,
     health: Arc<Health>,
 }
 
-impl<P: Processor + 'static> ProcessorThreads<P> {
+impl<P: Application + 'static> ProcessorThreads<P> {
     /// Connects `config.processor.threads` loops, each with the processor `make` builds for it
     /// (processors keep per-call state, so threads do not share one).
     ///

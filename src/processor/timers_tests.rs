@@ -3,10 +3,12 @@
 
 use std::time::Duration;
 
-use crate::processor::{Context, ProcessError, Processor, Record, Timer, TimerKind};
+use crate::processor::{Context, ProcessError, Processor, ProcessorSpec, Record, Timer, TimerKind};
 use crate::serdes::StringSerde;
 use crate::testing::{TestRecord, TopologyTestDriver, START_MS};
-use crate::topology::{NodeContext, NodeProcessor, TimestampExtractor, Topology, TypedRecord};
+use crate::topology::{
+    ProcessorContext, StreamProcessor, TimestampExtractor, Topology, TypedRecord,
+};
 
 /// Schedules an event-time timer per record at `event time + delay`, keyed by the value; the
 /// value `cancel:<k>` cancels `<k>`, `wall:<k>` schedules a wall-clock timer a second ahead,
@@ -61,22 +63,19 @@ impl Processor for Reminders {
         ctx.emit("out", Some(t.key.clone()), Some(text.into_bytes()), vec![]);
         Ok(())
     }
-
-    fn input_topics(&self) -> Option<Vec<String>> {
-        Some(vec!["in".into()])
-    }
 }
 
-fn driver(delay: i64) -> TopologyTestDriver<Reminders> {
-    TopologyTestDriver::new(Reminders { delay, flaky: 0 }).expect("driver")
+fn driver(delay: i64) -> TopologyTestDriver<ProcessorSpec<Reminders>> {
+    TopologyTestDriver::new(ProcessorSpec::new(Reminders { delay, flaky: 0 }).inputs(["in"]))
+        .expect("driver")
 }
 
-fn at(d: &mut TopologyTestDriver<Reminders>, value: &str, ms: i64) {
+fn at(d: &mut TopologyTestDriver<ProcessorSpec<Reminders>>, value: &str, ms: i64) {
     d.pipe(TestRecord::new("in", None::<Vec<u8>>, Some(value)).timestamp(ms))
         .expect("pipe");
 }
 
-fn fired(d: &mut TopologyTestDriver<Reminders>) -> Vec<(String, Option<i64>)> {
+fn fired(d: &mut TopologyTestDriver<ProcessorSpec<Reminders>>) -> Vec<(String, Option<i64>)> {
     d.read_raw_output("out")
         .into_iter()
         .map(|r| (r.value_text(), r.timestamp))
@@ -202,33 +201,39 @@ fn a_failing_callback_leaves_nothing_but_a_dead_letter_and_the_partition_goes_on
 /// once, and the failed calls' effects never.
 #[test]
 fn a_callback_failing_transiently_twice_is_called_again_and_its_result_comes_out_once() {
-    let mut d = TopologyTestDriver::new(Reminders {
-        delay: 100,
-        flaky: 2,
-    })
+    let mut d = TopologyTestDriver::new(
+        ProcessorSpec::new(Reminders {
+            delay: 100,
+            flaky: 2,
+        })
+        .inputs(["in"]),
+    )
     .expect("driver");
     at(&mut d, "flaky:f", 1_000);
     at(&mut d, "tick", 2_000);
     assert_eq!(fired(&mut d), [("fired:f@1100".to_string(), Some(1_100))]);
     assert!(d.read_raw_output("in.DLT").is_empty());
-    assert_eq!(d.processor().flaky, 0);
+    assert_eq!(d.processor().processor().flaky, 0);
 }
 
 /// Issue 32, item 4: a callback that keeps failing transiently is dead-lettered after the
 /// bounded attempts, as `transient-exhausted`, marked not redrivable, and the partition goes on.
 #[test]
 fn a_callback_that_keeps_failing_transiently_is_dead_lettered_after_bounded_attempts() {
-    let mut d = TopologyTestDriver::new(Reminders {
-        delay: 100,
-        flaky: 100,
-    })
+    let mut d = TopologyTestDriver::new(
+        ProcessorSpec::new(Reminders {
+            delay: 100,
+            flaky: 100,
+        })
+        .inputs(["in"]),
+    )
     .expect("driver");
     at(&mut d, "flaky:f", 1_000);
     at(&mut d, "ok", 1_050);
     at(&mut d, "tick", 2_000);
     assert_eq!(fired(&mut d), [("fired:ok@1150".to_string(), Some(1_150))]);
     let attempts = crate::processor::TIMER_CALL_ATTEMPTS as u32;
-    assert_eq!(d.processor().flaky, 100 - attempts);
+    assert_eq!(d.processor().processor().flaky, 100 - attempts);
     let dead = d.read_raw_output("in.DLT");
     assert_eq!(dead.len(), 1);
     assert_eq!(dead[0].dlt_class(), Some("transient-exhausted"));
@@ -239,10 +244,10 @@ fn a_callback_that_keeps_failing_transiently_is_dead_lettered_after_bounded_atte
 /// A topology node closing a "session" per key 50 ms of event time after its last record.
 struct Sessions;
 
-impl NodeProcessor<String, String> for Sessions {
+impl StreamProcessor<String, String, String, String> for Sessions {
     fn process(
         &mut self,
-        ctx: &mut NodeContext<'_, '_>,
+        ctx: &mut ProcessorContext<'_, '_, '_, String, String>,
         r: TypedRecord<String, String>,
     ) -> Result<(), ProcessError> {
         let key = r.key.unwrap_or_default();
@@ -252,7 +257,11 @@ impl NodeProcessor<String, String> for Sessions {
         Ok(())
     }
 
-    fn on_timer(&mut self, ctx: &mut NodeContext<'_, '_>, t: &Timer) -> Result<(), ProcessError> {
+    fn on_timer(
+        &mut self,
+        ctx: &mut ProcessorContext<'_, '_, '_, String, String>,
+        t: &Timer,
+    ) -> Result<(), ProcessError> {
         assert_eq!(t.kind, TimerKind::EventTime);
         let key = String::from_utf8_lossy(&t.key).to_string();
         ctx.forward(TypedRecord::new(Some(key), Some("closed".to_string())));
@@ -303,7 +312,8 @@ fn a_topology_reads_event_time_from_a_header_and_its_node_gets_its_own_timers() 
 
 #[test]
 fn a_record_forwarded_up_the_retry_ladder_keeps_its_event_time() {
-    let flaky = |_: &mut NodeContext<'_, '_>, _: TypedRecord<String, String>| {
+    let flaky = |_: &mut ProcessorContext<'_, '_, '_, String, String>,
+                 _: TypedRecord<String, String>| {
         Err::<(), _>(ProcessError::transient("down"))
     };
     let topology = Topology::builder()
@@ -349,16 +359,12 @@ impl Processor for Bulk {
         ctx.emit("out", None, Some(t.due_ms.to_string().into_bytes()), vec![]);
         Ok(())
     }
-
-    fn input_topics(&self) -> Option<Vec<String>> {
-        Some(vec!["in".into()])
-    }
 }
 
 #[test]
 fn committed_and_uncommitted_timers_fire_merged_in_due_order_past_the_read_ahead() {
-    let mut d = TopologyTestDriver::new(Bulk).expect("driver");
-    let pipe = |d: &mut TopologyTestDriver<Bulk>, v: &str, ts: i64| {
+    let mut d = TopologyTestDriver::new(ProcessorSpec::new(Bulk).inputs(["in"])).expect("driver");
+    let pipe = |d: &mut TopologyTestDriver<ProcessorSpec<Bulk>>, v: &str, ts: i64| {
         d.pipe(TestRecord::new("in", None::<Vec<u8>>, Some(v)).timestamp(ts))
             .expect("pipe")
     };
@@ -400,9 +406,6 @@ fn timer_throughput_and_size() {
         fn on_timer(&mut self, _: &mut Context<'_>, _: &Timer) -> Result<(), ProcessError> {
             Ok(())
         }
-        fn input_topics(&self) -> Option<Vec<String>> {
-            Some(vec!["in".into()])
-        }
     }
     let rss_mb = || {
         std::fs::read_to_string("/proc/self/statm")
@@ -410,7 +413,7 @@ fn timer_throughput_and_size() {
             .and_then(|s| s.split_whitespace().nth(1)?.parse::<f64>().ok())
             .map_or(0.0, |pages| pages * 4096.0 / 1e6)
     };
-    let mut d = TopologyTestDriver::new(Many).expect("driver");
+    let mut d = TopologyTestDriver::new(ProcessorSpec::new(Many).inputs(["in"])).expect("driver");
     let rss_before = rss_mb();
     let started = std::time::Instant::now();
     for n in 0..1_000 {

@@ -42,7 +42,7 @@ pub use signal::{wait_for_signal_or, Signal};
 use crate::config::Config;
 use crate::kafka::client::ConnectError;
 use crate::kafka::KafkaClients;
-use crate::processor::{Processor, ProcessorThreads, RunSummary, RuntimeError};
+use crate::processor::{Application, ProcessorThreads, RunSummary, RuntimeError};
 use crate::telemetry::http::HttpError;
 
 /// How long [`run`] waits for the broker to answer before giving up (a wrong password or an
@@ -85,7 +85,9 @@ pub enum RunError {
     Panicked,
 }
 
-/// Runs `processor` as one instance of its consumer group until SIGTERM/SIGINT (a graceful stop:
+/// Runs `processor` — a [`crate::topology::Topology`], a [`crate::processor::ProcessorSpec`] or
+/// a bare [`crate::processor::Processor`] — as one instance of its consumer group until
+/// SIGTERM/SIGINT (a graceful stop:
 /// the open batch commits, then the instance leaves the group or, with static membership, keeps
 /// its assignment for a restart within the session timeout) or until the loop stops by itself.
 ///
@@ -93,7 +95,10 @@ pub enum RunError {
 /// the caller's choice ([`init_logging`] is the one `eosflow` uses). One processor runs one
 /// processing thread: with `processor.threads` > 1 use [`run_threads`], which builds one per
 /// thread.
-pub fn run<P: Processor + 'static>(config: &Config, processor: P) -> Result<RunSummary, RunError> {
+pub fn run<P: Application + 'static>(
+    config: &Config,
+    processor: P,
+) -> Result<RunSummary, RunError> {
     if config.processor.threads > 1 {
         return Err(RunError::Runtime(RuntimeError::Config(format!(
             "processor.threads = {} needs one processor per thread: start the instance with eosflow::run_threads(&config, |_thread| build()) instead of run(&config, processor)",
@@ -124,7 +129,7 @@ pub fn run<P: Processor + 'static>(config: &Config, processor: P) -> Result<RunS
 /// ```
 pub fn run_threads<P, F, E>(config: &Config, make: F) -> Result<RunSummary, RunError>
 where
-    P: Processor + 'static,
+    P: Application + 'static,
     F: FnMut(usize) -> Result<P, E>,
     E: std::fmt::Display,
 {

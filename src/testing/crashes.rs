@@ -24,7 +24,7 @@ use super::driver::{DriverError, StoreContents, TopologyTestDriver};
 use super::records::{OutputRecord, TestRecord};
 use super::topics::TestInputTopic;
 use crate::config::Config;
-use crate::processor::Processor;
+use crate::processor::Application;
 
 /// One step of a crash test's input: a record piped in, or the wall clock moved on.
 #[derive(Debug, Clone)]
@@ -160,7 +160,7 @@ pub struct CrashTest<F> {
 /// says fewer; above, a sample chosen by the seed.
 const EXHAUSTIVE_BATCHES: usize = 24;
 
-impl<P: Processor> TopologyTestDriver<P> {
+impl<P: Application> TopologyTestDriver<P> {
     /// A crash test of the topology `factory` builds: feed it input ([`CrashTest::pipe`],
     /// [`CrashTest::pipe_input`], [`CrashTest::advance_wall_clock`]), then
     /// [`CrashTest::run`] runs it once without a crash and again once per crash point —
@@ -277,7 +277,7 @@ impl<F> CrashTest<F> {
     /// Runs the input without a crash, then once per crash point, and compares what committed.
     pub fn run<P, E>(&mut self) -> Result<CrashSummary, CrashTestError>
     where
-        P: Processor,
+        P: Application,
         F: FnMut() -> Result<P, E>,
         E: fmt::Display,
     {
@@ -346,7 +346,7 @@ impl<F> CrashTest<F> {
         crash: Option<CrashPoint>,
     ) -> Result<Outcome, CrashTestError>
     where
-        P: Processor,
+        P: Application,
         F: FnMut() -> Result<P, E>,
         E: fmt::Display,
     {
@@ -405,7 +405,7 @@ impl<F> CrashTest<F> {
     }
 
     /// The rest of a run after its crash: from step `start` (a batch's first) to the end.
-    fn finish<P: Processor>(
+    fn finish<P: Application>(
         &self,
         mut driver: TopologyTestDriver<P>,
         batch_steps: usize,
@@ -433,7 +433,7 @@ impl<F> CrashTest<F> {
 
     fn driver<P, E>(&mut self) -> Result<TopologyTestDriver<P>, CrashTestError>
     where
-        P: Processor,
+        P: Application,
         F: FnMut() -> Result<P, E>,
         E: fmt::Display,
     {
@@ -453,7 +453,7 @@ fn order(c: &CrashPoint) -> u8 {
     }
 }
 
-fn apply<P: Processor>(
+fn apply<P: Application>(
     driver: &mut TopologyTestDriver<P>,
     step: &CrashStep,
 ) -> Result<(), DriverError> {
@@ -471,7 +471,7 @@ struct Outcome {
 }
 
 impl Outcome {
-    fn of<P: Processor>(driver: &mut TopologyTestDriver<P>) -> Result<Self, CrashTestError> {
+    fn of<P: Application>(driver: &mut TopologyTestDriver<P>) -> Result<Self, CrashTestError> {
         Ok(Self {
             stores: driver.store_contents()?,
             topics: driver.written().clone(),

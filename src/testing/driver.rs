@@ -14,7 +14,7 @@ use crate::processor::engine::{Engine, NamedStore, Task};
 use crate::processor::runtime::{RunSummary, RuntimeOptions};
 use crate::processor::stores::StoreView;
 use crate::processor::timers::{self, Timer};
-use crate::processor::{AsOf, KeyValueStore, Processor, StoreHandle};
+use crate::processor::{Application, AsOf, KeyValueStore, StoreHandle};
 use crate::record::{ProcessError, Record};
 use crate::retry::base_and_level;
 use crate::serdes::{Serde, SerdeError};
@@ -58,7 +58,7 @@ pub type KeyValues<K, V> = Vec<(Option<K>, Option<V>)>;
 /// Where the driver starts its wall clock (ms since the epoch): 2023-11-14T22:13:20Z.
 pub const START_MS: i64 = 1_700_000_000_000;
 
-/// Runs a [`crate::topology::Topology`] (or any [`Processor`]) without a broker: each piped
+/// Runs a [`crate::topology::Topology`] (or any [`crate::processor::Processor`] or [`crate::processor::ProcessorSpec`]) without a broker: each piped
 /// record is handled and committed before `pipe` returns — dedup, the retry ladder's routing, parked keys and the
 /// stores behave as in the runtime, whose per-record engine this is. Deterministic: time moves
 /// only through [`TopologyTestDriver::advance_wall_clock`], output ids count up, no threads.
@@ -67,11 +67,11 @@ pub const START_MS: i64 = 1_700_000_000_000;
 /// use eosflow::processor::{ProcessError, StoreHandle};
 /// use eosflow::serdes::{I64Serde, StringSerde};
 /// use eosflow::testing::{TestRecord, TopologyTestDriver};
-/// use eosflow::topology::{NodeContext, Topology, TypedRecord};
+/// use eosflow::topology::{ProcessorContext, Topology, TypedRecord};
 ///
 /// let totals = StoreHandle::new("totals", StringSerde, I64Serde);
 /// let store = totals.clone();
-/// let sum = move |ctx: &mut NodeContext<'_, '_>, r: TypedRecord<String, i64>| {
+/// let sum = move |ctx: &mut ProcessorContext<'_, '_, '_, String, i64>, r: TypedRecord<String, i64>| {
 ///     let key = r.key.ok_or_else(|| ProcessError::permanent("no key"))?;
 ///     let amount = r.value.ok_or_else(|| ProcessError::permanent("no amount"))?;
 ///     if amount < 0 {
@@ -100,7 +100,7 @@ pub const START_MS: i64 = 1_700_000_000_000;
 /// assert_eq!(dead[0].dlt_reason(), Some("negative amount"));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-pub struct TopologyTestDriver<P: Processor> {
+pub struct TopologyTestDriver<P: Application> {
     processor: P,
     config: Config,
     opts: RuntimeOptions,
@@ -134,7 +134,7 @@ pub struct TopologyTestDriver<P: Processor> {
 /// would make RocksDB's write path most of the driver's time.
 const RECORDS_PER_APPLY: usize = 1_000;
 
-impl<P: Processor> TopologyTestDriver<P> {
+impl<P: Application> TopologyTestDriver<P> {
     /// A driver with the default configuration (application id `test`; retry delays 1 s, 10 s,
     /// 60 s).
     pub fn new(processor: P) -> Result<Self, DriverError> {
@@ -778,7 +778,7 @@ pub(super) struct ChangelogBatch {
 }
 
 /// Support for the typed topics and the crash simulation (`super::topics`, `super::crashes`).
-impl<P: Processor> TopologyTestDriver<P> {
+impl<P: Application> TopologyTestDriver<P> {
     /// Takes the oldest unread record of `topic`, if any.
     pub(super) fn take_first(&mut self, topic: &str) -> Option<OutputRecord> {
         let records = self.written.get_mut(topic)?;
@@ -917,8 +917,9 @@ impl<P: Processor> TopologyTestDriver<P> {
     }
 }
 
-impl<P: Processor> Drop for TopologyTestDriver<P> {
+impl<P: Application> Drop for TopologyTestDriver<P> {
     fn drop(&mut self) {
+        self.processor.close();
         self.tasks.clear();
         let _ = std::fs::remove_dir_all(&self.dir);
     }

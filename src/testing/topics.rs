@@ -7,7 +7,7 @@
 
 use super::driver::{DriverError, TopologyTestDriver};
 use super::records::{OutputRecord, TestRecord};
-use crate::processor::{Processor, StoreHandle};
+use crate::processor::{Application, StoreHandle};
 use crate::retry::dlt::DltClass;
 use crate::serdes::Serde;
 use crate::topology::windows::{Window, WindowStoreHandle};
@@ -57,7 +57,7 @@ impl<K, V> TestInputTopic<K, V> {
 
     /// Pipes `key` and `value` in at the driver's wall clock; handled and committed when this
     /// returns.
-    pub fn pipe<P: Processor>(
+    pub fn pipe<P: Application>(
         &self,
         driver: &mut TopologyTestDriver<P>,
         key: impl Into<K>,
@@ -68,7 +68,7 @@ impl<K, V> TestInputTopic<K, V> {
 
     /// Pipes `key` and `value` in with event time `timestamp` (ms): what windows and
     /// event-time timers go by.
-    pub fn pipe_at<P: Processor>(
+    pub fn pipe_at<P: Application>(
         &self,
         driver: &mut TopologyTestDriver<P>,
         key: impl Into<K>,
@@ -80,7 +80,7 @@ impl<K, V> TestInputTopic<K, V> {
     }
 
     /// Pipes a value without a key (Kafka's null key).
-    pub fn pipe_value<P: Processor>(
+    pub fn pipe_value<P: Application>(
         &self,
         driver: &mut TopologyTestDriver<P>,
         value: impl Into<V>,
@@ -89,7 +89,7 @@ impl<K, V> TestInputTopic<K, V> {
     }
 
     /// Pipes a tombstone for `key` (a null value: deletes the key from a table).
-    pub fn pipe_tombstone<P: Processor>(
+    pub fn pipe_tombstone<P: Application>(
         &self,
         driver: &mut TopologyTestDriver<P>,
         key: impl Into<K>,
@@ -98,7 +98,7 @@ impl<K, V> TestInputTopic<K, V> {
     }
 
     /// Pipes every pair in order.
-    pub fn pipe_all<P: Processor>(
+    pub fn pipe_all<P: Application>(
         &self,
         driver: &mut TopologyTestDriver<P>,
         pairs: impl IntoIterator<Item = (K, V)>,
@@ -160,7 +160,7 @@ impl<K, V> TestOutputTopic<K, V> {
     }
 
     /// The oldest unread record as key and value; `None` when the topic has nothing unread.
-    pub fn read_key_value<P: Processor>(
+    pub fn read_key_value<P: Application>(
         &self,
         driver: &mut TopologyTestDriver<P>,
     ) -> Result<Option<KeyValue<K, V>>, DriverError> {
@@ -168,7 +168,7 @@ impl<K, V> TestOutputTopic<K, V> {
     }
 
     /// The oldest unread record with its timestamp and headers; `None` when nothing is unread.
-    pub fn read_record<P: Processor>(
+    pub fn read_record<P: Application>(
         &self,
         driver: &mut TopologyTestDriver<P>,
     ) -> Result<Option<TestOutput<K, V>>, DriverError> {
@@ -179,7 +179,7 @@ impl<K, V> TestOutputTopic<K, V> {
     }
 
     /// Every unread record, oldest first, with timestamps and headers.
-    pub fn read_records<P: Processor>(
+    pub fn read_records<P: Application>(
         &self,
         driver: &mut TopologyTestDriver<P>,
     ) -> Result<Vec<TestOutput<K, V>>, DriverError> {
@@ -191,7 +191,7 @@ impl<K, V> TestOutputTopic<K, V> {
     }
 
     /// Every unread record as key and value, oldest first.
-    pub fn read_key_values<P: Processor>(
+    pub fn read_key_values<P: Application>(
         &self,
         driver: &mut TopologyTestDriver<P>,
     ) -> Result<Vec<KeyValue<K, V>>, DriverError> {
@@ -203,7 +203,7 @@ impl<K, V> TestOutputTopic<K, V> {
     }
 
     /// Every unread value, oldest first (`None` for a tombstone).
-    pub fn read_values<P: Processor>(
+    pub fn read_values<P: Application>(
         &self,
         driver: &mut TopologyTestDriver<P>,
     ) -> Result<Vec<Option<V>>, DriverError> {
@@ -215,12 +215,12 @@ impl<K, V> TestOutputTopic<K, V> {
     }
 
     /// Whether every record written to the topic has been read.
-    pub fn is_empty<P: Processor>(&self, driver: &TopologyTestDriver<P>) -> bool {
+    pub fn is_empty<P: Application>(&self, driver: &TopologyTestDriver<P>) -> bool {
         driver.unread(&self.name) == 0
     }
 
     /// How many records are unread.
-    pub fn len<P: Processor>(&self, driver: &TopologyTestDriver<P>) -> usize {
+    pub fn len<P: Application>(&self, driver: &TopologyTestDriver<P>) -> usize {
         driver.unread(&self.name)
     }
 }
@@ -282,12 +282,12 @@ fn parse_class(text: &str) -> Option<DltClass> {
 
 /// A typed read view of a key-value store of the topology under test (partition 0), as the
 /// next record would see it: made by [`TopologyTestDriver::key_value_store`].
-pub struct KeyValueStoreView<'d, P: Processor, K, V> {
+pub struct KeyValueStoreView<'d, P: Application, K, V> {
     driver: &'d mut TopologyTestDriver<P>,
     handle: &'d StoreHandle<K, V>,
 }
 
-impl<P: Processor, K, V> KeyValueStoreView<'_, P, K, V> {
+impl<P: Application, K, V> KeyValueStoreView<'_, P, K, V> {
     /// The value of `key`.
     pub fn get(&mut self, key: &K) -> Result<Option<V>, DriverError> {
         self.driver.store_get(self.handle, key)
@@ -311,12 +311,12 @@ impl<P: Processor, K, V> KeyValueStoreView<'_, P, K, V> {
 
 /// A typed read view of a windowed store of the topology under test (partition 0): made by
 /// [`TopologyTestDriver::window_store`].
-pub struct WindowStoreView<'d, P: Processor, K, V> {
+pub struct WindowStoreView<'d, P: Application, K, V> {
     driver: &'d mut TopologyTestDriver<P>,
     handle: &'d WindowStoreHandle<K, V>,
 }
 
-impl<P: Processor, K, V> WindowStoreView<'_, P, K, V> {
+impl<P: Application, K, V> WindowStoreView<'_, P, K, V> {
     /// The value of `key`'s window starting at `start`.
     pub fn fetch(&mut self, key: &K, start: i64) -> Result<Option<V>, DriverError> {
         Ok(self
@@ -344,7 +344,7 @@ impl<P: Processor, K, V> WindowStoreView<'_, P, K, V> {
 
 /// The topic-shaped API: what Kafka Streams' `TopologyTestDriver` calls `createInputTopic`,
 /// `createOutputTopic`, `getKeyValueStore` and `getWindowStore`.
-impl<P: Processor> TopologyTestDriver<P> {
+impl<P: Application> TopologyTestDriver<P> {
     /// Input topic `name` with its serdes: pipe typed records with
     /// [`TestInputTopic::pipe`], `pipe_at` (event time) or `pipe_value` (no key).
     ///

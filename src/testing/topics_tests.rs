@@ -5,12 +5,12 @@ use std::time::Duration;
 
 use super::{CrashPoint, CrashTestError, TestRecord, TopologyTestDriver};
 use crate::dsl::{Consumed, Grouped, Materialized, Produced, StreamsBuilder};
-use crate::processor::{Context, ProcessError, Processor, StoreHandle};
+use crate::processor::{Application, Context, ProcessError, Processor, StoreHandle};
 use crate::record::Record;
 use crate::retry::dlt::DltClass;
 use crate::serdes::{I64Serde, StringSerde};
 use crate::topology::windows::{TimeWindows, WindowStoreHandle, WindowedSerde};
-use crate::topology::{NodeContext, Topology, TopologyError, TypedRecord};
+use crate::topology::{ProcessorContext, Topology, TopologyError, TypedRecord};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
@@ -18,7 +18,8 @@ type TestResult = Result<(), Box<dyn std::error::Error>>;
 fn sums() -> (Topology, StoreHandle<String, i64>) {
     let totals = StoreHandle::new("totals", StringSerde, I64Serde);
     let store = totals.clone();
-    let sum = move |ctx: &mut NodeContext<'_, '_>, r: TypedRecord<String, i64>| {
+    let sum = move |ctx: &mut ProcessorContext<'_, '_, '_, String, i64>,
+                    r: TypedRecord<String, i64>| {
         let key = r.key.ok_or_else(|| ProcessError::permanent("no key"))?;
         let amount = r
             .value
@@ -226,7 +227,7 @@ fn the_field_counter_passes_the_plain_driver() -> TestResult {
     Ok(())
 }
 
-fn crash_test_of<P: Processor>(
+fn crash_test_of<P: Application>(
     seed: u64,
     factory: impl FnMut() -> Result<P, std::convert::Infallible>,
 ) -> super::CrashTest<impl FnMut() -> Result<P, std::convert::Infallible>> {

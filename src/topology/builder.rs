@@ -342,33 +342,11 @@ impl TopologyBuilder {
         self.nodes.last_mut()
     }
 
-    /// Declares that processor `node` forwards `(K, V)` records, so that
-    /// [`TopologyBuilder::build`] checks the nodes it feeds against that type (a processor's
-    /// output type is otherwise unknown, and an edge from it is checked only at run time,
-    /// where a mismatch dead-letters each record). The built-in operators (sources, joins,
-    /// windowed aggregates, repartitions) and every DSL step declare theirs.
-    ///
-    /// ```
-    /// use eosflow::serdes::{I64Serde, StringSerde};
-    /// use eosflow::topology::{NodeContext, Topology, TypedRecord};
-    ///
-    /// let length = |ctx: &mut NodeContext<'_, '_>, r: TypedRecord<String, String>| {
-    ///     let n = r.value.as_ref().map_or(0, |v| v.len() as i64);
-    ///     ctx.forward(TypedRecord::new(r.key, Some(n)));
-    ///     Ok(())
-    /// };
-    /// // The sink expects strings, the processor declares it forwards i64 values.
-    /// let err = Topology::builder()
-    ///     .add_source("words", &["words"], StringSerde, StringSerde)
-    ///     .add_processor("length", length, &["words"])
-    ///     .forwards::<String, i64>("length")
-    ///     .add_sink("out", "lengths", StringSerde, StringSerde, &["length"])
-    ///     .build()
-    ///     .unwrap_err();
-    /// assert!(err.to_string().contains(r#"node "out" takes"#), "{err}");
-    /// assert!(err.to_string().contains(r#"parent "length" forwards (alloc::string::String, i64)"#), "{err}");
-    /// ```
-    pub fn forwards<K: 'static, V: 'static>(&mut self, node: &str) -> &mut Self {
+    /// Declares that node `node` forwards `(K, V)` records, so that
+    /// [`TopologyBuilder::build`] checks the nodes it feeds against that type. The built-in
+    /// operators (sources, joins, windowed aggregates, repartitions), every DSL step and
+    /// [`TopologyBuilder::add_processor`] declare theirs.
+    pub(crate) fn forwards<K: 'static, V: 'static>(&mut self, node: &str) -> &mut Self {
         match self.nodes.iter_mut().find(|n| n.name == node) {
             Some(
                 n @ Node {
@@ -458,8 +436,57 @@ impl TopologyBuilder {
         self
     }
 
-    /// A processor node `name` receiving what `parents` forward, as `(K, V)` records.
-    pub fn add_processor<K, V>(
+    /// A processor node `name` receiving what `parents` forward, as `(K, V)` records, and
+    /// forwarding `(K2, V2)` ones to its children through its
+    /// [`ProcessorContext`](super::ProcessorContext) (Kafka Streams' `addProcessor`). Both
+    /// types are recorded: [`TopologyBuilder::build`] checks every edge into and out of it.
+    /// The processor is a [`super::StreamProcessor`] — a closure or a type with timers — and
+    /// keeps its state in the stores attached to it ([`TopologyBuilder::add_state_store`]).
+    ///
+    /// ```
+    /// use eosflow::processor::ProcessError;
+    /// use eosflow::serdes::{I64Serde, StringSerde};
+    /// use eosflow::testing::TopologyTestDriver;
+    /// use eosflow::topology::{ProcessorContext, Topology, TypedRecord};
+    ///
+    /// // Each word's length: takes (String, String), forwards (String, i64).
+    /// let length = |ctx: &mut ProcessorContext<'_, '_, '_, String, i64>, r: TypedRecord<String, String>| {
+    ///     let n = r.value.as_ref().map_or(0, |v| v.len() as i64);
+    ///     ctx.forward(TypedRecord::new(r.key, Some(n)));
+    ///     Ok::<(), ProcessError>(())
+    /// };
+    /// let topology = Topology::builder()
+    ///     .add_source("words", "words", StringSerde, StringSerde)
+    ///     .add_processor("length", length, &["words"])
+    ///     .add_sink("out", "lengths", StringSerde, I64Serde, &["length"])
+    ///     .build()?;
+    /// let mut driver = TopologyTestDriver::new(topology)?;
+    /// driver.pipe_input("words", &StringSerde, &StringSerde, &"w".to_string(), &"kafka".to_string())?;
+    /// let out = driver.read_output("lengths", &StringSerde, &I64Serde)?;
+    /// assert_eq!(out, vec![(Some("w".to_string()), Some(5))]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn add_processor<K, V, K2, V2>(
+        &mut self,
+        name: &str,
+        processor: impl super::StreamProcessor<K, V, K2, V2> + 'static,
+        parents: &[&str],
+    ) -> &mut Self
+    where
+        K: 'static,
+        V: 'static,
+        K2: Clone + Send + 'static,
+        V2: Clone + Send + 'static,
+    {
+        let node = super::processor::ProcessorNode::<_, K2, V2>::new(processor);
+        self.add_node::<K, V>(name, node, parents);
+        self.forwards::<K2, V2>(name)
+    }
+
+    /// A node of the topology's own operators (and the DSL's steps), written against the
+    /// untyped `NodeContext`: its output type is declared apart with
+    /// [`TopologyBuilder::forwards`], where it has one.
+    pub(crate) fn add_node<K, V>(
         &mut self,
         name: &str,
         processor: impl NodeProcessor<K, V> + 'static,
@@ -497,7 +524,7 @@ impl TopologyBuilder {
     }
 
     /// A windowed store attached to `processors` (a named store with its own changelog,
-    /// opened with [`super::NodeContext::window_store`]).
+    /// opened with [`super::ProcessorContext::window_store`]).
     pub fn add_window_store<K, V>(
         &mut self,
         store: &WindowStoreHandle<K, V>,
@@ -526,7 +553,7 @@ impl TopologyBuilder {
         }
         let store = aggregate.store().name().to_string();
         let late_child = aggregate.late_child().map(str::to_string);
-        self.add_processor(name, aggregate, parents);
+        self.add_node(name, aggregate, parents);
         self.forwards::<super::windows::Windowed<K>, A>(name);
         if let Some(n) = self.last_node() {
             n.output_to = late_child.map(|c| (c, EdgeType::of::<K, V>()));
@@ -644,7 +671,7 @@ impl TopologyBuilder {
             as_of: table.history().is_some(),
             _types: PhantomData,
         };
-        self.add_processor(name, node, parents);
+        self.add_node(name, node, parents);
         self.forwards::<K, R>(name);
         if let Some(Node {
             kind: Kind::Processor { stores, .. },
@@ -760,11 +787,11 @@ impl TopologyBuilder {
             left,
             _types: PhantomData,
         };
-        self.add_processor(name, node, parents);
+        self.add_node(name, node, parents);
         self.forwards::<K, R>(name)
     }
 
-    /// Lets `processors` read `table` with [`super::NodeContext::store`]`(table.store())`
+    /// Lets `processors` read `table` with [`super::ProcessorContext::store`]`(table.store())`
     /// (read-only: a table changes only through its topic).
     pub fn attach_table<K, V>(
         &mut self,
@@ -812,15 +839,15 @@ impl TopologyBuilder {
         let (left_store, right_store) = join.store_names();
         let (left, right) = join.into_nodes();
         let (l, r) = (format!("{name}-left"), format!("{name}-right"));
-        self.add_processor(&l, left, left_parents);
+        self.add_node(&l, left, left_parents);
         self.forwards::<K, R>(&l);
-        self.add_processor(&r, right, right_parents);
+        self.add_node(&r, right, right_parents);
         self.forwards::<K, R>(&r);
         let results = |ctx: &mut super::NodeContext<'_, '_>, record: TypedRecord<K, R>| {
             ctx.forward(record);
             Ok(())
         };
-        self.add_processor(name, results, &[&l, &r]);
+        self.add_node(name, results, &[&l, &r]);
         self.forwards::<K, R>(name);
         self.attach_store(&left_store, &[&l, &r]);
         self.attach_store(&right_store, &[&l, &r])
@@ -890,12 +917,12 @@ impl TopologyBuilder {
     /// use eosflow::processor::StoreHandle;
     /// use eosflow::serdes::{I64Serde, StringSerde};
     /// use eosflow::testing::{TestRecord, TopologyTestDriver};
-    /// use eosflow::topology::{NodeContext, Topology, TypedRecord};
+    /// use eosflow::topology::{ProcessorContext, Topology, TypedRecord};
     ///
     /// // Orders keyed by order id, valued `customer:item`, counted per customer.
     /// let counts = StoreHandle::new("counts", StringSerde, I64Serde);
     /// let store = counts.clone();
-    /// let count = move |ctx: &mut NodeContext<'_, '_>, r: TypedRecord<String, String>| {
+    /// let count = move |ctx: &mut ProcessorContext<'_, '_, '_, String, i64>, r: TypedRecord<String, String>| {
     ///     let customer = r.key.unwrap_or_default();
     ///     let mut s = ctx.store(&store)?;
     ///     let n = s.get(&customer)?.unwrap_or(0) + 1;
@@ -958,7 +985,7 @@ impl TopologyBuilder {
         // Until bound, the topic is named for a placeholder application.
         let topic = Repartition::topic("<app>", name);
         let (keys, values) = (std::sync::Arc::new(keys), std::sync::Arc::new(values));
-        self.add_processor(&select, rekey, parents);
+        self.add_node(&select, rekey, parents);
         self.forwards::<K2, V>(&select);
         self.add_sink(&sink, &topic, keys.clone(), values.clone(), &[&select]);
         let sink_at = self.nodes.len() - 1;

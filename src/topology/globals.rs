@@ -38,9 +38,9 @@
 //! Either kind drops stream records without a key (`no-key`) or without a value (`no-value`).
 //!
 //! **From a plain [`Processor`](crate::processor::Processor)** (no topology): keep a
-//! [`GlobalTableHandle`], list [`GlobalTableHandle::table`] in
-//! [`Processor::global_tables`](crate::processor::Processor::global_tables) and read rows with
-//! [`GlobalTableHandle::get`] in `process`. The runtime bootstraps and tails the table exactly
+//! [`GlobalTableHandle`], declare it with
+//! [`ProcessorSpec::global_table`](crate::processor::ProcessorSpec::global_table) and read rows
+//! with [`GlobalTableHandle::get`] in `process`. The runtime bootstraps and tails the table exactly
 //! as for a topology and binds its store to the handle (the test driver binds its in-memory
 //! one, fed by `pipe_global`); binding again — the processor handed to a new driver or runtime
 //! — replaces the store. The same consistency applies: the row as the tail thread has it now.
@@ -191,8 +191,8 @@ impl<K, V> GlobalTableHandle<K, V> {
         &*self.values
     }
 
-    /// The table as a plain [`crate::processor::Processor`] declares it in
-    /// [`crate::processor::Processor::global_tables`]: the runtime (or the test driver) binds
+    /// The table as [`crate::processor::ProcessorSpec::global_table`] declares it for a plain
+    /// [`crate::processor::Processor`]: the runtime (or the test driver) binds
     /// its store to this handle (and its clones), which [`GlobalTableHandle::get`] then reads.
     /// A [`super::Topology`] does not need it ([`super::TopologyBuilder::add_global_table`]).
     pub fn table(&self) -> GlobalTable
@@ -204,18 +204,18 @@ impl<K, V> GlobalTableHandle<K, V> {
     }
 
     /// The row of `key` as the table's store holds it now, for a plain
-    /// [`crate::processor::Processor`] that lists [`GlobalTableHandle::table`] in its
-    /// [`crate::processor::Processor::global_tables`]. Not synchronized with the stream (see
+    /// [`crate::processor::Processor`] declared with
+    /// [`crate::processor::ProcessorSpec::global_table`]. Not synchronized with the stream (see
     /// the [module docs](self)). Errors: transient while no store is bound (the processor did
     /// not declare the table, or it is not bootstrapped yet) or the store cannot be read;
     /// permanent when the key cannot be serialized or the row cannot be read by the value
     /// serde — a `?` in `process` hands either to the retry ladder or the DLT.
     ///
     /// ```
-    /// use eosflow::processor::{Context, ProcessError, Processor, Record};
+    /// use eosflow::processor::{Context, ProcessError, Processor, ProcessorSpec, Record};
     /// use eosflow::serdes::StringSerde;
     /// use eosflow::testing::{TestRecord, TopologyTestDriver};
-    /// use eosflow::topology::{GlobalTable, GlobalTableHandle};
+    /// use eosflow::topology::GlobalTableHandle;
     ///
     /// /// Stamps each order (valued by a sku) with the product's name from the catalog.
     /// struct Stamp {
@@ -229,13 +229,11 @@ impl<K, V> GlobalTableHandle<K, V> {
     ///         ctx.emit("stamped", r.key.map(<[u8]>::to_vec), Some(name.into_bytes()), vec![]);
     ///         Ok(())
     ///     }
-    ///     fn global_tables(&self) -> Vec<GlobalTable> {
-    ///         vec![self.products.table()]
-    ///     }
     /// }
     ///
     /// let products = GlobalTableHandle::new("products", "products", StringSerde, StringSerde);
-    /// let mut driver = TopologyTestDriver::new(Stamp { products: products.clone() })?;
+    /// let stamp = ProcessorSpec::new(Stamp { products: products.clone() }).global_table(&products);
+    /// let mut driver = TopologyTestDriver::new(stamp)?;
     /// driver.pipe_global(&products, &"sku-1".to_string(), Some(&"Teapot".to_string()))?;
     /// driver.pipe(TestRecord::new("orders", Some("o-1"), Some("sku-1")).id("o-1"))?;
     /// driver.pipe(TestRecord::new("orders", Some("o-2"), Some("sku-9")).id("o-2"))?;
@@ -257,9 +255,9 @@ impl<K, V> GlobalTableHandle<K, V> {
 }
 
 /// A global table as the runtime sees it: name and topic, a check of its records, and where to
-/// put its store. [`crate::processor::Processor::global_tables`] lists them; a
-/// [`super::Topology`] builds them from its [`super::TopologyBuilder::add_global_table`]s, a
-/// plain processor with [`GlobalTableHandle::table`].
+/// put its store. [`crate::processor::ProcessorSpec::global_table`] declares one for a plain
+/// processor (through [`GlobalTableHandle::table`]); a [`super::Topology`] builds them from its
+/// [`super::TopologyBuilder::add_global_table`]s.
 #[derive(Clone)]
 pub struct GlobalTable {
     name: String,
@@ -442,7 +440,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::processor::{Context, Processor, Record};
+    use crate::processor::{Application, Context, Processor, ProcessorSpec, Record};
     use crate::serdes::StringSerde;
     use crate::testing::{TestRecord, TopologyTestDriver};
     use crate::topology::Topology;
@@ -457,16 +455,17 @@ mod tests {
             ctx.emit("out", None, Some(row.into_bytes()), vec![]);
             Ok(())
         }
-        fn global_tables(&self) -> Vec<GlobalTable> {
-            vec![self.0.table()]
-        }
+    }
+
+    fn reads(h: &GlobalTableHandle<String, String>) -> ProcessorSpec<Reads> {
+        ProcessorSpec::new(Reads(h.clone())).global_table(h)
     }
 
     fn handle() -> GlobalTableHandle<String, String> {
         GlobalTableHandle::new("t", "t-topic", StringSerde, StringSerde)
     }
 
-    fn outputs<P: Processor>(d: &mut TopologyTestDriver<P>, topic: &str) -> Vec<String> {
+    fn outputs<P: Application>(d: &mut TopologyTestDriver<P>, topic: &str) -> Vec<String> {
         d.read_raw_output(topic)
             .iter()
             .map(|r| r.value_text())
@@ -480,7 +479,7 @@ mod tests {
             Err(ProcessError::Transient(m)) => assert!(m.contains("not bootstrapped"), "{m}"),
             other => panic!("expected a transient error, got {other:?}"),
         }
-        let mut first = TopologyTestDriver::new(Reads(h.clone())).expect("driver");
+        let mut first = TopologyTestDriver::new(reads(&h)).expect("driver");
         first
             .pipe_global(&h, &"k".into(), Some(&"one".into()))
             .expect("row");
@@ -493,7 +492,7 @@ mod tests {
         assert_eq!(outputs(&mut first, "out"), ["one", "-"]);
         // The processor handed to another driver (a clone of its handle here) reads that
         // driver's store: binding again replaces.
-        let mut second = TopologyTestDriver::new(Reads(h.clone())).expect("driver");
+        let mut second = TopologyTestDriver::new(reads(&h)).expect("driver");
         assert_eq!(h.get(&"k".into()).expect("bound"), None);
         second
             .pipe_global(&h, &"k".into(), Some(&"two".into()))

@@ -4,7 +4,7 @@
 
 use crate::serdes::StringSerde;
 use crate::testing::{TestRecord, TopologyTestDriver};
-use crate::topology::{GlobalTableHandle, NodeContext, TableHandle, Topology, TypedRecord};
+use crate::topology::{GlobalTableHandle, ProcessorContext, TableHandle, Topology, TypedRecord};
 
 const ORDERS: &str = "orders";
 const COUNTRIES: &str = "countries";
@@ -177,7 +177,8 @@ fn results_keep_the_stream_key_and_timestamp_and_are_caused_by_the_stream_record
 #[test]
 fn the_builder_names_global_table_mistakes_and_the_driver_refuses_an_unknown_one() {
     let countries = countries();
-    let noop = |_: &mut NodeContext<'_, '_>, _: TypedRecord<String, String>| Ok(());
+    let noop = |_: &mut ProcessorContext<'_, '_, '_, String, String>,
+                _: TypedRecord<String, String>| Ok(());
     // A join of a global table not added, a global table read by a source too, a global table
     // named like a table, one added twice.
     let users = TableHandle::new("countries", "users", StringSerde, StringSerde);

@@ -2,18 +2,18 @@
 //! shape Kafka Streams users know from `Topology` — and everything the runtime derives from
 //! them (input topics, the retry ladder and DLT of each input, one changelog per store).
 //!
-//! A [`Topology`] is a [`crate::processor::Processor`]: the exactly-once runtime runs it like
+//! A [`Topology`] is an [`crate::processor::Application`]: the exactly-once runtime runs it like
 //! any processor (dedup, retry ladder, parked keys, transactions all apply to the input
 //! record), and [`crate::testing::TopologyTestDriver`] runs it without a broker.
 //!
 //! ```
 //! use eosflow::processor::{ProcessError, StoreHandle};
 //! use eosflow::serdes::{I64Serde, StringSerde};
-//! use eosflow::topology::{NodeContext, TopologyBuilder, TypedRecord};
+//! use eosflow::topology::{ProcessorContext, TopologyBuilder, TypedRecord};
 //!
 //! let totals = StoreHandle::new("totals", StringSerde, I64Serde);
 //! let store = totals.clone();
-//! let sum = move |ctx: &mut NodeContext<'_, '_>, r: TypedRecord<String, i64>| {
+//! let sum = move |ctx: &mut ProcessorContext<'_, '_, '_, String, i64>, r: TypedRecord<String, i64>| {
 //!     let key = r.key.ok_or_else(|| ProcessError::permanent("no key"))?;
 //!     let mut s = ctx.store(&store)?;
 //!     let total = s.get(&key)?.unwrap_or(0) + r.value.unwrap_or(0);
@@ -40,6 +40,7 @@ pub mod globals;
 #[cfg(test)]
 mod globals_tests;
 mod node;
+mod processor;
 #[cfg(test)]
 mod repartition_tests;
 pub mod stream_joins;
@@ -55,7 +56,9 @@ pub mod windows;
 
 pub use builder::{Topics, Topology, TopologyBuilder};
 pub use globals::{GlobalTable, GlobalTableHandle};
-pub use node::{NodeContext, NodeProcessor, TypedRecord};
+pub use node::TypedRecord;
+pub(crate) use node::{NodeContext, NodeProcessor};
+pub use processor::{ProcessorContext, StreamProcessor};
 pub use stream_joins::{JoinKind, JoinWindows, StreamJoin};
 pub use tables::TableHandle;
 pub use time::{ExtractFn, TimestampExtractor};
@@ -65,7 +68,7 @@ use node::AnyRecord;
 
 use crate::config::Config;
 use crate::kafka::topics::TopicSpec;
-use crate::processor::{Context, Emit, Processor, Timer};
+use crate::processor::{Application, Context, Emit, Timer};
 use crate::record::{ProcessError, Record};
 use crate::retry::base_and_level;
 
@@ -414,7 +417,7 @@ impl Topology {
     }
 }
 
-impl Processor for Topology {
+impl Application for Topology {
     fn process(&mut self, ctx: &mut Context<'_>, record: &Record<'_>) -> Result<(), ProcessError> {
         let Some(at) = self.source_of(record.topic) else {
             return Err(ProcessError::permanent(format!(
@@ -573,7 +576,8 @@ mod tests {
 
     #[test]
     fn build_names_every_dangling_or_repeated_name() {
-        let noop = |_: &mut NodeContext<'_, '_>, _: TypedRecord<String, String>| Ok(());
+        let noop = |_: &mut ProcessorContext<'_, '_, '_, String, String>,
+                    _: TypedRecord<String, String>| Ok(());
         let err = TopologyBuilder::new()
             .add_source("in", &["a"], StringSerde, StringSerde)
             .add_source("in", &["a"], StringSerde, StringSerde)
@@ -596,7 +600,8 @@ mod tests {
     #[test]
     fn build_rejects_an_edge_whose_record_types_differ_naming_both_nodes_and_types() {
         use crate::serdes::I64Serde;
-        let count = |_: &mut NodeContext<'_, '_>, _: TypedRecord<String, i64>| Ok(());
+        let count =
+            |_: &mut ProcessorContext<'_, '_, '_, String, i64>, _: TypedRecord<String, i64>| Ok(());
         // A source of strings feeding a processor of i64 values: every record would have been
         // dead-lettered at run time.
         let err = TopologyBuilder::new()
@@ -608,23 +613,22 @@ mod tests {
             err.to_string(),
             "invalid topology: node \"count\" takes (alloc::string::String, i64) records but its parent \"clicks\" forwards (alloc::string::String, alloc::string::String)"
         );
-        // The same chain with matching types builds; a processor's declared output is checked
-        // against the sink it feeds.
-        let pass = |ctx: &mut NodeContext<'_, '_>, r: TypedRecord<String, i64>| {
+        // The same chain with matching types builds; a processor's output type (its context's)
+        // is checked against the sink it feeds.
+        let pass = |ctx: &mut ProcessorContext<'_, '_, '_, String, i64>,
+                    r: TypedRecord<String, i64>| {
             ctx.forward(r);
             Ok(())
         };
         let ok = TopologyBuilder::new()
             .add_source("amounts", &["amounts"], StringSerde, I64Serde)
             .add_processor("pass", pass, &["amounts"])
-            .forwards::<String, i64>("pass")
             .add_sink("out", "out", StringSerde, I64Serde, &["pass"])
             .build();
         assert!(ok.is_ok(), "{ok:?}");
         let err = TopologyBuilder::new()
             .add_source("amounts", &["amounts"], StringSerde, I64Serde)
             .add_processor("pass", pass, &["amounts"])
-            .forwards::<String, i64>("pass")
             .add_sink("out", "out", StringSerde, StringSerde, &["pass"])
             .build()
             .expect_err("the sink takes strings");
@@ -645,7 +649,8 @@ mod tests {
 
     #[test]
     fn internal_topics_follow_the_retry_config_and_the_stores() {
-        let noop = |_: &mut NodeContext<'_, '_>, _: TypedRecord<String, String>| Ok(());
+        let noop = |_: &mut ProcessorContext<'_, '_, '_, String, String>,
+                    _: TypedRecord<String, String>| Ok(());
         let store = crate::processor::StoreHandle::new("s", StringSerde, StringSerde);
         let t = TopologyBuilder::new()
             .add_source("in", &["a", "b"], StringSerde, StringSerde)

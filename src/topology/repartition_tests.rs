@@ -6,7 +6,7 @@ use crate::config::Config;
 use crate::processor::{ProcessError, StoreHandle};
 use crate::serdes::{I64Serde, StringSerde};
 use crate::testing::{TestRecord, TopologyTestDriver};
-use crate::topology::{NodeContext, Topology, TypedRecord};
+use crate::topology::{ProcessorContext, Topology, TypedRecord};
 
 const ORDERS: &str = "orders";
 const REPARTITION: &str = "test-by-customer-repartition";
@@ -16,7 +16,8 @@ const REPARTITION: &str = "test-by-customer-repartition";
 fn topology() -> Topology {
     let counts = StoreHandle::new("counts", StringSerde, I64Serde);
     let store = counts.clone();
-    let count = move |ctx: &mut NodeContext<'_, '_>, r: TypedRecord<String, String>| {
+    let count = move |ctx: &mut ProcessorContext<'_, '_, '_, String, i64>,
+                      r: TypedRecord<String, String>| {
         let customer = r
             .key
             .ok_or_else(|| ProcessError::permanent("no customer"))?;
@@ -148,7 +149,7 @@ fn the_repartition_topic_is_an_internal_input_named_for_the_application() {
     );
     // Bound (as the runtime binds it), the topology reads it as an input.
     let mut t = t;
-    crate::processor::Processor::bind_application(&mut t, "shop");
+    crate::processor::Application::bind_application(&mut t, "shop");
     assert_eq!(
         t.source_topics(),
         vec![
@@ -183,7 +184,8 @@ fn windowed_topology() -> Topology {
     let store = WindowStoreHandle::new("per-customer", StringSerde, I64Serde);
     let count = WindowedAggregate::time(store, windows, || 0, |_, _: &String, n: i64| n + 1)
         .emit(EmitStrategy::OnWindowClose);
-    let keep = |ctx: &mut NodeContext<'_, '_>, r: TypedRecord<String, String>| {
+    let keep = |ctx: &mut ProcessorContext<'_, '_, '_, String, String>,
+                r: TypedRecord<String, String>| {
         if r.value.as_deref() != Some("skip") {
             ctx.forward(r);
         }

@@ -88,7 +88,7 @@ use crate::telemetry;
 /// A table: its store's name, its topic and its key and value serdes. Added to a topology
 /// with [`super::TopologyBuilder::add_table`] and joined with
 /// [`super::TopologyBuilder::add_stream_table_join`] (or `_left_join`); processors it is
-/// attached to read it with [`super::NodeContext::store`]`(table.store())` (read-only).
+/// attached to read it with [`super::ProcessorContext::store`]`(table.store())` (read-only).
 /// Cheap to clone.
 pub struct TableHandle<K, V> {
     store: StoreHandle<K, V>,

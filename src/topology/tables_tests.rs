@@ -6,7 +6,7 @@
 use crate::processor::ProcessError;
 use crate::serdes::StringSerde;
 use crate::testing::{TestRecord, TopologyTestDriver};
-use crate::topology::{NodeContext, TableHandle, Topology, TypedRecord};
+use crate::topology::{ProcessorContext, TableHandle, Topology, TypedRecord};
 
 const CLICKS: &str = "clicks";
 const USERS: &str = "users";
@@ -221,13 +221,15 @@ fn stream_records_without_key_or_value_give_no_result_and_no_dead_letter() {
 fn a_processor_can_read_an_attached_table_but_not_write_it() {
     let users = users();
     let (read, write) = (users.clone(), users.clone());
-    let reader = move |ctx: &mut NodeContext<'_, '_>, r: TypedRecord<String, String>| {
+    let reader = move |ctx: &mut ProcessorContext<'_, '_, '_, String, String>,
+                       r: TypedRecord<String, String>| {
         let key = r.key.ok_or_else(|| ProcessError::permanent("no key"))?;
         let name = ctx.store(read.store())?.get(&key)?;
         ctx.forward(TypedRecord::new(Some(key), name));
         Ok(())
     };
-    let writer = move |ctx: &mut NodeContext<'_, '_>, r: TypedRecord<String, String>| {
+    let writer = move |ctx: &mut ProcessorContext<'_, '_, '_, String, String>,
+                       r: TypedRecord<String, String>| {
         let key = r.key.ok_or_else(|| ProcessError::permanent("no key"))?;
         ctx.store(write.store())?
             .put(&key, &"overwritten".to_string())

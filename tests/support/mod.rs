@@ -173,7 +173,7 @@ pub fn instance_config(app: &str, max_batch_records: usize) -> Config {
 
 /// The body of a `child_instance` test: runs `processor` with `config` (static membership,
 /// so a restarted child takes its partitions back at once) until the parent kills it.
-pub fn run_until_killed<P: eosflow::processor::Processor + 'static>(
+pub fn run_until_killed<P: eosflow::processor::Application + 'static>(
     mut config: Config,
     processor: P,
 ) {
@@ -419,10 +419,11 @@ pub fn without_colours(text: &str) -> String {
 pub fn rekeyed_count(input: &str, output: &str) -> eosflow::topology::Topology {
     use eosflow::processor::{ProcessError, StoreHandle};
     use eosflow::serdes::{I64Serde, StringSerde};
-    use eosflow::topology::{NodeContext, Topology, TypedRecord};
+    use eosflow::topology::{ProcessorContext, Topology, TypedRecord};
     let counts = StoreHandle::new("counts", StringSerde, I64Serde);
     let store = counts.clone();
-    let count = move |ctx: &mut NodeContext<'_, '_>, r: TypedRecord<String, String>| {
+    let count = move |ctx: &mut ProcessorContext<'_, '_, '_, String, i64>,
+                      r: TypedRecord<String, String>| {
         let customer = r
             .key
             .ok_or_else(|| ProcessError::permanent("no customer"))?;

@@ -10,7 +10,7 @@ use std::time::Duration;
 use eosflow::config::Config;
 use eosflow::internals::kafka::reader::read_all;
 use eosflow::internals::processor::Runtime;
-use eosflow::processor::{Processor, RunSummary};
+use eosflow::processor::{Application, RunSummary};
 use eosflow_verify::{group_lag, Workload};
 
 /// Topics of one test pipeline.
@@ -167,7 +167,7 @@ pub struct Instance {
 }
 
 impl Instance {
-    pub fn start<P: Processor + 'static>(config: &Config, processor: P) -> Self {
+    pub fn start<P: Application + 'static>(config: &Config, processor: P) -> Self {
         // `EOSFLOW_TEST_LOG=eosflow=debug cargo test …` shows the runtime's logs per test.
         let _ = tracing_subscriber::fmt()
             .with_env_filter(tracing_subscriber::EnvFilter::from_env("EOSFLOW_TEST_LOG"))

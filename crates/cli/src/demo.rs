@@ -20,7 +20,7 @@ use eosflow::internals::kafka::reader::ReaderContext;
 use eosflow::internals::processor::Runtime;
 use eosflow::kafka::topics::{self, TopicOutcome, TopicSpec};
 use eosflow::kafka::{ClientRole, KafkaClients};
-use eosflow::processor::{Processor, RunSummary};
+use eosflow::processor::{Application, RunSummary};
 use eosflow_orders::aggregate::OrderProcessor;
 use eosflow_orders::catalog;
 use eosflow_orders::check::{self, Enrichment, Outputs, Verdict};
@@ -203,7 +203,7 @@ struct Running {
     handle: JoinHandle<Result<RunSummary, String>>,
 }
 
-fn start<P: Processor + 'static>(
+fn start<P: Application + 'static>(
     name: &'static str,
     config: &Config,
     p: P,
@@ -233,22 +233,23 @@ fn start_all(
             "orders",
             &cfg(Topology::Orders),
             OrderProcessor::new(topics.clone(), &group, &base.schema_registry.url)?
-                .with_timeouts(timeouts),
+                .with_timeouts(timeouts)
+                .spec(),
         )?,
         start(
             "stock",
             &cfg(Topology::Stock),
-            StockService::new(topics.clone(), rates),
+            StockService::new(topics.clone(), rates).spec(),
         )?,
         start(
             "payment",
             &cfg(Topology::Payment),
-            PaymentService::new(topics.clone(), rates),
+            PaymentService::new(topics.clone(), rates).spec(),
         )?,
         start(
             "customers",
             &cfg(Topology::Customers),
-            CustomersProcessor::new(topics.clone()),
+            CustomersProcessor::new(topics.clone()).spec(),
         )?,
     ])
 }

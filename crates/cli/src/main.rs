@@ -487,6 +487,7 @@ fn run(
         }
         "order-lifecycle" => run_with(config, |_| {
             eosflow_orders::poison_lifecycle::PoisonLifecycleProcessor::new(registry, output)
+                .map(|p| p.spec())
                 .map_err(|e| format!("{}: {e}", built(topology)))
         }),
         _ => {
@@ -501,7 +502,7 @@ fn run(
 /// `main` would run it.
 fn run_with<P, F, E>(config: &Config, make: F) -> Result<std::process::ExitCode>
 where
-    P: eosflow::processor::Processor + 'static,
+    P: eosflow::processor::Application + 'static,
     F: FnMut(usize) -> std::result::Result<P, E>,
     E: std::fmt::Display,
 {

@@ -32,8 +32,10 @@ use eosflow::internals::codec::registry::Registry;
 use eosflow::internals::codec::Decoder;
 use eosflow::internals::retry::dlt::{self, DltClass};
 use eosflow::internals::retry::headers::History;
-use eosflow::processor::{Context, ProcessError, Processor, Record, Timer, TimerKind};
-use eosflow::topology::{GlobalTable, GlobalTableHandle};
+use eosflow::processor::{
+    Context, ProcessError, Processor, ProcessorSpec, Record, Timer, TimerKind,
+};
+use eosflow::topology::GlobalTableHandle;
 
 /// The header naming a business event id: a re-sent event keeps it, so dedup drops it.
 pub const EVENT_ID_HEADER: &str = "event_id";
@@ -483,21 +485,21 @@ impl Processor for OrderProcessor {
         }
         self.on_saga_timeout(ctx, timer)
     }
+}
 
-    /// The business event id when the order service set one (a re-sent event keeps it), else
-    /// the outbox row's id.
-    fn message_id(&self, r: &Record<'_>) -> Option<Vec<u8>> {
-        r.header(EVENT_ID_HEADER)
-            .or_else(|| r.header("id"))
-            .map(<[u8]>::to_vec)
-    }
-
-    fn store_name(&self) -> &str {
-        super::Topology::Orders.store()
-    }
-
-    /// The product catalog, read whole before the instance joins its group.
-    fn global_tables(&self) -> Vec<GlobalTable> {
-        vec![self.products.table()]
+impl OrderProcessor {
+    /// The aggregate as it runs: dedup by the business event id when the order service set one
+    /// (a re-sent event keeps it), else the outbox row's id; the orders store; the product
+    /// catalog as a global table, read whole before the instance joins its group.
+    pub fn spec(self) -> ProcessorSpec<Self> {
+        let products = self.products.clone();
+        ProcessorSpec::new(self)
+            .store_name(super::Topology::Orders.store())
+            .message_id(|r| {
+                r.header(EVENT_ID_HEADER)
+                    .or_else(|| r.header("id"))
+                    .map(<[u8]>::to_vec)
+            })
+            .global_table(&products)
     }
 }

@@ -42,17 +42,17 @@ pub fn run(
             let (group, registry) = (c.app.id.clone(), c.schema_registry.url.clone());
             eosflow::run_threads(&c, |_| {
                 OrderProcessor::new(topics.clone(), &group, &registry)
-                    .map(|p| p.with_timeouts(timeouts))
+                    .map(|p| p.with_timeouts(timeouts).spec())
             })?
         }
         Topology::Stock => eosflow::run_threads(&c, |_| {
-            Ok::<_, std::convert::Infallible>(StockService::new(topics.clone(), rates))
+            Ok::<_, std::convert::Infallible>(StockService::new(topics.clone(), rates).spec())
         })?,
         Topology::Payment => eosflow::run_threads(&c, |_| {
-            Ok::<_, std::convert::Infallible>(PaymentService::new(topics.clone(), rates))
+            Ok::<_, std::convert::Infallible>(PaymentService::new(topics.clone(), rates).spec())
         })?,
         Topology::Customers => eosflow::run_threads(&c, |_| {
-            Ok::<_, std::convert::Infallible>(CustomersProcessor::new(topics.clone()))
+            Ok::<_, std::convert::Infallible>(CustomersProcessor::new(topics.clone()).spec())
         })?,
     })
 }

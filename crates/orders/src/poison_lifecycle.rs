@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use eosflow::internals::codec::decode::RegistrySource;
 use eosflow::internals::codec::registry::Registry;
 use eosflow::internals::codec::{Decoder, Limits, Payload};
-use eosflow::processor::{Context, ProcessError, Processor, Record};
+use eosflow::processor::{Context, ProcessError, Processor, ProcessorSpec, Record};
 
 /// Largest value the topology accepts (bigger is `oversize` bad input).
 pub const MAX_VALUE_BYTES: usize = 64 * 1024;
@@ -240,9 +240,12 @@ impl Processor for PoisonLifecycleProcessor {
         );
         Ok(())
     }
+}
 
-    fn store_name(&self) -> &str {
-        "orders"
+impl PoisonLifecycleProcessor {
+    /// The processor as it runs: its lifecycles in the `orders` store.
+    pub fn spec(self) -> ProcessorSpec<Self> {
+        ProcessorSpec::new(self).store_name("orders")
     }
 }
 

@@ -22,7 +22,7 @@ use super::catalog::{self, CustomerProfile};
 use super::messages::{types, CustomerOrderUpdated, OrderedProduct};
 use super::model::OrderStatus;
 use super::{telemetry, Topics};
-use eosflow::processor::{Context, ProcessError, Processor, Record};
+use eosflow::processor::{Context, ProcessError, Processor, ProcessorSpec, Record};
 use eosflow::topology::TableHandle;
 
 /// One order in a customer's view.
@@ -156,27 +156,19 @@ impl Processor for CustomersProcessor {
         );
         Ok(())
     }
+}
 
-    /// Updates of one customer commute under the version guard: no need to hold later ones
-    /// behind a retried one.
-    fn ordered(&self) -> bool {
-        false
-    }
-
-    /// Dedup is by the update's own identity: a re-sent update is stale anyway.
-    fn message_id(&self, _r: &Record<'_>) -> Option<Vec<u8>> {
-        None
-    }
-
-    fn store_name(&self) -> &str {
-        super::Topology::Customers.store()
-    }
-
-    /// The customer profiles, co-partitioned with the feed (both keyed by customer id).
-    fn tables(&self) -> Vec<(String, String)> {
-        vec![(
-            self.profiles.name().to_string(),
-            self.profiles.topic().to_string(),
-        )]
+impl CustomersProcessor {
+    /// The read model as it runs: updates of one customer commute under the version guard
+    /// (unordered: no need to hold later ones behind a retried one), dedup is by the update's
+    /// own identity (a re-sent update is stale anyway: none), and it reads the customer
+    /// profiles, co-partitioned with the feed (both keyed by customer id).
+    pub fn spec(self) -> ProcessorSpec<Self> {
+        let profiles = self.profiles.clone();
+        ProcessorSpec::new(self)
+            .store_name(super::Topology::Customers.store())
+            .unordered()
+            .no_dedup()
+            .table(&profiles)
     }
 }

@@ -15,7 +15,7 @@ use super::messages::{
     StockReply,
 };
 use super::{draw, FailureRates, Topics};
-use eosflow::processor::{Context, ProcessError, Processor, Record, Timer};
+use eosflow::processor::{Context, ProcessError, Processor, ProcessorSpec, Record, Timer};
 
 /// The name of the services' timers holding a late reply (payload: the reply's JSON).
 pub const LATE_REPLY_TIMER: &str = "late-reply";
@@ -247,9 +247,12 @@ impl Processor for StockService {
     fn on_timer(&mut self, ctx: &mut Context<'_>, timer: &Timer) -> Result<(), ProcessError> {
         send_late(ctx, &self.topics, timer, types::STOCK_REPLY)
     }
+}
 
-    fn store_name(&self) -> &str {
-        super::Topology::Stock.store()
+impl StockService {
+    /// The service as it runs: its reservations in the stock topology's store.
+    pub fn spec(self) -> ProcessorSpec<Self> {
+        ProcessorSpec::new(self).store_name(super::Topology::Stock.store())
     }
 }
 
@@ -369,9 +372,12 @@ impl Processor for PaymentService {
     fn on_timer(&mut self, ctx: &mut Context<'_>, timer: &Timer) -> Result<(), ProcessError> {
         send_late(ctx, &self.topics, timer, types::PAYMENT_REPLY)
     }
+}
 
-    fn store_name(&self) -> &str {
-        super::Topology::Payment.store()
+impl PaymentService {
+    /// The service as it runs: its charges in the payment topology's store.
+    pub fn spec(self) -> ProcessorSpec<Self> {
+        ProcessorSpec::new(self).store_name(super::Topology::Payment.store())
     }
 }
 

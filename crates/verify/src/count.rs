@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use eosflow::internals::codec::decode::{Decoder, RegistrySource};
 use eosflow::internals::codec::registry::Registry;
-use eosflow::processor::{Context, ProcessError, Processor, Record};
+use eosflow::processor::{Application, Context, ProcessError, Record};
 
 /// What one output record says.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -125,7 +125,10 @@ impl CountProcessor {
     }
 }
 
-impl Processor for CountProcessor {
+// The verifier's reference processor implements the runtime-facing `Application` itself,
+// wiring included: every scenario, test and benchmark runs it with its store named `count`
+// (changelog `<app>-count-changelog`), so the name travels with the type.
+impl Application for CountProcessor {
     fn process(&mut self, ctx: &mut Context<'_>, record: &Record<'_>) -> Result<(), ProcessError> {
         let key = record.key.ok_or_else(|| {
             ProcessError::permanent("record has no key: the counting topology counts per key")

@@ -31,7 +31,7 @@ use eosflow::internals::state::Column;
 use eosflow::kafka::KafkaClients;
 use eosflow::processor::{ProcessError, Timer};
 use eosflow::serdes::StringSerde;
-use eosflow::topology::{NodeContext, NodeProcessor, Topology, TopologyError, TypedRecord};
+use eosflow::topology::{ProcessorContext, StreamProcessor, Topology, TopologyError, TypedRecord};
 
 /// How far ahead (wall clock) each record's timeout is scheduled.
 pub const DELAY_MS: i64 = 6_000;
@@ -49,10 +49,10 @@ const OFFSETLESS_UNKNOWN_LOG: &str = "commit without input offsets is unknown";
 /// forwards `timeout:<id>` under the record's key with the record's event time.
 pub struct Timeouts;
 
-impl NodeProcessor<String, String> for Timeouts {
+impl StreamProcessor<String, String, String, String> for Timeouts {
     fn process(
         &mut self,
-        ctx: &mut NodeContext<'_, '_>,
+        ctx: &mut ProcessorContext<'_, '_, '_, String, String>,
         r: TypedRecord<String, String>,
     ) -> Result<(), ProcessError> {
         let key = r.key.ok_or_else(|| ProcessError::permanent("no key"))?;
@@ -64,7 +64,11 @@ impl NodeProcessor<String, String> for Timeouts {
         ctx.schedule(Timer::wall_clock(id.into_bytes(), due).with_payload(format!("{ts}|{key}")))
     }
 
-    fn on_timer(&mut self, ctx: &mut NodeContext<'_, '_>, t: &Timer) -> Result<(), ProcessError> {
+    fn on_timer(
+        &mut self,
+        ctx: &mut ProcessorContext<'_, '_, '_, String, String>,
+        t: &Timer,
+    ) -> Result<(), ProcessError> {
         let id = String::from_utf8_lossy(&t.key).to_string();
         let payload = String::from_utf8_lossy(&t.payload).to_string();
         let (ts, key) = payload

@@ -10,7 +10,7 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use eosflow::processor::{Context, ProcessError, Processor, Record, Timer};
+use eosflow::processor::{Application, Context, ProcessError, Record, Timer};
 
 /// Every n-th record of the workload (by the number in its `r<i>` id) is slow once.
 pub const EVERY_ENV: &str = "FAULT_SLOW_HANDLER_EVERY";
@@ -77,7 +77,10 @@ impl<P> SlowSometimes<P> {
     }
 }
 
-impl<P: Processor> Processor for SlowSometimes<P> {
+// Everything but `process` goes to the wrapped application as it is: a wrapper that kept a
+// default would silently drop the inner one's timers, stores, tables, repartition topics or
+// sub-topologies.
+impl<P: Application> Application for SlowSometimes<P> {
     fn process(&mut self, ctx: &mut Context<'_>, record: &Record<'_>) -> Result<(), ProcessError> {
         if let Some(id) = record.header("id") {
             if self.is_slow(id) && self.first_call(id) {
@@ -87,6 +90,12 @@ impl<P: Processor> Processor for SlowSometimes<P> {
         }
         self.inner.process(ctx, record)
     }
+    fn on_timer(&mut self, ctx: &mut Context<'_>, timer: &Timer) -> Result<(), ProcessError> {
+        self.inner.on_timer(ctx, timer)
+    }
+    fn close(&mut self) {
+        self.inner.close()
+    }
     fn message_id(&self, record: &Record<'_>) -> Option<Vec<u8>> {
         self.inner.message_id(record)
     }
@@ -95,11 +104,6 @@ impl<P: Processor> Processor for SlowSometimes<P> {
     }
     fn store_name(&self) -> &str {
         self.inner.store_name()
-    }
-    // Everything else goes to the wrapped processor as it is: a wrapper that kept a default
-    // would silently drop the inner one's timers, stores, tables or repartition topics.
-    fn on_timer(&mut self, ctx: &mut Context<'_>, timer: &Timer) -> Result<(), ProcessError> {
-        self.inner.on_timer(ctx, timer)
     }
     fn event_time(&self, record: &Record<'_>) -> Option<i64> {
         self.inner.event_time(record)
@@ -130,5 +134,14 @@ impl<P: Processor> Processor for SlowSometimes<P> {
     }
     fn repartition_topics(&self) -> Vec<String> {
         self.inner.repartition_topics()
+    }
+    fn sub_topology_count(&self) -> usize {
+        self.inner.sub_topology_count()
+    }
+    fn sub_topology(&self, topic: &str) -> usize {
+        self.inner.sub_topology(topic)
+    }
+    fn repartition_writer(&self, topic: &str) -> Option<usize> {
+        self.inner.repartition_writer(topic)
     }
 }

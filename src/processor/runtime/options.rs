@@ -48,10 +48,10 @@ pub struct RuntimeOptions {
     pub dlt_depth_interval: Duration,
     /// False (`processor.guarantee = "at_least_once"`): no transactions, plain offset commits.
     pub exactly_once: bool,
-    /// The processor's tables, `(store name, topic)` ([`crate::processor::Processor::tables`]).
+    /// The processor's tables, `(store name, topic)` ([`crate::processor::Application::tables`]).
     pub tables: Vec<(String, String)>,
     /// The versioned ones among them, `(store name, history)`
-    /// ([`crate::processor::Processor::versioned_tables`]).
+    /// ([`crate::processor::Application::versioned_tables`]).
     pub versioned_tables: Vec<(String, Duration)>,
     /// This loop's index among the instance's processing threads (`processor.threads`): 0
     /// keeps the ids a one-thread instance has always had.

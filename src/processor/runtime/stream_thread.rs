@@ -28,7 +28,7 @@ use crate::processor::purge::Purger;
 use crate::processor::standby::Standby;
 use crate::processor::threads::Leases;
 use crate::processor::watermarks::Watermarks;
-use crate::processor::{Processor, Record};
+use crate::processor::{Application, Record};
 use crate::retry::depth::DepthWatcher;
 use crate::retry::{dlt, ladder_topics};
 use crate::sink::SinkError;
@@ -142,7 +142,7 @@ fn record_of<'m>(m: &'m OwnedMessage, headers: &'m [(String, Vec<u8>)]) -> Recor
 
 /// The time `m` is aligned by: its event time as `processor` extracts it (what moves stream
 /// time), or its Kafka timestamp.
-fn alignment_time<P: Processor>(processor: &P, m: &OwnedMessage) -> i64 {
+fn alignment_time<P: Application>(processor: &P, m: &OwnedMessage) -> i64 {
     let headers = owned_headers(m);
     processor
         .event_time(&record_of(m, &headers))
@@ -151,7 +151,7 @@ fn alignment_time<P: Processor>(processor: &P, m: &OwnedMessage) -> i64 {
 
 /// The exactly-once runtime of one instance (one processing thread of it: see
 /// [`crate::processor::threads::ProcessorThreads`]).
-pub struct Runtime<P: Processor> {
+pub struct Runtime<P: Application> {
     opts: RuntimeOptions,
     clients: KafkaClients,
     processor: P,
@@ -172,7 +172,7 @@ pub struct Runtime<P: Processor> {
     globals: Vec<crate::topology::GlobalTable>,
 }
 
-impl<P: Processor> Runtime<P> {
+impl<P: Application> Runtime<P> {
     /// Connects: creates the transactional producer (fencing a previous incarnation of this
     /// instance) and subscribes the group consumer.
     pub fn new(config: &Config, processor: P) -> Result<Self, RuntimeError> {
@@ -402,6 +402,7 @@ impl<P: Processor> Runtime<P> {
         self.member.leave();
         self.tasks.close_all();
         self.tasks.set_standby(None);
+        self.processor.close();
         result.map(|()| self.summary)
     }
 

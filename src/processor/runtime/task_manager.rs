@@ -76,7 +76,7 @@ pub(super) struct TaskManager {
     cache: StoreCache,
     /// The default store's changelog.
     changelog: String,
-    /// The named stores: (name, changelog topic), in [`crate::processor::Processor::stores`]
+    /// The named stores: (name, changelog topic), in [`crate::processor::Application::stores`]
     /// order.
     stores: Vec<(String, String)>,
     /// The tables: (store name, topic), with the history of the versioned ones.

@@ -26,7 +26,7 @@ use crate::state::Column;
 use crate::topology::NodeContext;
 
 /// The name and serdes of a windowed store: what a node opens it with
-/// ([`NodeContext::window_store`]) and what the builder attaches to nodes
+/// ([`crate::topology::ProcessorContext::window_store`]) and what the builder attaches to nodes
 /// ([`crate::topology::TopologyBuilder::add_window_store`]). Cheap to clone.
 ///
 /// ```

@@ -2,6 +2,7 @@
 //! and wired to the stock and payment services and the read model through their topics, each
 //! on its own driver, the way the four processors run in production.
 
+use eosflow::processor::ProcessorSpec;
 use eosflow::testing::TopologyTestDriver;
 use eosflow_orders::aggregate::OrderProcessor;
 use eosflow_orders::messages::types;
@@ -87,10 +88,10 @@ fn avro_placements_v1_and_v2_from_the_registry_are_accepted_and_v1_is_upcast() {
 /// The four processors of the application, each on its own driver, wired by their topics.
 struct Shop {
     t: Topics,
-    orders: TopologyTestDriver<OrderProcessor>,
-    stock: TopologyTestDriver<StockService>,
-    payment: TopologyTestDriver<PaymentService>,
-    customers: TopologyTestDriver<CustomersProcessor>,
+    orders: TopologyTestDriver<ProcessorSpec<OrderProcessor>>,
+    stock: TopologyTestDriver<ProcessorSpec<StockService>>,
+    payment: TopologyTestDriver<ProcessorSpec<PaymentService>>,
+    customers: TopologyTestDriver<ProcessorSpec<CustomersProcessor>>,
 }
 
 impl Shop {

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use apache_avro::Schema;
 use eosflow::internals::codec::decode::{encode_wire, FixedSource, SchemaSource};
-use eosflow::processor::Processor;
+use eosflow::processor::{Application, ProcessorSpec};
 use eosflow::testing::{OutputRecord, TestRecord, TopologyTestDriver};
 use eosflow::Config;
 use eosflow_orders::aggregate::{OrderProcessor, EVENT_ID_HEADER};
@@ -37,7 +37,7 @@ pub fn config(t: Topology) -> Config {
 }
 
 /// A driver for `processor`, configured as topology `t`.
-pub fn driver<P: Processor>(t: Topology, processor: P) -> TopologyTestDriver<P> {
+pub fn driver<P: Application>(t: Topology, processor: P) -> TopologyTestDriver<P> {
     TopologyTestDriver::with_config(processor, config(t)).expect("driver")
 }
 
@@ -52,14 +52,16 @@ pub fn schemas() -> FixedSource {
 }
 
 /// The order processor, its writer schemas from `source`.
-pub fn orders_with(source: impl SchemaSource + 'static) -> TopologyTestDriver<OrderProcessor> {
+pub fn orders_with(
+    source: impl SchemaSource + 'static,
+) -> TopologyTestDriver<ProcessorSpec<OrderProcessor>> {
     let c = config(Topology::Orders);
     let p = OrderProcessor::with_schemas(topics(), &c.app.id, source).expect("processor");
-    driver(Topology::Orders, p)
+    driver(Topology::Orders, p.spec())
 }
 
 /// The order processor with the Avro contracts of [`schemas`].
-pub fn orders() -> TopologyTestDriver<OrderProcessor> {
+pub fn orders() -> TopologyTestDriver<ProcessorSpec<OrderProcessor>> {
     orders_with(schemas())
 }
 
@@ -77,18 +79,24 @@ pub fn never_fail() -> FailureRates {
 }
 
 /// The stock service failing at `rates`.
-pub fn stock(rates: FailureRates) -> TopologyTestDriver<StockService> {
-    driver(Topology::Stock, StockService::new(topics(), rates))
+pub fn stock(rates: FailureRates) -> TopologyTestDriver<ProcessorSpec<StockService>> {
+    driver(Topology::Stock, StockService::new(topics(), rates).spec())
 }
 
 /// The payment service failing at `rates`.
-pub fn payment(rates: FailureRates) -> TopologyTestDriver<PaymentService> {
-    driver(Topology::Payment, PaymentService::new(topics(), rates))
+pub fn payment(rates: FailureRates) -> TopologyTestDriver<ProcessorSpec<PaymentService>> {
+    driver(
+        Topology::Payment,
+        PaymentService::new(topics(), rates).spec(),
+    )
 }
 
 /// The customers read model.
-pub fn customers() -> TopologyTestDriver<CustomersProcessor> {
-    driver(Topology::Customers, CustomersProcessor::new(topics()))
+pub fn customers() -> TopologyTestDriver<ProcessorSpec<CustomersProcessor>> {
+    driver(
+        Topology::Customers,
+        CustomersProcessor::new(topics()).spec(),
+    )
 }
 
 /// `orders.order-placed.v2` as the order service writes it: two lines, total 1299.
@@ -149,7 +157,7 @@ pub fn body(r: &OutputRecord) -> Value {
 }
 
 /// A JSON value from a processor's default store.
-pub fn stored<P: Processor>(d: &mut TopologyTestDriver<P>, key: &str) -> Option<Value> {
+pub fn stored<P: Application>(d: &mut TopologyTestDriver<P>, key: &str) -> Option<Value> {
     d.state_get(key.as_bytes())
         .expect("store read")
         .map(|b| serde_json::from_slice(&b).expect("stored JSON"))
@@ -159,7 +167,7 @@ pub fn stored<P: Processor>(d: &mut TopologyTestDriver<P>, key: &str) -> Option<
 /// driver numbers its output ids from 1 (the runtime draws random UUIDs), so the shuttle
 /// prefixes them with `app`, the writer's name, to keep them as unique as they are in
 /// production. Returns how many records it carried.
-pub fn shuttle<A: Processor, B: Processor>(
+pub fn shuttle<A: Application, B: Application>(
     from: &mut TopologyTestDriver<A>,
     app: &str,
     topic: &str,
@@ -193,13 +201,13 @@ pub fn shuttle<A: Processor, B: Processor>(
 }
 
 /// Everything `d` wrote to `topic`, as JSON values.
-pub fn bodies<P: Processor>(d: &mut TopologyTestDriver<P>, topic: &str) -> Vec<Value> {
+pub fn bodies<P: Application>(d: &mut TopologyTestDriver<P>, topic: &str) -> Vec<Value> {
     d.read_raw_output(topic).iter().map(body).collect()
 }
 
 /// Pipes the order service's JSON placement of `order` by `customer` under `event_id`.
 pub fn place(
-    d: &mut TopologyTestDriver<OrderProcessor>,
+    d: &mut TopologyTestDriver<ProcessorSpec<OrderProcessor>>,
     order: &str,
     customer: &str,
     event_id: &str,
@@ -214,7 +222,7 @@ pub fn place(
 }
 
 /// The keys of everything `d` wrote to `topic`, in order.
-pub fn keys<P: Processor>(d: &mut TopologyTestDriver<P>, topic: &str) -> Vec<String> {
+pub fn keys<P: Application>(d: &mut TopologyTestDriver<P>, topic: &str) -> Vec<String> {
     d.read_raw_output(topic)
         .iter()
         .map(OutputRecord::key_text)
@@ -222,13 +230,16 @@ pub fn keys<P: Processor>(d: &mut TopologyTestDriver<P>, topic: &str) -> Vec<Str
 }
 
 /// The dead letters of input `topic` (`<topic>.DLT`).
-pub fn dead_letters<P: Processor>(d: &mut TopologyTestDriver<P>, topic: &str) -> Vec<OutputRecord> {
+pub fn dead_letters<P: Application>(
+    d: &mut TopologyTestDriver<P>,
+    topic: &str,
+) -> Vec<OutputRecord> {
     d.read_raw_output(&format!("{topic}.DLT"))
 }
 
 /// Pipes the Avro (v2, [`PLACED_V2_ID`]) placement of `order` by `customer` under `event_id`.
 pub fn place_avro(
-    d: &mut TopologyTestDriver<OrderProcessor>,
+    d: &mut TopologyTestDriver<ProcessorSpec<OrderProcessor>>,
     order: &str,
     customer: &str,
     event_id: &str,
@@ -244,7 +255,11 @@ pub fn place_avro(
 }
 
 /// Pipes the customer's cancel of `order` under `event_id`.
-pub fn cancel(d: &mut TopologyTestDriver<OrderProcessor>, order: &str, event_id: &str) {
+pub fn cancel(
+    d: &mut TopologyTestDriver<ProcessorSpec<OrderProcessor>>,
+    order: &str,
+    event_id: &str,
+) {
     d.pipe(event(
         types::ORDER_CANCELLED,
         order,

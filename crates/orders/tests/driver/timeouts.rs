@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use eosflow::processor::{Processor, TimerKind};
+use eosflow::processor::{Application, ProcessorSpec, TimerKind};
 use eosflow::testing::{TestRecord, TopologyTestDriver};
 use eosflow_orders::aggregate::OrderProcessor;
 use eosflow_orders::messages::types;
@@ -23,9 +23,9 @@ const TIMEOUT: Duration = Duration::from_millis(30_000);
 /// The order processor and the two services, each on its own driver, wired by their topics.
 struct Wired {
     t: Topics,
-    orders: TopologyTestDriver<OrderProcessor>,
-    stock: TopologyTestDriver<StockService>,
-    payment: TopologyTestDriver<PaymentService>,
+    orders: TopologyTestDriver<ProcessorSpec<OrderProcessor>>,
+    stock: TopologyTestDriver<ProcessorSpec<StockService>>,
+    payment: TopologyTestDriver<ProcessorSpec<PaymentService>>,
 }
 
 impl Wired {
@@ -62,7 +62,7 @@ impl Wired {
 }
 
 /// The saga's pending timeouts, as their keys (`reserve#1/o-1`).
-fn saga_timers<P: Processor>(d: &mut TopologyTestDriver<P>) -> Vec<String> {
+fn saga_timers<P: Application>(d: &mut TopologyTestDriver<P>) -> Vec<String> {
     d.pending_timers(0)
         .expect("timers")
         .into_iter()
@@ -72,7 +72,7 @@ fn saga_timers<P: Processor>(d: &mut TopologyTestDriver<P>) -> Vec<String> {
 }
 
 /// The one saga-ended event: (outcome, steps).
-fn ended(d: &mut TopologyTestDriver<OrderProcessor>) -> (String, Vec<String>) {
+fn ended(d: &mut TopologyTestDriver<ProcessorSpec<OrderProcessor>>) -> (String, Vec<String>) {
     let ended = bodies(d, &topics().saga_events);
     assert_eq!(ended.len(), 1, "one saga-ended per saga: {ended:?}");
     let steps = ended[0]["steps"]
@@ -87,7 +87,7 @@ fn ended(d: &mut TopologyTestDriver<OrderProcessor>) -> (String, Vec<String>) {
     )
 }
 
-fn transitions(d: &mut TopologyTestDriver<OrderProcessor>) -> Vec<String> {
+fn transitions(d: &mut TopologyTestDriver<ProcessorSpec<OrderProcessor>>) -> Vec<String> {
     bodies(d, &topics().status)
         .iter()
         .map(|v| {
@@ -101,7 +101,7 @@ fn transitions(d: &mut TopologyTestDriver<OrderProcessor>) -> Vec<String> {
 }
 
 /// The reasons of the replies' dead letters.
-fn alerts(d: &mut TopologyTestDriver<OrderProcessor>) -> Vec<String> {
+fn alerts(d: &mut TopologyTestDriver<ProcessorSpec<OrderProcessor>>) -> Vec<String> {
     dead_letters(d, &topics().replies)
         .iter()
         .map(|r| r.dlt_reason().unwrap_or_default().to_string())
@@ -109,7 +109,7 @@ fn alerts(d: &mut TopologyTestDriver<OrderProcessor>) -> Vec<String> {
 }
 
 /// `action #attempt` of every stock command `d` sent.
-fn stock_commands(d: &mut TopologyTestDriver<OrderProcessor>) -> Vec<String> {
+fn stock_commands(d: &mut TopologyTestDriver<ProcessorSpec<OrderProcessor>>) -> Vec<String> {
     bodies(d, &topics().stock)
         .iter()
         .map(|c| {
@@ -435,7 +435,8 @@ fn each_step_has_its_own_configurable_timeout() {
         .with_timeouts(SagaTimeouts {
             reserve_timeout_ms: 1_000,
             ..SagaTimeouts::uniform(60_000)
-        });
+        })
+        .spec();
     let mut d = driver(eosflow_orders::Topology::Orders, p);
     place(&mut d, "o-1", "c-1", "e-1");
     let start = d.wall_clock_ms();
