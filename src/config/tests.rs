@@ -507,3 +507,26 @@ fn threads_default_to_one_and_a_bad_value_names_the_key() {
         assert!(err.contains("processor.threads"), "{bad}: {err}");
     }
 }
+
+#[test]
+fn restore_threads_default_to_eight_and_a_bad_value_names_the_key() {
+    let c = Config::from_sources(None, None, &[]).expect("valid");
+    assert_eq!(c.processor.restore_threads, 8);
+    let c = Config::from_sources(
+        None,
+        None,
+        &env(&[("EOSFLOW_PROCESSOR_RESTORE_THREADS", "1")]),
+    )
+    .expect("valid");
+    assert_eq!(c.processor.restore_threads, 1);
+    for bad in ["0", "65", "-1", "some"] {
+        let err = Config::from_sources(
+            None,
+            None,
+            &env(&[("EOSFLOW_PROCESSOR_RESTORE_THREADS", bad)]),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("processor.restore_threads"), "{bad}: {err}");
+    }
+}

@@ -91,6 +91,11 @@ pub struct ProcessorConfig {
     pub session_timeout_ms: u64,
     /// Deadline for restoring one partition's store from its changelog.
     pub restore_timeout_ms: u64,
+    /// How many newly assigned partitions have their stores opened and restored at once
+    /// (Kafka Streams restores all of a thread's tasks together), 1..=64: most of a restore is
+    /// waiting on the broker, so an assignment of many partitions is ready in the time of the
+    /// largest tail, not the sum.
+    pub restore_threads: usize,
     /// `group.instance.id` = the instance id: a restart within the session timeout keeps the
     /// assignment (no rebalance). On in Kubernetes (stable pod names).
     pub static_membership: bool,
@@ -154,6 +159,7 @@ impl Default for ProcessorConfig {
             transaction_timeout_ms: 10_000,
             session_timeout_ms: 10_000,
             restore_timeout_ms: 120_000,
+            restore_threads: 8,
             static_membership: false,
             shutdown_timeout_ms: 30_000,
             stuck_after_ms: 60_000,
@@ -175,6 +181,12 @@ impl ProcessorConfig {
             return Err(ConfigError::invalid(
                 "processor.commit_interval_ms",
                 format!("{} is outside 1..=60000", self.commit_interval_ms),
+            ));
+        }
+        if !(1..=64).contains(&self.restore_threads) {
+            return Err(ConfigError::invalid(
+                "processor.restore_threads",
+                format!("{} is outside 1..=64", self.restore_threads),
             ));
         }
         if self.max_batch_records == 0 {

@@ -168,6 +168,7 @@ impl<P: Application> TopologyTestDriver<P> {
             transaction_timeout: Duration::from_millis(config.processor.transaction_timeout_ms),
             session_timeout: Duration::from_millis(config.processor.session_timeout_ms),
             restore_timeout: Duration::ZERO,
+            restore_threads: 1,
             static_membership: false,
             create_topics: false,
             state_dir: dir.clone(),

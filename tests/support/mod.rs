@@ -230,6 +230,28 @@ fn child_log_path(app: &str) -> std::path::PathBuf {
     dir.join(format!("{app}.log"))
 }
 
+/// The time between the first line of `app`'s instance log containing `from` and the last one
+/// containing `to`, from the lines' UTC timestamps (within one day); `None` without both.
+#[allow(dead_code)] // not every test binary measures its instances' logs
+pub fn log_span(app: &str, from: &str, to: &str) -> Option<Duration> {
+    let text = std::fs::read_to_string(child_log_path(app)).ok()?;
+    // `2026-12-05T15:36:26.394447Z` after ANSI colour codes: seconds of the day.
+    let at = |line: &str| -> Option<f64> {
+        let t = line.find('T').map(|i| &line[i + 1..])?;
+        let hms = t.split('Z').next()?;
+        let mut parts = hms.split(':');
+        let (h, m, s) = (parts.next()?, parts.next()?, parts.next()?);
+        Some(
+            h.parse::<f64>().ok()? * 3600.0
+                + m.parse::<f64>().ok()? * 60.0
+                + s.parse::<f64>().ok()?,
+        )
+    };
+    let first = text.lines().find(|l| l.contains(from)).and_then(at)?;
+    let last = text.lines().rev().find(|l| l.contains(to)).and_then(at)?;
+    Some(Duration::from_secs_f64((last - first).rem_euclid(86_400.0)))
+}
+
 /// Log files whose tails a failed [`wait_for`] prints: the instances this test started.
 fn watched_logs() -> &'static std::sync::Mutex<Vec<std::path::PathBuf>> {
     static LOGS: OnceLock<std::sync::Mutex<Vec<std::path::PathBuf>>> = OnceLock::new();

@@ -30,6 +30,8 @@ pub struct RuntimeOptions {
     /// Deadline for one partition's restore while the broker answers (an unreachable broker
     /// is waited for, see [`crate::state::changelog::BROKER_WAIT_MAX`]).
     pub restore_timeout: Duration,
+    /// How many partitions are opened and restored at once (`processor.restore_threads`).
+    pub restore_threads: usize,
     /// Join with `group.instance.id` = instance id.
     pub static_membership: bool,
     /// Create the missing internal topics at start (`processor.create_topics`).
@@ -94,6 +96,7 @@ impl RuntimeOptions {
             transaction_timeout: Duration::from_millis(config.processor.transaction_timeout_ms),
             session_timeout: Duration::from_millis(config.processor.session_timeout_ms),
             restore_timeout: Duration::from_millis(config.processor.restore_timeout_ms),
+            restore_threads: config.processor.restore_threads,
             static_membership: config.processor.static_membership,
             create_topics: config.processor.create_topics,
             memory_bytes: config.state.memory_bytes,

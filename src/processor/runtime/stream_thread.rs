@@ -499,9 +499,7 @@ impl<P: Application> Runtime<P> {
                         .collect();
                     self.tasks.claim(&new);
                     self.member.await_stable_offsets(&parts, &new);
-                    for p in new {
-                        self.tasks.open(p, &self.member, &mut self.summary)?;
-                    }
+                    self.tasks.open_all(&new, &self.member, &mut self.summary)?;
                     self.member.take(parts);
                 }
             }

@@ -88,6 +88,8 @@ pub(super) struct TaskManager {
     state_dir: PathBuf,
     thread: usize,
     restore_timeout: Duration,
+    /// How many partitions [`TaskManager::open_all`] opens at once.
+    restore_threads: usize,
     dedup_retention: Duration,
     dedup_purge_interval: Duration,
     /// How many sub-topologies each partition number's [`Task`] runs.
@@ -100,6 +102,9 @@ pub(super) struct TaskManager {
     /// The partitions the instance's processing threads hold open (more than one thread).
     leases: Option<Arc<Leases>>,
 }
+
+/// A partition's task opened, with what its restore replayed, or why it could not be.
+type Opened = Result<(Task, RestoreStats), RuntimeError>;
 
 impl TaskManager {
     /// The manager of `opts`' tasks, with the default store `store_name`, the named stores
@@ -132,6 +137,7 @@ impl TaskManager {
             state_dir: opts.state_dir.clone(),
             thread: opts.thread,
             restore_timeout: opts.restore_timeout,
+            restore_threads: opts.restore_threads.max(1),
             dedup_retention: opts.dedup_retention,
             dedup_purge_interval: opts.dedup_purge_interval,
             sub_topologies,
@@ -268,34 +274,77 @@ impl TaskManager {
         }
     }
 
-    /// Opens partition `p`'s task: its stores, each restored from its changelog's tail, and its
-    /// tables restored up to the group's committed offsets (asked from `member`) before any
-    /// record is processed.
-    pub(super) fn open(
+    /// Opens the tasks of `partitions`: each one's stores restored from its changelogs' tails,
+    /// and its tables up to the group's committed offsets (asked from `member`), before any
+    /// record is processed. Up to `processor.restore_threads` partitions are opened at once, so
+    /// many partitions with little to restore are ready in about the time of one, and a tail
+    /// costs its own time, not the sum of all. The first failure is returned after the others
+    /// finished; the partitions that opened are kept.
+    pub(super) fn open_all(
         &mut self,
-        p: i32,
+        partitions: &[i32],
         member: &GroupMember,
         summary: &mut RunSummary,
     ) -> Result<(), RuntimeError> {
         if let Some(leases) = &self.leases {
-            // Another processing thread of this instance that had `p` closes its stores right
-            // after its own poll saw the revocation.
-            leases.acquire(p, self.thread, self.restore_timeout)?;
+            for &p in partitions {
+                // Another processing thread of this instance that had `p` closes its stores
+                // right after its own poll saw the revocation.
+                if let Err(e) = leases.acquire(p, self.thread, self.restore_timeout) {
+                    self.closed(partitions);
+                    return Err(e);
+                }
+            }
         }
         self.health.set_restoring(true);
-        let opened = self.open_stores(p, member);
+        let opened = self.open_in_parallel(partitions, member);
         self.health.set_restoring(false);
-        match opened {
-            Ok((task, stats)) => {
-                summary.restored(p, stats);
-                self.tasks.insert(p, task);
-                Ok(())
-            }
-            Err(e) => {
-                self.closed(&[p]);
-                Err(e)
+        let mut first_error = None;
+        for (p, result) in opened {
+            match result {
+                Ok((task, stats)) => {
+                    summary.restored(p, stats);
+                    self.tasks.insert(p, task);
+                }
+                Err(e) => {
+                    self.closed(&[p]);
+                    first_error.get_or_insert(e);
+                }
             }
         }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// [`TaskManager::open_stores`] of every partition, on up to `restore_threads` threads
+    /// taking the partitions in order; the results in the order of `partitions`.
+    fn open_in_parallel(&self, partitions: &[i32], member: &GroupMember) -> Vec<(i32, Opened)> {
+        let width = self.restore_threads.min(partitions.len());
+        if width <= 1 {
+            return partitions
+                .iter()
+                .map(|&p| (p, self.open_stores(p, member)))
+                .collect();
+        }
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let results = std::sync::Mutex::new(Vec::with_capacity(partitions.len()));
+        std::thread::scope(|scope| {
+            for _ in 0..width {
+                scope.spawn(|| loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let Some(&p) = partitions.get(i) else { break };
+                    let opened = self.open_stores(p, member);
+                    results
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .push((i, p, opened));
+                });
+            }
+        });
+        let mut results = results
+            .into_inner()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        results.sort_by_key(|(i, _, _)| *i);
+        results.into_iter().map(|(_, p, r)| (p, r)).collect()
     }
 
     /// Closes every task and opens it again, restored from its changelogs to their last
@@ -305,10 +354,8 @@ impl TaskManager {
         member: &GroupMember,
         summary: &mut RunSummary,
     ) -> Result<(), RuntimeError> {
-        for p in self.close_all() {
-            self.open(p, member, summary)?;
-        }
-        Ok(())
+        let partitions = self.close_all();
+        self.open_all(&partitions, member, summary)
     }
 
     fn open_stores(
