@@ -363,52 +363,6 @@ fn watermark_client(clients: &KafkaClients) -> Result<BaseConsumer<ReaderContext
         .create_with_context(ReaderContext)
 }
 
-/// The end offset of every `(topic, partition)` of `partitions` as a `read_committed` reader
-/// sees it (the last stable offset: Kafka's `ListOffsets` for the latest offset, one request
-/// per leader for all of them), within `timeout`. For deciding, before any consumer is created
-/// per partition, which changelogs have nothing beyond a store's checkpoint; a partition left
-/// out of the answer or any error leaves the caller on its slow path.
-pub fn end_offsets(
-    clients: &KafkaClients,
-    partitions: &[(String, i32)],
-    timeout: Duration,
-) -> Result<BTreeMap<(String, i32), i64>, KafkaError> {
-    if partitions.is_empty() {
-        return Ok(BTreeMap::new());
-    }
-    let consumer: BaseConsumer<ReaderContext> = clients
-        .config(ClientRole::Reader)
-        .set("isolation.level", "read_committed")
-        .create_with_context(ReaderContext)?;
-    let mut tpl = TopicPartitionList::new();
-    for (topic, partition) in partitions {
-        // A timestamp of -1 (`Offset::End`) asks for the latest offset.
-        tpl.add_partition_offset(topic, *partition, Offset::End)?;
-    }
-    // Right after the changelogs were created the client's metadata may not know their
-    // leaders yet (`NotLeaderForPartition` for the whole request): asked again until `timeout`.
-    let deadline = Instant::now() + timeout;
-    let answer = loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match consumer.offsets_for_times(tpl.clone(), left.max(Duration::from_millis(100))) {
-            Err(e) if retriable(&e) && Instant::now() < deadline => {
-                tracing::debug!(error = %e, "end offsets not available yet; asking again");
-                std::thread::sleep(Duration::from_millis(200));
-            }
-            r => break r?,
-        }
-    };
-    Ok(answer
-        .elements()
-        .iter()
-        .filter(|e| e.error().is_ok())
-        .filter_map(|e| match e.offset() {
-            Offset::Offset(o) => Some(((e.topic().to_string(), e.partition()), o)),
-            _ => None,
-        })
-        .collect())
-}
-
 /// Errors a restarting or briefly unreachable broker produces, which a read outlives.
 fn is_transient(e: &KafkaError) -> bool {
     use RDKafkaErrorCode as C;
