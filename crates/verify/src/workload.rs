@@ -77,6 +77,8 @@ pub struct Produced {
 
 /// Rounds of re-sending what failed, after the first attempt.
 const RETRY_ROUNDS: u32 = 3;
+/// How long the workload's flush waits in all for its sends to be acknowledged.
+const FLUSH_PATIENCE: Duration = Duration::from_secs(300);
 
 /// The shape of a workload.
 #[derive(Debug, Clone, Copy)]
@@ -207,10 +209,22 @@ impl Workload {
                 }
             }
         }
+        // A paused or restarted broker can hold the workload's sends past one wait (the
+        // idempotent producer asks for its producer id again first): the flush waits on, up to
+        // FLUSH_PATIENCE in all, instead of failing the scenario for its own producer (a CI run
+        // of broker-pause did, 60 s after the pause). What stays unacknowledged is sent again
+        // or counted as not produced.
         let flush = |producer: &ThreadedProducer<DeliveryCheck>| {
-            producer
-                .flush(Duration::from_secs(60))
-                .map_err(|e| format!("flushing the workload: {e}"))
+            let deadline = Instant::now() + FLUSH_PATIENCE;
+            loop {
+                match producer.flush(Duration::from_secs(30)) {
+                    Ok(()) => return Ok(()),
+                    Err(e) if Instant::now() < deadline => {
+                        tracing::warn!(error = %e, "workload sends not all acknowledged yet; waiting on");
+                    }
+                    Err(e) => return Err(format!("flushing the workload: {e}")),
+                }
+            }
         };
         flush(&producer)?;
         for round in 1..=RETRY_ROUNDS {
