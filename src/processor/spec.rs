@@ -261,3 +261,68 @@ impl<P: Processor> Application for ProcessorSpec<P> {
         Processor::init(&mut self.processor, app_id)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use super::ProcessorSpec;
+    use crate::processor::{Context, ProcessError, Processor, Record};
+    use crate::testing::{TestRecord, TopologyTestDriver};
+
+    /// Echoes each record to `out`, and notes what `init` and `close` were given.
+    struct Echo(Arc<Mutex<Vec<String>>>);
+
+    impl Processor for Echo {
+        fn init(&mut self, app_id: &str) {
+            self.0.lock().expect("log").push(format!("init {app_id}"));
+        }
+        fn process(&mut self, ctx: &mut Context<'_>, r: &Record<'_>) -> Result<(), ProcessError> {
+            ctx.emit("out", None, r.value.map(<[u8]>::to_vec), vec![]);
+            Ok(())
+        }
+        fn close(&mut self) {
+            self.0.lock().expect("log").push("close".to_string());
+        }
+    }
+
+    #[test]
+    fn init_gets_the_application_id_and_close_comes_when_the_driver_is_dropped() {
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let app = ProcessorSpec::new(Echo(log.clone())).inputs(["in"]);
+        let mut driver = TopologyTestDriver::new(app).expect("driver");
+        driver
+            .pipe(TestRecord::new("in", Some("k"), Some("v")))
+            .expect("pipe");
+        assert_eq!(*log.lock().expect("log"), ["init test"]);
+        drop(driver);
+        assert_eq!(*log.lock().expect("log"), ["init test", "close"]);
+    }
+
+    #[test]
+    fn a_declared_event_time_moves_stream_time_and_a_bad_one_is_dead_lettered_naming_the_spec() {
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let app = ProcessorSpec::new(Echo(log))
+            .inputs(["in"])
+            .event_time(|r| {
+                r.header("at")
+                    .and_then(|v| std::str::from_utf8(v).ok()?.parse().ok())
+            });
+        let mut driver = TopologyTestDriver::new(app).expect("driver");
+        let at = |ms: &str| TestRecord::new("in", Some("k"), Some(ms)).header("at", ms);
+        driver.pipe(at("5000")).expect("pipe");
+        assert_eq!(driver.stream_time_ms(), Some(5_000));
+        driver.pipe(at("-9223372036854775808")).expect("pipe");
+        assert_eq!(driver.stream_time_ms(), Some(5_000));
+        let dead = driver.read_raw_output("in.DLT");
+        assert_eq!(dead.len(), 1);
+        assert_eq!(dead[0].dlt_class(), Some("bad-timestamp"));
+        assert!(
+            dead[0]
+                .dlt_reason()
+                .is_some_and(|r| r.contains("ProcessorSpec::event_time")),
+            "{:?}",
+            dead[0].dlt_reason()
+        );
+    }
+}
