@@ -331,6 +331,7 @@ pub fn run(config: &Config, env: &ScenarioEnv, opts: &Options) -> Result<Scenari
     let lag = || group_lag(&clients, app_id, input, opts.partitions).unwrap_or(i64::MAX);
     let killed = group::kill_until_drained(&mut instances, env, output, (opts.kills, total), lag)?;
     let drained_s = started.elapsed().as_secs_f64();
+    group::await_results(want.len(), || results(&clients, output).map(|r| r.len()))?;
     for inst in &mut instances {
         inst.kill9();
     }

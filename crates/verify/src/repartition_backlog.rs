@@ -266,6 +266,9 @@ pub fn run(config: &Config, env: &ScenarioEnv, opts: &Options) -> Result<Scenari
     let killed =
         group::kill_until_drained(&mut instances, env, output, (opts.kills, 2 * total), lag)?;
     let drained_s = started.elapsed().as_secs_f64();
+    let pending = group::await_results(want.len(), || {
+        super::windows::results(&clients, output).map(|r| r.len())
+    })?;
     for inst in &mut instances {
         inst.kill9();
     }
@@ -312,6 +315,7 @@ pub fn run(config: &Config, env: &ScenarioEnv, opts: &Options) -> Result<Scenari
         // A crash test whose kills all landed after the work proves nothing.
         checks_ok: wrong == 0 && dead == 0 && (opts.kills == 0 || mid_stream > 0),
         extra: vec![
+            ("pending_at_drain".into(), pending.to_string()),
             ("windows".into(), want.len().to_string()),
             ("wrong_windows".into(), wrong.to_string()),
             ("late".into(), dead.to_string()),

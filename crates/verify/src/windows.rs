@@ -314,6 +314,9 @@ pub fn run(config: &Config, env: &ScenarioEnv, opts: &Options) -> Result<Scenari
     let lag = || group_lag(&clients, app_id, input, opts.partitions).unwrap_or(i64::MAX);
     let killed = group::kill_until_drained(&mut instances, env, output, (opts.kills, total), lag)?;
     let drained_s = started.elapsed().as_secs_f64();
+    let pending = group::await_results(want.windows.len(), || {
+        results(&clients, output).map(|r| r.len())
+    })?;
     for inst in &mut instances {
         inst.kill9();
     }
@@ -330,6 +333,7 @@ pub fn run(config: &Config, env: &ScenarioEnv, opts: &Options) -> Result<Scenari
         stalls: killed.stalls,
         checks_ok: c.wrong == 0 && c.late_missing == 0 && c.dlt_wrong == 0,
         extra: vec![
+            ("pending_at_drain".into(), pending.to_string()),
             ("windows".into(), want.windows.len().to_string()),
             ("wrong_windows".into(), c.wrong.to_string()),
             ("out_of_order".into(), want.out_of_order.to_string()),
