@@ -97,7 +97,10 @@ const WAIT_LOG_EVERY: Duration = Duration::from_secs(10);
 /// Whether a metadata/offset request may succeed if asked again: a topic created a moment ago
 /// has no leader yet, a restarted broker is electing one, a request in flight to a broker
 /// librdkafka dropped from its metadata (`DestroyBroker`: a killed broker while leaderships
-/// move, issue 33's isr-shrink) must be sent to the new leader.
+/// move, issue 33's isr-shrink) must be sent to the new leader, and a leader elected a moment
+/// ago answers `OffsetNotAvailable` until its high watermark caught up (an instance of
+/// isr-shrink exited on it during a restore) or a stale leader epoch until the metadata is
+/// refreshed.
 fn retriable(e: &KafkaError) -> bool {
     use rdkafka::types::RDKafkaErrorCode as C;
     matches!(
@@ -114,6 +117,9 @@ fn retriable(e: &KafkaError) -> bool {
                 | C::BrokerTransportFailure
                 | C::AllBrokersDown
                 | C::DestroyBroker
+                | C::OffsetNotAvailable
+                | C::FencedLeaderEpoch
+                | C::UnknownLeaderEpoch
         )
     )
 }
@@ -363,6 +369,59 @@ fn watermark_client(clients: &KafkaClients) -> Result<BaseConsumer<ReaderContext
         .create_with_context(ReaderContext)
 }
 
+/// The high watermark of every `(topic, partition)` of `partitions` (Kafka's `ListOffsets` for
+/// the latest offset, `read_uncommitted`: one request per leader for all of them), within
+/// `timeout`. For deciding, before any consumer is created per partition, which changelogs hold
+/// nothing at all beyond a store's checkpoint; a partition left out of the answer or any error
+/// leaves the caller on its slow path.
+///
+/// Not the last stable offset: after a commit whose outcome is unknown, that transaction may
+/// still be open, its records beyond the last stable offset and committed later. A store whose
+/// checkpoint equals the last stable offset can still miss them (a trial of that, `d95ce96`,
+/// failed `broker-pause-one` and `isr-shrink` with `state_mismatches`); one at the high
+/// watermark cannot, as the records of a transaction are acknowledged before its commit is
+/// asked for.
+pub fn end_offsets(
+    clients: &KafkaClients,
+    partitions: &[(String, i32)],
+    timeout: Duration,
+) -> Result<BTreeMap<(String, i32), i64>, KafkaError> {
+    if partitions.is_empty() {
+        return Ok(BTreeMap::new());
+    }
+    let consumer: BaseConsumer<ReaderContext> = clients
+        .config(ClientRole::Reader)
+        .set("isolation.level", "read_uncommitted")
+        .create_with_context(ReaderContext)?;
+    let mut tpl = TopicPartitionList::new();
+    for (topic, partition) in partitions {
+        // A timestamp of -1 (`Offset::End`) asks for the latest offset.
+        tpl.add_partition_offset(topic, *partition, Offset::End)?;
+    }
+    // Right after the changelogs were created the client's metadata may not know their
+    // leaders yet (`NotLeaderForPartition` for the whole request): asked again until `timeout`.
+    let deadline = Instant::now() + timeout;
+    let answer = loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match consumer.offsets_for_times(tpl.clone(), left.max(Duration::from_millis(100))) {
+            Err(e) if retriable(&e) && Instant::now() < deadline => {
+                tracing::debug!(error = %e, "end offsets not available yet; asking again");
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            r => break r?,
+        }
+    };
+    Ok(answer
+        .elements()
+        .iter()
+        .filter(|e| e.error().is_ok())
+        .filter_map(|e| match e.offset() {
+            Offset::Offset(o) => Some(((e.topic().to_string(), e.partition()), o)),
+            _ => None,
+        })
+        .collect())
+}
+
 /// Errors a restarting or briefly unreachable broker produces, which a read outlives.
 fn is_transient(e: &KafkaError) -> bool {
     use RDKafkaErrorCode as C;
@@ -377,6 +436,9 @@ fn is_transient(e: &KafkaError) -> bool {
                 | C::LeaderNotAvailable
                 | C::UnknownPartition
                 | C::DestroyBroker
+                | C::OffsetNotAvailable
+                | C::FencedLeaderEpoch
+                | C::UnknownLeaderEpoch
         )
     )
 }
@@ -435,5 +497,15 @@ mod tests {
         assert!(!retriable(&KafkaError::MetadataFetch(
             RDKafkaErrorCode::TopicAuthorizationFailed
         )));
+    }
+
+    /// isr-shrink (short, local run): a restore asked a leader elected a moment before for the
+    /// changelog's watermarks and got `Meta data fetch error: OffsetNotAvailable (Broker:
+    /// Leader high watermark is not caught up)`; the instance exited. It is asked again now.
+    #[test]
+    fn a_new_leader_whose_high_watermark_is_not_caught_up_is_asked_again() {
+        let e = KafkaError::MetadataFetch(RDKafkaErrorCode::OffsetNotAvailable);
+        assert!(retriable(&e), "{e}");
+        assert!(is_transient(&e), "{e}");
     }
 }

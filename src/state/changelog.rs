@@ -148,6 +148,39 @@ pub fn restore(
     partition: i32,
     timeout: Duration,
 ) -> Result<RestoreStats, StateError> {
+    restore_known_end(clients, store, topic, partition, timeout, None)
+}
+
+/// [`restore`] given the changelog partition's high watermark, when the caller asked for it in
+/// one batch with others ([`crate::kafka::reader::end_offsets`]): a store whose checkpoint is
+/// that end, or a changelog that never held a record (end 0), has nothing to replay, and no
+/// consumer is created for it. Anything else (an end not known) is read as [`restore`] reads.
+/// The same as what [`restore`] does with such a store, which reads up to the high watermark
+/// it finds, minus the consumer and its round trips.
+pub fn restore_known_end(
+    clients: &KafkaClients,
+    store: &Store,
+    topic: &str,
+    partition: i32,
+    timeout: Duration,
+    end: Option<i64>,
+) -> Result<RestoreStats, StateError> {
+    let started = Instant::now();
+    if let Some(end) = end {
+        check_fresh(clients, store, topic, partition)?;
+        let checkpoint = store.checkpoint()?;
+        if checkpoint == Some(end) || (checkpoint.is_none() && end == 0) {
+            if checkpoint != Some(end) {
+                flush_changelog(store, &mut Vec::new(), end)?;
+            }
+            return Ok(RestoreStats {
+                from_offset: end,
+                to_offset: end,
+                records: 0,
+                millis: started.elapsed().as_millis() as u64,
+            });
+        }
+    }
     restore_waiting(
         clients,
         store,

@@ -14,7 +14,7 @@ pub mod overlay;
 pub mod store;
 pub(crate) mod versioned;
 
-pub use changelog::{restore, restore_table, RestoreStats};
+pub use changelog::{restore, restore_known_end, restore_table, RestoreStats};
 pub use overlay::{Column, Overlay};
 pub use store::{CheckpointAt, Entry, Store, StoreCache};
 

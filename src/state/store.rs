@@ -121,6 +121,16 @@ fn db_options(cache: &StoreCache) -> Options {
     o.create_missing_column_families(true);
     o.set_write_buffer_manager(&cache.write_buffers);
     o.set_max_open_files(256);
+    // Table files are opened on the calling thread: RocksDB's default (16) starts that many
+    // threads per column family at every open, ~80 per store, most of an idle store's open
+    // time when an instance opens hundreds of them after an assignment (issue #38).
+    o.set_max_file_opening_threads(1);
+    // RocksDB's own `LOG` in each store's directory: warnings and errors only. At the default
+    // (info) every open writes every column family's options, about a thousand lines a store
+    // (a `gettid` each), and the files pile up with hundreds of stores; eosflow's own log
+    // says what an operator needs (opens, restores, rebuilds).
+    o.set_log_level(rocksdb::LogLevel::Warn);
+    o.set_keep_log_file_num(2);
     o
 }
 

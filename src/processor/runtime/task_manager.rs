@@ -19,7 +19,8 @@ use crate::processor::engine::{NamedStore, Task};
 use crate::processor::standby::{Standby, StandbyOptions};
 use crate::processor::threads::Leases;
 use crate::state::{
-    dedup, restore, restore_table, Column, Overlay, RestoreStats, StateError, Store, StoreCache,
+    dedup, restore_known_end, restore_table, Column, Overlay, RestoreStats, StateError, Store,
+    StoreCache,
 };
 use crate::telemetry::{self, Health};
 
@@ -105,6 +106,9 @@ pub(super) struct TaskManager {
 
 /// A partition's task opened, with what its restore replayed, or why it could not be.
 type Opened = Result<(Task, RestoreStats), RuntimeError>;
+
+/// The end offsets of changelog partitions, asked for in one batch before a restore.
+type Ends = BTreeMap<(String, i32), i64>;
 
 impl TaskManager {
     /// The manager of `opts`' tasks, with the default store `store_name`, the named stores
@@ -297,7 +301,8 @@ impl TaskManager {
             }
         }
         self.health.set_restoring(true);
-        let opened = self.open_in_parallel(partitions, member);
+        let ends = self.changelog_ends(partitions);
+        let opened = self.open_in_parallel(partitions, member, &ends);
         self.health.set_restoring(false);
         let mut first_error = None;
         for (p, result) in opened {
@@ -317,12 +322,17 @@ impl TaskManager {
 
     /// [`TaskManager::open_stores`] of every partition, on up to `restore_threads` threads
     /// taking the partitions in order; the results in the order of `partitions`.
-    fn open_in_parallel(&self, partitions: &[i32], member: &GroupMember) -> Vec<(i32, Opened)> {
+    fn open_in_parallel(
+        &self,
+        partitions: &[i32],
+        member: &GroupMember,
+        ends: &Ends,
+    ) -> Vec<(i32, Opened)> {
         let width = self.restore_threads.min(partitions.len());
         if width <= 1 {
             return partitions
                 .iter()
-                .map(|&p| (p, self.open_stores(p, member)))
+                .map(|&p| (p, self.open_stores(p, member, ends)))
                 .collect();
         }
         let next = std::sync::atomic::AtomicUsize::new(0);
@@ -332,7 +342,7 @@ impl TaskManager {
                 scope.spawn(|| loop {
                     let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     let Some(&p) = partitions.get(i) else { break };
-                    let opened = self.open_stores(p, member);
+                    let opened = self.open_stores(p, member, ends);
                     results
                         .lock()
                         .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -358,15 +368,32 @@ impl TaskManager {
         self.open_all(&partitions, member, summary)
     }
 
-    fn open_stores(
-        &self,
-        p: i32,
-        member: &GroupMember,
-    ) -> Result<(Task, RestoreStats), RuntimeError> {
-        let restored = self.open_and_restore(p, &self.changelog);
+    /// The high watermark of every changelog partition of `partitions` (the default store's and
+    /// the named stores'), in one request per leader: a store already at its changelog's end, or
+    /// with an empty changelog, is then opened without a consumer of its own. Empty when the
+    /// broker does not answer in time: every store is then restored the long way.
+    fn changelog_ends(&self, partitions: &[i32]) -> Ends {
+        let pairs: Vec<(String, i32)> = partitions
+            .iter()
+            .flat_map(|&p| {
+                std::iter::once(&self.changelog)
+                    .chain(self.stores.iter().map(|(_, topic)| topic))
+                    .map(move |topic| (topic.clone(), p))
+            })
+            .collect();
+        let timeout = self.restore_timeout.min(Duration::from_secs(10));
+        crate::kafka::reader::end_offsets(&self.clients, &pairs, timeout).unwrap_or_else(|e| {
+            tracing::warn!(error = %e, partitions = pairs.len(), "the changelogs' end offsets are not known: every store is restored by reading its changelog");
+            Ends::new()
+        })
+    }
+
+    fn open_stores(&self, p: i32, member: &GroupMember, ends: &Ends) -> Opened {
+        let end_of = |topic: &str| ends.get(&(topic.to_string(), p)).copied();
+        let restored = self.open_and_restore(p, &self.changelog, end_of(&self.changelog));
         let mut named = Vec::with_capacity(self.stores.len());
         for (name, topic) in &self.stores {
-            let (store, rebuilt, stats) = self.open_and_restore(p, topic)?;
+            let (store, rebuilt, stats) = self.open_and_restore(p, topic, end_of(topic))?;
             tracing::info!(partition = p, store = %name, rebuilt, replayed = stats.records, from = stats.from_offset, to = stats.to_offset, "restored named store");
             telemetry::restored_records(p, stats.records);
             named.push(NamedStore {
@@ -477,19 +504,29 @@ impl TaskManager {
     }
 
     /// Opens partition `p`'s store of `changelog` and replays the changelog's tail into it
-    /// (rebuilding it from the changelog alone when its checkpoint cannot be trusted).
+    /// (rebuilding it from the changelog alone when its checkpoint cannot be trusted); `end`,
+    /// when known, spares the read of a changelog with nothing beyond the checkpoint.
     fn open_and_restore(
         &self,
         p: i32,
         changelog: &str,
+        end: Option<i64>,
     ) -> Result<(Store, bool, RestoreStats), RuntimeError> {
         let path = self.state_dir.join(format!("{changelog}-{p}"));
         let path = path.as_path();
         let source = format!("{changelog}[{p}]");
         let source = source.as_str();
         let (mut store, mut rebuilt) = Store::open(path, source, &self.cache)?;
-        let restore =
-            |store: &Store| restore(&self.clients, store, changelog, p, self.restore_timeout);
+        let restore = |store: &Store| {
+            restore_known_end(
+                &self.clients,
+                store,
+                changelog,
+                p,
+                self.restore_timeout,
+                end,
+            )
+        };
         let stats = match restore(&store) {
             Err(e @ (StateError::CheckpointAhead { .. } | StateError::StaleCheckpoint { .. })) => {
                 tracing::warn!(partition = p, error = %e, "rebuilding the store from the changelog alone");
