@@ -235,21 +235,64 @@ fn child_log_path(app: &str) -> std::path::PathBuf {
 #[allow(dead_code)] // not every test binary measures its instances' logs
 pub fn log_span(app: &str, from: &str, to: &str) -> Option<Duration> {
     let text = std::fs::read_to_string(child_log_path(app)).ok()?;
-    // `2026-12-05T15:36:26.394447Z` after ANSI colour codes: seconds of the day.
-    let at = |line: &str| -> Option<f64> {
-        let t = line.find('T').map(|i| &line[i + 1..])?;
-        let hms = t.split('Z').next()?;
-        let mut parts = hms.split(':');
-        let (h, m, s) = (parts.next()?, parts.next()?, parts.next()?);
-        Some(
-            h.parse::<f64>().ok()? * 3600.0
-                + m.parse::<f64>().ok()? * 60.0
-                + s.parse::<f64>().ok()?,
-        )
-    };
-    let first = text.lines().find(|l| l.contains(from)).and_then(at)?;
-    let last = text.lines().rev().find(|l| l.contains(to)).and_then(at)?;
+    let first = text.lines().find(|l| l.contains(from)).and_then(log_time)?;
+    let last = text
+        .lines()
+        .rev()
+        .find(|l| l.contains(to))
+        .and_then(log_time)?;
     Some(Duration::from_secs_f64((last - first).rem_euclid(86_400.0)))
+}
+
+/// The seconds of the day a child's log line was written at (`2026-12-05T15:36:26.394447Z`
+/// after ANSI colour codes).
+fn log_time(line: &str) -> Option<f64> {
+    let t = line.find('T').map(|i| &line[i + 1..])?;
+    let hms = t.split('Z').next()?;
+    let mut parts = hms.split(':');
+    let (h, m, s) = (parts.next()?, parts.next()?, parts.next()?);
+    Some(h.parse::<f64>().ok()? * 3600.0 + m.parse::<f64>().ok()? * 60.0 + s.parse::<f64>().ok()?)
+}
+
+/// The lines of `app`'s child log containing `needle`, each with the time since the first line
+/// containing `from` (ANSI colour codes removed).
+pub fn log_lines_since(app: &str, from: &str, needle: &str) -> Vec<(Duration, String)> {
+    let Ok(text) = std::fs::read_to_string(child_log_path(app)) else {
+        return Vec::new();
+    };
+    let Some(start) = text.lines().find(|l| l.contains(from)).and_then(log_time) else {
+        return Vec::new();
+    };
+    text.lines()
+        .filter(|l| l.contains(needle))
+        .filter_map(|l| {
+            let at = log_time(l)?;
+            let plain = strip_ansi(l);
+            Some((
+                Duration::from_secs_f64((at - start).rem_euclid(86_400.0)),
+                plain,
+            ))
+        })
+        .collect()
+}
+
+/// `line` without its ANSI colour codes.
+fn strip_ansi(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            // ESC [ ... letter
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// Log files whose tails a failed [`wait_for`] prints: the instances this test started.

@@ -434,6 +434,20 @@ impl GroupMember {
         self.assigned.contains(topic, partition)
     }
 
+    /// Holds `parts` (complete, their tasks still to open) paused: no record of theirs is
+    /// fetched until [`GroupMember::take`] resumes them.
+    pub(super) fn hold(&self, parts: &[(String, i32)]) -> Result<(), RuntimeError> {
+        if parts.is_empty() {
+            return Ok(());
+        }
+        let mut tpl = TopicPartitionList::new();
+        for (t, p) in parts {
+            tpl.add_partition(t, *p);
+        }
+        self.consumer.pause(&tpl)?;
+        Ok(())
+    }
+
     /// Takes `parts` (complete, their tasks open): resumed — librdkafka keeps a partition's
     /// pause across a rebalance, and a retry level paused before must not stay paused — and
     /// processed from now on.

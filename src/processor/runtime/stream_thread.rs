@@ -35,6 +35,10 @@ use crate::sink::SinkError;
 use crate::state::StoreCache;
 use crate::telemetry::{self, Health, WaitingOn};
 
+/// How long a poll waits for a record while partitions still wait to open: long enough for
+/// the partitions a step just resumed to fetch their first records, short against a step.
+const RESTORING_POLL: Duration = Duration::from_millis(20);
+
 /// What an instance runs once beside its processing loops, whatever their number: the global
 /// tables' stores and tailing threads, the DLT depth gauges, the standby tailer. Stopped when
 /// dropped, after the loops.
@@ -401,6 +405,7 @@ impl<P: Application> Runtime<P> {
         let result = self.run_loop(shutdown);
         self.member.leave();
         self.tasks.close_all();
+        self.tasks.clear_pending();
         self.tasks.set_standby(None);
         self.processor.close();
         result.map(|()| self.summary)
@@ -419,6 +424,7 @@ impl<P: Application> Runtime<P> {
 
     /// Collects records until the batch is full or the commit interval has passed.
     fn poll_batch(&mut self, shutdown: &AtomicBool) -> Result<Vec<OwnedMessage>, RuntimeError> {
+        self.open_pending()?;
         let deadline = Instant::now() + self.opts.commit_interval;
         let mut batch: Vec<OwnedMessage> = Vec::with_capacity(self.last_batch_len);
         let mut bytes = 0usize;
@@ -438,7 +444,15 @@ impl<P: Application> Runtime<P> {
             if batch.len().is_multiple_of(256) {
                 self.health.beat();
             }
-            let polled = self.member.poll(left)?;
+            // While partitions still wait to open, the batch takes what is fetched (waiting
+            // a moment for the partitions the last step resumed) and the loop goes back to
+            // opening them.
+            let restoring = self.tasks.has_pending();
+            let polled = self.member.poll(if restoring {
+                left.min(RESTORING_POLL)
+            } else {
+                left
+            })?;
             // Rebalances happened inside poll: drop records of revoked partitions (they were not
             // processed; their new owner reads them from the committed offset) and restore new ones.
             let events = self.member.take_events();
@@ -450,6 +464,8 @@ impl<P: Application> Runtime<P> {
                     bytes += m.payload().map_or(0, <[u8]>::len) + m.key().map_or(0, <[u8]>::len);
                     if self.member.admit(&m)? {
                         batch.push(m);
+                    } else if self.tasks.is_pending(m.partition()) {
+                        self.tasks.dropped_pending(m.partition());
                     }
                 }
                 Polled::Rejoined => {
@@ -457,13 +473,42 @@ impl<P: Application> Runtime<P> {
                     // are read again by the new one, from the group's committed offsets.
                     batch.clear();
                     self.tasks.close_all();
+                    self.tasks.clear_pending();
                     self.alignment.retain(&BTreeSet::new());
                     self.watermarks.forget();
                 }
+                Polled::Nothing if restoring => break,
                 Polled::Nothing => {}
             }
         }
         Ok(batch)
+    }
+
+    /// Opens the next step of the partitions still waiting for their tasks (see
+    /// [`TaskManager::open_pending`]) and resumes them: between batches, so the partitions
+    /// already open go on processing while the rest restore (Kafka Streams restores in its
+    /// stream thread's loop too). Ready once none waits.
+    fn open_pending(&mut self) -> Result<(), RuntimeError> {
+        if !self.tasks.has_pending() {
+            return Ok(());
+        }
+        let opening = self.tasks.open_pending(&self.member, &mut self.summary)?;
+        if !opening.rewind.is_empty() {
+            self.member.seek_to_committed(&opening.rewind)?;
+        }
+        self.member.take(opening.resume);
+        let (open, waiting) = (self.tasks.tasks().len(), self.tasks.pending_count());
+        let processed = self.summary.records;
+        tracing::info!(
+            open,
+            waiting,
+            processed,
+            "partitions opened: open={open} waiting={waiting} processed={processed}"
+        );
+        if waiting == 0 {
+            self.health.set_ready(true);
+        }
+        Ok(())
     }
 
     fn on_group_events(
@@ -478,6 +523,7 @@ impl<P: Application> Runtime<P> {
                     tracing::info!(partitions = ?parts, "partitions revoked");
                     telemetry::rebalance("revoke");
                     let live = self.member.revoke(&parts);
+                    self.tasks.forget_pending(&parts);
                     batch.retain(|m| self.member.owns(m.topic(), m.partition()));
                     self.tasks.retain(&live);
                     self.alignment.retain(&live);
@@ -495,16 +541,25 @@ impl<P: Application> Runtime<P> {
                     let numbers: BTreeSet<i32> = parts.iter().map(|(_, p)| *p).collect();
                     let new: Vec<i32> = numbers
                         .into_iter()
-                        .filter(|p| !self.tasks.contains(*p))
+                        .filter(|p| !self.tasks.contains(*p) && !self.tasks.is_pending(*p))
                         .collect();
                     self.tasks.claim(&new);
                     self.member.await_stable_offsets(&parts, &new);
-                    self.tasks.open_all(&new, &self.member, &mut self.summary)?;
-                    self.member.take(parts);
+                    // A few are opened before any record, as they always were; more wait
+                    // paused and open a step at a time between batches (`open_pending`).
+                    if new.len() <= self.tasks.step() {
+                        self.tasks.open_all(&new, &self.member, &mut self.summary)?;
+                    }
+                    let (open, waiting): (Vec<_>, Vec<_>) = parts
+                        .into_iter()
+                        .partition(|(_, p)| self.tasks.contains(*p));
+                    self.member.hold(&waiting)?;
+                    self.tasks.queue(waiting);
+                    self.member.take(open);
                 }
             }
         }
-        self.health.set_ready(true);
+        self.health.set_ready(!self.tasks.has_pending());
         Ok(())
     }
 

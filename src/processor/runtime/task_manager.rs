@@ -102,6 +102,35 @@ pub(super) struct TaskManager {
     standby: Option<Arc<Standby>>,
     /// The partitions the instance's processing threads hold open (more than one thread).
     leases: Option<Arc<Leases>>,
+    /// Partition numbers assigned whose tasks are not open yet (their pairs paused): opened
+    /// [`TaskManager::step`] at a time between batches, so the restored ones process while the
+    /// rest restore.
+    pending: BTreeMap<i32, Pending>,
+}
+
+/// A partition number assigned whose task is not open yet.
+#[derive(Debug, Default)]
+struct Pending {
+    /// Its (topic, partition) pairs, paused until the task opens.
+    pairs: Vec<(String, i32)>,
+    /// A record of its pairs was polled (before the pause took effect) and dropped: the
+    /// consumer's position passed it, so the pairs are read from the group's committed offsets
+    /// once the task opens.
+    rewind: bool,
+}
+
+/// Partitions opened per restore thread in one step of [`TaskManager::open_pending`]: two keep
+/// every thread busy across a step's slower opens, and a step stays a fraction of a second.
+const STEP_PER_THREAD: usize = 2;
+
+/// What a step of [`TaskManager::open_pending`] opened: the pairs to resume, and those to
+/// read from the group's committed offsets first.
+#[derive(Debug, Default)]
+pub(super) struct Opening {
+    /// Pairs of the numbers opened.
+    pub(super) resume: Vec<(String, i32)>,
+    /// Of those, the pairs whose records were dropped while they waited.
+    pub(super) rewind: Vec<(String, i32)>,
 }
 
 /// A partition's task opened, with what its restore replayed, or why it could not be.
@@ -149,6 +178,7 @@ impl TaskManager {
             standby_replicas,
             standby: None,
             leases: None,
+            pending: BTreeMap::new(),
         })
     }
 
@@ -303,7 +333,7 @@ impl TaskManager {
         self.health.set_restoring(true);
         let ends = self.changelog_ends(partitions);
         let opened = self.open_in_parallel(partitions, member, &ends);
-        self.health.set_restoring(false);
+        self.health.set_restoring(!self.pending.is_empty());
         let mut first_error = None;
         for (p, result) in opened {
             match result {
@@ -355,6 +385,101 @@ impl TaskManager {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         results.sort_by_key(|(i, _, _)| *i);
         results.into_iter().map(|(_, p, r)| (p, r)).collect()
+    }
+
+    /// How many partition numbers one step of [`TaskManager::open_pending`] opens; an
+    /// assignment of at most this many is opened at once, before any record (as before
+    /// partitions were restored in steps).
+    pub(super) fn step(&self) -> usize {
+        self.restore_threads * STEP_PER_THREAD
+    }
+
+    /// Queues the pairs of partition numbers whose tasks are not open yet (the caller paused
+    /// them): [`TaskManager::open_pending`] opens them a step at a time. Not ready meanwhile.
+    pub(super) fn queue(&mut self, pairs: Vec<(String, i32)>) {
+        if pairs.is_empty() {
+            return;
+        }
+        for (t, p) in pairs {
+            self.pending.entry(p).or_default().pairs.push((t, p));
+        }
+        self.health.set_restoring(true);
+        self.health.set_ready(false);
+    }
+
+    /// Whether some assigned partition numbers still wait for their tasks to open.
+    pub(super) fn has_pending(&self) -> bool {
+        !self.pending.is_empty()
+    }
+
+    /// How many partition numbers wait for their tasks to open.
+    pub(super) fn pending_count(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// Partition number `p` is queued to open.
+    pub(super) fn is_pending(&self, p: i32) -> bool {
+        self.pending.contains_key(&p)
+    }
+
+    /// A record of queued partition number `p` was polled and dropped: its pairs are read from
+    /// the group's committed offsets once the task opens.
+    pub(super) fn dropped_pending(&mut self, p: i32) {
+        if let Some(pending) = self.pending.get_mut(&p) {
+            pending.rewind = true;
+        }
+    }
+
+    /// Forgets the `revoked` pairs of queued numbers; a number left with none is given back
+    /// (standby tailer, other processing threads) without ever opening.
+    pub(super) fn forget_pending(&mut self, revoked: &[(String, i32)]) {
+        let mut gone = Vec::new();
+        for (t, p) in revoked {
+            if let Some(pending) = self.pending.get_mut(p) {
+                pending.pairs.retain(|(pt, _)| pt != t);
+                if pending.pairs.is_empty() {
+                    self.pending.remove(p);
+                    gone.push(*p);
+                }
+            }
+        }
+        self.closed(&gone);
+        if self.pending.is_empty() {
+            self.health.set_restoring(false);
+        }
+    }
+
+    /// Forgets every queued number (the membership they were assigned under is gone).
+    pub(super) fn clear_pending(&mut self) {
+        let gone: Vec<i32> = std::mem::take(&mut self.pending).into_keys().collect();
+        self.closed(&gone);
+        self.health.set_restoring(false);
+    }
+
+    /// Opens the next [`TaskManager::step`] queued partition numbers (lowest first). Returns the
+    /// pairs to resume, and those of them to read from the group's committed offsets first
+    /// (a record was dropped while they waited). A failure is returned after the step, as
+    /// [`TaskManager::open_all`] does.
+    pub(super) fn open_pending(
+        &mut self,
+        member: &GroupMember,
+        summary: &mut RunSummary,
+    ) -> Result<Opening, RuntimeError> {
+        let numbers: Vec<i32> = self.pending.keys().take(self.step()).copied().collect();
+        let mut opening = Opening::default();
+        for p in &numbers {
+            if let Some(pending) = self.pending.remove(p) {
+                if pending.rewind {
+                    opening.rewind.extend(pending.pairs.iter().cloned());
+                }
+                opening.resume.extend(pending.pairs);
+            }
+        }
+        let opened = self.open_all(&numbers, member, summary);
+        // The pairs of a number that did not open stay paused; the error ends the loop.
+        opening.resume.retain(|(_, p)| self.tasks.contains_key(p));
+        opening.rewind.retain(|(_, p)| self.tasks.contains_key(p));
+        opened.map(|()| opening)
     }
 
     /// Closes every task and opens it again, restored from its changelogs to their last
