@@ -103,6 +103,10 @@ pub struct Launch {
     /// Processing threads per instance: eosflow `processor.threads` (set only above 1),
     /// Kafka Streams `num.stream.threads`.
     pub threads: usize,
+    /// RocksDB memory of each Kafka Streams instance (`--kstreams-memory-bytes`): above 0, the
+    /// peer's bounded-memory configuration of that size (system property
+    /// `bench.rocksdb.memory.bytes`); 0, Kafka Streams' defaults.
+    pub kstreams_memory_bytes: u64,
 }
 
 impl Launch {
@@ -130,6 +134,7 @@ impl Launch {
             dir: args.out.join("runs").join(app),
             standby_replicas,
             threads: 1,
+            kstreams_memory_bytes: args.kstreams_memory_bytes,
         }
     }
 }
@@ -286,9 +291,7 @@ pub fn spawn(who: Contender, l: &Launch, i: usize) -> Result<Instance, BenchErro
                 Shape::Join => "JoinPeer",
             };
             let mut c = Command::new("java");
-            c.args(["-Xms256m", "-Xmx512m"])
-                .arg(format!("-Dbench.standby.replicas={}", l.standby_replicas))
-                .arg(format!("-Dbench.threads={}", l.threads.max(1)))
+            c.args(jvm_args(l))
                 .args(["-cp", cp, class])
                 .arg(&l.bootstrap)
                 .arg(&l.input)
@@ -325,6 +328,34 @@ pub fn spawn(who: Contender, l: &Launch, i: usize) -> Result<Instance, BenchErro
     })
 }
 
+/// The Kafka Streams peer's JVM options: its heap, and the system properties `Peer.java` reads
+/// for what the launch sets (standby replicas, stream threads, and the RocksDB memory bound only
+/// when there is one, so that without it the peer runs Kafka Streams' defaults).
+fn jvm_args(l: &Launch) -> Vec<String> {
+    let mut a = vec![
+        "-Xms256m".to_string(),
+        "-Xmx512m".to_string(),
+        format!("-Dbench.standby.replicas={}", l.standby_replicas),
+        format!("-Dbench.threads={}", l.threads.max(1)),
+    ];
+    if l.kstreams_memory_bytes > 0 {
+        a.push(format!(
+            "-Dbench.rocksdb.memory.bytes={}",
+            l.kstreams_memory_bytes
+        ));
+    }
+    a
+}
+
+/// The Kafka Streams version the peer is built against (`<kafka.version>` in
+/// `benches/peer/pom.xml`), for the report: the peer's numbers mean little without it.
+pub fn peer_version(repo: &Path) -> Option<String> {
+    let pom = std::fs::read_to_string(repo.join("benches/peer/pom.xml")).ok()?;
+    let (_, rest) = pom.split_once("<kafka.version>")?;
+    let (version, _) = rest.split_once("</kafka.version>")?;
+    Some(version.trim().to_string()).filter(|v| !v.is_empty())
+}
+
 fn io(path: &Path, e: std::io::Error) -> BenchError {
     BenchError::Instance(format!("{}: {e}", path.display()))
 }
@@ -344,4 +375,49 @@ pub fn build_peer(repo: &Path) -> Result<String, BenchError> {
         )));
     }
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tests::args;
+
+    fn launch(argv: &[&str]) -> Launch {
+        Launch::count(
+            "127.0.0.1:9092",
+            &args(argv),
+            (Path::new("eosflow"), Some("cp")),
+            "app",
+            0,
+        )
+    }
+
+    #[test]
+    fn the_peer_is_bounded_only_when_asked() {
+        // Default: no property, so the peer keeps Kafka Streams' RocksDB defaults.
+        let l = launch(&[]);
+        assert_eq!(l.kstreams_memory_bytes, 0);
+        let a = jvm_args(&l);
+        assert!(
+            !a.iter().any(|a| a.contains("bench.rocksdb.memory.bytes")),
+            "{a:?}"
+        );
+        let l = launch(&["--kstreams-memory-bytes", "134217728"]);
+        assert_eq!(l.kstreams_memory_bytes, 134_217_728);
+        let a = jvm_args(&l);
+        assert!(
+            a.contains(&"-Dbench.rocksdb.memory.bytes=134217728".to_string()),
+            "{a:?}"
+        );
+        // Before the classpath and class: JVM options, not the peer's arguments.
+        assert!(a.iter().all(|a| a.starts_with('-')), "{a:?}");
+    }
+
+    #[test]
+    fn the_peer_version_is_the_poms() {
+        let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let v = peer_version(&repo).expect("benches/peer/pom.xml names <kafka.version>");
+        assert!(v.starts_with(|c: char| c.is_ascii_digit()), "{v}");
+        assert_eq!(peer_version(Path::new("/nonexistent")), None);
+    }
 }

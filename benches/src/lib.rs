@@ -128,6 +128,16 @@ pub struct BenchArgs {
     /// Kafka Streams `num.stream.threads`); 1 is what every published figure used.
     #[arg(long, default_value_t = 1)]
     pub threads: usize,
+    /// RocksDB memory of each Kafka Streams instance, bytes; 0 (the default) leaves Kafka
+    /// Streams' defaults, where every store has its own 50 MiB block cache and up to 3 × 16 MiB
+    /// memtables, so an instance's memory grows with the partitions it owns. Above 0 the peer
+    /// runs Kafka Streams' documented bounded-memory configuration (`RocksDBConfigSetter`: one
+    /// LRU cache of this size shared by all the instance's stores, a write-buffer manager
+    /// charging the memtables, up to half of it, to that cache): how eosflow's
+    /// `state.memory_bytes` (default 128 MiB, 134217728) bounds its stores, so memory per
+    /// instance at many partitions can be compared at the same budget.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub kstreams_memory_bytes: u64,
     /// Where report.md, results.json, the charts and instance logs go.
     #[arg(long, default_value = "target/bench")]
     pub out: PathBuf,
@@ -557,6 +567,24 @@ pub fn run(config: &Config, args: &BenchArgs) -> Result<Results, BenchError> {
             ),
             ("bootstrap".into(), config.kafka.bootstrap.clone()),
             ("broker".into(), broker_version(&args.repo)),
+        ])
+        // Each contender's RocksDB memory per instance, beside the peak RSS the tables give.
+        .chain(wants_peer.then(|| {
+            (
+                "Kafka Streams".into(),
+                report::kstreams_setting(
+                    contender::peer_version(&args.repo).as_deref(),
+                    args.kstreams_memory_bytes,
+                ),
+            )
+        }))
+        .chain(contenders(args).iter().any(|c| c.is_eosflow()).then(|| {
+            (
+                "eosflow state".into(),
+                report::eosflow_memory_setting(eosflow_state_memory_bytes()),
+            )
+        }))
+        .chain([
             (
                 "windowed shape".into(),
                 format!(
@@ -614,6 +642,7 @@ pub fn run(config: &Config, args: &BenchArgs) -> Result<Results, BenchError> {
                 } else {
                     1
                 },
+                kstreams_memory_bytes: args.kstreams_memory_bytes,
             };
             let started = Instant::now();
             let outcome = if point.shape == Shape::Join {
@@ -1125,6 +1154,19 @@ fn run_polled_point(
     })
 }
 
+/// `state.memory_bytes` of the eosflow instances a run starts, for the report. They get no
+/// `--config`: they load the defaults, `EOSFLOW_CONFIG_FILE` and the `EOSFLOW_*` environment
+/// they inherit from this process (`EOSFLOW_STATE_MEMORY_BYTES`), so that is loaded here too,
+/// not the configuration `eosflow bench` itself was given.
+pub fn eosflow_state_memory_bytes() -> Result<u64, String> {
+    let file = std::env::var_os("EOSFLOW_CONFIG_FILE")
+        .filter(|f| !f.is_empty())
+        .map(PathBuf::from);
+    Config::load(file.as_deref())
+        .map(|c| c.state.memory_bytes)
+        .map_err(|e| e.to_string())
+}
+
 /// The broker the report ran on, for its header: `EOSFLOW_BENCH_BROKER` when set (a broker
 /// other than the local stack's), else the Apache Kafka version of the distribution
 /// `dev/stack` runs (`dev/stack kafka-home`: `…/kafka-<version>`, holding
@@ -1198,6 +1240,27 @@ pub(crate) mod tests {
         match baseline(args) {
             Err(BenchError::Usage(m)) => m,
             other => panic!("expected a usage error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn kafka_streams_keeps_its_rocksdb_defaults_unless_given_a_budget() {
+        assert_eq!(args(&[]).kstreams_memory_bytes, 0);
+        assert_eq!(
+            args(&["--kstreams-memory-bytes", "134217728"]).kstreams_memory_bytes,
+            134_217_728
+        );
+        for bad in ["-1", "128MiB", ""] {
+            #[derive(clap::Parser)]
+            struct Cli {
+                #[command(flatten)]
+                bench: BenchArgs,
+            }
+            assert!(
+                <Cli as clap::Parser>::try_parse_from(["bench", "--kstreams-memory-bytes", bad])
+                    .is_err(),
+                "{bad:?}"
+            );
         }
     }
 

@@ -35,6 +35,56 @@ fn min_max(values: &[f64]) -> (f64, f64) {
         })
 }
 
+/// `bytes` for the report: whole MiB as `N MiB`, anything else also in bytes.
+fn mib(bytes: u64) -> String {
+    const MIB: u64 = 1024 * 1024;
+    if bytes.is_multiple_of(MIB) {
+        format!("{} MiB", bytes / MIB)
+    } else {
+        format!("{:.1} MiB ({bytes} B)", bytes as f64 / MIB as f64)
+    }
+}
+
+/// The report's line on the Kafka Streams peer: its version and the RocksDB memory
+/// configuration it ran with (`--kstreams-memory-bytes`). Its peak RSS beside eosflow's means
+/// little without saying whether its stores were bounded: at Kafka Streams' defaults memory
+/// grows with the partitions an instance owns.
+pub fn kstreams_setting(version: Option<&str>, memory_bytes: u64) -> String {
+    let rocksdb = if memory_bytes == 0 {
+        "RocksDB at Kafka Streams' defaults (per store: its own 50 MiB block cache, up to 3 × 16 MiB memtables; no bound per instance)".to_string()
+    } else {
+        format!(
+            "RocksDB bounded to {} per instance (Kafka Streams' documented bounded-memory `RocksDBConfigSetter`: one LRU cache shared by all stores, memtables charged to it up to {}, index and filter blocks cached at high priority; `--kstreams-memory-bytes`)",
+            mib(memory_bytes),
+            mib(memory_bytes / 2)
+        )
+    };
+    format!(
+        "{} `exactly_once_v2` (benches/peer); {rocksdb}",
+        version.map_or_else(
+            || "Kafka Streams (version unknown)".to_string(),
+            |v| format!("Kafka Streams {v}")
+        )
+    )
+}
+
+/// The report's line on eosflow's RocksDB memory (`state.memory_bytes` of the instances, or
+/// why it is unknown), the budget the Kafka Streams line compares with.
+pub fn eosflow_memory_setting(bytes: Result<u64, String>) -> String {
+    match bytes {
+        Ok(b) => format!(
+            "`state.memory_bytes` = {} per instance ({}one block cache shared by all stores, memtables charged to it up to half)",
+            mib(b),
+            if b == eosflow::config::StateConfig::default().memory_bytes {
+                "the default; "
+            } else {
+                ""
+            }
+        ),
+        Err(e) => format!("`state.memory_bytes` unknown: {e}"),
+    }
+}
+
 /// How `c` is named in the tables and charts: its name, and the baseline's also its label.
 fn who(c: Contender, results: &Results) -> String {
     match (c, &results.baseline) {
@@ -1070,5 +1120,30 @@ mod tests {
         );
         assert!(svg.contains("#FF7F0E"), "no orange line");
         let _ = std::fs::remove_dir_all(&out);
+    }
+
+    #[test]
+    fn the_settings_say_how_each_contenders_rocksdb_memory_is_bounded() {
+        let d = kstreams_setting(Some("4.4.0"), 0);
+        assert!(
+            d.starts_with("Kafka Streams 4.4.0 `exactly_once_v2`") && d.contains("defaults"),
+            "{d}"
+        );
+        let b = kstreams_setting(Some("4.4.0"), 128 * 1024 * 1024);
+        assert!(
+            b.contains("bounded to 128 MiB per instance") && b.contains("up to 64 MiB"),
+            "{b}"
+        );
+        let odd = kstreams_setting(None, 100_000_000);
+        assert!(
+            odd.contains("version unknown") && odd.contains("95.4 MiB (100000000 B)"),
+            "{odd}"
+        );
+        let e = eosflow_memory_setting(Ok(128 * 1024 * 1024));
+        assert!(e.contains("= 128 MiB per instance (the default; "), "{e}");
+        let e = eosflow_memory_setting(Ok(64 * 1024 * 1024));
+        assert!(e.contains("= 64 MiB per instance (one block"), "{e}");
+        let e = eosflow_memory_setting(Err("bad file".into()));
+        assert!(e.contains("unknown: bad file"), "{e}");
     }
 }

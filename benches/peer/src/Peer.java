@@ -7,6 +7,10 @@
 // starts and ends (`RESTORE_START` / `RESTORE_END`, from a StateRestoreListener); system
 // properties `bench.standby.replicas` and `bench.threads` set `num.standby.replicas` and
 // `num.stream.threads`.
+// System property `bench.rocksdb.memory.bytes` (> 0) bounds the RocksDB memory of all the
+// instance's stores together with Kafka Streams' documented bounded-memory configuration
+// (BoundedMemory below); absent or 0, every store keeps Kafka Streams' defaults (its own 50 MiB
+// block cache and up to 3 × 16 MiB memtables, so memory grows with the partitions owned).
 import java.time.Instant;
 import java.time.temporal.ChronoUnit;
 import java.util.Collection;
@@ -26,6 +30,13 @@ import org.apache.kafka.streams.StreamsConfig;
 import org.apache.kafka.streams.Topology;
 import org.apache.kafka.streams.processor.StateRestoreListener;
 import org.apache.kafka.streams.processor.internals.DefaultKafkaClientSupplier;
+import org.apache.kafka.streams.state.RocksDBConfigSetter;
+import org.rocksdb.BlockBasedTableConfig;
+import org.rocksdb.Cache;
+import org.rocksdb.LRUCache;
+import org.rocksdb.Options;
+import org.rocksdb.RocksDB;
+import org.rocksdb.WriteBufferManager;
 
 final class Peer {
   private Peer() {}
@@ -46,7 +57,78 @@ final class Peer {
     p.put(StreamsConfig.consumerPrefix(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG), "earliest");
     p.put(StreamsConfig.consumerPrefix(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG), 6000);
     p.put(StreamsConfig.consumerPrefix(ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG), 1000);
+    long memory = rocksdbMemoryBytes();
+    if (memory > 0) {
+      p.put(StreamsConfig.ROCKSDB_CONFIG_SETTER_CLASS_CONFIG, BoundedMemory.class);
+      event("ROCKSDB bounded " + memory + " bytes, memtables " + memory / 2 + " bytes");
+    } else {
+      event("ROCKSDB defaults");
+    }
     return p;
+  }
+
+  /**
+   * System property `bench.rocksdb.memory.bytes`: 0 when absent or empty; anything but a count
+   * fails the peer. Read here rather than in BoundedMemory, whose loading makes the cache.
+   */
+  static long rocksdbMemoryBytes() {
+    String v = System.getProperty("bench.rocksdb.memory.bytes", "").trim();
+    long bytes = v.isEmpty() ? 0 : Long.parseLong(v);
+    if (bytes < 0) {
+      throw new IllegalArgumentException("bench.rocksdb.memory.bytes must be >= 0, got " + v);
+    }
+    return bytes;
+  }
+
+  /**
+   * Kafka Streams' bounded-memory RocksDB configuration, as its developer guide gives it
+   * ("Memory Management", BoundedMemoryRocksDBConfig): one LRU block cache shared by every store
+   * of the instance, a WriteBufferManager charging all memtables to that cache, index and filter
+   * blocks in the cache at high priority, the top-level index and filter pinned. So the
+   * instance's RocksDB memory stays near `bench.rocksdb.memory.bytes` however many partitions it
+   * owns — what eosflow's `state.memory_bytes` does (one cache, a write-buffer manager of half the
+   * budget charged to it; src/state/store.rs StoreCache), hence the same split: memtables get
+   * half. The high-priority share is RocksDB's own default for a new LRU cache (0.5), which is the
+   * cache eosflow builds. Block size and the memtables' size and number stay Kafka Streams'
+   * defaults (4 KiB; 3 × 16 MiB per store, flushed earlier by the manager): the guide leaves them
+   * to tuning, and only the memory bound is under test.
+   *
+   * <p>Kafka Streams makes one instance per store, so the cache and the manager are static; they
+   * are never closed (every store shares them until the process exits).
+   */
+  public static final class BoundedMemory implements RocksDBConfigSetter {
+    /** Fraction of the cache kept for index and filter blocks (RocksDB's LRU default). */
+    static final double INDEX_FILTER_BLOCK_RATIO = 0.5;
+
+    static {
+      // The native library, before the cache below is made: only some rocksdbjni classes
+      // (Options, RocksDB) load it themselves, LRUCache does not.
+      RocksDB.loadLibrary();
+    }
+
+    private static final long TOTAL = rocksdbMemoryBytes();
+    private static final Cache CACHE = new LRUCache(TOTAL, -1, false, INDEX_FILTER_BLOCK_RATIO);
+    private static final WriteBufferManager WRITE_BUFFERS = new WriteBufferManager(TOTAL / 2, CACHE);
+
+    public BoundedMemory() {}
+
+    @Override
+    public void setConfig(String storeName, Options options, Map<String, Object> configs) {
+      BlockBasedTableConfig table = (BlockBasedTableConfig) options.tableFormatConfig();
+      // These three together bound the store's memory by the shared cache.
+      table.setBlockCache(CACHE);
+      table.setCacheIndexAndFilterBlocks(true);
+      options.setWriteBufferManager(WRITE_BUFFERS);
+      // Recommended with a bound: index and filter blocks are not evicted by data blocks.
+      table.setCacheIndexAndFilterBlocksWithHighPriority(true);
+      table.setPinTopLevelIndexAndFilter(true);
+      options.setTableFormatConfig(table);
+    }
+
+    @Override
+    public void close(String storeName, Options options) {
+      // The cache and the manager are shared by every store: not closed here.
+    }
   }
 
   /** Wall clock, µs since the epoch (the driver's clock: same machine). */
