@@ -1,26 +1,15 @@
 //! One partition's RocksDB store: column families `state`, `dedup`, `dedup_batches`, `parked`,
 //! `parked_followers`, `timers`, `timer_index`, `time` and `meta`, the last holding the changelog checkpoint (and the wall time
 //! it was reached) written atomically with the data it covers.
-//!
-//! A column family is created the first time something is written to it: a store opens only
-//! `meta` and the families it holds, so an idle store of a topology that never parks or sets
-//! timers does not pay for theirs (a family costs about 80 KiB and 0.4 ms to create, issue
-//! #38). A family not created yet reads as empty.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use std::ops::Bound;
 
 use rocksdb::{
-    BlockBasedOptions, BoundColumnFamily, Cache, ColumnFamilyDescriptor, DBCompressionType,
-    DBWithThreadMode, Direction, IteratorMode, MultiThreaded, Options, WriteBatch,
-    WriteBufferManager, WriteOptions,
+    BlockBasedOptions, Cache, ColumnFamilyDescriptor, DBCompressionType, Direction, IteratorMode,
+    Options, WriteBatch, WriteBufferManager, WriteOptions, DB,
 };
-
-/// The database of a store: the multi-threaded mode, whose column families are created through
-/// a shared reference (on the first write to each).
-type Db = DBWithThreadMode<MultiThreaded>;
 
 use super::merge::{above_lower, below_upper, is_empty_range, KeyBounds, LayerItem};
 use super::{Column, Overlay, StateError};
@@ -112,9 +101,7 @@ pub type Entry = (Vec<u8>, Vec<u8>);
 
 /// A partition's store.
 pub struct Store {
-    db: Db,
-    /// The instance's cache, for the options of column families created later.
-    cache: StoreCache,
+    db: DB,
     path: PathBuf,
     /// Newest file modification time seen before this open wrote anything (old stores only
     /// have this to tell their age by).
@@ -210,23 +197,17 @@ impl Store {
 
     fn open_raw(path: &Path, cache: &StoreCache) -> Result<Self, StateError> {
         let opts = db_options(cache);
-        // The families the store holds (none when it is new: listing fails), and `meta`.
-        let mut names: std::collections::BTreeSet<String> = Db::list_cf(&opts, path)
-            .unwrap_or_default()
+        let cfs = Column::ALL
+            .map(Column::cf)
             .into_iter()
-            .filter(|n| n != rocksdb::DEFAULT_COLUMN_FAMILY_NAME)
-            .collect();
-        names.insert(META.to_string());
-        let cfs = names
-            .iter()
+            .chain([META])
             .map(|n| ColumnFamilyDescriptor::new(n, cf_options(cache, n)));
-        let db = Db::open_cf_descriptors(&opts, path, cfs).map_err(|source| StateError::Rocks {
+        let db = DB::open_cf_descriptors(&opts, path, cfs).map_err(|source| StateError::Rocks {
             path: path.display().to_string(),
             source,
         })?;
         Ok(Self {
             db,
-            cache: cache.clone(),
             path: path.to_path_buf(),
             files_modified_at: None,
         })
@@ -251,56 +232,38 @@ impl Store {
         }
     }
 
-    /// Column family `name`, if it was ever written.
-    fn cf(&self, name: &str) -> Option<Arc<BoundColumnFamily<'_>>> {
-        self.db.cf_handle(name)
-    }
-
-    /// Column family `name`, created now if it was never written.
-    fn cf_for_write(&self, name: &str) -> Result<Arc<BoundColumnFamily<'_>>, StateError> {
-        if let Some(cf) = self.db.cf_handle(name) {
-            return Ok(cf);
-        }
-        self.db
-            .create_cf(name, &cf_options(&self.cache, name))
-            .map_err(|e| self.err(e))?;
+    fn cf(&self, name: &str) -> Result<&rocksdb::ColumnFamily, StateError> {
         self.db
             .cf_handle(name)
             .ok_or_else(|| StateError::Changelog {
                 topic: self.path.display().to_string(),
                 partition: -1,
-                message: format!("column family {name} missing right after it was created"),
+                message: format!("column family {name} missing"),
             })
     }
 
     fn meta(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StateError> {
-        self.db
-            .get_cf(&self.cf_for_write(META)?, key)
-            .map_err(|e| self.err(e))
+        self.db.get_cf(self.cf(META)?, key).map_err(|e| self.err(e))
     }
 
     fn set_meta(&self, key: &[u8], value: &[u8]) -> Result<(), StateError> {
         self.db
-            .put_cf(&self.cf_for_write(META)?, key, value)
+            .put_cf(self.cf(META)?, key, value)
             .map_err(|e| self.err(e))
     }
 
     /// Reads a committed value.
     pub fn get(&self, col: Column, key: &[u8]) -> Result<Option<Vec<u8>>, StateError> {
-        let Some(cf) = self.cf(col.cf()) else {
-            return Ok(None);
-        };
-        self.db.get_cf(&cf, key).map_err(|e| self.err(e))
+        self.db
+            .get_cf(self.cf(col.cf())?, key)
+            .map_err(|e| self.err(e))
     }
 
     /// Whether `key` is committed in `col`, without copying its value out (the dedup check,
     /// once per record).
     pub fn contains(&self, col: Column, key: &[u8]) -> Result<bool, StateError> {
-        let Some(cf) = self.cf(col.cf()) else {
-            return Ok(false);
-        };
         self.db
-            .get_pinned_cf(&cf, key)
+            .get_pinned_cf(self.cf(col.cf())?, key)
             .map(|v| v.is_some())
             .map_err(|e| self.err(e))
     }
@@ -313,11 +276,8 @@ impl Store {
         key: &[u8],
         f: impl FnOnce(Option<&[u8]>) -> T,
     ) -> Result<T, StateError> {
-        let Some(cf) = self.cf(col.cf()) else {
-            return Ok(f(None));
-        };
         self.db
-            .get_pinned_cf(&cf, key)
+            .get_pinned_cf(self.cf(col.cf())?, key)
             .map(|v| f(v.as_deref()))
             .map_err(|e| self.err(e))
     }
@@ -348,9 +308,7 @@ impl Store {
     /// the loop never needs it: the changelog is the durable copy).
     pub fn flush(&self) -> Result<(), StateError> {
         for name in Column::ALL.map(Column::cf).into_iter().chain([META]) {
-            if let Some(cf) = self.cf(name) {
-                self.db.flush_cf(&cf).map_err(|e| self.err(e))?;
-            }
+            self.db.flush_cf(self.cf(name)?).map_err(|e| self.err(e))?;
         }
         Ok(())
     }
@@ -372,22 +330,16 @@ impl Store {
         next_changelog_offset: Option<i64>,
     ) -> Result<(), StateError> {
         let mut batch = WriteBatch::default();
-        // The overlay gives its writes column by column: one handle per column.
-        let mut current: Option<(Column, Arc<BoundColumnFamily<'_>>)> = None;
         for (col, key, value) in overlay.iter() {
-            let cf = match &current {
-                Some((c, cf)) if *c == col => cf,
-                _ => &current.insert((col, self.cf_for_write(col.cf())?)).1,
-            };
+            let cf = self.cf(col.cf())?;
             match value {
                 Some(v) => batch.put_cf(cf, key, v),
                 None => batch.delete_cf(cf, key),
             }
         }
         if let Some(next) = next_changelog_offset {
-            let meta = self.cf_for_write(META)?;
-            batch.put_cf(&meta, CHECKPOINT_KEY, next.to_be_bytes());
-            batch.put_cf(&meta, CHECKPOINT_AT_KEY, now_ms().to_be_bytes());
+            batch.put_cf(self.cf(META)?, CHECKPOINT_KEY, next.to_be_bytes());
+            batch.put_cf(self.cf(META)?, CHECKPOINT_AT_KEY, now_ms().to_be_bytes());
         }
         self.write(batch)
     }
@@ -400,10 +352,8 @@ impl Store {
         limit: usize,
     ) -> Result<Vec<Vec<u8>>, StateError> {
         let mut out = Vec::new();
-        let Some(cf) = self.cf(Column::DedupBatch.cf()) else {
-            return Ok(out);
-        };
-        for item in self.db.iterator_cf(&cf, IteratorMode::Start) {
+        let cf = self.cf(Column::DedupBatch.cf())?;
+        for item in self.db.iterator_cf(cf, IteratorMode::Start) {
             let (k, _) = item.map_err(|e| self.err(e))?;
             let seen_at = super::dedup::BatchKey::parse(&k).map_or(i64::MIN, |b| b.seen_at());
             if seen_at >= cutoff || out.len() >= limit {
@@ -424,10 +374,7 @@ impl Store {
     /// Every committed entry of a column, in key order (dedup purge, tests, state dumps).
     pub fn entries(&self, col: Column) -> Result<Vec<Entry>, StateError> {
         let mut out = Vec::new();
-        let Some(cf) = self.cf(col.cf()) else {
-            return Ok(out);
-        };
-        for item in self.db.iterator_cf(&cf, IteratorMode::Start) {
+        for item in self.db.iterator_cf(self.cf(col.cf())?, IteratorMode::Start) {
             let (k, v) = item.map_err(|e| self.err(e))?;
             out.push((k.into_vec(), v.into_vec()));
         }
@@ -441,7 +388,7 @@ impl Store {
         col: Column,
         bounds: &KeyBounds,
     ) -> Result<impl Iterator<Item = LayerItem> + 's, StateError> {
-        let cf = self.cf(col.cf());
+        let cf = self.cf(col.cf())?;
         let mode = match &bounds.0 {
             Bound::Included(k) | Bound::Excluded(k) => {
                 IteratorMode::From(k.as_slice(), Direction::Forward)
@@ -451,11 +398,9 @@ impl Store {
         let (lower, upper) = bounds.clone();
         let empty = is_empty_range(bounds);
         let path = self.path.display().to_string();
-        // A column never written has no family: an empty range.
-        Ok(cf
-            .map(|cf| self.db.iterator_cf(&cf, mode))
-            .into_iter()
-            .flatten()
+        Ok(self
+            .db
+            .iterator_cf(cf, mode)
             .take_while(move |item| {
                 !empty && item.as_ref().map_or(true, |(k, _)| below_upper(k, &upper))
             })
@@ -472,21 +417,19 @@ impl Store {
     /// RocksDB's estimate of a column's keys: O(1), for logs on the restore path where
     /// counting a million keys would delay the partition.
     pub fn estimate_keys(&self, col: Column) -> Result<u64, StateError> {
-        let Some(cf) = self.cf(col.cf()) else {
-            return Ok(0);
-        };
         self.db
-            .property_int_value_cf(&cf, "rocksdb.estimate-num-keys")
+            .property_int_value_cf(self.cf(col.cf())?, "rocksdb.estimate-num-keys")
             .map(Option::unwrap_or_default)
             .map_err(|e| self.err(e))
     }
 
     /// Whether a column holds no committed key (one seek).
     pub fn is_empty(&self, col: Column) -> Result<bool, StateError> {
-        let Some(cf) = self.cf(col.cf()) else {
-            return Ok(true);
-        };
-        match self.db.iterator_cf(&cf, IteratorMode::Start).next() {
+        match self
+            .db
+            .iterator_cf(self.cf(col.cf())?, IteratorMode::Start)
+            .next()
+        {
             None => Ok(true),
             Some(Ok(_)) => Ok(false),
             Some(Err(e)) => Err(self.err(e)),
@@ -496,10 +439,7 @@ impl Store {
     /// Number of committed keys in a column (an estimate is not enough for tests).
     pub fn count(&self, col: Column) -> Result<usize, StateError> {
         let mut n = 0;
-        let Some(cf) = self.cf(col.cf()) else {
-            return Ok(0);
-        };
-        for item in self.db.iterator_cf(&cf, IteratorMode::Start) {
+        for item in self.db.iterator_cf(self.cf(col.cf())?, IteratorMode::Start) {
             item.map_err(|e| self.err(e))?;
             n += 1;
         }
@@ -547,88 +487,6 @@ mod tests {
     }
 
     #[test]
-    fn a_column_never_written_reads_empty_and_has_no_family_until_its_first_write() {
-        let dir = tmp();
-        let cache = StoreCache::new(8 << 20);
-        let families = |dir: &Path| -> Vec<String> {
-            let mut f = Db::list_cf(&Options::default(), dir).expect("list");
-            f.sort();
-            f
-        };
-        {
-            let (s, _) = Store::open(&dir, "cl[0]", &cache).expect("open");
-            for col in Column::ALL {
-                assert_eq!(s.get(col, b"k").expect("get"), None);
-                assert!(!s.contains(col, b"k").expect("contains"));
-                assert!(s.is_empty(col).expect("empty"));
-                assert_eq!(s.count(col).expect("count"), 0);
-                assert_eq!(s.estimate_keys(col).expect("estimate"), 0);
-                assert!(s.entries(col).expect("entries").is_empty());
-                let all = (Bound::Unbounded, Bound::Unbounded);
-                assert_eq!(s.range(col, &all).expect("range").count(), 0);
-            }
-            assert!(s
-                .dedup_batches_before(i64::MAX, 10)
-                .expect("batches")
-                .is_empty());
-            s.flush().expect("flush");
-        }
-        assert_eq!(families(&dir), ["default", "meta"]);
-        {
-            let (s, rebuilt) = Store::open(&dir, "cl[0]", &cache).expect("reopen");
-            assert!(!rebuilt);
-            let mut o = Overlay::default();
-            o.put(Column::State, b"k", b"v".to_vec());
-            o.put(Column::Timer, b"t", b"1".to_vec());
-            s.apply(&o, Some(9)).expect("apply");
-        }
-        assert_eq!(families(&dir), ["default", "meta", "state", "timers"]);
-        let (s, rebuilt) = Store::open(&dir, "cl[0]", &cache).expect("reopen");
-        assert!(!rebuilt);
-        assert_eq!(s.checkpoint().expect("cp"), Some(9));
-        assert_eq!(
-            s.get(Column::State, b"k").expect("get"),
-            Some(b"v".to_vec())
-        );
-        assert_eq!(s.count(Column::Timer).expect("count"), 1);
-        assert_eq!(s.get(Column::Dedup, b"k").expect("get"), None);
-        drop(s);
-        Store::wipe(&dir).expect("wipe");
-    }
-
-    #[test]
-    fn a_store_written_with_every_family_created_at_open_still_opens_with_its_data() {
-        // What stores before lazily created families look like: every family at open.
-        let dir = tmp();
-        let cache = StoreCache::new(8 << 20);
-        {
-            let mut opts = db_options(&cache);
-            opts.create_missing_column_families(true);
-            let cfs = Column::ALL
-                .map(Column::cf)
-                .into_iter()
-                .chain([META])
-                .map(|n| ColumnFamilyDescriptor::new(n, cf_options(&cache, n)));
-            let db = Db::open_cf_descriptors(&opts, &dir, cfs).expect("old layout");
-            let state = db.cf_handle(Column::State.cf()).expect("state");
-            db.put_cf(&state, b"k", b"old").expect("put");
-            let meta = db.cf_handle(META).expect("meta");
-            db.put_cf(&meta, SOURCE_KEY, b"cl[0]").expect("source");
-            db.put_cf(&meta, CHECKPOINT_KEY, 4i64.to_be_bytes())
-                .expect("checkpoint");
-        }
-        let (s, rebuilt) = Store::open(&dir, "cl[0]", &cache).expect("open");
-        assert!(!rebuilt);
-        assert_eq!(s.checkpoint().expect("cp"), Some(4));
-        assert_eq!(
-            s.get(Column::State, b"k").expect("get"),
-            Some(b"old".to_vec())
-        );
-        drop(s);
-        Store::wipe(&dir).expect("wipe");
-    }
-
-    #[test]
     fn a_store_without_a_recorded_checkpoint_time_is_aged_by_its_files() {
         let dir = tmp();
         let cache = StoreCache::new(8 << 20);
@@ -637,7 +495,7 @@ mod tests {
             s.apply(&Overlay::default(), Some(3)).expect("apply");
             // What an older version left: a checkpoint without its time.
             let meta = s.cf(META).expect("meta");
-            s.db.delete_cf(&meta, CHECKPOINT_AT_KEY).expect("delete");
+            s.db.delete_cf(meta, CHECKPOINT_AT_KEY).expect("delete");
         }
         let (s, _) = Store::open(&dir, "cl[0]", &cache).expect("reopen");
         match s.checkpoint_at().expect("at") {
@@ -699,7 +557,8 @@ mod tests {
     }
 
     /// What opening many idle stores costs (issue #38): new, then reopened after a write to
-    /// the three families a counting topology uses, and with all of them written:
+    /// the three families a counting topology uses, and with all of them written (the figures
+    /// in docs/operations.md):
     /// `STORES=256 cargo test --release --lib -- --ignored --nocapture open_cost` (one process
     /// per figure would be cleaner: freed memory is reused). Prints, not asserted.
     #[test]
