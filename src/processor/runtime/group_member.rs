@@ -600,6 +600,46 @@ impl GroupMember {
         Ok(())
     }
 
+    /// Before resuming `pairs` paused since their assignment: each one with a committed offset
+    /// is moved to it, and each of `rewound` (a record of theirs was fetched and dropped
+    /// while they waited) without one to its beginning. A pause right after an assignment can
+    /// make librdkafka drop the assignment's start (confluentinc/librdkafka#2190, whose
+    /// workaround is a seek); a pair with no committed offset and nothing dropped is left to
+    /// `auto.offset.reset` (earliest), which is where it starts anyway, and whose seek to the
+    /// beginning would cost an offset query per partition.
+    pub(super) fn seek_to_start(
+        &self,
+        pairs: &[(String, i32)],
+        rewound: &[(String, i32)],
+    ) -> Result<(), RuntimeError> {
+        let mut tpl = TopicPartitionList::new();
+        for (t, p) in pairs {
+            tpl.add_partition(t, *p);
+        }
+        let committed = self
+            .consumer
+            .committed_offsets(tpl, Duration::from_secs(10))?;
+        let mut seek = TopicPartitionList::new();
+        for e in committed.elements() {
+            let at = match e.offset() {
+                Offset::Offset(o) if o >= 0 => Offset::Offset(o),
+                _ if rewound
+                    .iter()
+                    .any(|(t, p)| t == e.topic() && *p == e.partition()) =>
+                {
+                    Offset::Beginning
+                }
+                _ => continue,
+            };
+            seek.add_partition_offset(e.topic(), e.partition(), at)?;
+        }
+        if seek.count() > 0 {
+            self.consumer
+                .seek_partitions(seek, Duration::from_secs(10))?;
+        }
+        Ok(())
+    }
+
     /// Rewinds every assigned partition of `records` to its first record there.
     pub(super) fn seek_back<'m>(
         &self,

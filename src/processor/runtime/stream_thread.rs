@@ -493,8 +493,19 @@ impl<P: Application> Runtime<P> {
             return Ok(());
         }
         let opening = self.tasks.open_pending(&self.member, &mut self.summary)?;
-        if !opening.rewind.is_empty() {
-            self.member.seek_to_committed(&opening.rewind)?;
+        // Asked again while the coordinator is away, up to the restore timeout, as a restore
+        // waits for the broker.
+        let deadline = Instant::now() + self.opts.restore_timeout;
+        while !opening.resume.is_empty() {
+            match self.member.seek_to_start(&opening.resume, &opening.rewind) {
+                Ok(()) => break,
+                Err(e) if Instant::now() < deadline => {
+                    tracing::warn!(error = %e, partitions = opening.resume.len(), "reading the committed offsets of partitions just opened; asking again");
+                    self.health.beat();
+                    std::thread::sleep(Duration::from_secs(1));
+                }
+                Err(e) => return Err(e),
+            }
         }
         self.member.take(opening.resume);
         let (open, waiting) = (self.tasks.tasks().len(), self.tasks.pending_count());
