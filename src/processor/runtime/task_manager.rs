@@ -114,8 +114,8 @@ struct Pending {
     /// Its (topic, partition) pairs, paused until the task opens.
     pairs: Vec<(String, i32)>,
     /// A record of its pairs was polled (before the pause took effect) and dropped: the
-    /// consumer's position passed it, so the pairs are read from the group's committed offsets
-    /// once the task opens.
+    /// consumer's position passed it, so a pair without a committed offset is read from its
+    /// beginning once the task opens (one with a committed offset always is moved to it).
     rewind: bool,
 }
 
@@ -123,8 +123,8 @@ struct Pending {
 /// every thread busy across a step's slower opens, and a step stays a fraction of a second.
 const STEP_PER_THREAD: usize = 2;
 
-/// What a step of [`TaskManager::open_pending`] opened: the pairs to resume, and those to
-/// read from the group's committed offsets first.
+/// What a step of [`TaskManager::open_pending`] opened: the pairs to resume, and those whose
+/// records were dropped while they waited (see [`GroupMember::seek_to_start`]).
 #[derive(Debug, Default)]
 pub(super) struct Opening {
     /// Pairs of the numbers opened.
@@ -423,7 +423,7 @@ impl TaskManager {
     }
 
     /// A record of queued partition number `p` was polled and dropped: its pairs are read from
-    /// the group's committed offsets once the task opens.
+    /// their committed offsets, or their beginning, once the task opens.
     pub(super) fn dropped_pending(&mut self, p: i32) {
         if let Some(pending) = self.pending.get_mut(&p) {
             pending.rewind = true;
@@ -457,9 +457,8 @@ impl TaskManager {
     }
 
     /// Opens the next [`TaskManager::step`] queued partition numbers (lowest first). Returns the
-    /// pairs to resume, and those of them to read from the group's committed offsets first
-    /// (a record was dropped while they waited). A failure is returned after the step, as
-    /// [`TaskManager::open_all`] does.
+    /// pairs to resume, and those of them whose records were dropped while they waited. A
+    /// failure is returned after the step, as [`TaskManager::open_all`] does.
     pub(super) fn open_pending(
         &mut self,
         member: &GroupMember,
