@@ -267,32 +267,13 @@ pub fn log_lines_since(app: &str, from: &str, needle: &str) -> Vec<(Duration, St
         .filter(|l| l.contains(needle))
         .filter_map(|l| {
             let at = log_time(l)?;
-            let plain = strip_ansi(l);
+            let plain = without_colours(l);
             Some((
                 Duration::from_secs_f64((at - start).rem_euclid(86_400.0)),
                 plain,
             ))
         })
         .collect()
-}
-
-/// `line` without its ANSI colour codes.
-fn strip_ansi(line: &str) -> String {
-    let mut out = String::with_capacity(line.len());
-    let mut chars = line.chars();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            // ESC [ ... letter
-            for c in chars.by_ref() {
-                if c.is_ascii_alphabetic() {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
 }
 
 /// Log files whose tails a failed [`wait_for`] prints: the instances this test started.

@@ -580,6 +580,16 @@ impl GroupMember {
     /// Moves the positions of `pairs` to the group's committed offsets (the earliest offset
     /// where the group has none).
     pub(super) fn seek_to_committed(&self, pairs: &[(String, i32)]) -> Result<(), RuntimeError> {
+        self.seek_committed(pairs, |_, _| true)
+    }
+
+    /// Moves each of `pairs` to the group's committed offset; one without a committed offset
+    /// goes to its beginning if `from_beginning(topic, partition)`, else is left where it is.
+    fn seek_committed(
+        &self,
+        pairs: &[(String, i32)],
+        from_beginning: impl Fn(&str, i32) -> bool,
+    ) -> Result<(), RuntimeError> {
         let mut tpl = TopicPartitionList::new();
         for (t, p) in pairs {
             tpl.add_partition(t, *p);
@@ -591,12 +601,15 @@ impl GroupMember {
         for e in committed.elements() {
             let at = match e.offset() {
                 Offset::Offset(o) if o >= 0 => Offset::Offset(o),
-                _ => Offset::Beginning,
+                _ if from_beginning(e.topic(), e.partition()) => Offset::Beginning,
+                _ => continue,
             };
             seek.add_partition_offset(e.topic(), e.partition(), at)?;
         }
-        self.consumer
-            .seek_partitions(seek, Duration::from_secs(10))?;
+        if seek.count() > 0 {
+            self.consumer
+                .seek_partitions(seek, Duration::from_secs(10))?;
+        }
         Ok(())
     }
 
@@ -612,32 +625,9 @@ impl GroupMember {
         pairs: &[(String, i32)],
         rewound: &[(String, i32)],
     ) -> Result<(), RuntimeError> {
-        let mut tpl = TopicPartitionList::new();
-        for (t, p) in pairs {
-            tpl.add_partition(t, *p);
-        }
-        let committed = self
-            .consumer
-            .committed_offsets(tpl, Duration::from_secs(10))?;
-        let mut seek = TopicPartitionList::new();
-        for e in committed.elements() {
-            let at = match e.offset() {
-                Offset::Offset(o) if o >= 0 => Offset::Offset(o),
-                _ if rewound
-                    .iter()
-                    .any(|(t, p)| t == e.topic() && *p == e.partition()) =>
-                {
-                    Offset::Beginning
-                }
-                _ => continue,
-            };
-            seek.add_partition_offset(e.topic(), e.partition(), at)?;
-        }
-        if seek.count() > 0 {
-            self.consumer
-                .seek_partitions(seek, Duration::from_secs(10))?;
-        }
-        Ok(())
+        self.seek_committed(pairs, |topic, partition| {
+            rewound.iter().any(|(t, p)| t == topic && *p == partition)
+        })
     }
 
     /// Rewinds every assigned partition of `records` to its first record there.
