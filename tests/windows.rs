@@ -7,6 +7,9 @@
 //! and every late record must be in the input's DLT, once, with class `late-record`.
 //!
 //! The killed instance is this test binary re-executed in child mode (`WINDOWS_CHILD`).
+//!
+//! Sliding windows get their own run: a count over a backlog produced before the instance
+//! starts, checked against a brute-force model of the workload written in the test.
 
 mod support;
 
@@ -305,4 +308,167 @@ fn a_late_record_redriven_after_raising_the_grace_is_counted_once_in_its_window(
     );
     assert_eq!(got.len(), 2, "r3's window and r2's, no other: {got:?}");
     let _ = std::fs::remove_dir_all(&config(&app).state.dir);
+}
+
+/// Sliding windows (KIP-450) on the real broker: a count per key in windows of records within
+/// 1 s of each other, 300 ms of grace, emitted once per window when it closes, over 2
+/// partitions whose whole input — in order, out of order within the grace, and far too late —
+/// is produced before the instance starts. The read_committed output must be exactly the
+/// windows a brute-force model of the workload gives (written here, using nothing of eosflow):
+/// every record's left window `[t - 1000, t]`, the right window `[t + 1, t + 1001]` of every
+/// record with a later one in it, each once, with the number of records in it and its end as
+/// timestamp; the late records all in the DLT as `late-record`, once.
+#[test]
+fn sliding_on_close_counts_match_an_independent_model_on_the_broker() {
+    use eosflow::serdes::{I64Serde, StringSerde};
+    use eosflow::topology::windows::{
+        EmitStrategy, SlidingWindows, WindowStoreHandle, WindowedAggregate, WindowedSerde,
+    };
+    use std::collections::BTreeMap;
+    if std::env::var(CHILD).is_ok() {
+        return;
+    }
+    const PARTS: i32 = 2;
+    const TD: i64 = 1_000;
+    const GRACE: i64 = 300;
+    let app = support::unique("windows-sliding");
+    let sliding = |app: &str| {
+        let windows = SlidingWindows::of_time_difference_and_grace(
+            Duration::from_millis(TD as u64),
+            Duration::from_millis(GRACE as u64),
+        );
+        let store = WindowStoreHandle::new("sliding", StringSerde, I64Serde);
+        let count = WindowedAggregate::sliding(store, windows, || 0, |_, _: &String, n: i64| n + 1)
+            .emit(EmitStrategy::OnWindowClose);
+        let (input, output) = (format!("{app}.in"), format!("{app}.out"));
+        Topology::builder()
+            .add_source("in", &[input.as_str()], StringSerde, StringSerde)
+            .add_windowed_aggregate("count", count, &["in"])
+            .add_sink(
+                "out",
+                &output,
+                WindowedSerde::new(StringSerde),
+                I64Serde,
+                &["count"],
+            )
+            .build()
+            .expect("valid topology")
+    };
+    support::create_app_topics(&app, &sliding(&app), PARTS);
+
+    // The workload: per partition, 900 records of 5 keys, the clock moving 0-59 ms a record;
+    // one in 12 up to the grace behind the partition's stream time, one in 40 far too late
+    // (more than time difference + grace behind: no window of it is open).
+    let base = eosflow::internals::clock::now_ms() - 3 * 3_600_000;
+    let mut seed = 0x5EED_u64;
+    let mut next = move |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        i64::try_from(seed % n).expect("small")
+    };
+    let mut timed: Vec<support::Timed> = Vec::new();
+    let mut late: Vec<String> = Vec::new();
+    // (key) → the times of its records that count.
+    let mut kept: BTreeMap<String, Vec<i64>> = BTreeMap::new();
+    for p in 0..PARTS {
+        let (mut clock, mut stream) = (base, i64::MIN);
+        for i in 0..900 {
+            clock += next(60);
+            let key = format!("p{p}k{}", next(5));
+            let id = format!("p{p}r{i}");
+            let t = match i % 40 {
+                0 if stream > i64::MIN => stream - TD - GRACE - 1 - next(5_000),
+                _ if i % 12 == 5 => clock - next(GRACE as u64 + 1),
+                _ => clock,
+            };
+            if stream > i64::MIN && t + TD + GRACE < stream {
+                late.push(id.clone());
+            } else {
+                assert!(t >= stream.saturating_sub(GRACE), "on time or far too late");
+                kept.entry(key.clone()).or_default().push(t);
+            }
+            stream = stream.max(t);
+            timed.push((Some(p), key, id, t));
+        }
+        // Closes every window of the partition; its own stays open.
+        timed.push((
+            Some(p),
+            format!("flush{p}"),
+            format!("flush{p}"),
+            clock + 60_000,
+        ));
+    }
+    // The model: (key, start, end) → records in [start, end].
+    let mut want: BTreeMap<(String, i64, i64), i64> = BTreeMap::new();
+    for (key, times) in &kept {
+        let mut starts: Vec<i64> = times.iter().map(|t| t - TD).collect();
+        for t in times {
+            if times.iter().any(|u| u > t && *u <= t + 1 + TD) {
+                starts.push(t + 1);
+            }
+        }
+        for s in starts {
+            let n = times.iter().filter(|t| **t >= s && **t <= s + TD).count();
+            want.insert((key.clone(), s, s + TD), n as i64);
+        }
+    }
+    println!(
+        "{} records, {} late, {} windows expected",
+        timed.len(),
+        late.len(),
+        want.len()
+    );
+    support::produce_timed(&format!("{app}.in"), &timed);
+
+    let c = config(&app);
+    let instance = support::pipeline::Instance::start(&c, sliding(&app));
+    let total = timed.len() as i64;
+    support::wait_for("the input processed", Duration::from_secs(120), || {
+        let left = group_lag(&support::clients(), &app, &format!("{app}.in"), PARTS);
+        (left == Ok(0)).then_some(())
+    });
+    let output = format!("{app}.out");
+    support::wait_for(
+        "every window the flush closes emitted",
+        Duration::from_secs(120),
+        || {
+            let got = w::results(&support::clients(), &output).ok()?;
+            (got.len() >= want.len()).then_some(())
+        },
+    );
+    instance.stop();
+    let clients = support::clients();
+    let got = w::results(&clients, &output).expect("results");
+    let mut wrong = Vec::new();
+    for ((key, start, end), n) in &want {
+        match got.get(&(key.clone(), *start, *end)).map(Vec::as_slice) {
+            Some([(count, ts)]) if count == n && *ts == Some(*end) => {}
+            other => wrong.push(format!("{key}@{start}-{end}: want {n}, got {other:?}")),
+        }
+    }
+    for k in got.keys() {
+        if !want.contains_key(k) {
+            wrong.push(format!("unexpected window {k:?}: {:?}", got.get(k)));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "{} of {} windows wrong (of {total} records):\n{}",
+        wrong.len(),
+        want.len(),
+        wrong
+            .iter()
+            .take(20)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    let dead = w::dead_letters(&clients, &format!("{app}.in.DLT")).expect("dead letters");
+    let want_dead: BTreeMap<String, Vec<String>> = late
+        .iter()
+        .map(|id| (id.clone(), vec!["late-record".to_string()]))
+        .collect();
+    assert_eq!(dead, want_dead, "every late record once in the DLT");
+    let _ = std::fs::remove_dir_all(&c.state.dir);
 }

@@ -9,7 +9,8 @@ use super::table::KTable;
 use super::Data;
 use crate::record::ProcessError;
 use crate::topology::windows::{
-    EmitStrategy, SessionWindows, TimeWindows, WindowStoreHandle, Windowed, WindowedAggregate,
+    EmitStrategy, SessionWindows, SlidingWindows, TimeWindows, WindowStoreHandle, Windowed,
+    WindowedAggregate,
 };
 use crate::topology::TypedRecord;
 
@@ -211,7 +212,54 @@ impl<'b, K: Data, V: Data> KGroupedStream<'b, K, V> {
     pub fn windowed_by(&self, windows: TimeWindows) -> TimeWindowedKStream<'b, K, V> {
         TimeWindowedKStream {
             stream: self.stream,
-            windows,
+            windows: FixedOrSliding::Fixed(windows),
+            emit: EmitStrategy::default(),
+        }
+    }
+
+    /// The records grouped by key and by sliding windows (Kafka Streams'
+    /// `windowedBy(SlidingWindows)`, which also gives a `TimeWindowedKStream`): for each key,
+    /// one window per distinct set of records within the time difference of each other. See
+    /// [`SlidingWindows`] for which windows exist and when they close.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use eosflow::dsl::{Consumed, Materialized, Produced, StreamsBuilder};
+    /// use eosflow::serdes::{I64Serde, StringSerde};
+    /// use eosflow::testing::{TestRecord, TopologyTestDriver};
+    /// use eosflow::topology::windows::{EmitStrategy, SlidingWindows, Windowed, WindowedSerde};
+    ///
+    /// // Payments per card within 10 s of each other, the final count of each window.
+    /// let ten = SlidingWindows::of_time_difference_no_grace(Duration::from_secs(10));
+    /// let builder = StreamsBuilder::new();
+    /// builder
+    ///     .stream("payments", Consumed::with(StringSerde, StringSerde))
+    ///     .group_by_key()
+    ///     .windowed_by_sliding(ten)
+    ///     .emit_strategy(EmitStrategy::OnWindowClose)
+    ///     .count(Materialized::with(StringSerde, I64Serde).named("payments-within-10s"))
+    ///     .to_stream()
+    ///     .to("bursts", Produced::with(WindowedSerde::new(StringSerde), I64Serde));
+    /// let mut driver = TopologyTestDriver::new(builder.build()?)?;
+    /// for ms in [50_000, 55_000, 90_000] {
+    ///     driver.pipe(TestRecord::new("payments", Some("card-1"), Some("9.99")).timestamp(ms))?;
+    /// }
+    /// let out = driver.read_output("bursts", &WindowedSerde::new(StringSerde), &I64Serde)?;
+    /// let w = |start, end| Some(Windowed::new("card-1".to_string(), start, end));
+    /// assert_eq!(
+    ///     out,
+    ///     vec![
+    ///         (w(40_000, 50_000), Some(1)),
+    ///         (w(45_000, 55_000), Some(2)),
+    ///         (w(50_001, 60_001), Some(1)), // 50 s's right window: 55 s alone
+    ///     ]
+    /// );
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn windowed_by_sliding(&self, windows: SlidingWindows) -> TimeWindowedKStream<'b, K, V> {
+        TimeWindowedKStream {
+            stream: self.stream,
+            windows: FixedOrSliding::Sliding(windows),
             emit: EmitStrategy::default(),
         }
     }
@@ -247,8 +295,9 @@ fn windowed<'b, K: Data, V: Data, A: Data>(
     KTable::new(KStream::new(builder, id, false), store)
 }
 
-/// A grouped stream in fixed event-time windows (Kafka Streams' `TimeWindowedKStream<K, V>`):
-/// made by [`KGroupedStream::windowed_by`]. Its results are keyed by [`Windowed<K>`]; write
+/// A grouped stream in fixed or sliding event-time windows (Kafka Streams'
+/// `TimeWindowedKStream<K, V>`): made by [`KGroupedStream::windowed_by`] or
+/// [`KGroupedStream::windowed_by_sliding`]. Its results are keyed by [`Windowed<K>`]; write
 /// them with a [`crate::topology::windows::WindowedSerde`].
 ///
 /// ```
@@ -278,8 +327,15 @@ fn windowed<'b, K: Data, V: Data, A: Data>(
 /// ```
 pub struct TimeWindowedKStream<'b, K, V> {
     stream: KStream<'b, K, V>,
-    windows: TimeWindows,
+    windows: FixedOrSliding,
     emit: EmitStrategy,
+}
+
+/// The windows of a [`TimeWindowedKStream`]: Kafka Streams gives one type for both.
+#[derive(Debug, Clone, Copy)]
+enum FixedOrSliding {
+    Fixed(TimeWindows),
+    Sliding(SlidingWindows),
 }
 
 impl<K, V> std::fmt::Debug for TimeWindowedKStream<'_, K, V> {
@@ -320,7 +376,13 @@ impl<'b, K: Data, V: Data> TimeWindowedKStream<'b, K, V> {
     ) -> KTable<'b, Windowed<K>, A, WindowStoreHandle<K, A>> {
         let (windows, emit) = (self.windows, self.emit);
         windowed(self.stream, materialized, move |store| {
-            WindowedAggregate::time(store, windows, init, aggregator).emit(emit)
+            match windows {
+                FixedOrSliding::Fixed(w) => WindowedAggregate::time(store, w, init, aggregator),
+                FixedOrSliding::Sliding(w) => {
+                    WindowedAggregate::sliding(store, w, init, aggregator)
+                }
+            }
+            .emit(emit)
         })
     }
 }

@@ -12,7 +12,7 @@ use crate::processor::{ProcessError, StoreHandle, Timer};
 use crate::serdes::{I64Serde, JsonSerde, StringSerde};
 use crate::testing::{DriverError, KeyValues, TestRecord, TopologyTestDriver};
 use crate::topology::windows::{
-    EmitStrategy, SessionWindows, TimeWindows, Windowed, WindowedSerde,
+    EmitStrategy, SessionWindows, SlidingWindows, TimeWindows, Windowed, WindowedSerde,
 };
 use crate::topology::{JoinWindows, TimestampExtractor, Topology, TopologyError, TypedRecord};
 
@@ -707,6 +707,42 @@ fn session_windows_merge_a_users_clicks_closer_than_the_gap() -> TestResult {
     assert_eq!(
         out,
         vec![(Some(Windowed::new(s("ann"), 0, 45_000)), Some(3))]
+    );
+    Ok(())
+}
+
+/// `windowed_by_sliding` builds the same node as `WindowedAggregate::sliding`: an aggregate on
+/// update over the windows of records within 10 s of each other, in a named windowed store.
+#[test]
+fn sliding_windows_aggregate_the_records_within_the_time_difference() -> TestResult {
+    let ten = SlidingWindows::of_time_difference_no_grace(Duration::from_secs(10));
+    let windowed = WindowedSerde::new(StringSerde);
+    let builder = StreamsBuilder::new();
+    builder
+        .stream("clicks", Consumed::with(StringSerde, StringSerde))
+        .group_by_key()
+        .windowed_by_sliding(ten)
+        .aggregate(
+            String::new,
+            |_, v: &String, a| a + v,
+            Materialized::with(StringSerde, StringSerde).named("within-10s"),
+        )
+        .to_stream()
+        .to("within", Produced::with(windowed, StringSerde));
+    let mut d = TopologyTestDriver::new(builder.build()?)?;
+    for (ms, v) in [(100_000, "a"), (104_000, "b"), (120_000, "c")] {
+        d.pipe(TestRecord::new("clicks", Some("ann"), Some(v)).timestamp(ms))?;
+    }
+    let out = d.read_output("within", &windowed, &StringSerde)?;
+    let w = |start, end| Some(Windowed::new(s("ann"), start, end));
+    assert_eq!(
+        out,
+        vec![
+            (w(90_000, 100_000), Some(s("a"))),
+            (w(100_001, 110_001), Some(s("b"))),
+            (w(94_000, 104_000), Some(s("ab"))),
+            (w(110_000, 120_000), Some(s("c"))),
+        ]
     );
     Ok(())
 }

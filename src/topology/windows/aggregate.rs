@@ -1,13 +1,16 @@
-//! The windowed aggregate node: assigns each record to its windows (fixed or session), folds it
-//! into the open ones in the windowed store, forwards results as its emit strategy says (on
-//! close through one durable event-time timer per window, keyed by the window's store key),
-//! expires windows past retention, and routes records too late for every window to the DLT or
-//! the late-record sink.
+//! The windowed aggregate node: assigns each record to its windows (fixed, sliding or
+//! session), folds it into the open ones in the windowed store, forwards results as its emit
+//! strategy says (on close through one durable event-time timer per window, keyed by the
+//! window's store key), expires windows past retention, and routes records too late for every
+//! window to the DLT or the late-record sink.
 
 use std::time::Duration;
 
-use super::store::{data_key, parse_data_key, WindowStoreHandle};
-use super::{millis, EmitStrategy, LateRecords, SessionWindows, TimeWindows, Window, Windowed};
+use super::store::{data_key, parse_data_key, Beside, WindowStoreHandle};
+use super::{
+    millis, EmitStrategy, LateRecords, SessionWindows, SlidingWindows, TimeWindows, Window,
+    Windowed,
+};
 use crate::processor::{Timer, TimerKind};
 use crate::record::ProcessError;
 use crate::topology::{NodeContext, NodeProcessor, TypedRecord};
@@ -24,7 +27,27 @@ type Merger<K, A> = Box<dyn Fn(&K, A, A) -> A + Send>;
 /// Which windows.
 enum Kind<K, A> {
     Time(TimeWindows),
+    Sliding(SlidingWindows),
     Session(SessionWindows, Merger<K, A>),
+}
+
+/// What a sliding-window record found among its key's windows (Kafka Streams'
+/// `processInOrder` state): which of its own windows exist, the aggregates its new windows
+/// start from, and the latest earlier record.
+struct Neighbours<A> {
+    /// The existing windows that contain the record, with their aggregates and latest times.
+    containing: Vec<(Window, A, i64)>,
+    /// Starts of every window found.
+    starts: Vec<i64>,
+    /// The latest window ending before the record: its aggregate seeds the left window.
+    left_agg: Option<A>,
+    /// The latest window containing the record and ending after it: its aggregate and latest
+    /// time seed the right window.
+    right_agg: Option<(A, i64)>,
+    left_exists: bool,
+    right_exists: bool,
+    /// The latest record before this one, when its right window may be missing.
+    previous: Option<i64>,
 }
 
 /// A windowed aggregation of a keyed stream (Kafka Streams'
@@ -94,6 +117,55 @@ impl<K, V, A> WindowedAggregate<K, V, A> {
         )
     }
 
+    /// Sliding windows (Kafka Streams' `windowedBy(SlidingWindows)`) aggregated into `store`:
+    /// each new window starts at `init()` (or, as in Kafka Streams, from the aggregate of the
+    /// records it shares with an existing window), and each record `v` of key `k` makes the
+    /// aggregate of every open window containing it `aggregate(k, v, agg)`. See
+    /// [`SlidingWindows`] for which windows exist.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use eosflow::serdes::{I64Serde, StringSerde};
+    /// use eosflow::testing::{TestRecord, TopologyTestDriver};
+    /// use eosflow::topology::windows::{
+    ///     SlidingWindows, WindowStoreHandle, Windowed, WindowedAggregate, WindowedSerde,
+    /// };
+    /// use eosflow::topology::Topology;
+    ///
+    /// let ten = SlidingWindows::of_time_difference_no_grace(Duration::from_millis(10));
+    /// let store = WindowStoreHandle::new("rolling", StringSerde, I64Serde);
+    /// let count = WindowedAggregate::sliding(store, ten, || 0, |_k, _v: &String, n: i64| n + 1);
+    /// let topology = Topology::builder()
+    ///     .add_source("in", &["events"], StringSerde, StringSerde)
+    ///     .add_windowed_aggregate("count", count, &["in"])
+    ///     .add_sink("out", "rolling", WindowedSerde::new(StringSerde), I64Serde, &["count"])
+    ///     .build()?;
+    /// let mut driver = TopologyTestDriver::new(topology)?;
+    /// for ms in [100, 105] {
+    ///     driver.pipe(TestRecord::new("events", Some("k"), Some("e")).timestamp(ms))?;
+    /// }
+    /// let out = driver.read_output("rolling", &WindowedSerde::new(StringSerde), &I64Serde)?;
+    /// let w = |start, end| Some(Windowed::new("k".to_string(), start, end));
+    /// assert_eq!(
+    ///     out,
+    ///     vec![
+    ///         (w(90, 100), Some(1)),  // 100's left window
+    ///         (w(101, 111), Some(1)), // 100's right window, now that 105 falls in it
+    ///         (w(95, 105), Some(2)),  // 105's left window: 100 and 105
+    ///     ]
+    /// );
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn sliding(
+        store: WindowStoreHandle<K, A>,
+        windows: SlidingWindows,
+        init: impl Fn() -> A + Send + 'static,
+        aggregate: impl Fn(&K, &V, A) -> A + Send + 'static,
+    ) -> Self {
+        let kind = Kind::Sliding(windows);
+        Self::with_kind(store, kind, Box::new(init), Box::new(aggregate))
+    }
+
     /// Session windows aggregated into `store`; when a record bridges sessions, their
     /// aggregates are combined with `merge(k, left, right)` (earlier session first, starting
     /// from `init()`) before the record is aggregated.
@@ -132,7 +204,9 @@ impl<K, V, A> WindowedAggregate<K, V, A> {
     }
 
     /// How long a closed window stays in the store (for a node reading it) before it is
-    /// deleted; 0 (the default) deletes it when it closes.
+    /// deleted; 0 (the default) deletes it when it closes. Sliding windows stay at least
+    /// `2 · timeDifference` after they close, whatever this says: a record still within grace
+    /// may need them to seed its own windows.
     pub fn retention(mut self, retention: Duration) -> Self {
         self.retention = millis(retention);
         self
@@ -161,14 +235,17 @@ impl<K, V, A> WindowedAggregate<K, V, A> {
     pub(crate) fn check(&self) -> Result<(), String> {
         match &self.kind {
             Kind::Time(w) => w.check(),
+            Kind::Sliding(_) => Ok(()),
             Kind::Session(w, _) => w.check(),
         }
     }
 
-    /// From a window's end to its close time: the grace (plus the gap, for sessions).
+    /// From a window's end to its close time: the grace (plus the gap, for sessions; plus 1 ms
+    /// for sliding windows, whose end is inclusive).
     fn close_delay(&self) -> i64 {
         match &self.kind {
             Kind::Time(w) => w.grace,
+            Kind::Sliding(w) => w.grace.saturating_add(1),
             Kind::Session(w, _) => w.gap.saturating_add(w.grace),
         }
     }
@@ -181,7 +258,7 @@ impl<K, V, A> WindowedAggregate<K, V, A> {
     fn result_time(&self, w: Window) -> i64 {
         match &self.kind {
             Kind::Time(_) => w.end - 1,
-            Kind::Session(..) => w.end,
+            Kind::Sliding(_) | Kind::Session(..) => w.end,
         }
     }
 }
@@ -249,11 +326,26 @@ where
     fn expire(&self, ctx: &mut NodeContext<'_, '_>, now: i64) -> Result<(), ProcessError> {
         let cutoff = now
             .saturating_sub(self.close_delay())
-            .saturating_sub(self.retention);
+            .saturating_sub(self.kept());
         let mut store = ctx.window_store(&self.store)?;
         match &self.kind {
             Kind::Time(_) => store.expire(cutoff, self.expire_per_call()).map(drop),
-            Kind::Session(..) => store.expire_sessions(cutoff, EXPIRE_PER_CALL).map(drop),
+            Kind::Sliding(_) => store
+                .expire_with(cutoff, EXPIRE_PER_CALL, Beside::Latest)
+                .map(drop),
+            Kind::Session(..) => store
+                .expire_with(cutoff, EXPIRE_PER_CALL, Beside::Session)
+                .map(drop),
+        }
+    }
+
+    /// How long a closed window stays: the retention, for sliding windows at least twice the
+    /// time difference (a record within grace reads the windows up to `2 · timeDifference`
+    /// before it, Kafka Streams' `fetch(t - 2·timeDifference, t + 1)`).
+    fn kept(&self) -> i64 {
+        match &self.kind {
+            Kind::Sliding(w) => self.retention.max(w.time_difference.saturating_mul(2)),
+            _ => self.retention,
         }
     }
 
@@ -263,7 +355,7 @@ where
     fn expire_per_call(&self) -> usize {
         match &self.kind {
             Kind::Time(w) => EXPIRE_PER_CALL.max(w.windows_per_record().saturating_mul(2)),
-            Kind::Session(..) => EXPIRE_PER_CALL,
+            Kind::Sliding(_) | Kind::Session(..) => EXPIRE_PER_CALL,
         }
     }
 
@@ -353,6 +445,148 @@ where
         Ok(data_key(&self.key_bytes(key)?, start))
     }
 
+    /// A record of sliding windows: Kafka Streams' `KStreamSlidingWindowAggregate`
+    /// (`processInOrder`, then `createWindows`) without its early-record special case. The
+    /// key's windows starting in `t - 2·timeDifference ..= t + 1` are read once: those
+    /// containing `t` are updated; the previous record's right window, the record's left
+    /// window and its right window are created when missing and not empty. A closed window is
+    /// neither updated nor created.
+    fn process_sliding(
+        &self,
+        ctx: &mut NodeContext<'_, '_>,
+        windows: &SlidingWindows,
+        record: TypedRecord<K, V>,
+        (key, value, ts, stream): (&K, &V, i64, i64),
+    ) -> Result<(), ProcessError> {
+        let td = windows.time_difference;
+        let (left_start, _) = windows.span(ts).map_err(ProcessError::permanent)?;
+        // The latest window that can contain `t` is `[t, t + td]`: closed, the record is late.
+        let last = Window {
+            start: ts,
+            end: ts + td,
+        };
+        if self.close_time(last) <= stream {
+            let own = Window {
+                start: left_start,
+                end: ts,
+            };
+            let listed: &[Window] = if td == 0 { &[own] } else { &[own, last] };
+            return self.late(ctx, record, listed, ts, stream);
+        }
+        let k = self.key_bytes(key)?;
+        let found = ctx.window_store(&self.store)?.sliding_range(
+            &k,
+            left_start.saturating_sub(td),
+            ts + 1,
+        )?;
+        let n = self.neighbours(found, ts)?;
+        let fold = |seed: Option<(A, i64)>| match seed {
+            Some((agg, latest)) => ((self.aggregate)(key, value, agg), latest.max(ts)),
+            None => ((self.aggregate)(key, value, (self.init)()), ts),
+        };
+        for (w, agg, latest) in n.containing {
+            self.put_sliding(ctx, key, (&k, w, stream), fold(Some((agg, latest))), false)?;
+        }
+        // The previous record's right window, when this record is its first later one.
+        if let Some(previous) = n.previous {
+            let start = previous + 1;
+            if !n.starts.contains(&start) && start + td >= ts {
+                let w = Window {
+                    start,
+                    end: start + td,
+                };
+                self.put_sliding(ctx, key, (&k, w, stream), fold(None), true)?;
+            }
+        }
+        if !n.left_exists {
+            let w = Window {
+                start: left_start,
+                end: ts,
+            };
+            let seed = match (n.previous, n.left_agg) {
+                (Some(p), Some(agg)) if p >= left_start => Some((agg, ts)),
+                _ => None,
+            };
+            self.put_sliding(ctx, key, (&k, w, stream), fold(seed), true)?;
+        }
+        // The record's right window holds the later records it found: created with their
+        // aggregate, without this record.
+        if let Some((agg, latest)) = n.right_agg.filter(|(_, l)| *l > ts) {
+            if !n.right_exists {
+                let start = ts + 1;
+                let w = Window {
+                    start,
+                    end: start + td,
+                };
+                self.put_sliding(ctx, key, (&k, w, stream), (agg, latest), true)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Sorts the windows a sliding-window record at `ts` found (in start order) as Kafka
+    /// Streams' `processInOrder` does.
+    fn neighbours(
+        &self,
+        found: Vec<(Window, A, i64)>,
+        ts: i64,
+    ) -> Result<Neighbours<A>, ProcessError> {
+        let mut n = Neighbours {
+            containing: Vec::new(),
+            starts: Vec::with_capacity(found.len()),
+            left_agg: None,
+            right_agg: None,
+            left_exists: false,
+            right_exists: false,
+            previous: None,
+        };
+        for (w, agg, latest) in found {
+            n.starts.push(w.start);
+            if w.end < ts {
+                n.left_agg = Some(agg);
+                n.previous = Some(latest);
+            } else if w.end == ts {
+                n.left_exists = true;
+                if latest < ts {
+                    n.previous = Some(latest);
+                }
+                n.containing.push((w, agg, latest));
+            } else if w.start <= ts {
+                n.right_agg = Some((agg.clone(), latest));
+                n.containing.push((w, agg, latest));
+            } else if w.start == ts + 1 {
+                n.right_exists = true;
+            } else {
+                return Err(ProcessError::permanent(format!(
+                    "window store {}: unexpected sliding window {}-{} for a record at {ts}",
+                    self.store.name(),
+                    w.start,
+                    w.end
+                )));
+            }
+        }
+        Ok(n)
+    }
+
+    /// Writes a sliding window's new aggregate and latest record time, and forwards it or
+    /// schedules its close (`new`: it was not in the store); a closed window is left alone.
+    fn put_sliding(
+        &self,
+        ctx: &mut NodeContext<'_, '_>,
+        key: &K,
+        (k, w, stream): (&[u8], Window, i64),
+        (agg, latest): (A, i64),
+        new: bool,
+    ) -> Result<(), ProcessError> {
+        if self.close_time(w) <= stream {
+            return Ok(());
+        }
+        let previous_end = (!new).then_some(w.end);
+        ctx.window_store(&self.store)?
+            .put_sliding(k, w, previous_end, (&agg, latest))?;
+        self.after_update(ctx, key, (w, data_key(k, w.start)), agg, new)
+    }
+
     /// A record of session windows: merged with the open sessions within the gap of it.
     fn process_session(
         &self,
@@ -440,6 +674,7 @@ where
         let at = (&key, &value, ts, stream);
         match &self.kind {
             Kind::Time(w) => self.process_time(ctx, w, record, at)?,
+            Kind::Sliding(w) => self.process_sliding(ctx, w, record, at)?,
             Kind::Session(w, m) => self.process_session(ctx, (w, m), record, at)?,
         }
         if self.emit == EmitStrategy::OnWindowUpdate {
@@ -477,9 +712,10 @@ where
             Err(e) => return self.abandon(ctx, timer, &e),
         };
         let mut store = ctx.window_store(&self.store)?;
-        if self.retention == 0 {
+        if self.kept() == 0 {
             match (&self.kind, parse_data_key(&timer.key)) {
                 (Kind::Session(..), Some((k, _))) => store.remove_session(k, w)?,
+                (Kind::Sliding(_), _) => store.remove_sliding(&timer.key, w)?,
                 _ => store.remove_read(&timer.key, w)?,
             }
         } else {

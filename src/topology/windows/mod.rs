@@ -1,13 +1,16 @@
-//! Event-time windows: tumbling, hopping and session windows over a keyed stream, aggregated
-//! into a windowed store, with a grace period for out-of-order records, emitted on every
-//! update or once when the window closes, and late records sent to the DLT — never dropped.
-//! Kafka Streams' `windowedBy(TimeWindows…|SessionWindows…).aggregate(…)` plus
-//! `suppress(untilWindowCloses)`, built on stream time and durable event-time timers.
+//! Event-time windows: tumbling, hopping, sliding and session windows over a keyed stream,
+//! aggregated into a windowed store, with a grace period for out-of-order records, emitted on
+//! every update or once when the window closes, and late records sent to the DLT — never
+//! dropped. Kafka Streams' `windowedBy(TimeWindows…|SlidingWindows…|SessionWindows…)
+//! .aggregate(…)` plus `suppress(untilWindowCloses)`, built on stream time and durable
+//! event-time timers.
 //!
-//! - A **window** belongs to one key and covers `[start, end)` of event time (a session
+//! - A **window** belongs to one key and covers `[start, end)` of event time (a sliding window
+//!   `[start, end]` with `end = start + timeDifference`, see [`SlidingWindows`]; a session
 //!   `[start, end]`: its first and last record).
 //! - It is **open** while the partition's stream time is before its *close time*: `end + grace`
-//!   (sessions: `end + inactivity gap + grace`). A record is aggregated into each of its windows
+//!   (sliding windows, whose end is inclusive: `end + grace + 1`; sessions:
+//!   `end + inactivity gap + grace`). A record is aggregated into each of its windows
 //!   that is open; one whose windows are all closed is **late**: it goes to the input's DLT
 //!   (`eosflow.dlt.error.class: late-record`, the windows and stream time in headers) or to the
 //!   node's late-record sink, and is counted in `eosflow_late_records_total{node}`.
@@ -15,10 +18,11 @@
 //!   [`EmitStrategy::OnWindowClose`] forwards it once, when stream time reaches its close time
 //!   (a durable timer: exactly once across crashes and rebalances).
 //! - **Retention**: a window is deleted from the store once stream time passes its close time
-//!   plus [`WindowedAggregate::retention`] (default 0: at close).
+//!   plus [`WindowedAggregate::retention`] (default 0: at close; sliding windows at least
+//!   `2 · timeDifference`, which later records within grace read).
 //! - Results are keyed by [`Windowed<K>`] (the key and its window; [`WindowedSerde`] writes
 //!   `key bytes · start · end`, 8 big-endian bytes each) and carry the window's last
-//!   millisecond as their timestamp (`end - 1`; a session's `end`).
+//!   millisecond as their timestamp (`end - 1`; a sliding window's or a session's `end`).
 //!
 //! ```
 //! use std::time::Duration;
@@ -59,6 +63,8 @@
 mod aggregate;
 #[cfg(test)]
 mod aggregate_tests;
+#[cfg(test)]
+mod sliding_tests;
 mod store;
 
 pub use aggregate::{WindowedAggregate, EXPIRE_PER_CALL};
@@ -69,12 +75,15 @@ use std::time::Duration;
 
 use crate::serdes::{Serde, SerdeError};
 
-/// One window of event time: `[start, end)` for time windows, `[start, end]` for a session.
+/// One window of event time: `[start, end)` for time windows, `[start, end]` for sliding
+/// windows and sessions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Window {
     /// Its first millisecond.
     pub start: i64,
-    /// Time windows: the first millisecond after it. Sessions: its last record's time.
+    /// Time windows: the first millisecond after it. Sliding windows: its last millisecond,
+    /// `start + timeDifference` (inclusive, the `end()` of Kafka Streams' sliding `Windowed`
+    /// keys). Sessions: its last record's time.
     pub end: i64,
 }
 
@@ -88,7 +97,8 @@ pub struct Windowed<K> {
 }
 
 impl<K> Windowed<K> {
-    /// `key` in the window `[start, end)`.
+    /// `key` in the window from `start` to `end` (`end` excluded for time windows, included
+    /// for sliding windows and sessions: see [`Window::end`]).
     pub fn new(key: K, start: i64, end: i64) -> Self {
         Self {
             key,
@@ -281,6 +291,123 @@ impl SessionWindows {
             return Err("the inactivity gap must be positive".into());
         }
         Ok(())
+    }
+}
+
+/// Sliding windows (Kafka Streams' `SlidingWindows`, KIP-450): for each key, a window of
+/// `timeDifference` for every distinct set of records that lie within `timeDifference` of
+/// each other, without the empty or duplicate windows hopping windows of advance 1 ms would
+/// make. Use them for "the records within 10 s of each other" aggregates (a rolling
+/// count or sum whose result changes only when a record enters or leaves it).
+///
+/// Windows are **inclusive at both ends**: `[start, start + timeDifference]`. A record at
+/// `t` creates its *left* window `[t - timeDifference, t]` (if not there), updates every
+/// existing window that contains `t`, and creates its *right* window
+/// `[t + 1, t + 1 + timeDifference]` only once a later record of the key falls in it; as in
+/// Kafka Streams, windows are created from the records' times, never aligned to the epoch.
+/// A window closes when stream time passes `end + grace`: its close time is
+/// `end + grace + 1`. A record is late when even the latest window that could hold it,
+/// `[t, t + timeDifference]`, is closed (`t + timeDifference + grace < stream time`).
+///
+/// Unlike Kafka Streams, whose timestamps cannot be negative and which puts the records
+/// before `timeDifference` into one window `[0, timeDifference]`, every record gets its own
+/// left window, whatever its time (negative included). A record whose windows cannot be
+/// represented in `i64` milliseconds (`t - timeDifference` or `t + 1 + timeDifference` out
+/// of range, possible only with a huge time difference) is dead-lettered as permanent,
+/// naming why.
+///
+/// Logins per user within 10 s of each other, each window's final count (the example of
+/// `docs/windows.md`):
+///
+/// ```
+/// use std::time::Duration;
+/// use eosflow::serdes::{I64Serde, StringSerde};
+/// use eosflow::testing::{TestRecord, TopologyTestDriver};
+/// use eosflow::topology::windows::{
+///     EmitStrategy, SlidingWindows, WindowStoreHandle, Windowed, WindowedAggregate, WindowedSerde,
+/// };
+/// use eosflow::topology::Topology;
+///
+/// let ten = SlidingWindows::of_time_difference_and_grace(
+///     Duration::from_secs(10),
+///     Duration::from_secs(2),
+/// );
+/// let store = WindowStoreHandle::new("logins-within-10s", StringSerde, I64Serde);
+/// let count = WindowedAggregate::sliding(store, ten, || 0, |_user, _login: &String, n: i64| n + 1)
+///     .emit(EmitStrategy::OnWindowClose);
+/// let topology = Topology::builder()
+///     .add_source("logins", &["logins"], StringSerde, StringSerde)
+///     .add_windowed_aggregate("count", count, &["logins"])
+///     .add_sink("out", "login-bursts", WindowedSerde::new(StringSerde), I64Serde, &["count"])
+///     .build()?;
+///
+/// let mut driver = TopologyTestDriver::new(topology)?;
+/// let login = |ms: i64| TestRecord::new("logins", Some("ann"), Some("login")).timestamp(ms);
+/// driver.pipe(login(20_000))?;
+/// driver.pipe(login(26_000))?;
+/// driver.pipe(login(24_000))?; // out of order, within grace
+/// driver.pipe(login(60_000))?; // stream time 60 s: every window of ann's first logins closes
+/// driver.pipe(login(5_000))?; // [5 s, 15 s] closed at 17 s: late, to logins.DLT
+/// let out = driver.read_output("login-bursts", &WindowedSerde::new(StringSerde), &I64Serde)?;
+/// let w = |start, end| Some(Windowed::new("ann".to_string(), start, end));
+/// assert_eq!(
+///     out,
+///     vec![
+///         (w(10_000, 20_000), Some(1)), // 20 s's left window
+///         (w(14_000, 24_000), Some(2)), // 24 s's: 20 s and 24 s
+///         (w(16_000, 26_000), Some(3)), // 26 s's: all three
+///         (w(20_001, 30_001), Some(2)), // 20 s's right window: 24 s and 26 s
+///         (w(24_001, 34_001), Some(1)), // 24 s's right window: 26 s
+///     ]
+/// );
+/// assert_eq!(driver.read_raw_output("logins.DLT")[0].dlt_class(), Some("late-record"));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SlidingWindows {
+    time_difference: i64,
+    grace: i64,
+}
+
+impl SlidingWindows {
+    /// Windows holding records at most `time_difference` apart, accepting records up to
+    /// `grace` after a window's end (in stream time). Durations beyond `i64::MAX` ms saturate.
+    pub fn of_time_difference_and_grace(time_difference: Duration, grace: Duration) -> Self {
+        Self {
+            time_difference: millis(time_difference),
+            grace: millis(grace),
+        }
+    }
+
+    /// Sliding windows that close at their end (Kafka Streams'
+    /// `ofTimeDifferenceWithNoGrace`).
+    pub fn of_time_difference_no_grace(time_difference: Duration) -> Self {
+        Self::of_time_difference_and_grace(time_difference, Duration::ZERO)
+    }
+
+    /// The maximum time difference between two records of one window (ms): a window's
+    /// `end - start`.
+    pub fn time_difference_ms(&self) -> i64 {
+        self.time_difference
+    }
+
+    /// The grace period (ms).
+    pub fn grace_ms(&self) -> i64 {
+        self.grace
+    }
+
+    /// The start of a record's left window and the end of its right window, or why they do
+    /// not fit in `i64` milliseconds.
+    fn span(&self, ts: i64) -> Result<(i64, i64), String> {
+        let td = self.time_difference;
+        let left = ts.checked_sub(td);
+        let right = ts.checked_add(1).and_then(|s| s.checked_add(td));
+        match (left, right) {
+            (Some(left), Some(right)) => Ok((left, right)),
+            _ => Err(format!(
+                "sliding windows of {td} ms cannot represent the windows of event time {ts} ms: its left window starts at {ts} - {td} and its right window ends at {ts} + 1 + {td}, which must both lie within i64 milliseconds"
+            )),
+        }
     }
 }
 

@@ -13,6 +13,10 @@
 //!   empty: a key's sessions in end order, so the sessions a record can merge with (end at or
 //!   after `t - gap`, start at or before `t + gap`) are one bounded scan, never every retained
 //!   session of the key.
+//! - Sliding windows only: `t · key length · key · start (sign-flipped)` → the latest event
+//!   time of the records in the window (8 bytes, big-endian): Kafka Streams' `ValueAndTimestamp`
+//!   timestamp, which decides whether a record's neighbours need new windows. Kept beside the
+//!   data row rather than in it, so the data rows of every kind of window read the same.
 
 use std::ops::Bound;
 
@@ -87,6 +91,25 @@ const DATA: u8 = b'w';
 const INDEX: u8 = b'x';
 const WATERMARK: &[u8] = b"mexpired";
 const SESSIONS: u8 = b'e';
+const LATEST: u8 = b't';
+
+/// What else goes when a window expires: the index entry its kind keeps beside the data row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Beside {
+    /// Nothing (fixed windows).
+    Nothing,
+    /// The session index entry.
+    Session,
+    /// The sliding window's latest record time.
+    Latest,
+}
+
+/// The key of a sliding window's latest record time.
+fn latest_key(key: &[u8], start: i64) -> Vec<u8> {
+    let mut k = key_prefix(LATEST, key);
+    k.extend_from_slice(&flip(start));
+    k
+}
 
 /// The session index key of `key`'s session `window`.
 fn session_key(key: &[u8], window: Window) -> Vec<u8> {
@@ -290,6 +313,73 @@ impl<'c, 'a, K, V> WindowStore<'c, 'a, K, V> {
         Ok(near)
     }
 
+    /// `key`'s sliding windows whose start lies in `from..=to`, in start order, each with the
+    /// time of its latest record (written by [`Self::put_sliding`]).
+    pub(crate) fn sliding_range(
+        &self,
+        k: &[u8],
+        from: i64,
+        to: i64,
+    ) -> Result<Vec<(Window, V, i64)>, ProcessError> {
+        let bounds = (
+            Bound::Included(data_key(k, from)),
+            Bound::Included(data_key(k, to)),
+        );
+        let name = self.handle.name();
+        let mut rows = Vec::new();
+        for item in self.view.scan(&bounds)? {
+            let (dk, bytes) = item.map_err(crate::processor::stores::read_error)?;
+            let (_, start) = parse_data_key(&dk).ok_or_else(|| corrupt(name))?;
+            let (end, v) = split_value(&bytes).ok_or_else(|| corrupt(name))?;
+            rows.push((Window { start, end }, self.value_of(v)?));
+        }
+        let mut out = Vec::with_capacity(rows.len());
+        for (w, v) in rows {
+            let latest = self
+                .view
+                .get(&latest_key(k, w.start))?
+                .and_then(|b| <[u8; 8]>::try_from(b.as_slice()).ok())
+                .map(i64::from_be_bytes)
+                .ok_or_else(|| {
+                    ProcessError::permanent(format!(
+                        "window store {name}: the sliding window {}-{} has no latest record time",
+                        w.start, w.end
+                    ))
+                })?;
+            out.push((w, v, latest));
+        }
+        Ok(out)
+    }
+
+    /// Writes `key`'s sliding `window` (`previous_end` as in [`Self::put_read`]) and the time
+    /// of its latest record.
+    pub(crate) fn put_sliding(
+        &mut self,
+        k: &[u8],
+        window: Window,
+        previous_end: Option<i64>,
+        (value, latest): (&V, i64),
+    ) -> Result<(), ProcessError> {
+        self.view.pending.put(
+            Column::State,
+            &latest_key(k, window.start),
+            latest.to_be_bytes().to_vec(),
+        );
+        self.put_read(k, window, previous_end, value)
+    }
+
+    /// [`Self::remove_read`] of a sliding window: its latest record time goes too.
+    pub(crate) fn remove_sliding(
+        &mut self,
+        data: &[u8],
+        window: Window,
+    ) -> Result<(), ProcessError> {
+        let (key, _) = parse_data_key(data).ok_or_else(|| corrupt(self.handle.name()))?;
+        let latest = latest_key(key, window.start);
+        self.view.pending.delete(Column::State, &latest);
+        self.remove_read(data, window)
+    }
+
     /// Writes `key`'s session `window` and indexes it by end ([`Self::sessions_near`]),
     /// replacing the session with the same start.
     pub(crate) fn put_session(
@@ -408,6 +498,11 @@ impl<'c, 'a, K, V> WindowStore<'c, 'a, K, V> {
                 .pending
                 .delete(Column::State, &session_key(key, w));
         }
+        if let Some((key, start)) = parse_data_key(data) {
+            self.view
+                .pending
+                .delete(Column::State, &latest_key(key, start));
+        }
         self.view.pending.delete(Column::State, data);
         Ok(())
     }
@@ -417,23 +512,16 @@ impl<'c, 'a, K, V> WindowStore<'c, 'a, K, V> {
     /// where the last one stopped: the work is bounded by what expires, never by the store's
     /// size.
     pub fn expire(&mut self, cutoff: i64, max: usize) -> Result<usize, ProcessError> {
-        self.expire_with(cutoff, max, false)
+        self.expire_with(cutoff, max, Beside::Nothing)
     }
 
-    /// [`Self::expire`] of a session store: each expired session's index entry goes too.
-    pub(crate) fn expire_sessions(
+    /// [`Self::expire`] of a session or sliding store: what each expired window keeps beside
+    /// its data row (`beside`) goes too.
+    pub(crate) fn expire_with(
         &mut self,
         cutoff: i64,
         max: usize,
-    ) -> Result<usize, ProcessError> {
-        self.expire_with(cutoff, max, true)
-    }
-
-    fn expire_with(
-        &mut self,
-        cutoff: i64,
-        max: usize,
-        sessions: bool,
+        beside: Beside,
     ) -> Result<usize, ProcessError> {
         let from = match self.view.get(WATERMARK)? {
             Some(b) => unflip(&b).unwrap_or(i64::MIN),
@@ -459,10 +547,16 @@ impl<'c, 'a, K, V> WindowStore<'c, 'a, K, V> {
             let data = data_key(key, window.start);
             self.view.pending.delete(Column::State, &data);
             self.view.pending.delete(Column::State, index);
-            if sessions {
-                self.view
+            match beside {
+                Beside::Nothing => {}
+                Beside::Session => self
+                    .view
                     .pending
-                    .delete(Column::State, &session_key(key, window));
+                    .delete(Column::State, &session_key(key, window)),
+                Beside::Latest => self
+                    .view
+                    .pending
+                    .delete(Column::State, &latest_key(key, window.start)),
             }
             reached = window.end;
         }
