@@ -1,6 +1,7 @@
 //! Criterion micro-benchmarks of the processor's hot path: Avro decode/encode of a ~300 B order
 //! event with the writer schema cached (and the one-field walk the counting topology uses), state overlay put/get, RocksDB batch apply with the
-//! checkpoint, and the dedup lookup. `cargo bench --bench hot_path` measures; under
+//! checkpoint, a committed value's read from RocksDB and from the record cache, and the dedup
+//! lookup. `cargo bench --bench hot_path` measures; under
 //! `cargo test --all-targets` each benchmark runs once, as a smoke test.
 
 use std::collections::HashMap;
@@ -104,6 +105,36 @@ fn state(c: &mut Criterion) {
     drop(store);
     let _ = Store::wipe(&dir);
 
+    // A stateful operator's read of its key's committed value (a count, a window, a join's
+    // table row): 1 000 keys of 16 B values, from RocksDB (flushed to a table file, as a key
+    // not written since the last memtable flush is) and from the record cache.
+    let mut g = c.benchmark_group("store get");
+    g.throughput(Throughput::Elements(1));
+    for (name, budget) in [("rocksdb", 0u64), ("record cache hit", 10 << 20)] {
+        let dir = std::env::temp_dir().join(format!(
+            "eosflow-hot-path-get-{budget}-{}",
+            std::process::id()
+        ));
+        let cache = StoreCache::new(64 << 20).with_record_cache(budget);
+        let (store, _) = Store::open(&dir, "bench[2]", &cache).expect("store");
+        let mut o = Overlay::default();
+        for k in &keys[..1000] {
+            o.put(Column::State, k, vec![1u8; 16]);
+        }
+        store.apply(&o, Some(1)).expect("apply");
+        store.flush().expect("flush");
+        let mut i = 0usize;
+        g.bench_function(format!("{name} (1000 keys)"), |b| {
+            b.iter(|| {
+                i = (i + 7) % 1000;
+                store.get(Column::State, &keys[i]).expect("get")
+            })
+        });
+        drop(store);
+        let _ = Store::wipe(&dir);
+    }
+    g.finish();
+
     // Dedup lookups against a store of a realistic size: 100 000 recent ids applied in batches
     // of 1 000 (the apply benchmark above leaves millions of keys mid-compaction, which is no
     // lookup's situation in a running instance).
@@ -130,6 +161,44 @@ fn state(c: &mut Criterion) {
             let id = format!("never-{j}");
             store.contains(Column::Dedup, id.as_bytes()).expect("get")
         })
+    });
+    // The same misses a batch at a time: one `MultiGet` for 1 000 new ids (unsorted, as a
+    // poll batch's ids come), against the lookups one by one above.
+    g.throughput(Throughput::Elements(1000));
+    g.bench_function("1000 misses one by one", |b| {
+        b.iter_batched(
+            || {
+                j += 1;
+                (0..1000)
+                    .map(|n| format!("never-{j}-{n}"))
+                    .collect::<Vec<_>>()
+            },
+            |ids| {
+                ids.iter()
+                    .filter(|id| store.contains(Column::Dedup, id.as_bytes()).expect("get"))
+                    .count()
+            },
+            BatchSize::SmallInput,
+        )
+    });
+    g.bench_function("1000 misses in one multi_get", |b| {
+        b.iter_batched(
+            || {
+                j += 1;
+                (0..1000)
+                    .map(|n| format!("never-{j}-{n}"))
+                    .collect::<Vec<_>>()
+            },
+            |ids| {
+                store
+                    .contains_many(Column::Dedup, &ids, false)
+                    .expect("multi_get")
+                    .into_iter()
+                    .filter(|&seen| seen)
+                    .count()
+            },
+            BatchSize::SmallInput,
+        )
     });
     g.finish();
     drop(store);

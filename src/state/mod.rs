@@ -11,6 +11,7 @@ pub mod config;
 pub mod dedup;
 pub mod merge;
 pub mod overlay;
+pub mod record_cache;
 pub mod store;
 pub(crate) mod versioned;
 

@@ -12,7 +12,9 @@ use rocksdb::{
 };
 
 use super::merge::{above_lower, below_upper, is_empty_range, KeyBounds, LayerItem};
+use super::record_cache::{CacheBudget, CacheStats, Cached, RecordCache};
 use super::{Column, Overlay, StateError};
+use std::sync::Arc;
 
 const META: &str = "meta";
 const CHECKPOINT_KEY: &[u8] = b"changelog.next_offset";
@@ -61,6 +63,9 @@ pub struct StoreCache {
     cache: Cache,
     write_buffers: WriteBufferManager,
     bytes: usize,
+    /// The record cache's budget (`state.cache_bytes`), shared by the stores opened with this
+    /// cache; `None`: no record cache.
+    records: Option<Arc<CacheBudget>>,
 }
 
 impl std::fmt::Debug for StoreCache {
@@ -86,7 +91,21 @@ impl StoreCache {
             cache,
             write_buffers,
             bytes,
+            records: None,
         }
+    }
+
+    /// The same budget, with a [record cache](super::record_cache) of `bytes` (0: none) in
+    /// front of every store opened with it.
+    pub fn with_record_cache(mut self, bytes: u64) -> Self {
+        self.records = CacheBudget::new(bytes);
+        self
+    }
+
+    /// What the record caches of the stores opened with this cache did (`None`: no record
+    /// cache).
+    pub fn record_cache_stats(&self) -> Option<CacheStats> {
+        self.records.as_ref().map(|b| b.stats())
     }
 
     /// Bytes held in the cache now (blocks, and the memtables charged to it), for the memory
@@ -103,6 +122,8 @@ pub type Entry = (Vec<u8>, Vec<u8>);
 pub struct Store {
     db: DB,
     path: PathBuf,
+    /// Recently read committed values of the `state` column (see [`super::record_cache`]).
+    records: Option<RecordCache>,
     /// Newest file modification time seen before this open wrote anything (old stores only
     /// have this to tell their age by).
     files_modified_at: Option<i64>,
@@ -209,6 +230,7 @@ impl Store {
         Ok(Self {
             db,
             path: path.to_path_buf(),
+            records: cache.records.clone().map(RecordCache::new),
             files_modified_at: None,
         })
     }
@@ -252,11 +274,29 @@ impl Store {
             .map_err(|e| self.err(e))
     }
 
-    /// Reads a committed value.
+    /// Reads a committed value (the `state` column through the record cache).
     pub fn get(&self, col: Column, key: &[u8]) -> Result<Option<Vec<u8>>, StateError> {
-        self.db
+        let ticket = match self.cached(col, key) {
+            Some(Cached::Hit(v)) => return Ok(v),
+            Some(Cached::Miss(t)) => Some(t),
+            None => None,
+        };
+        let value = self
+            .db
             .get_cf(self.cf(col.cf())?, key)
-            .map_err(|e| self.err(e))
+            .map_err(|e| self.err(e))?;
+        if let (Some(t), Some(records)) = (ticket, &self.records) {
+            records.fill(t, key, value.as_deref());
+        }
+        Ok(value)
+    }
+
+    /// The record cache's answer for `col`/`key`; `None` if the column is not cached.
+    fn cached(&self, col: Column, key: &[u8]) -> Option<Cached> {
+        match (&self.records, col) {
+            (Some(records), Column::State) => Some(records.get(key)),
+            _ => None,
+        }
     }
 
     /// Whether `key` is committed in `col`, without copying its value out (the dedup check,
@@ -268,6 +308,23 @@ impl Store {
             .map_err(|e| self.err(e))
     }
 
+    /// Whether each of `keys` is committed in `col`, in one RocksDB `MultiGet` (keys sorted
+    /// first when `sorted`): measured against one lookup per key in the `hot_path` benchmark
+    /// (docs/benchmarks.md, "Record cache and batched lookups").
+    pub fn contains_many<K: AsRef<[u8]>>(
+        &self,
+        col: Column,
+        keys: &[K],
+        sorted: bool,
+    ) -> Result<Vec<bool>, StateError> {
+        let cf = self.cf(col.cf())?;
+        self.db
+            .batched_multi_get_cf(cf, keys.iter().map(AsRef::as_ref), sorted)
+            .into_iter()
+            .map(|r| r.map(|v| v.is_some()).map_err(|e| self.err(e)))
+            .collect()
+    }
+
     /// Calls `f` with the committed value of `key` in `col` (`None` if absent), without copying
     /// it out (the dedup check, once per record).
     pub fn with_value<T>(
@@ -276,10 +333,19 @@ impl Store {
         key: &[u8],
         f: impl FnOnce(Option<&[u8]>) -> T,
     ) -> Result<T, StateError> {
-        self.db
+        let ticket = match self.cached(col, key) {
+            Some(Cached::Hit(v)) => return Ok(f(v.as_deref())),
+            Some(Cached::Miss(t)) => Some(t),
+            None => None,
+        };
+        let value = self
+            .db
             .get_pinned_cf(self.cf(col.cf())?, key)
-            .map(|v| f(v.as_deref()))
-            .map_err(|e| self.err(e))
+            .map_err(|e| self.err(e))?;
+        if let (Some(t), Some(records)) = (ticket, &self.records) {
+            records.fill(t, key, value.as_deref());
+        }
+        Ok(f(value.as_deref()))
     }
 
     /// The next changelog offset to replay from, if the store has ever been checkpointed.
@@ -341,7 +407,16 @@ impl Store {
             batch.put_cf(self.cf(META)?, CHECKPOINT_KEY, next.to_be_bytes());
             batch.put_cf(self.cf(META)?, CHECKPOINT_AT_KEY, now_ms().to_be_bytes());
         }
-        self.write(batch)
+        self.write(batch)?;
+        if let Some(records) = &self.records {
+            records.apply(overlay.column(Column::State));
+        }
+        Ok(())
+    }
+
+    /// Entries and bytes in this store's record cache (`None`: no record cache).
+    pub fn record_cache_len(&self) -> Option<(usize, usize)> {
+        self.records.as_ref().map(|r| (r.len(), r.bytes()))
     }
 
     /// Keys of the oldest `dedup_batches` entries seen before `cutoff` (ms), at most `limit`:
@@ -453,6 +528,50 @@ mod tests {
 
     fn tmp() -> PathBuf {
         std::env::temp_dir().join(format!("eosflow-store-{}", uuid::Uuid::new_v4()))
+    }
+
+    #[test]
+    fn the_record_cache_answers_committed_values_and_follows_every_apply() {
+        let dir = tmp();
+        let cache = StoreCache::new(8 << 20).with_record_cache(1 << 20);
+        let (s, _) = Store::open(&dir, "cl[0]", &cache).expect("open");
+        let put = |k: &[u8], v: Option<&[u8]>| {
+            let mut o = Overlay::default();
+            match v {
+                Some(v) => o.put(Column::State, k, v.to_vec()),
+                None => o.delete(Column::State, k),
+            }
+            s.apply(&o, None).expect("apply");
+        };
+        put(b"a", Some(b"1"));
+        let get = |k: &[u8]| s.get(Column::State, k).expect("get");
+        assert_eq!(get(b"a"), Some(b"1".to_vec()));
+        assert_eq!(get(b"missing"), None);
+        assert_eq!(s.record_cache_len().map(|(n, _)| n), Some(2));
+        // Cached keys follow each apply: a new value, a delete, a key written once absent.
+        put(b"a", Some(b"2"));
+        put(b"missing", Some(b"now"));
+        assert_eq!(get(b"a"), Some(b"2".to_vec()));
+        assert_eq!(get(b"missing"), Some(b"now".to_vec()));
+        put(b"a", None);
+        assert_eq!(get(b"a"), None);
+        assert_eq!(
+            s.with_value(Column::State, b"missing", |v| v.map(<[u8]>::to_vec))
+                .expect("with_value"),
+            Some(b"now".to_vec())
+        );
+        let stats = cache.record_cache_stats().expect("stats");
+        assert_eq!(stats.misses, 2, "{stats:?}");
+        assert_eq!(stats.hits, 4, "{stats:?}");
+        // Other columns are never cached.
+        let mut o = Overlay::default();
+        o.put(Column::Dedup, b"id", b"t".to_vec());
+        s.apply(&o, None).expect("apply");
+        assert!(s.contains(Column::Dedup, b"id").expect("contains"));
+        assert_eq!(s.record_cache_len().map(|(n, _)| n), Some(2));
+        drop(s);
+        assert_eq!(cache.record_cache_stats().map(|c| c.bytes), Some(0));
+        Store::wipe(&dir).expect("wipe");
     }
 
     #[test]

@@ -197,6 +197,30 @@ pub const FRAMEWORK: &[MetricDef] = &[
         "Changelog records a standby replica has not applied yet (the partition's end minus what its warm copy holds), by changelog topic and partition.",
     ),
     metric(
+        "eosflow_record_cache_hits_total",
+        Counter,
+        Unit::Count,
+        "Reads of a store's committed values answered by the record cache (state.cache_bytes), per processing thread.",
+    ),
+    metric(
+        "eosflow_record_cache_misses_total",
+        Counter,
+        Unit::Count,
+        "Reads of a store's committed values that went to RocksDB (not in the record cache), per processing thread.",
+    ),
+    metric(
+        "eosflow_record_cache_evictions_total",
+        Counter,
+        Unit::Count,
+        "Record cache entries dropped to stay within state.cache_bytes, per processing thread.",
+    ),
+    metric(
+        "eosflow_record_cache_bytes",
+        Gauge,
+        Unit::Bytes,
+        "Bytes the record cache holds now (keys, values and per-entry overhead), per processing thread.",
+    ),
+    metric(
         "eosflow_standby_partitions",
         Gauge,
         Unit::Count,

@@ -48,6 +48,18 @@ pub fn end_to_end_latency(now_ms: i64, input_timestamps_ms: impl IntoIterator<It
     }
 }
 
+/// What processing thread `thread`'s record cache did so far (set after each commit).
+pub fn record_cache(thread: usize, stats: crate::state::record_cache::CacheStats) {
+    let thread = thread.to_string();
+    metrics::counter!("eosflow_record_cache_hits_total", "thread" => thread.clone())
+        .absolute(stats.hits);
+    metrics::counter!("eosflow_record_cache_misses_total", "thread" => thread.clone())
+        .absolute(stats.misses);
+    metrics::counter!("eosflow_record_cache_evictions_total", "thread" => thread.clone())
+        .absolute(stats.evictions);
+    metrics::gauge!("eosflow_record_cache_bytes", "thread" => thread).set(stats.bytes as f64);
+}
+
 /// A transaction was aborted.
 pub fn aborted() {
     metrics::counter!("eosflow_transactions_aborted_total").increment(1);

@@ -173,6 +173,7 @@ impl<P: Application> TopologyTestDriver<P> {
             create_topics: false,
             state_dir: dir.clone(),
             memory_bytes: 8 << 20,
+            cache_bytes: config.state.cache_bytes,
             dedup_retention: Duration::from_secs(config.state.dedup_retention_secs),
             dedup_purge_interval: Duration::from_secs(config.state.dedup_purge_interval_secs),
             dlt_depth_interval: Duration::ZERO,
@@ -192,7 +193,7 @@ impl<P: Application> TopologyTestDriver<P> {
             globals.insert(g.name().to_string(), store);
         }
         Ok(Self {
-            cache: StoreCache::new(opts.memory_bytes),
+            cache: StoreCache::new(opts.memory_bytes).with_record_cache(opts.cache_bytes),
             processor,
             config,
             opts,

@@ -40,6 +40,9 @@ pub struct RuntimeOptions {
     pub state_dir: PathBuf,
     /// RocksDB block cache for all stores.
     pub memory_bytes: u64,
+    /// This processing thread's share of the record cache (`state.cache_bytes` divided by
+    /// `processor.threads`; 0: none).
+    pub cache_bytes: u64,
     /// Dedup window.
     pub dedup_retention: Duration,
     /// How often expired dedup ids are purged.
@@ -100,6 +103,7 @@ impl RuntimeOptions {
             static_membership: config.processor.static_membership,
             create_topics: config.processor.create_topics,
             memory_bytes: config.state.memory_bytes,
+            cache_bytes: config.state.cache_bytes / u64::from(config.processor.threads.max(1)),
             dedup_retention: Duration::from_secs(config.state.dedup_retention_secs),
             dedup_purge_interval: Duration::from_secs(config.state.dedup_purge_interval_secs),
             retry: config

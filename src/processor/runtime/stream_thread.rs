@@ -671,6 +671,9 @@ impl<P: Application> Runtime<P> {
             handled.iter().filter_map(|m| m.timestamp().to_millis()),
         );
         self.collector.publish_counts();
+        if let Some(stats) = self.tasks.record_cache_stats() {
+            telemetry::record_cache(self.opts.thread, stats);
+        }
         self.isolation
             .committed(&done.next_offsets, handled.len(), !rest.is_empty());
         let held = self.alignment.committed();

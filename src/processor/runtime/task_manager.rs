@@ -159,7 +159,7 @@ impl TaskManager {
         Ok(Self {
             tasks: BTreeMap::new(),
             clients: clients.clone(),
-            cache: StoreCache::new(opts.memory_bytes),
+            cache: StoreCache::new(opts.memory_bytes).with_record_cache(opts.cache_bytes),
             changelog: format!("{}-{store_name}-changelog", opts.app_id),
             stores,
             tables: opts.tables.clone(),
@@ -183,6 +183,11 @@ impl TaskManager {
     }
 
     /// The default store's changelog topic.
+    /// What this thread's record cache did so far (`None`: `state.cache_bytes` = 0).
+    pub(super) fn record_cache_stats(&self) -> Option<crate::state::record_cache::CacheStats> {
+        self.cache.record_cache_stats()
+    }
+
     pub(super) fn changelog(&self) -> &str {
         &self.changelog
     }
