@@ -440,23 +440,7 @@ pub fn stack_cas() -> (String, String) {
     (ca, other)
 }
 
-/// `text` without its ANSI colour sequences (`ESC [ … m`): what a log line says.
-pub fn without_colours(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut chars = text.chars();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            for d in chars.by_ref() {
-                if d == 'm' {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
+pub use eosflow_verify::without_colours;
 
 /// Orders (value `customer:order`) re-keyed by customer through `<app>-by-customer-repartition`
 /// and counted per customer in store `counts`; each new count goes to `output` keyed by the

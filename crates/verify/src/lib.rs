@@ -43,6 +43,25 @@ pub use faults::{Fault, Monitor};
 pub use scenario::{Scenario, ScenarioReport};
 pub use workload::Workload;
 
+/// `text` without its ANSI colour sequences (`ESC [ … m`): what a log line says. The
+/// instances log in colour; the scenarios and the integration tests read their lines.
+pub fn without_colours(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for d in chars.by_ref() {
+                if d == 'm' {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 /// How big and how violent a run is.
 #[derive(Debug, Clone)]
 pub struct VerifyOptions {

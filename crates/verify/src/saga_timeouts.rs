@@ -548,7 +548,7 @@ pub fn run(
         .map(|b| {
             String::from_utf8_lossy(&b)
                 .lines()
-                .map(without_colours)
+                .map(crate::without_colours)
                 .filter(|l| l.contains("batch aborted") && l.trim_end().ends_with("records=0"))
                 .count()
         })
@@ -604,24 +604,6 @@ pub fn run(
     })
 }
 
-/// `line` without its ANSI colour sequences (`ESC [ … m`).
-fn without_colours(line: &str) -> String {
-    let mut out = String::with_capacity(line.len());
-    let mut chars = line.chars();
-    while let Some(c) = chars.next() {
-        if c == '\x1b' {
-            for c in chars.by_ref() {
-                if c == 'm' {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
 /// Freezes the broker for `pause` (SIGSTOP), watching that no instance exits meanwhile, then
 /// resumes it (SIGCONT), also on error.
 fn pause_broker(
@@ -652,7 +634,7 @@ mod tests {
     #[test]
     fn colours_are_taken_out_of_log_lines() {
         assert_eq!(
-            without_colours(
+            crate::without_colours(
                 "\x1b[33m WARN\x1b[0m batch aborted \x1b[3mrecords\x1b[0m\x1b[2m=\x1b[0m0"
             ),
             " WARN batch aborted records=0"
