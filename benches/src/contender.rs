@@ -1,8 +1,9 @@
 //! The contenders and how each runs as OS processes: the raw pipe (`eosflow bench-pipe`),
 //! eosflow's counting topology at-least-once and exactly-once (`eosflow run`), the same
 //! exactly-once run by a second eosflow binary (`--baseline-exe`, another commit), and Kafka
-//! Streams `exactly_once_v2` (the Java peer in `benches/peer/`); each in the count, the
-//! windowed or the join shape.
+//! Streams `exactly_once_v2` (the Java peer in `benches/peer/`) in three configurations (as it
+//! comes, with KIP-892 transactional state stores, with the KIP-1071 streams rebalance
+//! protocol); each in the count, the windowed or the join shape.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -23,16 +24,33 @@ pub enum Contender {
     EosflowEosBaseline,
     /// Kafka Streams `exactly_once_v2`, the same topology.
     KafkaStreams,
+    /// [`Contender::KafkaStreams`] with KIP-892 transactional state stores
+    /// (`enable.transactional.statestores=true`, `statestore.uncommitted.max.bytes` at its
+    /// 64 MiB default).
+    KafkaStreamsTxn,
+    /// [`Contender::KafkaStreams`] on the streams rebalance protocol of KIP-1071
+    /// (`group.protocol=streams`; session timeout, heartbeat and standbys from the broker).
+    KafkaStreamsStreams,
 }
 
 impl Contender {
     /// Every contender, in report order.
-    pub const ALL: [Contender; 5] = [
+    pub const ALL: [Contender; 7] = [
         Contender::Raw,
         Contender::EosflowAlo,
         Contender::EosflowEos,
         Contender::EosflowEosBaseline,
         Contender::KafkaStreams,
+        Contender::KafkaStreamsTxn,
+        Contender::KafkaStreamsStreams,
+    ];
+
+    /// The Kafka Streams configurations: every eosflow ÷ Kafka Streams ratio of a report is
+    /// against the best of those measured at the point.
+    pub const KAFKA_STREAMS: [Contender; 3] = [
+        Contender::KafkaStreams,
+        Contender::KafkaStreamsTxn,
+        Contender::KafkaStreamsStreams,
     ];
 
     /// Name in reports and on the command line.
@@ -43,6 +61,8 @@ impl Contender {
             Contender::EosflowEos => "eosflow-eos",
             Contender::EosflowEosBaseline => "eosflow-eos-baseline",
             Contender::KafkaStreams => "kstreams-eos",
+            Contender::KafkaStreamsTxn => "kstreams-eos-txn",
+            Contender::KafkaStreamsStreams => "kstreams-eos-streams",
         }
     }
 
@@ -59,13 +79,16 @@ impl Contender {
         )
     }
 
+    /// Whether the contender is one of the Kafka Streams configurations (the Java peer).
+    pub fn is_kafka_streams(self) -> bool {
+        Self::KAFKA_STREAMS.contains(&self)
+    }
+
     /// Whether the contender runs exactly-once (the shapes other than count measure only
     /// these).
     pub fn is_exactly_once(self) -> bool {
-        matches!(
-            self,
-            Contender::EosflowEos | Contender::EosflowEosBaseline | Contender::KafkaStreams
-        )
+        matches!(self, Contender::EosflowEos | Contender::EosflowEosBaseline)
+            || self.is_kafka_streams()
     }
 }
 
@@ -278,7 +301,7 @@ pub fn spawn(who: Contender, l: &Launch, i: usize) -> Result<Instance, BenchErro
             }
             c
         }
-        Contender::KafkaStreams => {
+        Contender::KafkaStreams | Contender::KafkaStreamsTxn | Contender::KafkaStreamsStreams => {
             let cp = l.peer_classpath.as_deref().ok_or_else(|| {
                 BenchError::Instance(
                     "the Kafka Streams peer was not built (benches/peer/build failed or was skipped)"
@@ -291,7 +314,7 @@ pub fn spawn(who: Contender, l: &Launch, i: usize) -> Result<Instance, BenchErro
                 Shape::Join => "JoinPeer",
             };
             let mut c = Command::new("java");
-            c.args(jvm_args(l))
+            c.args(jvm_args(l, who))
                 .args(["-cp", cp, class])
                 .arg(&l.bootstrap)
                 .arg(&l.input)
@@ -330,8 +353,9 @@ pub fn spawn(who: Contender, l: &Launch, i: usize) -> Result<Instance, BenchErro
 
 /// The Kafka Streams peer's JVM options: its heap, and the system properties `Peer.java` reads
 /// for what the launch sets (standby replicas, stream threads, and the RocksDB memory bound only
-/// when there is one, so that without it the peer runs Kafka Streams' defaults).
-fn jvm_args(l: &Launch) -> Vec<String> {
+/// when there is one, so that without it the peer runs Kafka Streams' defaults) and for the
+/// configuration `who` names (transactional state stores, the streams rebalance protocol).
+fn jvm_args(l: &Launch, who: Contender) -> Vec<String> {
     let mut a = vec![
         "-Xms256m".to_string(),
         "-Xmx512m".to_string(),
@@ -343,6 +367,11 @@ fn jvm_args(l: &Launch) -> Vec<String> {
             "-Dbench.rocksdb.memory.bytes={}",
             l.kstreams_memory_bytes
         ));
+    }
+    match who {
+        Contender::KafkaStreamsTxn => a.push("-Dbench.transactional.statestores=true".into()),
+        Contender::KafkaStreamsStreams => a.push("-Dbench.group.protocol=streams".into()),
+        _ => {}
     }
     a
 }
@@ -397,20 +426,51 @@ mod tests {
         // Default: no property, so the peer keeps Kafka Streams' RocksDB defaults.
         let l = launch(&[]);
         assert_eq!(l.kstreams_memory_bytes, 0);
-        let a = jvm_args(&l);
+        let a = jvm_args(&l, Contender::KafkaStreams);
         assert!(
             !a.iter().any(|a| a.contains("bench.rocksdb.memory.bytes")),
             "{a:?}"
         );
         let l = launch(&["--kstreams-memory-bytes", "134217728"]);
         assert_eq!(l.kstreams_memory_bytes, 134_217_728);
-        let a = jvm_args(&l);
+        let a = jvm_args(&l, Contender::KafkaStreams);
         assert!(
             a.contains(&"-Dbench.rocksdb.memory.bytes=134217728".to_string()),
             "{a:?}"
         );
         // Before the classpath and class: JVM options, not the peer's arguments.
         assert!(a.iter().all(|a| a.starts_with('-')), "{a:?}");
+    }
+
+    #[test]
+    fn each_kafka_streams_configuration_sets_only_its_own_property() {
+        let l = launch(&[]);
+        let props = |who| {
+            jvm_args(&l, who)
+                .into_iter()
+                .filter(|a| a.contains("transactional") || a.contains("group.protocol"))
+                .collect::<Vec<_>>()
+        };
+        assert!(props(Contender::KafkaStreams).is_empty());
+        assert_eq!(
+            props(Contender::KafkaStreamsTxn),
+            ["-Dbench.transactional.statestores=true"]
+        );
+        assert_eq!(
+            props(Contender::KafkaStreamsStreams),
+            ["-Dbench.group.protocol=streams"]
+        );
+        for c in Contender::ALL {
+            assert_eq!(Contender::parse(c.name()), Some(c));
+            assert_eq!(
+                c.is_kafka_streams(),
+                c.name().starts_with("kstreams-"),
+                "{c:?}"
+            );
+            if c.is_kafka_streams() {
+                assert!(c.is_exactly_once() && !c.is_eosflow(), "{c:?}");
+            }
+        }
     }
 
     #[test]

@@ -1,5 +1,7 @@
 //! `eosflow bench`: throughput per partition and end-to-end latency of eosflow against the raw
-//! ceiling (an rdkafka pipe) and Kafka Streams `exactly_once_v2`, all measured in one run on the
+//! ceiling (an rdkafka pipe) and Kafka Streams `exactly_once_v2` (as it comes, with
+//! transactional state stores, and on the streams rebalance protocol; each ratio is against the
+//! best of these at its point: [`report::best_kafka_streams`]), all measured in one run on the
 //! same broker, each point repeated, written up as `report.md` with SVG charts.
 //!
 //! One point: fresh topics → one probe per partition → the backlog in an open transaction →
@@ -78,12 +80,17 @@ pub struct BenchArgs {
     /// instance); every other point uses 100 ms.
     #[arg(long, value_delimiter = ',', default_value = "50,100,500")]
     pub commit_intervals: Vec<u64>,
-    /// Contenders: raw-pipe, eosflow-alo, eosflow-eos, kstreams-eos; and eosflow-eos-baseline,
-    /// which needs `--baseline-exe` (and is added by it when not listed).
+    /// Contenders: raw-pipe, eosflow-alo, eosflow-eos, and Kafka Streams `exactly_once_v2` as
+    /// it comes (kstreams-eos), with KIP-892 transactional state stores (kstreams-eos-txn) and
+    /// on the KIP-1071 streams rebalance protocol (kstreams-eos-streams); and
+    /// eosflow-eos-baseline, which needs `--baseline-exe` (and is added by it when not listed).
+    /// Every eosflow ÷ Kafka Streams ratio is against the best Kafka Streams configuration
+    /// measured at its point. Recovery and failover run kstreams-eos only; restore also
+    /// kstreams-eos-txn.
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "raw-pipe,eosflow-alo,eosflow-eos,kstreams-eos"
+        default_value = "raw-pipe,eosflow-alo,eosflow-eos,kstreams-eos,kstreams-eos-txn,kstreams-eos-streams"
     )]
     pub contenders: Vec<String>,
     /// Times each point runs (rounds interleave the contenders).
@@ -400,6 +407,10 @@ pub struct Results {
     /// before the report is written; empty without a baseline).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub baseline_ratios: Vec<report::BaselineRatio>,
+    /// eosflow exactly-once ÷ the best Kafka Streams configuration per shape, partitions and
+    /// instances (filled in before the report is written; empty without Kafka Streams samples).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub kafka_streams_ratios: Vec<report::KafkaStreamsRatio>,
 }
 
 /// The `--shapes` entries that are takeover benchmarks rather than throughput shapes.
@@ -501,7 +512,7 @@ pub fn run(config: &Config, args: &BenchArgs) -> Result<Results, BenchError> {
     for c in &args.contenders {
         if Contender::parse(c).is_none() {
             return Err(BenchError::Instance(format!(
-                "unknown contender {c:?}: use raw-pipe, eosflow-alo, eosflow-eos, eosflow-eos-baseline, kstreams-eos"
+                "unknown contender {c:?}: use raw-pipe, eosflow-alo, eosflow-eos, eosflow-eos-baseline, kstreams-eos, kstreams-eos-txn, kstreams-eos-streams"
             )));
         }
     }
@@ -531,7 +542,7 @@ pub fn run(config: &Config, args: &BenchArgs) -> Result<Results, BenchError> {
     };
     let exe = std::env::current_exe()
         .map_err(|e| BenchError::Instance(format!("locating the eosflow binary: {e}")))?;
-    let wants_peer = args.contenders.iter().any(|c| c == "kstreams-eos");
+    let wants_peer = contenders(args).iter().any(|c| c.is_kafka_streams());
     let peer = if wants_peer {
         eprintln!("bench: building the Kafka Streams peer (benches/peer/build)");
         Some(contender::build_peer(&args.repo)?)
@@ -575,6 +586,15 @@ pub fn run(config: &Config, args: &BenchArgs) -> Result<Results, BenchError> {
                 report::kstreams_setting(
                     contender::peer_version(&args.repo).as_deref(),
                     args.kstreams_memory_bytes,
+                ),
+            )
+        }))
+        .chain(wants_peer.then(|| {
+            (
+                "Kafka Streams configurations".into(),
+                format!(
+                    "{}; every eosflow ÷ Kafka Streams ratio is against the best of those measured at its point",
+                    report::kstreams_configurations(&contenders(args))
                 ),
             )
         }))
@@ -747,6 +767,7 @@ pub fn run(config: &Config, args: &BenchArgs) -> Result<Results, BenchError> {
         results.failures.extend(failed);
     }
     results.baseline_ratios = report::baseline_ratios(&results);
+    results.kafka_streams_ratios = report::kafka_streams_ratios(&results);
     report::write(args, &results)?;
     Ok(results)
 }
@@ -1274,7 +1295,9 @@ pub(crate) mod tests {
                 Contender::Raw,
                 Contender::EosflowAlo,
                 Contender::EosflowEos,
-                Contender::KafkaStreams
+                Contender::KafkaStreams,
+                Contender::KafkaStreamsTxn,
+                Contender::KafkaStreamsStreams
             ]
         );
         assert!(plan(&a)
@@ -1347,7 +1370,9 @@ pub(crate) mod tests {
                 Contender::EosflowAlo,
                 Contender::EosflowEos,
                 Contender::EosflowEosBaseline,
-                Contender::KafkaStreams
+                Contender::KafkaStreams,
+                Contender::KafkaStreamsTxn,
+                Contender::KafkaStreamsStreams
             ]
         );
         // Listed explicitly: kept where it is, not added twice; without eosflow-eos: last.

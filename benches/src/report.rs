@@ -163,46 +163,42 @@ pub fn tables(results: &Results) -> String {
     }
     let _ = writeln!(
         md,
-        "\n**eosflow exactly-once ÷ Kafka Streams exactly_once_v2** (same partitions, instances, 100 ms commits; per-round ratios in brackets):\n"
+        "\n**eosflow exactly-once ÷ Kafka Streams exactly_once_v2, its best configuration at each point** (same partitions, instances, 100 ms commits; {BEST}; per-round ratios, against that configuration's rounds, in brackets):\n"
     );
     let _ = writeln!(
         md,
-        "| partitions | instances | throughput ratio (median [per round]) | p99 latency ratio | eosflow EOS ÷ eosflow ALO | eosflow EOS ÷ raw pipe |"
+        "| partitions | instances | best Kafka Streams | throughput ratio (median [per round]) | p99 latency ratio | eosflow EOS ÷ eosflow ALO | eosflow EOS ÷ raw pipe |"
     );
-    let _ = writeln!(md, "|---:|---:|---:|---:|---:|---:|");
-    for (point, (tput, lat, _)) in &g {
-        if point.contender != Contender::EosflowEos || point.commit_interval_ms != 100 {
-            continue;
-        }
-        let Some((ks_t, ks_l, _)) = g.get(&Point {
-            contender: Contender::KafkaStreams,
-            ..*point
-        }) else {
-            continue;
+    let _ = writeln!(md, "|---:|---:|---|---:|---:|---:|---:|");
+    for r in kafka_streams_ratios(results)
+        .iter()
+        .filter(|r| r.shape == Shape::Count)
+    {
+        let point = Point {
+            shape: Shape::Count,
+            contender: Contender::EosflowEos,
+            partitions: r.partitions,
+            instances: r.instances,
+            commit_interval_ms: 100,
         };
         // The exactly-once cost and the distance to the ceiling, from the same run.
         let versus = |who: Contender| {
             g.get(&Point {
                 contender: who,
-                ..*point
+                ..point
             })
-            .map(|(t, _, _)| format!("{:.2}", median(tput) / median(t)))
+            .map(|(t, _, _)| format!("{:.2}", r.eosflow_per_partition / median(t)))
             .unwrap_or_else(|| "–".into())
         };
-        let per_round: Vec<String> = tput
-            .iter()
-            .zip(ks_t)
-            .map(|(a, b)| format!("{:.2}", a / b))
-            .collect();
-        let p99 = |l: &[[f64; 3]]| median(&l.iter().map(|x| x[1]).collect::<Vec<_>>());
         let _ = writeln!(
             md,
-            "| {} | {} | {:.2} [{}] | {:.2} | {} | {} |",
-            point.partitions,
-            point.instances,
-            median(tput) / median(ks_t),
-            per_round.join(", "),
-            p99(lat) / p99(ks_l),
+            "| {} | {} | {} | {} | {} | {} | {} |",
+            r.partitions,
+            r.instances,
+            r.best.name(),
+            r.throughput_cell(),
+            r.p99_latency_ratio
+                .map_or_else(|| "–".to_string(), |x| format!("{x:.2}")),
             versus(Contender::EosflowAlo),
             versus(Contender::Raw)
         );
@@ -502,44 +498,172 @@ pub fn polled_tables(results: &Results, shape: Shape) -> String {
     }
     let _ = writeln!(
         md,
-        "\n**{}: eosflow exactly-once ÷ Kafka Streams exactly_once_v2** (same partitions and instances; per-round ratios in brackets):\n",
+        "\n**{}: eosflow exactly-once ÷ Kafka Streams exactly_once_v2, its best configuration at each point** (same partitions and instances; {BEST}; per-round ratios, against that configuration's rounds, in brackets):\n",
         if shape == Shape::Join { "Stream-table join" } else { "Windowed" }
     );
     let _ = writeln!(
         md,
-        "| partitions | instances | throughput ratio (median [per round]) |"
+        "| partitions | instances | best Kafka Streams | throughput ratio (median [per round]) |"
     );
-    let _ = writeln!(md, "|---:|---:|---:|");
-    for (point, samples) in &rows {
-        if point.contender != Contender::EosflowEos {
-            continue;
-        }
-        let Some(ks) = g.get(&Point {
-            contender: Contender::KafkaStreams,
-            ..**point
-        }) else {
-            continue;
-        };
-        let ours: Vec<f64> = samples.iter().map(|s| s.per_partition).collect();
-        let theirs: Vec<f64> = ks.iter().map(|s| s.per_partition).collect();
-        let per_round: Vec<String> = samples
-            .iter()
-            .filter_map(|s| {
-                ks.iter()
-                    .find(|k| k.round == s.round)
-                    .map(|k| format!("{:.2}", s.per_partition / k.per_partition))
-            })
-            .collect();
+    let _ = writeln!(md, "|---:|---:|---|---:|");
+    for r in kafka_streams_ratios(results)
+        .iter()
+        .filter(|r| r.shape == shape)
+    {
         let _ = writeln!(
             md,
-            "| {} | {} | {:.2} [{}] |",
-            point.partitions,
-            point.instances,
-            median(&ours) / median(&theirs),
-            per_round.join(", ")
+            "| {} | {} | {} | {} |",
+            r.partitions,
+            r.instances,
+            r.best.name(),
+            r.throughput_cell()
         );
     }
     md
+}
+
+/// How the ratio tables say which Kafka Streams configuration they divide by.
+const BEST: &str = "the best Kafka Streams configuration is the one of those measured at the point (kstreams-eos, kstreams-eos-txn, kstreams-eos-streams) with the highest median records/s per partition";
+
+/// The report's line on the Kafka Streams configurations of a run: what each measured one sets
+/// beside the peer's common configuration. Empty when none is measured.
+pub fn kstreams_configurations(contenders: &[Contender]) -> String {
+    contenders
+        .iter()
+        .filter_map(|c| {
+            let what = match c {
+                Contender::KafkaStreams => "as it comes",
+                Contender::KafkaStreamsTxn => "KIP-892 transactional state stores (`enable.transactional.statestores=true`, `statestore.uncommitted.max.bytes` at its 64 MiB default)",
+                Contender::KafkaStreamsStreams => "the KIP-1071 streams rebalance protocol (`group.protocol=streams`; session timeout and heartbeat are the broker's `group.streams.*`)",
+                _ => return None,
+            };
+            Some(format!("{} = {what}", c.name()))
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// eosflow exactly-once ÷ the best Kafka Streams configuration at one shape, partitions and
+/// instances (100 ms commits). A throughput ratio above 1, or a latency ratio below 1, favours
+/// eosflow.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct KafkaStreamsRatio {
+    /// What was computed.
+    pub shape: Shape,
+    /// Partitions of input and output.
+    pub partitions: i32,
+    /// Instances (processes).
+    pub instances: usize,
+    /// The Kafka Streams configuration divided by: of those measured here, the one with the
+    /// highest median records/s per partition ([`best_kafka_streams`]).
+    #[serde(serialize_with = "crate::ser_contender")]
+    pub best: Contender,
+    /// Every Kafka Streams configuration measured here and its median records/s per partition,
+    /// in contender order.
+    pub kafka_streams: Vec<(String, f64)>,
+    /// eosflow-eos's records/s per partition, median over its rounds.
+    pub eosflow_per_partition: f64,
+    /// The best configuration's records/s per partition, median over its rounds.
+    pub best_per_partition: f64,
+    /// `eosflow_per_partition ÷ best_per_partition`.
+    pub throughput_ratio: f64,
+    /// eosflow-eos ÷ the best configuration's records/s of each round both completed, in
+    /// eosflow's round order.
+    pub per_round: Vec<f64>,
+    /// eosflow-eos's p99 latency ÷ the best configuration's (medians over the rounds); the count
+    /// shape only (the windowed and join shapes measure no latency).
+    pub p99_latency_ratio: Option<f64>,
+}
+
+impl KafkaStreamsRatio {
+    /// `ratio [per round]`, two decimals.
+    fn throughput_cell(&self) -> String {
+        let per_round: Vec<String> = self.per_round.iter().map(|x| format!("{x:.2}")).collect();
+        format!("{:.2} [{}]", self.throughput_ratio, per_round.join(", "))
+    }
+}
+
+/// The best of the Kafka Streams configurations given with their median records/s per
+/// partition: the highest median; a tie goes to the one given first (the run's contender
+/// order: kstreams-eos before its variants). Anything but a Kafka Streams contender, and a
+/// median that is not a number, is not a candidate; `None` without a candidate.
+pub fn best_kafka_streams(
+    medians: impl IntoIterator<Item = (Contender, f64)>,
+) -> Option<(Contender, f64)> {
+    medians
+        .into_iter()
+        .filter(|(c, m)| c.is_kafka_streams() && !m.is_nan())
+        .fold(None, |best, (c, m)| match best {
+            Some((_, b)) if b >= m => best,
+            _ => Some((c, m)),
+        })
+}
+
+/// eosflow exactly-once ÷ the best Kafka Streams configuration wherever eosflow-eos and at
+/// least one Kafka Streams configuration ran at 100 ms commits, by shape, partitions and
+/// instances.
+pub fn kafka_streams_ratios(results: &Results) -> Vec<KafkaStreamsRatio> {
+    let mut g: BTreeMap<(Shape, i32, usize), BTreeMap<Contender, Vec<&Sample>>> = BTreeMap::new();
+    for s in &results.samples {
+        let p = s.point;
+        if p.commit_interval_ms != 100
+            || !(p.contender == Contender::EosflowEos || p.contender.is_kafka_streams())
+        {
+            continue;
+        }
+        g.entry((p.shape, p.partitions, p.instances))
+            .or_default()
+            .entry(p.contender)
+            .or_default()
+            .push(s);
+    }
+    let tput = |v: &[&Sample]| median(&v.iter().map(|s| s.per_partition).collect::<Vec<_>>());
+    let p99 = |v: &[&Sample]| {
+        median(
+            &v.iter()
+                .map(|s| percentile(&s.latencies_ms, 99.0))
+                .collect::<Vec<_>>(),
+        )
+    };
+    g.into_iter()
+        .filter_map(|((shape, partitions, instances), by)| {
+            let ours = by.get(&Contender::EosflowEos)?;
+            let kafka_streams: Vec<(Contender, f64)> = Contender::KAFKA_STREAMS
+                .iter()
+                .filter_map(|c| by.get(c).map(|v| (*c, tput(v))))
+                .collect();
+            let (best, best_per_partition) = best_kafka_streams(kafka_streams.iter().copied())?;
+            let theirs = by.get(&best)?;
+            let per_round = ours
+                .iter()
+                .filter_map(|o| {
+                    theirs
+                        .iter()
+                        .find(|t| t.round == o.round)
+                        .map(|t| o.per_partition / t.per_partition)
+                })
+                .collect();
+            let eosflow_per_partition = tput(ours);
+            let p99_latency_ratio = (shape == Shape::Count)
+                .then(|| p99(ours) / p99(theirs))
+                .filter(|r| r.is_finite());
+            Some(KafkaStreamsRatio {
+                shape,
+                partitions,
+                instances,
+                best,
+                kafka_streams: kafka_streams
+                    .iter()
+                    .map(|(c, m)| (c.name().to_string(), *m))
+                    .collect(),
+                eosflow_per_partition,
+                best_per_partition,
+                throughput_ratio: eosflow_per_partition / best_per_partition,
+                per_round,
+                p99_latency_ratio,
+            })
+        })
+        .collect()
 }
 
 /// Writes report.md, results.json and the charts into `args.out`.
@@ -732,6 +856,8 @@ fn colour(c: Contender) -> RGBColor {
         Contender::EosflowEos => RGBColor(214, 39, 40),
         Contender::EosflowEosBaseline => RGBColor(255, 127, 14),
         Contender::KafkaStreams => RGBColor(44, 160, 44),
+        Contender::KafkaStreamsTxn => RGBColor(23, 190, 207),
+        Contender::KafkaStreamsStreams => RGBColor(148, 103, 189),
     }
 }
 
@@ -1120,6 +1246,166 @@ mod tests {
         );
         assert!(svg.contains("#FF7F0E"), "no orange line");
         let _ = std::fs::remove_dir_all(&out);
+    }
+
+    #[test]
+    fn the_best_kafka_streams_configuration_has_the_highest_median() {
+        use Contender::{EosflowEos, KafkaStreams, KafkaStreamsStreams, KafkaStreamsTxn};
+        assert_eq!(best_kafka_streams([]), None);
+        assert_eq!(
+            best_kafka_streams([(KafkaStreams, 500.0)]),
+            Some((KafkaStreams, 500.0))
+        );
+        assert_eq!(
+            best_kafka_streams([
+                (KafkaStreams, 500.0),
+                (KafkaStreamsTxn, 650.0),
+                (KafkaStreamsStreams, 600.0)
+            ]),
+            Some((KafkaStreamsTxn, 650.0))
+        );
+        // A tie goes to the first given; eosflow and NaN are never candidates.
+        assert_eq!(
+            best_kafka_streams([(KafkaStreamsStreams, 600.0), (KafkaStreamsTxn, 600.0)]),
+            Some((KafkaStreamsStreams, 600.0))
+        );
+        assert_eq!(
+            best_kafka_streams([
+                (EosflowEos, 9000.0),
+                (KafkaStreams, f64::NAN),
+                (KafkaStreamsStreams, 10.0)
+            ]),
+            Some((KafkaStreamsStreams, 10.0))
+        );
+        assert_eq!(best_kafka_streams([(EosflowEos, 9000.0)]), None);
+    }
+
+    /// [`results`] without a baseline plus kstreams-eos-txn and kstreams-eos-streams: at 1
+    /// partition the transactional stores are best (600 a round), at 4 the plain configuration
+    /// (500) beats both (txn 400, streams 450 in rounds 1 and 3 but 1000 in round 2: median 450);
+    /// in the windowed shape the streams protocol is best (round 3 of it failed).
+    fn results_with_every_kafka_streams_configuration() -> Results {
+        let mut r = results(false);
+        for round in 1..=3 {
+            r.samples.push(sample(
+                Contender::KafkaStreamsTxn,
+                (Shape::Count, 1, 100),
+                round,
+                600.0,
+                150.0,
+            ));
+            r.samples.push(sample(
+                Contender::KafkaStreamsStreams,
+                (Shape::Count, 1, 100),
+                round,
+                550.0,
+                100.0,
+            ));
+            r.samples.push(sample(
+                Contender::KafkaStreamsTxn,
+                (Shape::Count, 4, 100),
+                round,
+                400.0,
+                100.0,
+            ));
+            r.samples.push(sample(
+                Contender::KafkaStreamsStreams,
+                (Shape::Count, 4, 100),
+                round,
+                if round == 2 { 1000.0 } else { 450.0 },
+                100.0,
+            ));
+            if round != 3 {
+                r.samples.push(sample(
+                    Contender::KafkaStreamsStreams,
+                    (Shape::Windowed, 4, 100),
+                    round,
+                    451.0,
+                    0.0,
+                ));
+            }
+        }
+        r
+    }
+
+    #[test]
+    fn every_ratio_is_against_the_best_kafka_streams_configuration_of_its_point() {
+        let r = results_with_every_kafka_streams_configuration();
+        let rows = kafka_streams_ratios(&r);
+        assert_eq!(rows.len(), 3, "{rows:?}");
+        let at = |shape, p| {
+            rows.iter()
+                .find(|x| x.shape == shape && x.partitions == p)
+                .expect("a ratio row")
+        };
+        // Count, 1 partition: eosflow 1100/2200/3300 against txn's 600 a round.
+        let one = at(Shape::Count, 1);
+        assert_eq!(one.best, Contender::KafkaStreamsTxn);
+        assert_eq!(one.best_per_partition, 600.0);
+        assert_eq!(one.eosflow_per_partition, 2200.0);
+        assert!((one.throughput_ratio - 2200.0 / 600.0).abs() < 1e-9);
+        let expected: Vec<f64> = [1100.0, 2200.0, 3300.0].iter().map(|e| e / 600.0).collect();
+        assert_eq!(one.per_round, expected);
+        assert!((one.p99_latency_ratio.expect("count") - 99.0 / 150.0).abs() < 1e-9);
+        assert_eq!(
+            one.kafka_streams,
+            [
+                ("kstreams-eos".to_string(), 500.0),
+                ("kstreams-eos-txn".to_string(), 600.0),
+                ("kstreams-eos-streams".to_string(), 550.0)
+            ]
+        );
+        // Count, 4 partitions: the median, not one fast round, picks the best.
+        let four = at(Shape::Count, 4);
+        assert_eq!(four.best, Contender::KafkaStreams);
+        assert_eq!(four.per_round, [2.2, 4.4, 6.6]);
+        assert!((four.p99_latency_ratio.expect("count") - 99.0 / 200.0).abs() < 1e-9);
+        // Windowed: per round only where both completed; no latency.
+        let w = at(Shape::Windowed, 4);
+        assert_eq!(w.best, Contender::KafkaStreamsStreams);
+        assert_eq!(w.per_round, [901.0 / 451.0, 902.0 / 451.0]);
+        assert_eq!(w.p99_latency_ratio, None);
+
+        let md = tables(&r);
+        assert!(
+            md.contains("| partitions | instances | best Kafka Streams | throughput ratio (median [per round]) |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| 1 | 1 | kstreams-eos-txn | 3.67 [1.83, 3.67, 5.50] | 0.66 | – | – |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| 4 | 1 | kstreams-eos | 4.40 [2.20, 4.40, 6.60] | 0.49 | – | – |"),
+            "{md}"
+        );
+        let windowed = polled_tables(&r, Shape::Windowed);
+        assert!(
+            windowed.contains("| 4 | 1 | kstreams-eos-streams | 2.00 [2.00, 2.00] |"),
+            "{windowed}"
+        );
+        assert!(
+            windowed.contains("| kstreams-eos-streams | 4 | 1 | 451 [451–451] |"),
+            "{windowed}"
+        );
+        // Only kstreams-eos measured: the same figures as before there were variants.
+        let plain = kafka_streams_ratios(&results(false));
+        assert!(plain.iter().all(|x| x.best == Contender::KafkaStreams));
+        assert!(tables(&results(false))
+            .contains("| 1 | 1 | kstreams-eos | 4.40 [2.20, 4.40, 6.60] | 0.49 | – | – |"));
+        // In results.json, named.
+        let mut r = r;
+        r.kafka_streams_ratios = kafka_streams_ratios(&r);
+        let json = serde_json::to_value(&r).expect("json");
+        assert_eq!(json["kafka_streams_ratios"][0]["best"], "kstreams-eos-txn");
+        // Without eosflow-eos there is nothing to divide.
+        r.samples
+            .retain(|s| s.point.contender != Contender::EosflowEos);
+        assert!(kafka_streams_ratios(&r).is_empty());
+        assert_eq!(
+            kstreams_configurations(&Contender::ALL),
+            "kstreams-eos = as it comes; kstreams-eos-txn = KIP-892 transactional state stores (`enable.transactional.statestores=true`, `statestore.uncommitted.max.bytes` at its 64 MiB default); kstreams-eos-streams = the KIP-1071 streams rebalance protocol (`group.protocol=streams`; session timeout and heartbeat are the broker's `group.streams.*`)"
+        );
     }
 
     #[test]

@@ -15,7 +15,9 @@
 //! [`run`] (restore alone): K keys in one partition's state, one instance, `kill -9`, restart:
 //! eosflow from its checkpointed RocksDB, eosflow cold (state directory wiped before the
 //! restart: what a takeover without a local copy costs), Kafka Streams `exactly_once_v2`
-//! (which wipes a store that was not closed cleanly and replays its whole changelog).
+//! (which wipes a store that was not closed cleanly and replays its whole changelog), and,
+//! when `kstreams-eos-txn` is among the contenders, Kafka Streams with KIP-892 transactional
+//! state stores (which should keep the store and replay only what followed its last commit).
 //! [`failover`]: K keys over P partitions, two instances, `kill -9` of one, the survivor takes
 //! its partitions over; eosflow and Kafka Streams with 0 and 1 standby replicas.
 
@@ -243,7 +245,8 @@ fn print(t: &Takeover) {
 
 /// Restore alone: `--restore-keys` keys in one partition, one instance, `kill -9` and restart,
 /// `--restore-restarts` times per case. eosflow alternates a restart from its checkpoint and a
-/// cold one (state directory wiped) on the same loaded state; Kafka Streams restarts as it is.
+/// cold one (state directory wiped) on the same loaded state; Kafka Streams, as it comes and
+/// with transactional state stores (`kstreams-eos-txn`), restarts as it is.
 /// Returns the takeovers timed and the cases that failed.
 pub fn run(
     clients: &KafkaClients,
@@ -254,7 +257,11 @@ pub fn run(
 ) -> (Vec<Takeover>, Vec<(String, String)>) {
     let mut done = vec![];
     let mut failed = vec![];
-    for who in [Contender::EosflowEos, Contender::KafkaStreams] {
+    for who in [
+        Contender::EosflowEos,
+        Contender::KafkaStreams,
+        Contender::KafkaStreamsTxn,
+    ] {
         if !args.contenders.iter().any(|c| c == who.name()) {
             continue;
         }
@@ -339,6 +346,9 @@ fn restore_one(
             let case = match (who, cold) {
                 (Contender::KafkaStreams, _) => {
                     format!("{}, default (wipes the store)", who.name())
+                }
+                (Contender::KafkaStreamsTxn, _) => {
+                    format!("{}, transactional stores", who.name())
                 }
                 (_, false) => format!("{}, checkpoint", who.name()),
                 (_, true) => format!("{}, cold (state dir wiped)", who.name()),

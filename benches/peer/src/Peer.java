@@ -11,6 +11,12 @@
 // instance's stores together with Kafka Streams' documented bounded-memory configuration
 // (BoundedMemory below); absent or 0, every store keeps Kafka Streams' defaults (its own 50 MiB
 // block cache and up to 3 × 16 MiB memtables, so memory grows with the partitions owned).
+// System property `bench.transactional.statestores=true` turns on KIP-892's transactional state
+// stores (`enable.transactional.statestores`; `statestore.uncommitted.max.bytes` stays at its
+// 64 MiB default): contender kstreams-eos-txn. System property `bench.group.protocol=streams`
+// runs the streams rebalance protocol (KIP-1071, `group.protocol=streams`): contender
+// kstreams-eos-streams; its session timeout, heartbeat and standby replicas are the broker's
+// group settings, so the consumer's and the standby count set here are left out.
 import java.time.Instant;
 import java.time.temporal.ChronoUnit;
 import java.util.Collection;
@@ -53,10 +59,22 @@ final class Peer {
     p.put(StreamsConfig.PROCESSING_GUARANTEE_CONFIG, args[5]);
     p.put(StreamsConfig.COMMIT_INTERVAL_MS_CONFIG, args[6]);
     p.put(StreamsConfig.NUM_STREAM_THREADS_CONFIG, Integer.getInteger("bench.threads", 1));
-    p.put(StreamsConfig.NUM_STANDBY_REPLICAS_CONFIG, Integer.getInteger("bench.standby.replicas", 0));
     p.put(StreamsConfig.consumerPrefix(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG), "earliest");
-    p.put(StreamsConfig.consumerPrefix(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG), 6000);
-    p.put(StreamsConfig.consumerPrefix(ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG), 1000);
+    String protocol = System.getProperty("bench.group.protocol", "classic").trim();
+    if (protocol.equals("streams")) {
+      p.put(StreamsConfig.GROUP_PROTOCOL_CONFIG, "streams");
+      event("GROUP_PROTOCOL streams");
+    } else if (protocol.equals("classic")) {
+      p.put(StreamsConfig.NUM_STANDBY_REPLICAS_CONFIG, Integer.getInteger("bench.standby.replicas", 0));
+      p.put(StreamsConfig.consumerPrefix(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG), 6000);
+      p.put(StreamsConfig.consumerPrefix(ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG), 1000);
+    } else {
+      throw new IllegalArgumentException("bench.group.protocol must be classic or streams, got " + protocol);
+    }
+    if (Boolean.getBoolean("bench.transactional.statestores")) {
+      p.put(StreamsConfig.TRANSACTIONAL_STATE_STORES_CONFIG, true);
+      event("TRANSACTIONAL_STATE_STORES on, " + StreamsConfig.STATESTORE_UNCOMMITTED_MAX_BYTES_CONFIG + " at its default");
+    }
     long memory = rocksdbMemoryBytes();
     if (memory > 0) {
       p.put(StreamsConfig.ROCKSDB_CONFIG_SETTER_CLASS_CONFIG, BoundedMemory.class);
