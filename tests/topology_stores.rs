@@ -132,3 +132,167 @@ fn a_two_store_processor_restores_both_stores_from_their_own_changelogs() {
     assert!(p.count(&totals) >= want.len());
     assert!(p.count(&events) >= w.records as usize);
 }
+
+/// Counts records per key in one named store (`store`, besides the default store `count`).
+struct OneStore {
+    store: StoreHandle<String, i64>,
+}
+
+impl OneStore {
+    fn new(store: &str) -> ProcessorSpec<Self> {
+        ProcessorSpec::new(Self {
+            store: StoreHandle::new(store, StringSerde, I64Serde),
+        })
+        .store_name("count")
+        .store(store)
+    }
+}
+
+impl Processor for OneStore {
+    fn process(&mut self, ctx: &mut Context<'_>, r: &Record<'_>) -> Result<(), ProcessError> {
+        let key = String::from_utf8_lossy(r.key.unwrap_or_default()).to_string();
+        let mut store = ctx.store(&self.store)?;
+        let n = store.get(&key)?.unwrap_or(0) + 1;
+        store.put(&key, &n)?;
+        Ok(())
+    }
+}
+
+/// A `tracing` writer into a shared buffer: what an instance logged while it started.
+#[derive(Clone, Default)]
+struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Captured {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap_or_else(|e| e.into_inner())).to_string()
+    }
+}
+
+/// Starts an in-process instance, returning it with what it logged while starting (the start
+/// runs on this thread, so a thread-local subscriber sees all of it).
+fn start_logged<P: eosflow::processor::Application + 'static>(
+    config: &eosflow::Config,
+    processor: P,
+) -> (Instance, String) {
+    let log = Captured::default();
+    let writer = log.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_env_filter("warn")
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    let instance =
+        tracing::subscriber::with_default(subscriber, || Instance::start(config, processor));
+    (instance, log.text())
+}
+
+#[test]
+fn a_renamed_store_is_reported_at_start_with_its_orphaned_changelog() {
+    let p = Pipeline::new("st-rename", 2);
+    let old = format!("{}-a-changelog", p.app);
+    let new = format!("{}-b-changelog", p.app);
+    let w = Workload {
+        records: 20,
+        keys: 4,
+        duplicate_every: 0,
+        transient_every: 0,
+    };
+    produce_range(&p.input, &w, 0..20);
+    let (first, log) = start_logged(&p.config("a"), OneStore::new("a"));
+    p.wait_drained(Duration::from_secs(90));
+    first.stop();
+    assert!(
+        !log.contains("orphaned changelog"),
+        "nothing is orphaned on the first start:\n{log}"
+    );
+    assert!(p.count(&old) >= 4, "store a's changelog holds its keys");
+
+    // A neighbour application whose id starts with this one's (`<app>-v2`, it has a consumer
+    // group) and its store `x`: `<app>-v2-x-changelog` also fits this application's store
+    // `v2-x`, and is not reported. `<app>-v3-y-changelog` fits `<app>-v3`, which has no group:
+    // reported, naming that id.
+    let neighbour = format!("{}-v2-x-changelog", p.app);
+    let groupless = format!("{}-v3-y-changelog", p.app);
+    support::create_topics(&[&neighbour, &groupless], p.partitions);
+    commit_offset_as(&format!("{}-v2", p.app), &neighbour);
+
+    // The same application, its store renamed to `b`.
+    let (second, log) = start_logged(&p.config("a"), OneStore::new("b"));
+    second.stop();
+    let warns: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("WARN") && l.contains("orphaned changelog"))
+        .collect();
+    assert_eq!(
+        warns.len(),
+        2,
+        "one WARN for store a's changelog, one for the groupless neighbour's:\n{log}"
+    );
+    let warn = warns
+        .iter()
+        .find(|l| l.contains(&format!("topic={old}")))
+        .unwrap_or_else(|| panic!("a WARN names {old}:\n{log}"));
+    assert!(warn.contains(&format!("topic={old}")), "{warn}");
+    assert!(warn.contains("store=a"), "{warn}");
+    assert!(warn.contains("starts EMPTY"), "{warn}");
+    let delete = format!(
+        "kafka-topics.sh --bootstrap-server {} --delete --topic {old}",
+        support::bootstrap()
+    );
+    assert!(warn.contains(&delete), "names `{delete}`: {warn}");
+    assert!(
+        !log.contains(&new),
+        "store b's own changelog is not flagged:\n{log}"
+    );
+    assert!(
+        !log.contains(&neighbour),
+        "the neighbour application's changelog is not flagged:\n{log}"
+    );
+    let other = warns
+        .iter()
+        .find(|l| l.contains(&format!("topic={groupless}")))
+        .unwrap_or_else(|| panic!("a WARN names {groupless}:\n{log}"));
+    assert!(
+        other.contains(&format!("\"{}-v3\"", p.app))
+            && other.contains("make sure it is not theirs"),
+        "it names the other application id it fits: {other}"
+    );
+    assert!(
+        !log.contains(&format!("{}-count-changelog", p.app)),
+        "nor the default store's:\n{log}"
+    );
+}
+
+/// Gives consumer group `group` a committed offset (partition 0 of `topic`): a group the broker
+/// lists, as an application that ran has.
+fn commit_offset_as(group: &str, topic: &str) {
+    use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+    let consumer: BaseConsumer = support::clients()
+        .config(eosflow::kafka::ClientRole::GroupConsumer {
+            group,
+            session_timeout: Duration::from_secs(10),
+            instance: None,
+        })
+        .create()
+        .expect("a consumer of the neighbour's group");
+    let mut offsets = rdkafka::TopicPartitionList::new();
+    offsets
+        .add_partition_offset(topic, 0, rdkafka::Offset::Offset(0))
+        .expect("an offset");
+    consumer
+        .commit(&offsets, CommitMode::Sync)
+        .expect("committing the neighbour's offset");
+}

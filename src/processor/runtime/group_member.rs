@@ -293,6 +293,30 @@ impl GroupMember {
             .collect())
     }
 
+    /// Every topic the broker knows (metadata only): the start looks among them for changelogs
+    /// of stores the topology no longer has ([`super::internal_topics::warn_orphaned_changelogs`]).
+    pub(super) fn topic_names(&self, timeout: Duration) -> Result<Vec<String>, KafkaError> {
+        let md = self.consumer.fetch_metadata(None, timeout)?;
+        Ok(md
+            .topics()
+            .iter()
+            .filter(|t| t.error().is_none())
+            .map(|t| t.name().to_string())
+            .collect())
+    }
+
+    /// The ids of the consumer groups the broker knows (ListGroups): an application id is its
+    /// group, so a changelog named after a longer (or shorter) id that has a group is that
+    /// application's, not an orphan of this one.
+    pub(super) fn group_names(&self, timeout: Duration) -> Result<BTreeSet<String>, KafkaError> {
+        let groups = self.consumer.fetch_group_list(None, timeout)?;
+        Ok(groups
+            .groups()
+            .iter()
+            .map(|g| g.name().to_string())
+            .collect())
+    }
+
     /// Sets the topics the member subscribes to and those that must share one partition count
     /// (checked now, and again at every assignment).
     pub(super) fn set_topics(
