@@ -116,6 +116,17 @@ fn metrics_show_lag_commit_latency_and_dead_letters_during_a_real_run() {
         max_lag > 0.0,
         "a backlog of 20 000 records must show as lag at least once"
     );
+    // The record cache (state.cache_bytes, on by default): 200 keys counted over several
+    // batches, so a key's first read in a later batch is answered from memory.
+    let cache = |name: &str| metric(&text, name, &["thread=\"0\""]).unwrap_or(-1.0);
+    let (hits, misses) = (
+        cache("eosflow_record_cache_hits_total"),
+        cache("eosflow_record_cache_misses_total"),
+    );
+    assert!(
+        hits > 0.0 && misses >= 200.0 && cache("eosflow_record_cache_bytes") > 0.0,
+        "record cache: hits {hits}, misses {misses} (200 keys: each missed once at least)"
+    );
     let commits = metric(&text, "eosflow_commit_seconds_count", &[]).unwrap_or(0.0);
     assert!(commits >= 1.0, "commit latency histogram has samples");
     assert!(metric(&text, "eosflow_commit_seconds_bucket", &["le=\"+Inf\""]).is_some());

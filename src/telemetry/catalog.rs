@@ -221,6 +221,12 @@ pub const FRAMEWORK: &[MetricDef] = &[
         "Bytes the record cache holds now (keys, values and per-entry overhead), per processing thread.",
     ),
     metric(
+        "eosflow_orphaned_changelogs",
+        Gauge,
+        Unit::Count,
+        "Changelog topics of this application that no store of its topology owns (a store renamed or removed: the new store started empty), found at start; each is named in a WARN with the command to delete it.",
+    ),
+    metric(
         "eosflow_standby_partitions",
         Gauge,
         Unit::Count,

@@ -198,6 +198,12 @@ pub fn standby_lag(topic: &str, partition: i32, lag: i64) {
         .set(lag.max(0) as f64);
 }
 
+/// How many changelogs of this application no store of its topology owns (a store renamed or
+/// removed), found at start: each is named in a WARN; not 0 means state is left behind.
+pub fn orphaned_changelogs(n: usize) {
+    metrics::gauge!("eosflow_orphaned_changelogs").set(n as f64);
+}
+
 /// How many partitions this instance keeps warm as a standby replica.
 pub fn standby_partitions(n: usize) {
     metrics::gauge!("eosflow_standby_partitions").set(n as f64);

@@ -257,6 +257,17 @@ impl<P: Application> Runtime<P> {
                 }
             )));
         }
+        // Once per instance: its threads share the topology.
+        if opts.thread == 0 {
+            if let Some(n) = super::internal_topics::warn_orphaned_changelogs(
+                &member,
+                clients.bootstrap(),
+                &opts.app_id,
+                &needed,
+            ) {
+                telemetry::orphaned_changelogs(n);
+            }
+        }
         let subscription: Vec<String> = needed
             .iter()
             .filter(|t| !t.ends_with(".DLT") && !tasks.changelogs().any(|c| c == *t))
