@@ -165,14 +165,16 @@ fn state(c: &mut Criterion) {
     // The same misses a batch at a time: one `MultiGet` for 1 000 new ids (unsorted, as a
     // poll batch's ids come), against the lookups one by one above.
     g.throughput(Throughput::Elements(1000));
+    let mut batch_no = 0u64;
+    let mut new_ids = || {
+        batch_no += 1;
+        (0..1000)
+            .map(|n| format!("never-{batch_no}-{n}"))
+            .collect::<Vec<_>>()
+    };
     g.bench_function("1000 misses one by one", |b| {
         b.iter_batched(
-            || {
-                j += 1;
-                (0..1000)
-                    .map(|n| format!("never-{j}-{n}"))
-                    .collect::<Vec<_>>()
-            },
+            &mut new_ids,
             |ids| {
                 ids.iter()
                     .filter(|id| store.contains(Column::Dedup, id.as_bytes()).expect("get"))
@@ -183,12 +185,7 @@ fn state(c: &mut Criterion) {
     });
     g.bench_function("1000 misses in one multi_get", |b| {
         b.iter_batched(
-            || {
-                j += 1;
-                (0..1000)
-                    .map(|n| format!("never-{j}-{n}"))
-                    .collect::<Vec<_>>()
-            },
+            &mut new_ids,
             |ids| {
                 store
                     .contains_many(Column::Dedup, &ids, false)
