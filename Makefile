@@ -110,7 +110,8 @@ config-reference:
 		| grep -oE '\(/[^)]*/config_reference-[^)]*\)' | tr -d '()') \
 		&& BLESS=1 "$$bin" --quiet && echo "wrote docs/reference/configuration.md"
 
-## Benchmarks (≈ 40 min, not part of test): raw pipe, eosflow at-least-once/exactly-once and
-## Kafka Streams in one run, sweeps, recovery, micro-benchmarks → target/bench/report.md + SVGs.
+## Benchmarks (≈ 70 min, not part of test): raw pipe, eosflow at-least-once/exactly-once and
+## Kafka Streams (three configurations) in one run, sweeps, recovery, restore, failover,
+## micro-benchmarks, outbox → target/bench/report.md + SVGs, copied to benches/results/.
 bench: stack-up
 	benches/run

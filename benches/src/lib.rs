@@ -22,6 +22,7 @@
 
 pub mod contender;
 pub mod join;
+pub mod load;
 pub mod pipe;
 pub mod reader;
 pub mod recovery;
@@ -642,8 +643,10 @@ pub fn run(config: &Config, args: &BenchArgs) -> Result<Results, BenchError> {
     let mut profiled = !args.perf;
     let mut profiled_windowed = !args.perf;
     let mut profiled_join = !args.perf;
+    let mut load = load::LoadSamples::default();
     for round in 1..=args.repeats {
         for (i, point) in points.iter().enumerate() {
+            load.sample();
             let launch = Launch {
                 shape: point.shape,
                 exe: exe.clone(),
@@ -765,6 +768,11 @@ pub fn run(config: &Config, args: &BenchArgs) -> Result<Results, BenchError> {
         let (done, failed) = restore::failover(&clients, args, &exe, peer.as_deref(), &run_id);
         results.takeovers.extend(done);
         results.failures.extend(failed);
+    }
+    load.sample();
+    let cores = std::thread::available_parallelism().map_or(0, usize::from);
+    if let Some(line) = load.summary(cores) {
+        results.settings.push(("machine load".into(), line));
     }
     results.baseline_ratios = report::baseline_ratios(&results);
     results.kafka_streams_ratios = report::kafka_streams_ratios(&results);
