@@ -275,26 +275,9 @@ impl GroupMember {
         partition_counts(&self.consumer, topics)
     }
 
-    /// Which of `topics` the broker does not know.
-    pub(super) fn missing_topics(&self, topics: &[String]) -> Result<Vec<String>, KafkaError> {
-        let md = self
-            .consumer
-            .fetch_metadata(None, Duration::from_secs(30))?;
-        let known: BTreeSet<&str> = md
-            .topics()
-            .iter()
-            .filter(|t| t.error().is_none())
-            .map(|t| t.name())
-            .collect();
-        Ok(topics
-            .iter()
-            .filter(|t| !known.contains(t.as_str()))
-            .cloned()
-            .collect())
-    }
-
-    /// Every topic the broker knows (metadata only): the start looks among them for changelogs
-    /// of stores the topology no longer has ([`super::internal_topics::warn_orphaned_changelogs`]).
+    /// Every topic the broker knows (metadata only): the start checks the topics it needs
+    /// against them, and looks among them for changelogs of stores the topology no longer has
+    /// ([`super::internal_topics::warn_orphaned_changelogs`]).
     pub(super) fn topic_names(&self, timeout: Duration) -> Result<Vec<String>, KafkaError> {
         let md = self.consumer.fetch_metadata(None, timeout)?;
         Ok(md

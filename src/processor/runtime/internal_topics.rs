@@ -142,7 +142,7 @@ pub(super) fn ensure<'a>(
     }
 }
 
-/// How long the orphaned-changelog check waits for the topic list and for the group list.
+/// How long the orphaned-changelog check waits for the group list.
 const ORPHAN_CHECK_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A topic shaped like a changelog of this application that no store of its topology owns.
@@ -220,35 +220,25 @@ pub(crate) fn delete_command(bootstrap: &str, topic: &str) -> String {
     format!("kafka-topics.sh --bootstrap-server {bootstrap} --delete --topic {topic}")
 }
 
-/// Names every orphaned changelog of application `app_id` in a WARN (see
-/// [`orphaned_changelogs`]; `used`: every topic this instance reads or writes as internal) and
-/// returns how many there are, for `eosflow_orphaned_changelogs` (`None`: the topics could not
-/// be listed). A renamed store starts empty next to its old changelog; this is the one place
-/// that says so. Never refuses a start: a failing metadata call is a WARN, a failing group
-/// list only weakens the check (no other application is recognised).
+/// Names every orphaned changelog of application `app_id` among the broker's `topics` (the
+/// list the start's missing-topics check fetched) in a WARN (see [`orphaned_changelogs`];
+/// `used`: every topic this instance reads or writes as internal) and returns how many there
+/// are, for `eosflow_orphaned_changelogs`. A renamed store starts empty next to its old
+/// changelog; this is the one place that says so. Never refuses a start: a failing group list
+/// only weakens the check (no other application is recognised).
 pub(super) fn warn_orphaned_changelogs(
     member: &GroupMember,
+    topics: &[String],
     bootstrap: &str,
     app_id: &str,
     used: &[String],
-) -> Option<usize> {
-    let topics = match member.topic_names(ORPHAN_CHECK_TIMEOUT) {
-        Ok(t) => t,
-        Err(e) => {
-            tracing::warn!(
-                error = %e,
-                "listing the broker's topics failed: changelogs of renamed or removed stores \
-                 are not checked this start"
-            );
-            return None;
-        }
-    };
+) -> usize {
     let prefix = format!("{app_id}-");
     if !topics
         .iter()
         .any(|t| t.starts_with(&prefix) && t.ends_with("-changelog") && !used.contains(t))
     {
-        return Some(0);
+        return 0;
     }
     let groups = member
         .group_names(ORPHAN_CHECK_TIMEOUT)
@@ -289,7 +279,7 @@ pub(super) fn warn_orphaned_changelogs(
             );
         }
     }
-    Some(orphans.len())
+    orphans.len()
 }
 
 #[cfg(test)]

@@ -237,11 +237,21 @@ impl<P: Application> Runtime<P> {
         needed.extend(opts.tables.iter().map(|(_, t)| t.clone()));
         // Topics created a moment ago (by `topics apply` or a test) may take a few seconds to
         // show in metadata: a missing topic is asked for again before it is reported.
-        let mut missing = member.missing_topics(&needed)?;
+        let missing_from = |known: &[String]| -> Vec<String> {
+            let known: BTreeSet<&str> = known.iter().map(String::as_str).collect();
+            needed
+                .iter()
+                .filter(|t| !known.contains(t.as_str()))
+                .cloned()
+                .collect()
+        };
+        let mut known = member.topic_names(Duration::from_secs(30))?;
+        let mut missing = missing_from(&known);
         let deadline = Instant::now() + Duration::from_secs(10);
         while !missing.is_empty() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(250));
-            missing = member.missing_topics(&needed)?;
+            known = member.topic_names(Duration::from_secs(30))?;
+            missing = missing_from(&known);
         }
         if !missing.is_empty() {
             return Err(RuntimeError::Config(format!(
@@ -259,14 +269,14 @@ impl<P: Application> Runtime<P> {
         }
         // Once per instance: its threads share the topology.
         if opts.thread == 0 {
-            if let Some(n) = super::internal_topics::warn_orphaned_changelogs(
+            let n = super::internal_topics::warn_orphaned_changelogs(
                 &member,
+                &known,
                 clients.bootstrap(),
                 &opts.app_id,
                 &needed,
-            ) {
-                telemetry::orphaned_changelogs(n);
-            }
+            );
+            telemetry::orphaned_changelogs(n);
         }
         let subscription: Vec<String> = needed
             .iter()
