@@ -7,6 +7,7 @@ use std::marker::PhantomData;
 use super::globals::{GlobalTable, GlobalTableHandle, StreamGlobalTableJoin};
 use super::node::{downcast, AnyRecord, NodeProcessor, TypedRecord};
 use super::stream_joins::StreamJoin;
+use super::table_joins::TableJoin;
 use super::tables::{StreamTableJoin, TableHandle};
 use super::time::TimestampExtractor;
 use super::windows::{WindowStoreHandle, WindowedAggregate};
@@ -851,6 +852,49 @@ impl TopologyBuilder {
         self.forwards::<K, R>(name);
         self.attach_store(&left_store, &[&l, &r]);
         self.attach_store(&right_store, &[&l, &r])
+    }
+
+    /// A table-table join `name` of the table whose updates `left_parents` forward (`(K, V1)`
+    /// rows, tombstones deleting them) with the table whose updates `right_parents` forward
+    /// (`(K, V2)`), into a result table of `(K, R)` rows (see [`super::table_joins`]); it
+    /// forwards the result table's changes: attach children to `name`. Adds the nodes
+    /// `<name>-left` and `<name>-right` (each side's updates) and `name` (their results), and
+    /// `join`'s three stores (each side's rows, the result), attached to both side nodes and
+    /// changelogged like every store. Both sides must be co-partitioned: the shared stores put
+    /// them in one sub-topology, whose task aligns them by timestamp.
+    pub fn add_table_table_join<K, V1, V2, R>(
+        &mut self,
+        name: &str,
+        join: TableJoin<K, V1, V2, R>,
+        left_parents: &[&str],
+        right_parents: &[&str],
+    ) -> &mut Self
+    where
+        K: Clone + Send + 'static,
+        V1: Clone + Send + 'static,
+        V2: Clone + Send + 'static,
+        R: Clone + Send + 'static,
+    {
+        if let Err(e) = join.check() {
+            self.errors.push(format!("table-table join {name:?}: {e}"));
+        }
+        let stores = join.store_names();
+        let (left, right) = join.into_nodes();
+        let (l, r) = (format!("{name}-left"), format!("{name}-right"));
+        self.add_node(&l, left, left_parents);
+        self.forwards::<K, R>(&l);
+        self.add_node(&r, right, right_parents);
+        self.forwards::<K, R>(&r);
+        let results = |ctx: &mut super::NodeContext<'_, '_>, record: TypedRecord<K, R>| {
+            ctx.forward(record);
+            Ok(())
+        };
+        self.add_node(name, results, &[&l, &r]);
+        self.forwards::<K, R>(name);
+        for store in &stores {
+            self.attach_store(store, &[&l, &r]);
+        }
+        self
     }
 
     /// A sink `name` writing what `parents` forward to `topic`, serialized with these serdes.

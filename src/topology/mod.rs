@@ -46,6 +46,9 @@ mod repartition_tests;
 pub mod stream_joins;
 #[cfg(test)]
 mod stream_joins_tests;
+pub mod table_joins;
+#[cfg(test)]
+mod table_joins_tests;
 pub mod tables;
 #[cfg(test)]
 mod tables_tests;
@@ -60,6 +63,7 @@ pub use node::TypedRecord;
 pub(crate) use node::{NodeContext, NodeProcessor};
 pub use processor::{ProcessorContext, StreamProcessor};
 pub use stream_joins::{JoinKind, JoinWindows, StreamJoin};
+pub use table_joins::TableJoin;
 pub use tables::TableHandle;
 pub use time::{ExtractFn, TimestampExtractor};
 
