@@ -33,6 +33,7 @@ pub mod config;
 pub mod dsl;
 pub mod kafka;
 pub mod processor;
+pub mod query;
 pub mod record;
 mod retry;
 mod runner;
@@ -44,7 +45,7 @@ pub mod testing;
 pub mod topology;
 
 pub use config::Config;
-pub use runner::{init_logging, run, run_threads, RunError};
+pub use runner::{init_logging, run, run_threads, start, start_threads, Instance, RunError};
 pub use telemetry::http::HttpError;
 
 /// The runtime's own modules, for eosflow's other crates (`eosflow-cli`, `eosflow-verify`,

@@ -140,6 +140,13 @@ pub struct ProcessorConfig {
     /// application may not create topics: they must then exist (`eosflow topics apply`), and
     /// the start names each missing one.
     pub create_topics: bool,
+    /// Where this instance answers interactive queries, `host:port` as other instances and
+    /// clients reach it (Kafka Streams' `application.server`): the operations server's address
+    /// from outside (`metrics.listen`'s port, the pod's IP or DNS name). Advertised on the
+    /// compacted `<app.id>-endpoints` topic, so a query for a key another instance owns is
+    /// proxied there. Empty (the default): keys owned elsewhere answer 503 (this instance
+    /// cannot find their owner).
+    pub application_server: String,
 }
 
 /// The most processing threads `processor.threads` accepts.
@@ -170,6 +177,7 @@ impl Default for ProcessorConfig {
             max_task_idle_ms: 0,
             repartition_purge_interval_ms: 30_000,
             create_topics: true,
+            application_server: String::new(),
         }
     }
 }
@@ -235,6 +243,21 @@ impl ProcessorConfig {
                     self.max_task_idle_ms
                 ),
             ));
+        }
+        if !self.application_server.is_empty() {
+            let ok = self
+                .application_server
+                .rsplit_once(':')
+                .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
+            if !ok {
+                return Err(ConfigError::invalid(
+                    "processor.application_server",
+                    format!(
+                        "{:?} is not host:port (the address other instances reach this one's operations server at, e.g. \"orders-0.orders:9090\")",
+                        self.application_server
+                    ),
+                ));
+            }
         }
         if self.session_timeout_ms < 1000 {
             return Err(ConfigError::invalid(

@@ -95,6 +95,8 @@ impl Leases {
 pub struct ProcessorThreads<P: Application> {
     runtimes: Vec<Runtime<P>>,
     health: Arc<Health>,
+    /// The instance's queryable state, shared by the threads' task managers.
+    local: Arc<crate::query::LocalStores>,
 }
 
 impl<P: Application + 'static> ProcessorThreads<P> {
@@ -120,6 +122,7 @@ impl<P: Application + 'static> ProcessorThreads<P> {
     {
         let n = config.processor.threads.max(1) as usize;
         let leases = (n > 1).then(|| Arc::new(Leases::default()));
+        let local = crate::query::LocalStores::new();
         let stuck_after = Duration::from_millis(config.processor.stuck_after_ms);
         let mut runtimes: Vec<Runtime<P>> = Vec::with_capacity(n);
         let mut parts = Vec::with_capacity(n);
@@ -132,6 +135,7 @@ impl<P: Application + 'static> ProcessorThreads<P> {
                 rt.set_cache(first.cache().clone());
             }
             rt.set_leases(leases.clone());
+            rt.set_local_stores(local.clone());
             let health = Arc::new(Health::new(stuck_after));
             parts.push(health.clone());
             runtimes.push(rt.with_health(health));
@@ -144,7 +148,16 @@ impl<P: Application + 'static> ProcessorThreads<P> {
         if n > 1 {
             tracing::info!(threads = n, "processing threads");
         }
-        Ok(Self { runtimes, health })
+        Ok(Self {
+            runtimes,
+            health,
+            local,
+        })
+    }
+
+    /// The instance's queryable state: every thread's open tasks (see [`crate::query`]).
+    pub(crate) fn local_stores(&self) -> Arc<crate::query::LocalStores> {
+        self.local.clone()
     }
 
     /// What `/healthz` and `/readyz` answer: every thread alive, every thread ready.

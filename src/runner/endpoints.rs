@@ -17,6 +17,7 @@ pub struct Endpoints {
 pub fn serve_endpoints(
     config: &Config,
     health: Arc<Health>,
+    queries: Option<Arc<crate::query::QueryService>>,
 ) -> Result<Option<Endpoints>, RunError> {
     if config.metrics.listen.is_empty() {
         return Ok(None);
@@ -41,10 +42,10 @@ pub fn serve_endpoints(
         })?;
     let handle = http::install_recorder()?;
     runtime.spawn(async move {
-        if let Err(e) = http::serve(addr, handle, health).await {
+        if let Err(e) = http::serve(addr, handle, health, queries).await {
             tracing::error!(error = %e, "operations endpoints stopped");
         }
     });
-    tracing::info!(%addr, "serving /metrics, /healthz and /readyz");
+    tracing::info!(%addr, "serving /metrics, /healthz, /readyz and /stores");
     Ok(Some(Endpoints { _runtime: runtime }))
 }

@@ -42,8 +42,10 @@ pub use signal::{wait_for_signal_or, Signal};
 use crate::config::Config;
 use crate::kafka::client::ConnectError;
 use crate::kafka::KafkaClients;
-use crate::processor::{Application, ProcessorThreads, RunSummary, RuntimeError};
+use crate::processor::{Application, ProcessorThreads, RunSummary, RuntimeError, StoreHandle};
+use crate::query::{QueryService, ReadOnlyKeyValueStore, ReadOnlyWindowStore};
 use crate::telemetry::http::HttpError;
+use crate::topology::windows::WindowStoreHandle;
 
 /// How long [`run`] waits for the broker to answer before giving up (a wrong password or an
 /// unreachable broker then fails clearly instead of as endless retries).
@@ -133,9 +135,68 @@ where
     F: FnMut(usize) -> Result<P, E>,
     E: std::fmt::Display,
 {
-    KafkaClients::new(config.kafka.clone()).check_connection(CONNECT_TIMEOUT)?;
+    start_threads(config, make)?.wait()
+}
+
+/// Starts `processor` as one instance of its consumer group in the background (the connection
+/// check, the endpoints, the processing thread) and returns at once: what [`run`] does, with
+/// an [`Instance`] to query the instance's state with while it runs (see [`crate::query`]).
+/// [`Instance::wait`] then blocks until SIGTERM/SIGINT as [`run`] does.
+///
+/// ```no_run
+/// use eosflow::processor::StoreHandle;
+/// use eosflow::serdes::{I64Serde, StringSerde};
+/// # fn topology() -> eosflow::topology::Topology { unimplemented!() }
+/// let counts: StoreHandle<String, i64> = StoreHandle::new("counts", StringSerde, I64Serde);
+/// let config = eosflow::Config::load(None)?;
+/// let instance = eosflow::start(&config, topology())?;
+/// instance.queries().serve_store(&counts);
+/// let ann = instance.store(&counts).get(&"ann".to_string());
+/// instance.wait()?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn start<P: Application + 'static>(
+    config: &Config,
+    processor: P,
+) -> Result<Instance, RunError> {
+    if config.processor.threads > 1 {
+        return Err(RunError::Runtime(RuntimeError::Config(format!(
+            "processor.threads = {} needs one processor per thread: start the instance with eosflow::start_threads(&config, |_thread| build()) instead of start(&config, processor)",
+            config.processor.threads
+        ))));
+    }
+    let mut one = Some(processor);
+    start_threads(config, move |_| {
+        one.take()
+            .ok_or("start() has one processor for one processing thread")
+    })
+}
+
+/// [`start`] with `processor.threads` processing threads, each with the processor `make`
+/// builds (see [`run_threads`]).
+pub fn start_threads<P, F, E>(config: &Config, make: F) -> Result<Instance, RunError>
+where
+    P: Application + 'static,
+    F: FnMut(usize) -> Result<P, E>,
+    E: std::fmt::Display,
+{
+    let clients = KafkaClients::new(config.kafka.clone());
+    clients.check_connection(CONNECT_TIMEOUT)?;
     let threads = ProcessorThreads::new(config, make)?;
     let health = threads.health();
+    let local = threads.local_stores();
+    let endpoint = (!config.processor.application_server.is_empty())
+        .then(|| config.processor.application_server.clone());
+    let router = endpoint.map(|e| {
+        let instance = config.instance_id().unwrap_or_default();
+        crate::query::Router::new(clients.clone(), &config.app.id, &instance, Some(e))
+    });
+    if let Some(r) = &router {
+        if let Err(e) = r.advertise() {
+            tracing::error!(error = %e, topic = %crate::query::endpoints_topic(&config.app.id), "the interactive query endpoint could not be advertised: other instances answer 503 for this instance's keys instead of redirecting");
+        }
+    }
+    let queries = Arc::new(QueryService::new(local.clone(), router));
     let shutdown = Arc::new(AtomicBool::new(false));
     let worker = {
         let shutdown = shutdown.clone();
@@ -147,30 +208,97 @@ where
                 source,
             })?
     };
-    let _endpoints = serve_endpoints(config, health)?;
-    let signal = wait_for_signal_or(&worker)?;
-    shutdown.store(true, Ordering::Relaxed);
-    if let Some(signal) = signal {
-        tracing::info!(signal = signal.name(), "shutting down");
-        let deadline = Instant::now() + Duration::from_millis(config.processor.shutdown_timeout_ms);
-        while !worker.is_finished() {
-            if Instant::now() >= deadline {
-                return Err(RunError::ShutdownTimeout(
-                    config.processor.shutdown_timeout_ms,
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+    let endpoints = serve_endpoints(config, health, Some(queries.clone()))?;
+    Ok(Instance {
+        worker,
+        shutdown,
+        local,
+        queries,
+        _endpoints: endpoints,
+        shutdown_timeout_ms: config.processor.shutdown_timeout_ms,
+    })
+}
+
+/// A running instance (Kafka Streams' `KafkaStreams` after `start()`): its state can be
+/// queried while it runs, and [`Instance::wait`] or [`Instance::close`] ends it.
+pub struct Instance {
+    worker: std::thread::JoinHandle<Result<RunSummary, RuntimeError>>,
+    shutdown: Arc<AtomicBool>,
+    local: Arc<crate::query::LocalStores>,
+    queries: Arc<QueryService>,
+    _endpoints: Option<Endpoints>,
+    shutdown_timeout_ms: u64,
+}
+
+impl std::fmt::Debug for Instance {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Instance")
+            .field("running", &!self.worker.is_finished())
+            .finish()
     }
-    let summary = worker.join().map_err(|_| RunError::Panicked)??;
-    tracing::info!(
-        records = summary.records,
-        commits = summary.commits,
-        aborts = summary.aborts,
-        dedup_hits = summary.dedup_hits,
-        dead_lettered = summary.dead_lettered,
-        retried = summary.retried,
-        "stopped"
-    );
-    Ok(summary)
+}
+
+impl Instance {
+    /// Read-only access to key-value store `handle` over this instance's open tasks.
+    pub fn store<K, V>(&self, handle: &StoreHandle<K, V>) -> ReadOnlyKeyValueStore<K, V> {
+        ReadOnlyKeyValueStore::new(self.local.clone(), handle)
+    }
+
+    /// Read-only access to windowed store `handle` over this instance's open tasks.
+    pub fn window_store<K, V>(
+        &self,
+        handle: &WindowStoreHandle<K, V>,
+    ) -> ReadOnlyWindowStore<K, V> {
+        ReadOnlyWindowStore::new(self.local.clone(), handle)
+    }
+
+    /// The HTTP side: which stores `/stores/...` serves.
+    pub fn queries(&self) -> &QueryService {
+        &self.queries
+    }
+
+    /// Whether the processing loop still runs.
+    pub fn is_running(&self) -> bool {
+        !self.worker.is_finished()
+    }
+
+    /// Blocks until SIGTERM/SIGINT (then stops gracefully, within
+    /// `processor.shutdown_timeout_ms`) or until the loop stops by itself; what [`run`] returns.
+    pub fn wait(self) -> Result<RunSummary, RunError> {
+        let signal = wait_for_signal_or(&self.worker)?;
+        if let Some(signal) = signal {
+            tracing::info!(signal = signal.name(), "shutting down");
+        }
+        self.stop(signal.is_some())
+    }
+
+    /// Stops the instance now, gracefully (the open batch commits, the instance leaves its
+    /// group), within `processor.shutdown_timeout_ms`.
+    pub fn close(self) -> Result<RunSummary, RunError> {
+        self.stop(true)
+    }
+
+    fn stop(self, bounded: bool) -> Result<RunSummary, RunError> {
+        self.shutdown.store(true, Ordering::Relaxed);
+        if bounded {
+            let deadline = Instant::now() + Duration::from_millis(self.shutdown_timeout_ms);
+            while !self.worker.is_finished() {
+                if Instant::now() >= deadline {
+                    return Err(RunError::ShutdownTimeout(self.shutdown_timeout_ms));
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        let summary = self.worker.join().map_err(|_| RunError::Panicked)??;
+        tracing::info!(
+            records = summary.records,
+            commits = summary.commits,
+            aborts = summary.aborts,
+            dedup_hits = summary.dedup_hits,
+            dead_lettered = summary.dead_lettered,
+            retried = summary.retried,
+            "stopped"
+        );
+        Ok(summary)
+    }
 }

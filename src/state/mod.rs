@@ -17,7 +17,7 @@ pub(crate) mod versioned;
 
 pub use changelog::{restore, restore_known_end, restore_table, RestoreStats};
 pub use overlay::{Column, Overlay};
-pub use store::{CheckpointAt, Entry, Store, StoreCache};
+pub use store::{CheckpointAt, Entry, Store, StoreCache, StoreReader};
 
 /// Why a state operation failed.
 #[derive(Debug, thiserror::Error)]

@@ -118,9 +118,79 @@ impl StoreCache {
 /// A committed key and value.
 pub type Entry = (Vec<u8>, Vec<u8>);
 
+/// A read-only handle on a store's committed `state` column, usable from any thread (see
+/// [`Store::reader`]).
+#[derive(Clone)]
+pub struct StoreReader {
+    db: Arc<DB>,
+    path: PathBuf,
+}
+
+impl std::fmt::Debug for StoreReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoreReader")
+            .field("path", &self.path)
+            .finish()
+    }
+}
+
+impl StoreReader {
+    fn cf(&self) -> Result<&rocksdb::ColumnFamily, StateError> {
+        self.db
+            .cf_handle(Column::State.cf())
+            .ok_or_else(|| StateError::Changelog {
+                topic: self.path.display().to_string(),
+                partition: -1,
+                message: "column family state missing".into(),
+            })
+    }
+
+    fn err(&self, source: rocksdb::Error) -> StateError {
+        StateError::Rocks {
+            path: self.path.display().to_string(),
+            source,
+        }
+    }
+
+    /// The committed value of `key`.
+    pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StateError> {
+        self.db.get_cf(self.cf()?, key).map_err(|e| self.err(e))
+    }
+
+    /// Up to `limit` committed entries within `bounds`, in key order, and whether more
+    /// followed.
+    pub fn scan(&self, bounds: &KeyBounds, limit: usize) -> Result<(Vec<Entry>, bool), StateError> {
+        let mode = match &bounds.0 {
+            Bound::Included(k) | Bound::Excluded(k) => {
+                IteratorMode::From(k.as_slice(), Direction::Forward)
+            }
+            Bound::Unbounded => IteratorMode::Start,
+        };
+        let mut out = Vec::new();
+        if is_empty_range(bounds) {
+            return Ok((out, false));
+        }
+        for item in self.db.iterator_cf(self.cf()?, mode) {
+            let (k, v) = item.map_err(|e| self.err(e))?;
+            if !below_upper(&k, &bounds.1) {
+                break;
+            }
+            if !above_lower(&k, &bounds.0) {
+                continue;
+            }
+            if out.len() == limit {
+                return Ok((out, true));
+            }
+            out.push((k.into_vec(), v.into_vec()));
+        }
+        Ok((out, false))
+    }
+}
+
 /// A partition's store.
 pub struct Store {
-    db: DB,
+    /// Shared with the [`StoreReader`]s of interactive queries (see [`Store::reader`]).
+    db: Arc<DB>,
     path: PathBuf,
     /// Recently read committed values of the `state` column (see [`super::record_cache`]).
     records: Option<RecordCache>,
@@ -228,11 +298,22 @@ impl Store {
             source,
         })?;
         Ok(Self {
-            db,
+            db: Arc::new(db),
             path: path.to_path_buf(),
             records: cache.records.clone().map(RecordCache::new),
             files_modified_at: None,
         })
+    }
+
+    /// A read-only view of the committed `state` column for another thread (interactive
+    /// queries, [`crate::query`]): it reads RocksDB directly, never the record cache or a
+    /// batch's overlay, so it sees exactly what the last applied commit left. It keeps the
+    /// database open while it lives: whoever holds one drops it before the store is reopened.
+    pub fn reader(&self) -> StoreReader {
+        StoreReader {
+            db: self.db.clone(),
+            path: self.path.clone(),
+        }
     }
 
     /// Deletes the store's directory.

@@ -19,6 +19,7 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tokio::net::TcpListener;
 
 use super::{catalog, Health};
+use crate::query::{HttpAnswer, QueryService};
 
 /// Why the endpoints could not start.
 #[derive(Debug, thiserror::Error)]
@@ -72,6 +73,7 @@ pub async fn serve(
     addr: SocketAddr,
     metrics: PrometheusHandle,
     health: Arc<Health>,
+    queries: Option<Arc<QueryService>>,
 ) -> Result<(), HttpError> {
     let listener = TcpListener::bind(addr)
         .await
@@ -83,7 +85,7 @@ pub async fn serve(
             upkeep.run_upkeep();
         }
     });
-    serve_on(listener, move || metrics.render(), health).await;
+    serve_on_with(listener, move || metrics.render(), health, queries).await;
     Ok(())
 }
 
@@ -91,6 +93,18 @@ pub async fn serve(
 /// until the runtime stops.
 pub async fn serve_on<R>(listener: TcpListener, render: R, health: Arc<Health>)
 where
+    R: Fn() -> String + Send + Sync + 'static,
+{
+    serve_on_with(listener, render, health, None).await;
+}
+
+/// [`serve_on`], also answering interactive queries on `/stores/...` with `queries`.
+pub async fn serve_on_with<R>(
+    listener: TcpListener,
+    render: R,
+    health: Arc<Health>,
+    queries: Option<Arc<QueryService>>,
+) where
     R: Fn() -> String + Send + Sync + 'static,
 {
     let render = Arc::new(render);
@@ -106,10 +120,40 @@ where
         };
         let render = render.clone();
         let health = health.clone();
+        let queries = queries.clone();
         tokio::spawn(async move {
             let service = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-                let response = respond(req.method(), req.uri().path(), &*render, &health);
-                async move { Ok::<_, Infallible>(response) }
+                let queries = queries.clone();
+                let path = req.uri().path().to_string();
+                let query = req.uri().query().map(str::to_string);
+                let method = req.method().clone();
+                let forwarded = req.headers().contains_key(crate::query::FORWARDED_HEADER);
+                let plain = respond(&method, &path, &*render, &health);
+                async move {
+                    let Some(q) = queries.filter(|_| path.starts_with("/stores")) else {
+                        return Ok::<_, Infallible>(plain);
+                    };
+                    if method != Method::GET && method != Method::HEAD {
+                        let mut r =
+                            text(StatusCode::METHOD_NOT_ALLOWED, "only GET and HEAD\n".into());
+                        r.headers_mut()
+                            .insert(ALLOW, HeaderValue::from_static("GET, HEAD"));
+                        return Ok(r);
+                    }
+                    // Store reads and owner lookups block: off the endpoint runtime's thread.
+                    let answer = tokio::task::spawn_blocking(move || {
+                        q.answer(&path, query.as_deref(), forwarded)
+                    })
+                    .await;
+                    Ok(match answer {
+                        Ok(Some(a)) => from_answer(a),
+                        Ok(None) => plain,
+                        Err(e) => text(
+                            StatusCode::INTERNAL_SERVER_ERROR,
+                            format!("query failed: {e}\n"),
+                        ),
+                    })
+                }
             });
             let connection = http1::Builder::new()
                 .timer(TokioTimer::new())
@@ -178,6 +222,23 @@ fn with_waits(verdict: &str, health: &Health) -> String {
         ));
     }
     body
+}
+
+/// An interactive query's answer as a response.
+fn from_answer(a: HttpAnswer) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(Bytes::from(a.body)));
+    *r.status_mut() = StatusCode::from_u16(a.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    r.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    for (name, value) in a.headers {
+        if let (Ok(n), Ok(v)) = (
+            hyper::header::HeaderName::from_bytes(name.as_bytes()),
+            HeaderValue::from_str(&value),
+        ) {
+            r.headers_mut().insert(n, v);
+        }
+    }
+    r
 }
 
 fn text(status: StatusCode, body: String) -> Response<Full<Bytes>> {

@@ -240,14 +240,14 @@ impl GroupMember {
     pub(super) fn connect(
         clients: &KafkaClients,
         opts: &RuntimeOptions,
-        standby_replicas: usize,
     ) -> Result<Self, KafkaError> {
         let membership = Membership {
             group: opts.app_id.clone(),
             session_timeout: opts.session_timeout,
             instance: opts.static_membership.then(|| opts.member_instance_id()),
-            client_id: (standby_replicas > 0)
-                .then(|| crate::processor::standby::client_id(&opts.instance_id)),
+            // Always named: the standby placement and interactive queries' routing find the
+            // instance among the group's members by it.
+            client_id: Some(crate::processor::standby::client_id(&opts.instance_id)),
             protocol: opts.group_protocol,
         };
         Ok(Self {
@@ -774,6 +774,38 @@ impl GroupMember {
                 Err(e) => return Err(e.into()),
             }
         }
+    }
+
+    /// The group's committed offsets of the subscribed topics' `partitions` (by partition
+    /// number; what an opened task's state reflects, for interactive queries), in one request.
+    /// Empty when the coordinator does not answer in time: the positions then fill in with
+    /// the task's first commit.
+    pub(super) fn committed_positions(
+        &self,
+        partitions: &[i32],
+    ) -> BTreeMap<i32, crate::query::Positions> {
+        let mut tpl = TopicPartitionList::new();
+        for topic in &self.subscription {
+            for p in partitions {
+                tpl.add_partition(topic, *p);
+            }
+        }
+        let mut out: BTreeMap<i32, crate::query::Positions> = BTreeMap::new();
+        match self.consumer.committed_offsets(tpl, Duration::from_secs(5)) {
+            Ok(got) => {
+                for e in got.elements() {
+                    if let Offset::Offset(o) = e.offset() {
+                        out.entry(e.partition())
+                            .or_default()
+                            .insert((e.topic().to_string(), e.partition()), o);
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "committed offsets for query positions unknown");
+            }
+        }
+        out
     }
 
     /// Whether a transaction committed these next offsets: the group's *stable* committed

@@ -214,7 +214,7 @@ impl<P: Application> Runtime<P> {
             standby_replicas,
         )?;
         let mut collector = RecordCollector::new(&clients, &opts)?;
-        let mut member = GroupMember::connect(&clients, &opts, standby_replicas)?;
+        let mut member = GroupMember::connect(&clients, &opts)?;
         let not_created = if opts.create_topics {
             super::internal_topics::ensure(
                 &clients,
@@ -385,6 +385,15 @@ impl<P: Application> Runtime<P> {
     }
 
     /// Opens partitions only under `leases`, shared by the instance's processing threads.
+    /// Registers this loop's tasks in the instance's queryable state (interactive queries).
+    pub(crate) fn set_local_stores(&mut self, local: Arc<crate::query::LocalStores>) {
+        local.set_layout(
+            self.member.partitions(),
+            self.opts.input_topics.first().map(String::as_str),
+        );
+        self.tasks.set_local_stores(local);
+    }
+
     pub(crate) fn set_leases(&mut self, leases: Option<Arc<Leases>>) {
         self.tasks.set_leases(leases);
     }

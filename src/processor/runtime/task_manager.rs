@@ -106,6 +106,11 @@ pub(super) struct TaskManager {
     /// [`TaskManager::step`] at a time between batches, so the restored ones process while the
     /// rest restore.
     pending: BTreeMap<i32, Pending>,
+    /// The default store's name (as interactive queries ask for it).
+    default_store: String,
+    /// The instance's queryable state: tasks are registered when they open and withdrawn
+    /// before they close (see [`crate::query`]).
+    local: Option<Arc<crate::query::LocalStores>>,
 }
 
 /// A partition number assigned whose task is not open yet.
@@ -179,6 +184,8 @@ impl TaskManager {
             standby: None,
             leases: None,
             pending: BTreeMap::new(),
+            default_store: store_name.to_string(),
+            local: None,
         })
     }
 
@@ -221,6 +228,33 @@ impl TaskManager {
     /// each other).
     pub(super) fn set_leases(&mut self, leases: Option<Arc<Leases>>) {
         self.leases = leases;
+    }
+
+    /// Registers the tasks in the instance's queryable state from now on.
+    pub(super) fn set_local_stores(&mut self, local: Arc<crate::query::LocalStores>) {
+        self.local = Some(local);
+    }
+
+    /// Withdraws `partitions`' stores from queries (waiting for reads in flight) before they
+    /// close.
+    fn withdraw(&self, partitions: &[i32]) {
+        if let Some(l) = &self.local {
+            l.closing(partitions);
+        }
+    }
+
+    /// Registers partition `p`'s open task for queries, its state reflecting `positions`.
+    fn register(&self, p: i32, positions: crate::query::Positions) {
+        let (Some(l), Some(task)) = (&self.local, self.tasks.get(&p)) else {
+            return;
+        };
+        let mut readers = vec![(self.default_store.clone(), task.store.reader())];
+        readers.extend(
+            task.named
+                .iter()
+                .map(|n| (n.name.clone(), n.store.reader())),
+        );
+        l.opened(p, readers, positions);
     }
 
     /// Hands partitions to and from the instance's standby tailer.
@@ -294,6 +328,7 @@ impl TaskManager {
             .filter(|p| !live.contains(p))
             .copied()
             .collect();
+        self.withdraw(&gone);
         self.tasks.retain(|p, _| live.contains(p));
         self.closed(&gone);
     }
@@ -301,6 +336,7 @@ impl TaskManager {
     /// Closes every task; returns their partition numbers.
     pub(super) fn close_all(&mut self) -> Vec<i32> {
         let closed: Vec<i32> = self.tasks.keys().copied().collect();
+        self.withdraw(&closed);
         self.tasks.clear();
         self.closed(&closed);
         closed
@@ -336,17 +372,29 @@ impl TaskManager {
             }
         }
         self.health.set_restoring(true);
+        if let Some(l) = &self.local {
+            partitions.iter().for_each(|p| l.restoring(*p));
+        }
         let ends = self.changelog_ends(partitions);
         let opened = self.open_in_parallel(partitions, member, &ends);
         self.health.set_restoring(!self.pending.is_empty());
+        // What the opened stores reflect: the group's committed offsets, read once for all.
+        let mut positions = match &self.local {
+            Some(_) => member.committed_positions(partitions),
+            None => BTreeMap::new(),
+        };
         let mut first_error = None;
         for (p, result) in opened {
             match result {
                 Ok((task, stats)) => {
                     summary.restored(p, stats);
                     self.tasks.insert(p, task);
+                    self.register(p, positions.remove(&p).unwrap_or_default());
                 }
                 Err(e) => {
+                    if let Some(l) = &self.local {
+                        l.not_restoring(p);
+                    }
                     self.closed(&[p]);
                     first_error.get_or_insert(e);
                 }
@@ -406,6 +454,9 @@ impl TaskManager {
             return;
         }
         for (t, p) in pairs {
+            if let Some(l) = &self.local {
+                l.restoring(p);
+            }
             self.pending.entry(p).or_default().pairs.push((t, p));
         }
         self.health.set_restoring(true);
@@ -448,6 +499,7 @@ impl TaskManager {
                 }
             }
         }
+        self.withdraw(&gone);
         self.closed(&gone);
         if self.pending.is_empty() {
             self.health.set_restoring(false);
@@ -457,6 +509,7 @@ impl TaskManager {
     /// Forgets every queued number (the membership they were assigned under is gone).
     pub(super) fn clear_pending(&mut self) {
         let gone: Vec<i32> = std::mem::take(&mut self.pending).into_keys().collect();
+        self.withdraw(&gone);
         self.closed(&gone);
         self.health.set_restoring(false);
     }
@@ -704,6 +757,15 @@ impl TaskManager {
                 s if s > named => table_next(s),
                 s => ends.get(&(s, *p)).map(|o| o + 1),
             })?;
+            if let Some(l) = &self.local {
+                l.committed(
+                    *p,
+                    next_offsets
+                        .iter()
+                        .filter(|(_, q, _)| q == p)
+                        .map(|(t, _, o)| (t.as_str(), *o)),
+                );
+            }
         }
         Ok(())
     }
@@ -739,6 +801,7 @@ impl TaskManager {
                 }
             }
             if purged > 0 {
+                crate::telemetry::state_expired("dedup", purged);
                 tracing::debug!(partition = *p, purged, "expired dedup ids removed");
             }
         }

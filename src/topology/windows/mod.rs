@@ -65,7 +65,7 @@ mod aggregate;
 mod aggregate_tests;
 #[cfg(test)]
 mod sliding_tests;
-mod store;
+pub(crate) mod store;
 
 pub use aggregate::{WindowedAggregate, EXPIRE_PER_CALL};
 pub(crate) use store::{data_key, parse_data_key};

@@ -77,7 +77,7 @@ impl<K, V> WindowStoreHandle<K, V> {
         self.0.key_serde()
     }
 
-    fn value_serde(&self) -> &dyn Serde<V> {
+    pub(crate) fn value_serde(&self) -> &dyn Serde<V> {
         self.0.value_serde()
     }
 
@@ -178,7 +178,7 @@ fn parse_index_key(k: &[u8]) -> Option<(&[u8], Window)> {
 }
 
 /// A stored value's window end and value bytes.
-fn split_value(v: &[u8]) -> Option<(i64, &[u8])> {
+pub(crate) fn split_value(v: &[u8]) -> Option<(i64, &[u8])> {
     let end = i64::from_be_bytes(v.get(..8)?.try_into().ok()?);
     Some((end, v.get(8..)?))
 }

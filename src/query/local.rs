@@ -1,0 +1,179 @@
+//! The instance's queryable state: every open task's stores, as read-only handles the
+//! processing threads register when a task opens and withdraw before it closes, with the input
+//! offsets each task's state reflects.
+//!
+//! The processing threads own their stores; a query reads RocksDB directly through a
+//! [`StoreReader`], which sees only what applied commits left (never a batch's overlay, never
+//! the record cache). A task's readers are withdrawn under a write lock before its stores close,
+//! so a query in flight finishes first and none keeps a closed store's database open.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+
+use crate::state::StoreReader;
+
+/// The next input offset of each (topic, partition) a read's state reflects: every record
+/// before it is in the state, none at or after it.
+pub type Positions = BTreeMap<(String, i32), i64>;
+
+/// One open task's readers and positions.
+#[derive(Debug, Default)]
+struct LocalTask {
+    /// `None` once withdrawn.
+    stores: RwLock<Option<HashMap<String, StoreReader>>>,
+    positions: Mutex<Positions>,
+}
+
+/// Where a partition stands on this instance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Here {
+    /// Open: its stores can be read.
+    Active,
+    /// Assigned here, its stores still restoring.
+    Restoring,
+    /// Not assigned here.
+    Elsewhere,
+}
+
+/// The instance's open tasks, shared by its processing threads and its query readers.
+#[derive(Debug, Default)]
+pub struct LocalStores {
+    /// The inputs' partition count (0: not known yet).
+    partitions: AtomicUsize,
+    /// An input topic: whose assignment says which member owns a partition number.
+    input: Mutex<Option<String>>,
+    tasks: RwLock<BTreeMap<i32, Arc<LocalTask>>>,
+    restoring: Mutex<BTreeSet<i32>>,
+    /// The names of the stores a task registers (for "unknown store" answers).
+    names: Mutex<BTreeSet<String>>,
+}
+
+fn read<T>(l: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    l.read().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn write<T>(l: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    l.write().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl LocalStores {
+    /// An empty registry.
+    pub(crate) fn new() -> Arc<Self> {
+        Arc::new(Self::default())
+    }
+
+    /// The inputs' partition count and the input topic whose assignment places partition
+    /// numbers (set when a processing loop joins).
+    pub(crate) fn set_layout(&self, partitions: Option<usize>, input: Option<&str>) {
+        if let Some(n) = partitions {
+            self.partitions.store(n, Ordering::Relaxed);
+        }
+        if let Some(t) = input {
+            *lock(&self.input) = Some(t.to_string());
+        }
+    }
+
+    /// The inputs' partition count, once a processing loop has read it.
+    pub(crate) fn partitions(&self) -> Option<usize> {
+        match self.partitions.load(Ordering::Relaxed) {
+            0 => None,
+            n => Some(n),
+        }
+    }
+
+    /// The input topic whose assignment places partition numbers.
+    pub(crate) fn input(&self) -> Option<String> {
+        lock(&self.input).clone()
+    }
+
+    /// Partition number `p` is assigned here and restoring.
+    pub(crate) fn restoring(&self, p: i32) {
+        lock(&self.restoring).insert(p);
+    }
+
+    /// Partition number `p` is no longer restoring here (opened, or given up).
+    pub(crate) fn not_restoring(&self, p: i32) {
+        lock(&self.restoring).remove(&p);
+    }
+
+    /// Partition number `p`'s task opened with `stores`, its state reflecting `positions`.
+    pub(crate) fn opened(&self, p: i32, stores: Vec<(String, StoreReader)>, positions: Positions) {
+        lock(&self.names).extend(stores.iter().map(|(n, _)| n.clone()));
+        let task = Arc::new(LocalTask {
+            stores: RwLock::new(Some(stores.into_iter().collect())),
+            positions: Mutex::new(positions),
+        });
+        write(&self.tasks).insert(p, task);
+        self.not_restoring(p);
+    }
+
+    /// Partition numbers `ps` are about to close: their readers are withdrawn, waiting for the
+    /// reads in flight.
+    pub(crate) fn closing(&self, ps: &[i32]) {
+        let gone: Vec<Arc<LocalTask>> = {
+            let mut tasks = write(&self.tasks);
+            ps.iter().filter_map(|p| tasks.remove(p)).collect()
+        };
+        for t in gone {
+            write(&t.stores).take();
+        }
+        let mut restoring = lock(&self.restoring);
+        for p in ps {
+            restoring.remove(p);
+        }
+    }
+
+    /// A commit of `p`'s task was applied to its stores: its state now reflects `next`.
+    pub(crate) fn committed<'a>(&self, p: i32, next: impl Iterator<Item = (&'a str, i64)>) {
+        let Some(task) = read(&self.tasks).get(&p).cloned() else {
+            return;
+        };
+        let mut positions = lock(&task.positions);
+        for (topic, offset) in next {
+            let e = positions.entry((topic.to_string(), p)).or_insert(offset);
+            *e = (*e).max(offset);
+        }
+    }
+
+    /// Where partition number `p` stands here.
+    pub(crate) fn here(&self, p: i32) -> Here {
+        if read(&self.tasks).contains_key(&p) {
+            Here::Active
+        } else if lock(&self.restoring).contains(&p) {
+            Here::Restoring
+        } else {
+            Here::Elsewhere
+        }
+    }
+
+    /// The partition numbers open here.
+    pub(crate) fn active(&self) -> Vec<i32> {
+        read(&self.tasks).keys().copied().collect()
+    }
+
+    /// Whether a task has registered a store called `name`.
+    pub(crate) fn knows(&self, name: &str) -> bool {
+        lock(&self.names).contains(name)
+    }
+
+    /// Runs `f` on partition `p`'s reader of `store`, with the positions its answer reflects
+    /// at least (read before the store, so the state read is at or past them). `None` when
+    /// the task is not open here (or is closing).
+    pub(crate) fn read<T>(
+        &self,
+        p: i32,
+        store: &str,
+        f: impl FnOnce(Option<&StoreReader>) -> T,
+    ) -> Option<(T, Positions)> {
+        let task = read(&self.tasks).get(&p).cloned()?;
+        let positions = lock(&task.positions).clone();
+        let stores = read(&task.stores);
+        let stores = stores.as_ref()?;
+        Some((f(stores.get(store)), positions))
+    }
+}

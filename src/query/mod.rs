@@ -1,0 +1,70 @@
+//! Interactive queries: a service asks eosflow's state directly instead of materialising it
+//! again elsewhere (Kafka Streams' interactive queries, with routing and HTTP built in).
+//!
+//! # Reading from the library
+//!
+//! [`crate::start`] runs an instance in the background and returns an [`crate::Instance`];
+//! [`crate::Instance::store`] gives a [`ReadOnlyKeyValueStore`] (`get`, `range`, `prefix`,
+//! `all`) and [`crate::Instance::window_store`] a [`ReadOnlyWindowStore`] (`fetch(key, from,
+//! to)`), over every task open on this instance. A `get` goes to the partition the key lives in
+//! (Kafka's murmur2 partitioner over the inputs' partition count, [`partition_for`]): a key whose
+//! partition another instance owns is [`QueryError::NotLocal`], one restoring here
+//! [`QueryError::Restoring`].
+//!
+//! ```no_run
+//! use eosflow::processor::StoreHandle;
+//! use eosflow::serdes::{I64Serde, StringSerde};
+//! # fn topology() -> eosflow::topology::Topology { unimplemented!() }
+//!
+//! let counts: StoreHandle<String, i64> = StoreHandle::new("counts", StringSerde, I64Serde);
+//! let config = eosflow::Config::load(None)?;
+//! let instance = eosflow::start(&config, topology())?;
+//! let store = instance.store(&counts);
+//! match store.get(&"ann".to_string()) {
+//!     Ok(answer) => println!("ann: {:?} as of {:?}", answer.value, answer.positions),
+//!     Err(e) => println!("not here: {e}"),
+//! }
+//! instance.queries().serve_store(&counts); // GET /stores/counts/keys/ann
+//! let summary = instance.wait()?; // until SIGTERM, like eosflow::run
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! # Consistency
+//!
+//! Reads see **committed** state only: a batch's writes reach the store RocksDB holds only
+//! after its transaction committed, and a query reads RocksDB directly (never the open batch,
+//! never the record cache). Each answer is [`Queried`]: the value, the partitions read and
+//! their **positions** — the next input offset of each (topic, partition) whose records are
+//! all reflected. A client that wrote a record at offset `n` reads its own write once
+//! [`Queried::reached`] says so ("wait until offset ≥ n"). A store is read only while its task
+//! is open here: once the partition is revoked its readers are withdrawn before its stores
+//! close, so a query never sees a store its instance no longer owns.
+//!
+//! # HTTP and routing
+//!
+//! The operations server (`metrics.listen`) answers `/stores/...` for the stores the
+//! application serves ([`QueryService`], module docs of `service` below). Each instance
+//! advertises `processor.application_server` (host:port) on the compacted
+//! `<app.id>-endpoints` topic; the group's current assignment (DescribeGroups, both group
+//! protocols) says which instance owns a partition. A key owned elsewhere is proxied to its
+//! owner (the answer names it in `Eosflow-Owner`); a partition restoring or rebalancing, or an
+//! owner that does not answer, gives `503` with `Retry-After`.
+//!
+//! # Limits
+//!
+//! Standby replicas are not queried (a key's answer always comes from its active owner);
+//! range queries are per instance, as in Kafka Streams: ask each instance (`GET /stores`
+//! lists what it holds).
+
+mod local;
+mod partitioner;
+mod read;
+mod routing;
+mod service;
+
+pub(crate) use local::LocalStores;
+pub use local::Positions;
+pub use partitioner::{murmur2, partition_for};
+pub use read::{Queried, QueryError, ReadOnlyKeyValueStore, ReadOnlyWindowStore};
+pub(crate) use routing::{endpoints_topic, Router};
+pub use service::{HttpAnswer, QueryService, FORWARDED_HEADER, MAX_RANGE_LIMIT};

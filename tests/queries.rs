@@ -1,0 +1,288 @@
+//! Interactive queries against the real broker: two instances of a counting topology, each
+//! serving its `counts` store on its operations port and advertising it as
+//! `processor.application_server`. The whole first workload is produced before either starts
+//! (a backlog); every key must then be answered with its count — computed here from the
+//! workload alone — from *either* instance (the one that does not own the key's partition
+//! proxies to the one that does). Then a second workload is produced and the owner of half the
+//! partitions is `kill -9`ed: queries for its keys answer 503 (owner gone, or rebalancing) and
+//! then the right total from the survivor, and no answer, ever, shows a count that decreases
+//! (a value from a batch that never committed would be undone by the survivor's restore) or
+//! exceeds the workload's. The final answers' positions equal the inputs' end offsets: the
+//! client can tell its writes are in.
+//!
+//! The instances are this test binary re-executed in child mode (`QUERIES_CHILD`).
+
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use eosflow::processor::{ProcessError, StoreHandle};
+use eosflow::serdes::{I64Serde, StringSerde};
+use eosflow::topology::{ProcessorContext, Topology, TypedRecord};
+use rdkafka::producer::{BaseRecord, Producer};
+use support::http::free_addr;
+use support::pipeline::Running;
+
+const CHILD: &str = "QUERIES_CHILD";
+const PARTITIONS: i32 = 4;
+const KEYS: usize = 40;
+
+fn counts() -> StoreHandle<String, i64> {
+    StoreHandle::new("counts", StringSerde, I64Serde)
+}
+
+fn topology(app: &str) -> Topology {
+    let store = counts();
+    let handle = store.clone();
+    let count = move |ctx: &mut ProcessorContext<'_, '_, '_, String, i64>,
+                      r: TypedRecord<String, String>| {
+        let user = r.key.ok_or_else(|| ProcessError::permanent("no user"))?;
+        let mut s = ctx.store(&handle)?;
+        let n = s.get(&user)?.unwrap_or(0) + 1;
+        s.put(&user, &n)?;
+        ctx.forward(TypedRecord::new(Some(user), Some(n)));
+        Ok(())
+    };
+    Topology::builder()
+        .add_source(
+            "clicks",
+            &[&format!("{app}.clicks")],
+            StringSerde,
+            StringSerde,
+        )
+        .add_processor("count", count, &["clicks"])
+        .add_state_store(&store, &["count"])
+        .add_sink(
+            "out",
+            &format!("{app}.counts"),
+            StringSerde,
+            I64Serde,
+            &["count"],
+        )
+        .build()
+        .expect("valid topology")
+}
+
+/// Child mode: `app~instance~host:port`; runs one instance serving `counts` until killed.
+#[test]
+fn child_instance() {
+    let Ok(spec) = std::env::var(CHILD) else {
+        return;
+    };
+    let [app, instance, addr]: [&str; 3] = spec
+        .split('~')
+        .collect::<Vec<_>>()
+        .try_into()
+        .expect("app~instance~addr");
+    let mut config = support::instance_config(app, 20);
+    config.app.instance_id = instance.into();
+    config.metrics.listen = addr.into();
+    config.processor.application_server = addr.into();
+    eosflow::init_logging();
+    let running = eosflow::start(&config, topology(app)).expect("instance starts");
+    running.queries().serve_store(&counts());
+    running.wait().expect("runs until killed");
+}
+
+fn spawn(app: &str, instance: &str, addr: &str) -> Running {
+    support::spawn_child(CHILD, &format!("{app}~{instance}~{addr}"))
+}
+
+fn user(i: usize) -> String {
+    format!("user-{i}")
+}
+
+/// Produces `per_key(i)` clicks for every user and adds them to `expected`.
+fn produce(input: &str, expected: &mut BTreeMap<String, i64>, per_key: impl Fn(usize) -> i64) {
+    let producer = support::test_producer();
+    for i in 0..KEYS {
+        for _ in 0..per_key(i) {
+            support::send_waiting(
+                &producer,
+                BaseRecord::to(input).key(&user(i)).payload("click"),
+            );
+        }
+        *expected.entry(user(i)).or_default() += per_key(i);
+    }
+    producer.flush(Duration::from_secs(30)).expect("flush");
+}
+
+/// One answer: status, the `Eosflow-*` headers (lower-cased names) and the JSON body.
+struct Answer {
+    status: u16,
+    headers: BTreeMap<String, String>,
+    body: serde_json::Value,
+}
+
+fn ask(addr: &str, path: &str) -> Option<Answer> {
+    let mut c = TcpStream::connect_timeout(&addr.parse().ok()?, Duration::from_millis(500)).ok()?;
+    c.set_read_timeout(Some(Duration::from_secs(20))).ok()?;
+    c.write_all(format!("GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").as_bytes())
+        .ok()?;
+    let mut text = String::new();
+    c.read_to_string(&mut text).ok()?;
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    let mut lines = head.lines();
+    let status = lines.next()?.split_whitespace().nth(1)?.parse().ok()?;
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    let body = serde_json::from_str(body).unwrap_or(serde_json::Value::Null);
+    Some(Answer {
+        status,
+        headers,
+        body,
+    })
+}
+
+/// Every count seen per user, checked as it arrives: never down, never above the workload's.
+#[derive(Default)]
+struct Seen {
+    last: BTreeMap<String, i64>,
+    unavailable: usize,
+    proxied_by: BTreeMap<String, usize>,
+}
+
+impl Seen {
+    /// Asks `addr` for `u`'s count; `Some(count)` on a 200 or 404 (0; checked), `None`
+    /// otherwise.
+    fn count(&mut self, addr: &str, u: &str, ceiling: i64) -> Option<(i64, Answer)> {
+        let a = ask(addr, &format!("/stores/counts/keys/{u}"))?;
+        if a.status == 503 {
+            assert!(
+                a.headers.contains_key("retry-after"),
+                "503 without Retry-After: {}",
+                a.body
+            );
+            self.unavailable += 1;
+            return None;
+        }
+        // 404: no count yet (the key's first record is not processed).
+        assert!(
+            a.status == 200 || a.status == 404,
+            "{u} from {addr}: {} {}",
+            a.status,
+            a.body
+        );
+        if a.headers.contains_key("eosflow-owner") {
+            *self.proxied_by.entry(addr.to_string()).or_default() += 1;
+        }
+        let n = a.body["value"].as_i64().unwrap_or(0);
+        let last = self.last.entry(u.to_string()).or_insert(0);
+        assert!(
+            n >= *last,
+            "{u}'s count went from {last} down to {n}: a value that never committed was shown"
+        );
+        assert!(
+            n <= ceiling,
+            "{u}'s count {n} exceeds the workload's {ceiling}"
+        );
+        *last = n;
+        Some((n, a))
+    }
+}
+
+#[test]
+fn every_key_is_answered_from_either_instance_and_a_killed_owner_s_keys_move() {
+    let app = support::unique("queries");
+    let input = format!("{app}.clicks");
+    support::create_topics(&[&input, &format!("{app}.counts")], PARTITIONS);
+    let mut expected = BTreeMap::new();
+    produce(&input, &mut expected, |i| (i % 5) as i64 + 1);
+    let (a_addr, b_addr) = (free_addr(), free_addr());
+    let _a = spawn(&app, "a", &a_addr);
+    let mut b = spawn(&app, "b", &b_addr);
+    let mut seen = Seen::default();
+    let ceiling = |u: &str, e: &BTreeMap<String, i64>| e.get(u).copied().unwrap_or(0) + 2;
+
+    // Phase 1: every key, from both instances, once both hold partitions.
+    let mut owned_by_b = BTreeSet::new();
+    support::wait_for(
+        "every key answered with its count from both instances",
+        Duration::from_secs(120),
+        || {
+            owned_by_b.clear();
+            for addr in [&a_addr, &b_addr] {
+                for (u, want) in &expected {
+                    let (n, a) = seen.count(addr, u, ceiling(u, &expected))?;
+                    if n != *want {
+                        return None;
+                    }
+                    let p = a.body["partition"].as_i64().expect("partition");
+                    let proxied = a.headers.get("eosflow-owner");
+                    if (addr == &a_addr && proxied == Some(&b_addr))
+                        || (addr == &b_addr && proxied.is_none())
+                    {
+                        owned_by_b.insert(p);
+                    }
+                }
+            }
+            (!owned_by_b.is_empty() && owned_by_b.len() < PARTITIONS as usize).then_some(())
+        },
+    );
+    assert!(
+        seen.proxied_by.get(&a_addr).copied().unwrap_or(0) > 0,
+        "a never proxied"
+    );
+    assert!(
+        seen.proxied_by.get(&b_addr).copied().unwrap_or(0) > 0,
+        "b never proxied"
+    );
+
+    // Phase 2: two more clicks per key, and b is killed while they are processed.
+    produce(&input, &mut expected, |_| 2);
+    b.kill().expect("kill -9 b");
+    let _ = b.wait();
+    let before = seen.unavailable;
+    let ends: BTreeMap<i64, i64> = (0..PARTITIONS)
+        .map(|p| {
+            let (_, high) = eosflow::internals::kafka::reader::watermarks(
+                &support::clients(),
+                &input,
+                p,
+                Duration::from_secs(10),
+            )
+            .expect("input watermarks");
+            (i64::from(p), high)
+        })
+        .collect();
+    support::wait_for(
+        "every key answered with its new total by the survivor",
+        Duration::from_secs(120),
+        || {
+            for (u, want) in &expected {
+                let (n, a) = seen.count(&a_addr, u, *want)?;
+                if n != *want {
+                    return None;
+                }
+                assert!(
+                    !a.headers.contains_key("eosflow-owner"),
+                    "a proxied {u} after b died: {}",
+                    a.body
+                );
+                let p = a.body["partition"].as_i64().expect("partition");
+                let next = a.body["positions"]
+                    .as_array()
+                    .and_then(|ps| {
+                        ps.iter()
+                            .find(|x| x["topic"] == input.as_str() && x["partition"] == p)
+                    })
+                    .and_then(|x| x["next_offset"].as_i64());
+                if next != ends.get(&p).copied() {
+                    return None;
+                }
+            }
+            Some(())
+        },
+    );
+    assert!(
+        seen.unavailable > before,
+        "b's keys never answered 503 while b was gone: {} 503s before the kill, {} after",
+        before,
+        seen.unavailable
+    );
+}
