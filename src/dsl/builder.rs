@@ -19,6 +19,10 @@ pub(crate) struct Wiring<'a> {
     pub(crate) name: &'a str,
     pub(crate) parents: Vec<&'a str>,
     pub(crate) names: &'a [String],
+    /// The step is a table read from a topic whose updates a step downstream needs (a
+    /// table-table join): its topic is read by a source named after the table, which forwards
+    /// each upsert and tombstone, instead of being materialized by the runtime.
+    pub(crate) updates: bool,
 }
 
 /// Adds one step's nodes (and stores) to the topology builder.
@@ -37,6 +41,10 @@ struct Graph {
     counter: usize,
     steps: Vec<Step>,
     errors: Vec<String>,
+    /// Steps of tables read from a topic whose updates are needed ([`Wiring::updates`]).
+    updates: Vec<usize>,
+    /// Steps of tables read from a topic that a stream looks rows up in, with what does.
+    lookups: Vec<(usize, String)>,
 }
 
 /// Builds a [`Topology`] from typed streams and tables: Kafka Streams' `StreamsBuilder`.
@@ -234,8 +242,14 @@ impl StreamsBuilder {
             None => TableHandle::new(name.as_str(), topic, keys, values),
         };
         let added = handle.clone();
-        let add: AddFn = Box::new(move |b, _| {
-            b.add_table(&added);
+        let add: AddFn = Box::new(move |b, w| {
+            if w.updates {
+                // Joined with a table: a source forwarding each upsert and tombstone.
+                let (keys, values) = added.store().serde_arcs();
+                b.add_source(w.name, &[added.topic()], keys, values);
+            } else {
+                b.add_table(&added);
+            }
         });
         let id = self.push("", Some(name), Vec::new(), add);
         KTable::new(KStream::new(self, id, false), handle)
@@ -292,7 +306,15 @@ impl StreamsBuilder {
     /// steps (a key-changed stream grouped by key, …) or by the topology builder (a name used
     /// twice, a topic read twice) is reported here, each named.
     pub fn build(self) -> Result<Topology, TopologyError> {
-        let graph = self.graph.into_inner();
+        let mut graph = self.graph.into_inner();
+        for (id, what) in &graph.lookups {
+            if graph.updates.contains(id) {
+                let table = graph.steps.get(*id).map_or("", |s| s.name.as_str());
+                graph.errors.push(format!(
+                    "{what}: table {table} is also joined with a table, so its topic is read as a stream of updates, not materialized as a table a stream can look rows up in (a stream-table join of a table that is also joined with a table is not supported yet)"
+                ));
+            }
+        }
         if !graph.errors.is_empty() {
             return Err(TopologyError::Invalid(graph.errors.join("; ")));
         }
@@ -308,6 +330,7 @@ impl StreamsBuilder {
                     .filter_map(|p| names.get(*p).map(String::as_str))
                     .collect(),
                 names: &names,
+                updates: graph.updates.contains(&id),
             };
             (step.add)(&mut builder, &wiring);
         }
@@ -351,6 +374,22 @@ impl StreamsBuilder {
             .get(id)
             .map(|s| s.name.clone())
             .unwrap_or_default()
+    }
+
+    /// Step `id` (a table read from a topic) is read as a stream of updates: a table-table
+    /// join needs each of its upserts and tombstones.
+    pub(crate) fn read_as_updates(&self, id: usize) {
+        let mut graph = self.graph.borrow_mut();
+        if !graph.updates.contains(&id) {
+            graph.updates.push(id);
+        }
+    }
+
+    /// Step `id` (a table read from a topic) is looked up by `what` (a stream-table join),
+    /// which needs it materialized: reported by [`StreamsBuilder::build`] if it is also read
+    /// as a stream of updates.
+    pub(crate) fn table_lookup(&self, id: usize, what: String) {
+        self.graph.borrow_mut().lookups.push((id, what));
     }
 
     /// Records a mistake, reported by [`StreamsBuilder::build`].

@@ -1,13 +1,18 @@
 //! Joins of a [`KStream`]: with a table read from a topic (by key, co-partitioned), with a
-//! global table (by any key the record maps to) and with another stream (within windows).
+//! global table (by any key the record maps to) and with another stream (within windows); and
+//! joins of a [`KTable`] with another table (by key, co-partitioned), into a table.
 
-use super::builder::AddFn;
-use super::options::StreamJoined;
+use std::sync::Arc;
+
+use super::builder::{AddFn, StreamsBuilder};
+use super::options::{Materialized, StreamJoined};
 use super::stream::KStream;
 use super::table::{GlobalKTable, KTable};
 use super::Data;
+use crate::processor::StoreHandle;
+use crate::serdes::Serde;
 use crate::topology::windows::WindowStoreHandle;
-use crate::topology::{JoinWindows, StreamJoin, TableHandle};
+use crate::topology::{JoinWindows, StreamJoin, TableHandle, TableJoin};
 
 impl<'b, K: Data, V: Data> KStream<'b, K, V> {
     /// Records a mistake when this stream's records are not partitioned by their key (it
@@ -73,6 +78,10 @@ impl<'b, K: Data, V: Data> KStream<'b, K, V> {
             table.name()
         ));
         self.check_same_builder(table.stream.builder, "join_table");
+        self.builder.table_lookup(
+            table.stream.id,
+            format!("join_table of {} with table {}", self.name(), table.name()),
+        );
         let handle = table.store().clone();
         let add: AddFn = Box::new(move |b, w| {
             b.add_stream_table_join(
@@ -100,6 +109,14 @@ impl<'b, K: Data, V: Data> KStream<'b, K, V> {
             table.name()
         ));
         self.check_same_builder(table.stream.builder, "left_join_table");
+        self.builder.table_lookup(
+            table.stream.id,
+            format!(
+                "left_join_table of {} with table {}",
+                self.name(),
+                table.name()
+            ),
+        );
         let handle = table.store().clone();
         let add: AddFn = Box::new(move |b, w| {
             b.add_stream_table_left_join(
@@ -335,5 +352,220 @@ impl<'b, K: Data, V: Data> KStream<'b, K, V> {
             .builder
             .push(prefix, None, vec![self.id, other.id], add);
         KStream::new(self.builder, id, false)
+    }
+}
+
+/// A table another table can be joined with by key ([`KTable::join`], [`KTable::left_join`],
+/// [`KTable::outer_join`]): the result of an aggregation or of a table operation
+/// ([`StoreHandle`]), or a table read from a topic ([`TableHandle`]). Windowed tables are
+/// not: their keys are windows. Sealed: implemented by those two only.
+pub trait JoinableTable<K, V>: sealed::Sealed {
+    /// The serdes of the table's keys and rows: the join keeps a copy of each row in a
+    /// changelogged store of its own, written with them.
+    #[doc(hidden)]
+    fn row_serdes(&self) -> (Arc<dyn Serde<K>>, Arc<dyn Serde<V>>);
+
+    /// Makes step `step` (this table) forward its updates to the join `what`, or records
+    /// why it cannot.
+    #[doc(hidden)]
+    fn prepare_join(&self, builder: &StreamsBuilder, step: usize, what: &str);
+}
+
+mod sealed {
+    /// Keeps [`super::JoinableTable`] to the DSL's own table stores.
+    pub trait Sealed {}
+    impl<K, V> Sealed for crate::processor::StoreHandle<K, V> {}
+    impl<K, V> Sealed for crate::topology::TableHandle<K, V> {}
+}
+
+/// An aggregation's or a table operation's result: its node forwards every update already.
+impl<K, V> JoinableTable<K, V> for StoreHandle<K, V> {
+    fn row_serdes(&self) -> (Arc<dyn Serde<K>>, Arc<dyn Serde<V>>) {
+        self.serde_arcs()
+    }
+
+    fn prepare_join(&self, _: &StreamsBuilder, _: usize, _: &str) {}
+}
+
+/// A table read from a topic: joined with a table, its topic is read by a source that
+/// forwards each upsert and tombstone (see [`KTable::join`]).
+impl<K, V> JoinableTable<K, V> for TableHandle<K, V> {
+    fn row_serdes(&self) -> (Arc<dyn Serde<K>>, Arc<dyn Serde<V>>) {
+        self.store().serde_arcs()
+    }
+
+    fn prepare_join(&self, builder: &StreamsBuilder, step: usize, what: &str) {
+        if self.history().is_some() {
+            builder.error(format!(
+                "{what}: table {} is versioned, and a table-table join keeps latest rows only (not supported yet: read its topic with builder.table)",
+                self.name()
+            ));
+        }
+        builder.read_as_updates(step);
+    }
+}
+
+impl<'b, K: Data, V: Data, S: JoinableTable<K, V>> KTable<'b, K, V, S> {
+    /// This table joined with `other` by key (Kafka Streams' `KTable.join(KTable, joiner,
+    /// Materialized)`): a table with a row `joiner(row, other_row)` for each key both tables
+    /// have, kept in the store `materialized` names and forwarded on every change
+    /// ([`KTable::to_stream`]). An update of either table recomputes its key's row; when the
+    /// key leaves either table its row is deleted and a tombstone forwarded. See
+    /// [`crate::topology::table_joins`] for timestamps, causes and what is emitted.
+    ///
+    /// Either table may be an aggregation's (or a `filter`'s, a `map_values`') or a topic's
+    /// ([`super::StreamsBuilder::table`]). Joined with a table, a topic's table is read by a
+    /// source that forwards each upsert and tombstone (so a record its serdes cannot read goes
+    /// to the topic's DLT), its rows kept by the join; it is then no longer materialized as a
+    /// table a stream looks rows up in: a [`KStream::join_table`] of it fails at
+    /// [`super::StreamsBuilder::build`], and in the test driver its rows are piped as records
+    /// (`pipe`, `pipe_input`), not with `pipe_table`. Both tables must be co-partitioned
+    /// (keyed alike, the same partition count: the runtime checks it at start), and neither
+    /// re-keyed since it was partitioned.
+    ///
+    /// The join keeps each table's rows in stores of its own, `<name>-left-rows` and
+    /// `<name>-right-rows` beside the result's `<name>`, each with its changelog.
+    ///
+    /// ```
+    /// use eosflow::dsl::{Consumed, Materialized, Produced, StreamsBuilder};
+    /// use eosflow::serdes::{I64Serde, StringSerde};
+    /// use eosflow::testing::TopologyTestDriver;
+    ///
+    /// // Each customer's order count beside the name from the compacted `customers` topic.
+    /// let builder = StreamsBuilder::new();
+    /// let names = builder.table("customers", Consumed::with(StringSerde, StringSerde));
+    /// let orders = builder
+    ///     .stream("orders", Consumed::with(StringSerde, StringSerde))
+    ///     .group_by_key()
+    ///     .count(Materialized::with(StringSerde, I64Serde).named("order-counts"));
+    /// let summary = names.join(
+    ///     &orders,
+    ///     |name, n| format!("{name}: {n} orders"),
+    ///     Materialized::with(StringSerde, StringSerde).named("summaries"),
+    /// );
+    /// summary.to_stream().to("summaries", Produced::with(StringSerde, StringSerde));
+    /// let store = summary.store().clone();
+    ///
+    /// let mut driver = TopologyTestDriver::new(builder.build()?)?;
+    /// let (c1, s) = ("c1".to_string(), |v: &str| v.to_string());
+    /// driver.pipe_input("orders", &StringSerde, &StringSerde, &c1, &s("o-1"))?; // no name yet
+    /// driver.pipe_input("customers", &StringSerde, &StringSerde, &c1, &s("Ann"))?;
+    /// driver.pipe_input("orders", &StringSerde, &StringSerde, &c1, &s("o-2"))?;
+    /// driver.pipe(eosflow::testing::TestRecord::new("customers", Some("c1"), None::<&str>))?;
+    /// let out = driver.read_output("summaries", &StringSerde, &StringSerde)?;
+    /// assert_eq!(
+    ///     out,
+    ///     vec![
+    ///         (Some(c1.clone()), Some(s("Ann: 1 orders"))),
+    ///         (Some(c1.clone()), Some(s("Ann: 2 orders"))),
+    ///         (Some(c1.clone()), None), // the customer deleted: the row goes
+    ///     ]
+    /// );
+    /// assert_eq!(driver.store_get(&store, &c1)?, None);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn join<V2: Data, S2: JoinableTable<K, V2>, R: Data>(
+        &self,
+        other: &KTable<'b, K, V2, S2>,
+        joiner: impl Fn(&V, &V2) -> R + Send + Sync + 'static,
+        materialized: Materialized<K, R>,
+    ) -> KTable<'b, K, R> {
+        self.table_join(
+            "KTABLE-JOIN-",
+            "join",
+            other,
+            materialized,
+            move |l, r, out| {
+                TableJoin::inner(l, r, out, move |_: &K, v: &V, o: &V2| Some(joiner(v, o)))
+            },
+        )
+    }
+
+    /// This table left-joined with `other` by key (Kafka Streams' `KTable.leftJoin`): a row
+    /// `joiner(row, other_row)` for each key of this table, with `None` while `other` lacks
+    /// the key; deleted (a tombstone forwarded) when the key leaves this table. Otherwise as
+    /// [`KTable::join`].
+    pub fn left_join<V2: Data, S2: JoinableTable<K, V2>, R: Data>(
+        &self,
+        other: &KTable<'b, K, V2, S2>,
+        joiner: impl Fn(&V, Option<&V2>) -> R + Send + Sync + 'static,
+        materialized: Materialized<K, R>,
+    ) -> KTable<'b, K, R> {
+        self.table_join(
+            "KTABLE-LEFTJOIN-",
+            "left_join",
+            other,
+            materialized,
+            move |l, r, out| {
+                TableJoin::left(l, r, out, move |_: &K, v: &V, o: Option<&V2>| {
+                    Some(joiner(v, o))
+                })
+            },
+        )
+    }
+
+    /// This table outer-joined with `other` by key (Kafka Streams' `KTable.outerJoin`): a row
+    /// `joiner(row, other_row)` for each key of either table, with `None` for the table that
+    /// lacks it; deleted (a tombstone forwarded) when the key has left both. Otherwise as
+    /// [`KTable::join`].
+    pub fn outer_join<V2: Data, S2: JoinableTable<K, V2>, R: Data>(
+        &self,
+        other: &KTable<'b, K, V2, S2>,
+        joiner: impl Fn(Option<&V>, Option<&V2>) -> R + Send + Sync + 'static,
+        materialized: Materialized<K, R>,
+    ) -> KTable<'b, K, R> {
+        self.table_join(
+            "KTABLE-OUTERJOIN-",
+            "outer_join",
+            other,
+            materialized,
+            move |l, r, out| {
+                TableJoin::outer(l, r, out, move |_: &K, v: Option<&V>, o: Option<&V2>| {
+                    Some(joiner(v, o))
+                })
+            },
+        )
+    }
+
+    /// One table-table join step: its nodes (`<name>-left`, `<name>-right`, `<name>`) and its
+    /// three stores, named after the result's store.
+    fn table_join<V2: Data, S2: JoinableTable<K, V2>, R: Data>(
+        &self,
+        prefix: &str,
+        what: &str,
+        other: &KTable<'b, K, V2, S2>,
+        materialized: Materialized<K, R>,
+        make: impl FnOnce(
+            StoreHandle<K, V>,
+            StoreHandle<K, V2>,
+            StoreHandle<K, R>,
+        ) -> TableJoin<K, V, V2, R>,
+    ) -> KTable<'b, K, R> {
+        let join = format!(
+            "{what} of table {} with table {}",
+            self.name(),
+            other.name()
+        );
+        self.stream.check_partitioned(&join);
+        other.stream.check_partitioned(&join);
+        self.stream.check_same_builder(other.stream.builder, what);
+        let builder = self.stream.builder;
+        self.store.prepare_join(builder, self.stream.id, &join);
+        other.store.prepare_join(builder, other.stream.id, &join);
+        let Materialized { keys, values, name } = materialized;
+        let name = name.unwrap_or_else(|| builder.next_name(&format!("{prefix}STATE-STORE-")));
+        let result = StoreHandle::new(name.as_str(), keys, values);
+        let (left_keys, left_rows) = self.store.row_serdes();
+        let (right_keys, right_rows) = other.store.row_serdes();
+        let left = StoreHandle::new(format!("{name}-left-rows"), left_keys, left_rows);
+        let right = StoreHandle::new(format!("{name}-right-rows"), right_keys, right_rows);
+        let joined = make(left, right, result.clone());
+        let add: AddFn = Box::new(move |b, w| {
+            let left = w.parents.first().copied().unwrap_or_default();
+            let right = w.parents.get(1).copied().unwrap_or(left);
+            b.add_table_table_join(w.name, joined, &[left], &[right]);
+        });
+        let id = builder.push(prefix, None, vec![self.stream.id, other.stream.id], add);
+        KTable::new(KStream::new(builder, id, false), result)
     }
 }

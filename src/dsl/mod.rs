@@ -136,6 +136,7 @@ mod tests;
 
 pub use builder::StreamsBuilder;
 pub use group::{KGroupedStream, SessionWindowedKStream, TimeWindowedKStream};
+pub use join::JoinableTable;
 pub use options::{Consumed, Grouped, Materialized, Produced, StreamJoined};
 pub use process::{ProcessorContext, Stores, StreamProcessor};
 pub use stream::{BranchedKStream, KStream};

@@ -229,7 +229,7 @@ where
     R: Clone + Send + 'static,
 {
     /// The two side nodes: the left one, then the right one.
-    pub(crate) fn into_nodes(self) -> (TableSide<K, V1, V2, R>, TableSide<K, V2, V1, R>) {
+    pub(crate) fn into_nodes(self) -> SideNodes<K, V1, V2, R> {
         let left_rows = stamped_handle(&self.left);
         let right_rows = stamped_handle(&self.right);
         let j = self.joiner.clone();
@@ -346,6 +346,9 @@ where
     });
     Ok(())
 }
+
+/// The left and the right node of a table-table join.
+pub(crate) type SideNodes<K, V1, V2, R> = (TableSide<K, V1, V2, R>, TableSide<K, V2, V1, R>);
 
 type SideJoiner<K, This, Other, R> =
     Box<dyn Fn(&K, Option<&This>, Option<&Other>) -> Option<R> + Send>;

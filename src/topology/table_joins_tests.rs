@@ -17,6 +17,8 @@ const OUT: &str = "profiles";
 
 type Driver = TopologyTestDriver<Topology>;
 type Join = TableJoin<String, String, String, String>;
+/// A change of the result table: a key and its new row, `None` when it was deleted.
+type Change = (String, Option<String>);
 
 fn result_store() -> StoreHandle<String, String> {
     StoreHandle::new("profiles", StringSerde, StringSerde)
@@ -291,7 +293,7 @@ impl Lcg {
 fn model(
     kind: JoinKind,
     updates: &[(bool, String, Option<String>)],
-) -> (Vec<(String, Option<String>)>, BTreeMap<String, String>) {
+) -> (Vec<Change>, BTreeMap<String, String>) {
     let (mut left, mut right) = (BTreeMap::new(), BTreeMap::new());
     let mut results: BTreeMap<String, String> = BTreeMap::new();
     let mut out = Vec::new();
@@ -374,7 +376,8 @@ fn kill_9_at_every_batch_boundary_gives_the_crash_free_results_and_table() {
     for kind in [JoinKind::Inner, JoinKind::Left, JoinKind::Outer] {
         let mut crash_test = TopologyTestDriver::with_crashes(7, move || {
             Ok::<_, std::convert::Infallible>(topology(kind))
-        });
+        })
+        .max_crashes(24);
         for (i, (is_left, key, value)) in workload(11, 40).into_iter().enumerate() {
             let topic = if is_left { LEFT } else { RIGHT };
             crash_test.pipe(
@@ -422,4 +425,183 @@ fn the_builder_refuses_shared_stores_and_changelogs_all_three() {
     );
     // Both sides and the join are one sub-topology: one task per partition, aligned.
     assert_eq!(t.sub_topologies().len(), 1);
+}
+
+mod dsl {
+    //! The same joins written with the DSL: tables from aggregations, from `filter` and from
+    //! compacted topics, joined into a table whose change stream a sink reads.
+
+    use crate::dsl::{Consumed, Materialized, Produced, StreamsBuilder};
+    use crate::serdes::{I64Serde, StringSerde};
+    use crate::testing::{TestRecord, TopologyTestDriver};
+
+    fn s(v: &str) -> String {
+        v.to_string()
+    }
+
+    type Changes = Vec<(Option<String>, Option<String>)>;
+
+    fn set(k: &str, v: &str) -> (Option<String>, Option<String>) {
+        (Some(s(k)), Some(s(v)))
+    }
+
+    fn gone(k: &str) -> (Option<String>, Option<String>) {
+        (Some(s(k)), None)
+    }
+
+    #[test]
+    fn two_topic_tables_outer_joined_forward_every_change_and_keep_the_final_table() {
+        let builder = StreamsBuilder::new();
+        let users = builder.table("users", Consumed::with(StringSerde, StringSerde));
+        let addresses = builder.table("addresses", Consumed::with(StringSerde, StringSerde));
+        let profiles = users.outer_join(
+            &addresses,
+            |name, city| {
+                let or = |v: Option<&String>| v.cloned().unwrap_or_else(|| s("?"));
+                format!("{}@{}", or(name), or(city))
+            },
+            Materialized::with(StringSerde, StringSerde).named("profiles"),
+        );
+        profiles
+            .to_stream()
+            .to("profiles", Produced::with(StringSerde, StringSerde));
+        let store = profiles.store().clone();
+        let topology = builder.build().expect("valid");
+        // Joined with a table, each topic is read by a source, not materialized by the runtime.
+        assert!(topology.table_topics().is_empty());
+        assert_eq!(topology.source_topics(), ["users", "addresses"]);
+        assert_eq!(
+            topology.changelog_topics("app"),
+            [
+                "app-state-changelog",
+                "app-profiles-left-rows-changelog",
+                "app-profiles-right-rows-changelog",
+                "app-profiles-changelog"
+            ]
+        );
+
+        let mut d = TopologyTestDriver::new(topology).expect("driver");
+        let put = |d: &mut TopologyTestDriver<_>, topic: &str, k: &str, v: Option<&str>| {
+            d.pipe(TestRecord::new(topic, Some(k), v)).expect("pipe");
+        };
+        put(&mut d, "users", "u1", Some("ann"));
+        put(&mut d, "addresses", "u2", Some("rome"));
+        put(&mut d, "addresses", "u1", Some("paris"));
+        put(&mut d, "users", "u1", None);
+        put(&mut d, "addresses", "u1", None);
+        put(&mut d, "addresses", "u3", None); // never there: nothing
+        let out = d
+            .read_output("profiles", &StringSerde, &StringSerde)
+            .expect("read");
+        let expected: Changes = vec![
+            set("u1", "ann@?"),
+            set("u2", "?@rome"),
+            set("u1", "ann@paris"),
+            set("u1", "?@paris"),
+            gone("u1"),
+        ];
+        assert_eq!(out, expected);
+        assert_eq!(
+            d.store_entries(&store).expect("store"),
+            vec![(s("u2"), s("?@rome"))]
+        );
+    }
+
+    #[test]
+    fn an_aggregation_left_joined_with_a_filtered_table_follows_both() {
+        let builder = StreamsBuilder::new();
+        let totals = builder
+            .stream("payments", Consumed::with(StringSerde, I64Serde))
+            .group_by_key()
+            .reduce(
+                |a, b| a + b,
+                Materialized::with(StringSerde, I64Serde).named("totals"),
+            );
+        let vip = builder
+            .stream("tiers", Consumed::with(StringSerde, StringSerde))
+            .group_by_key()
+            .reduce(
+                |_, latest| latest.clone(),
+                Materialized::with(StringSerde, StringSerde).named("tiers"),
+            )
+            .filter(
+                |_, tier| tier == "vip",
+                Materialized::with(StringSerde, StringSerde).named("vip"),
+            );
+        let labelled = totals.left_join(
+            &vip,
+            |total, tier| format!("{total}{}", if tier.is_some() { " (vip)" } else { "" }),
+            Materialized::with(StringSerde, StringSerde).named("labelled"),
+        );
+        labelled
+            .to_stream()
+            .to("labelled", Produced::with(StringSerde, StringSerde));
+        let store = labelled.store().clone();
+        let mut d = TopologyTestDriver::new(builder.build().expect("valid")).expect("driver");
+        let ann = s("ann");
+        d.pipe_input("payments", &StringSerde, &I64Serde, &ann, &10)
+            .expect("pipe");
+        d.pipe_input("tiers", &StringSerde, &StringSerde, &ann, &s("vip"))
+            .expect("pipe");
+        d.pipe_input("payments", &StringSerde, &I64Serde, &ann, &5)
+            .expect("pipe");
+        // No longer vip: the filtered table forwards a tombstone, the join drops the label.
+        d.pipe_input("tiers", &StringSerde, &StringSerde, &ann, &s("basic"))
+            .expect("pipe");
+        d.pipe_input("tiers", &StringSerde, &StringSerde, &s("bob"), &s("vip"))
+            .expect("pipe"); // no total for bob: nothing in a left join
+        let out = d
+            .read_output("labelled", &StringSerde, &StringSerde)
+            .expect("read");
+        let expected: Changes = vec![
+            set("ann", "10"),
+            set("ann", "10 (vip)"),
+            set("ann", "15 (vip)"),
+            set("ann", "15"),
+        ];
+        assert_eq!(out, expected);
+        assert_eq!(
+            d.store_entries(&store).expect("store"),
+            vec![(s("ann"), s("15"))]
+        );
+    }
+
+    #[test]
+    fn the_builder_refuses_a_stream_lookup_of_a_joined_topic_table_and_a_versioned_one() {
+        let builder = StreamsBuilder::new();
+        let users = builder.table("users", Consumed::with(StringSerde, StringSerde));
+        let other = builder.table("addresses", Consumed::with(StringSerde, StringSerde));
+        builder
+            .stream("views", Consumed::with(StringSerde, StringSerde))
+            .join_table(&users, |v, n| format!("{v}{n}"))
+            .to("out", Produced::with(StringSerde, StringSerde));
+        users.join(
+            &other,
+            |a, b| format!("{a}{b}"),
+            Materialized::with(StringSerde, StringSerde),
+        );
+        let err = builder
+            .build()
+            .expect_err("a looked-up table read as updates");
+        assert!(
+            err.to_string()
+                .contains("table users is also joined with a table"),
+            "{err}"
+        );
+
+        let builder = StreamsBuilder::new();
+        let prices = builder.versioned_table(
+            "prices",
+            Consumed::with(StringSerde, StringSerde),
+            std::time::Duration::from_secs(60),
+        );
+        let other = builder.table("items", Consumed::with(StringSerde, StringSerde));
+        prices.join(
+            &other,
+            |a, b| format!("{a}{b}"),
+            Materialized::with(StringSerde, StringSerde),
+        );
+        let err = builder.build().expect_err("versioned");
+        assert!(err.to_string().contains("prices is versioned"), "{err}");
+    }
 }
