@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Instant;
 
 use super::runtime::{RunSummary, RuntimeOptions};
-use super::stores::StoreView;
+use super::stores::{ExpiryClocks, StoreView};
 use super::timers::{self, Lane, TimerKind};
 use crate::record::{Emit, ProcessError};
 use crate::retry::dlt::DltClass;
@@ -67,6 +67,11 @@ pub(crate) struct Task {
     pub(crate) draining: BTreeSet<Vec<u8>>,
     /// The processor's named stores of this partition, in [`super::Application::stores`] order.
     pub(crate) named: Vec<NamedStore>,
+    /// Per named store (same order): where its expiry index's next due entries are (see
+    /// [`super::expiry`]).
+    pub(crate) expiry: Vec<StoreExpiry>,
+    /// Entries expired in the open batch, against [`super::expiry::MAX_EXPIRED_PER_BATCH`].
+    pub(crate) expired_in_batch: usize,
     /// Per sub-topology: its task's clocks (stream time, timers, upstream watermarks).
     pub(crate) clocks: Vec<TaskClock>,
     /// How many partitions the tasks writing to this partition's repartition topics have
@@ -74,6 +79,19 @@ pub(crate) struct Task {
     /// of all of them as its own. `None` (the test driver, which pipes every repartition
     /// record back at once): a record's own event time moves it, as for any input.
     pub(crate) upstream_partitions: Option<usize>,
+}
+
+/// The expiry index of one named store of a partition (entries of stores with a TTL, see
+/// [`super::StoreHandle::with_ttl`]), as the open batch sees it.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct StoreExpiry {
+    /// The committed store holds expiry entries, or the open batch wrote some: without, the
+    /// store is never swept and writes through handles without a TTL read no index.
+    pub(crate) indexed: bool,
+    /// Per sub-topology, per clock ([`TimerKind::index`]): no entry due before this is
+    /// pending, so a sweep starts here and "is anything due" is one compare. Exact after each
+    /// commit, like [`TaskClock::scan_from`].
+    pub(crate) scan_from: Vec<[i64; 2]>,
 }
 
 /// The clocks of one task (one sub-topology on one partition number).
@@ -261,6 +279,13 @@ impl Task {
                 upstream,
             });
         }
+        let mut expiry = Vec::with_capacity(named.len());
+        for n in &named {
+            expiry.push(StoreExpiry {
+                indexed: !n.table && !n.store.is_empty(crate::state::Column::TimerIndex)?,
+                scan_from: vec![[i64::MIN; 2]; clocks.len()],
+            });
+        }
         let mut task = Self {
             partition,
             store_has_parked: !store.is_empty(crate::state::Column::Parked)?,
@@ -269,11 +294,48 @@ impl Task {
             overlay: Overlay::default(),
             last_purge: Instant::now(),
             named,
+            expiry,
+            expired_in_batch: 0,
             clocks,
             upstream_partitions: None,
         };
         task.refresh_timers()?;
+        for i in 0..task.named.len() {
+            task.refresh_expiry(i)?;
+        }
         Ok(task)
+    }
+
+    /// Sets named store `i`'s expiry scan starts to its next due entries (one seek per lane
+    /// of a store with an index; none for a store without).
+    pub(crate) fn refresh_expiry(&mut self, i: usize) -> Result<(), crate::state::StateError> {
+        let (Some(n), Some(e)) = (self.named.get(i), self.expiry.get_mut(i)) else {
+            return Ok(());
+        };
+        for (sub, from) in e.scan_from.iter_mut().enumerate() {
+            for kind in TimerKind::ALL {
+                let slot = &mut from[kind.index()];
+                if !e.indexed {
+                    *slot = i64::MAX;
+                    continue;
+                }
+                let lane = Lane::new(kind, sub);
+                let bounds = timers::due_bounds(lane, timers::from_due(lane, *slot), i64::MAX);
+                *slot = timers::first(&n.overlay, &n.store, &bounds)?
+                    .map_or(i64::MAX, |(_, t)| t.due_ms);
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether an entry of a named store's expiry index is due: a wall-clock one at `now`, an
+    /// event-time one at its task's stream time.
+    pub(crate) fn expiry_due(&self, now: i64) -> bool {
+        self.expiry.iter().filter(|e| e.indexed).any(|e| {
+            e.scan_from.iter().enumerate().any(|(sub, [event, wall])| {
+                *wall <= now || self.stream_time(sub).is_some_and(|s| *event <= s)
+            })
+        })
     }
 
     /// The stream time of sub-topology `sub`'s task, as the open batch sees it.
@@ -375,10 +437,17 @@ impl Task {
         let views = self
             .named
             .iter()
-            .map(|n| {
+            .zip(&self.expiry)
+            .map(|(n, e)| {
                 StoreView::new(&n.name, &n.store, &n.overlay)
                     .read_only(n.table)
                     .versioned(n.history_ms)
+                    .expiring(ExpiryClocks {
+                        sub,
+                        stream_time_ms: self.stream_time(sub),
+                        wall_clock_ms: now,
+                        indexed: e.indexed,
+                    })
             })
             .collect();
         let mut ctx = super::Context::new(&self.store, &self.overlay, id)
@@ -400,7 +469,17 @@ impl Task {
     pub(crate) fn absorb(&mut self, sub: usize, writes: Overlay, named: Vec<Overlay>) {
         self.note_scheduled(sub, &writes);
         self.overlay.absorb(writes);
-        for (n, w) in self.named.iter_mut().zip(named) {
+        for ((n, e), w) in self.named.iter_mut().zip(&mut self.expiry).zip(named) {
+            if w.column(crate::state::Column::TimerIndex).next().is_some() {
+                e.indexed = true;
+                if let Some(from) = e.scan_from.get_mut(sub) {
+                    for kind in TimerKind::ALL {
+                        if let Some(at) = timers::earliest_scheduled(&w, Lane::new(kind, sub)) {
+                            from[kind.index()] = from[kind.index()].min(at);
+                        }
+                    }
+                }
+            }
             n.overlay.absorb(w);
         }
     }
@@ -411,7 +490,7 @@ impl Task {
         self.clocks.iter().any(|c| {
             let [event, wall] = c.scan_from;
             wall <= now || c.stream_time.is_some_and(|s| event <= s)
-        })
+        }) || self.expiry_due(now)
     }
 }
 
@@ -423,10 +502,26 @@ impl Task {
         &mut self,
         next: impl Fn(usize) -> Option<i64>,
     ) -> Result<(), crate::state::StateError> {
-        for (i, n) in self.named.iter_mut().enumerate() {
+        self.expired_in_batch = 0;
+        for i in 0..self.named.len() {
+            let Some(n) = self.named.get_mut(i) else {
+                continue;
+            };
             if !n.overlay.is_empty() {
+                let reindexed = n
+                    .overlay
+                    .column(crate::state::Column::TimerIndex)
+                    .next()
+                    .is_some();
                 n.store.apply(&n.overlay, next(i + 1))?;
                 n.overlay.clear();
+                if reindexed {
+                    let indexed = !n.store.is_empty(crate::state::Column::TimerIndex)?;
+                    if let Some(e) = self.expiry.get_mut(i) {
+                        e.indexed = indexed;
+                    }
+                    self.refresh_expiry(i)?;
+                }
             }
         }
         if self.overlay.is_empty() {
@@ -453,6 +548,10 @@ impl Task {
     /// to the committed one; the timers' scan starts go back to the queues' heads (the next
     /// batch finds what is due from there).
     pub(crate) fn drop_batch(&mut self) {
+        self.expired_in_batch = 0;
+        for e in &mut self.expiry {
+            e.scan_from.iter_mut().for_each(|f| *f = [i64::MIN; 2]);
+        }
         for c in &mut self.clocks {
             c.stream_time = c.committed_stream_time;
             c.upstream.clone_from(&c.committed_upstream);

@@ -114,11 +114,16 @@ impl<P: Application, O: Output> Engine<'_, P, O> {
             let left = budget.saturating_sub(fired);
             fired += self.fire_timers(partition, lane, stream, left, now)?;
         }
+        // Store entries whose event-time TTL the stream times reached (see `expiry`).
+        let left = budget.saturating_sub(fired);
+        fired += self.expire(partition, TimerKind::EventTime, left, now)?;
         Ok(fired)
     }
 
     /// Fires every partition's timers due at the start of a batch — wall-clock ones due at
-    /// `now`, and event-time ones an earlier batch's limit left — at most `budget` in all.
+    /// `now`, and event-time ones an earlier batch's limit left — at most `budget` in all,
+    /// and expires the store entries due by the same clocks (`expiry`), counted in the same
+    /// budget.
     pub(crate) fn fire_due(&mut self, budget: usize, now: i64) -> Result<usize, SinkError> {
         let due: Vec<(i32, usize)> = self
             .tasks
@@ -134,6 +139,8 @@ impl<P: Application, O: Output> Engine<'_, P, O> {
                 let lane = Lane::new(TimerKind::WallClock, sub);
                 fired += self.fire_timers(p, lane, now, left, now)?;
             }
+            let left = budget.saturating_sub(fired);
+            fired += self.expire(p, TimerKind::WallClock, left, now)?;
         }
         Ok(fired)
     }

@@ -19,21 +19,91 @@
 //! let totals: StoreHandle<String, i64> = StoreHandle::new("totals", StringSerde, I64Serde);
 //! assert_eq!(totals.name(), "totals");
 //! ```
+//!
+//! A handle may carry a time to live ([`StoreHandle::with_ttl`], docs/ttl.md): each write
+//! through it (re)schedules the key's expiry in an *expiry index* kept in the store's own
+//! timer columns — the durable timers' queue layout (`processor::timers`), one lane per clock
+//! and sub-topology, name empty, the store key as the timer key — written through the same
+//! overlays and sent to the store's own changelog, so a restored store and a standby hold the
+//! same index as the active one. The runtime sweeps what is due (`processor::expiry`) and
+//! deletes each expired key with a tombstone in the batch's transaction.
 
 use std::ops::{Bound, RangeBounds};
 use std::sync::Arc;
+use std::time::Duration;
 
+use super::timers::{self, Lane, Layers, Timer, TimerKind};
 use crate::record::ProcessError;
 use crate::serdes::Serde;
 use crate::state::merge::{prefix_bounds, KeyBounds, Layer, Merged};
 use crate::state::versioned::Lookup;
 use crate::state::{Column, Overlay, StateError, Store};
 
+/// Which clock a store's time to live counts in ([`StoreHandle::with_ttl`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TtlClock {
+    /// The stream time of the task that wrote the key (the largest event time it has seen):
+    /// an entry expires once stream time passes its last write's stream time plus the TTL.
+    /// Replays, backlogs and restarts expire exactly what the event times say; a partition
+    /// that receives nothing does not move, so nothing of it expires.
+    EventTime,
+    /// The runtime's wall clock (the test driver's, in tests): an entry expires the TTL after
+    /// its last write was processed, also on a partition that receives nothing — the runtime
+    /// checks once per commit interval, like a wall-clock timer.
+    WallClock,
+}
+
+impl TtlClock {
+    /// The timer lane kind the expiry index uses for this clock.
+    pub(crate) fn kind(self) -> TimerKind {
+        match self {
+            Self::EventTime => TimerKind::EventTime,
+            Self::WallClock => TimerKind::WallClock,
+        }
+    }
+}
+
+/// The longest TTL a store accepts: a century. Longer is almost surely a unit mistake, and a
+/// store that must keep its keys needs no TTL at all.
+pub const MAX_TTL: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
+/// Why [`StoreHandle::with_ttl`] refused a TTL: caught when the handle is built, naming the
+/// store, rather than as a failing record later.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TtlError {
+    /// Shorter than one millisecond (the clocks' unit): every write would expire at once.
+    #[error("store {store}: a TTL shorter than one millisecond would expire every write at once; leave the TTL out to keep the store's entries")]
+    TooShort {
+        /// The store.
+        store: String,
+    },
+    /// Longer than [`MAX_TTL`].
+    #[error("store {store}: a TTL of {ttl_ms} ms is longer than the longest supported ({max_ms} ms, a century); leave the TTL out to keep the store's entries")]
+    TooLong {
+        /// The store.
+        store: String,
+        /// The TTL asked for, in milliseconds.
+        ttl_ms: u128,
+        /// [`MAX_TTL`] in milliseconds.
+        max_ms: u128,
+    },
+}
+
+/// A store's time to live, as its handle carries it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Ttl {
+    /// Milliseconds, 1 ..= [`MAX_TTL`].
+    pub(crate) ms: i64,
+    /// The clock it counts in.
+    pub(crate) clock: TtlClock,
+}
+
 /// The name and serdes of one named store: what a handler opens it with. Cheap to clone.
 pub struct StoreHandle<K, V> {
     name: Arc<str>,
     keys: Arc<dyn Serde<K>>,
     values: Arc<dyn Serde<V>>,
+    ttl: Option<Ttl>,
 }
 
 impl<K, V> Clone for StoreHandle<K, V> {
@@ -42,6 +112,7 @@ impl<K, V> Clone for StoreHandle<K, V> {
             name: self.name.clone(),
             keys: self.keys.clone(),
             values: self.values.clone(),
+            ttl: self.ttl,
         }
     }
 }
@@ -50,6 +121,7 @@ impl<K, V> std::fmt::Debug for StoreHandle<K, V> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("StoreHandle")
             .field("name", &self.name)
+            .field("ttl", &self.ttl)
             .finish()
     }
 }
@@ -66,7 +138,68 @@ impl<K, V> StoreHandle<K, V> {
             name: Arc::from(name.into()),
             keys: Arc::new(keys),
             values: Arc::new(values),
+            ttl: None,
         }
+    }
+
+    /// The same store whose entries expire `ttl` after their last write, counted in `clock`:
+    /// for state that is only worth keeping while it is fresh (sessions, recent activity, a
+    /// cache of a lookup) without a timer per key of your own. Every `put` through this handle
+    /// moves the key's expiry to its clock's time plus `ttl` (saturating at the largest time:
+    /// an event time near `i64::MAX` never overflows); `delete` removes it. Once due, the
+    /// runtime deletes the key with a changelog tombstone in the batch's transaction, so the
+    /// changelog, every restore and every standby agree; a batch expires at most
+    /// [`crate::processor::MAX_EXPIRED_PER_BATCH`] entries per partition and the rest follow in
+    /// the next batches. Reads through this handle never return an entry that is due, even
+    /// before it is deleted. Open the store with this handle everywhere: a `put` through a
+    /// handle without a TTL makes the key permanent again. See docs/ttl.md.
+    ///
+    /// Refused with a [`TtlError`] naming the store when `ttl` is shorter than a millisecond or
+    /// longer than [`MAX_TTL`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use eosflow::processor::{StoreHandle, TtlClock, TtlError};
+    /// use eosflow::serdes::{I64Serde, StringSerde};
+    ///
+    /// // A session's last activity, forgotten after 30 minutes of event time without a write.
+    /// let sessions: StoreHandle<String, i64> = StoreHandle::new("sessions", StringSerde, I64Serde)
+    ///     .with_ttl(Duration::from_secs(30 * 60), TtlClock::EventTime)?;
+    /// assert_eq!(sessions.ttl(), Some((Duration::from_secs(1800), TtlClock::EventTime)));
+    ///
+    /// let zero = StoreHandle::<String, i64>::new("cache", StringSerde, I64Serde)
+    ///     .with_ttl(Duration::ZERO, TtlClock::WallClock);
+    /// assert!(matches!(zero, Err(TtlError::TooShort { ref store }) if store == "cache"));
+    /// # Ok::<(), TtlError>(())
+    /// ```
+    pub fn with_ttl(mut self, ttl: Duration, clock: TtlClock) -> Result<Self, TtlError> {
+        let ms = ttl.as_millis();
+        if ms == 0 {
+            return Err(TtlError::TooShort {
+                store: self.name.to_string(),
+            });
+        }
+        if ttl > MAX_TTL {
+            return Err(TtlError::TooLong {
+                store: self.name.to_string(),
+                ttl_ms: ms,
+                max_ms: MAX_TTL.as_millis(),
+            });
+        }
+        // At most a century of milliseconds: far inside i64.
+        let ms = i64::try_from(ms).map_err(|_| TtlError::TooLong {
+            store: self.name.to_string(),
+            ttl_ms: ms,
+            max_ms: MAX_TTL.as_millis(),
+        })?;
+        self.ttl = Some(Ttl { ms, clock });
+        Ok(self)
+    }
+
+    /// The store's TTL and its clock, if it has one ([`Self::with_ttl`]).
+    pub fn ttl(&self) -> Option<(Duration, TtlClock)> {
+        self.ttl
+            .map(|t| (Duration::from_millis(t.ms.unsigned_abs()), t.clock))
     }
 
     /// The store's name.
@@ -102,6 +235,32 @@ pub(crate) struct StoreView<'a> {
     read_only: bool,
     /// A versioned table's history (ms): [`KeyValueStore::get_as_of`] reads it.
     history_ms: Option<i64>,
+    /// The expiry index's clocks, `None` where the caller has none (the driver's reads of
+    /// committed state): no expiry is then scheduled or filtered on read.
+    expiry: Option<ExpiryClocks>,
+}
+
+/// What a view needs to keep a store's expiry index: the call's task and its clocks.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ExpiryClocks {
+    /// The sub-topology of the call's task: its lanes hold the entries it writes.
+    pub(crate) sub: usize,
+    /// The task's stream time (event-time TTL).
+    pub(crate) stream_time_ms: Option<i64>,
+    /// The batch's wall-clock time (wall-clock TTL).
+    pub(crate) wall_clock_ms: i64,
+    /// The committed store holds expiry entries: a write through a handle without a TTL must
+    /// then clear the key's, so it is not deleted later.
+    pub(crate) indexed: bool,
+}
+
+impl ExpiryClocks {
+    fn now(&self, clock: TtlClock) -> Option<i64> {
+        match clock {
+            TtlClock::EventTime => self.stream_time_ms,
+            TtlClock::WallClock => Some(self.wall_clock_ms),
+        }
+    }
 }
 
 impl<'a> StoreView<'a> {
@@ -113,7 +272,14 @@ impl<'a> StoreView<'a> {
             pending: Overlay::default(),
             read_only: false,
             history_ms: None,
+            expiry: None,
         }
+    }
+
+    /// Adds the clocks that keep the store's expiry index (see [`StoreHandle::with_ttl`]).
+    pub(crate) fn expiring(mut self, clocks: ExpiryClocks) -> Self {
+        self.expiry = Some(clocks);
+        self
     }
 
     /// Marks the view as a versioned table's with this history (ms), if any.
@@ -138,6 +304,64 @@ impl StoreView<'_> {
     /// The live entries within `bounds`, in key order, over the three layers.
     pub(crate) fn scan(&self, bounds: &KeyBounds) -> Result<Merged<'_>, ProcessError> {
         layered_scan(&self.pending, self.batch, self.store, Column::State, bounds)
+    }
+
+    /// Whether the store may hold an expiry entry for some key: committed ones, or written by
+    /// the batch or this call.
+    fn may_be_indexed(&self, clocks: &ExpiryClocks) -> bool {
+        clocks.indexed
+            || self.batch.column(Column::TimerIndex).next().is_some()
+            || self.pending.column(Column::TimerIndex).next().is_some()
+    }
+
+    /// After a write of `key` (a put when `written`, else a delete): moves its expiry to now
+    /// plus `ttl` in `ttl`'s clock, or clears it (a delete, a handle without a TTL, an
+    /// event-time TTL before the task has a stream time). One index read per clock, and none
+    /// for a store that never had a TTL.
+    fn reindex(&mut self, key: &[u8], ttl: Option<Ttl>, written: bool) -> Result<(), ProcessError> {
+        let Some(clocks) = self.expiry else {
+            return Ok(());
+        };
+        if ttl.is_none() && !self.may_be_indexed(&clocks) {
+            return Ok(());
+        }
+        let due = ttl
+            .filter(|_| written)
+            .and_then(|t| Some((t.clock.kind(), clocks.now(t.clock)?.saturating_add(t.ms))));
+        let mut layers = Layers {
+            pending: &mut self.pending,
+            batch: self.batch,
+            store: self.store,
+        };
+        for kind in TimerKind::ALL {
+            // The lane a new entry goes to is cleared by `schedule` itself.
+            if due.is_some_and(|(k, _)| k == kind) {
+                continue;
+            }
+            layers.cancel(Lane::new(kind, clocks.sub), "", key)?;
+        }
+        if let Some((kind, due_ms)) = due {
+            let entry = match kind {
+                TimerKind::EventTime => Timer::event_time(key, due_ms),
+                TimerKind::WallClock => Timer::wall_clock(key, due_ms),
+            };
+            layers.schedule(&entry, clocks.sub)?;
+        }
+        Ok(())
+    }
+
+    /// Whether `key`'s entry is due to expire by `ttl`'s clock (deleted by the next sweep,
+    /// or already by this batch's): read through a handle with a TTL, it is not there.
+    fn expired(&self, key: &[u8], ttl: Option<Ttl>) -> Result<bool, ProcessError> {
+        let (Some(ttl), Some(clocks)) = (ttl, self.expiry) else {
+            return Ok(false);
+        };
+        let Some(now) = clocks.now(ttl.clock) else {
+            return Ok(false);
+        };
+        let lane = Lane::new(ttl.clock.kind(), clocks.sub);
+        let due = timers::due((&self.pending, self.batch, self.store), lane, "", key)?;
+        Ok(due.is_some_and(|d| d <= now))
     }
 }
 
@@ -239,6 +463,7 @@ impl<'c, 'a, K, V> KeyValueStore<'c, 'a, K, V> {
         let v = &*self.view;
         match layered_get(&v.pending, v.batch, v.store, Column::State, &k)? {
             None => Ok(None),
+            Some(_) if v.expired(&k, self.handle.ttl)? => Ok(None),
             Some(bytes) => self
                 .handle
                 .values
@@ -248,6 +473,20 @@ impl<'c, 'a, K, V> KeyValueStore<'c, 'a, K, V> {
                     ProcessError::permanent(format!("store {} value: {e}", self.handle.name))
                 }),
         }
+    }
+
+    /// When `key` expires (ms since the epoch, in the clock of this handle's TTL): the time of
+    /// its last write through a handle with a TTL plus that TTL, saturating at `i64::MAX`.
+    /// `None` without a TTL, for a key not written since it was deleted or last expired, or
+    /// written through a handle without a TTL (it stays).
+    pub fn expires_at(&self, key: &K) -> Result<Option<i64>, ProcessError> {
+        let (Some(ttl), Some(clocks)) = (self.handle.ttl, self.view.expiry) else {
+            return Ok(None);
+        };
+        let k = self.key_bytes(key)?;
+        let v = &*self.view;
+        let lane = Lane::new(ttl.clock.kind(), clocks.sub);
+        timers::due((&v.pending, v.batch, v.store), lane, "", &k)
     }
 
     /// The value `key` had at `timestamp` in a versioned table
@@ -293,7 +532,8 @@ impl<'c, 'a, K, V> KeyValueStore<'c, 'a, K, V> {
         Ok(())
     }
 
-    /// Writes `key` (committed with the record's offset). Fails on a table's store.
+    /// Writes `key` (committed with the record's offset). Fails on a table's store. With a
+    /// TTL ([`StoreHandle::with_ttl`]) the key expires the TTL after this write.
     pub fn put(&mut self, key: &K, value: &V) -> Result<(), ProcessError> {
         self.writable()?;
         let k = self.key_bytes(key)?;
@@ -301,15 +541,16 @@ impl<'c, 'a, K, V> KeyValueStore<'c, 'a, K, V> {
             ProcessError::permanent(format!("store {} value: {e}", self.handle.name))
         })?;
         self.view.pending.put(Column::State, &k, bytes);
-        Ok(())
+        self.view.reindex(&k, self.handle.ttl, true)
     }
 
-    /// Deletes `key` (a changelog tombstone at commit). Fails on a table's store.
+    /// Deletes `key` (a changelog tombstone at commit), and its pending expiry. Fails on a
+    /// table's store.
     pub fn delete(&mut self, key: &K) -> Result<(), ProcessError> {
         self.writable()?;
         let k = self.key_bytes(key)?;
         self.view.pending.delete(Column::State, &k);
-        Ok(())
+        self.view.reindex(&k, self.handle.ttl, false)
     }
 
     /// Every live entry whose serialized key starts with `prefix`'s serialized bytes, in key
@@ -353,14 +594,24 @@ impl<'c, 'a, K, V> KeyValueStore<'c, 'a, K, V> {
         let v = &*self.view;
         let merged = layered_scan(&v.pending, v.batch, v.store, Column::State, &bounds)?;
         let handle = self.handle;
-        Ok(Box::new(merged.map(move |item| {
-            let (k, v) = item.map_err(read_error)?;
-            let bad = |what: &str, e| {
-                ProcessError::permanent(format!("store {} {what}: {e}", handle.name))
-            };
-            let key = handle.keys.deserialize(&k).map_err(|e| bad("key", e))?;
-            let value = handle.values.deserialize(&v).map_err(|e| bad("value", e))?;
-            Ok((key, value))
+        Ok(Box::new(merged.filter_map(move |item| {
+            let decoded = (|| {
+                let (k, bytes) = item.map_err(read_error)?;
+                // One index read per entry, only through a handle with a TTL.
+                if v.expired(&k, handle.ttl)? {
+                    return Ok(None);
+                }
+                let bad = |what: &str, e| {
+                    ProcessError::permanent(format!("store {} {what}: {e}", handle.name))
+                };
+                let key = handle.keys.deserialize(&k).map_err(|e| bad("key", e))?;
+                let value = handle
+                    .values
+                    .deserialize(&bytes)
+                    .map_err(|e| bad("value", e))?;
+                Ok(Some((key, value)))
+            })();
+            decoded.transpose()
         })))
     }
 }

@@ -311,6 +311,12 @@ pub const FRAMEWORK: &[MetricDef] = &[
         "Handler calls that outlived half the transaction timeout in a failed batch.",
     ),
     metric(
+        "eosflow_state_expired_total",
+        Counter,
+        Unit::Count,
+        "Store entries expired by their time to live, by store (a named store's TTL; dedup: ids past state.dedup_retention_secs); a batch that aborts and is redone counts its expiry again.",
+    ),
+    metric(
         "eosflow_timers_fired_total",
         Counter,
         Unit::Count,

@@ -98,6 +98,13 @@ pub fn timer_fired(kind: &str) {
     metrics::counter!("eosflow_timers_fired_total", "kind" => kind.to_string()).increment(1);
 }
 
+/// `n` entries of `store` expired by their TTL inside a batch (a named store's TTL, or the
+/// `dedup` store's retention).
+pub fn state_expired(store: &str, n: usize) {
+    metrics::counter!("eosflow_state_expired_total", "store" => store.to_string())
+        .increment(n as u64);
+}
+
 /// A timer's callback failed and the timer was dead-lettered.
 pub fn timer_failed(kind: &str) {
     metrics::counter!("eosflow_timers_failed_total", "kind" => kind.to_string()).increment(1);

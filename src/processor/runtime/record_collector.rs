@@ -17,7 +17,7 @@ use super::{RuntimeError, RuntimeOptions};
 use crate::kafka::{topics, KafkaClients};
 use crate::processor::engine::{Output, Stamps};
 use crate::sink::{SinkError, TxnSink};
-use crate::state::{dedup, Column};
+use crate::state::dedup;
 use crate::telemetry::{self, Health, WaitingOn};
 
 /// The start of the ERROR line logged when the producer is recreated in place: the fault suite
@@ -396,8 +396,9 @@ impl RecordCollector {
                 last.insert((0, *p), f);
             }
             for (i, n) in task.named.iter().enumerate().take(named.len()) {
-                for (key, value) in n.overlay.column(Column::State) {
-                    let k = Column::State.changelog_key(key);
+                // Its state, and the expiry index of a store with a TTL (its timer columns).
+                for (col, key, value) in n.overlay.iter() {
+                    let k = col.changelog_key(key);
                     let f = self.sink.send(&named[i], Some(*p), Some(&k), value, &[])?;
                     last.insert((i + 1, *p), f);
                 }
