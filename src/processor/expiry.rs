@@ -33,6 +33,11 @@ use crate::sink::SinkError;
 use crate::state::{Column, StateError};
 use crate::telemetry;
 
+/// docs/ttl.md, whose example runs as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/ttl.md")]
+pub struct TtlPage;
+
 /// The most store entries one batch expires on one partition: a burst of expiry (a clock
 /// jump, a restore of an old store) is spread over several transactions instead of growing
 /// one past its timeout.
