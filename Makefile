@@ -12,7 +12,7 @@ STACK_ENV = eval "$$(dev/stack env)"
 # The workspace's rustdoc, warnings denied (lint checks it, docs puts it beside the book).
 RUSTDOC = RUSTDOCFLAGS="-D warnings" $(CARGO) doc --locked --workspace --no-deps --lib --examples
 
-.PHONY: demo demo-chaos test deps stack-up stack-down lint docs build verify verify-long verify-scenario check-compose check-rules config-reference bench
+.PHONY: demo demo-chaos query-demo test deps stack-up stack-down lint docs build verify verify-long verify-scenario check-compose check-rules config-reference bench
 
 ## Install the system packages the build and the stack need (Debian; skipped when present).
 deps:
@@ -42,6 +42,11 @@ demo-chaos: stack-up build
 		--stock-failure-rate 0.3 --payment-failure-rate 0.4 --ship-failure-rate 0.5 \
 		--release-failure-rate 0.5 --poison-rate 0.2 --cancel-rate 0.2
 
+## Interactive queries end to end (docs/interactive-queries.md): the word count started with
+## eosflow::start, asked for a word's count over HTTP on its operations port, then stopped.
+query-demo: stack-up build
+	@$(STACK_ENV) && RUST_LOG="$${RUST_LOG:-warn}" timeout 300 $(CARGO_TARGET_DIR)/debug/examples/word_count_queries
+
 ## Every test against the real broker, database and registry, plus lint, docs and compose checks.
 test: stack-up lint
 	$(MAKE) --no-print-directory docs
@@ -49,6 +54,7 @@ test: stack-up lint
 	dev/check-k8s
 	$(MAKE) --no-print-directory check-rules
 	@$(STACK_ENV) && $(CARGO) build --locked --workspace --all-targets --quiet && $(EOSFLOW) schemas check --dir schemas
+	@$(STACK_ENV) && RUST_LOG=error timeout 300 $(CARGO_TARGET_DIR)/debug/examples/word_count_queries >/dev/null
 	@# Two tests at a time via the environment: criterion's bench harness (benches/hot_path.rs,
 	@# run once as a smoke test) rejects libtest's --test-threads argument.
 	@$(STACK_ENV) && RUST_TEST_THREADS=2 $(CARGO) test --locked --workspace --all-targets

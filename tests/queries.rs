@@ -57,7 +57,7 @@ fn topology(app: &str) -> Topology {
         .add_state_store(&store, &["count"])
         .add_sink(
             "out",
-            &format!("{app}.counts"),
+            format!("{app}.counts"),
             StringSerde,
             I64Serde,
             &["count"],
@@ -285,4 +285,138 @@ fn every_key_is_answered_from_either_instance_and_a_killed_owner_s_keys_move() {
         before,
         seen.unavailable
     );
+}
+
+/// Windowed counts and ranges, in process: one instance started with `eosflow::start` over a
+/// backlog of clicks in two one-minute windows; its `totals` (key-value) and `per-minute`
+/// (windowed) stores are read through the library and over HTTP, and every answer equals what
+/// the workload says.
+#[test]
+fn windows_and_ranges_are_answered_through_the_library_and_http() {
+    use eosflow::dsl::{Consumed, Materialized, StreamsBuilder};
+    use eosflow::topology::windows::TimeWindows;
+
+    let app = support::unique("queries-windows");
+    let input = format!("{app}.clicks");
+    support::create_topics(&[&input], 2);
+    const MINUTE: i64 = 60_000;
+    let t0 = 1_700_000_000_000 / MINUTE * MINUTE;
+    // user-i: i+1 clicks in the first minute, 1 in the second (users 0..12). A window is kept
+    // for its grace after it ends (5 minutes here), so both are still there to read.
+    let mut records = Vec::new();
+    for i in 0..12usize {
+        for j in 0..=i {
+            records.push((None, user(i), "click".to_string(), t0 + j as i64));
+        }
+        records.push((None, user(i), "click".to_string(), t0 + MINUTE + 5));
+    }
+    support::produce_timed(&input, &records);
+
+    let builder = StreamsBuilder::new();
+    let grouped = builder
+        .stream(&input, Consumed::with(StringSerde, StringSerde))
+        .group_by_key();
+    let totals = grouped.count(Materialized::with(StringSerde, I64Serde).named("totals"));
+    let per_minute = grouped
+        .windowed_by(TimeWindows::of_size_with_grace(
+            Duration::from_secs(60),
+            Duration::from_secs(300),
+        ))
+        .count(Materialized::with(StringSerde, I64Serde).named("per-minute"));
+    let (totals, per_minute) = (totals.store().clone(), per_minute.store().clone());
+    let topology = builder.build().expect("topology");
+
+    let addr = free_addr();
+    let mut config = support::instance_config(&app, 500);
+    config.metrics.listen = addr.clone();
+    let instance = eosflow::start(&config, topology).expect("starts");
+    instance.queries().serve_store(&totals);
+    instance.queries().serve_window_store(&per_minute);
+
+    let kv = instance.store(&totals);
+    support::wait_for("every user's total", Duration::from_secs(90), || {
+        let all = kv.all().ok()?;
+        (all.value.len() == 12
+            && all.value.iter().all(|(u, n)| {
+                let i: i64 = u.trim_start_matches("user-").parse().unwrap_or(-1);
+                *n == i + 2
+            }))
+        .then_some(())
+    });
+    // Library: a key, a range, a prefix; every answer reflects both partitions' ends.
+    let one = kv.get(&user(3)).expect("user-3");
+    assert_eq!(one.value, Some(5));
+    let range = kv.range(Some(&user(10)), Some(&user(11))).expect("range");
+    let mut got: Vec<(String, i64)> = range.value.clone();
+    got.sort();
+    assert_eq!(got, vec![(user(10), 12), (user(11), 13)]);
+    let prefix = kv.prefix(&"user-1".to_string()).expect("prefix");
+    assert_eq!(
+        prefix.value.len(),
+        3,
+        "user-1, user-10, user-11: {:?}",
+        prefix.value
+    );
+    assert_eq!(range.partitions.len(), 2);
+    let written: i64 = records.len() as i64;
+    let reflected: i64 = range.positions.values().sum();
+    assert_eq!(reflected, written, "positions {:?}", range.positions);
+    assert!(range.reached(&input, one.partitions[0], 0));
+
+    let windows = instance.window_store(&per_minute);
+    let w = windows.fetch(&user(4), t0, t0 + MINUTE).expect("windows");
+    let counts: Vec<(i64, i64)> = w.value.iter().map(|(w, n)| (w.start, *n)).collect();
+    assert_eq!(counts, vec![(t0, 5), (t0 + MINUTE, 1)]);
+    let none = windows
+        .fetch(&user(4), t0 + 2 * MINUTE, i64::MAX)
+        .expect("later windows");
+    assert!(none.value.is_empty());
+
+    // HTTP: the same answers as JSON.
+    let a = ask(&addr, "/stores/totals/keys/user-3").expect("answer");
+    assert_eq!(
+        (a.status, a.body["value"].as_i64()),
+        (200, Some(5)),
+        "{}",
+        a.body
+    );
+    assert!(a.headers.contains_key("eosflow-positions"));
+    let missing = ask(&addr, "/stores/totals/keys/nobody").expect("answer");
+    assert_eq!(missing.status, 404, "{}", missing.body);
+    let r = ask(&addr, "/stores/totals?prefix=user-1&limit=2").expect("answer");
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(
+        r.body["entries"].as_array().map(Vec::len),
+        Some(2),
+        "{}",
+        r.body
+    );
+    assert_eq!(r.body["more"], true, "{}", r.body);
+    let path = format!(
+        "/stores/per-minute/keys/user-4/windows?from={t0}&to={}",
+        t0 + MINUTE
+    );
+    let wa = ask(&addr, &path).expect("answer");
+    assert_eq!(wa.status, 200, "{}", wa.body);
+    let starts: Vec<(i64, i64)> = wa.body["windows"]
+        .as_array()
+        .expect("windows")
+        .iter()
+        .map(|w| {
+            (
+                w["start"].as_i64().unwrap_or(0),
+                w["value"].as_i64().unwrap_or(0),
+            )
+        })
+        .collect();
+    assert_eq!(starts, vec![(t0, 5), (t0 + MINUTE, 1)]);
+    let bad = ask(&addr, "/stores/per-minute/keys/user-4/windows?from=soon").expect("answer");
+    assert_eq!(bad.status, 400, "{}", bad.body);
+    let unknown = ask(&addr, "/stores/nope/keys/x").expect("answer");
+    assert_eq!(unknown.status, 404);
+    assert!(unknown.body["error"]
+        .as_str()
+        .unwrap_or("")
+        .contains("serve_store"));
+    instance.close().expect("stops");
 }

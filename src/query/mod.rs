@@ -43,7 +43,7 @@
 //! # HTTP and routing
 //!
 //! The operations server (`metrics.listen`) answers `/stores/...` for the stores the
-//! application serves ([`QueryService`], module docs of `service` below). Each instance
+//! application serves ([`QueryService`]). Each instance
 //! advertises `processor.application_server` (host:port) on the compacted
 //! `<app.id>-endpoints` topic; the group's current assignment (DescribeGroups, both group
 //! protocols) says which instance owns a partition. A key owned elsewhere is proxied to its
@@ -68,3 +68,8 @@ pub use partitioner::{murmur2, partition_for};
 pub use read::{Queried, QueryError, ReadOnlyKeyValueStore, ReadOnlyWindowStore};
 pub(crate) use routing::{endpoints_topic, Router};
 pub use service::{HttpAnswer, QueryService, FORWARDED_HEADER, MAX_RANGE_LIMIT};
+
+/// docs/interactive-queries.md, whose example compiles as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/interactive-queries.md")]
+pub struct InteractiveQueriesPage;

@@ -117,7 +117,26 @@ where
 }
 
 /// Interactive queries over HTTP for one instance: which stores are served and how requests
-/// are answered (see the [module docs](self)). Get it from [`crate::Instance::queries`].
+/// are answered. Get it from [`crate::Instance::queries`].
+///
+/// | request | answer |
+/// |---|---|
+/// | `GET /stores` | the served stores, their kinds, and the partitions open here |
+/// | `GET /stores/<store>/keys/<key>` | the key's committed value (404 when absent) |
+/// | `GET /stores/<store>/keys/<key>/windows?from=&to=` | the key's windows starting in `from..=to` (ms) |
+/// | `GET /stores/<store>?from=&to=&prefix=&limit=` | the entries of the partitions open here |
+///
+/// A key owned by another instance is proxied to it (`Eosflow-Owner` names it); a partition
+/// restoring or rebalancing, or an owner that does not answer, gives `503` + `Retry-After: 1`.
+///
+/// ```
+/// # use eosflow::processor::StoreHandle;
+/// # use eosflow::serdes::{I64Serde, StringSerde};
+/// # fn serve(queries: &eosflow::query::QueryService) {
+/// let counts: StoreHandle<String, i64> = StoreHandle::new("counts", StringSerde, I64Serde);
+/// queries.serve_store(&counts); // GET /stores/counts/keys/ann → {"value": 17, ...}
+/// # }
+/// ```
 pub struct QueryService {
     local: Arc<LocalStores>,
     router: Option<Router>,
