@@ -326,3 +326,39 @@ fn expired_keys_are_gone_from_a_standbys_warm_copy() {
     assert_eq!(copy("b"), (keys(5..10), 5), "the standby's warm copy");
     assert_eq!(copy("a"), (keys(5..10), 5), "the active store");
 }
+
+#[test]
+fn the_dedup_stores_retention_is_its_ttl_and_counts_its_expired_ids() {
+    let metrics = metrics();
+    let p = Pipeline::new("ttl-dedup", 1);
+    let store = "sessions-d";
+    support::create_topics(&[&format!("{}-{store}-changelog", p.app)], 1);
+    let mut cfg = p.config("a");
+    cfg.state.dedup_retention_secs = 1;
+    cfg.state.dedup_purge_interval_secs = 0;
+    // Deduplicated by the `id` header (the default), unlike the other tests' processor.
+    let spec = ProcessorSpec::new(Sessions {
+        output: p.output.clone(),
+        ttl: StoreHandle::new(store, StringSerde, StringSerde)
+            .with_ttl(TTL, TtlClock::WallClock)
+            .expect("a valid TTL"),
+        raw: StoreHandle::new(store, StringSerde, StringSerde),
+    })
+    .store_name("count")
+    .store(store);
+    let a = Instance::start(&cfg, spec);
+    for i in 0..5 {
+        support::pipeline::produce(&p.input, &format!("k{i}"), "put", &format!("id-{i}"));
+    }
+    p.wait_drained(Duration::from_secs(90));
+    let dedup = "store=\"dedup\"";
+    // Ids are purged by a batch that runs after their second of retention: keep batches coming.
+    let mut n = 0;
+    support::wait_for("the five ids to expire", Duration::from_secs(60), || {
+        n += 1;
+        support::pipeline::produce(&p.input, "tick", "tick", &format!("tick-{n}"));
+        let expired = metrics.value("eosflow_state_expired_total", &[dedup])?;
+        (expired >= 5.0).then_some(())
+    });
+    a.stop();
+}
