@@ -8,7 +8,9 @@
 //! then the right total from the survivor, and no answer, ever, shows a count that decreases
 //! (a value from a batch that never committed would be undone by the survivor's restore) or
 //! exceeds the workload's. The final answers' positions equal the inputs' end offsets: the
-//! client can tell its writes are in.
+//! client can tell its writes are in. With `processor.standby_replicas = 1`, a query that allows
+//! a standby (`max_standby_lag`) is answered by the survivor's warm copy of the other's
+//! partitions, without a hop.
 //!
 //! The instances are this test binary re-executed in child mode (`QUERIES_CHILD`).
 
@@ -81,6 +83,7 @@ fn child_instance() {
     config.app.instance_id = instance.into();
     config.metrics.listen = addr.into();
     config.processor.application_server = addr.into();
+    config.processor.standby_replicas = 1;
     eosflow::init_logging();
     let running = eosflow::start(&config, topology(app)).expect("instance starts");
     running.queries().serve_store(&counts());
@@ -231,6 +234,39 @@ fn every_key_is_answered_from_either_instance_and_a_killed_owner_s_keys_move() {
     assert!(
         seen.proxied_by.get(&b_addr).copied().unwrap_or(0) > 0,
         "b never proxied"
+    );
+
+    // Opted in, a answers b's keys from its warm standby copies, without asking b.
+    support::wait_for(
+        "a answering b's keys from its standby copies",
+        Duration::from_secs(60),
+        || {
+            let mut from_standby = 0;
+            for (u, want) in &expected {
+                let a = ask(
+                    &a_addr,
+                    &format!("/stores/counts/keys/{u}?max_standby_lag=1000000"),
+                )?;
+                if a.status != 200 || a.body["value"].as_i64() != Some(*want) {
+                    return None;
+                }
+                assert!(
+                    !a.headers.contains_key("eosflow-owner"),
+                    "proxied although a standby copy was allowed: {}",
+                    a.body
+                );
+                if let Some(lag) = a.headers.get("eosflow-standby-lag") {
+                    assert_eq!(
+                        a.body["standby_lag"].as_i64(),
+                        lag.parse().ok(),
+                        "{}",
+                        a.body
+                    );
+                    from_standby += 1;
+                }
+            }
+            (from_standby > 0).then_some(())
+        },
     );
 
     // Phase 2: two more clicks per key, and b is killed while they are processed.

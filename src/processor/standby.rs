@@ -136,6 +136,10 @@ pub(crate) struct StandbyOptions {
     pub input: String,
     /// Every changelog whose partitions are kept warm (the default store's first).
     pub changelogs: Vec<String>,
+    /// The store of each changelog, in the same order (what interactive queries name them).
+    pub names: Vec<String>,
+    /// Where warm copies are offered to interactive queries (`with_standbys(max_lag)`).
+    pub local: Option<Arc<crate::query::LocalStores>>,
     /// Root of this instance's stores.
     pub state_dir: PathBuf,
 }
@@ -157,9 +161,39 @@ struct Shared {
     stop: AtomicBool,
     /// Recompute the placement at the next round (a rebalance was seen).
     nudge: AtomicBool,
+    /// Interactive queries' view of the copies, and each changelog's store name.
+    queries: Option<(Arc<crate::query::LocalStores>, Vec<String>)>,
 }
 
 impl Shared {
+    /// Offers copy `k`'s store to interactive queries.
+    fn offer(&self, (c, p): (usize, i32), store: &Store) {
+        if let Some((local, names)) = &self.queries {
+            if let Some(name) = names.get(c) {
+                local.standby_opened(p, name, store.reader());
+            }
+        }
+    }
+
+    /// Withdraws copy `k` from interactive queries (waiting for reads in flight) before it
+    /// closes: a query must not keep its database open under the runtime that opens it next.
+    fn withdraw(&self, (c, p): (usize, i32)) {
+        if let Some((local, names)) = &self.queries {
+            if let Some(name) = names.get(c) {
+                local.standby_closing(p, name);
+            }
+        }
+    }
+
+    /// Copy `k` is `lag` records behind its changelog.
+    fn lag(&self, (c, p): (usize, i32), lag: i64) {
+        if let Some((local, names)) = &self.queries {
+            if let Some(name) = names.get(c) {
+                local.standby_lag(p, name, lag);
+            }
+        }
+    }
+
     fn lock(&self) -> MutexGuard<'_, Copies> {
         // A panic while holding the lock left the map as it was: keep using it.
         self.copies.lock().unwrap_or_else(|p| p.into_inner())
@@ -194,6 +228,7 @@ impl Standby {
             }),
             stop: AtomicBool::new(false),
             nudge: AtomicBool::new(true),
+            queries: opts.local.clone().map(|l| (l, opts.names.clone())),
         });
         let tailer = Tailer {
             shared: shared.clone(),
@@ -233,6 +268,7 @@ impl Standby {
                 .copied()
                 .collect();
             for k in keys {
+                self.shared.withdraw(k);
                 copies.stores.remove(&k);
             }
         }
@@ -313,6 +349,9 @@ impl Tailer {
             }
         }
         let mut copies = self.shared.lock();
+        for k in copies.stores.keys() {
+            self.shared.withdraw(*k);
+        }
         copies.stores.clear();
         drop(copies);
         telemetry::standby_partitions(0);
@@ -380,12 +419,14 @@ impl Tailer {
         let want = wanted(&copies);
         let open: BTreeSet<(usize, i32)> = copies.stores.keys().copied().collect();
         for k in open.difference(&want) {
+            self.shared.withdraw(*k);
             copies.stores.remove(k);
         }
         for &(c, p) in want.difference(&open) {
             // Known now, or picked up at the next round.
             if let Some(end) = ends.get(&(c, p)) {
                 let store = self.open_copy(c, p, *end)?;
+                self.shared.offer((c, p), &store);
                 copies.stores.insert((c, p), store);
             }
         }
@@ -524,6 +565,7 @@ impl Tailer {
             let at = self.at.get(&(c, p)).copied().unwrap_or(0);
             let lag = (high - at).max(0);
             telemetry::standby_lag(topic, p, lag);
+            self.shared.lag((c, p), lag);
             self.lag.insert((c, p), lag);
         }
     }
@@ -541,6 +583,7 @@ mod tests {
             }),
             stop: AtomicBool::new(false),
             nudge: AtomicBool::new(false),
+            queries: None,
         })
     }
 
@@ -613,6 +656,8 @@ mod tests {
                 me: client_id("b"),
                 input: "in".into(),
                 changelogs: vec!["g-count-changelog".into(), "g-totals-changelog".into()],
+                names: vec!["count".into(), "totals".into()],
+                local: None,
                 state_dir: root.clone(),
             },
             consumer: reader(),

@@ -8,7 +8,7 @@
 //! so a query in flight finishes first and none keeps a closed store's database open.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use crate::state::StoreReader;
@@ -23,6 +23,16 @@ struct LocalTask {
     /// `None` once withdrawn.
     stores: RwLock<Option<HashMap<String, StoreReader>>>,
     positions: Mutex<Positions>,
+}
+
+/// A warm standby copy of one store of one partition (`processor.standby_replicas`): its
+/// reader while the standby tailer keeps it open, and how many changelog records it is behind.
+#[derive(Debug)]
+struct StandbyCopy {
+    reader: RwLock<Option<StoreReader>>,
+    /// Records between the copy's checkpoint and its changelog's end (`i64::MAX` until the
+    /// tailer first measured it).
+    lag: AtomicI64,
 }
 
 /// Where a partition stands on this instance.
@@ -47,6 +57,8 @@ pub struct LocalStores {
     restoring: Mutex<BTreeSet<i32>>,
     /// The names of the stores a task registers (for "unknown store" answers).
     names: Mutex<BTreeSet<String>>,
+    /// Standby copies, by (partition, store name).
+    standbys: RwLock<BTreeMap<(i32, String), Arc<StandbyCopy>>>,
 }
 
 fn read<T>(l: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
@@ -159,6 +171,59 @@ impl LocalStores {
     /// Whether a task has registered a store called `name`.
     pub(crate) fn knows(&self, name: &str) -> bool {
         lock(&self.names).contains(name)
+    }
+
+    /// The standby tailer opened its copy of partition `p`'s store `name`.
+    pub(crate) fn standby_opened(&self, p: i32, name: &str, reader: StoreReader) {
+        let copy = Arc::new(StandbyCopy {
+            reader: RwLock::new(Some(reader)),
+            lag: AtomicI64::new(i64::MAX),
+        });
+        write(&self.standbys).insert((p, name.to_string()), copy);
+    }
+
+    /// The standby tailer is about to close its copy of partition `p`'s store `name`: its
+    /// reader is withdrawn, waiting for the reads in flight.
+    pub(crate) fn standby_closing(&self, p: i32, name: &str) {
+        let gone = write(&self.standbys).remove(&(p, name.to_string()));
+        if let Some(copy) = gone {
+            write(&copy.reader).take();
+        }
+    }
+
+    /// The standby copy of partition `p`'s store `name` is `lag` records behind its changelog.
+    pub(crate) fn standby_lag(&self, p: i32, name: &str, lag: i64) {
+        if let Some(copy) = read(&self.standbys).get(&(p, name.to_string())) {
+            copy.lag.store(lag, Ordering::Relaxed);
+        }
+    }
+
+    /// The partitions whose copy of `store` is warm here and at most `max_lag` behind.
+    pub(crate) fn standby_partitions(&self, store: &str, max_lag: i64) -> Vec<i32> {
+        read(&self.standbys)
+            .iter()
+            .filter(|((_, n), c)| n == store && c.lag.load(Ordering::Relaxed) <= max_lag)
+            .map(|((p, _), _)| *p)
+            .collect()
+    }
+
+    /// Runs `f` on the standby copy of partition `p`'s `store` if it is at most `max_lag`
+    /// records behind its changelog; with the lag measured before the read (the copy is at
+    /// most that far behind). `None`: no such copy here, or too far behind.
+    pub(crate) fn read_standby<T>(
+        &self,
+        p: i32,
+        store: &str,
+        max_lag: i64,
+        f: impl FnOnce(&StoreReader) -> T,
+    ) -> Option<(T, i64)> {
+        let copy = read(&self.standbys).get(&(p, store.to_string())).cloned()?;
+        let lag = copy.lag.load(Ordering::Relaxed);
+        if lag > max_lag {
+            return None;
+        }
+        let reader = read(&copy.reader);
+        Some((f(reader.as_ref()?), lag))
     }
 
     /// Runs `f` on partition `p`'s reader of `store`, with the positions its answer reflects

@@ -52,7 +52,7 @@
 //!
 //! # Limits
 //!
-//! Standby replicas are not queried (a key's answer always comes from its active owner);
+//! Standby copies are read only when asked for (`with_standbys(max_lag)`, `max_standby_lag=`);
 //! range queries are per instance, as in Kafka Streams: ask each instance (`GET /stores`
 //! lists what it holds).
 

@@ -1,6 +1,7 @@
 //! The typed read API: [`ReadOnlyKeyValueStore`] and [`ReadOnlyWindowStore`] over this
 //! instance's open tasks, each answer [`Queried`] with the input offsets it reflects.
 
+use std::collections::BTreeMap;
 use std::marker::PhantomData;
 use std::ops::Bound;
 use std::sync::Arc;
@@ -71,8 +72,13 @@ pub struct Queried<T> {
     pub value: T,
     /// The partitions read.
     pub partitions: Vec<i32>,
-    /// Next input offset reflected, per (topic, partition) of the partitions read.
+    /// Next input offset reflected, per (topic, partition) of the active partitions read.
     pub positions: Positions,
+    /// The partitions read from a standby copy (only when asked for with
+    /// `with_standbys(max_lag)`), with how many changelog records the copy was behind its
+    /// changelog when read: their state may be that much older than the active owner's, and
+    /// they have no input positions.
+    pub standby_lags: BTreeMap<i32, i64>,
 }
 
 impl<T> Queried<T> {
@@ -93,6 +99,7 @@ const NO_LIMIT: usize = usize::MAX;
 pub struct ReadOnlyKeyValueStore<K, V> {
     local: Arc<LocalStores>,
     handle: StoreHandle<K, V>,
+    standby: Option<i64>,
 }
 
 impl<K, V> Clone for ReadOnlyKeyValueStore<K, V> {
@@ -100,27 +107,53 @@ impl<K, V> Clone for ReadOnlyKeyValueStore<K, V> {
         Self {
             local: self.local.clone(),
             handle: self.handle.clone(),
+            standby: self.standby,
         }
     }
 }
 
-/// Reads `p`'s store `name` with `f`, or says why it cannot be read here.
+/// One partition's answer: from its active task (with positions) or a standby copy (with
+/// its lag).
+pub(crate) struct PartitionRead<T> {
+    pub(crate) value: T,
+    pub(crate) positions: Positions,
+    pub(crate) standby_lag: Option<i64>,
+}
+
+/// Reads `p`'s store `name` with `f` — from its active task, else (with `standby` =
+/// `Some(max_lag)`) from a standby copy at most `max_lag` records behind — or says why it
+/// cannot be read here.
 pub(crate) fn read_partition<T>(
     local: &LocalStores,
     name: &str,
     p: i32,
-    f: impl FnOnce(&StoreReader) -> Result<T, QueryError>,
-) -> Result<(T, Positions), QueryError> {
+    standby: Option<i64>,
+    f: impl Fn(&StoreReader) -> Result<T, QueryError>,
+) -> Result<PartitionRead<T>, QueryError> {
     let unknown = || QueryError::UnknownStore {
         store: name.to_string(),
     };
-    match local.read(p, name, |r| r.map(f)) {
-        Some((Some(answer), positions)) => Ok((answer?, positions)),
-        Some((None, _)) => Err(unknown()),
-        None => match local.here(p) {
-            Here::Restoring => Err(QueryError::Restoring { partition: p }),
-            _ => Err(QueryError::NotLocal { partition: p }),
-        },
+    match local.read(p, name, |r| r.map(&f)) {
+        Some((Some(answer), positions)) => {
+            return Ok(PartitionRead {
+                value: answer?,
+                positions,
+                standby_lag: None,
+            })
+        }
+        Some((None, _)) => return Err(unknown()),
+        None => {}
+    }
+    if let Some((answer, lag)) = standby.and_then(|max| local.read_standby(p, name, max, &f)) {
+        return Ok(PartitionRead {
+            value: answer?,
+            positions: Positions::new(),
+            standby_lag: Some(lag),
+        });
+    }
+    match local.here(p) {
+        Here::Restoring => Err(QueryError::Restoring { partition: p }),
+        _ => Err(QueryError::NotLocal { partition: p }),
     }
 }
 
@@ -140,30 +173,33 @@ pub(crate) fn scan_local(
     name: &str,
     bounds: &KeyBounds,
     limit: usize,
+    standby: Option<i64>,
 ) -> Result<Queried<(Vec<RawEntry>, bool)>, QueryError> {
     let mut out = Vec::new();
     let mut more = false;
     let mut partitions = Vec::new();
     let mut positions = Positions::new();
-    let mut any_store = false;
-    for p in local.active() {
-        match read_partition(local, name, p, |r| Ok(r.scan(bounds, limit)?)) {
-            Ok(((entries, m), pos)) => {
-                any_store = true;
+    let mut standby_lags = BTreeMap::new();
+    let mut numbers: std::collections::BTreeSet<i32> = local.active().into_iter().collect();
+    if let Some(max) = standby {
+        numbers.extend(local.standby_partitions(name, max));
+    }
+    for p in numbers {
+        match read_partition(local, name, p, standby, |r| Ok(r.scan(bounds, limit)?)) {
+            Ok(read) => {
+                let (entries, m) = read.value;
                 more |= m;
                 partitions.push(p);
-                positions.extend(pos);
+                positions.extend(read.positions);
+                if let Some(lag) = read.standby_lag {
+                    standby_lags.insert(p, lag);
+                }
                 out.extend(entries.into_iter().map(|(k, v)| (p, k, v)));
             }
             // Closed between the listing and the read: its new owner answers for it.
             Err(QueryError::NotLocal { .. } | QueryError::Restoring { .. }) => {}
             Err(e) => return Err(e),
         }
-    }
-    if !any_store && !partitions.is_empty() {
-        return Err(QueryError::UnknownStore {
-            store: name.to_string(),
-        });
     }
     if partitions.is_empty() && !local.active().is_empty() && !local.knows(name) {
         return Err(QueryError::UnknownStore {
@@ -174,7 +210,13 @@ pub(crate) fn scan_local(
         value: (out, more),
         partitions,
         positions,
+        standby_lags,
     })
+}
+
+/// `Some(p → lag)` for an answer read from a standby copy.
+fn lags(p: i32, lag: Option<i64>) -> BTreeMap<i32, i64> {
+    lag.map(|l| BTreeMap::from([(p, l)])).unwrap_or_default()
 }
 
 impl<K, V> ReadOnlyKeyValueStore<K, V> {
@@ -182,7 +224,17 @@ impl<K, V> ReadOnlyKeyValueStore<K, V> {
         Self {
             local,
             handle: handle.clone(),
+            standby: None,
         }
+    }
+
+    /// Also answers from this instance's standby copies (`processor.standby_replicas`) of
+    /// partitions it does not own, when a copy is at most `max_lag` changelog records behind
+    /// (Kafka Streams' `enableStaleStores`, with a bound). Such answers say so in
+    /// [`Queried::standby_lags`].
+    pub fn with_standbys(mut self, max_lag: i64) -> Self {
+        self.standby = Some(max_lag.max(0));
+        self
     }
 
     fn serde_err(&self, source: SerdeError) -> QueryError {
@@ -210,21 +262,30 @@ impl<K, V> ReadOnlyKeyValueStore<K, V> {
     pub fn get(&self, key: &K) -> Result<Queried<Option<V>>, QueryError> {
         let k = self.key_bytes(key)?;
         let p = partition_of(&self.local, &k)?;
-        let (bytes, positions) =
-            read_partition(&self.local, self.handle.name(), p, |r| Ok(r.get(&k)?))?;
-        let value = bytes
+        let read = read_partition(&self.local, self.handle.name(), p, self.standby, |r| {
+            Ok(r.get(&k)?)
+        })?;
+        let value = read
+            .value
             .map(|b| self.handle.value_serde().deserialize(&b))
             .transpose()
             .map_err(|e| self.serde_err(e))?;
         Ok(Queried {
             value,
             partitions: vec![p],
-            positions,
+            positions: read.positions,
+            standby_lags: lags(p, read.standby_lag),
         })
     }
 
     fn scan(&self, bounds: KeyBounds) -> Result<Queried<Vec<(K, V)>>, QueryError> {
-        let q = scan_local(&self.local, self.handle.name(), &bounds, NO_LIMIT)?;
+        let q = scan_local(
+            &self.local,
+            self.handle.name(),
+            &bounds,
+            NO_LIMIT,
+            self.standby,
+        )?;
         let (entries, _) = q.value;
         let mut out = Vec::with_capacity(entries.len());
         for (_, k, v) in entries {
@@ -244,6 +305,7 @@ impl<K, V> ReadOnlyKeyValueStore<K, V> {
             value: out,
             partitions: q.partitions,
             positions: q.positions,
+            standby_lags: q.standby_lags,
         })
     }
 
@@ -281,6 +343,7 @@ impl<K, V> ReadOnlyKeyValueStore<K, V> {
 pub struct ReadOnlyWindowStore<K, V> {
     local: Arc<LocalStores>,
     handle: WindowStoreHandle<K, V>,
+    standby: Option<i64>,
     _v: PhantomData<fn() -> V>,
 }
 
@@ -289,6 +352,7 @@ impl<K, V> Clone for ReadOnlyWindowStore<K, V> {
         Self {
             local: self.local.clone(),
             handle: self.handle.clone(),
+            standby: self.standby,
             _v: PhantomData,
         }
     }
@@ -330,8 +394,16 @@ impl<K, V> ReadOnlyWindowStore<K, V> {
         Self {
             local,
             handle: handle.clone(),
+            standby: None,
             _v: PhantomData,
         }
+    }
+
+    /// Also answers from standby copies at most `max_lag` changelog records behind (see
+    /// [`ReadOnlyKeyValueStore::with_standbys`]).
+    pub fn with_standbys(mut self, max_lag: i64) -> Self {
+        self.standby = Some(max_lag.max(0));
+        self
     }
 
     fn serde_err(&self, source: SerdeError) -> QueryError {
@@ -356,11 +428,11 @@ impl<K, V> ReadOnlyWindowStore<K, V> {
             .map_err(|e| self.serde_err(e))?;
         let p = partition_of(&self.local, &k)?;
         let name = self.handle.name();
-        let (windows, positions) = read_partition(&self.local, name, p, |r| {
+        let read = read_partition(&self.local, name, p, self.standby, |r| {
             fetch_windows(r, name, &k, from, to)
         })?;
-        let mut out = Vec::with_capacity(windows.len());
-        for (w, bytes) in windows {
+        let mut out = Vec::with_capacity(read.value.len());
+        for (w, bytes) in read.value {
             let v = self
                 .handle
                 .value_serde()
@@ -371,7 +443,8 @@ impl<K, V> ReadOnlyWindowStore<K, V> {
         Ok(Queried {
             value: out,
             partitions: vec![p],
-            positions,
+            positions: read.positions,
+            standby_lags: lags(p, read.standby_lag),
         })
     }
 }

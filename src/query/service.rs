@@ -265,6 +265,35 @@ fn forward(endpoint: &str, hop: &Hop<'_>) -> Result<HttpAnswer, String> {
     })
 }
 
+/// `max_standby_lag=N`: also answer from a standby copy at most N changelog records behind.
+fn standby_param(params: &BTreeMap<String, String>) -> Result<Option<i64>, String> {
+    params
+        .get("max_standby_lag")
+        .map(|v| match v.parse::<i64>() {
+            Ok(n) if n >= 0 => Ok(n),
+            _ => Err(format!(
+                "max_standby_lag={v:?} is not a number of records ≥ 0"
+            )),
+        })
+        .transpose()
+}
+
+/// The headers every read answer carries: its partition, positions and (from a standby) lag.
+fn with_read_headers(
+    a: HttpAnswer,
+    p: i32,
+    positions: &Positions,
+    standby_lag: Option<i64>,
+) -> HttpAnswer {
+    let a = a
+        .header("Eosflow-Partition", p.to_string())
+        .header("Eosflow-Positions", positions_header(positions));
+    match standby_lag {
+        Some(lag) => a.header("Eosflow-Standby-Lag", lag.to_string()),
+        None => a,
+    }
+}
+
 fn time_param(params: &BTreeMap<String, String>, name: &str, default: i64) -> Result<i64, String> {
     params.get(name).map_or(Ok(default), |v| {
         v.parse()
@@ -456,21 +485,26 @@ impl QueryService {
             Ok(p) => p,
             Err(e) => return self.elsewhere(e, hop),
         };
+        let standby = match query_params(hop.query).and_then(|q| standby_param(&q)) {
+            Ok(s) => s,
+            Err(e) => return HttpAnswer::error(400, e),
+        };
         let name = percent_decode(store).unwrap_or_default();
-        match read_partition(&self.local, &name, p, |reader| Ok(reader.get(&k)?)) {
-            Ok((value, positions)) => {
-                let (status, value) = match value.map(|b| r.value_json(&b)).transpose() {
+        match read_partition(&self.local, &name, p, standby, |reader| Ok(reader.get(&k)?)) {
+            Ok(read) => {
+                let (status, value) = match read.value.map(|b| r.value_json(&b)).transpose() {
                     Ok(Some(v)) => (200, v),
                     Ok(None) => (404, Value::Null),
                     Err(e) => return HttpAnswer::error(500, format!("store {name}: {e}")),
                 };
                 let key = r.key_json(&k).unwrap_or(Value::String(text));
-                HttpAnswer::json(
-                    status,
-                    json!({ "store": name, "key": key, "value": value, "partition": p, "positions": positions_json(&positions) }),
+                let body = json!({ "store": name, "key": key, "value": value, "partition": p, "positions": positions_json(&read.positions), "standby_lag": read.standby_lag });
+                with_read_headers(
+                    HttpAnswer::json(status, body),
+                    p,
+                    &read.positions,
+                    read.standby_lag,
                 )
-                .header("Eosflow-Partition", p.to_string())
-                .header("Eosflow-Positions", positions_header(&positions))
             }
             Err(e) => self.elsewhere(e, hop),
         }
@@ -515,25 +549,30 @@ impl QueryService {
             Ok(p) => p,
             Err(e) => return self.elsewhere(e, hop),
         };
+        let standby = match standby_param(&params) {
+            Ok(s) => s,
+            Err(e) => return HttpAnswer::error(400, e),
+        };
         let name = percent_decode(store).unwrap_or_default();
-        match read_partition(&self.local, &name, p, |reader| {
+        match read_partition(&self.local, &name, p, standby, |reader| {
             fetch_windows(reader, &name, &k, from, to)
         }) {
-            Ok((windows, positions)) => {
-                let mut out = Vec::with_capacity(windows.len());
-                for (w, bytes) in windows {
+            Ok(read) => {
+                let mut out = Vec::with_capacity(read.value.len());
+                for (w, bytes) in read.value {
                     match r.value_json(&bytes) {
                         Ok(v) => out.push(json!({ "start": w.start, "end": w.end, "value": v })),
                         Err(e) => return HttpAnswer::error(500, format!("store {name}: {e}")),
                     }
                 }
                 let key = r.key_json(&k).unwrap_or(Value::String(text));
-                HttpAnswer::json(
-                    200,
-                    json!({ "store": name, "key": key, "windows": out, "partition": p, "positions": positions_json(&positions) }),
+                let body = json!({ "store": name, "key": key, "windows": out, "partition": p, "positions": positions_json(&read.positions), "standby_lag": read.standby_lag });
+                with_read_headers(
+                    HttpAnswer::json(200, body),
+                    p,
+                    &read.positions,
+                    read.standby_lag,
                 )
-                .header("Eosflow-Partition", p.to_string())
-                .header("Eosflow-Positions", positions_header(&positions))
             }
             Err(e) => self.elsewhere(e, hop),
         }
@@ -575,7 +614,11 @@ impl QueryService {
             }
         };
         let name = percent_decode(store).unwrap_or_default();
-        let q = match scan_local(&self.local, &name, &bounds, limit) {
+        let standby = match standby_param(&params) {
+            Ok(s) => s,
+            Err(e) => return HttpAnswer::error(400, e),
+        };
+        let q = match scan_local(&self.local, &name, &bounds, limit, standby) {
             Ok(q) => q,
             Err(e @ QueryError::NotStarted) => {
                 return HttpAnswer::error(503, e).header("Retry-After", "1")
@@ -605,6 +648,7 @@ impl QueryService {
                 "more": more,
                 "partitions": q.partitions,
                 "positions": positions_json(&q.positions),
+                "standby_lags": q.standby_lags,
                 "note": "entries of the partitions open on this instance only; ask every instance for the whole store",
             }),
         )

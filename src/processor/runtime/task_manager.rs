@@ -289,6 +289,10 @@ impl TaskManager {
             me: crate::processor::standby::client_id(&self.instance_id),
             input: self.input.clone().unwrap_or_default(),
             changelogs: self.changelogs().cloned().collect(),
+            names: std::iter::once(self.default_store.clone())
+                .chain(self.stores.iter().map(|(n, _)| n.clone()))
+                .collect(),
+            local: self.local.clone(),
             state_dir: self.state_dir.clone(),
         };
         let owned = self.tasks.keys().copied().collect();
