@@ -57,26 +57,28 @@ impl<P: Application, O: Output> Engine<'_, P, O> {
         let Some(task) = self.tasks.get_mut(&partition) else {
             return Ok(0);
         };
+        // Called after every record: a partition without a TTL store costs one pass over its
+        // stores' flags, no allocation.
         let mut left = budget.min(MAX_EXPIRED_PER_BATCH.saturating_sub(task.expired_in_batch));
-        let clocks: Vec<Option<i64>> = (0..task.clocks.len())
-            .map(|sub| match kind {
-                TimerKind::EventTime => task.stream_time(sub),
-                TimerKind::WallClock => Some(now),
-            })
-            .collect();
         let mut total = 0;
-        for (n, e) in task.named.iter_mut().zip(&mut task.expiry) {
+        let (named, expiry, clocks) = (&mut task.named, &mut task.expiry, &task.clocks);
+        for (n, e) in named.iter_mut().zip(expiry.iter_mut()) {
             if !e.indexed || n.table {
                 continue;
             }
             let mut expired = 0;
-            for (sub, up_to) in clocks.iter().enumerate() {
-                let (Some(up_to), Some(from)) = (up_to, e.scan_from.get_mut(sub)) else {
+            for (sub, from) in e.scan_from.iter_mut().enumerate() {
+                let up_to = match kind {
+                    TimerKind::EventTime => clocks.get(sub).and_then(|c| c.stream_time),
+                    TimerKind::WallClock => Some(now),
+                };
+                let Some(up_to) = up_to else {
                     continue;
                 };
                 let lane = Lane::new(kind, sub);
-                expired += sweep(n, &mut from[kind.index()], lane, *up_to, left)?;
-                left -= expired.min(left);
+                let swept = sweep(n, &mut from[kind.index()], lane, up_to, left)?;
+                expired += swept;
+                left -= swept.min(left);
             }
             if expired > 0 {
                 telemetry::state_expired(&n.name, expired);
