@@ -427,6 +427,72 @@ fn the_builder_refuses_shared_stores_and_changelogs_all_three() {
     assert_eq!(t.sub_topologies().len(), 1);
 }
 
+/// The example of docs/tables-and-joins.md ("Table-table joins"), word for word.
+#[test]
+fn the_pages_example_chains_two_table_joins() -> Result<(), Box<dyn std::error::Error>> {
+    use crate::dsl::{Consumed, Materialized, Produced, StreamsBuilder};
+    use crate::serdes::I64Serde;
+
+    // Each customer's name and city beside their order count: two compacted topics and an
+    // aggregation, joined into tables.
+    let builder = StreamsBuilder::new();
+    let names = builder.table("customers", Consumed::with(StringSerde, StringSerde));
+    let cities = builder.table("cities", Consumed::with(StringSerde, StringSerde));
+    let orders = builder
+        .stream("orders", Consumed::with(StringSerde, StringSerde))
+        .group_by_key()
+        .count(Materialized::with(StringSerde, I64Serde).named("order-counts"));
+    let located = names.left_join(
+        &cities,
+        |name, city| format!("{name} in {}", city.map_or("?", String::as_str)),
+        Materialized::with(StringSerde, StringSerde).named("located"),
+    );
+    let summaries = located.join(
+        &orders,
+        |who, n| format!("{who}: {n} orders"),
+        Materialized::with(StringSerde, StringSerde).named("summaries"),
+    );
+    summaries
+        .to_stream()
+        .to("summaries", Produced::with(StringSerde, StringSerde));
+    let store = summaries.store().clone();
+
+    let mut d = TopologyTestDriver::new(builder.build()?)?;
+    let c1 = "c1".to_string();
+    d.pipe_input("orders", &StringSerde, &StringSerde, &c1, &"o-1".into())?; // no name: nothing
+    d.pipe_input("customers", &StringSerde, &StringSerde, &c1, &"Ann".into())?;
+    d.pipe_input("cities", &StringSerde, &StringSerde, &c1, &"Paris".into())?;
+    d.pipe(TestRecord::new("customers", Some("c1"), None::<&str>))?; // Ann deleted
+    let out = d.read_output("summaries", &StringSerde, &StringSerde)?;
+    assert_eq!(
+        out,
+        vec![
+            (Some(c1.clone()), Some("Ann in ?: 1 orders".to_string())),
+            (Some(c1.clone()), Some("Ann in Paris: 1 orders".to_string())),
+            (Some(c1.clone()), None), // the joined row is gone: a tombstone
+        ]
+    );
+    assert_eq!(d.store_get(&store, &c1)?, None);
+    Ok(())
+}
+
+#[test]
+fn the_table_table_join_section_of_the_page_is_in_these_tests() {
+    let page = include_str!("../../docs/tables-and-joins.md");
+    let section = page
+        .split("\n## Table-table joins\n")
+        .nth(1)
+        .and_then(|s| s.split("\n## ").next())
+        .expect("the page has a Table-table joins section");
+    crate::testing::assert_rust_blocks_are_in(
+        "docs/tables-and-joins.md",
+        section,
+        "src/topology/table_joins_tests.rs",
+        include_str!("table_joins_tests.rs"),
+        1,
+    );
+}
+
 mod dsl {
     //! The same joins written with the DSL: tables from aggregations, from `filter` and from
     //! compacted topics, joined into a table whose change stream a sink reads.
