@@ -245,8 +245,7 @@ impl StreamsBuilder {
         let add: AddFn = Box::new(move |b, w| {
             if w.updates {
                 // Joined with a table: a source forwarding each upsert and tombstone.
-                let (keys, values) = added.store().serde_arcs();
-                b.add_source(w.name, &[added.topic()], keys, values);
+                b.add_table_source(w.name, &added);
             } else {
                 b.add_table(&added);
             }

@@ -213,6 +213,8 @@ pub struct TopologyBuilder {
     globals: Vec<GlobalTable>,
     /// The repartitions added.
     repartitions: Vec<Repartition>,
+    /// The topics of tables read as streams of updates ([`TopologyBuilder::add_table_source`]).
+    table_sources: Vec<String>,
 }
 
 /// A repartition: its name, and the indexes of its sink and source nodes (the topic they
@@ -248,6 +250,8 @@ pub struct Topology {
     pub(crate) repartitions: Vec<Repartition>,
     /// The application id the repartition topics are named for, once bound.
     pub(crate) app_id: Option<String>,
+    /// The topics of tables read as streams of updates: inputs, declared compacted.
+    pub(crate) table_sources: Vec<String>,
     /// Each node's sub-topology (see [`sub_topologies`]).
     pub(crate) node_sub: Vec<usize>,
     /// How many sub-topologies there are.
@@ -854,6 +858,31 @@ impl TopologyBuilder {
         self.attach_store(&right_store, &[&l, &r])
     }
 
+    /// A **table source** `name`: `table`'s topic read as a stream of the table's updates, for
+    /// a node that needs each change rather than lookups — a table-table join
+    /// ([`TopologyBuilder::add_table_table_join`]). Each record is forwarded as `(K, V)`, an
+    /// upsert of its key, or `(K, None)`, a tombstone deleting it; nothing is materialized here
+    /// (the join keeps the rows it needs in its own changelogged stores). It is an input like a
+    /// source's — co-partitioned, aligned by timestamp with the task's other inputs, deduplicated
+    /// by `id`, an undecodable record dead-lettered as permanent — and
+    /// [`Topology::topics`] declares its topic compacted. A plain table only: a versioned one is
+    /// refused (its versions would be lost).
+    pub fn add_table_source<K, V>(&mut self, name: &str, table: &TableHandle<K, V>) -> &mut Self
+    where
+        K: Clone + Send + 'static,
+        V: Clone + Send + 'static,
+    {
+        if table.history().is_some() {
+            self.errors.push(format!(
+                "table source {name:?}: table {:?} is versioned, and a table source forwards latest rows only",
+                table.name()
+            ));
+        }
+        let (keys, values) = table.store().serde_arcs();
+        self.table_sources.push(table.topic().to_string());
+        self.add_source(name, table.topic(), keys, values)
+    }
+
     /// A table-table join `name` of the table whose updates `left_parents` forward (`(K, V1)`
     /// rows, tombstones deleting them) with the table whose updates `right_parents` forward
     /// (`(K, V2)`), into a result table of `(K, R)` rows (see [`super::table_joins`]); it
@@ -1179,6 +1208,7 @@ impl TopologyBuilder {
             versioned: std::mem::take(&mut self.versioned),
             globals: std::mem::take(&mut self.globals),
             repartitions: std::mem::take(&mut self.repartitions),
+            table_sources: std::mem::take(&mut self.table_sources),
             app_id: None,
         })
     }

@@ -287,7 +287,15 @@ impl Topology {
             .inputs_for(app)
             .into_iter()
             .filter(|t| !repartition.contains(t))
-            .map(|t| TopicSpec::new(t, partitions, "delete"))
+            .map(|t| {
+                // A table read as a stream of updates is still a table: compacted.
+                let policy = if self.table_sources.contains(&t) {
+                    "compact"
+                } else {
+                    "delete"
+                };
+                TopicSpec::new(t, partitions, policy)
+            })
             .collect();
         specs.extend(
             self.table_topics()

@@ -2,9 +2,10 @@
 //! tables keyed alike, co-partitioned, whose rows of one key are joined into a third table.
 //!
 //! Each side is the **update stream** of a table: a `(K, V)` record is the key's new row, a
-//! record without a value (a tombstone) deletes the key. That is what a source of a
-//! compacted topic forwards, what an aggregation forwards (its new aggregate), and what a
-//! table's `filter` or `map_values` forwards (tombstones when a row goes).
+//! record without a value (a tombstone) deletes the key. That is what a table source of a
+//! compacted topic forwards ([`super::TopologyBuilder::add_table_source`], or any source of
+//! it), what an aggregation forwards (its new aggregate), and what a table's `filter` or
+//! `map_values` forwards (tombstones when a row goes).
 //!
 //! - **State.** The join keeps each side's latest row (with its timestamp) in a store of its
 //!   own, and the join's result in a third store: the **result table**. All three are named

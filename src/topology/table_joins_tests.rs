@@ -427,6 +427,57 @@ fn the_builder_refuses_shared_stores_and_changelogs_all_three() {
     assert_eq!(t.sub_topologies().len(), 1);
 }
 
+#[test]
+fn a_table_source_forwards_its_topics_rows_and_is_declared_compacted() {
+    use crate::topology::TableHandle;
+    let users = TableHandle::new("users", LEFT, StringSerde, StringSerde);
+    let addresses = TableHandle::new("addresses", RIGHT, StringSerde, StringSerde);
+    let t = Topology::builder()
+        .add_table_source("users", &users)
+        .add_table_source("addresses", &addresses)
+        .add_table_table_join("profile", join(JoinKind::Inner), &["users"], &["addresses"])
+        .add_sink("out", OUT, StringSerde, StringSerde, &["profile"])
+        .build()
+        .expect("valid topology");
+    let mut config = crate::config::Config::default();
+    config.app.id = "app".into();
+    let (specs, group) = t.topics(&config, 4);
+    let policy = |name: &str| {
+        specs
+            .iter()
+            .find(|s| s.name == name)
+            .map(|s| s.cleanup_policy.clone())
+    };
+    assert_eq!(policy(LEFT).as_deref(), Some("compact"));
+    assert_eq!(policy(RIGHT).as_deref(), Some("compact"));
+    assert_eq!(policy(OUT).as_deref(), Some("delete"));
+    assert_eq!(policy("app-profiles-changelog").as_deref(), Some("compact"));
+    // Both tables' topics are checked for co-partitioning with the rest.
+    assert!(group.topics.contains(&LEFT.to_string()) && group.topics.contains(&RIGHT.to_string()));
+
+    let mut d = TopologyTestDriver::new(t).expect("driver");
+    row(&mut d, LEFT, "u1", Some("ann"), 1, "l1");
+    row(&mut d, RIGHT, "u1", Some("paris"), 2, "r1");
+    row(&mut d, LEFT, "u1", None, 3, "l2");
+    assert_eq!(
+        changes(&d.read_raw_output(OUT)),
+        vec![set("u1", "ann+paris"), gone("u1")]
+    );
+
+    let versioned = TableHandle::versioned(
+        "prices",
+        "prices",
+        StringSerde,
+        StringSerde,
+        std::time::Duration::from_secs(1),
+    );
+    let err = Topology::builder()
+        .add_table_source("prices", &versioned)
+        .build()
+        .expect_err("versioned");
+    assert!(err.to_string().contains("is versioned"), "{err}");
+}
+
 /// The example of docs/tables-and-joins.md ("Table-table joins"), word for word.
 #[test]
 fn the_pages_example_chains_two_table_joins() -> Result<(), Box<dyn std::error::Error>> {
