@@ -437,3 +437,32 @@ fn chrono_ms() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
+
+#[test]
+fn joined_tables_on_different_partition_counts_refuse_to_start() {
+    if std::env::var(CHILD).is_ok() {
+        return;
+    }
+    let app = support::unique("table-joins-copart");
+    let mut cfg = config(&app);
+    cfg.processor.static_membership = true;
+    let mut specs = vec![
+        TopicSpec::new(format!("{app}.users"), 2, "compact"),
+        TopicSpec::new(format!("{app}.addresses"), PARTITIONS, "compact"),
+        TopicSpec::new(format!("{app}.orders"), PARTITIONS, "delete"),
+    ];
+    specs.extend(topology(&app).internal_topics(&cfg, PARTITIONS));
+    topics::apply_blocking(&support::clients(), &specs, Duration::from_secs(30))
+        .expect("creating topics");
+    let err = eosflow::internals::processor::Runtime::new(&cfg, topology(&app))
+        .err()
+        .expect("a table on 2 partitions joined with one on 4 must not start")
+        .to_string();
+    for part in [
+        format!("{app}.users=2"),
+        format!("{app}.addresses=4"),
+        "not co-partitioned".to_string(),
+    ] {
+        assert!(err.contains(&part), "{part:?} missing from {err}");
+    }
+}
