@@ -454,5 +454,17 @@ fn windows_and_ranges_are_answered_through_the_library_and_http() {
         .as_str()
         .unwrap_or("")
         .contains("serve_store"));
+    // Each request is counted by store and outcome; an unserved name is not a label.
+    let (_, text) = support::http::get(&addr, "/metrics").expect("metrics");
+    let count = |labels: &[&str]| {
+        support::http::metric(&text, "eosflow_query_requests_total", labels).unwrap_or(0.0)
+    };
+    assert!(
+        count(&["store=\"totals\"", "outcome=\"local\""]) >= 3.0,
+        "{text}"
+    );
+    assert!(count(&["store=\"per-minute\"", "outcome=\"bad-request\""]) >= 1.0);
+    assert!(count(&["store=\"-\""]) >= 1.0);
+    assert!(!text.contains("store=\"nope\""));
     instance.close().expect("stops");
 }

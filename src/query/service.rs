@@ -294,6 +294,19 @@ fn with_read_headers(
     }
 }
 
+/// What a request's answer was, for `eosflow_query_requests_total`.
+fn outcome(a: &HttpAnswer) -> &'static str {
+    let has = |name: &str| a.headers.iter().any(|(n, _)| n.eq_ignore_ascii_case(name));
+    match a.status {
+        200 | 404 if has("Eosflow-Owner") => "proxied",
+        200 | 404 if has("Eosflow-Standby-Lag") => "standby",
+        200 | 404 => "local",
+        503 => "unavailable",
+        400 => "bad-request",
+        _ => "error",
+    }
+}
+
 fn time_param(params: &BTreeMap<String, String>, name: &str, default: i64) -> Result<i64, String> {
     params.get(name).map_or(Ok(default), |v| {
         v.parse()
@@ -363,15 +376,32 @@ impl QueryService {
             return None;
         }
         let parts: Vec<&str> = rest.split('/').filter(|s| !s.is_empty()).collect();
-        Some(match parts.as_slice() {
+        let answer = self.route(&parts, &hop);
+        if let Some(store) = parts.first() {
+            // Only served stores' names become labels: a probe of made-up names must not
+            // grow the metric's series.
+            let served = percent_decode(store).filter(|n| {
+                self.served
+                    .read()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .contains_key(n)
+            });
+            crate::telemetry::query_request(served.as_deref().unwrap_or("-"), outcome(&answer));
+        }
+        Some(answer)
+    }
+
+    fn route(&self, parts: &[&str], hop: &Hop<'_>) -> HttpAnswer {
+        let query = hop.query;
+        match parts {
             [] => self.list(),
             [store] => self.with_store(store, |r| self.range(store, r, query)),
-            [store, "keys", key] => self.with_store(store, |r| self.key(store, r, key, &hop)),
+            [store, "keys", key] => self.with_store(store, |r| self.key(store, r, key, hop)),
             [store, "keys", key, "windows"] => {
-                self.with_store(store, |r| self.windows(store, r, key, &hop))
+                self.with_store(store, |r| self.windows(store, r, key, hop))
             }
             _ => HttpAnswer::error(404, "try /stores, /stores/<store>/keys/<key>, /stores/<store>/keys/<key>/windows?from=&to= or /stores/<store>?from=&to=&prefix="),
-        })
+        }
     }
 
     fn list(&self) -> HttpAnswer {

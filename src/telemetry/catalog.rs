@@ -191,6 +191,12 @@ pub const FRAMEWORK: &[MetricDef] = &[
         "Consumer group rebalances, by kind (assign or revoke).",
     ),
     metric(
+        "eosflow_query_requests_total",
+        Counter,
+        Unit::Count,
+        "Interactive query requests on /stores, by store and outcome: local (answered from a task open here), standby (from a warm copy, asked for with max_standby_lag), proxied (the owner's answer passed on), unavailable (503: restoring, rebalancing, owner not answering), bad-request, error.",
+    ),
+    metric(
         "eosflow_standby_lag_records",
         Gauge,
         Unit::Count,

@@ -105,6 +105,12 @@ pub fn state_expired(store: &str, n: usize) {
         .increment(n as u64);
 }
 
+/// An interactive query request on `/stores` for `store` ended with `outcome`.
+pub fn query_request(store: &str, outcome: &'static str) {
+    metrics::counter!("eosflow_query_requests_total", "store" => store.to_string(), "outcome" => outcome)
+        .increment(1);
+}
+
 /// A timer's callback failed and the timer was dead-lettered.
 pub fn timer_failed(kind: &str) {
     metrics::counter!("eosflow_timers_failed_total", "kind" => kind.to_string()).increment(1);
