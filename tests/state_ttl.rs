@@ -362,3 +362,39 @@ fn the_dedup_stores_retention_is_its_ttl_and_counts_its_expired_ids() {
     });
     a.stop();
 }
+
+#[test]
+fn a_wall_clock_ttl_expires_on_a_partition_that_receives_nothing_more() {
+    let p = Pipeline::new("ttl-idle", 1);
+    let store = "sessions-w";
+    let changelog = format!("{}-{store}-changelog", p.app);
+    support::create_topics(&[&changelog], 1);
+    let spec = ProcessorSpec::new(Sessions {
+        output: p.output.clone(),
+        ttl: StoreHandle::new(store, StringSerde, StringSerde)
+            .with_ttl(Duration::from_secs(2), TtlClock::WallClock)
+            .expect("a valid TTL"),
+        raw: StoreHandle::new(store, StringSerde, StringSerde),
+    })
+    .store_name("count")
+    .store(store)
+    .no_dedup();
+    let a = Instance::start(&p.config("a"), spec);
+    // Before the put is produced, so before it is processed and its TTL starts.
+    let produced = std::time::Instant::now();
+    support::produce_timed(&p.input, &[(Some(0), "k0".into(), "put".into(), base())]);
+    p.wait_drained(Duration::from_secs(90));
+    let state = Column::State.changelog_key(b"k0");
+    // Nothing else arrives: the idle loop's check of due wall-clock work expires k0.
+    support::wait_for(
+        "k0's tombstone in the changelog",
+        Duration::from_secs(60),
+        || (folded(&changelog).get(&state) == Some(&None)).then_some(()),
+    );
+    assert!(
+        produced.elapsed() >= Duration::from_millis(1_990),
+        "not before its TTL: {:?}",
+        produced.elapsed()
+    );
+    a.stop();
+}
