@@ -154,8 +154,9 @@ impl<K, V> StoreHandle<K, V> {
     /// before it is deleted. Open the store with this handle everywhere: a `put` through a
     /// handle without a TTL makes the key permanent again. See docs/ttl.md.
     ///
-    /// Refused with a [`TtlError`] naming the store when `ttl` is shorter than a millisecond or
-    /// longer than [`MAX_TTL`].
+    /// The TTL counts in whole milliseconds (the clocks' unit; a fraction is dropped). Refused
+    /// with a [`TtlError`] naming the store when `ttl` is shorter than a millisecond or longer
+    /// than [`MAX_TTL`].
     ///
     /// ```
     /// use std::time::Duration;
