@@ -926,6 +926,66 @@ impl TopologyBuilder {
         self
     }
 
+    /// A foreign-key join `name` (Kafka Streams' KIP-213; see [`super::fk_join`]) of the left
+    /// table whose updates `left_parents` forward with the right table whose updates
+    /// `right_parents` forward; its result table's changes come out of node `name`. Adds the
+    /// nodes `<name>-left`, `<name>-subscriptions`, `<name>-right` and the repartition topics
+    /// `<app>-<name>-subscription-repartition` and `<app>-<name>-response-repartition`.
+    pub fn add_foreign_key_join<KL, VL, KR, VR, R>(
+        &mut self,
+        name: &str,
+        join: super::ForeignKeyJoin<KL, VL, KR, VR, R>,
+        left_parents: &[&str],
+        right_parents: &[&str],
+    ) -> &mut Self
+    where
+        KL: Clone + Send + 'static,
+        VL: Clone + Send + 'static,
+        KR: Clone + Send + 'static,
+        VR: Clone + Send + 'static,
+        R: Clone + Send + 'static,
+    {
+        use crate::serdes::BytesSerde;
+        if let Err(e) = join.check() {
+            self.errors.push(format!("foreign-key join {name:?}: {e}"));
+        }
+        let nodes = join.into_nodes(name);
+        let left = format!("{name}-left");
+        let subscription = format!("{name}-subscription");
+        let subscriptions = format!("{name}-subscriptions");
+        let right = format!("{name}-right");
+        let response = format!("{name}-response");
+        self.add_node(&left, nodes.subscribe, left_parents);
+        self.forwards::<Vec<u8>, Vec<u8>>(&left);
+        self.add_repartition(
+            &subscription,
+            |_: Option<&Vec<u8>>, v: &Vec<u8>| super::fk_join::subscription_fk(v),
+            BytesSerde,
+            BytesSerde,
+            &[&left],
+        );
+        self.add_node(&subscriptions, nodes.subscriptions, &[&subscription]);
+        self.forwards::<Vec<u8>, Vec<u8>>(&subscriptions);
+        self.add_node(&right, nodes.right, right_parents);
+        self.forwards::<Vec<u8>, Vec<u8>>(&right);
+        self.add_repartition(
+            &response,
+            |k: Option<&Vec<u8>>, _: &Vec<u8>| k.cloned(),
+            BytesSerde,
+            BytesSerde,
+            &[&subscriptions, &right],
+        );
+        self.add_node(name, nodes.resolve, &[&response, &left]);
+        self.forwards::<KL, R>(name);
+        for store in &nodes.stores.left {
+            self.attach_store(store, &[&left, name]);
+        }
+        for store in &nodes.stores.right {
+            self.attach_store(store, &[&subscriptions, &right]);
+        }
+        self
+    }
+
     /// A sink `name` writing what `parents` forward to `topic`, serialized with these serdes.
     pub fn add_sink<K, V>(
         &mut self,

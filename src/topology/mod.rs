@@ -36,6 +36,9 @@
 //! ```
 
 mod builder;
+pub mod fk_join;
+#[cfg(test)]
+mod fk_join_tests;
 pub mod globals;
 #[cfg(test)]
 mod globals_tests;
@@ -58,6 +61,7 @@ mod versioned_tests;
 pub mod windows;
 
 pub use builder::{Topics, Topology, TopologyBuilder};
+pub use fk_join::ForeignKeyJoin;
 pub use globals::{GlobalTable, GlobalTableHandle};
 pub use node::TypedRecord;
 pub(crate) use node::{NodeContext, NodeProcessor};

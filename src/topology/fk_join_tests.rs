@@ -1,0 +1,360 @@
+//! Foreign-key joins through the test driver: inner and left results as orders and customers
+//! change, a foreign key that changes (the old result retracted, the new one joined), orders
+//! without a foreign key, tombstones of either side, a random workload checked against a model
+//! after every update, stale and malformed messages on the internal topics, empty and huge rows,
+//! and `kill -9` at every batch boundary.
+
+use std::collections::BTreeMap;
+
+use crate::processor::StoreHandle;
+use crate::serdes::StringSerde;
+use crate::testing::{OutputRecord, TestRecord, TopologyTestDriver};
+use crate::topology::{ForeignKeyJoin, JoinKind, Topology};
+
+const ORDERS: &str = "orders";
+const CUSTOMERS: &str = "customers";
+const OUT: &str = "enriched";
+
+type Driver = TopologyTestDriver<Topology>;
+
+fn result_store() -> StoreHandle<String, String> {
+    StoreHandle::new("enriched-orders", StringSerde, StringSerde)
+}
+
+/// An order's value is `customer:item`; `-:item` names no customer.
+#[allow(clippy::ptr_arg)] // the extractor's signature: Fn(&V) with V = String
+fn customer_of(order: &String) -> Option<String> {
+    order
+        .split_once(':')
+        .map(|(c, _)| c.to_string())
+        .filter(|c| c != "-")
+}
+
+fn join(kind: JoinKind) -> ForeignKeyJoin<String, String, String, String, String> {
+    let (l, r, out) = (
+        StoreHandle::new("fk-orders", StringSerde, StringSerde),
+        StoreHandle::new("fk-customers", StringSerde, StringSerde),
+        result_store(),
+    );
+    match kind {
+        JoinKind::Inner => {
+            ForeignKeyJoin::inner(l, r, out, customer_of, |_k, o: &String, c: &String| {
+                Some(format!("{o}@{c}"))
+            })
+        }
+        _ => ForeignKeyJoin::left(
+            l,
+            r,
+            out,
+            customer_of,
+            |_k, o: &String, c: Option<&String>| {
+                Some(format!("{o}@{}", c.map_or("?", String::as_str)))
+            },
+        ),
+    }
+}
+
+fn topology(kind: JoinKind) -> Topology {
+    Topology::builder()
+        .add_source("orders", &[ORDERS], StringSerde, StringSerde)
+        .add_source("customers", &[CUSTOMERS], StringSerde, StringSerde)
+        .add_foreign_key_join("joined", join(kind), &["orders"], &["customers"])
+        .add_sink("out", OUT, StringSerde, StringSerde, &["joined"])
+        .build()
+        .expect("valid topology")
+}
+
+fn driver(kind: JoinKind) -> Driver {
+    TopologyTestDriver::new(topology(kind)).expect("driver")
+}
+
+fn row(d: &mut Driver, topic: &str, key: &str, value: Option<&str>, at: i64) {
+    d.pipe(TestRecord::new(topic, Some(key), value).timestamp(at))
+        .expect("pipe");
+}
+
+fn changes(out: &[OutputRecord]) -> Vec<(String, Option<String>)> {
+    out.iter()
+        .map(|r| (r.key_text(), r.value.as_ref().map(|_| r.value_text())))
+        .collect()
+}
+
+fn set(k: &str, v: &str) -> (String, Option<String>) {
+    (k.to_string(), Some(v.to_string()))
+}
+
+fn gone(k: &str) -> (String, Option<String>) {
+    (k.to_string(), None)
+}
+
+fn result(d: &mut Driver, order: &str) -> Option<String> {
+    d.store_get(&result_store(), &order.to_string())
+        .expect("result store")
+}
+
+#[test]
+fn inner_join_follows_both_sides_and_retracts_when_the_foreign_key_moves_or_a_row_goes() {
+    let mut d = driver(JoinKind::Inner);
+    row(&mut d, ORDERS, "o1", Some("c1:book"), 1); // no customer c1 yet
+    row(&mut d, CUSTOMERS, "c1", Some("Ann"), 2);
+    row(&mut d, CUSTOMERS, "c2", Some("Bob"), 3);
+    row(&mut d, ORDERS, "o1", Some("c2:book"), 4); // moves to c2
+    row(&mut d, CUSTOMERS, "c1", Some("Ann B."), 5); // o1 no longer follows c1
+    row(&mut d, CUSTOMERS, "c2", None, 6); // its customer goes: retracted
+    row(&mut d, CUSTOMERS, "c2", Some("Bob 2"), 7); // and comes back
+    row(&mut d, ORDERS, "o1", None, 8); // the order goes
+    assert_eq!(
+        changes(&d.read_raw_output(OUT)),
+        vec![
+            set("o1", "c1:book@Ann"),
+            set("o1", "c2:book@Bob"),
+            gone("o1"),
+            set("o1", "c2:book@Bob 2"),
+            gone("o1"),
+        ]
+    );
+    assert_eq!(result(&mut d, "o1"), None);
+}
+
+#[test]
+fn left_join_keeps_orders_without_a_customer_or_a_foreign_key() {
+    let mut d = driver(JoinKind::Left);
+    row(&mut d, ORDERS, "o1", Some("c1:book"), 1);
+    row(&mut d, ORDERS, "o2", Some("-:gift"), 2); // names no customer
+    row(&mut d, CUSTOMERS, "c1", Some("Ann"), 3);
+    row(&mut d, ORDERS, "o1", Some("-:book"), 4); // loses its foreign key
+    row(&mut d, CUSTOMERS, "c1", Some("Ann B."), 5); // nothing follows c1 now
+    row(&mut d, ORDERS, "o2", None, 6);
+    assert_eq!(
+        changes(&d.read_raw_output(OUT)),
+        vec![
+            set("o1", "c1:book@?"),
+            set("o2", "-:gift@?"),
+            set("o1", "c1:book@Ann"),
+            set("o1", "-:book@?"),
+            gone("o2"),
+        ]
+    );
+    assert_eq!(result(&mut d, "o1").as_deref(), Some("-:book@?"));
+}
+
+#[test]
+fn results_carry_the_later_rows_timestamp() {
+    let mut d = driver(JoinKind::Inner);
+    row(&mut d, CUSTOMERS, "c1", Some("Ann"), 10);
+    row(&mut d, ORDERS, "o1", Some("c1:book"), 5);
+    row(&mut d, CUSTOMERS, "c1", Some("Ann B."), 20);
+    let at: Vec<Option<i64>> = d.read_raw_output(OUT).iter().map(|r| r.timestamp).collect();
+    assert_eq!(at, vec![Some(10), Some(20)]);
+}
+
+#[test]
+fn many_orders_of_one_customer_all_follow_its_updates() {
+    let mut d = driver(JoinKind::Inner);
+    for i in 0..50 {
+        row(
+            &mut d,
+            ORDERS,
+            &format!("o{i:02}"),
+            Some(&format!("c1:item{i}")),
+            i,
+        );
+    }
+    row(&mut d, CUSTOMERS, "c1", Some("Ann"), 100);
+    let out = changes(&d.read_raw_output(OUT));
+    assert_eq!(out.len(), 50);
+    assert!(out
+        .iter()
+        .all(|(_, v)| v.as_deref().is_some_and(|v| v.ends_with("@Ann"))));
+    assert_eq!(result(&mut d, "o37").as_deref(), Some("c1:item37@Ann"));
+}
+
+#[test]
+fn empty_and_huge_rows_are_rows_like_any_other() {
+    let mut d = driver(JoinKind::Left);
+    let huge = "x".repeat(4 * 1024 * 1024);
+    row(&mut d, CUSTOMERS, "c1", Some(&huge), 1);
+    row(&mut d, CUSTOMERS, "", Some(""), 2); // an empty key and value
+    row(&mut d, ORDERS, "o1", Some("c1:big"), 3);
+    row(&mut d, ORDERS, "o2", Some(":empty"), 4); // foreign key "": the empty customer
+    assert_eq!(result(&mut d, "o1"), Some(format!("c1:big@{huge}")));
+    assert_eq!(result(&mut d, "o2").as_deref(), Some(":empty@"));
+}
+
+#[test]
+fn a_stale_or_malformed_internal_message_changes_nothing() {
+    let mut d = driver(JoinKind::Inner);
+    row(&mut d, CUSTOMERS, "c1", Some("Ann"), 1);
+    row(&mut d, ORDERS, "o1", Some("c1:book"), 2);
+    assert_eq!(d.read_raw_output(OUT).len(), 1); // (reading takes what was written)
+                                                 // A response for a row o1 no longer has (another hash), as a late one from an old
+                                                 // foreign key's partition would be.
+    let mut stale = 12345u64.to_be_bytes().to_vec();
+    stale.push(0);
+    d.pipe(
+        TestRecord::new("test-joined-response-repartition", Some("o1"), Some(stale)).timestamp(3),
+    )
+    .expect("a stale response is dropped, not an error");
+    assert!(d.read_raw_output(OUT).is_empty());
+    assert_eq!(result(&mut d, "o1").as_deref(), Some("c1:book@Ann"));
+    // Garbage on the subscription topic is dead-lettered with a reason.
+    d.pipe(
+        TestRecord::new(
+            "test-joined-subscription-repartition",
+            Some("c1"),
+            Some("junk"),
+        )
+        .timestamp(4),
+    )
+    .expect("dead-lettered");
+    let dlt = d.read_raw_output("test-joined-subscription-repartition.DLT");
+    assert_eq!(dlt.len(), 1, "{dlt:?}");
+    assert!(dlt[0]
+        .header("eosflow.dlt.error.message")
+        .is_some_and(|m| m.contains("malformed")));
+    assert_eq!(result(&mut d, "o1").as_deref(), Some("c1:book@Ann"));
+}
+
+/// A small deterministic generator.
+struct Lcg(u64);
+
+impl Lcg {
+    fn next(&mut self, n: u64) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (self.0 >> 33) % n
+    }
+}
+
+/// (is an order, key, value): orders o0..o7 naming customers c0..c3 (or none), customers'
+/// names; a third of the updates are tombstones.
+fn workload(seed: u64, n: usize) -> Vec<(bool, String, Option<String>)> {
+    let mut rng = Lcg(seed);
+    (0..n)
+        .map(|i| {
+            let is_order = rng.next(2) == 0;
+            let tombstone = rng.next(3) == 0;
+            if is_order {
+                let customer = match rng.next(5) {
+                    4 => "-".to_string(),
+                    c => format!("c{c}"),
+                };
+                let v = (!tombstone).then(|| format!("{customer}:i{i}"));
+                (true, format!("o{}", rng.next(8)), v)
+            } else {
+                let v = (!tombstone).then(|| format!("n{i}"));
+                (false, format!("c{}", rng.next(4)), v)
+            }
+        })
+        .collect()
+}
+
+/// The joined table the workload says after each of its updates, from the rows alone.
+fn expected(
+    kind: JoinKind,
+    orders: &BTreeMap<String, String>,
+    customers: &BTreeMap<String, String>,
+) -> BTreeMap<String, String> {
+    orders
+        .iter()
+        .filter_map(|(k, o)| {
+            let c = customer_of(o).and_then(|c| customers.get(&c));
+            match (kind, c) {
+                (JoinKind::Inner, Some(c)) => Some((k.clone(), format!("{o}@{c}"))),
+                (JoinKind::Inner, None) => None,
+                (_, c) => Some((k.clone(), format!("{o}@{}", c.map_or("?", String::as_str)))),
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn a_random_workload_gives_the_models_table_after_every_update() {
+    for kind in [JoinKind::Inner, JoinKind::Left] {
+        for seed in 1..=4 {
+            let mut d = driver(kind);
+            let (mut orders, mut customers) = (BTreeMap::new(), BTreeMap::new());
+            for (i, (is_order, key, value)) in workload(seed, 250).into_iter().enumerate() {
+                let (topic, side) = if is_order {
+                    (ORDERS, &mut orders)
+                } else {
+                    (CUSTOMERS, &mut customers)
+                };
+                row(&mut d, topic, &key, value.as_deref(), i as i64);
+                match value {
+                    Some(v) => side.insert(key, v),
+                    None => side.remove(&key),
+                };
+                let want = expected(kind, &orders, &customers);
+                for o in 0..8 {
+                    let k = format!("o{o}");
+                    assert_eq!(
+                        result(&mut d, &k),
+                        want.get(&k).cloned(),
+                        "{kind:?} seed {seed} after update {i}, order {k}"
+                    );
+                }
+            }
+            // The change stream folds into the same table.
+            let mut folded = BTreeMap::new();
+            for (k, v) in changes(&d.read_raw_output(OUT)) {
+                match v {
+                    Some(v) => folded.insert(k, v),
+                    None => folded.remove(&k),
+                };
+            }
+            assert_eq!(
+                folded,
+                expected(kind, &orders, &customers),
+                "{kind:?} seed {seed}"
+            );
+        }
+    }
+}
+
+#[test]
+fn kill_9_at_every_batch_boundary_gives_the_crash_free_results() {
+    for kind in [JoinKind::Inner, JoinKind::Left] {
+        let mut crash_test = TopologyTestDriver::with_crashes(7, move || {
+            Ok::<_, std::convert::Infallible>(topology(kind))
+        })
+        .max_crashes(24);
+        for (i, (is_order, key, value)) in workload(21, 40).into_iter().enumerate() {
+            let topic = if is_order { ORDERS } else { CUSTOMERS };
+            crash_test.pipe(
+                TestRecord::new(topic, Some(key.as_str()), value.as_deref())
+                    .timestamp(i as i64)
+                    .id(&format!("m{i}")),
+            );
+        }
+        let summary = crash_test
+            .run()
+            .expect("every crash matches the crash-free run");
+        assert!(
+            summary.written.get(OUT).copied().unwrap_or(0) > 3,
+            "{summary:?}"
+        );
+        assert!(!summary.crashes.is_empty());
+    }
+}
+
+#[test]
+fn the_builder_refuses_stores_shared_between_the_joins_roles() {
+    let shared = StoreHandle::new("same", StringSerde, StringSerde);
+    let join = ForeignKeyJoin::inner(
+        shared.clone(),
+        shared,
+        result_store(),
+        customer_of,
+        |_k, o: &String, c: &String| Some(format!("{o}{c}")),
+    );
+    let err = Topology::builder()
+        .add_source("orders", &[ORDERS], StringSerde, StringSerde)
+        .add_source("customers", &[CUSTOMERS], StringSerde, StringSerde)
+        .add_foreign_key_join("joined", join, &["orders"], &["customers"])
+        .build()
+        .expect_err("shared store");
+    assert!(err.to_string().contains("each needs its own"), "{err}");
+}
