@@ -4,8 +4,9 @@
 //! deserializes `T`. Sources, sinks and stores of a [`crate::topology::Topology`] each carry
 //! one for their keys and one for their values. eosflow ships [`BytesSerde`], [`StringSerde`],
 //! [`I64Serde`] and [`JsonSerde`]; the Avro serde through the schema registry is
-//! [`AvroSerde`] (its schemas come from a [`Registry`] or a [`FixedSource`]). A user-defined
-//! serde implements the trait.
+//! [`AvroSerde`] (its schemas come from a [`Registry`] or a [`FixedSource`]); a store's Avro
+//! values evolve with a [`StoreSchema`] ([`AvroSerde::for_store`], docs/state-evolution.md). A
+//! user-defined serde implements the trait.
 //!
 //! Stores order their keys by the serialized bytes: a serde whose bytes sort like its values
 //! ([`StringSerde`], [`BytesSerde`], [`I64Serde`] for non-negative numbers) makes `range` and
@@ -24,9 +25,10 @@
 use std::marker::PhantomData;
 use std::sync::Arc;
 
-pub use crate::codec::avro_serde::AvroSerde;
+pub use crate::codec::avro_serde::{AvroSerde, StoreValueError};
 pub use crate::codec::decode::{FixedSource, RegistrySource, SchemaSource, SourceError};
 pub use crate::codec::registry::{CodecError, Registry};
+pub use crate::codec::store_schema::{StoreSchema, StoreSchemaError};
 
 /// Why bytes could not become a value or a value bytes: names what was expected.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -107,7 +107,8 @@ impl Catalog {
         Ok(self)
     }
 
-    /// Loads every `<domain>/<event>.v<n>.avsc` under `root`.
+    /// Loads every `<domain>/<event>.v<n>.avsc` under `root`, except `root/stores/` (store
+    /// value schemas, [`super::store_schema`]).
     pub fn from_dir(root: &Path) -> Result<Self, CatalogError> {
         let io = |path: &Path| {
             let path = path.to_path_buf();
@@ -119,6 +120,15 @@ impl Catalog {
             for entry in std::fs::read_dir(&dir).map_err(io(&dir))? {
                 let path = entry.map_err(io(&dir))?.path();
                 if path.is_dir() {
+                    // Store value schemas are no topic's contracts (`schemas check` reads them
+                    // on their own, docs/state-evolution.md).
+                    if dir == root
+                        && path
+                            .file_name()
+                            .is_some_and(|n| n == super::store_schema::STORES_DIR)
+                    {
+                        continue;
+                    }
                     stack.push(path);
                 } else if path.extension().is_some_and(|e| e == "avsc") {
                     let text = std::fs::read_to_string(&path).map_err(io(&path))?;
@@ -129,6 +139,16 @@ impl Catalog {
             }
         }
         Ok(c)
+    }
+
+    /// As [`Catalog::register`], remembering `path` as where the text was read from.
+    pub(crate) fn add_at(
+        &mut self,
+        path: &Path,
+        rel: &str,
+        text: &str,
+    ) -> Result<(), CatalogError> {
+        self.add(path, rel, text)
     }
 
     fn add(&mut self, path: &Path, rel: &str, text: &str) -> Result<(), CatalogError> {

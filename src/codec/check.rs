@@ -2,6 +2,13 @@
 //! `v<n-1>` file), against its own last committed text (`git show HEAD:<file>`), and against the
 //! registry's latest version of its subject, under the subject's rule. Failures name the field
 //! and the reason.
+//!
+//! Store value schemas (`<dir>/stores/<store>.v<n>.avsc`, docs/state-evolution.md) are checked
+//! BACKWARD (FULL when `compatibility.toml` says so for `stores.<store>`): the new version must
+//! read everything the store holds, so each version is compared with its previous file and its
+//! committed text, and the newest version of each store with *every* version registered under
+//! the store's changelog subject `<app.id>-<store>-changelog-value` (the values the store may
+//! hold were written with any of them, not only the latest).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -95,6 +102,9 @@ pub struct CheckOptions {
     pub strategy: SubjectStrategy,
     /// Topic of a contract's subject; `${domain}` is replaced by its domain.
     pub topic_template: String,
+    /// The application whose stores' changelog subjects hold what its stores may contain
+    /// (`<app.id>-<store>-changelog-value`); `None` skips the registry for store schemas.
+    pub app_id: Option<String>,
 }
 
 /// The topic of `c` under `template` (`${domain}` → `billing`).
@@ -261,6 +271,136 @@ pub async fn check(opts: &CheckOptions) -> Result<Vec<Outcome>, CheckError> {
                         problems,
                         skipped: None,
                     });
+                }
+            }
+        }
+    }
+    out.extend(check_stores(opts, &rules).await?);
+    Ok(out)
+}
+
+/// The store value schemas of `dir`: every `<dir>/stores/<store>.v<n>.avsc`, as contracts of
+/// the domain `stores` (type name `stores.<store>.v<n>`); empty without the directory.
+pub fn store_schemas(dir: &Path) -> Result<Catalog, CheckError> {
+    let stores = dir.join(super::store_schema::STORES_DIR);
+    let mut catalog = Catalog::new();
+    let entries = match std::fs::read_dir(&stores) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(catalog),
+        Err(error) => {
+            return Err(CatalogError::Io {
+                path: stores,
+                error,
+            }
+            .into())
+        }
+    };
+    let mut files = Vec::new();
+    for entry in entries {
+        let path = entry
+            .map_err(|error| CatalogError::Io {
+                path: stores.clone(),
+                error,
+            })?
+            .path();
+        if path.extension().is_some_and(|e| e == "avsc") {
+            files.push(path);
+        }
+    }
+    files.sort();
+    for path in files {
+        let text = std::fs::read_to_string(&path).map_err(|error| CatalogError::Io {
+            path: path.clone(),
+            error,
+        })?;
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().to_string())
+            .unwrap_or_default();
+        catalog.add_at(
+            &path,
+            &format!("{}/{name}", super::store_schema::STORES_DIR),
+            &text,
+        )?;
+    }
+    Ok(catalog)
+}
+
+/// Every store value schema of `opts.dir` against its previous version, its committed text and
+/// (with a registry and an application id) every version its changelog subject holds.
+async fn check_stores(opts: &CheckOptions, rules: &Rules) -> Result<Vec<Outcome>, CheckError> {
+    let stores = store_schemas(&opts.dir)?;
+    let mut out = Vec::new();
+    for c in stores.iter() {
+        // A store's new code reads its old values: at least BACKWARD, whatever the default.
+        let rule = match rules.rule(c) {
+            Rule::Full => Rule::Full,
+            _ => Rule::Backward,
+        };
+        let compare = |against: String, old: &str| -> Result<Outcome, CheckError> {
+            let problems = compat::check(rule, &c.text, old)
+                .map_err(|e| CheckError::Compat(c.type_name.clone(), e))?
+                .into_iter()
+                .map(|i| format!("store {}: {i}", c.event))
+                .collect();
+            Ok(Outcome {
+                type_name: c.type_name.clone(),
+                against,
+                rule,
+                problems,
+                skipped: None,
+            })
+        };
+        if let Some(prev) = c.previous_type().and_then(|p| stores.get(&p)) {
+            out.push(compare(
+                format!("{} ({})", prev.type_name, prev.path.display()),
+                &prev.text,
+            )?);
+        }
+        if opts.git {
+            if let Some(committed) = git_head_text(&c.path) {
+                if committed != c.text {
+                    out.push(compare(
+                        format!("git HEAD:{}", c.path.display()),
+                        &committed,
+                    )?);
+                }
+            }
+        }
+        let newest = stores
+            .get(&format!("{}.{}.v{}", c.domain, c.event, c.version + 1))
+            .is_none();
+        let (Some(registry), true) = (&opts.registry, newest) else {
+            continue;
+        };
+        let Some(app_id) = &opts.app_id else {
+            out.push(Outcome {
+                type_name: c.type_name.clone(),
+                against: "the store's changelog subject".into(),
+                rule,
+                problems: vec![],
+                skipped: Some("no application id to name the subject (--app-id)".into()),
+            });
+            continue;
+        };
+        let subject = super::store_schema::StoreSchema::subject(app_id, &c.event);
+        match registry.versions(&subject).await? {
+            None => out.push(Outcome {
+                type_name: c.type_name.clone(),
+                against: format!("registry subject {subject}"),
+                rule,
+                problems: vec![],
+                skipped: Some("subject not registered yet (the store was never written)".into()),
+            }),
+            Some(held) => {
+                for v in held {
+                    out.push(compare(
+                        format!(
+                            "registry subject {subject} version {} (schema id {})",
+                            v.version, v.id
+                        ),
+                        &v.schema,
+                    )?);
                 }
             }
         }

@@ -248,6 +248,11 @@ impl Upcasters {
         Self::default()
     }
 
+    /// Whether a chain starts at `type_name` (an upcaster is registered from it).
+    pub fn has(&self, type_name: &str) -> bool {
+        self.by_source.contains_key(type_name)
+    }
+
     /// Applies the chain starting at `type_name`; returns the final type and value.
     pub fn apply(&self, type_name: &str, mut value: Value) -> Result<(String, Value), BadInput> {
         let mut t = type_name.to_string();

@@ -12,7 +12,9 @@ pub mod decode;
 pub mod envelope;
 pub mod project;
 pub mod registry;
+pub mod store_schema;
 
 pub use catalog::{Catalog, Contract, SubjectStrategy};
 pub use decode::{BadInput, Decoder, Event, Limits, Payload, Upcasters};
 pub use envelope::Envelope;
+pub use store_schema::StoreSchema;

@@ -213,6 +213,17 @@ impl Registry {
     }
 }
 
+/// One version registered under a subject ([`Registry::versions`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SubjectVersion {
+    /// The subject's version number (1, 2, …).
+    pub version: i64,
+    /// The schema id (what the wire format's header carries).
+    pub id: u32,
+    /// The schema text.
+    pub schema: String,
+}
+
 /// What the registry says about a candidate schema for a subject.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RegistryVerdict {
@@ -294,6 +305,59 @@ impl Registry {
             return Err(self.http_err(format!("GET {url}: {status}: {body}")));
         }
         Ok(body["schema"].as_str().map(str::to_string))
+    }
+
+    /// Every version registered under `subject`, oldest first, or `None` when the subject does
+    /// not exist: what a store may hold (its changelog subject lists every value schema it was
+    /// ever written with), for `eosflow schemas check` and a store serde's warm cache.
+    pub async fn versions(&self, subject: &str) -> Result<Option<Vec<SubjectVersion>>, CodecError> {
+        let base = format!(
+            "{}/subjects/{}/versions",
+            self.url.trim_end_matches('/'),
+            urlencode(subject)
+        );
+        let resp = self
+            .request(reqwest::Method::GET, &base)
+            .send()
+            .await
+            .map_err(|e| self.http_err(e))?;
+        if resp.status() == reqwest::StatusCode::NOT_FOUND {
+            return Ok(None);
+        }
+        let status = resp.status();
+        let body: serde_json::Value = resp.json().await.map_err(|e| self.http_err(e))?;
+        if !status.is_success() {
+            return Err(self.http_err(format!("GET {base}: {status}: {body}")));
+        }
+        let mut numbers: Vec<i64> = body
+            .as_array()
+            .map(|a| a.iter().filter_map(serde_json::Value::as_i64).collect())
+            .unwrap_or_default();
+        numbers.sort_unstable();
+        let mut out = Vec::with_capacity(numbers.len());
+        for n in numbers {
+            let url = format!("{base}/{n}");
+            let resp = self
+                .request(reqwest::Method::GET, &url)
+                .send()
+                .await
+                .map_err(|e| self.http_err(e))?;
+            let status = resp.status();
+            let v: serde_json::Value = resp.json().await.map_err(|e| self.http_err(e))?;
+            if !status.is_success() {
+                return Err(self.http_err(format!("GET {url}: {status}: {v}")));
+            }
+            let (Some(id), Some(schema)) = (v["id"].as_u64(), v["schema"].as_str()) else {
+                return Err(self.http_err(format!("GET {url}: no id or schema in {v}")));
+            };
+            out.push(SubjectVersion {
+                version: n,
+                id: u32::try_from(id)
+                    .map_err(|e| self.http_err(format!("GET {url}: id {id}: {e}")))?,
+                schema: schema.to_string(),
+            });
+        }
+        Ok(Some(out))
     }
 
     /// Asks the registry whether `schema` may follow the latest version of `subject` under the

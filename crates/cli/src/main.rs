@@ -130,9 +130,14 @@ enum SchemasAction {
     /// Register every schema in the directory with the registry (idempotent).
     Register(SchemasArgs),
     /// Check every schema against its previous version (repo, git HEAD, registry); exit 1 on a break.
+    /// Store value schemas (`stores/<store>.v<n>.avsc`) are checked BACKWARD against every
+    /// version registered under `<app.id>-<store>-changelog-value`.
     Check {
         #[command(flatten)]
         args: SchemasArgs,
+        /// The application whose stores' changelog subjects are checked (default: `app.id`).
+        #[arg(long)]
+        app_id: Option<String>,
         /// Skip the registry comparison.
         #[arg(long)]
         no_registry: bool,
@@ -788,6 +793,7 @@ fn schemas_cmd(config: &Config, action: SchemasAction) -> Result<std::process::E
                 registry: None,
                 strategy: a.strategy,
                 topic_template: a.topic,
+                app_id: None,
             };
             let done = rt
                 .block_on(check::register(&opts, &registry))
@@ -802,6 +808,7 @@ fn schemas_cmd(config: &Config, action: SchemasAction) -> Result<std::process::E
         }
         SchemasAction::Check {
             args,
+            app_id,
             no_registry,
             no_git,
         } => {
@@ -811,6 +818,7 @@ fn schemas_cmd(config: &Config, action: SchemasAction) -> Result<std::process::E
                 registry: (!no_registry).then_some(registry),
                 strategy: args.strategy,
                 topic_template: args.topic,
+                app_id: Some(app_id.unwrap_or_else(|| config.app.id.clone())),
             };
             let outcomes = rt
                 .block_on(check::check(&opts))
