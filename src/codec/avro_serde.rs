@@ -101,7 +101,7 @@ pub enum StoreValueError {
         detail: String,
     },
     /// The registry could not be asked.
-    #[error("store-schema-unavailable: store {store}: schema id {id} could not be fetched ({detail}); the registry is unreachable, the record is retried from the dead letters once it is back")]
+    #[error("store-schema-unavailable: store {store}: schema id {id} could not be fetched ({detail}); the registry is unreachable: redrive the dead letter once it is back")]
     Unavailable {
         /// The store.
         store: String,

@@ -31,6 +31,11 @@ use std::collections::BTreeMap;
 
 use super::decode::Upcasters;
 
+/// docs/state-evolution.md, whose example runs as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/state-evolution.md")]
+pub struct StateEvolutionPage;
+
 /// The directory under the schema root holding store value schemas
 /// (`schemas/stores/<store>.v<n>.avsc`); [`super::Catalog::from_dir`] leaves it out, since its
 /// files are no topic's contracts.
