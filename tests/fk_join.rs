@@ -1,0 +1,272 @@
+//! Foreign-key joins against the real broker, exactly once across `kill -9`: orders (keyed by
+//! order id, value `customer:item`, or `-:item` naming no customer) joined with customers
+//! (keyed by customer id) on the order's customer, inner and left, by one topology on 4
+//! partitions. The whole workload — order and customer updates interleaved at random, foreign
+//! keys that move, tombstones on both sides, orders written before their customer exists — is
+//! produced before the instance starts (a backlog). The instance is killed mid-stream twice:
+//! once restarting on its own state directory, once on a wiped one. Once everything is
+//! consumed, the read_committed output of each join, folded by key, must be exactly the join of
+//! the final orders with the final customers, computed here from the workload alone; and the
+//! subscription and response repartition topics must have been read to their ends.
+//!
+//! The killed instance is this test binary re-executed in child mode (`FK_JOIN_CHILD`).
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use eosflow::config::Config;
+use eosflow::internals::kafka::reader::read_all;
+use eosflow::kafka::topics::{self, TopicSpec};
+use eosflow::processor::StoreHandle;
+use eosflow::serdes::StringSerde;
+use eosflow::topology::{ForeignKeyJoin, Topology};
+use eosflow_verify::group_lag;
+use rdkafka::producer::{BaseRecord, Producer};
+use rdkafka::Message;
+use support::pipeline::Running;
+
+const CHILD: &str = "FK_JOIN_CHILD";
+const PARTITIONS: i32 = 4;
+const UPDATES: usize = 2_400;
+const ORDERS: usize = 120;
+const CUSTOMERS: usize = 16;
+
+fn customer_of(order: &str) -> Option<String> {
+    order
+        .split_once(':')
+        .map(|(c, _)| c.to_string())
+        .filter(|c| c != "-")
+}
+
+fn store(name: &str) -> StoreHandle<String, String> {
+    StoreHandle::new(name, StringSerde, StringSerde)
+}
+
+fn topology(app: &str) -> Topology {
+    let inner = ForeignKeyJoin::inner(
+        store("inner-orders"),
+        store("inner-customers"),
+        store("inner-result"),
+        |o: &String| customer_of(o),
+        |_: &String, o: &String, c: &String| Some(format!("{o}@{c}")),
+    );
+    let left = ForeignKeyJoin::left(
+        store("left-orders"),
+        store("left-customers"),
+        store("left-result"),
+        |o: &String| customer_of(o),
+        |_: &String, o: &String, c: Option<&String>| {
+            Some(format!("{o}@{}", c.map_or("?", String::as_str)))
+        },
+    );
+    Topology::builder()
+        .add_source(
+            "orders",
+            &[format!("{app}.orders").as_str()],
+            StringSerde,
+            StringSerde,
+        )
+        .add_source(
+            "customers",
+            &[format!("{app}.customers").as_str()],
+            StringSerde,
+            StringSerde,
+        )
+        .add_foreign_key_join("inner", inner, &["orders"], &["customers"])
+        .add_foreign_key_join("left", left, &["orders"], &["customers"])
+        .add_sink(
+            "inner-out",
+            format!("{app}.inner"),
+            StringSerde,
+            StringSerde,
+            &["inner"],
+        )
+        .add_sink(
+            "left-out",
+            format!("{app}.left"),
+            StringSerde,
+            StringSerde,
+            &["left"],
+        )
+        .build()
+        .expect("valid topology")
+}
+
+fn config(app: &str) -> Config {
+    // Small transactions, so each kill lands between two of them and mid-stream.
+    support::instance_config(app, 20)
+}
+
+/// Child mode: runs the topology until killed.
+#[test]
+fn child_instance() {
+    let Ok(app) = std::env::var(CHILD) else {
+        return;
+    };
+    support::run_until_killed(config(&app), topology(&app));
+}
+
+/// A small deterministic generator.
+struct Lcg(u64);
+
+impl Lcg {
+    fn next(&mut self, n: u64) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (self.0 >> 33) % n
+    }
+}
+
+/// (topic suffix, key, value or tombstone), in production order.
+fn workload() -> Vec<(&'static str, String, Option<String>)> {
+    let mut rng = Lcg(7);
+    (0..UPDATES)
+        .map(|i| {
+            let tombstone = rng.next(10) == 0;
+            if rng.next(3) != 0 {
+                let customer = match rng.next(CUSTOMERS as u64 + 2) {
+                    c if c >= CUSTOMERS as u64 => "-".to_string(),
+                    c => format!("c{c:02}"),
+                };
+                let order = format!("o{:03}", rng.next(ORDERS as u64));
+                (
+                    "orders",
+                    order,
+                    (!tombstone).then(|| format!("{customer}:i{i}")),
+                )
+            } else {
+                let customer = format!("c{:02}", rng.next(CUSTOMERS as u64));
+                ("customers", customer, (!tombstone).then(|| format!("n{i}")))
+            }
+        })
+        .collect()
+}
+
+fn lag(app: &str, topic: &str) -> i64 {
+    group_lag(&support::clients(), app, topic, PARTITIONS).unwrap_or(i64::MAX)
+}
+
+fn input_lag(app: &str) -> i64 {
+    lag(app, &format!("{app}.orders")).saturating_add(lag(app, &format!("{app}.customers")))
+}
+
+/// Every internal topic a foreign-key join reads, read to its end.
+fn internal_lag(app: &str) -> i64 {
+    ["inner", "left"]
+        .iter()
+        .flat_map(|j| ["subscription", "response"].map(|t| format!("{app}-{j}-{t}-repartition")))
+        .map(|t| lag(app, &t))
+        .fold(0i64, i64::saturating_add)
+}
+
+/// The output's changes folded by key (a tombstone deletes).
+fn folded(topic: &str) -> BTreeMap<String, String> {
+    let mut table = BTreeMap::new();
+    read_all(&support::clients(), topic, Duration::from_secs(60), |m| {
+        let key = String::from_utf8_lossy(m.key().unwrap_or_default()).to_string();
+        match m.payload() {
+            Some(v) => table.insert(key, String::from_utf8_lossy(v).to_string()),
+            None => table.remove(&key),
+        };
+        Ok(())
+    })
+    .expect("read output");
+    table
+}
+
+#[test]
+fn foreign_key_joins_killed_mid_stream_end_with_the_join_of_the_final_tables() {
+    if std::env::var(CHILD).is_ok() {
+        return;
+    }
+    let started = Instant::now();
+    let app = support::unique("fk-join");
+    let cfg = config(&app);
+    let mut specs = vec![
+        TopicSpec::new(format!("{app}.orders"), PARTITIONS, "compact"),
+        TopicSpec::new(format!("{app}.customers"), PARTITIONS, "compact"),
+        TopicSpec::new(format!("{app}.inner"), PARTITIONS, "delete"),
+        TopicSpec::new(format!("{app}.left"), PARTITIONS, "delete"),
+    ];
+    specs.extend(topology(&app).internal_topics(&cfg, PARTITIONS));
+    topics::apply_blocking(&support::clients(), &specs, Duration::from_secs(30))
+        .expect("creating topics");
+
+    // The backlog, and the expectation from it alone.
+    let updates = workload();
+    let (mut orders, mut customers) = (BTreeMap::new(), BTreeMap::new());
+    let producer = support::test_producer();
+    for (topic, key, value) in &updates {
+        let t = format!("{app}.{topic}");
+        let mut r = BaseRecord::<String, String>::to(&t).key(key);
+        if let Some(v) = value {
+            r = r.payload(v);
+        }
+        support::send_waiting(&producer, r);
+        let side = if *topic == "orders" {
+            &mut orders
+        } else {
+            &mut customers
+        };
+        match value {
+            Some(v) => side.insert(key.clone(), v.clone()),
+            None => side.remove(key),
+        };
+    }
+    producer.flush(Duration::from_secs(60)).expect("flush");
+    let mut want_inner = BTreeMap::new();
+    let mut want_left = BTreeMap::new();
+    for (k, o) in &orders {
+        let c = customer_of(o).and_then(|c| customers.get(&c));
+        if let Some(c) = c {
+            want_inner.insert(k.clone(), format!("{o}@{c}"));
+        }
+        want_left.insert(k.clone(), format!("{o}@{}", c.map_or("?", String::as_str)));
+    }
+    let total = updates.len() as i64;
+
+    let mut instance: Running = support::spawn_child(CHILD, &app);
+    for (n, wipe) in [(3, false), (6, true)] {
+        support::wait_for(
+            "part of the updates processed",
+            Duration::from_secs(120),
+            || (input_lag(&app) <= total - total * n / 10).then_some(()),
+        );
+        instance.kill().expect("kill -9");
+        instance.wait().expect("reaped");
+        let left = input_lag(&app);
+        println!(
+            "killed with {left} of {total} updates left (state dir wiped: {wipe}) at {:.1} s",
+            started.elapsed().as_secs_f64()
+        );
+        assert!(left > 0, "the instance must die mid-stream");
+        if wipe {
+            std::fs::remove_dir_all(&cfg.state.dir).expect("wipe the state dir");
+        }
+        instance = support::spawn_child(CHILD, &app);
+    }
+    support::wait_for(
+        "every update and every subscription and response consumed",
+        Duration::from_secs(180),
+        || (input_lag(&app) == 0 && internal_lag(&app) == 0).then_some(()),
+    );
+    instance.kill().expect("kill -9");
+    instance.wait().expect("reaped");
+    println!("done at {:.1} s", started.elapsed().as_secs_f64());
+
+    let inner = folded(&format!("{app}.inner"));
+    let left = folded(&format!("{app}.left"));
+    assert_eq!(inner.len(), want_inner.len(), "inner join rows");
+    assert_eq!(inner, want_inner, "inner join");
+    assert_eq!(left, want_left, "left join");
+    assert!(
+        want_inner.len() > 20 && want_left.len() > want_inner.len(),
+        "a workload that exercises both kinds: {} inner, {} left",
+        want_inner.len(),
+        want_left.len()
+    );
+}
