@@ -192,7 +192,69 @@ fn state_evolution_a_store_upgraded_mid_stream_from_v1_to_v2_keeps_every_value_a
         "v1 counted {by_v1} of {} records before it was stopped",
         w.records
     );
+    verify(&p, &w, &changelog, by_v1);
+}
 
+/// The environment variable naming the child instance's `<app>+v<n>`.
+const CHILD: &str = "EOSFLOW_STATE_EVOLUTION_CHILD";
+
+/// Not a test of its own: the body of an instance [`spawn`] starts as a process.
+#[test]
+fn child_instance() {
+    let Ok(which) = std::env::var(CHILD) else {
+        return;
+    };
+    let Some((app, version)) = which.rsplit_once('+') else {
+        panic!("{CHILD}={which}: expected <app>+v<n>");
+    };
+    let mut c = support::instance_config(app, 10);
+    c.processor.input_topics = vec![format!("{app}.input")];
+    let output = format!("{app}.output");
+    match version {
+        "v1" => support::run_until_killed(c, v1(app, &output)),
+        _ => support::run_until_killed(c, v2(app, &output)),
+    }
+}
+
+fn spawn(app: &str, version: &str) -> support::pipeline::Running {
+    support::spawn_child(CHILD, &format!("{app}+{version}"))
+}
+
+#[test]
+fn state_evolution_a_store_killed_mid_stream_at_v1_and_restarted_at_v2_keeps_every_count() {
+    let p = Pipeline::new("se-kill", 2);
+    let changelog = format!("{}-counts-changelog", p.app);
+    support::create_topics(&[&changelog], p.partitions);
+    let w = Workload {
+        records: 700,
+        keys: 9,
+        duplicate_every: 0,
+        transient_every: 0,
+    };
+    produce_range(&p.input, &w, 0..400);
+    let mut a = spawn(&p.app, "v1");
+    support::wait_for("v1 to count 100 records", Duration::from_secs(90), || {
+        (p.count(&p.output) >= 100).then_some(())
+    });
+    a.kill().expect("kill -9");
+    a.wait().expect("reaped");
+    let by_v1 = p.count(&p.output);
+    // v2 on the same state directory: the values committed to RocksDB by v1 and the
+    // changelog's tail after the last checkpoint, all in v1's wire format.
+    produce_range(&p.input, &w, 400..700);
+    let b = spawn(&p.app, "v2");
+    p.wait_drained(Duration::from_secs(120));
+    drop(b);
+    println!(
+        "v1 committed {by_v1} of {} records before it was killed",
+        w.records
+    );
+    verify(&p, &w, &changelog, by_v1);
+}
+
+/// Judges the outputs, dead letters, changelog and registry subject of an upgraded run after
+/// v1 committed `by_v1` outputs.
+fn verify(p: &Pipeline, w: &Workload, changelog: &str, by_v1: usize) {
     // The expectation, from the workload alone.
     let mut want: BTreeMap<String, (i64, i64)> = BTreeMap::new();
     for i in 0..w.records {
@@ -252,7 +314,7 @@ fn state_evolution_a_store_upgraded_mid_stream_from_v1_to_v2_keeps_every_value_a
     let mut seen_ids = std::collections::BTreeSet::new();
     read_all(
         &support::clients(),
-        &changelog,
+        changelog,
         Duration::from_secs(60),
         |m| {
             let (Some(key), Some(v)) = (m.key(), m.payload()) else {
