@@ -281,6 +281,22 @@ pub async fn check(opts: &CheckOptions) -> Result<Vec<Outcome>, CheckError> {
 
 /// The store value schemas of `dir`: every `<dir>/stores/<store>.v<n>.avsc`, as contracts of
 /// the domain `stores` (type name `stores.<store>.v<n>`); empty without the directory.
+///
+/// ```
+/// use eosflow::internals::codec::check::store_schemas;
+///
+/// let dir = std::env::temp_dir().join(format!("store-schemas-doc-{}", std::process::id()));
+/// std::fs::create_dir_all(dir.join("stores"))?;
+/// let v1 = r#"{"type":"record","name":"Count","fields":[{"name":"count","type":"long"}]}"#;
+/// std::fs::write(dir.join("stores/counts.v1.avsc"), v1)?;
+/// let stores = store_schemas(&dir)?;
+/// let c = stores.get("stores.counts.v1").expect("loaded");
+/// assert_eq!((c.event.as_str(), c.version), ("counts", 1));
+/// // Not a topic contract: the catalog of the same directory leaves it out.
+/// assert!(eosflow::internals::codec::Catalog::from_dir(&dir)?.is_empty());
+/// # std::fs::remove_dir_all(&dir)?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn store_schemas(dir: &Path) -> Result<Catalog, CheckError> {
     let stores = dir.join(super::store_schema::STORES_DIR);
     let mut catalog = Catalog::new();

@@ -225,6 +225,7 @@ pub type UpcastFn = fn(Value) -> Result<Value, String>;
 /// }
 /// let mut upcasters = Upcasters::new();
 /// upcasters.register("things.thing-created.v1", "things.thing-created.v2", add_tag);
+/// assert!(upcasters.has("things.thing-created.v1") && !upcasters.has("things.thing-created.v2"));
 /// let (t, v) = upcasters
 ///     .apply("things.thing-created.v1", Value::Record(vec![]))
 ///     .expect("upcasts");
