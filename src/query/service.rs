@@ -503,17 +503,24 @@ impl QueryService {
         }
     }
 
+    /// The URL's key: its text, its bytes and its partition, or the answer saying why not.
+    fn locate(
+        &self,
+        r: &dyn Rendered,
+        key_text: &str,
+        hop: &Hop<'_>,
+    ) -> Result<(String, Vec<u8>, i32), HttpAnswer> {
+        let text =
+            percent_decode(key_text).ok_or_else(|| HttpAnswer::error(400, "key: bad %-escape"))?;
+        let k = r.key_bytes(&text).map_err(|e| HttpAnswer::error(400, e))?;
+        let p = partition_of(&self.local, &k).map_err(|e| self.elsewhere(e, hop))?;
+        Ok((text, k, p))
+    }
+
     fn key(&self, store: &str, r: Arc<dyn Rendered>, key_text: &str, hop: &Hop<'_>) -> HttpAnswer {
-        let Some(text) = percent_decode(key_text) else {
-            return HttpAnswer::error(400, "key: bad %-escape");
-        };
-        let k = match r.key_bytes(&text) {
-            Ok(k) => k,
-            Err(e) => return HttpAnswer::error(400, e),
-        };
-        let p = match partition_of(&self.local, &k) {
-            Ok(p) => p,
-            Err(e) => return self.elsewhere(e, hop),
+        let (text, k, p) = match self.locate(r.as_ref(), key_text, hop) {
+            Ok(found) => found,
+            Err(answer) => return answer,
         };
         let standby = match query_params(hop.query).and_then(|q| standby_param(&q)) {
             Ok(s) => s,
@@ -568,16 +575,9 @@ impl QueryService {
             (Ok(f), Ok(t)) => (f, t),
             (Err(e), _) | (_, Err(e)) => return HttpAnswer::error(400, e),
         };
-        let Some(text) = percent_decode(key_text) else {
-            return HttpAnswer::error(400, "key: bad %-escape");
-        };
-        let k = match r.key_bytes(&text) {
-            Ok(k) => k,
-            Err(e) => return HttpAnswer::error(400, e),
-        };
-        let p = match partition_of(&self.local, &k) {
-            Ok(p) => p,
-            Err(e) => return self.elsewhere(e, hop),
+        let (text, k, p) = match self.locate(r.as_ref(), key_text, hop) {
+            Ok(found) => found,
+            Err(answer) => return answer,
         };
         let standby = match standby_param(&params) {
             Ok(s) => s,

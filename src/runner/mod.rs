@@ -101,16 +101,27 @@ pub fn run<P: Application + 'static>(
     config: &Config,
     processor: P,
 ) -> Result<RunSummary, RunError> {
+    run_threads(config, one_thread(config, processor, "run", "run_threads")?)
+}
+
+/// The `make` of an instance with one processor, refusing `processor.threads > 1` and naming
+/// the function to call instead (`called` was called; `instead` builds one per thread).
+fn one_thread<P>(
+    config: &Config,
+    processor: P,
+    called: &str,
+    instead: &str,
+) -> Result<impl FnMut(usize) -> Result<P, &'static str>, RunError> {
     if config.processor.threads > 1 {
         return Err(RunError::Runtime(RuntimeError::Config(format!(
-            "processor.threads = {} needs one processor per thread: start the instance with eosflow::run_threads(&config, |_thread| build()) instead of run(&config, processor)",
+            "processor.threads = {} needs one processor per thread: start the instance with eosflow::{instead}(&config, |_thread| build()) instead of {called}(&config, processor)",
             config.processor.threads
         ))));
     }
     let mut one = Some(processor);
-    run_threads(config, move |_| {
+    Ok(move |_| {
         one.take()
-            .ok_or("run() has one processor for one processing thread")
+            .ok_or("one processor serves one processing thread")
     })
 }
 
@@ -159,17 +170,10 @@ pub fn start<P: Application + 'static>(
     config: &Config,
     processor: P,
 ) -> Result<Instance, RunError> {
-    if config.processor.threads > 1 {
-        return Err(RunError::Runtime(RuntimeError::Config(format!(
-            "processor.threads = {} needs one processor per thread: start the instance with eosflow::start_threads(&config, |_thread| build()) instead of start(&config, processor)",
-            config.processor.threads
-        ))));
-    }
-    let mut one = Some(processor);
-    start_threads(config, move |_| {
-        one.take()
-            .ok_or("start() has one processor for one processing thread")
-    })
+    start_threads(
+        config,
+        one_thread(config, processor, "start", "start_threads")?,
+    )
 }
 
 /// [`start`] with `processor.threads` processing threads, each with the processor `make`

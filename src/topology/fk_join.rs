@@ -292,6 +292,33 @@ pub(crate) fn row_hash(bytes: &[u8]) -> u64 {
     h
 }
 
+/// A table update as a join side takes it: key, new row (`None`: deleted), its time (the
+/// record's, else the task's event time) and headers; `None` (counted as `no-key`) for an
+/// update without a key, which no table row can have.
+type Update<K, V> = (K, Option<V>, Option<i64>, Vec<(String, Vec<u8>)>);
+
+fn table_update<K, V>(
+    ctx: &NodeContext<'_, '_>,
+    record: TypedRecord<K, V>,
+) -> Option<Update<K, V>> {
+    let TypedRecord {
+        key,
+        value,
+        timestamp,
+        headers,
+    } = record;
+    let Some(key) = key else {
+        telemetry::join_dropped(ctx.node_name(), "no-key");
+        return None;
+    };
+    Some((
+        key,
+        value,
+        timestamp.or_else(|| ctx.event_time_ms()),
+        headers,
+    ))
+}
+
 const SUBSCRIBE: u8 = b'S';
 const UNSUBSCRIBE: u8 = b'U';
 
@@ -399,21 +426,13 @@ where
         ctx: &mut NodeContext<'_, '_>,
         record: TypedRecord<KL, VL>,
     ) -> Result<(), ProcessError> {
-        let TypedRecord {
-            key,
-            value,
-            timestamp,
-            headers,
-        } = record;
-        let Some(key) = key else {
-            telemetry::join_dropped(ctx.node_name(), "no-key");
+        let Some((key, value, timestamp, headers)) = table_update(ctx, record) else {
             return Ok(());
         };
         let key_bytes = self
             .keys
             .serialize(&key)
             .map_err(|e| ProcessError::permanent(format!("left key: {e}")))?;
-        let timestamp = timestamp.or_else(|| ctx.event_time_ms());
         let old = ctx.store(&self.rows)?.get(&key)?;
         let old_fk = match &old {
             Some(row) => self.fk_bytes(&row.value)?,
@@ -517,21 +536,13 @@ where
         ctx: &mut NodeContext<'_, '_>,
         record: TypedRecord<KR, VR>,
     ) -> Result<(), ProcessError> {
-        let TypedRecord {
-            key,
-            value,
-            timestamp,
-            headers,
-        } = record;
-        let Some(key) = key else {
-            telemetry::join_dropped(ctx.node_name(), "no-key");
+        let Some((key, value, timestamp, headers)) = table_update(ctx, record) else {
             return Ok(());
         };
         let fk = self
             .keys
             .serialize(&key)
             .map_err(|e| ProcessError::permanent(format!("right key: {e}")))?;
-        let timestamp = timestamp.or_else(|| ctx.event_time_ms());
         {
             let mut rows = ctx.store(&self.rows)?;
             match value {
