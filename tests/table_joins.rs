@@ -23,13 +23,13 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use eosflow::config::Config;
-use eosflow::dsl::{Consumed, Materialized, Produced, StreamsBuilder};
+use eosflow::dsl::{Consumed, Grouped, Materialized, Produced, StreamsBuilder};
 use eosflow::internals::kafka::reader::read_all;
 use eosflow::kafka::topics::{self, TopicSpec};
 use eosflow::serdes::{I64Serde, StringSerde};
 use eosflow::topology::Topology;
 use eosflow_verify::group_lag;
-use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::message::{Header, Headers, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, Producer};
 use rdkafka::Message;
 
@@ -465,4 +465,124 @@ fn joined_tables_on_different_partition_counts_refuse_to_start() {
     ] {
         assert!(err.contains(&part), "{part:?} missing from {err}");
     }
+}
+
+/// A topic's table declared before a table aggregated behind a repartition: the join ties the
+/// repartition topic and the table's topic into the first sub-topology, whose task then reads
+/// a repartition topic and its writers' watermark records.
+fn rekeyed_topology(app: &str) -> Topology {
+    let b = StreamsBuilder::new();
+    let names = b.table(
+        format!("{app}.customers"),
+        Consumed::with(StringSerde, StringSerde).named("customers"),
+    );
+    // Orders keyed by order id, valued by customer: counted per customer after a re-key.
+    let counts = b
+        .stream(
+            format!("{app}.orders"),
+            Consumed::with(StringSerde, StringSerde),
+        )
+        .group_by(
+            |_, customer| customer.clone(),
+            Grouped::with(StringSerde, StringSerde).named("by-customer"),
+        )
+        .count(Materialized::with(StringSerde, I64Serde).named("counts"));
+    names
+        .join(
+            &counts,
+            |name, n| inner(*n, name),
+            Materialized::with(StringSerde, StringSerde).named("named-counts"),
+        )
+        .to_stream()
+        .to(
+            format!("{app}.named-counts"),
+            Produced::with(StringSerde, StringSerde),
+        );
+    b.build().expect("valid topology")
+}
+
+#[test]
+fn a_topic_table_joined_with_a_table_behind_a_repartition_takes_its_watermarks_in_stride() {
+    if std::env::var(CHILD).is_ok() {
+        return;
+    }
+    let app = support::unique("table-joins-rekey");
+    let mut cfg = config(&app);
+    cfg.processor.max_batch_records = 200;
+    let t = rekeyed_topology(&app);
+    assert_eq!(t.sub_topologies().len(), 2);
+    assert!(t.sub_topologies()[0].contains(&"customers".to_string()));
+    let mut specs = vec![
+        TopicSpec::new(format!("{app}.customers"), PARTITIONS, "compact"),
+        TopicSpec::new(format!("{app}.orders"), PARTITIONS, "delete"),
+        TopicSpec::new(format!("{app}.named-counts"), PARTITIONS, "delete"),
+    ];
+    specs.extend(t.internal_topics(&cfg, PARTITIONS));
+    topics::apply_blocking(&support::clients(), &specs, Duration::from_secs(30))
+        .expect("creating topics");
+    let base = chrono_ms() - 600_000;
+    let producer = support::test_producer();
+    let mut names = BTreeMap::new();
+    for c in 0..KEYS {
+        let name = format!("name-{c}");
+        let (topic, k) = (format!("{app}.customers"), key(c));
+        let r = BaseRecord::<str, str>::to(&topic)
+            .key(&k)
+            .payload(&name)
+            .timestamp(base);
+        support::send_waiting(&producer, r);
+        names.insert(key(c), name);
+    }
+    let mut counts: BTreeMap<String, i64> = BTreeMap::new();
+    for i in 0..2_000u64 {
+        let customer = key((i * 7) % KEYS);
+        *counts.entry(customer.clone()).or_default() += 1;
+        let (topic, order) = (format!("{app}.orders"), format!("order-{i}"));
+        let id = format!("order-id-{i}");
+        let r = BaseRecord::<str, str>::to(&topic)
+            .key(&order)
+            .payload(&customer)
+            .timestamp(base + 1 + i as i64)
+            .headers(OwnedHeaders::new().insert(Header {
+                key: "id",
+                value: Some(id.as_bytes()),
+            }));
+        support::send_waiting(&producer, r);
+    }
+    producer.flush(Duration::from_secs(60)).expect("flush");
+
+    let instance = support::pipeline::Instance::start(&cfg, rekeyed_topology(&app));
+    let repartition = format!("{app}-by-customer-repartition");
+    support::wait_for(
+        "the orders, the customers and the re-keyed orders processed",
+        Duration::from_secs(180),
+        || {
+            let lag = support::lag(&app, &format!("{app}.orders"), PARTITIONS)
+                + support::lag(&app, &format!("{app}.customers"), PARTITIONS)
+                + support::lag(&app, &repartition, PARTITIONS);
+            (lag == 0).then_some(())
+        },
+    );
+    instance.stop();
+
+    let want: BTreeMap<String, String> = counts
+        .iter()
+        .map(|(c, n)| (c.clone(), inner(*n, &names[c])))
+        .collect();
+    let got = fold(&changes(&format!("{app}.named-counts")));
+    assert_eq!(got, want, "each customer's name beside its order count");
+    for topic in [
+        format!("{app}.orders.DLT"),
+        format!("{app}.customers.DLT"),
+        format!("{repartition}.DLT"),
+    ] {
+        let mut dead = Vec::new();
+        read_all(&support::clients(), &topic, Duration::from_secs(30), |m| {
+            dead.push(format!("{:?}", m.headers().map(|h| h.count())));
+            Ok(())
+        })
+        .expect("read a DLT");
+        assert!(dead.is_empty(), "{topic}: {} dead letters", dead.len());
+    }
+    let _ = std::fs::remove_dir_all(&cfg.state.dir);
 }

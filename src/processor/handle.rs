@@ -118,10 +118,12 @@ impl<P: Application, O: Output> Engine<'_, P, O> {
         let Some(task) = self.tasks.get_mut(&record.partition) else {
             return Ok(());
         };
-        // A repartition record (only ever read by a sub-topology other than the first) says
-        // how far its writer's stream time is: the reading task's stream time is the least of
-        // its writers' (see `Task::observe_upstream`). A record only carrying that is done.
-        let mark = if sub > 0 {
+        // A repartition record says how far its writer's stream time is: the reading task's
+        // stream time is the least of its writers' (see `Task::observe_upstream`). A record
+        // only carrying that is done. It is read by a sub-topology other than the first, or by
+        // the first when a store shared with a raw input ties them (a table-table join of a
+        // table read from a topic with one aggregated behind a repartition).
+        let mark = if sub > 0 || self.processor.sub_topology_count() > 1 {
             super::engine::Mark::of(&record)
         } else {
             None

@@ -722,3 +722,56 @@ mod dsl {
         assert!(err.to_string().contains("prices is versioned"), "{err}");
     }
 }
+
+/// (The runtime also sends this task its writers' watermark records: `tests/table_joins.rs`
+/// checks that none of them is taken for an order.)
+#[test]
+fn a_table_behind_a_repartition_joins_a_topic_table_declared_before_it() {
+    use crate::dsl::{Consumed, Grouped, Materialized, Produced, StreamsBuilder};
+    use crate::serdes::I64Serde;
+    let builder = StreamsBuilder::new();
+    let names = builder.table("customers", Consumed::with(StringSerde, StringSerde));
+    // Orders keyed by order id, valued by customer: counted per customer behind a repartition.
+    let counts = builder
+        .stream("orders", Consumed::with(StringSerde, StringSerde))
+        .group_by(
+            |_, customer| customer.clone(),
+            Grouped::with(StringSerde, StringSerde),
+        )
+        .count(Materialized::with(StringSerde, I64Serde).named("counts"));
+    names
+        .join(
+            &counts,
+            |name, n| format!("{name}:{n}"),
+            Materialized::with(StringSerde, StringSerde).named("named-counts"),
+        )
+        .to_stream()
+        .to("out", Produced::with(StringSerde, StringSerde));
+    let topology = builder.build().expect("valid");
+    // The join ties the table's topic and the repartition topic into the first sub-topology.
+    let subs = topology.sub_topologies();
+    assert!(subs[0].contains(&"customers".to_string()), "{subs:?}");
+    assert!(
+        subs[0].contains(&"KSTREAM-REPARTITION-0000000001".to_string()),
+        "{subs:?}"
+    );
+    let mut d = TopologyTestDriver::new(topology).expect("driver");
+    d.pipe(TestRecord::new("customers", Some("c1"), Some("ann")).timestamp(1))
+        .expect("pipe");
+    for (i, p) in [0, 1, 2, 3, 1].into_iter().enumerate() {
+        d.pipe(
+            TestRecord::new("orders", Some(format!("o{i}").as_str()), Some("c1"))
+                .partition(p)
+                .timestamp(2 + i as i64),
+        )
+        .expect("pipe");
+    }
+    let out: Vec<String> = d
+        .read_output("out", &StringSerde, &StringSerde)
+        .expect("read")
+        .into_iter()
+        .filter_map(|(_, v)| v)
+        .collect();
+    assert_eq!(out, ["ann:1", "ann:2", "ann:3", "ann:4", "ann:5"]);
+    assert!(d.dead_letters("orders").is_empty());
+}
