@@ -310,6 +310,19 @@ impl Registry {
     /// Every version registered under `subject`, oldest first, or `None` when the subject does
     /// not exist: what a store may hold (its changelog subject lists every value schema it was
     /// ever written with), for `eosflow schemas check` and a store serde's warm cache.
+    ///
+    /// ```no_run
+    /// use eosflow::serdes::{Registry, StoreSchema};
+    ///
+    /// # async fn held() -> Result<(), eosflow::serdes::CodecError> {
+    /// let registry = Registry::new("http://127.0.0.1:18081/apis/ccompat/v7");
+    /// let subject = StoreSchema::subject("shop", "counts");
+    /// for v in registry.versions(&subject).await?.unwrap_or_default() {
+    ///     println!("version {} is schema id {}", v.version, v.id);
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn versions(&self, subject: &str) -> Result<Option<Vec<SubjectVersion>>, CodecError> {
         let base = format!(
             "{}/subjects/{}/versions",
