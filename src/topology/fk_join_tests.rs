@@ -358,3 +358,60 @@ fn the_builder_refuses_stores_shared_between_the_joins_roles() {
         .expect_err("shared store");
     assert!(err.to_string().contains("each needs its own"), "{err}");
 }
+
+/// The example of docs/tables-and-joins.md ("Foreign-key joins"), word for word.
+#[test]
+fn the_pages_example_joins_orders_with_their_customers() -> Result<(), Box<dyn std::error::Error>> {
+    // Orders ("customer:item" by order id) with their customer's name (by customer id).
+    let join = ForeignKeyJoin::left(
+        StoreHandle::new("order-rows", StringSerde, StringSerde),
+        StoreHandle::new("customer-rows", StringSerde, StringSerde),
+        StoreHandle::new("orders-with-customer", StringSerde, StringSerde),
+        |order: &String| {
+            order
+                .split_once(':')
+                .map(|(customer, _)| customer.to_string())
+        },
+        |_id: &String, order: &String, name: Option<&String>| {
+            Some(format!("{order} for {}", name.map_or("?", String::as_str)))
+        },
+    );
+    let topology = Topology::builder()
+        .add_source("orders", &["orders"], StringSerde, StringSerde)
+        .add_source("customers", &["customers"], StringSerde, StringSerde)
+        .add_foreign_key_join("with-customer", join, &["orders"], &["customers"])
+        .add_sink(
+            "out",
+            "orders-with-customer",
+            StringSerde,
+            StringSerde,
+            &["with-customer"],
+        )
+        .build()?;
+
+    let mut d = TopologyTestDriver::new(topology)?;
+    row(&mut d, "orders", "o1", Some("c1:book"), 1);
+    row(&mut d, "customers", "c1", Some("Ann"), 2);
+    assert_eq!(
+        changes(&d.read_raw_output("orders-with-customer")),
+        vec![set("o1", "c1:book for ?"), set("o1", "c1:book for Ann")]
+    );
+    Ok(())
+}
+
+#[test]
+fn the_foreign_key_join_section_of_the_page_is_in_these_tests() {
+    let page = include_str!("../../docs/tables-and-joins.md");
+    let section = page
+        .split("\n## Foreign-key joins\n")
+        .nth(1)
+        .and_then(|s| s.split("\n## ").next())
+        .expect("the page has a Foreign-key joins section");
+    crate::testing::assert_rust_blocks_are_in(
+        "docs/tables-and-joins.md",
+        section,
+        "src/topology/fk_join_tests.rs",
+        include_str!("fk_join_tests.rs"),
+        1,
+    );
+}
