@@ -12,7 +12,7 @@ use super::Data;
 use crate::processor::StoreHandle;
 use crate::serdes::Serde;
 use crate::topology::windows::WindowStoreHandle;
-use crate::topology::{JoinWindows, StreamJoin, TableHandle, TableJoin};
+use crate::topology::{ForeignKeyJoin, JoinWindows, StreamJoin, TableHandle, TableJoin};
 
 impl<'b, K: Data, V: Data> KStream<'b, K, V> {
     /// Records a mistake when this stream's records are not partitioned by their key (it
@@ -541,6 +541,28 @@ impl<'b, K: Data, V: Data, S: JoinableTable<K, V>> KTable<'b, K, V, S> {
             StoreHandle<K, R>,
         ) -> TableJoin<K, V, V2, R>,
     ) -> KTable<'b, K, R> {
+        self.join_tables(prefix, what, other, materialized, |l, r, out| {
+            let joined = make(l, r, out);
+            Box::new(move |b, w| {
+                let left = w.parents.first().copied().unwrap_or_default();
+                let right = w.parents.get(1).copied().unwrap_or(left);
+                b.add_table_table_join(w.name, joined, &[left], &[right]);
+            })
+        })
+    }
+
+    /// The step of a join of this table with `other` into a table (by key, or by a foreign
+    /// key): the checks both tables must pass, the stores of each side's rows
+    /// (`<name>-left-rows`, `<name>-right-rows`) and of the result (`<name>`, as `materialized`
+    /// names it), and the nodes `wire` adds given those stores.
+    fn join_tables<K2: Data, V2: Data, S2: JoinableTable<K2, V2>, R: Data>(
+        &self,
+        prefix: &str,
+        what: &str,
+        other: &KTable<'b, K2, V2, S2>,
+        materialized: Materialized<K, R>,
+        wire: impl FnOnce(StoreHandle<K, V>, StoreHandle<K2, V2>, StoreHandle<K, R>) -> AddFn,
+    ) -> KTable<'b, K, R> {
         let join = format!(
             "{what} of table {} with table {}",
             self.name(),
@@ -559,13 +581,125 @@ impl<'b, K: Data, V: Data, S: JoinableTable<K, V>> KTable<'b, K, V, S> {
         let (right_keys, right_rows) = other.store.row_serdes();
         let left = StoreHandle::new(format!("{name}-left-rows"), left_keys, left_rows);
         let right = StoreHandle::new(format!("{name}-right-rows"), right_keys, right_rows);
-        let joined = make(left, right, result.clone());
-        let add: AddFn = Box::new(move |b, w| {
-            let left = w.parents.first().copied().unwrap_or_default();
-            let right = w.parents.get(1).copied().unwrap_or(left);
-            b.add_table_table_join(w.name, joined, &[left], &[right]);
-        });
+        let add = wire(left, right, result.clone());
         let id = builder.push(prefix, None, vec![self.stream.id, other.stream.id], add);
         KTable::new(KStream::new(builder, id, false), result)
+    }
+}
+
+impl<'b, K: Data, V: Data, S: JoinableTable<K, V>> KTable<'b, K, V, S> {
+    /// This table joined with `other` by a **foreign key** (Kafka Streams' KIP-213,
+    /// `KTable.join(other, foreignKeyExtractor, joiner, Materialized)`): each row names a key of
+    /// `other` through `foreign_key` (`None`: it names none), and the result is a table keyed
+    /// like this one with a row `joiner(row, other_row)` for each row whose foreign key names a
+    /// row of `other`, kept in the store `materialized` names and forwarded on every change. It
+    /// follows updates of either table, a row moving to another foreign key (its old result is
+    /// replaced or retracted) and tombstones. See [`crate::topology::fk_join`] for how the two
+    /// tables meet (two repartition topics named after the join) and what is eventually
+    /// consistent.
+    ///
+    /// The tables may be keyed differently; their topics need the same partition count (the
+    /// runtime checks it at start). The join keeps each table's rows in stores of its own,
+    /// `<name>-left-rows` and `<name>-right-rows`, and the subscriptions in
+    /// `<name>-subscriptions`, beside the result's `<name>`.
+    ///
+    /// ```
+    /// use eosflow::dsl::{Consumed, Materialized, Produced, StreamsBuilder};
+    /// use eosflow::serdes::StringSerde;
+    /// use eosflow::testing::{TestRecord, TopologyTestDriver};
+    ///
+    /// // Orders ("customer:item" by order id) with their customer's name.
+    /// let builder = StreamsBuilder::new();
+    /// let orders = builder.table("orders", Consumed::with(StringSerde, StringSerde));
+    /// let customers = builder.table("customers", Consumed::with(StringSerde, StringSerde));
+    /// let enriched = orders.join_on_foreign_key(
+    ///     &customers,
+    ///     |order: &String| order.split_once(':').map(|(c, _)| c.to_string()),
+    ///     |order, name| format!("{order} for {name}"),
+    ///     Materialized::with(StringSerde, StringSerde).named("enriched-orders"),
+    /// );
+    /// enriched.to_stream().to("enriched", Produced::with(StringSerde, StringSerde));
+    ///
+    /// let mut driver = TopologyTestDriver::new(builder.build()?)?;
+    /// driver.pipe(TestRecord::new("customers", Some("c1"), Some("Ann")))?;
+    /// driver.pipe(TestRecord::new("orders", Some("o1"), Some("c1:book")))?;
+    /// driver.pipe(TestRecord::new("customers", Some("c1"), Some("Ann B.")))?;
+    /// let out = driver.read_output("enriched", &StringSerde, &StringSerde)?;
+    /// let values: Vec<Option<String>> = out.into_iter().map(|(_, v)| v).collect();
+    /// assert_eq!(values, [Some("c1:book for Ann".into()), Some("c1:book for Ann B.".into())]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn join_on_foreign_key<KO: Data, VO: Data, SO: JoinableTable<KO, VO>, R: Data>(
+        &self,
+        other: &KTable<'b, KO, VO, SO>,
+        foreign_key: impl Fn(&V) -> Option<KO> + Send + Sync + 'static,
+        joiner: impl Fn(&V, &VO) -> R + Send + Sync + 'static,
+        materialized: Materialized<K, R>,
+    ) -> KTable<'b, K, R> {
+        self.foreign_key_join(
+            "KTABLE-FK-JOIN-",
+            "join_on_foreign_key",
+            other,
+            materialized,
+            move |l, r, out| {
+                ForeignKeyJoin::inner(l, r, out, foreign_key, move |_: &K, v: &V, o: &VO| {
+                    Some(joiner(v, o))
+                })
+            },
+        )
+    }
+
+    /// This table left-joined with `other` by a foreign key (Kafka Streams'
+    /// `KTable.leftJoin(other, foreignKeyExtractor, joiner)`): a row `joiner(row, other_row)`
+    /// for each row of this table, with `None` while its foreign key names no row of `other`
+    /// (or it has none); deleted when the row leaves this table. Otherwise as
+    /// [`KTable::join_on_foreign_key`].
+    pub fn left_join_on_foreign_key<KO: Data, VO: Data, SO: JoinableTable<KO, VO>, R: Data>(
+        &self,
+        other: &KTable<'b, KO, VO, SO>,
+        foreign_key: impl Fn(&V) -> Option<KO> + Send + Sync + 'static,
+        joiner: impl Fn(&V, Option<&VO>) -> R + Send + Sync + 'static,
+        materialized: Materialized<K, R>,
+    ) -> KTable<'b, K, R> {
+        self.foreign_key_join(
+            "KTABLE-FK-LEFTJOIN-",
+            "left_join_on_foreign_key",
+            other,
+            materialized,
+            move |l, r, out| {
+                ForeignKeyJoin::left(
+                    l,
+                    r,
+                    out,
+                    foreign_key,
+                    move |_: &K, v: &V, o: Option<&VO>| Some(joiner(v, o)),
+                )
+            },
+        )
+    }
+
+    /// One foreign-key join step: its nodes (see
+    /// [`crate::topology::TopologyBuilder::add_foreign_key_join`]) and its stores, named after
+    /// the result's store.
+    fn foreign_key_join<KO: Data, VO: Data, SO: JoinableTable<KO, VO>, R: Data>(
+        &self,
+        prefix: &str,
+        what: &str,
+        other: &KTable<'b, KO, VO, SO>,
+        materialized: Materialized<K, R>,
+        make: impl FnOnce(
+            StoreHandle<K, V>,
+            StoreHandle<KO, VO>,
+            StoreHandle<K, R>,
+        ) -> ForeignKeyJoin<K, V, KO, VO, R>,
+    ) -> KTable<'b, K, R> {
+        self.join_tables(prefix, what, other, materialized, |l, r, out| {
+            let joined = make(l, r, out);
+            Box::new(move |b, w| {
+                let left = w.parents.first().copied().unwrap_or_default();
+                let right = w.parents.get(1).copied().unwrap_or(left);
+                b.add_foreign_key_join(w.name, joined, &[left], &[right]);
+            })
+        })
     }
 }

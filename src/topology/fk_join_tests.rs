@@ -415,3 +415,94 @@ fn the_foreign_key_join_section_of_the_page_is_in_these_tests() {
         1,
     );
 }
+
+mod dsl {
+    //! The same joins written with the DSL: two compacted topics read as tables, joined by the
+    //! orders' customer into a table whose change stream a sink reads.
+
+    use super::*;
+    use crate::dsl::{Consumed, Materialized, Produced, StreamsBuilder};
+
+    fn topology(kind: JoinKind) -> Topology {
+        let builder = StreamsBuilder::new();
+        let orders = builder.table(ORDERS, Consumed::with(StringSerde, StringSerde));
+        let customers = builder.table(CUSTOMERS, Consumed::with(StringSerde, StringSerde));
+        let result = Materialized::with(StringSerde, StringSerde).named("enriched-orders");
+        let joined = match kind {
+            JoinKind::Inner => orders.join_on_foreign_key(
+                &customers,
+                customer_of,
+                |o: &String, c: &String| format!("{o}@{c}"),
+                result,
+            ),
+            _ => orders.left_join_on_foreign_key(
+                &customers,
+                customer_of,
+                |o: &String, c: Option<&String>| format!("{o}@{}", c.map_or("?", String::as_str)),
+                result,
+            ),
+        };
+        joined
+            .to_stream()
+            .to(OUT, Produced::with(StringSerde, StringSerde));
+        builder.build().expect("valid topology")
+    }
+
+    #[test]
+    fn a_random_workload_through_the_dsl_gives_the_models_table() {
+        for kind in [JoinKind::Inner, JoinKind::Left] {
+            let mut d = TopologyTestDriver::new(topology(kind)).expect("driver");
+            let (mut orders, mut customers) = (BTreeMap::new(), BTreeMap::new());
+            for (i, (is_order, key, value)) in workload(5, 300).into_iter().enumerate() {
+                let (topic, side) = if is_order {
+                    (ORDERS, &mut orders)
+                } else {
+                    (CUSTOMERS, &mut customers)
+                };
+                row(&mut d, topic, &key, value.as_deref(), i as i64);
+                match value {
+                    Some(v) => side.insert(key, v),
+                    None => side.remove(&key),
+                };
+            }
+            let want = expected(kind, &orders, &customers);
+            let mut folded = BTreeMap::new();
+            for (k, v) in changes(&d.read_raw_output(OUT)) {
+                match v {
+                    Some(v) => folded.insert(k, v),
+                    None => folded.remove(&k),
+                };
+            }
+            assert_eq!(folded, want, "{kind:?}: the change stream");
+            for o in 0..8 {
+                let k = format!("o{o}");
+                assert_eq!(result(&mut d, &k), want.get(&k).cloned(), "{kind:?}: {k}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_join_names_its_stores_and_topics_after_the_result() {
+        let t = topology(JoinKind::Left);
+        let changelogs = t.changelog_topics("shop");
+        for store in [
+            "enriched-orders",
+            "enriched-orders-left-rows",
+            "enriched-orders-right-rows",
+            "enriched-orders-subscriptions",
+        ] {
+            let topic = format!("shop-{store}-changelog");
+            assert!(changelogs.contains(&topic), "{topic} in {changelogs:?}");
+        }
+        let mut t = t;
+        crate::processor::Application::bind_application(&mut t, "shop");
+        let repartitions = crate::processor::Application::repartition_topics(&t);
+        assert_eq!(repartitions.len(), 2, "{repartitions:?}");
+        assert!(repartitions
+            .iter()
+            .any(|r| r.ends_with("-subscription-repartition")));
+        assert!(repartitions
+            .iter()
+            .any(|r| r.ends_with("-response-repartition")));
+    }
+}
