@@ -6,7 +6,11 @@
 //! record of it at a later time is in the batch or was handled, or it is read to its end (the
 //! consumer's position at its last stable offset; with `processor.max_task_idle_ms = n > 0`,
 //! read to its end for `n` ms). Otherwise the task is *held*: its aligned records are read
-//! again in the next batch. Each partition is assumed to be in event-time order (a record
+//! again in the next batch, and the partitions they came from are paused while that batch is
+//! polled: after the seek they would come back first and could fill a small batch
+//! (`processor.max_batch_records`) every time, keeping out the very records they wait for (a
+//! foreign-key join's task, seven topics on one partition number, stalled that way at 20
+//! records per batch). Each partition is assumed to be in event-time order (a record
 //! older than one before it in its own partition is handled where it stands). A sub-topology
 //! reading one topic (a repartition topic, most often) has nothing to align.
 //!

@@ -455,6 +455,21 @@ impl GroupMember {
         Ok(())
     }
 
+    /// Resumes `parts` that [`GroupMember::hold`] paused for a batch (records held for
+    /// timestamp alignment); a pair revoked meanwhile is not assigned any more and is skipped.
+    pub(super) fn release(&self, parts: &[(String, i32)]) {
+        let mut tpl = TopicPartitionList::new();
+        for (t, p) in parts.iter().filter(|(t, p)| self.owns(t, *p)) {
+            tpl.add_partition(t, *p);
+        }
+        if tpl.count() == 0 {
+            return;
+        }
+        if let Err(e) = self.consumer.resume(&tpl) {
+            tracing::warn!(error = %e, "resuming partitions held for timestamp alignment");
+        }
+    }
+
     /// Takes `parts` (complete, their tasks open): resumed — librdkafka keeps a partition's
     /// pause across a rebalance, and a retry level paused before must not stay paused — and
     /// processed from now on.

@@ -174,6 +174,11 @@ pub struct Runtime<P: Application> {
     last_batch_len: usize,
     /// The processor's global tables, bootstrapped by `run`.
     globals: Vec<crate::topology::GlobalTable>,
+    /// Partitions whose records the last batch held for timestamp alignment, paused while the
+    /// next batch is polled: a held task waits for another partition's records, and a batch
+    /// refilled with the held ones (they come back first after the seek) could never reach
+    /// them, however small `processor.max_batch_records` is.
+    aligning: Vec<(String, i32)>,
 }
 
 impl<P: Application> Runtime<P> {
@@ -325,6 +330,7 @@ impl<P: Application> Runtime<P> {
             summary: RunSummary::default(),
             last_batch_len: 0,
             globals,
+            aligning: Vec::new(),
         })
     }
 
@@ -511,6 +517,8 @@ impl<P: Application> Runtime<P> {
                 Polled::Nothing => {}
             }
         }
+        // The held partitions come back for the next batch, behind what this one fetched.
+        self.member.release(&std::mem::take(&mut self.aligning));
         Ok(batch)
     }
 
@@ -711,6 +719,15 @@ impl<P: Application> Runtime<P> {
             // One seek for both: a partition's held records come before its unread rest.
             let again = rest.iter().chain(&held);
             self.member.seek_back(again.filter_map(|i| batch.get(*i)))?;
+        }
+        if !held.is_empty() {
+            let pairs: BTreeSet<(String, i32)> = held
+                .iter()
+                .filter_map(|i| batch.get(*i))
+                .map(|m| (m.topic().to_string(), m.partition()))
+                .collect();
+            self.aligning = pairs.into_iter().collect();
+            self.member.hold(&self.aligning)?;
         }
         self.purger.committed(&done.next_offsets);
         Ok(())
