@@ -8,7 +8,7 @@
 //! so a query in flight finishes first and none keeps a closed store's database open.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use crate::state::StoreReader;
@@ -59,6 +59,9 @@ pub struct LocalStores {
     names: Mutex<BTreeSet<String>>,
     /// Standby copies, by (partition, store name).
     standbys: RwLock<BTreeMap<(i32, String), Arc<StandbyCopy>>>,
+    /// Whether the application queries this instance (a store handle taken or served): only
+    /// then does opening a task ask the group for the input positions its state reflects.
+    queried: AtomicBool,
 }
 
 fn read<T>(l: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
@@ -88,6 +91,17 @@ impl LocalStores {
         if let Some(t) = input {
             *lock(&self.input) = Some(t.to_string());
         }
+    }
+
+    /// The application reads this instance's stores: tasks opened from now on start with
+    /// their input positions.
+    pub(crate) fn mark_queried(&self) {
+        self.queried.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether the application reads this instance's stores.
+    pub(crate) fn is_queried(&self) -> bool {
+        self.queried.load(Ordering::Relaxed)
     }
 
     /// The inputs' partition count, once a processing loop has read it.

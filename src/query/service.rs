@@ -324,6 +324,7 @@ impl QueryService {
     }
 
     fn serve(&self, name: &str, r: Arc<dyn Rendered>) {
+        self.local.mark_queried();
         self.served
             .write()
             .unwrap_or_else(PoisonError::into_inner)

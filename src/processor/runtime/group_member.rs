@@ -799,6 +799,11 @@ impl GroupMember {
         &self,
         partitions: &[i32],
     ) -> BTreeMap<i32, crate::query::Positions> {
+        if partitions.is_empty() {
+            // An empty request still goes to the coordinator, and its failure comes back as
+            // a consumer-wide error.
+            return BTreeMap::new();
+        }
         let mut tpl = TopicPartitionList::new();
         for topic in &self.subscription {
             for p in partitions {

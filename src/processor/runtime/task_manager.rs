@@ -382,10 +382,12 @@ impl TaskManager {
         let ends = self.changelog_ends(partitions);
         let opened = self.open_in_parallel(partitions, member, &ends);
         self.health.set_restoring(!self.pending.is_empty());
-        // What the opened stores reflect: the group's committed offsets, read once for all.
+        // What the opened stores reflect: the group's committed offsets, read once for all, and
+        // only for an application that queries them (no request on anyone else's open path).
+        let opened_any = opened.iter().any(|(_, r)| r.is_ok());
         let mut positions = match &self.local {
-            Some(_) => member.committed_positions(partitions),
-            None => BTreeMap::new(),
+            Some(l) if opened_any && l.is_queried() => member.committed_positions(partitions),
+            _ => BTreeMap::new(),
         };
         let mut first_error = None;
         for (p, result) in opened {
