@@ -88,7 +88,7 @@ use std::sync::Arc;
 
 use super::node::{NodeContext, NodeProcessor, TypedRecord};
 use super::stream_joins::JoinKind;
-use super::table_joins::{emit_result, stamped_handle, Stamped, StampedSerde};
+use super::table_joins::{emit_result, stamped_handle, table_update, Stamped, StampedSerde};
 use crate::processor::StoreHandle;
 use crate::record::ProcessError;
 use crate::serdes::{BytesSerde, Serde};
@@ -290,33 +290,6 @@ pub(crate) fn row_hash(bytes: &[u8]) -> u64 {
         h = h.wrapping_mul(0x0100_0000_01b3);
     }
     h
-}
-
-/// A table update as a join side takes it: key, new row (`None`: deleted), its time (the
-/// record's, else the task's event time) and headers; `None` (counted as `no-key`) for an
-/// update without a key, which no table row can have.
-type Update<K, V> = (K, Option<V>, Option<i64>, Vec<(String, Vec<u8>)>);
-
-fn table_update<K, V>(
-    ctx: &NodeContext<'_, '_>,
-    record: TypedRecord<K, V>,
-) -> Option<Update<K, V>> {
-    let TypedRecord {
-        key,
-        value,
-        timestamp,
-        headers,
-    } = record;
-    let Some(key) = key else {
-        telemetry::join_dropped(ctx.node_name(), "no-key");
-        return None;
-    };
-    Some((
-        key,
-        value,
-        timestamp.or_else(|| ctx.event_time_ms()),
-        headers,
-    ))
 }
 
 const SUBSCRIBE: u8 = b'S';

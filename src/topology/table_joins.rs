@@ -348,6 +348,33 @@ where
     Ok(())
 }
 
+/// A table update as a join side takes it: key, new row (`None`: deleted), its time (the
+/// record's, else the task's event time) and headers; `None` (counted as `no-key`) for an
+/// update without a key, which no table row can have.
+pub(crate) type Update<K, V> = (K, Option<V>, Option<i64>, Vec<(String, Vec<u8>)>);
+
+pub(crate) fn table_update<K, V>(
+    ctx: &NodeContext<'_, '_>,
+    record: TypedRecord<K, V>,
+) -> Option<Update<K, V>> {
+    let TypedRecord {
+        key,
+        value,
+        timestamp,
+        headers,
+    } = record;
+    let Some(key) = key else {
+        telemetry::join_dropped(ctx.node_name(), "no-key");
+        return None;
+    };
+    Some((
+        key,
+        value,
+        timestamp.or_else(|| ctx.event_time_ms()),
+        headers,
+    ))
+}
+
 /// The left and the right node of a table-table join.
 pub(crate) type SideNodes<K, V1, V2, R> = (TableSide<K, V1, V2, R>, TableSide<K, V2, V1, R>);
 
@@ -376,17 +403,9 @@ where
         ctx: &mut NodeContext<'_, '_>,
         record: TypedRecord<K, This>,
     ) -> Result<(), ProcessError> {
-        let TypedRecord {
-            key,
-            value,
-            timestamp,
-            headers,
-        } = record;
-        let Some(key) = key else {
-            telemetry::join_dropped(ctx.node_name(), "no-key");
+        let Some((key, value, timestamp, headers)) = table_update(ctx, record) else {
             return Ok(());
         };
-        let timestamp = timestamp.or_else(|| ctx.event_time_ms());
         let this = value.map(|value| Stamped { timestamp, value });
         {
             let mut own = ctx.store(&self.own)?;
