@@ -181,7 +181,7 @@ impl Alignment {
         &mut self,
         batch: &[OwnedMessage],
         order: Vec<usize>,
-        time_of: impl Fn(&OwnedMessage) -> i64,
+        mut time_of: impl FnMut(&OwnedMessage) -> i64,
     ) -> (Vec<usize>, Gate) {
         self.batch = (Vec::new(), HashMap::new(), HashMap::new());
         let mut gate = Gate::default();

@@ -9,6 +9,7 @@
 pub mod changelog;
 pub mod config;
 pub mod dedup;
+mod id_filter;
 pub mod merge;
 pub mod overlay;
 pub mod record_cache;

@@ -11,10 +11,11 @@ use rocksdb::{
     Options, WriteBatch, WriteBufferManager, WriteOptions, DB,
 };
 
+use super::id_filter::IdFilter;
 use super::merge::{above_lower, below_upper, is_empty_range, KeyBounds, LayerItem};
 use super::record_cache::{CacheBudget, CacheStats, Cached, RecordCache};
 use super::{Column, Overlay, StateError};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 const META: &str = "meta";
 const CHECKPOINT_KEY: &[u8] = b"changelog.next_offset";
@@ -197,6 +198,9 @@ pub struct Store {
     /// Newest file modification time seen before this open wrote anything (old stores only
     /// have this to tell their age by).
     files_modified_at: Option<i64>,
+    /// The filter over the `dedup` column's ids, made at the first dedup check (stores that
+    /// never check an id, like named stores, have none): see [`super::id_filter`].
+    ids: OnceLock<IdFilter>,
 }
 
 impl std::fmt::Debug for Store {
@@ -302,6 +306,7 @@ impl Store {
             path: path.to_path_buf(),
             records: cache.records.clone().map(RecordCache::new),
             files_modified_at: None,
+            ids: OnceLock::new(),
         })
     }
 
@@ -419,6 +424,14 @@ impl Store {
             Some(Cached::Miss(t)) => Some(t),
             None => None,
         };
+        if col == Column::Dedup {
+            let ids = self
+                .ids
+                .get_or_init(|| IdFilter::start(self.db.clone(), Column::Dedup.cf()));
+            if ids.may_contain(key) == Some(false) {
+                return Ok(f(None));
+            }
+        }
         let value = self
             .db
             .get_pinned_cf(self.cf(col.cf())?, key)
@@ -476,6 +489,14 @@ impl Store {
         overlay: &Overlay,
         next_changelog_offset: Option<i64>,
     ) -> Result<(), StateError> {
+        if let Some(ids) = self.ids.get() {
+            // Before the write: a check never finds an id in the column but not here.
+            ids.insert(
+                overlay
+                    .column(Column::Dedup)
+                    .filter_map(|(id, v)| v.is_some().then_some(id)),
+            );
+        }
         let mut batch = WriteBatch::default();
         for (col, key, value) in overlay.iter() {
             let cf = self.cf(col.cf())?;
