@@ -455,14 +455,19 @@ impl TxnSink {
         value: Option<&[u8]>,
         headers: impl Iterator<Item = (&'h str, &'h [u8])>,
     ) -> Result<DeliveryFuture, SinkError> {
-        let mut h = OwnedHeaders::new_with_capacity(headers.size_hint().0.max(8));
-        for (k, v) in headers {
-            h = h.insert(Header {
-                key: k,
-                value: Some(v),
-            });
+        let mut record: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(topic);
+        let mut headers = headers.peekable();
+        // No header list at all for a record without headers (librdkafka allocates one).
+        if headers.peek().is_some() {
+            let mut h = OwnedHeaders::new_with_capacity(headers.size_hint().0.max(8));
+            for (k, v) in headers {
+                h = h.insert(Header {
+                    key: k,
+                    value: Some(v),
+                });
+            }
+            record = record.headers(h);
         }
-        let mut record: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(topic).headers(h);
         if let Some(p) = partition {
             record = record.partition(p);
         }
@@ -475,12 +480,14 @@ impl TxnSink {
         if let Some(v) = value {
             record = record.payload(v);
         }
-        let deadline = Instant::now() + self.timeout;
+        // The clock is read only once the queue is full: not once per output.
+        let mut deadline = None;
         loop {
             match self.producer.send_result(record) {
                 Ok(f) => return Ok(f),
                 Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r))
-                    if Instant::now() < deadline =>
+                    if Instant::now()
+                        < *deadline.get_or_insert_with(|| Instant::now() + self.timeout) =>
                 {
                     record = r;
                     std::thread::sleep(Duration::from_millis(2));
