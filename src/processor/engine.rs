@@ -399,6 +399,10 @@ impl Task {
         let Some(clock) = self.clocks.get_mut(sub) else {
             return;
         };
+        // Most calls schedule nothing: no bounds built per record then.
+        if writes.column(crate::state::Column::Timer).next().is_none() {
+            return;
+        }
         for kind in TimerKind::ALL {
             if let Some(at) = timers::earliest_scheduled(writes, Lane::new(kind, sub)) {
                 let from = &mut clock.scan_from[kind.index()];
