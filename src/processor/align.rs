@@ -25,8 +25,12 @@ use rdkafka::Message;
 
 use super::runtime::RuntimeOptions;
 
-/// A timestamp per (topic, partition).
-pub(super) type Times = HashMap<(String, i32), i64>;
+/// An aligned (topic, partition): the topic by its index among the aligned topics, so that
+/// the per-record bookkeeping neither allocates nor hashes a topic name.
+type Tp = (usize, i32);
+
+/// A timestamp per aligned (topic, partition).
+pub(super) type Times = HashMap<Tp, i64>;
 
 /// The topics that take part in alignment, with their rank (tables first at equal times, then
 /// inputs) and sub-topology: those of every sub-topology reading two or more of them. None
@@ -52,17 +56,30 @@ fn aligned_topics(
     for (_, _, sub) in &all {
         *per_sub.entry(*sub).or_default() += 1;
     }
-    all.into_iter()
+    let mut aligned: Vec<(String, u8, usize)> = Vec::new();
+    for t in all
+        .into_iter()
         .filter(|(_, _, sub)| per_sub.get(sub).is_some_and(|n| *n >= 2))
-        .collect()
+    {
+        // A topic once, at its first rank: the bookkeeping keys topics by their index here.
+        if !aligned.iter().any(|(name, _, _)| *name == t.0) {
+            aligned.push(t);
+        }
+    }
+    aligned
 }
 
 /// The rank and sub-topology of `topic` among the aligned topics (none: not aligned).
 fn rank_of(aligned: &[(String, u8, usize)], topic: &str) -> Option<(u8, usize)> {
+    slot_of(aligned, topic).map(|(_, r, s)| (r, s))
+}
+
+/// The index, rank and sub-topology of `topic` among the aligned topics (none: not aligned).
+fn slot_of(aligned: &[(String, u8, usize)], topic: &str) -> Option<(usize, u8, usize)> {
     aligned
         .iter()
-        .find(|(t, _, _)| t == topic)
-        .map(|(_, r, s)| (*r, *s))
+        .position(|(t, _, _)| t == topic)
+        .map(|i| (i, aligned[i].1, aligned[i].2))
 }
 
 /// A record's Kafka timestamp (none: first), the alignment time of a processor that extracts
@@ -79,19 +96,19 @@ fn merge(
     batch: &[OwnedMessage],
     order: Vec<usize>,
     ts: &[i64],
-    rank: impl Fn(&str) -> Option<(u8, usize)>,
+    aligned: &[(String, u8, usize)],
 ) -> Vec<usize> {
-    // Per task: the slots of its aligned records, and each topic's queue.
-    type Queues = BTreeMap<String, std::collections::VecDeque<usize>>;
+    // Per task: the slots of its aligned records, and each topic's queue (by topic index).
+    type Queues = BTreeMap<usize, std::collections::VecDeque<usize>>;
     let mut slots: BTreeMap<(usize, i32), (Vec<usize>, Queues)> = BTreeMap::new();
     for (k, &i) in order.iter().enumerate() {
         let m = &batch[i];
-        let Some((_, sub)) = rank(m.topic()) else {
+        let Some((t, _, sub)) = slot_of(aligned, m.topic()) else {
             continue;
         };
         let (s, q) = slots.entry((sub, m.partition())).or_default();
         s.push(k);
-        q.entry(m.topic().to_string()).or_default().push_back(i);
+        q.entry(t).or_default().push_back(i);
     }
     let mut out = order;
     for (_, (s, mut queues)) in slots {
@@ -101,12 +118,12 @@ fn merge(
         for k in s {
             let next = queues
                 .iter()
-                .filter_map(|(t, q)| {
+                .filter_map(|(&t, q)| {
                     let i = *q.front()?;
-                    let r = rank(t).map_or(u8::MAX, |(r, _)| r);
+                    let (name, r, _) = &aligned[t];
                     Some((
-                        (ts.get(i).copied().unwrap_or(i64::MIN), r, t.clone()),
-                        t.clone(),
+                        (ts.get(i).copied().unwrap_or(i64::MIN), *r, name.as_str()),
+                        t,
                     ))
                 })
                 .min();
@@ -127,11 +144,11 @@ pub(super) struct Gate {
     /// Aligned records held (indexes into the batch): read again.
     held_records: Vec<usize>,
     /// Last slot in the order of each aligned (topic, partition) of the batch.
-    last_slot: HashMap<(String, i32), usize>,
+    last_slot: HashMap<Tp, usize>,
     /// Latest time handled per aligned (topic, partition): committed, then this batch's.
-    seen: HashMap<(String, i32), i64>,
+    seen: Times,
     /// Whether an aligned (topic, partition) is read to its end (asked once per batch).
-    caught_up: HashMap<(String, i32), bool>,
+    caught_up: HashMap<Tp, bool>,
     /// Each batch record's time (by batch index; `i64::MIN` for records not aligned).
     times: Vec<i64>,
 }
@@ -196,12 +213,11 @@ impl Alignment {
             })
             .collect();
         let aligned = &self.aligned;
-        let order = merge(batch, order, &gate.times, |t| rank_of(aligned, t));
+        let order = merge(batch, order, &gate.times, aligned);
         for (k, &i) in order.iter().enumerate() {
             let m = &batch[i];
-            if rank_of(aligned, m.topic()).is_some() {
-                gate.last_slot
-                    .insert((m.topic().to_string(), m.partition()), k);
+            if let Some((t, _, _)) = slot_of(aligned, m.topic()) {
+                gate.last_slot.insert((t, m.partition()), k);
             }
         }
         gate.seen = self.seen.clone();
@@ -227,10 +243,10 @@ impl Alignment {
             .filter_map(|m| rank_of(&self.aligned, m.topic()).map(|(_, sub)| (sub, m.partition())))
             .collect();
         for (sub, p) in tasks {
-            for (t, _, s) in &self.aligned {
+            for (j, (t, _, s)) in self.aligned.iter().enumerate() {
                 if *s == sub && !present.contains(&(t.as_str(), p)) {
                     let c = read_to_its_end(t, p);
-                    gate.caught_up.insert((t.clone(), p), c);
+                    gate.caught_up.insert((j, p), c);
                 }
             }
         }
@@ -248,7 +264,7 @@ impl Alignment {
         m: &OwnedMessage,
         read_to_its_end: impl Fn(&str, i32) -> bool,
     ) -> bool {
-        let Some((r, sub)) = rank_of(&self.aligned, m.topic()) else {
+        let Some((ti, r, sub)) = slot_of(&self.aligned, m.topic()) else {
             return true;
         };
         let t = gate.times.get(i).copied().unwrap_or(i64::MIN);
@@ -258,11 +274,11 @@ impl Alignment {
             return false;
         }
         let mut waited_idle = false;
-        for (other, other_rank, s) in &self.aligned {
-            if *s != sub || other == m.topic() {
+        for (j, (other, other_rank, s)) in self.aligned.iter().enumerate() {
+            if *s != sub || j == ti {
                 continue;
             }
-            let key = (other.clone(), p);
+            let key = (j, p);
             if gate.last_slot.get(&key).is_some_and(|l| *l > k) {
                 continue;
             }
@@ -308,11 +324,8 @@ impl Alignment {
 
     /// Record `m` (index `i` of the batch) was handled: its partition has shown its time.
     pub(super) fn handled(&self, gate: &mut Gate, i: usize, m: &OwnedMessage) {
-        if rank_of(&self.aligned, m.topic()).is_some() {
-            let seen = gate
-                .seen
-                .entry((m.topic().to_string(), m.partition()))
-                .or_insert(i64::MIN);
+        if let Some((t, _, _)) = slot_of(&self.aligned, m.topic()) {
+            let seen = gate.seen.entry((t, m.partition())).or_insert(i64::MIN);
             *seen = (*seen).max(gate.times.get(i).copied().unwrap_or(i64::MIN));
         }
     }
@@ -327,12 +340,12 @@ impl Alignment {
         if !self.is_on() {
             return;
         }
-        let mut heads: HashMap<(String, i32), i64> = HashMap::new();
+        let mut heads: Times = HashMap::new();
         for &i in gate.held_records.iter().chain(rest) {
             let m = &batch[i];
-            if rank_of(&self.aligned, m.topic()).is_some() {
+            if let Some((t, _, _)) = slot_of(&self.aligned, m.topic()) {
                 heads
-                    .entry((m.topic().to_string(), m.partition()))
+                    .entry((t, m.partition()))
                     .or_insert(gate.times.get(i).copied().unwrap_or(i64::MIN));
             }
         }
@@ -405,9 +418,7 @@ mod tests {
             ("clicks".to_string(), 1, 0),
         ];
         let ts: Vec<i64> = batch.iter().map(kafka_ts).collect();
-        let order = merge(&batch, (0..batch.len()).collect(), &ts, |t| {
-            rank_of(&aligned, t)
-        });
+        let order = merge(&batch, (0..batch.len()).collect(), &ts, &aligned);
         assert_eq!(order, vec![2, 0, 3, 1, 4, 5]);
         assert!(seen_past(Some(11), (10, 1, "clicks"), (0, "users")));
         assert!(
@@ -437,7 +448,7 @@ mod tests {
             ("clicks".to_string(), 1, 0),
         ];
         let ts: Vec<i64> = batch.iter().map(kafka_ts).collect();
-        let order = merge(&batch, vec![0, 1, 2], &ts, |t| rank_of(&aligned, t));
+        let order = merge(&batch, vec![0, 1, 2], &ts, &aligned);
         assert_eq!(order, vec![2, 1, 0]);
         let mut opts = crate::processor::runtime::RuntimeOptions::from_config(&{
             let mut c = crate::config::Config::default();
