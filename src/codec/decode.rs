@@ -5,8 +5,9 @@
 //! Reasons start with a stable code (`unknown-magic-byte: …`) that DLT tooling and alerts can
 //! match on; the rest is for people and never contains payload bytes.
 
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::hash::{BuildHasherDefault, Hasher};
 
 use apache_avro::reader::datum::GenericDatumReader;
 use apache_avro::schema::{NamesRef, ResolvedSchema};
@@ -15,7 +16,7 @@ use apache_avro::Schema;
 
 use super::catalog::Catalog;
 use super::envelope::{Envelope, EnvelopeError};
-use super::project::WalkError;
+use super::project::{LongFieldPlan, WalkError};
 use super::registry::{CodecError, Registry};
 use crate::record::{ProcessError, Record};
 
@@ -327,6 +328,57 @@ struct Writer {
     /// The writer schema and its named types, for [`Decoder::decode_long_field`].
     schema: &'static Schema,
     names: NamesRef<'static>,
+    /// [`Decoder::decode_long_field`]'s compiled walks by field name (`None`: the schema has no
+    /// such field and records are decoded in full). A processor reads one or two fields, so a
+    /// list beats a map.
+    plans: Vec<(Box<str>, Option<LongFieldPlan<'static>>)>,
+}
+
+impl Writer {
+    /// The whole record in `body`, which must be consumed exactly.
+    fn read(&self, id: u32, mut body: &[u8]) -> Result<Value, BadInput> {
+        let value = self.datum.read_value(&mut body).map_err(|e| {
+            let error = e.to_string();
+            if error.contains("fill whole buffer") || error.contains("UnexpectedEof") {
+                BadInput::TruncatedAvro { id, error }
+            } else {
+                BadInput::CorruptAvro { id, error }
+            }
+        })?;
+        if !body.is_empty() {
+            return Err(BadInput::CorruptAvro {
+                id,
+                error: format!("{} bytes left after the record", body.len()),
+            });
+        }
+        Ok(value)
+    }
+}
+
+/// Most fields a writer keeps a compiled walk for.
+const MAX_PLANS: usize = 16;
+
+/// Hashes a schema id with one multiplication: the writer cache is looked up once per record,
+/// where SipHash cost more than the lookup. Flooding is no concern: only ids the registry
+/// knows are cached.
+#[derive(Default)]
+struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(*b)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+
+    fn write_u32(&mut self, n: u32) {
+        // Fibonacci hashing: the table takes its control bits from the top of the hash.
+        self.0 = u64::from(n).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
 }
 
 /// The datum reader for `writer` read as `reader`, without resolution when both are the same
@@ -362,7 +414,7 @@ pub struct Decoder {
     catalog: Catalog,
     upcasters: Upcasters,
     limits: Limits,
-    cache: HashMap<u32, Arc<Writer>>,
+    cache: HashMap<u32, Writer, BuildHasherDefault<IdHasher>>,
     fetches: u64,
 }
 
@@ -384,7 +436,7 @@ impl Decoder {
             catalog,
             upcasters: Upcasters::default(),
             limits: Limits::default(),
-            cache: HashMap::new(),
+            cache: HashMap::default(),
             fetches: 0,
         }
     }
@@ -459,23 +511,9 @@ impl Decoder {
 
     /// Decodes Confluent wire-format bytes: (schema id, contract type name, value).
     pub fn decode_avro(&mut self, bytes: &[u8]) -> Result<(u32, String, Value), DecodeError> {
-        let (id, mut body) = wire_header(bytes)?;
+        let (id, body) = wire_header(bytes)?;
         let writer = self.writer(id)?;
-        let value = writer.datum.read_value(&mut body).map_err(|e| {
-            let error = e.to_string();
-            if error.contains("fill whole buffer") || error.contains("UnexpectedEof") {
-                BadInput::TruncatedAvro { id, error }
-            } else {
-                BadInput::CorruptAvro { id, error }
-            }
-        })?;
-        if !body.is_empty() {
-            return Err(BadInput::CorruptAvro {
-                id,
-                error: format!("{} bytes left after the record", body.len()),
-            }
-            .into());
-        }
+        let value = writer.read(id, body)?;
         Ok((id, writer.type_name.clone(), value))
     }
 
@@ -483,42 +521,76 @@ impl Decoder {
     /// type name, value), without building the record ([`super::project`]); the body is
     /// checked as thoroughly as [`Decoder::decode_avro`] checks it. A writer schema without
     /// such a field is decoded in full and read as its contract (which may give a default).
+    ///
+    /// The walk is compiled once per schema id and field ([`LongFieldPlan`]), and the type name
+    /// is lent, not copied: nothing is allocated per record.
     pub fn decode_long_field(
         &mut self,
         bytes: &[u8],
         field: &str,
-    ) -> Result<(u32, String, Option<i64>), DecodeError> {
+    ) -> Result<(u32, &str, Option<i64>), DecodeError> {
         let (id, body) = wire_header(bytes)?;
         let writer = self.writer(id)?;
-        match super::project::long_field(writer.schema, &writer.names, field, body) {
-            Ok(Some(v)) => Ok((id, writer.type_name.clone(), Some(v))),
-            Ok(None) => {
-                let (id, type_name, value) = self.decode_avro(bytes)?;
-                let v = match &value {
-                    Value::Record(fields) => fields.iter().find_map(|(n, v)| match v {
-                        Value::Long(l) if n == field => Some(*l),
-                        Value::Int(i) if n == field => Some(i64::from(*i)),
-                        _ => None,
-                    }),
+        let at = match writer.plans.iter().position(|(f, _)| **f == *field) {
+            Some(at) => at,
+            None => {
+                let plan = LongFieldPlan::compile(writer.schema, &writer.names, field);
+                if writer.plans.len() >= MAX_PLANS {
+                    // A caller naming ever new fields cannot grow the cache without bound.
+                    writer.plans.remove(0);
+                }
+                writer.plans.push((field.into(), plan));
+                writer.plans.len() - 1
+            }
+        };
+        let writer: &Writer = writer;
+        let v = match &writer.plans[at].1 {
+            Some(plan) => match plan.run(&writer.names, body) {
+                Ok(v) => Some(v),
+                Err(WalkError::Truncated) => {
+                    return Err(BadInput::TruncatedAvro {
+                        id,
+                        error: "the bytes end inside a value".into(),
+                    }
+                    .into())
+                }
+                Err(WalkError::Corrupt(error)) => {
+                    return Err(BadInput::CorruptAvro { id, error }.into())
+                }
+            },
+            None => match writer.read(id, body)? {
+                Value::Record(fields) => fields.iter().find_map(|(n, v)| match v {
+                    Value::Long(l) if n == field => Some(*l),
+                    Value::Int(i) if n == field => Some(i64::from(*i)),
                     _ => None,
-                };
-                Ok((id, type_name, v))
-            }
-            Err(WalkError::Truncated) => Err(BadInput::TruncatedAvro {
-                id,
-                error: "the bytes end inside a value".into(),
-            }
-            .into()),
-            Err(WalkError::Corrupt(error)) => Err(BadInput::CorruptAvro { id, error }.into()),
-        }
+                }),
+                _ => None,
+            },
+        };
+        Ok((id, &writer.type_name, v))
     }
 
-    fn writer(&mut self, id: u32) -> Result<Arc<Writer>, DecodeError> {
-        if let Some(w) = self.cache.get(&id) {
-            return Ok(w.clone());
+    /// The cached writer schema `id`, fetched on first use.
+    fn writer(&mut self, id: u32) -> Result<&mut Writer, DecodeError> {
+        match self.cache.entry(id) {
+            Entry::Occupied(w) => Ok(w.into_mut()),
+            Entry::Vacant(slot) => {
+                self.fetches += 1;
+                let w = load_writer(&mut *self.source, &self.catalog, id)?;
+                Ok(slot.insert(w))
+            }
         }
-        self.fetches += 1;
-        let text = self.source.schema(id).map_err(|e| match e {
+    }
+}
+
+/// Fetches, parses and prepares writer schema `id` read as its contract in `catalog`.
+fn load_writer(
+    source: &mut dyn SchemaSource,
+    catalog: &Catalog,
+    id: u32,
+) -> Result<Writer, DecodeError> {
+    {
+        let text = source.schema(id).map_err(|e| match e {
             SourceError::NotFound(detail) => {
                 DecodeError::Bad(BadInput::UnknownSchemaId { id, detail })
             }
@@ -529,13 +601,12 @@ impl Decoder {
             error: e.to_string(),
         })?;
         let full_name = super::registry::record_name(&text).unwrap_or_default();
-        let contract =
-            self.catalog
-                .by_full_name(&full_name)
-                .ok_or_else(|| BadInput::UnknownType {
-                    full_name: full_name.clone(),
-                    id,
-                })?;
+        let contract = catalog
+            .by_full_name(&full_name)
+            .ok_or_else(|| BadInput::UnknownType {
+                full_name: full_name.clone(),
+                id,
+            })?;
         let reader = Schema::parse_str(&contract.text).map_err(|e| BadInput::BadWriterSchema {
             id,
             error: format!("the consumer's own contract {}: {e}", contract.type_name),
@@ -548,14 +619,13 @@ impl Decoder {
             })?
             .get_names()
             .clone();
-        let w = Arc::new(Writer {
+        Ok(Writer {
             datum: datum_reader(id, schema, reader)?,
             type_name: contract.type_name.clone(),
             schema,
             names,
-        });
-        self.cache.insert(id, w.clone());
-        Ok(w)
+            plans: Vec::new(),
+        })
     }
 }
 
