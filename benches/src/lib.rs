@@ -86,7 +86,7 @@ pub struct BenchArgs {
     /// on the KIP-1071 streams rebalance protocol (kstreams-eos-streams); and
     /// eosflow-eos-baseline, which needs `--baseline-exe` (and is added by it when not listed).
     /// Every eosflow ÷ Kafka Streams ratio is against the best Kafka Streams configuration
-    /// measured at its point. Recovery and failover run kstreams-eos only; restore also
+    /// measured at its point. Recovery runs kstreams-eos only; restore and failover also
     /// kstreams-eos-txn.
     #[arg(
         long,
