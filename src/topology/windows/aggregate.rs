@@ -289,7 +289,7 @@ where
     fn late(
         &self,
         ctx: &mut NodeContext<'_, '_>,
-        mut record: TypedRecord<K, V>,
+        record: &TypedRecord<K, V>,
         windows: &[Window],
         ts: i64,
         stream: i64,
@@ -309,6 +309,7 @@ where
             }
             LateRecords::Forward(child) => {
                 crate::telemetry::late_record(ctx.node_name());
+                let mut record = record.clone();
                 record
                     .headers
                     .push(("eosflow.late.windows".into(), list.into_bytes()));
@@ -383,20 +384,17 @@ where
         &self,
         ctx: &mut NodeContext<'_, '_>,
         windows: &TimeWindows,
-        record: TypedRecord<K, V>,
+        record: &TypedRecord<K, V>,
         (key, value, ts, stream): (&K, &V, i64, i64),
     ) -> Result<(), ProcessError> {
         let all = windows.windows_for(ts);
-        let open: Vec<Window> = all
-            .iter()
-            .copied()
-            .filter(|w| self.close_time(*w) > stream)
-            .collect();
-        if open.is_empty() {
+        let is_open = |w: &Window| self.close_time(*w) > stream;
+        if !all.iter().any(is_open) {
             return self.late(ctx, record, &all, ts, stream);
         }
         let k = self.key_bytes(key)?;
-        for w in open {
+        for w in all.into_iter().filter(is_open) {
+            // The window's store key, built once: read, write, then moved into its timer.
             let dk = data_key(&k, w.start);
             let mut store = ctx.window_store(&self.store)?;
             // One read per window: its value and end go to the write.
@@ -406,7 +404,7 @@ where
                 Some((_, a)) => (self.aggregate)(key, value, a),
                 None => (self.aggregate)(key, value, (self.init)()),
             };
-            store.put_read(&k, w, previous_end, &agg)?;
+            store.put_read_at(&k, &dk, w, previous_end, &agg)?;
             self.after_update(ctx, key, (w, dk), agg, previous_end.is_none())?;
         }
         Ok(())
@@ -455,7 +453,7 @@ where
         &self,
         ctx: &mut NodeContext<'_, '_>,
         windows: &SlidingWindows,
-        record: TypedRecord<K, V>,
+        record: &TypedRecord<K, V>,
         (key, value, ts, stream): (&K, &V, i64, i64),
     ) -> Result<(), ProcessError> {
         let td = windows.time_difference;
@@ -592,7 +590,7 @@ where
         &self,
         ctx: &mut NodeContext<'_, '_>,
         (windows, merge): (&SessionWindows, &Merger<K, A>),
-        record: TypedRecord<K, V>,
+        record: &TypedRecord<K, V>,
         (key, value, ts, stream): (&K, &V, i64, i64),
     ) -> Result<(), ProcessError> {
         let own = Window { start: ts, end: ts };
@@ -662,7 +660,9 @@ where
         ctx: &mut NodeContext<'_, '_>,
         record: TypedRecord<K, V>,
     ) -> Result<(), ProcessError> {
-        let (Some(key), Some(value)) = (record.key.clone(), record.value.clone()) else {
+        // The key and value are borrowed from the record, never cloned (a late record, rare,
+        // is cloned to be handed on).
+        let (Some(key), Some(value)) = (&record.key, &record.value) else {
             return Err(ProcessError::permanent(
                 "a windowed aggregate needs a key and a value",
             ));
@@ -671,11 +671,11 @@ where
             .event_time_ms()
             .ok_or_else(|| ProcessError::permanent("a windowed aggregate needs an event time"))?;
         let stream = ctx.stream_time_ms().unwrap_or(ts).max(ts);
-        let at = (&key, &value, ts, stream);
+        let at = (key, value, ts, stream);
         match &self.kind {
-            Kind::Time(w) => self.process_time(ctx, w, record, at)?,
-            Kind::Sliding(w) => self.process_sliding(ctx, w, record, at)?,
-            Kind::Session(w, m) => self.process_session(ctx, (w, m), record, at)?,
+            Kind::Time(w) => self.process_time(ctx, w, &record, at)?,
+            Kind::Sliding(w) => self.process_sliding(ctx, w, &record, at)?,
+            Kind::Session(w, m) => self.process_session(ctx, (w, m), &record, at)?,
         }
         if self.emit == EmitStrategy::OnWindowUpdate {
             self.expire(ctx, stream)?;

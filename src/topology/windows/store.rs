@@ -128,9 +128,10 @@ fn unflip(b: &[u8]) -> Option<i64> {
     Some((u64::from_be_bytes(b.try_into().ok()?) ^ (1 << 63)) as i64)
 }
 
-/// `tag · key length · key`: the prefix of a key's windows.
+/// `tag · key length · key`: the prefix of a key's windows (with room for the 8-byte times
+/// the data, sliding and session keys append, so they never grow it again).
 fn key_prefix(tag: u8, key: &[u8]) -> Vec<u8> {
-    let mut k = Vec::with_capacity(13 + key.len());
+    let mut k = Vec::with_capacity(21 + key.len());
     k.push(tag);
     k.extend_from_slice(&(key.len() as u32).to_be_bytes());
     k.extend_from_slice(key);
@@ -144,11 +145,13 @@ pub(crate) fn data_key(key: &[u8], start: i64) -> Vec<u8> {
     k
 }
 
-/// The index key of a window.
+/// The index key of a window: `x · end · key length · key · start`, built in one allocation.
 fn index_key(key: &[u8], window: Window) -> Vec<u8> {
-    let mut k = vec![INDEX];
+    let mut k = Vec::with_capacity(21 + key.len());
+    k.push(INDEX);
     k.extend_from_slice(&flip(window.end));
-    k.extend_from_slice(&key_prefix(DATA, key)[1..]);
+    k.extend_from_slice(&(key.len() as u32).to_be_bytes());
+    k.extend_from_slice(key);
     k.extend_from_slice(&flip(window.start));
     k
 }
@@ -437,6 +440,19 @@ impl<'c, 'a, K, V> WindowStore<'c, 'a, K, V> {
         value: &V,
     ) -> Result<(), ProcessError> {
         let dk = data_key(k, window.start);
+        self.put_read_at(k, &dk, window, previous_end, value)
+    }
+
+    /// [`Self::put_read`] for a caller that already holds the window's data key `dk`
+    /// (`data_key(k, window.start)`): it is not built again.
+    pub(crate) fn put_read_at(
+        &mut self,
+        k: &[u8],
+        dk: &[u8],
+        window: Window,
+        previous_end: Option<i64>,
+        value: &V,
+    ) -> Result<(), ProcessError> {
         if previous_end != Some(window.end) {
             if let Some(end) = previous_end {
                 let old = Window { end, ..window };
@@ -449,9 +465,10 @@ impl<'c, 'a, K, V> WindowStore<'c, 'a, K, V> {
         let v = self.handle.value_serde().serialize(value).map_err(|e| {
             ProcessError::permanent(format!("window store {} value: {e}", self.handle.name()))
         })?;
-        let mut bytes = window.end.to_be_bytes().to_vec();
+        let mut bytes = Vec::with_capacity(8 + v.len());
+        bytes.extend_from_slice(&window.end.to_be_bytes());
         bytes.extend_from_slice(&v);
-        self.view.pending.put(Column::State, &dk, bytes);
+        self.view.pending.put(Column::State, dk, bytes);
         Ok(())
     }
 
