@@ -66,7 +66,7 @@ pub fn long_field(
 }
 
 /// The walk to one `long` field of one writer schema, compiled once: the writer schema turned
-/// into a flat list of skips ([`Op`]), so a record is walked without matching on schema kinds,
+/// into a flat list of skips (`Op`), so a record is walked without matching on schema kinds,
 /// following named-type references or recursing per record field. It reads and checks exactly
 /// what [`long_field`] reads and checks, in the same order, with the same errors; a recursive
 /// type, an unknown name, nesting deeper than the walk allows and a schema whose plan would be
