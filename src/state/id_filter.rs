@@ -17,8 +17,9 @@
 //!   and every check reads RocksDB, as before.
 //!
 //! Deleted (expired) ids stay in the filter: they only make it answer "maybe" more often. When
-//! more ids were inserted than it was sized for, a larger filter is built the same way, beside
-//! it, and replaces it when its scan is done; inserts go to both meanwhile.
+//! more ids were inserted than it was sized for, a new one sized for twice what the column
+//! holds then is built the same way, beside it, and replaces it when its scan is done (inserts
+//! go to both meanwhile): that is how it grows, and how expired ids leave it.
 //!
 //! # Cost
 //! A blocked bloom filter: 16 bits per id it is sized for, four bits set in one 64-bit word per
@@ -160,25 +161,11 @@ impl IdFilter {
     /// Starts a scan into a new filter sized for what the column holds now; the caller holds
     /// the lock, so no apply runs between the filter taking inserts and the scan starting.
     fn rebuild(&self, filters: &mut Filters) {
-        let estimate = self
-            .db
-            .cf_handle(self.cf)
-            .and_then(|cf| {
-                self.db
-                    .property_int_value_cf(cf, "rocksdb.estimate-num-keys")
-                    .ok()
-                    .flatten()
-            })
-            .unwrap_or(u64::MAX);
-        let serving_inserted = filters
-            .serving
-            .as_ref()
-            .map_or(0, |s| s.inserted.load(Ordering::Relaxed));
+        let estimate = self.estimate();
+        // Sized for what the column holds now, not for what was ever inserted: a rebuild is
+        // also how expired ids leave the filter.
         let bits = Arc::new(Bits::sized_for(
-            estimate
-                .min(MAX_BYTES * 8 / BITS_PER_ID)
-                .max(serving_inserted)
-                * 2,
+            estimate.min(MAX_BYTES * 8 / BITS_PER_ID) * 2,
         ));
         if estimate <= INLINE_SCAN_IDS {
             match scan(&self.db, self.cf, &bits, &self.cancel) {
@@ -206,6 +193,28 @@ impl IdFilter {
                 filters.failed = true;
             }
         }
+    }
+
+    /// RocksDB's estimate of the ids in the column (memtables included); unknown: the most.
+    fn estimate(&self) -> u64 {
+        self.db
+            .cf_handle(self.cf)
+            .and_then(|cf| {
+                self.db
+                    .property_int_value_cf(cf, "rocksdb.estimate-num-keys")
+                    .ok()
+                    .flatten()
+            })
+            .unwrap_or(u64::MAX)
+    }
+
+    /// Whether the serving filter took more ids than it is sized for and a rebuild would
+    /// help: below the largest size it grows; at it, only if expiry left the column at most
+    /// half of that size (a rebuild then drops the expired ids; otherwise it would cost a scan
+    /// of the whole column for nothing).
+    fn needs_rebuild(&self, s: &Bits) -> bool {
+        s.inserted.load(Ordering::Relaxed) > s.capacity
+            && (s.bytes() < MAX_BYTES || self.estimate() <= s.capacity / 2)
     }
 
     fn fail(&self, filters: &mut Filters, e: &dyn std::fmt::Display) {
@@ -259,10 +268,12 @@ impl IdFilter {
         if filters.failed {
             return;
         }
-        let full = filters.serving.as_ref().is_some_and(|s| {
-            s.inserted.load(Ordering::Relaxed) > s.capacity && s.bytes() < MAX_BYTES
-        });
-        if full && filters.building.is_none() {
+        let full = filters.building.is_none()
+            && filters
+                .serving
+                .as_ref()
+                .is_some_and(|s| self.needs_rebuild(s));
+        if full {
             self.rebuild(&mut filters);
         }
         for id in ids {
