@@ -127,13 +127,10 @@ struct HeaderBuf {
 }
 
 impl HeaderBuf {
-    /// Copies `m`'s headers in (a header without a value becomes empty).
-    fn fill(&mut self, m: &OwnedMessage) {
+    /// Copies `m`'s headers in (a header without a value becomes empty) and lends them out.
+    fn of(&mut self, m: &OwnedMessage) -> &[(String, Vec<u8>)] {
         self.len = 0;
-        let Some(hs) = m.headers() else {
-            return;
-        };
-        for h in hs.iter() {
+        for h in m.headers().into_iter().flat_map(|hs| hs.iter()) {
             let value = h.value.unwrap_or_default();
             match self.pairs.get_mut(self.len) {
                 Some((k, v)) => {
@@ -146,17 +143,7 @@ impl HeaderBuf {
             }
             self.len += 1;
         }
-    }
-
-    /// The headers `fill` copied in, in order.
-    fn as_slice(&self) -> &[(String, Vec<u8>)] {
         &self.pairs[..self.len]
-    }
-
-    /// Copies `m`'s headers in and lends them out.
-    fn of(&mut self, m: &OwnedMessage) -> &[(String, Vec<u8>)] {
-        self.fill(m);
-        self.as_slice()
     }
 }
 
