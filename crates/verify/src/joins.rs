@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 use rdkafka::Message;
 
 use super::group::{self, GroupSpec, Outgoing, Run};
-use super::group_lag;
 use super::scenario::{Scenario, ScenarioEnv, ScenarioReport};
+use super::LagProbe;
 use eosflow::config::Config;
 use eosflow::internals::kafka::reader::read_all;
 use eosflow::kafka::topics::TopicSpec;
@@ -328,7 +328,8 @@ pub fn run(config: &Config, env: &ScenarioEnv, opts: &Options) -> Result<Scenari
         max_batch: 50,
     };
     let mut instances = group::spawn(config, env, &spec, &env.work_dir.join(app_id))?;
-    let lag = || group_lag(&clients, app_id, input, opts.partitions).unwrap_or(i64::MAX);
+    let mut probe = LagProbe::new(&clients, app_id, &[(input, opts.partitions)]);
+    let lag = || probe.lag();
     let killed = group::kill_until_drained(&mut instances, env, output, (opts.kills, total), lag)?;
     let drained_s = started.elapsed().as_secs_f64();
     group::await_results(want.len(), || results(&clients, output).map(|r| r.len()))?;

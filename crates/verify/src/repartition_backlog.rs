@@ -14,8 +14,8 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use super::group::{self, GroupSpec, Outgoing, Run};
-use super::group_lag;
 use super::scenario::{Scenario, ScenarioEnv, ScenarioReport};
+use super::LagProbe;
 use eosflow::config::Config;
 use eosflow::internals::kafka::reader::read_all;
 use eosflow::kafka::topics::TopicSpec;
@@ -256,12 +256,12 @@ pub fn run(config: &Config, env: &ScenarioEnv, opts: &Options) -> Result<Scenari
     };
     let mut instances = group::spawn(config, env, &spec, &env.work_dir.join(app_id))?;
     // Both the clicks and their re-keyed copies must be worked through.
-    let lag = || {
-        let clicks = group_lag(&clients, app_id, input, opts.partitions).unwrap_or(i64::MAX);
-        let rekeyed =
-            group_lag(&clients, app_id, &repartition, opts.partitions).unwrap_or(i64::MAX);
-        clicks.saturating_add(rekeyed)
-    };
+    let mut probe = LagProbe::new(
+        &clients,
+        app_id,
+        &[(input, opts.partitions), (&repartition, opts.partitions)],
+    );
+    let lag = || probe.lag();
     // Kills are due on observed progress through both: the clicks and their re-keyed copies.
     let killed =
         group::kill_until_drained(&mut instances, env, output, (opts.kills, 2 * total), lag)?;

@@ -14,8 +14,8 @@ use rdkafka::message::Headers;
 use rdkafka::Message;
 
 use super::group::{self, GroupSpec, Outgoing, Run};
-use super::group_lag;
 use super::scenario::{Scenario, ScenarioEnv, ScenarioReport};
+use super::LagProbe;
 use eosflow::config::Config;
 use eosflow::internals::kafka::reader::read_all;
 use eosflow::kafka::KafkaClients;
@@ -311,7 +311,8 @@ pub fn run(config: &Config, env: &ScenarioEnv, opts: &Options) -> Result<Scenari
         max_batch: 50,
     };
     let mut instances = group::spawn(config, env, &spec, &env.work_dir.join(app_id))?;
-    let lag = || group_lag(&clients, app_id, input, opts.partitions).unwrap_or(i64::MAX);
+    let mut probe = LagProbe::new(&clients, app_id, &[(input, opts.partitions)]);
+    let lag = || probe.lag();
     let killed = group::kill_until_drained(&mut instances, env, output, (opts.kills, total), lag)?;
     let drained_s = started.elapsed().as_secs_f64();
     let pending = group::await_results(want.windows.len(), || {
