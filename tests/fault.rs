@@ -47,7 +47,8 @@ fn scenario_with(name: &str, private_port: u16, flags: &[&str]) -> String {
     let tail: String = stderr
         .lines()
         .rev()
-        .take(30)
+        // Enough for a private broker's post-mortem (PrivateStack::kafka_post_mortem).
+        .take(80)
         .collect::<Vec<_>>()
         .into_iter()
         .rev()

@@ -473,7 +473,8 @@ fn run_scenario(
             } else {
                 count_run(env, 200_000, 2, 3, 120, Fault::BrokerRestart(stack.clone()))
             };
-            let r = super::run(&private, &opts)?;
+            let r = super::run(&private, &opts)
+                .map_err(|e| format!("{e}\n{}", stack.kafka_post_mortem()))?;
             Ok(ScenarioReport::from_run(scenario, &r))
         }
         Scenario::BrokerPause => {
@@ -489,7 +490,8 @@ fn run_scenario(
             } else {
                 count_run(env, 200_000, 2, 6, 150, pause(13))
             };
-            let r = super::run(&private, &opts)?;
+            let r = super::run(&private, &opts)
+                .map_err(|e| format!("{e}\n{}", stack.kafka_post_mortem()))?;
             Ok(ScenarioReport::from_run(scenario, &r))
         }
         Scenario::SlowHandler => {

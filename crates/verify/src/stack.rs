@@ -117,6 +117,37 @@ impl PrivateStack {
         super::send_signal(pid.trim(), signal)
     }
 
+    /// What a failed run needs to know about the private broker, for the error it returns:
+    /// whether its process is still alive and the last lines of its logs. The run dir is under
+    /// the temporary directory, which a CI deletes on exit; without this a broker that died
+    /// mid-run (clean-clone CI of `dd8168d`: `broker-restart`, "connection refused" 40 s after
+    /// the restart) leaves nothing to read.
+    pub fn kafka_post_mortem(&self) -> String {
+        let pid_file = self.run_dir.join("kafka.pid");
+        let process = match std::fs::read_to_string(&pid_file) {
+            Ok(pid) => {
+                let pid = pid.trim().to_string();
+                let alive = std::path::Path::new("/proc").join(&pid).exists();
+                format!("pid {pid} {}", if alive { "alive" } else { "gone" })
+            }
+            Err(_) => "no pid file (stopped, or never started)".to_string(),
+        };
+        let mut out = format!(
+            "private broker 127.0.0.1:{} ({}): {process}",
+            self.kafka_port,
+            self.run_dir.display()
+        );
+        for (name, lines) in [
+            ("stack-commands.log", 10),
+            ("kafka/stdout.log", 10),
+            ("kafka/server.log", 25),
+        ] {
+            let tail = tail_lines(&self.run_dir.join(name), lines);
+            out.push_str(&format!("\n--- last {lines} lines of {name} ---\n{tail}"));
+        }
+        out
+    }
+
     /// Stops `component` and starts it again; returns how long it was away.
     pub fn restart(&self, component: &str) -> Result<Duration, String> {
         let t = Instant::now();
@@ -146,5 +177,51 @@ impl Drop for StackGuard {
             _ => return,
         };
         let _ = std::fs::remove_dir_all(data);
+    }
+}
+
+/// The last `n` lines of the file at `path`, or why there are none.
+fn tail_lines(path: &std::path::Path, n: usize) -> String {
+    match std::fs::read(path) {
+        Ok(bytes) => {
+            let text = String::from_utf8_lossy(&bytes);
+            let lines: Vec<&str> = text.lines().collect();
+            lines[lines.len().saturating_sub(n)..].join("\n")
+        }
+        Err(e) => format!("({e})"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_post_mortem_says_the_broker_is_gone_and_shows_the_end_of_its_log() {
+        let dir = std::env::temp_dir().join(format!("eosflow-post-mortem-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("kafka")).expect("run dir");
+        // A pid no process has: above the kernel's pid_max.
+        std::fs::write(dir.join("kafka.pid"), "99999999\n").expect("pid file");
+        let log: String = (1..=40).map(|i| format!("line {i}\n")).collect();
+        std::fs::write(dir.join("kafka").join("server.log"), log).expect("server.log");
+        let stack = PrivateStack::new(PathBuf::from("dev/stack"), dir.clone(), 21092, 21102);
+
+        let text = stack.kafka_post_mortem();
+        std::fs::remove_dir_all(&dir).expect("clean up");
+
+        assert!(text.contains("127.0.0.1:21092"), "{text}");
+        assert!(text.contains("pid 99999999 gone"), "{text}");
+        assert!(
+            text.contains("line 40") && text.contains("line 16"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("line 15\n"),
+            "only the last 25 lines: {text}"
+        );
+        assert!(
+            text.contains("stdout.log ---\n("),
+            "a missing log says why: {text}"
+        );
     }
 }
