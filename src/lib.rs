@@ -31,6 +31,7 @@ mod clock;
 mod codec;
 pub mod config;
 pub mod dsl;
+mod fast_hash;
 pub mod kafka;
 pub mod processor;
 pub mod query;

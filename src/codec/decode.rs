@@ -7,7 +7,6 @@
 
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 
 use apache_avro::reader::datum::GenericDatumReader;
 use apache_avro::schema::{NamesRef, ResolvedSchema};
@@ -18,6 +17,7 @@ use super::catalog::Catalog;
 use super::envelope::{Envelope, EnvelopeError};
 use super::project::{LongFieldPlan, WalkError};
 use super::registry::{CodecError, Registry};
+use crate::fast_hash::FastMap;
 use crate::record::{ProcessError, Record};
 
 /// Why a record is bad input: never worth retrying.
@@ -358,29 +358,6 @@ impl Writer {
 /// Most fields a writer keeps a compiled walk for.
 const MAX_PLANS: usize = 16;
 
-/// Hashes a schema id with one multiplication: the writer cache is looked up once per record,
-/// where SipHash cost more than the lookup. Flooding is no concern: only ids the registry
-/// knows are cached.
-#[derive(Default)]
-struct IdHasher(u64);
-
-impl Hasher for IdHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.0 = (self.0.rotate_left(8) ^ u64::from(*b)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        }
-    }
-
-    fn write_u32(&mut self, n: u32) {
-        // Fibonacci hashing: the table takes its control bits from the top of the hash.
-        self.0 = u64::from(n).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    }
-
-    fn finish(&self) -> u64 {
-        self.0
-    }
-}
-
 /// The datum reader for `writer` read as `reader`, without resolution when both are the same
 /// schema (resolving an identical schema copies the value once more and changes nothing).
 ///
@@ -414,7 +391,7 @@ pub struct Decoder {
     catalog: Catalog,
     upcasters: Upcasters,
     limits: Limits,
-    cache: HashMap<u32, Writer, BuildHasherDefault<IdHasher>>,
+    cache: FastMap<u32, Writer>,
     fetches: u64,
 }
 
@@ -436,7 +413,7 @@ impl Decoder {
             catalog,
             upcasters: Upcasters::default(),
             limits: Limits::default(),
-            cache: HashMap::default(),
+            cache: FastMap::default(),
             fetches: 0,
         }
     }

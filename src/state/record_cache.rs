@@ -30,10 +30,10 @@
 //! recently used entries first (as Kafka Streams' `ThreadCache` evicts from the cache being
 //! written); an entry larger than an eighth of the budget is never cached.
 
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+
+use crate::fast_hash::FastMap;
 
 /// Bytes an entry costs besides its key and value: the map slot, the list links and the key's
 /// second copy are counted by their size; this is the rest (allocator headers, `Vec`s).
@@ -111,7 +111,7 @@ impl Node {
 /// One store's entries in least-recently-used order: a map to slots of a node array whose
 /// links form the order (most recent at `head`).
 struct Lru {
-    map: HashMap<Vec<u8>, u32, BuildHasherDefault<KeyHasher>>,
+    map: FastMap<Vec<u8>, u32>,
     nodes: Vec<Node>,
     free: Vec<u32>,
     head: u32,
@@ -125,7 +125,7 @@ struct Lru {
 impl Lru {
     fn new() -> Self {
         Self {
-            map: HashMap::default(),
+            map: FastMap::default(),
             nodes: Vec::new(),
             free: Vec::new(),
             head: NIL,
@@ -382,44 +382,6 @@ impl Drop for RecordCache {
             Err(p) => p.into_inner().bytes,
         };
         self.budget.used.fetch_sub(bytes, Ordering::Relaxed);
-    }
-}
-
-/// The cache's key hash: a word at a time, multiply and rotate (FxHash's), in place of the
-/// standard SipHash, which was most of a hit's cost. Keys are the application's own, not an
-/// attacker's choice of collisions against an internal table of bounded size.
-#[derive(Default)]
-struct KeyHasher(u64);
-
-impl Hasher for KeyHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        let mut chunks = bytes.chunks_exact(8);
-        for c in &mut chunks {
-            let mut w = [0u8; 8];
-            w.copy_from_slice(c);
-            self.add(u64::from_le_bytes(w));
-        }
-        let rest = chunks.remainder();
-        if !rest.is_empty() {
-            let mut w = [0u8; 8];
-            w[..rest.len()].copy_from_slice(rest);
-            self.add(u64::from_le_bytes(w) ^ ((rest.len() as u64) << 56));
-        }
-    }
-
-    fn write_usize(&mut self, n: usize) {
-        self.add(n as u64);
-    }
-
-    fn finish(&self) -> u64 {
-        // hashbrown takes its control bits from the top: spread the low ones up.
-        self.0 ^ (self.0 >> 29)
-    }
-}
-
-impl KeyHasher {
-    fn add(&mut self, w: u64) {
-        self.0 = (self.0.rotate_left(5) ^ w).wrapping_mul(0x517c_c1b7_2722_0a95);
     }
 }
 
