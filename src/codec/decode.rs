@@ -566,44 +566,40 @@ fn load_writer(
     catalog: &Catalog,
     id: u32,
 ) -> Result<Writer, DecodeError> {
-    {
-        let text = source.schema(id).map_err(|e| match e {
-            SourceError::NotFound(detail) => {
-                DecodeError::Bad(BadInput::UnknownSchemaId { id, detail })
-            }
-            SourceError::Unavailable(m) => DecodeError::Unavailable(m),
+    let text = source.schema(id).map_err(|e| match e {
+        SourceError::NotFound(detail) => DecodeError::Bad(BadInput::UnknownSchemaId { id, detail }),
+        SourceError::Unavailable(m) => DecodeError::Unavailable(m),
+    })?;
+    let schema = Schema::parse_str(&text).map_err(|e| BadInput::BadWriterSchema {
+        id,
+        error: e.to_string(),
+    })?;
+    let full_name = super::registry::record_name(&text).unwrap_or_default();
+    let contract = catalog
+        .by_full_name(&full_name)
+        .ok_or_else(|| BadInput::UnknownType {
+            full_name: full_name.clone(),
+            id,
         })?;
-        let schema = Schema::parse_str(&text).map_err(|e| BadInput::BadWriterSchema {
+    let reader = Schema::parse_str(&contract.text).map_err(|e| BadInput::BadWriterSchema {
+        id,
+        error: format!("the consumer's own contract {}: {e}", contract.type_name),
+    })?;
+    let schema: &'static Schema = Box::leak(Box::new(schema));
+    let names = ResolvedSchema::try_from(schema)
+        .map_err(|e| BadInput::BadWriterSchema {
             id,
             error: e.to_string(),
-        })?;
-        let full_name = super::registry::record_name(&text).unwrap_or_default();
-        let contract = catalog
-            .by_full_name(&full_name)
-            .ok_or_else(|| BadInput::UnknownType {
-                full_name: full_name.clone(),
-                id,
-            })?;
-        let reader = Schema::parse_str(&contract.text).map_err(|e| BadInput::BadWriterSchema {
-            id,
-            error: format!("the consumer's own contract {}: {e}", contract.type_name),
-        })?;
-        let schema: &'static Schema = Box::leak(Box::new(schema));
-        let names = ResolvedSchema::try_from(schema)
-            .map_err(|e| BadInput::BadWriterSchema {
-                id,
-                error: e.to_string(),
-            })?
-            .get_names()
-            .clone();
-        Ok(Writer {
-            datum: datum_reader(id, schema, reader)?,
-            type_name: contract.type_name.clone(),
-            schema,
-            names,
-            plans: Vec::new(),
-        })
-    }
+        })?
+        .get_names()
+        .clone();
+    Ok(Writer {
+        datum: datum_reader(id, schema, reader)?,
+        type_name: contract.type_name.clone(),
+        schema,
+        names,
+        plans: Vec::new(),
+    })
 }
 
 /// The schema id and the Avro body of Confluent wire-format bytes.
