@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::{Offset, TopicPartitionList};
+use rdkafka::TopicPartitionList;
 
 use super::cluster::Cluster;
 use super::stack::PrivateStack;
@@ -133,13 +133,7 @@ impl Monitor {
             .ok()?;
         Some(
             (0..self.partitions)
-                .map(|p| {
-                    let at = match committed.find_partition(&self.topic, p).map(|e| e.offset()) {
-                        Some(Offset::Offset(o)) => o,
-                        _ => 0,
-                    };
-                    (p, at)
-                })
+                .map(|p| (p, crate::committed_at(&committed, &self.topic, p)))
                 .collect(),
         )
     }

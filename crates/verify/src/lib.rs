@@ -1035,13 +1035,17 @@ pub fn group_committed(
         }
     };
     Ok((0..partitions)
-        .map(
-            |p| match committed.find_partition(topic, p).map(|e| e.offset()) {
-                Some(Offset::Offset(o)) => o,
-                _ => 0,
-            },
-        )
+        .map(|p| committed_at(&committed, topic, p))
         .collect())
+}
+
+/// The committed offset of `topic[p]` in a committed-offsets answer; 0 where the group has
+/// none.
+pub(crate) fn committed_at(committed: &TopicPartitionList, topic: &str, p: i32) -> i64 {
+    match committed.find_partition(topic, p).map(|e| e.offset()) {
+        Some(Offset::Offset(o)) => o,
+        _ => 0,
+    }
 }
 
 /// Records of `topic` not yet covered by `group`'s committed offsets.
@@ -1164,10 +1168,7 @@ impl<'a> LagProbe<'a> {
         let mut ends = Vec::new();
         for (topic, partitions) in &self.topics {
             for p in 0..*partitions {
-                let at = match committed.find_partition(topic, p).map(|e| e.offset()) {
-                    Some(Offset::Offset(o)) => o,
-                    _ => 0,
-                };
+                let at = committed_at(&committed, topic, p);
                 let (_, high) = consumer
                     .fetch_watermarks(topic, p, timeout)
                     .map_err(|e| format!("watermarks of {topic}[{p}]: {e}"))?;
