@@ -9,7 +9,7 @@
 //! the named field's value is kept. It is the Rust counterpart of a Java consumer reusing one
 //! `GenericRecord` and its buffers.
 
-use apache_avro::schema::{InnerDecimalSchema, Name, NamesRef, RecordSchema, UuidSchema};
+use apache_avro::schema::{InnerDecimalSchema, Name, NamesRef, UuidSchema};
 use apache_avro::Schema;
 
 /// Deepest nesting walked: a recursive schema could otherwise let a crafted value recurse once
@@ -83,8 +83,16 @@ pub struct LongFieldPlan<'s> {
 /// inlined; a `null` has none and is left out.
 #[derive(Debug)]
 enum Op<'s> {
-    /// A value without structure.
-    Leaf(Leaf),
+    Boolean,
+    /// A varint that must fit 32 bits.
+    Int,
+    Long,
+    /// A fixed number of bytes (`float`, `double`, `fixed`, `duration`, fixed decimals).
+    Skip(usize),
+    Bytes,
+    String,
+    /// An enum index below the symbol count.
+    Enum(usize),
     /// A union index, then that branch's steps.
     Union(Box<[Box<[Op<'s>]>]>),
     /// Array blocks of items.
@@ -97,69 +105,6 @@ enum Op<'s> {
         ns: Option<&'s str>,
         depth: usize,
     },
-}
-
-/// A value without structure, read by [`Walker::leaf`] for the plan and the interpreter alike.
-#[derive(Debug, Clone, Copy)]
-enum Leaf {
-    Boolean,
-    /// A varint that must fit 32 bits.
-    Int,
-    Long,
-    /// A fixed number of bytes (`float`, `double`, `fixed`, `duration`, fixed decimals).
-    Skip(usize),
-    Bytes,
-    String,
-    /// An enum index below the symbol count.
-    Enum(usize),
-}
-
-/// What a schema is to a walk. The one match on Avro's schema kinds, shared by the compiler
-/// and the interpreter, so a kind is never read one way by one and another way by the other.
-enum Shape<'s> {
-    /// No bytes (`null`).
-    Nothing,
-    Leaf(Leaf),
-    Union(&'s [Schema]),
-    Array(&'s Schema),
-    Map(&'s Schema),
-    Record(&'s RecordSchema),
-    Ref(&'s Name),
-}
-
-fn shape(schema: &Schema) -> Shape<'_> {
-    match schema {
-        Schema::Null => Shape::Nothing,
-        Schema::Boolean => Shape::Leaf(Leaf::Boolean),
-        Schema::Int | Schema::Date | Schema::TimeMillis => Shape::Leaf(Leaf::Int),
-        Schema::Long
-        | Schema::TimeMicros
-        | Schema::TimestampMillis
-        | Schema::TimestampMicros
-        | Schema::TimestampNanos
-        | Schema::LocalTimestampMillis
-        | Schema::LocalTimestampMicros
-        | Schema::LocalTimestampNanos => Shape::Leaf(Leaf::Long),
-        Schema::Float => Shape::Leaf(Leaf::Skip(4)),
-        Schema::Double => Shape::Leaf(Leaf::Skip(8)),
-        Schema::Bytes | Schema::BigDecimal | Schema::Uuid(UuidSchema::Bytes) => {
-            Shape::Leaf(Leaf::Bytes)
-        }
-        Schema::String | Schema::Uuid(UuidSchema::String) => Shape::Leaf(Leaf::String),
-        Schema::Decimal(d) => match &d.inner {
-            InnerDecimalSchema::Bytes => Shape::Leaf(Leaf::Bytes),
-            InnerDecimalSchema::Fixed(f) => Shape::Leaf(Leaf::Skip(f.size)),
-        },
-        Schema::Uuid(UuidSchema::Fixed(f)) | Schema::Fixed(f) | Schema::Duration(f) => {
-            Shape::Leaf(Leaf::Skip(f.size))
-        }
-        Schema::Enum(e) => Shape::Leaf(Leaf::Enum(e.symbols.len())),
-        Schema::Union(u) => Shape::Union(u.variants()),
-        Schema::Array(a) => Shape::Array(&a.items),
-        Schema::Map(m) => Shape::Map(&m.types),
-        Schema::Record(r) => Shape::Record(r),
-        Schema::Ref { name } => Shape::Ref(name),
-    }
 }
 
 /// Most steps one plan holds: a schema using a named type many times over (each use inlined)
@@ -194,29 +139,52 @@ impl<'s> Compiler<'_, 's> {
             out.push(Op::Walk { schema, ns, depth });
             return Ok(());
         }
-        match shape(schema) {
-            Shape::Nothing => {}
-            Shape::Leaf(leaf) => out.push(Op::Leaf(leaf)),
-            Shape::Union(variants) => {
-                let mut branches = Vec::with_capacity(variants.len());
-                for v in variants {
+        match schema {
+            Schema::Null => {}
+            Schema::Boolean => out.push(Op::Boolean),
+            Schema::Int | Schema::Date | Schema::TimeMillis => out.push(Op::Int),
+            Schema::Long
+            | Schema::TimeMicros
+            | Schema::TimestampMillis
+            | Schema::TimestampMicros
+            | Schema::TimestampNanos
+            | Schema::LocalTimestampMillis
+            | Schema::LocalTimestampMicros
+            | Schema::LocalTimestampNanos => out.push(Op::Long),
+            Schema::Float => out.push(Op::Skip(4)),
+            Schema::Double => out.push(Op::Skip(8)),
+            Schema::Bytes | Schema::BigDecimal | Schema::Uuid(UuidSchema::Bytes) => {
+                out.push(Op::Bytes)
+            }
+            Schema::String | Schema::Uuid(UuidSchema::String) => out.push(Op::String),
+            Schema::Decimal(d) => match &d.inner {
+                InnerDecimalSchema::Bytes => out.push(Op::Bytes),
+                InnerDecimalSchema::Fixed(f) => out.push(Op::Skip(f.size)),
+            },
+            Schema::Uuid(UuidSchema::Fixed(f)) | Schema::Fixed(f) | Schema::Duration(f) => {
+                out.push(Op::Skip(f.size))
+            }
+            Schema::Enum(e) => out.push(Op::Enum(e.symbols.len())),
+            Schema::Union(u) => {
+                let mut branches = Vec::with_capacity(u.variants().len());
+                for v in u.variants() {
                     let mut b = Vec::new();
                     self.compile(v, ns, depth + 1, &mut b)?;
                     branches.push(b.into_boxed_slice());
                 }
                 out.push(Op::Union(branches.into_boxed_slice()));
             }
-            Shape::Array(items) => {
+            Schema::Array(a) => {
                 let mut item = Vec::new();
-                self.compile(items, ns, depth + 1, &mut item)?;
+                self.compile(&a.items, ns, depth + 1, &mut item)?;
                 out.push(Op::Array(item.into_boxed_slice()));
             }
-            Shape::Map(values) => {
+            Schema::Map(m) => {
                 let mut value = Vec::new();
-                self.compile(values, ns, depth + 1, &mut value)?;
+                self.compile(&m.types, ns, depth + 1, &mut value)?;
                 out.push(Op::Map(value.into_boxed_slice()));
             }
-            Shape::Record(r) => {
+            Schema::Record(r) => {
                 let full = r.name.fully_qualified_name(ns).to_string();
                 let ns = r.name.namespace().or(ns);
                 self.open.push(full);
@@ -227,7 +195,7 @@ impl<'s> Compiler<'_, 's> {
                 self.open.pop();
                 fields?;
             }
-            Shape::Ref(name) => {
+            Schema::Ref { name } => {
                 let full = name.fully_qualified_name(ns);
                 let target = self.names.get(full.as_ref()).copied();
                 let text = full.to_string();
@@ -410,7 +378,27 @@ impl<'s> Walker<'_, '_, 's> {
     fn run(&mut self, ops: &[Op<'s>]) -> Result<(), WalkError> {
         for op in ops {
             match op {
-                Op::Leaf(leaf) => self.leaf(*leaf)?,
+                Op::Boolean => match self.take(1)? {
+                    [0 | 1] => {}
+                    [b, ..] => return Err(WalkError::Corrupt(format!("boolean byte {b}"))),
+                    [] => return Err(WalkError::Truncated),
+                },
+                Op::Int => {
+                    self.int()?;
+                }
+                Op::Long => {
+                    self.long()?;
+                }
+                Op::Skip(n) => {
+                    self.take(*n)?;
+                }
+                Op::Bytes => {
+                    self.bytes()?;
+                }
+                Op::String => self.string()?,
+                Op::Enum(n) => {
+                    self.index(*n, "enum")?;
+                }
                 Op::Union(branches) => {
                     let branch = self.index(branches.len(), "union")?;
                     self.run(&branches[branch])?;
@@ -432,46 +420,56 @@ impl<'s> Walker<'_, '_, 's> {
                 "values nested deeper than {MAX_DEPTH}"
             )));
         }
-        match shape(schema) {
-            Shape::Nothing => Ok(()),
-            Shape::Leaf(leaf) => self.leaf(leaf),
-            Shape::Union(variants) => {
-                let branch = self.index(variants.len(), "union")?;
-                self.skip(&variants[branch], ns, depth + 1)
+        match schema {
+            Schema::Null => Ok(()),
+            Schema::Boolean => match self.take(1)? {
+                [0 | 1] => Ok(()),
+                [b, ..] => Err(WalkError::Corrupt(format!("boolean byte {b}"))),
+                [] => Err(WalkError::Truncated),
+            },
+            Schema::Int | Schema::Date | Schema::TimeMillis => self.int().map(|_| ()),
+            Schema::Long
+            | Schema::TimeMicros
+            | Schema::TimestampMillis
+            | Schema::TimestampMicros
+            | Schema::TimestampNanos
+            | Schema::LocalTimestampMillis
+            | Schema::LocalTimestampMicros
+            | Schema::LocalTimestampNanos => self.long().map(|_| ()),
+            Schema::Float => self.take(4).map(|_| ()),
+            Schema::Double => self.take(8).map(|_| ()),
+            Schema::Bytes | Schema::BigDecimal | Schema::Uuid(UuidSchema::Bytes) => {
+                self.bytes().map(|_| ())
             }
-            Shape::Array(items) => self.blocks(|w| w.skip(items, ns, depth + 1)),
-            Shape::Map(values) => self.blocks(|w| {
+            Schema::String | Schema::Uuid(UuidSchema::String) => self.string(),
+            Schema::Decimal(d) => match &d.inner {
+                InnerDecimalSchema::Bytes => self.bytes().map(|_| ()),
+                InnerDecimalSchema::Fixed(f) => self.take(f.size).map(|_| ()),
+            },
+            Schema::Uuid(UuidSchema::Fixed(f)) | Schema::Fixed(f) | Schema::Duration(f) => {
+                self.take(f.size).map(|_| ())
+            }
+            Schema::Enum(e) => self.index(e.symbols.len(), "enum").map(|_| ()),
+            Schema::Union(u) => {
+                let branch = self.index(u.variants().len(), "union")?;
+                self.skip(&u.variants()[branch], ns, depth + 1)
+            }
+            Schema::Array(a) => self.blocks(|w| w.skip(&a.items, ns, depth + 1)),
+            Schema::Map(m) => self.blocks(|w| {
                 w.string()?;
-                w.skip(values, ns, depth + 1)
+                w.skip(&m.types, ns, depth + 1)
             }),
-            Shape::Record(r) => {
+            Schema::Record(r) => {
                 let ns = r.name.namespace().or(ns);
                 for f in &r.fields {
                     self.skip(&f.schema, ns, depth + 1)?;
                 }
                 Ok(())
             }
-            Shape::Ref(name) => {
+            Schema::Ref { name } => {
                 let target = self.lookup(name, ns)?;
                 self.skip(target, ns, depth + 1)
             }
-        }
-    }
-
-    /// Reads and checks one value without structure.
-    fn leaf(&mut self, leaf: Leaf) -> Result<(), WalkError> {
-        match leaf {
-            Leaf::Boolean => match self.take(1)? {
-                [0 | 1] => Ok(()),
-                [b, ..] => Err(WalkError::Corrupt(format!("boolean byte {b}"))),
-                [] => Err(WalkError::Truncated),
-            },
-            Leaf::Int => self.int().map(|_| ()),
-            Leaf::Long => self.long().map(|_| ()),
-            Leaf::Skip(n) => self.take(n).map(|_| ()),
-            Leaf::Bytes => self.bytes().map(|_| ()),
-            Leaf::String => self.string(),
-            Leaf::Enum(n) => self.index(n, "enum").map(|_| ()),
         }
     }
 
