@@ -1012,11 +1012,7 @@ pub fn group_committed(
     topic: &str,
     partitions: i32,
 ) -> Result<Vec<i64>, String> {
-    let consumer: BaseConsumer = clients
-        .config(ClientRole::Reader)
-        .set("group.id", group)
-        .create()
-        .map_err(|e| e.to_string())?;
+    let consumer = offsets_client(clients, group)?;
     let mut tpl = TopicPartitionList::new();
     for p in 0..partitions {
         tpl.add_partition(topic, p);
@@ -1046,6 +1042,24 @@ pub(crate) fn committed_at(committed: &TopicPartitionList, topic: &str, p: i32) 
         Some(Offset::Offset(o)) => o,
         _ => 0,
     }
+}
+
+/// A client that reads `group`'s last committed offsets without waiting.
+///
+/// Under read_committed librdkafka asks for stable offsets (KIP-447), and the broker holds the
+/// answer while the group has a transaction with offsets open: under exactly-once nearly
+/// always, and for as long as a rebalance or a broker restart keeps one open. A look took up
+/// to 3.5 s in a running windows scenario, and a broker-restart run failed after 30 s of such
+/// looks timing out (clean-clone CI of `5af3d0a`: "committed offsets of …: OperationTimedOut",
+/// the broker alive). Every caller polls for its answer, so the last committed offsets are
+/// what they want.
+fn offsets_client(clients: &KafkaClients, group: &str) -> Result<BaseConsumer, String> {
+    clients
+        .config(ClientRole::Reader)
+        .set("group.id", group)
+        .set("isolation.level", "read_uncommitted")
+        .create()
+        .map_err(|e| e.to_string())
 }
 
 /// Records of `topic` not yet covered by `group`'s committed offsets.
@@ -1143,17 +1157,7 @@ impl<'a> LagProbe<'a> {
     fn look(&mut self) -> Result<i64, String> {
         let consumer = match self.consumer.take() {
             Some(c) => c,
-            None => self
-                .clients
-                .config(ClientRole::Reader)
-                .set("group.id", self.group)
-                // read_committed makes librdkafka ask for stable offsets (KIP-447): the broker
-                // holds the answer while the group has a transaction open, which under
-                // exactly-once is nearly always, and a look took up to 3.5 s. The last
-                // committed offsets are what a probe wants.
-                .set("isolation.level", "read_uncommitted")
-                .create::<BaseConsumer>()
-                .map_err(|e| e.to_string())?,
+            None => offsets_client(self.clients, self.group)?,
         };
         let mut tpl = TopicPartitionList::new();
         for (topic, partitions) in &self.topics {
