@@ -286,6 +286,45 @@ fn a_processor_without_an_instance_id_refuses_to_start_naming_the_key() {
 }
 
 #[test]
+fn a_taken_metrics_port_stops_the_start_naming_the_key() {
+    // Another process holds the port: the instance must say so and exit, not run on without
+    // /metrics and /healthz (it used to log "serving" and then an error nobody acted on).
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = taken.local_addr().expect("addr").to_string();
+    let p = Pipeline::new("rb-port", 1);
+    let log = p.state_root.with_extension("log");
+    let out = std::fs::File::create(&log).expect("log file");
+    let err = out.try_clone().expect("log file");
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_eosflow"))
+        .args(["run", "--topology", "count", "--output", &p.output])
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("EOSFLOW_KAFKA_BOOTSTRAP", support::bootstrap())
+        .env("EOSFLOW_APP_ID", &p.app)
+        .env("EOSFLOW_APP_INSTANCE_ID", "a")
+        .env("EOSFLOW_PROCESSOR_INPUT_TOPICS", &p.input)
+        .env("EOSFLOW_STATE_DIR", &p.state_root)
+        .env("EOSFLOW_METRICS_LISTEN", &addr)
+        .stdin(std::process::Stdio::null())
+        .stdout(out)
+        .stderr(err)
+        .spawn()
+        .expect("run eosflow");
+    let mut child = support::pipeline::Running(child);
+    let status = support::wait_for(
+        "eosflow run to refuse to start on a taken port",
+        Duration::from_secs(60),
+        || child.try_wait().ok().flatten(),
+    );
+    assert!(!status.success(), "it must not start");
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(text.contains("metrics.listen"), "{text}");
+    assert!(text.contains(&addr), "{text}");
+    assert!(!text.contains("serving /metrics"), "{text}");
+    drop(taken);
+}
+
+#[test]
 fn a_commit_whose_answer_is_lost_is_neither_processed_twice_nor_lost() {
     // A private broker that advertises the proxy's port: every client talks through it.
     const BROKER: u16 = 21492;

@@ -13,7 +13,8 @@ pub struct Endpoints {
 }
 
 /// Serves `/metrics`, `/healthz` and `/readyz` on `metrics.listen`, or nothing (`None`) when it
-/// is empty. Installs the process-wide metrics recorder, so call it once per process.
+/// is empty. The port is bound before this returns: a taken one is an error naming the key.
+/// Installs the process-wide metrics recorder, so call it once per process.
 pub fn serve_endpoints(
     config: &Config,
     health: Arc<Health>,
@@ -40,12 +41,10 @@ pub fn serve_endpoints(
             what: "building the endpoint runtime",
             source,
         })?;
+    // Bound here, before anything runs: a taken port fails the start naming metrics.listen.
+    let listener = runtime.block_on(http::bind(addr))?;
     let handle = http::install_recorder()?;
-    runtime.spawn(async move {
-        if let Err(e) = http::serve(addr, handle, health, queries).await {
-            tracing::error!(error = %e, "operations endpoints stopped");
-        }
-    });
+    runtime.spawn(http::serve(listener, handle, health, queries));
     tracing::info!(%addr, "serving /metrics, /healthz, /readyz and /stores");
     Ok(Some(Endpoints { _runtime: runtime }))
 }

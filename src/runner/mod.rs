@@ -68,7 +68,7 @@ pub enum RunError {
         /// Why it does not parse.
         source: std::net::AddrParseError,
     },
-    /// The metrics recorder could not be installed.
+    /// The metrics port is taken, or the metrics recorder could not be installed.
     #[error(transparent)]
     Endpoints(#[from] HttpError),
     /// A thread or the signal runtime could not be created.
@@ -201,6 +201,8 @@ where
         }
     }
     let queries = Arc::new(QueryService::new(local.clone(), router));
+    // Before the loop starts: a taken metrics port stops the start with nothing running.
+    let endpoints = serve_endpoints(config, health, Some(queries.clone()))?;
     let shutdown = Arc::new(AtomicBool::new(false));
     let worker = {
         let shutdown = shutdown.clone();
@@ -212,7 +214,6 @@ where
                 source,
             })?
     };
-    let endpoints = serve_endpoints(config, health, Some(queries.clone()))?;
     Ok(Instance {
         worker,
         shutdown,

@@ -68,16 +68,22 @@ pub fn install_recorder() -> Result<PrometheusHandle, HttpError> {
     Ok(handle)
 }
 
-/// Serves the endpoints on `addr` until the runtime stops.
+/// Binds `addr` (`metrics.listen`) for [`serve`]. Separate from serving so that a taken port
+/// fails the start, naming the key, instead of leaving a running instance without `/metrics`
+/// and `/healthz` (a liveness probe would then restart it over and over without saying why).
+pub async fn bind(addr: SocketAddr) -> Result<TcpListener, HttpError> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| HttpError::Bind { addr, source })
+}
+
+/// Serves the endpoints on `listener` (from [`bind`]) until the runtime stops.
 pub async fn serve(
-    addr: SocketAddr,
+    listener: TcpListener,
     metrics: PrometheusHandle,
     health: Arc<Health>,
     queries: Option<Arc<QueryService>>,
-) -> Result<(), HttpError> {
-    let listener = TcpListener::bind(addr)
-        .await
-        .map_err(|source| HttpError::Bind { addr, source })?;
+) {
     let upkeep = metrics.clone();
     tokio::spawn(async move {
         loop {
@@ -86,7 +92,6 @@ pub async fn serve(
         }
     });
     serve_on_with(listener, move || metrics.render(), health, queries).await;
-    Ok(())
 }
 
 /// Serves the endpoints on a bound `listener`; `render` produces the `/metrics` body. Runs

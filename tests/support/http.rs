@@ -4,12 +4,11 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
-/// A free local port for an instance's endpoints.
+/// A free local port for an instance's endpoints, never the same one twice in this process
+/// (tests of one binary run side by side; see [`eosflow_verify::free_local_port`]).
 pub fn free_addr() -> String {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    let a = l.local_addr().expect("addr").to_string();
-    drop(l);
-    a
+    let port = eosflow_verify::free_local_port().expect("a free local port");
+    format!("127.0.0.1:{port}")
 }
 
 /// `(status code, body)` of a GET, or `None` while nothing listens.

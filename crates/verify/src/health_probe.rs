@@ -9,12 +9,36 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
-/// A local port nobody listens on now (the instance binds it shortly after).
-pub(crate) fn free_local_port() -> Result<u16, String> {
-    let l = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("finding a free port: {e}"))?;
-    l.local_addr()
-        .map(|a| a.port())
-        .map_err(|e| format!("finding a free port: {e}"))
+/// A local port nobody listens on now, for an instance to bind shortly after; never the same
+/// one twice in this process.
+///
+/// A port the kernel hands out for `127.0.0.1:0` is free again once probed, so two callers
+/// running side by side (tests of one binary, a scenario's instances) could both get it, and the
+/// second instance to bind would refuse to start. The ports come from below the kernel's
+/// ephemeral range (32768 and up), so a client's outgoing connection cannot take one between
+/// the probe and the bind either; the walk starts where this process's id points, so processes
+/// running side by side do not walk the same sequence.
+pub fn free_local_port() -> Result<u16, String> {
+    use std::collections::HashSet;
+    use std::sync::Mutex;
+    const FIRST: usize = 22_000;
+    const SPAN: usize = 10_000;
+    static GIVEN: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
+    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+    let given = given.get_or_insert_with(HashSet::new);
+    let start = std::process::id() as usize * 7_919 % SPAN;
+    (0..SPAN)
+        .map(|i| (FIRST + (start + i) % SPAN) as u16)
+        .find(|port| !given.contains(port) && TcpListener::bind(("127.0.0.1", *port)).is_ok())
+        .inspect(|port| {
+            given.insert(*port);
+        })
+        .ok_or_else(|| {
+            format!(
+                "finding a free port: none free on 127.0.0.1 from {FIRST} to {}",
+                FIRST + SPAN - 1
+            )
+        })
 }
 
 /// `/healthz`'s body from `addr`, or `None` when it does not answer within a second (the

@@ -40,6 +40,7 @@ use eosflow::config::Config;
 use eosflow::kafka::topics::{self, TopicOutcome, TopicSpec};
 use eosflow::kafka::{ClientRole, KafkaClients};
 pub use faults::{Fault, Monitor};
+pub use health_probe::free_local_port;
 pub use scenario::{Scenario, ScenarioReport};
 pub use workload::Workload;
 

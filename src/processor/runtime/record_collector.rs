@@ -255,7 +255,7 @@ impl RecordCollector {
     /// outputs and `also`: changelogs, repartition topics): one without a leader, else one
     /// whose in-sync replicas are below its topic's `min.insync.replicas` (the broker refuses
     /// `acks=all` writes). `None` when every partition is writable, the metadata did not come
-    /// within 2 s, or the last look was under 10 s ago.
+    /// within 2 s, or the last look was under 10 s ago (3 s when it got no metadata).
     pub(super) fn diagnose<'a>(
         &mut self,
         also: impl Iterator<Item = &'a str>,
@@ -271,7 +271,12 @@ impl RecordCollector {
         self.last_diagnosis = Some(Instant::now());
         let mut written = self.known_topics.clone();
         written.extend(also.map(str::to_string));
-        let metadata = self.sink.cluster_metadata(Duration::from_secs(2)).ok()?;
+        let Ok(metadata) = self.sink.cluster_metadata(Duration::from_secs(2)) else {
+            // The broker asked was away too (paused, say): look again after 3 s, not 10, or a
+            // short outage passes with its cause never named.
+            self.last_diagnosis = Instant::now().checked_sub(Duration::from_secs(7));
+            return None;
+        };
         // min.insync.replicas per topic, asked once (a topic's setting rarely changes).
         let unknown: Vec<String> = written
             .iter()

@@ -778,6 +778,12 @@ impl<P: Application> Runtime<P> {
         if let Some((on, detail)) = error.waiting_on() {
             self.health.waits().start(on, detail);
         }
+        if matches!(error, SinkError::Stuck(_) | SinkError::CommitUnknown(_)) {
+            // A commit flushes the batch's records first: stuck there, it may be waiting on a
+            // partition with no leader rather than on the coordinator. Asked now, as the paths
+            // below that learn the outcome return before the look at the end.
+            self.diagnose_wait(&error);
+        }
         let age = started.elapsed();
         match &error {
             SinkError::Abortable(_)
@@ -860,14 +866,14 @@ impl<P: Application> Runtime<P> {
     }
 
     /// A wait on partitions (records not acknowledged, deliveries timed out), or a batch that
-    /// failed on a bare timeout, says which partition and why, from fresh metadata: no leader,
-    /// or too few in-sync replicas.
+    /// failed on a bare timeout, a stuck call or a commit of unknown outcome, says which
+    /// partition and why, from fresh metadata: no leader, or too few in-sync replicas.
     fn diagnose_wait(&mut self, error: &SinkError) {
         use rdkafka::types::RDKafkaErrorCode as C;
         let timed_out = matches!(
             error.kafka_error().and_then(KafkaError::rdkafka_error_code),
             Some(C::OperationTimedOut | C::MessageTimedOut | C::RequestTimedOut)
-        );
+        ) || matches!(error, SinkError::Stuck(_) | SinkError::CommitUnknown(_));
         let waits = self.health.waits();
         let on_partitions = waits.is_waiting_on(WaitingOn::PartitionLeader)
             || waits.is_waiting_on(WaitingOn::InSyncReplicas);
