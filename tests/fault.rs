@@ -191,11 +191,7 @@ fn forward(listener: std::net::TcpListener, target: String, until: std::time::In
 /// a broker outage as a client sees it, without touching the shared broker.
 fn gated_bootstrap(closed: std::time::Duration) -> eosflow::kafka::KafkaClients {
     use std::time::{Duration, Instant};
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("a free port")
-        .local_addr()
-        .expect("addr")
-        .port();
+    let port = eosflow_verify::free_local_port().expect("a free port");
     let target = support::bootstrap();
     std::thread::spawn(move || {
         std::thread::sleep(closed);

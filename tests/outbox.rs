@@ -409,10 +409,7 @@ fn a_committed_transaction_is_routed_with_topic_key_value_and_headers_and_a_roll
     let _shared = PG_RESTART.read().unwrap_or_else(|e| e.into_inner());
     let mut o = Outbox::new("outbox-route");
     o.migrate();
-    let metrics_addr = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("free port");
-        l.local_addr().expect("addr").to_string()
-    };
+    let metrics_addr = support::http::free_addr();
     o.spawn("cdc", &[("EOSFLOW_METRICS_LISTEN", &metrics_addr)]);
     o.wait_streaming();
     // A rolled-back transaction, an UPDATE and a DELETE produce nothing.
