@@ -253,9 +253,10 @@ fn topics_that_are_not_co_partitioned_fail_at_start_naming_each_count() {
     assert!(err.contains(&format!("{input}=4")), "{err}");
 }
 
-#[test]
-fn a_processor_without_an_instance_id_refuses_to_start_naming_the_key() {
-    let p = Pipeline::new("rb-noid", 1);
+/// Starts `eosflow run --topology count` of `p` with only `env` set besides the broker, the
+/// app id, the input and the state dir, waits for it to exit and returns its log; panics when
+/// it does not exit within 60 s or exits successfully.
+fn refused_start(p: &Pipeline, env: &[(&str, &str)]) -> String {
     let log = p.state_root.with_extension("log");
     let out = std::fs::File::create(&log).expect("log file");
     let err = out.try_clone().expect("log file");
@@ -267,20 +268,28 @@ fn a_processor_without_an_instance_id_refuses_to_start_naming_the_key() {
         .env("EOSFLOW_APP_ID", &p.app)
         .env("EOSFLOW_PROCESSOR_INPUT_TOPICS", &p.input)
         .env("EOSFLOW_STATE_DIR", &p.state_root)
+        .envs(env.iter().copied())
         .stdin(std::process::Stdio::null())
         .stdout(out)
         .stderr(err)
         .spawn()
         .expect("run eosflow");
-    // Killed when dropped: the old binary started with a constant id and ran on.
+    // Killed when dropped: a binary that does not refuse runs on.
     let mut child = support::pipeline::Running(child);
     let status = support::wait_for(
         "eosflow run to refuse to start",
         Duration::from_secs(60),
         || child.try_wait().ok().flatten(),
     );
-    assert!(!status.success(), "it must not start");
     let text = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(!status.success(), "it must not start: {text}");
+    text
+}
+
+#[test]
+fn a_processor_without_an_instance_id_refuses_to_start_naming_the_key() {
+    // The old binary started with a constant id and ran on.
+    let text = refused_start(&Pipeline::new("rb-noid", 1), &[]);
     assert!(text.contains("app.instance_id"), "{text}");
     assert!(text.contains("HOSTNAME"), "{text}");
 }
@@ -291,33 +300,13 @@ fn a_taken_metrics_port_stops_the_start_naming_the_key() {
     // /metrics and /healthz (it used to log "serving" and then an error nobody acted on).
     let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let addr = taken.local_addr().expect("addr").to_string();
-    let p = Pipeline::new("rb-port", 1);
-    let log = p.state_root.with_extension("log");
-    let out = std::fs::File::create(&log).expect("log file");
-    let err = out.try_clone().expect("log file");
-    let child = std::process::Command::new(env!("CARGO_BIN_EXE_eosflow"))
-        .args(["run", "--topology", "count", "--output", &p.output])
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("EOSFLOW_KAFKA_BOOTSTRAP", support::bootstrap())
-        .env("EOSFLOW_APP_ID", &p.app)
-        .env("EOSFLOW_APP_INSTANCE_ID", "a")
-        .env("EOSFLOW_PROCESSOR_INPUT_TOPICS", &p.input)
-        .env("EOSFLOW_STATE_DIR", &p.state_root)
-        .env("EOSFLOW_METRICS_LISTEN", &addr)
-        .stdin(std::process::Stdio::null())
-        .stdout(out)
-        .stderr(err)
-        .spawn()
-        .expect("run eosflow");
-    let mut child = support::pipeline::Running(child);
-    let status = support::wait_for(
-        "eosflow run to refuse to start on a taken port",
-        Duration::from_secs(60),
-        || child.try_wait().ok().flatten(),
+    let text = refused_start(
+        &Pipeline::new("rb-port", 1),
+        &[
+            ("EOSFLOW_APP_INSTANCE_ID", "a"),
+            ("EOSFLOW_METRICS_LISTEN", &addr),
+        ],
     );
-    assert!(!status.success(), "it must not start");
-    let text = std::fs::read_to_string(&log).unwrap_or_default();
     assert!(text.contains("metrics.listen"), "{text}");
     assert!(text.contains(&addr), "{text}");
     assert!(!text.contains("serving /metrics"), "{text}");
