@@ -19,13 +19,12 @@ use std::time::{Duration, Instant};
 /// the probe and the bind either; the walk starts where this process's id points, so processes
 /// running side by side do not walk the same sequence.
 pub fn free_local_port() -> Result<u16, String> {
-    use std::collections::HashSet;
+    use std::collections::BTreeSet;
     use std::sync::Mutex;
     const FIRST: usize = 22_000;
     const SPAN: usize = 10_000;
-    static GIVEN: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
+    static GIVEN: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
     let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
-    let given = given.get_or_insert_with(HashSet::new);
     let start = std::process::id() as usize * 7_919 % SPAN;
     (0..SPAN)
         .map(|i| (FIRST + (start + i) % SPAN) as u16)
@@ -123,6 +122,19 @@ impl WaitsSeen {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_free_port_is_never_handed_out_twice_and_lies_below_the_ephemeral_range() {
+        let ports: Vec<u16> = (0..50)
+            .map(|_| free_local_port().expect("a port"))
+            .collect();
+        let distinct: std::collections::BTreeSet<_> = ports.iter().collect();
+        assert_eq!(distinct.len(), ports.len(), "{ports:?}");
+        assert!(
+            ports.iter().all(|p| (22_000..32_000).contains(p)),
+            "{ports:?}"
+        );
+    }
 
     #[test]
     fn the_waiting_lines_of_healthz_are_read_back() {

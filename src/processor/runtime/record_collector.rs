@@ -165,7 +165,8 @@ pub(super) struct RecordCollector {
     /// For [`Self::diagnose`]: the cluster's clients and the topics' `min.insync.replicas`.
     clients: KafkaClients,
     min_insync: BTreeMap<String, usize>,
-    last_diagnosis: Option<Instant>,
+    /// No metadata diagnosis before this instant ([`RecordCollector::diagnose`]).
+    next_diagnosis: Option<Instant>,
     session_timeout: Duration,
     transaction_timeout: Duration,
 }
@@ -184,7 +185,7 @@ impl RecordCollector {
             sink,
             clients: clients.clone(),
             min_insync: BTreeMap::new(),
-            last_diagnosis: None,
+            next_diagnosis: None,
             deliveries: Vec::new(),
             current: 0,
             known_topics: BTreeSet::new(),
@@ -262,19 +263,17 @@ impl RecordCollector {
     ) -> Option<(WaitingOn, String)> {
         // At most one look per 10 s: a batch fails every few seconds while the cluster is away,
         // and each look can take its 2 s timeouts.
-        if self
-            .last_diagnosis
-            .is_some_and(|t| t.elapsed() < Duration::from_secs(10))
-        {
+        let now = Instant::now();
+        if self.next_diagnosis.is_some_and(|t| now < t) {
             return None;
         }
-        self.last_diagnosis = Some(Instant::now());
+        self.next_diagnosis = Some(now + Duration::from_secs(10));
         let mut written = self.known_topics.clone();
         written.extend(also.map(str::to_string));
         let Ok(metadata) = self.sink.cluster_metadata(Duration::from_secs(2)) else {
             // The broker asked was away too (paused, say): look again after 3 s, not 10, or a
             // short outage passes with its cause never named.
-            self.last_diagnosis = Instant::now().checked_sub(Duration::from_secs(7));
+            self.next_diagnosis = Some(Instant::now() + Duration::from_secs(3));
             return None;
         };
         // min.insync.replicas per topic, asked once (a topic's setting rarely changes).

@@ -778,7 +778,7 @@ impl<P: Application> Runtime<P> {
         if let Some((on, detail)) = error.waiting_on() {
             self.health.waits().start(on, detail);
         }
-        if matches!(error, SinkError::Stuck(_) | SinkError::CommitUnknown(_)) {
+        if error.commit_outcome_unknown() {
             // A commit flushes the batch's records first: stuck there, it may be waiting on a
             // partition with no leader rather than on the coordinator. Asked now, as the paths
             // below that learn the outcome return before the look at the end.
