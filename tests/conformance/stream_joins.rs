@@ -1,0 +1,1 @@
+//! (ported in a following commit)
