@@ -130,6 +130,10 @@ pub fn placement(members: &[(String, Vec<i32>)], me: &str, replicas: usize) -> B
 /// One changelog record as restore applies it: key, value (`None`: a tombstone).
 type Change = (Vec<u8>, Option<Vec<u8>>);
 
+/// A changelog record read and not applied yet: its offset (boundaries are told by them) and
+/// its change (`None`: a record without a key, which changes nothing).
+type Read = (i64, Option<Change>);
+
 /// The lag a copy is offered to queries with while it is not known: never within a bound.
 const LAG_UNKNOWN: i64 = i64::MAX;
 
@@ -375,7 +379,7 @@ struct Tailer {
     touched: BTreeMap<(usize, i32), Instant>,
     /// Each copy's records read and not applied yet, with their offsets: the part of a
     /// transaction whose marker was not read yet (see [`complete_prefix`]).
-    tails: BTreeMap<(usize, i32), Vec<(i64, Option<Change>)>>,
+    tails: BTreeMap<(usize, i32), Vec<Read>>,
 }
 
 impl Tailer {
