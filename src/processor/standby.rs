@@ -719,24 +719,26 @@ mod tests {
         Store::wipe(&root).expect("wipe");
     }
 
-    #[test]
-    fn the_tailer_never_opens_a_partition_the_runtime_owns() {
-        // No broker is asked: nothing is to be opened.
+    /// A tailer over `shared` whose clients reach no broker, keeping the stores `names`
+    /// (changelogs `g-<name>-changelog`) under `root`, offering them to `local`.
+    fn offline_tailer(
+        shared: Arc<Shared>,
+        root: &std::path::Path,
+        names: &[&str],
+        local: Option<Arc<crate::query::LocalStores>>,
+    ) -> Tailer {
         let clients = KafkaClients::new(crate::config::KafkaConfig {
             bootstrap: "127.0.0.1:1".into(),
             ..Default::default()
         });
-        let root = std::env::temp_dir().join(format!("eosflow-standby-{}", uuid::Uuid::new_v4()));
-        let shared = copies_with(BTreeMap::new());
-        shared.lock().owned.insert(3, 1);
         let reader = || {
             clients
                 .config(ClientRole::Reader)
                 .create_with_context(ReaderContext)
                 .expect("client")
         };
-        let mut tailer = Tailer {
-            shared: shared.clone(),
+        Tailer {
+            shared,
             clients: clients.clone(),
             cache: StoreCache::new(8 << 20),
             opts: StandbyOptions {
@@ -744,22 +746,32 @@ mod tests {
                 group: "g".into(),
                 me: client_id("b"),
                 input: "in".into(),
-                changelogs: vec!["g-count-changelog".into(), "g-totals-changelog".into()],
-                names: vec!["count".into(), "totals".into()],
-                local: None,
-                state_dir: root.clone(),
+                changelogs: names.iter().map(|n| format!("g-{n}-changelog")).collect(),
+                names: names.iter().map(|n| n.to_string()).collect(),
+                local,
+                state_dir: root.to_path_buf(),
                 transactional: true,
             },
             consumer: reader(),
             ends: reader(),
-            target: BTreeSet::from([3]),
+            target: BTreeSet::new(),
             assigned: BTreeSet::new(),
             lag: BTreeMap::new(),
             at: BTreeMap::new(),
             last_lag: Instant::now(),
             touched: BTreeMap::new(),
             tails: BTreeMap::new(),
-        };
+        }
+    }
+
+    #[test]
+    fn the_tailer_never_opens_a_partition_the_runtime_owns() {
+        // No broker is asked: nothing is to be opened.
+        let root = std::env::temp_dir().join(format!("eosflow-standby-{}", uuid::Uuid::new_v4()));
+        let shared = copies_with(BTreeMap::new());
+        shared.lock().owned.insert(3, 1);
+        let mut tailer = offline_tailer(shared.clone(), &root, &["count", "totals"], None);
+        tailer.target = BTreeSet::from([3]);
         tailer.reconcile().expect("reconcile");
         assert!(shared.lock().stores.is_empty());
         assert!(tailer.assigned.is_empty());
@@ -774,10 +786,6 @@ mod tests {
     /// within `max_standby_lag` while it fell behind without bound).
     #[test]
     fn a_copy_whose_changelog_end_cannot_be_asked_is_not_offered_to_queries() {
-        let clients = KafkaClients::new(crate::config::KafkaConfig {
-            bootstrap: "127.0.0.1:1".into(),
-            ..Default::default()
-        });
         let root = std::env::temp_dir().join(format!("eosflow-standby-{}", uuid::Uuid::new_v4()));
         let cache = StoreCache::new(8 << 20);
         let (copy, _) =
@@ -793,37 +801,10 @@ mod tests {
         shared.lock().stores.insert((0, 0), copy);
         shared.lag((0, 0), 0);
         assert_eq!(local.standby_partitions("count", 10), [0], "caught up");
-        let reader = || {
-            clients
-                .config(ClientRole::Reader)
-                .create_with_context(ReaderContext)
-                .expect("client")
-        };
-        let mut tailer = Tailer {
-            shared: shared.clone(),
-            clients: clients.clone(),
-            cache,
-            opts: StandbyOptions {
-                replicas: 1,
-                group: "g".into(),
-                me: client_id("b"),
-                input: "in".into(),
-                changelogs: vec!["g-count-changelog".into()],
-                names: vec!["count".into()],
-                local: Some(local.clone()),
-                state_dir: root.clone(),
-                transactional: true,
-            },
-            consumer: reader(),
-            ends: reader(),
-            target: BTreeSet::from([0]),
-            assigned: BTreeSet::from([(0, 0)]),
-            lag: BTreeMap::from([((0, 0), 0)]),
-            at: BTreeMap::new(),
-            last_lag: Instant::now(),
-            touched: BTreeMap::new(),
-            tails: BTreeMap::new(),
-        };
+        let mut tailer = offline_tailer(shared.clone(), &root, &["count"], Some(local.clone()));
+        tailer.target = BTreeSet::from([0]);
+        tailer.assigned = BTreeSet::from([(0, 0)]);
+        tailer.lag = BTreeMap::from([((0, 0), 0)]);
         // No broker answers: the end is unknown.
         tailer.report_lag();
         assert!(
