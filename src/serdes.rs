@@ -30,15 +30,44 @@ pub use crate::codec::decode::{FixedSource, RegistrySource, SchemaSource, Source
 pub use crate::codec::registry::{CodecError, Registry};
 pub use crate::codec::store_schema::{StoreSchema, StoreSchemaError};
 
-/// Why bytes could not become a value or a value bytes: names what was expected.
+/// Why bytes could not become a value or a value bytes: names what was expected. Almost
+/// always for good ([`SerdeError::new`]: the bytes or the schema are wrong, and reading them
+/// again fails the same way); [`SerdeError::transient`] when what the serde needed was out of
+/// reach for a while (a schema registry that could not be asked), so a store read that fails
+/// with it retries the record instead of dead-lettering it.
+///
+/// ```
+/// use eosflow::serdes::SerdeError;
+///
+/// assert!(!SerdeError::new("not JSON").is_transient());
+/// let down = SerdeError::transient("registry unreachable");
+/// assert!(down.is_transient());
+/// assert_eq!(down.to_string(), "serde: registry unreachable");
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("serde: {0}")]
-pub struct SerdeError(pub String);
+pub struct SerdeError(
+    /// What went wrong.
+    pub String,
+    /// Whether trying again later may succeed.
+    bool,
+);
 
 impl SerdeError {
-    /// A serde failure with `message`.
+    /// A serde failure with `message` that trying again cannot fix.
     pub fn new(message: impl std::fmt::Display) -> Self {
-        Self(message.to_string())
+        Self(message.to_string(), false)
+    }
+
+    /// A serde failure with `message` that trying again later may fix: something the serde
+    /// asks (a schema registry) could not be reached.
+    pub fn transient(message: impl std::fmt::Display) -> Self {
+        Self(message.to_string(), true)
+    }
+
+    /// Whether trying again later may succeed (see [`SerdeError::transient`]).
+    pub fn is_transient(&self) -> bool {
+        self.1
     }
 }
 

@@ -1,7 +1,7 @@
 //! Faults that used to stall a partition or end an instance (issue 17), against the real
 //! broker: records that can never be written, a dead letter over the size limit, a handler
-//! slower than the transaction timeout, topics that are not co-partitioned, and a processor
-//! started without an instance id.
+//! slower than the transaction timeout, topics that are not co-partitioned, a processor
+//! started without an instance id, and a seek back that fails (issue 49).
 
 mod support;
 
@@ -375,4 +375,41 @@ fn a_commit_whose_answer_is_lost_is_neither_processed_twice_nor_lost() {
             .expect("reading output and changelog");
     assert!(verdict.ok(), "{verdict} {summary:?}");
     assert_eq!(verdict.outputs, 2_000, "{verdict}");
+}
+
+/// Issue 49 (9): a batch aborts (a test fault stands for any abortable transaction error) and
+/// the seek back to its first records fails three times, each partition's entry in
+/// `rd_kafka_seek_partitions`' answer carrying an error (a test fault again, which leaves the
+/// consumer where it was: past the aborted records). The partitions stay paused, the seek is
+/// tried again with a backoff, and until it succeeds no record of theirs is admitted, so no
+/// transaction commits their offsets. Records produced after the abort then commit past the
+/// aborted ones only once those were processed: every input comes out exactly once. (With the
+/// answer's errors dropped, as before, the consumer goes on past the aborted batch and the
+/// commit of the later records skips it: its records are missing from the output.)
+#[test]
+fn a_seek_back_that_fails_after_an_aborted_batch_is_retried_and_skips_no_record() {
+    use eosflow::internals::processor::runtime::faults;
+    let p = Pipeline::new("rb-seek-fails", 2);
+    let w = workload(2_500);
+    let inst = Instance::start(&p.config("a"), CountProcessor::new(&p.output));
+    support::pipeline::produce_range(&p.input, &w, 0..1_000);
+    p.wait_drained(Duration::from_secs(120));
+    faults::fail_next_seeks(&p.app, 3);
+    faults::abort_next_batch(&p.app);
+    support::pipeline::produce_range(&p.input, &w, 1_000..2_000);
+    support::wait_for("a batch aborted", Duration::from_secs(60), || {
+        (!faults::abort_next_batch_armed(&p.app)).then_some(())
+    });
+    // Later records, whose commit would skip the aborted ones if the consumer were past them.
+    support::pipeline::produce_range(&p.input, &w, 2_000..2_500);
+    p.wait_drained(Duration::from_secs(120));
+    let summary = inst.stop();
+    assert!(summary.aborts >= 1, "the batch aborted: {summary:?}");
+    let verdict = p.assert_exactly_once(&w);
+    assert_eq!(verdict.outputs, 2_500, "{verdict} {summary:?}");
+    assert_eq!(
+        faults::seek_failures_left(&p.app),
+        0,
+        "the seek back failed, and was tried again until it succeeded"
+    );
 }

@@ -2,7 +2,9 @@
 //! processor whose store value is Avro v1 is stopped mid-stream and replaced by v2 of the value
 //! schema (a field renamed through an upcaster, one added with a default) on an empty state
 //! directory, so every value comes back from the changelog in its v1 wire format; and
-//! `eosflow schemas check` refuses a store schema that cannot read what the store holds.
+//! `eosflow schemas check` refuses a store schema that cannot read what the store holds. Without
+//! a broker (the test driver): a store value read while the registry is out of reach is retried,
+//! one whose schema id the registry does not know is dead-lettered at once (issue 49).
 
 mod support;
 
@@ -442,4 +444,143 @@ fn state_evolution_schemas_check_compares_with_every_version_the_store_holds() {
         out.contains("skip stores.counts.v1 vs registry subject"),
         "{out}"
     );
+}
+
+/// A schema source that is out of reach for its first `down_for` questions, then knows
+/// schema id 1 (v1) and nothing else.
+struct Flaky {
+    down_for: u32,
+    asked: std::sync::Arc<std::sync::atomic::AtomicU32>,
+}
+
+impl eosflow::serdes::SchemaSource for Flaky {
+    fn schema(&mut self, id: u32) -> Result<String, eosflow::serdes::SourceError> {
+        use eosflow::serdes::SourceError;
+        self.asked.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        if self.down_for > 0 {
+            self.down_for -= 1;
+            return Err(SourceError::Unavailable(
+                "connection refused (registry down)".into(),
+            ));
+        }
+        match id {
+            1 => Ok(V1.to_string()),
+            _ => Err(SourceError::NotFound(format!(
+                "schema {id} not found (40403)"
+            ))),
+        }
+    }
+}
+
+/// A driver running the v1 counter whose store values are written with schema id `id`, read
+/// through `source`: the first record of key `k` writes its value without asking the source,
+/// the second reads it back (the source is asked then).
+fn flaky_driver(
+    id: u32,
+    source: Flaky,
+) -> eosflow::testing::TopologyTestDriver<ProcessorSpec<Counting>> {
+    let schema = StoreSchema::new("counts", 1, V1).expect("v1");
+    let values = AvroSerde::for_store_with(id, schema, source).expect("store serde");
+    let spec = spec(
+        Counter::V1(StoreHandle::new("counts", StringSerde, values)),
+        "out",
+    );
+    eosflow::testing::TopologyTestDriver::new(spec).expect("driver")
+}
+
+/// The `n` and `total` of each output, in order.
+fn driver_outputs(
+    d: &mut eosflow::testing::TopologyTestDriver<ProcessorSpec<Counting>>,
+) -> Vec<(i64, i64)> {
+    d.read_raw_output("out")
+        .iter()
+        .map(|o| {
+            let v: serde_json::Value = serde_json::from_str(&o.value_text()).expect("JSON");
+            (
+                v["n"].as_i64().unwrap_or(-1),
+                v["total"].as_i64().unwrap_or(-1),
+            )
+        })
+        .collect()
+}
+
+/// Issue 49 (11): the registry is out of reach the first two times a store value's schema is
+/// asked for (connection refused). The read fails transiently: the record goes up its retry
+/// ladder (1 s, then 10 s) instead of to the DLT, and once the registry answers it is read and
+/// counted, once. (Before, `store-schema-unavailable` was permanent: the record was
+/// dead-lettered at the first failure and its amount never counted.)
+#[test]
+fn a_store_value_read_while_the_registry_is_down_is_retried_not_dead_lettered() {
+    use eosflow::testing::TestRecord;
+    let asked = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let mut d = flaky_driver(
+        1,
+        Flaky {
+            down_for: 2,
+            asked: asked.clone(),
+        },
+    );
+    d.pipe(TestRecord::new("in", Some("k"), Some("5")))
+        .expect("pipe");
+    d.pipe(TestRecord::new("in", Some("k"), Some("7")))
+        .expect("pipe");
+    assert_eq!(driver_outputs(&mut d), [(1, 5)], "the second waits");
+    assert!(d.read_raw_output("in.DLT").is_empty(), "not dead-lettered");
+    let forwards = d.read_raw_output("in.retry.1");
+    assert_eq!(forwards.len(), 1, "retried");
+    assert_eq!(forwards[0].header("eosflow.error.class"), Some("transient"));
+    assert!(
+        forwards[0]
+            .header("eosflow.error.message")
+            .is_some_and(|e| e.contains("store-schema-unavailable")),
+        "{:?}",
+        forwards[0].header("eosflow.error.message")
+    );
+    // Still down at the first retry: up one more level.
+    d.advance_wall_clock(Duration::from_secs(1))
+        .expect("advance");
+    assert!(driver_outputs(&mut d).is_empty());
+    assert!(d.read_raw_output("in.DLT").is_empty(), "not dead-lettered");
+    assert_eq!(d.read_raw_output("in.retry.2").len(), 1, "retried again");
+    // The registry answers: read and counted.
+    d.advance_wall_clock(Duration::from_secs(10))
+        .expect("advance");
+    assert_eq!(driver_outputs(&mut d), [(2, 12)]);
+    assert!(d.read_raw_output("in.DLT").is_empty(), "not dead-lettered");
+    assert_eq!(d.summary().retried, 2, "{:?}", d.summary());
+    assert_eq!(asked.load(std::sync::atomic::Ordering::SeqCst), 3);
+}
+
+/// Issue 49 (11), the other side: a store value whose schema id the registry does not know
+/// (deleted) cannot be read however often it is tried: dead-lettered at the first read, with
+/// the `store-unknown-schema-id` reason, and never retried.
+#[test]
+fn a_store_value_whose_schema_id_the_registry_does_not_know_is_dead_lettered_at_once() {
+    use eosflow::testing::TestRecord;
+    let asked = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+    // Written with id 9, which the source does not know.
+    let mut d = flaky_driver(
+        9,
+        Flaky {
+            down_for: 0,
+            asked: asked.clone(),
+        },
+    );
+    d.pipe(TestRecord::new("in", Some("k"), Some("5")))
+        .expect("pipe");
+    d.pipe(TestRecord::new("in", Some("k"), Some("7")))
+        .expect("pipe");
+    assert_eq!(driver_outputs(&mut d), [(1, 5)]);
+    assert!(d.read_raw_output("in.retry.1").is_empty(), "not retried");
+    let dead = d.read_raw_output("in.DLT");
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].dlt_class(), Some("permanent"));
+    assert!(
+        dead[0]
+            .dlt_reason()
+            .is_some_and(|r| r.contains("store-unknown-schema-id")),
+        "{:?}",
+        dead[0].dlt_reason()
+    );
+    assert_eq!(d.summary().retried, 0);
 }

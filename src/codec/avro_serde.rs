@@ -100,8 +100,9 @@ pub enum StoreValueError {
         /// The registry's answer.
         detail: String,
     },
-    /// The registry could not be asked.
-    #[error("store-schema-unavailable: store {store}: schema id {id} could not be fetched ({detail}); the registry is unreachable: redrive the dead letter once it is back")]
+    /// The registry could not be asked (unreachable, timing out, answering 5xx): transient,
+    /// the record is retried through its retry ladder.
+    #[error("store-schema-unavailable: store {store}: schema id {id} could not be fetched ({detail}); the registry is unreachable: the record is retried, and dead-lettered only once its retry levels are used up (then redrive it once the registry is back)")]
     Unavailable {
         /// The store.
         store: String,
@@ -140,9 +141,23 @@ pub enum StoreValueError {
     },
 }
 
+impl StoreValueError {
+    /// Whether reading the value again later may succeed: only when the registry could not be
+    /// asked ([`StoreValueError::Unavailable`]: down, timing out, answering 5xx). Every other
+    /// reason is in the bytes or the schemas and fails the same way each time.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, Self::Unavailable { .. })
+    }
+}
+
 impl From<StoreValueError> for SerdeError {
+    /// Transient when the registry was out of reach, so a store read retries the record.
     fn from(e: StoreValueError) -> Self {
-        SerdeError::new(e)
+        if e.is_transient() {
+            SerdeError::transient(e)
+        } else {
+            SerdeError::new(e)
+        }
     }
 }
 
@@ -429,7 +444,7 @@ impl<T> AvroSerde<T> {
                     SerdeError::new(format!("schema {id} not found: {m}"))
                 }
                 (None, SourceError::Unavailable(m)) => {
-                    SerdeError::new(format!("schema {id} unavailable: {m}"))
+                    SerdeError::transient(format!("schema {id} unavailable: {m}"))
                 }
             })?
         };

@@ -24,6 +24,13 @@
 //! partition the runtime owns. `Standby::disown` after a revocation lets the tailer pick the
 //! partition up again if the placement says so.
 //!
+//! **What a copy shows.** A copy applies whole transactions only: under exactly-once the
+//! records of a changelog partition come in transactions, each followed by its commit marker,
+//! and a round that stops inside one keeps its tail for the next round
+//! ([`complete_prefix`]), so an interactive query never reads half of a committed batch. Its
+//! lag is offered to queries only when measured: a copy whose changelog end cannot be asked
+//! counts as infinitely behind (never within `max_standby_lag`) until it can again.
+//!
 //! Tables (restored from their own topic up to the group's committed offset) have no standby
 //! copy; their restore is unchanged.
 
@@ -123,6 +130,52 @@ pub fn placement(members: &[(String, Vec<i32>)], me: &str, replicas: usize) -> B
 /// One changelog record as restore applies it: key, value (`None`: a tombstone).
 type Change = (Vec<u8>, Option<Vec<u8>>);
 
+/// A changelog record read and not applied yet: its offset (boundaries are told by them) and
+/// its change (`None`: a record without a key, which changes nothing).
+type Read = (i64, Option<Change>);
+
+/// The lag a copy is offered to queries with while it is not known: never within a bound.
+const LAG_UNKNOWN: i64 = i64::MAX;
+
+/// How many of `offsets` (one copy's records read and not applied yet, ascending) make up
+/// whole transactions, and the checkpoint after them (the next offset to read); `None` when
+/// none is known to be whole yet (nothing to apply, the checkpoint stays). `next` is the
+/// consumer's position: it moves past a transaction's commit marker once the marker was read.
+///
+/// Under exactly-once (`transactional`) every transaction of a changelog partition ends with
+/// a marker, which takes an offset: a gap in the offsets (or a position past the last record's
+/// offset + 1) is a transaction boundary, and what comes before it is whole. The last records
+/// with no gap after them may be a transaction whose marker is not read (or written) yet: they
+/// wait. (A compacted stretch also has gaps, read as boundaries: a copy catching up through
+/// it may show a transaction's keys in two steps, as compaction already merged them anyway.)
+/// Without transactions every record stands alone.
+///
+/// ```
+/// use eosflow::internals::processor::standby::complete_prefix;
+/// // Records 10, 11 (a transaction), its marker at 12, records 13, 14 with no marker yet.
+/// assert_eq!(complete_prefix(&[10, 11, 13, 14], 15, true), (2, Some(13)));
+/// // The marker after 14 has been read: all four are whole.
+/// assert_eq!(complete_prefix(&[10, 11, 13, 14], 16, true), (4, Some(16)));
+/// // Nothing whole yet: nothing applied, the checkpoint stays.
+/// assert_eq!(complete_prefix(&[13, 14], 15, true), (0, None));
+/// // Only markers (or aborted records) read: the checkpoint moves past them.
+/// assert_eq!(complete_prefix(&[], 20, true), (0, Some(20)));
+/// // At-least-once: no transactions.
+/// assert_eq!(complete_prefix(&[13, 14], 15, false), (2, Some(15)));
+/// ```
+pub fn complete_prefix(offsets: &[i64], next: i64, transactional: bool) -> (usize, Option<i64>) {
+    let Some(&last) = offsets.last() else {
+        return (0, Some(next));
+    };
+    if !transactional || next > last + 1 {
+        return (offsets.len(), Some(next));
+    }
+    match offsets.windows(2).rposition(|w| w[1] > w[0] + 1) {
+        Some(i) => (i + 1, Some(offsets[i + 1])),
+        None => (0, None),
+    }
+}
+
 /// What the tailer needs from the runtime.
 #[derive(Debug, Clone)]
 pub(crate) struct StandbyOptions {
@@ -142,6 +195,9 @@ pub(crate) struct StandbyOptions {
     pub local: Option<Arc<crate::query::LocalStores>>,
     /// Root of this instance's stores.
     pub state_dir: PathBuf,
+    /// Whether the changelogs are written in transactions (exactly-once): a copy then applies
+    /// whole transactions only ([`complete_prefix`]).
+    pub transactional: bool,
 }
 
 /// The copies the tailer keeps and the partitions the runtime owns: changed only under the
@@ -243,6 +299,7 @@ impl Standby {
             at: BTreeMap::new(),
             last_lag: Instant::now() - LAG_EVERY,
             touched: BTreeMap::new(),
+            tails: BTreeMap::new(),
         };
         let thread = std::thread::Builder::new()
             .name("eosflow-standby".into())
@@ -320,6 +377,9 @@ struct Tailer {
     last_lag: Instant,
     /// When each copy's checkpoint was last written.
     touched: BTreeMap<(usize, i32), Instant>,
+    /// Each copy's records read and not applied yet, with their offsets: the part of a
+    /// transaction whose marker was not read yet (see [`complete_prefix`]).
+    tails: BTreeMap<(usize, i32), Vec<Read>>,
 }
 
 impl Tailer {
@@ -334,6 +394,7 @@ impl Tailer {
             }
             if let Err(e) = self.reconcile() {
                 tracing::warn!(error = %e, "standby: keeping the copies in step failed; trying again");
+                self.lags_unknown();
                 std::thread::sleep(Duration::from_millis(500));
                 continue;
             }
@@ -345,6 +406,7 @@ impl Tailer {
                 tracing::warn!(error = %e, "standby: applying changelog records failed; reading them again");
                 // The copies go back to their checkpoints.
                 self.assigned.clear();
+                self.lags_unknown();
                 std::thread::sleep(Duration::from_millis(500));
             }
         }
@@ -433,6 +495,8 @@ impl Tailer {
         let want: BTreeSet<(usize, i32)> = copies.stores.keys().copied().collect();
         let mut tpl = TopicPartitionList::new();
         self.at.clear();
+        // Read again from each checkpoint.
+        self.tails.clear();
         for (&(c, p), store) in &copies.stores {
             let checkpoint = store.checkpoint()?;
             self.at.insert((c, p), checkpoint.unwrap_or(0));
@@ -487,11 +551,12 @@ impl Tailer {
         Ok(store)
     }
 
-    /// Polls for up to [`ROUND`], then applies what was read to each copy still kept, with the
-    /// consumer's position as its checkpoint (past transaction markers and aborted records).
+    /// Polls for up to [`ROUND`], then applies the whole transactions read to each copy still
+    /// kept, in one write with the offset after them as its checkpoint (the consumer's
+    /// position, past transaction markers and aborted records, when all were whole); the rest
+    /// waits for its marker ([`complete_prefix`]).
     fn round(&mut self) -> Result<(), StateError> {
         let started = Instant::now();
-        let mut pending: BTreeMap<(usize, i32), Vec<Change>> = BTreeMap::new();
         let mut read = 0usize;
         while started.elapsed() < ROUND && read < ROUND_RECORDS {
             match self.consumer.poll(Duration::from_millis(50)) {
@@ -499,13 +564,15 @@ impl Tailer {
                     let Some(c) = self.opts.changelogs.iter().position(|t| t == m.topic()) else {
                         continue;
                     };
-                    if let Some(k) = m.key() {
-                        pending
-                            .entry((c, m.partition()))
-                            .or_default()
-                            .push((k.to_vec(), m.payload().map(<[u8]>::to_vec)));
-                        read += 1;
-                    }
+                    // A record without a key changes nothing, but its offset tells boundaries.
+                    let change = m
+                        .key()
+                        .map(|k| (k.to_vec(), m.payload().map(<[u8]>::to_vec)));
+                    self.tails
+                        .entry((c, m.partition()))
+                        .or_default()
+                        .push((m.offset(), change));
+                    read += 1;
                 }
                 // A copy that reached its end: the position has moved past the markers.
                 Some(Err(KafkaError::PartitionEOF(_))) => {}
@@ -532,18 +599,24 @@ impl Tailer {
             else {
                 continue;
             };
-            let mut records = pending.remove(&(c, p)).unwrap_or_default();
+            let tail = self.tails.entry((c, p)).or_default();
+            let offsets: Vec<i64> = tail.iter().map(|(o, _)| *o).collect();
+            let (whole, after) = complete_prefix(&offsets, next, self.opts.transactional);
+            let Some(after) = after else {
+                continue;
+            };
+            let mut records: Vec<Change> = tail.drain(..whole).filter_map(|(_, c)| c).collect();
             let checkpoint = store.checkpoint()?;
             let touch = self
                 .touched
                 .get(&(c, p))
                 .is_none_or(|t| t.elapsed() >= TOUCH_EVERY)
                 && self.lag.get(&(c, p)) == Some(&0);
-            if records.is_empty() && checkpoint == Some(next) && !touch {
+            if records.is_empty() && checkpoint == Some(after) && !touch {
                 continue;
             }
-            flush(store, &mut records, next)?;
-            self.at.insert((c, p), next);
+            flush(store, &mut records, after)?;
+            self.at.insert((c, p), after);
             self.touched.insert((c, p), Instant::now());
         }
         drop(copies);
@@ -555,18 +628,34 @@ impl Tailer {
     }
 
     /// `eosflow_standby_lag_records`: each copy's changelog end (high watermark) minus its
-    /// checkpoint.
+    /// checkpoint. A copy whose end cannot be asked is offered to queries as
+    /// [`LAG_UNKNOWN`]: the last lag measured would no longer bound how far behind it is.
     fn report_lag(&mut self) {
         for &(c, p) in &self.assigned {
             let topic = &self.opts.changelogs[c];
-            let Ok((_, high)) = self.ends.fetch_watermarks(topic, p, Duration::from_secs(5)) else {
-                continue;
+            let high = match self.ends.fetch_watermarks(topic, p, Duration::from_secs(5)) {
+                Ok((_, high)) => high,
+                Err(e) => {
+                    tracing::debug!(topic, partition = p, error = %e, "standby: changelog end unknown; the copy is not offered to queries until it is known");
+                    self.shared.lag((c, p), LAG_UNKNOWN);
+                    continue;
+                }
             };
             let at = self.at.get(&(c, p)).copied().unwrap_or(0);
             let lag = (high - at).max(0);
             telemetry::standby_lag(topic, p, lag);
             self.shared.lag((c, p), lag);
             self.lag.insert((c, p), lag);
+        }
+    }
+}
+
+impl Tailer {
+    /// Every copy's lag is unknown now (the tailer cannot keep them in step): none is offered
+    /// to queries until a lag is measured again.
+    fn lags_unknown(&self) {
+        for k in self.shared.lock().stores.keys() {
+            self.shared.lag(*k, LAG_UNKNOWN);
         }
     }
 }
@@ -630,24 +719,26 @@ mod tests {
         Store::wipe(&root).expect("wipe");
     }
 
-    #[test]
-    fn the_tailer_never_opens_a_partition_the_runtime_owns() {
-        // No broker is asked: nothing is to be opened.
+    /// A tailer over `shared` whose clients reach no broker, keeping the stores `names`
+    /// (changelogs `g-<name>-changelog`) under `root`, offering them to `local`.
+    fn offline_tailer(
+        shared: Arc<Shared>,
+        root: &std::path::Path,
+        names: &[&str],
+        local: Option<Arc<crate::query::LocalStores>>,
+    ) -> Tailer {
         let clients = KafkaClients::new(crate::config::KafkaConfig {
             bootstrap: "127.0.0.1:1".into(),
             ..Default::default()
         });
-        let root = std::env::temp_dir().join(format!("eosflow-standby-{}", uuid::Uuid::new_v4()));
-        let shared = copies_with(BTreeMap::new());
-        shared.lock().owned.insert(3, 1);
         let reader = || {
             clients
                 .config(ClientRole::Reader)
                 .create_with_context(ReaderContext)
                 .expect("client")
         };
-        let mut tailer = Tailer {
-            shared: shared.clone(),
+        Tailer {
+            shared,
             clients: clients.clone(),
             cache: StoreCache::new(8 << 20),
             opts: StandbyOptions {
@@ -655,20 +746,32 @@ mod tests {
                 group: "g".into(),
                 me: client_id("b"),
                 input: "in".into(),
-                changelogs: vec!["g-count-changelog".into(), "g-totals-changelog".into()],
-                names: vec!["count".into(), "totals".into()],
-                local: None,
-                state_dir: root.clone(),
+                changelogs: names.iter().map(|n| format!("g-{n}-changelog")).collect(),
+                names: names.iter().map(|n| n.to_string()).collect(),
+                local,
+                state_dir: root.to_path_buf(),
+                transactional: true,
             },
             consumer: reader(),
             ends: reader(),
-            target: BTreeSet::from([3]),
+            target: BTreeSet::new(),
             assigned: BTreeSet::new(),
             lag: BTreeMap::new(),
             at: BTreeMap::new(),
             last_lag: Instant::now(),
             touched: BTreeMap::new(),
-        };
+            tails: BTreeMap::new(),
+        }
+    }
+
+    #[test]
+    fn the_tailer_never_opens_a_partition_the_runtime_owns() {
+        // No broker is asked: nothing is to be opened.
+        let root = std::env::temp_dir().join(format!("eosflow-standby-{}", uuid::Uuid::new_v4()));
+        let shared = copies_with(BTreeMap::new());
+        shared.lock().owned.insert(3, 1);
+        let mut tailer = offline_tailer(shared.clone(), &root, &["count", "totals"], None);
+        tailer.target = BTreeSet::from([3]);
         tailer.reconcile().expect("reconcile");
         assert!(shared.lock().stores.is_empty());
         assert!(tailer.assigned.is_empty());
@@ -676,6 +779,45 @@ mod tests {
             !root.join("g-count-changelog-3").exists(),
             "not even created"
         );
+    }
+
+    /// Issue 49 (6): a copy whose changelog end cannot be asked is not offered to queries any
+    /// more, whatever lag was measured before (the last lag was kept, and the copy served as
+    /// within `max_standby_lag` while it fell behind without bound).
+    #[test]
+    fn a_copy_whose_changelog_end_cannot_be_asked_is_not_offered_to_queries() {
+        let root = std::env::temp_dir().join(format!("eosflow-standby-{}", uuid::Uuid::new_v4()));
+        let cache = StoreCache::new(8 << 20);
+        let (copy, _) =
+            Store::open(&root.join("g-count-changelog-0"), "cl[0]", &cache).expect("open the copy");
+        let local = crate::query::LocalStores::new();
+        let shared = Arc::new(Shared {
+            copies: Mutex::new(Copies::default()),
+            stop: AtomicBool::new(false),
+            nudge: AtomicBool::new(false),
+            queries: Some((local.clone(), vec!["count".into()])),
+        });
+        shared.offer((0, 0), &copy);
+        shared.lock().stores.insert((0, 0), copy);
+        shared.lag((0, 0), 0);
+        assert_eq!(local.standby_partitions("count", 10), [0], "caught up");
+        let mut tailer = offline_tailer(shared.clone(), &root, &["count"], Some(local.clone()));
+        tailer.target = BTreeSet::from([0]);
+        tailer.assigned = BTreeSet::from([(0, 0)]);
+        tailer.lag = BTreeMap::from([((0, 0), 0)]);
+        // No broker answers: the end is unknown.
+        tailer.report_lag();
+        assert!(
+            local.standby_partitions("count", i64::MAX - 1).is_empty(),
+            "not offered under any bound"
+        );
+        tailer.shared.lag((0, 0), 3);
+        tailer.lags_unknown();
+        assert!(local.standby_partitions("count", i64::MAX - 1).is_empty());
+        shared.withdraw((0, 0));
+        shared.lock().stores.clear();
+        drop(tailer);
+        Store::wipe(&root).expect("wipe");
     }
 
     #[test]

@@ -34,7 +34,7 @@ use std::time::Duration;
 
 use super::timers::{self, Lane, Layers, Timer, TimerKind};
 use crate::record::ProcessError;
-use crate::serdes::Serde;
+use crate::serdes::{Serde, SerdeError};
 use crate::state::merge::{prefix_bounds, KeyBounds, Layer, Merged};
 use crate::state::versioned::Lookup;
 use crate::state::{Column, Overlay, StateError, Store};
@@ -388,6 +388,19 @@ pub(crate) fn read_error(e: StateError) -> ProcessError {
     ProcessError::transient(format!("state read: {e}"))
 }
 
+/// A value of store `store` that cannot be read (`what`: `value`, `key`): transient when the
+/// serde could not reach what it needs (the schema registry down: the record is retried
+/// through its retry ladder and read once the registry answers), permanent otherwise (the
+/// bytes or the schemas are wrong: the record is dead-lettered with the serde's reason).
+pub(crate) fn value_error(store: &str, what: &str, e: SerdeError) -> ProcessError {
+    let message = format!("store {store} {what}: {e}");
+    if e.is_transient() {
+        ProcessError::transient(message)
+    } else {
+        ProcessError::permanent(message)
+    }
+}
+
 /// The merged, ordered scan of one column over three layers.
 fn layered_scan<'s>(
     pending: &'s Overlay,
@@ -470,9 +483,7 @@ impl<'c, 'a, K, V> KeyValueStore<'c, 'a, K, V> {
                 .values
                 .deserialize(&bytes)
                 .map(Some)
-                .map_err(|e| {
-                    ProcessError::permanent(format!("store {} value: {e}", self.handle.name))
-                }),
+                .map_err(|e| value_error(&self.handle.name, "value", e)),
         }
     }
 
@@ -511,9 +522,11 @@ impl<'c, 'a, K, V> KeyValueStore<'c, 'a, K, V> {
             .map_err(read_error)?;
         Ok(match found {
             Lookup::Found { value, timestamp } => AsOf::Value {
-                value: self.handle.values.deserialize(&value).map_err(|e| {
-                    ProcessError::permanent(format!("store {} value: {e}", self.handle.name))
-                })?,
+                value: self
+                    .handle
+                    .values
+                    .deserialize(&value)
+                    .map_err(|e| value_error(&self.handle.name, "value", e))?,
                 valid_from: timestamp,
             },
             Lookup::Absent => AsOf::Absent,
@@ -602,9 +615,7 @@ impl<'c, 'a, K, V> KeyValueStore<'c, 'a, K, V> {
                 if v.expired(&k, handle.ttl)? {
                     return Ok(None);
                 }
-                let bad = |what: &str, e| {
-                    ProcessError::permanent(format!("store {} {what}: {e}", handle.name))
-                };
+                let bad = |what: &str, e| value_error(&handle.name, what, e);
                 let key = handle.keys.deserialize(&k).map_err(|e| bad("key", e))?;
                 let value = handle
                     .values

@@ -275,6 +275,12 @@ pub const FRAMEWORK: &[MetricDef] = &[
         "Errors the Kafka consumer reported.",
     ),
     metric(
+        "eosflow_seek_failures_total",
+        Counter,
+        Unit::Count,
+        "Seeks of a partition that failed; the partition stays paused and nothing past its records is committed until a seek succeeds.",
+    ),
+    metric(
         "eosflow_records_isolated_total",
         Counter,
         Unit::Count,

@@ -255,6 +255,14 @@ pub fn consumer_error() {
     metrics::counter!("eosflow_consumer_errors_total").increment(1);
 }
 
+/// A seek of `topic[partition]` failed (a rewind after an aborted batch, or to the group's
+/// committed offset): the partition stays paused, and no offset past its records is committed,
+/// until a seek succeeds.
+pub fn seek_failed(topic: &str, partition: i32) {
+    metrics::counter!("eosflow_seek_failures_total", "topic" => topic.to_string(), "partition" => partition.to_string())
+        .increment(1);
+}
+
 /// A record that could not be written was isolated from its batch and dead-lettered; `reason`
 /// is the DLT class (`unwritable`).
 pub fn record_isolated(topic: &str, reason: &'static str) {

@@ -5,9 +5,14 @@
 //!   answer looks like — so a test can prove such a batch is neither lost nor repeated;
 //! - the next commit *with* input offsets is reported unknown as if the group membership had
 //!   changed meanwhile (a rebalance between `send_offsets` and the check): the group's offsets
-//!   then no longer tell the outcome and every task is restored.
+//!   then no longer tell the outcome and every task is restored;
+//! - the next batch with input offsets is aborted right before its commit, as any abortable
+//!   transaction error would abort it (its records are then read again from a seek back);
+//! - the next `n` seeks fail for every partition they name, without moving the consumer, as
+//!   `rd_kafka_seek_partitions` reports a partition's failure in its answer — so a test can
+//!   prove a failed seek back leaves no record behind.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 
 /// One fault: the applications it is armed for.
@@ -33,8 +38,46 @@ impl Switch {
     }
 }
 
+/// One fault fired a number of times: the applications it is armed for, with the count left.
+struct Counter(Mutex<BTreeMap<String, u32>>);
+
+impl Counter {
+    const fn new() -> Self {
+        Self(Mutex::new(BTreeMap::new()))
+    }
+
+    fn arm(&self, app_id: &str, times: u32) {
+        if let Ok(mut s) = self.0.lock() {
+            s.insert(app_id.to_string(), times);
+        }
+    }
+
+    fn left(&self, app_id: &str) -> u32 {
+        self.0
+            .lock()
+            .map_or(0, |s| s.get(app_id).copied().unwrap_or(0))
+    }
+
+    fn take(&self, app_id: &str) -> bool {
+        let Ok(mut s) = self.0.lock() else {
+            return false;
+        };
+        let Some(n) = s.get_mut(app_id) else {
+            return false;
+        };
+        let fires = *n > 0;
+        *n = n.saturating_sub(1);
+        if *n == 0 {
+            s.remove(app_id);
+        }
+        fires
+    }
+}
+
 static OFFSETLESS_COMMIT_UNKNOWN: Switch = Switch::new();
 static MEMBERSHIP_CHANGED_UNKNOWN: Switch = Switch::new();
+static ABORT_NEXT_BATCH: Switch = Switch::new();
+static SEEK_FAILURES: Counter = Counter::new();
 
 /// Arms the offset-less fault for application `app_id` (once).
 pub fn report_next_offsetless_commit_unknown(app_id: &str) {
@@ -66,4 +109,36 @@ pub fn membership_change_armed(app_id: &str) -> bool {
 /// Fires the membership-change fault for `app_id` if armed.
 pub(crate) fn take_membership_change(app_id: &str) -> bool {
     MEMBERSHIP_CHANGED_UNKNOWN.take(app_id)
+}
+
+/// Arms the abort fault for application `app_id` (once): its next batch with input offsets is
+/// aborted right before its commit, and its records are read again from a seek back.
+pub fn abort_next_batch(app_id: &str) {
+    ABORT_NEXT_BATCH.arm(app_id);
+}
+
+/// Whether the abort fault is still armed for `app_id` (not yet fired).
+pub fn abort_next_batch_armed(app_id: &str) -> bool {
+    ABORT_NEXT_BATCH.armed(app_id)
+}
+
+/// Fires the abort fault for `app_id` if armed.
+pub(crate) fn take_abort_next_batch(app_id: &str) -> bool {
+    ABORT_NEXT_BATCH.take(app_id)
+}
+
+/// Arms the seek fault for application `app_id`: its next `times` seeks fail for every
+/// partition they name, and the consumer stays where it was.
+pub fn fail_next_seeks(app_id: &str, times: u32) {
+    SEEK_FAILURES.arm(app_id, times);
+}
+
+/// How many seeks of `app_id` are still to fail.
+pub fn seek_failures_left(app_id: &str) -> u32 {
+    SEEK_FAILURES.left(app_id)
+}
+
+/// Fires the seek fault for `app_id` if armed (one seek fails).
+pub(crate) fn take_seek_failure(app_id: &str) -> bool {
+    SEEK_FAILURES.take(app_id)
 }

@@ -23,7 +23,7 @@ use rdkafka::error::KafkaError;
 use rdkafka::message::{Headers, OwnedMessage};
 use rdkafka::{ClientContext, Message, Offset, TopicPartitionList};
 
-use super::{RuntimeError, RuntimeOptions};
+use super::{faults, RuntimeError, RuntimeOptions};
 use crate::clock::now_ms;
 use crate::config::GroupProtocol;
 use crate::kafka::{ClientRole, KafkaClients};
@@ -233,6 +233,53 @@ pub(super) struct GroupMember {
     incomplete_since: BTreeMap<i32, Instant>,
     /// Retry-level partitions paused until their head record is due (ms).
     paused: BTreeMap<(String, i32), i64>,
+    /// Partitions paused by [`GroupMember::hold`] until [`GroupMember::release`].
+    held: BTreeSet<(String, i32)>,
+    /// Partitions whose last seek failed: paused, none of their records admitted (so no
+    /// transaction commits an offset for them), and sought again until a seek succeeds.
+    unseeked: BTreeMap<(String, i32), FailedSeek>,
+    /// The application id, for the test faults.
+    app_id: String,
+}
+
+/// A seek that failed, to be tried again.
+#[derive(Debug, Clone, Copy)]
+struct FailedSeek {
+    /// Where the partition must be moved before it is read again.
+    to: Offset,
+    /// Failed attempts so far.
+    attempts: u32,
+    /// When to try again.
+    next_at: Instant,
+}
+
+/// How long one seek may take.
+const SEEK_TIMEOUT: Duration = Duration::from_secs(10);
+/// The wait before a failed seek is tried again, doubled after each failure up to
+/// [`SEEK_BACKOFF_MAX`].
+const SEEK_BACKOFF_MIN: Duration = Duration::from_millis(100);
+/// The longest wait between two attempts of a failing seek.
+const SEEK_BACKOFF_MAX: Duration = Duration::from_secs(5);
+
+/// The wait before attempt `attempts + 1` of a failing seek.
+fn seek_backoff(attempts: u32) -> Duration {
+    SEEK_BACKOFF_MIN
+        .saturating_mul(1u32 << attempts.saturating_sub(1).min(16))
+        .min(SEEK_BACKOFF_MAX)
+}
+
+/// The (topic, partition) pairs of `tpl` whose entry in a librdkafka answer carries an error,
+/// with it: calls on a list (seek, pause, resume, committed offsets) succeed as a whole and
+/// report each partition's failure in its own entry.
+fn failed_entries(tpl: &TopicPartitionList) -> Vec<(String, i32, KafkaError)> {
+    tpl.elements()
+        .iter()
+        .filter_map(|e| {
+            e.error()
+                .err()
+                .map(|err| (e.topic().to_string(), e.partition(), err))
+        })
+        .collect()
 }
 
 impl GroupMember {
@@ -264,6 +311,9 @@ impl GroupMember {
             incoming: Assignment::default(),
             incomplete_since: BTreeMap::new(),
             paused: BTreeMap::new(),
+            held: BTreeSet::new(),
+            unseeked: BTreeMap::new(),
+            app_id: opts.app_id.clone(),
         })
     }
 
@@ -386,7 +436,12 @@ impl GroupMember {
 
     /// Whether polled record `m` goes into the batch: its pair is assigned, and if it is a
     /// retry level's, it is due (a record not due pauses its partition instead).
+    /// A record of a partition whose seek failed is never admitted: the consumer may be past
+    /// records not processed yet, which a commit of this one's offset would skip.
     pub(super) fn admit(&mut self, m: &OwnedMessage) -> Result<bool, RuntimeError> {
+        if self.unseeked(m.topic(), m.partition()) {
+            return Ok(false);
+        }
         match self.assigned.level(m.topic(), m.partition()) {
             // Input topics (level 0) are never paused.
             Some(0) => Ok(true),
@@ -419,6 +474,9 @@ impl GroupMember {
         self.incoming = Assignment::default();
         self.incomplete_since.clear();
         self.paused.clear();
+        self.held.clear();
+        // The new consumer starts from the group's committed offsets.
+        self.unseeked.clear();
         self.consumer = consumer;
         Ok(())
     }
@@ -430,6 +488,9 @@ impl GroupMember {
             self.assigned.remove(&p.0, p.1);
             self.incoming.remove(&p.0, p.1);
             self.paused.remove(p);
+            self.held.remove(p);
+            // Its next owner starts from the group's committed offset.
+            self.unseeked.remove(p);
         }
         let waiting = self.incoming.partitions();
         self.incomplete_since.retain(|p, _| waiting.contains(p));
@@ -441,47 +502,87 @@ impl GroupMember {
         self.assigned.contains(topic, partition)
     }
 
-    /// Holds `parts` (complete, their tasks still to open) paused: no record of theirs is
-    /// fetched until [`GroupMember::take`] resumes them.
-    pub(super) fn hold(&self, parts: &[(String, i32)]) -> Result<(), RuntimeError> {
+    /// Holds `parts` paused (complete, their tasks still to open; or records held for
+    /// timestamp alignment): no record of theirs is fetched until [`GroupMember::take`] or
+    /// [`GroupMember::release`] resumes them, nor when a failed seek of theirs succeeds
+    /// meanwhile.
+    pub(super) fn hold(&mut self, parts: &[(String, i32)]) -> Result<(), RuntimeError> {
         if parts.is_empty() {
             return Ok(());
         }
-        let mut tpl = TopicPartitionList::new();
-        for (t, p) in parts {
-            tpl.add_partition(t, *p);
-        }
-        self.consumer.pause(&tpl)?;
-        Ok(())
+        self.held.extend(parts.iter().cloned());
+        self.pause(parts.iter())
     }
 
     /// Resumes `parts` that [`GroupMember::hold`] paused for a batch (records held for
     /// timestamp alignment); a pair revoked meanwhile is not assigned any more and is skipped.
-    pub(super) fn release(&self, parts: &[(String, i32)]) {
+    pub(super) fn release(&mut self, parts: &[(String, i32)]) {
+        for p in parts {
+            self.held.remove(p);
+        }
+        let resumable: Vec<&(String, i32)> = parts
+            .iter()
+            .filter(|(t, p)| self.owns(t, *p) && !self.unseeked(t, *p))
+            .collect();
+        self.resume(
+            resumable,
+            "resuming partitions held for timestamp alignment",
+        );
+    }
+
+    /// Resumes `parts`, logging (as `what`) a failure of the call or of a partition's entry: a
+    /// partition left paused shows as its lag growing.
+    fn resume<'p>(&self, parts: impl IntoIterator<Item = &'p (String, i32)>, what: &str) {
         let mut tpl = TopicPartitionList::new();
-        for (t, p) in parts.iter().filter(|(t, p)| self.owns(t, *p)) {
+        for (t, p) in parts {
             tpl.add_partition(t, *p);
         }
         if tpl.count() == 0 {
             return;
         }
         if let Err(e) = self.consumer.resume(&tpl) {
-            tracing::warn!(error = %e, "resuming partitions held for timestamp alignment");
+            tracing::warn!(error = %e, "{what}");
+            return;
         }
+        for (topic, partition, e) in failed_entries(&tpl) {
+            tracing::warn!(topic, partition, error = %e, "{what}: this partition was not resumed");
+        }
+    }
+
+    /// Pauses `parts`. A partition's own failure in the answer means the consumer does not
+    /// know it (not assigned any more), so it fetches nothing of it anyway: logged only.
+    fn pause<'p>(
+        &self,
+        parts: impl IntoIterator<Item = &'p (String, i32)>,
+    ) -> Result<(), RuntimeError> {
+        let mut tpl = TopicPartitionList::new();
+        for (t, p) in parts {
+            tpl.add_partition(t, *p);
+        }
+        if tpl.count() == 0 {
+            return Ok(());
+        }
+        self.consumer.pause(&tpl)?;
+        for (topic, partition, e) in failed_entries(&tpl) {
+            tracing::warn!(topic, partition, error = %e, "pausing a partition the consumer does not know");
+        }
+        Ok(())
     }
 
     /// Takes `parts` (complete, their tasks open): resumed — librdkafka keeps a partition's
     /// pause across a rebalance, and a retry level paused before must not stay paused — and
     /// processed from now on.
+    /// A partition whose seek to its start failed stays paused until a seek succeeds.
     pub(super) fn take(&mut self, parts: Vec<(String, i32)>) {
-        let mut tpl = TopicPartitionList::new();
-        for (t, p) in &parts {
-            tpl.add_partition(t, *p);
-            self.paused.remove(&(t.clone(), *p));
+        for p in &parts {
+            self.paused.remove(p);
+            self.held.remove(p);
         }
-        if let Err(e) = self.consumer.resume(&tpl) {
-            tracing::warn!(error = %e, "resuming newly assigned partitions");
-        }
+        let resumable: Vec<&(String, i32)> = parts
+            .iter()
+            .filter(|(t, p)| !self.unseeked(t, *p))
+            .collect();
+        self.resume(resumable, "resuming newly assigned partitions");
         for (t, p) in parts {
             self.assigned.insert(t, p);
         }
@@ -546,11 +647,7 @@ impl GroupMember {
                 )));
             }
             tracing::info!(partitions = ?numbers, waiting_for = ?lacking, "partly assigned partitions wait for the rest of their topics");
-            let mut tpl = TopicPartitionList::new();
-            for (t, p) in &waiting {
-                tpl.add_partition(t, *p);
-            }
-            self.consumer.pause(&tpl)?;
+            self.pause(&waiting)?;
             let now = Instant::now();
             for p in numbers {
                 self.incomplete_since.entry(p).or_insert(now);
@@ -601,14 +698,17 @@ impl GroupMember {
 
     /// Moves the positions of `pairs` to the group's committed offsets (the earliest offset
     /// where the group has none).
-    pub(super) fn seek_to_committed(&self, pairs: &[(String, i32)]) -> Result<(), RuntimeError> {
+    pub(super) fn seek_to_committed(
+        &mut self,
+        pairs: &[(String, i32)],
+    ) -> Result<(), RuntimeError> {
         self.seek_committed(pairs, |_, _| true)
     }
 
     /// Moves each of `pairs` to the group's committed offset; one without a committed offset
     /// goes to its beginning if `from_beginning(topic, partition)`, else is left where it is.
     fn seek_committed(
-        &self,
+        &mut self,
         pairs: &[(String, i32)],
         from_beginning: impl Fn(&str, i32) -> bool,
     ) -> Result<(), RuntimeError> {
@@ -616,9 +716,7 @@ impl GroupMember {
         for (t, p) in pairs {
             tpl.add_partition(t, *p);
         }
-        let committed = self
-            .consumer
-            .committed_offsets(tpl, Duration::from_secs(10))?;
+        let committed = self.committed(tpl, Duration::from_secs(10))?;
         let mut seek = TopicPartitionList::new();
         for e in committed.elements() {
             let at = match e.offset() {
@@ -628,10 +726,7 @@ impl GroupMember {
             };
             seek.add_partition_offset(e.topic(), e.partition(), at)?;
         }
-        if seek.count() > 0 {
-            self.consumer
-                .seek_partitions(seek, Duration::from_secs(10))?;
-        }
+        self.seek(seek);
         Ok(())
     }
 
@@ -643,7 +738,7 @@ impl GroupMember {
     /// `auto.offset.reset` (earliest), which is where it starts anyway, and whose seek to the
     /// beginning would cost an offset query per partition.
     pub(super) fn seek_to_start(
-        &self,
+        &mut self,
         pairs: &[(String, i32)],
         rewound: &[(String, i32)],
     ) -> Result<(), RuntimeError> {
@@ -652,9 +747,10 @@ impl GroupMember {
         })
     }
 
-    /// Rewinds every assigned partition of `records` to its first record there.
+    /// Rewinds every assigned partition of `records` to its first record there (a partition
+    /// whose rewind fails stays paused until it succeeds: see [`GroupMember::seek`]).
     pub(super) fn seek_back<'m>(
-        &self,
+        &mut self,
         records: impl Iterator<Item = &'m OwnedMessage>,
     ) -> Result<(), RuntimeError> {
         let mut first: HashMap<(String, i32), i64> = HashMap::new();
@@ -670,11 +766,131 @@ impl GroupMember {
                 tpl.add_partition_offset(t, *p, Offset::Offset(*o))?;
             }
         }
-        if tpl.count() > 0 {
-            self.consumer
-                .seek_partitions(tpl, Duration::from_secs(10))?;
-        }
+        self.seek(tpl);
         Ok(())
+    }
+
+    /// Whether the last seek of `topic[partition]` failed (it is paused, waiting for a retry).
+    fn unseeked(&self, topic: &str, partition: i32) -> bool {
+        !self.unseeked.is_empty()
+            && self
+                .unseeked
+                .keys()
+                .any(|(t, p)| *p == partition && t == topic)
+    }
+
+    /// Moves each partition of `tpl` to its offset. `rd_kafka_seek_partitions` answers each
+    /// partition's outcome in its own entry: a partition whose seek failed (there, or the
+    /// whole call) may be left past records never processed, and a commit of its next record's
+    /// offset would skip them. So it is paused, none of its records is admitted (no
+    /// transaction commits an offset for it), and it is sought again with a backoff
+    /// ([`GroupMember::retry_seeks`]) until a seek succeeds; then it is resumed unless
+    /// something else holds it. A partition sought successfully that was waiting for a retry
+    /// stops waiting.
+    fn seek(&mut self, tpl: TopicPartitionList) {
+        if tpl.count() == 0 {
+            return;
+        }
+        let wanted: Vec<(String, i32, Offset)> = tpl
+            .elements()
+            .iter()
+            .map(|e| (e.topic().to_string(), e.partition(), e.offset()))
+            .collect();
+        let failed: Vec<(String, i32, String)> = if faults::take_seek_failure(&self.app_id) {
+            wanted
+                .iter()
+                .map(|(t, p, _)| (t.clone(), *p, "test fault: seek failed".to_string()))
+                .collect()
+        } else {
+            match self.consumer.seek_partitions(tpl, SEEK_TIMEOUT) {
+                Ok(answer) => failed_entries(&answer)
+                    .into_iter()
+                    .map(|(t, p, e)| (t, p, e.to_string()))
+                    .collect(),
+                // A timeout or a terminating client: any partition may not have moved.
+                Err(e) => wanted
+                    .iter()
+                    .map(|(t, p, _)| (t.clone(), *p, e.to_string()))
+                    .collect(),
+            }
+        };
+        let now = Instant::now();
+        let mut pause = Vec::new();
+        let mut resume = Vec::new();
+        for (topic, partition, to) in wanted {
+            let pair = (topic, partition);
+            let Some((_, _, error)) = failed.iter().find(|(t, p, _)| *p == pair.1 && *t == pair.0)
+            else {
+                if let Some(f) = self.unseeked.remove(&pair) {
+                    tracing::info!(topic = %pair.0, partition = pair.1, offset = ?to, attempts = f.attempts, "seek succeeded after failing; the partition is read again from there");
+                    if self.assigned.contains(&pair.0, pair.1)
+                        && !self.paused.contains_key(&pair)
+                        && !self.held.contains(&pair)
+                    {
+                        resume.push(pair);
+                    }
+                }
+                continue;
+            };
+            let attempts = self.unseeked.get(&pair).map_or(0, |f| f.attempts) + 1;
+            let backoff = seek_backoff(attempts);
+            tracing::error!(
+                topic = %pair.0,
+                partition = pair.1,
+                offset = ?to,
+                attempts,
+                retry_in_ms = backoff.as_millis() as u64,
+                %error,
+                "seek failed: the partition stays paused and nothing past its last committed offset is committed until a seek succeeds"
+            );
+            telemetry::seek_failed(&pair.0, pair.1);
+            self.unseeked.insert(
+                pair.clone(),
+                FailedSeek {
+                    to,
+                    attempts,
+                    next_at: now + backoff,
+                },
+            );
+            pause.push(pair);
+        }
+        if let Err(e) = self.pause(&pause) {
+            // Its records are not admitted either way: the partition just keeps being fetched.
+            tracing::warn!(error = %e, "pausing partitions whose seek failed");
+        }
+        self.resume(&resume, "resuming partitions sought again");
+    }
+
+    /// Tries again the seeks that failed and whose backoff has passed (see
+    /// [`GroupMember::seek`]).
+    pub(super) fn retry_seeks(&mut self) -> Result<(), RuntimeError> {
+        if self.unseeked.is_empty() {
+            return Ok(());
+        }
+        let now = Instant::now();
+        let mut tpl = TopicPartitionList::new();
+        for ((t, p), f) in &self.unseeked {
+            if f.next_at <= now {
+                tpl.add_partition_offset(t, *p, f.to)?;
+            }
+        }
+        self.seek(tpl);
+        Ok(())
+    }
+
+    /// `rd_kafka_committed` with each partition's own error as the call's: an entry that
+    /// failed carries no offset, which must not read as "nothing committed" (that would send
+    /// the partition to its beginning, or call a landed commit lost).
+    fn committed(
+        &self,
+        tpl: TopicPartitionList,
+        timeout: Duration,
+    ) -> Result<TopicPartitionList, KafkaError> {
+        let got = self.consumer.committed_offsets(tpl, timeout)?;
+        if let Some((_, _, e)) = failed_entries(&got).into_iter().next() {
+            return Err(e);
+        }
+        Ok(got)
     }
 
     /// Before a new task reads its changelog's end: the group's committed offsets of its
@@ -692,7 +908,7 @@ impl GroupMember {
             tpl.add_partition(t, *p);
         }
         let started = Instant::now();
-        match self.consumer.committed_offsets(tpl, self.restore_timeout) {
+        match self.committed(tpl, self.restore_timeout) {
             Ok(_) => tracing::debug!(
                 millis = started.elapsed().as_millis() as u64,
                 "stable committed offsets known before restore"
@@ -722,9 +938,8 @@ impl GroupMember {
         };
         let mut tpl = TopicPartitionList::new();
         tpl.add_partition_offset(&tp.0, tp.1, Offset::Offset(m.offset()))?;
-        self.consumer.pause(&tpl)?;
-        self.consumer
-            .seek_partitions(tpl, Duration::from_secs(10))?;
+        self.pause(std::iter::once(&tp))?;
+        self.seek(tpl);
         tracing::debug!(topic = %tp.0, partition = tp.1, offset = m.offset(), due_at, "retry level paused until due");
         self.paused.insert(tp, due_at);
         Ok(true)
@@ -745,12 +960,13 @@ impl GroupMember {
         if due.is_empty() {
             return Ok(());
         }
-        let mut tpl = TopicPartitionList::new();
-        for (t, p) in &due {
-            tpl.add_partition(t, *p);
-            self.paused.remove(&(t.clone(), *p));
+        for pair in &due {
+            self.paused.remove(pair);
         }
-        self.consumer.resume(&tpl)?;
+        // One whose seek failed is resumed once a seek succeeds.
+        let resumable: Vec<&(String, i32)> =
+            due.iter().filter(|(t, p)| !self.unseeked(t, *p)).collect();
+        self.resume(resumable, "resuming retry levels now due");
         Ok(())
     }
 
@@ -768,10 +984,7 @@ impl GroupMember {
         }
         let deadline = Instant::now() + self.restore_timeout.max(Duration::from_secs(10));
         loop {
-            match self
-                .consumer
-                .committed_offsets(tpl.clone(), Duration::from_secs(10))
-            {
+            match self.committed(tpl.clone(), Duration::from_secs(10)) {
                 Ok(got) => {
                     return Ok(topics
                         .map(
@@ -811,7 +1024,7 @@ impl GroupMember {
             }
         }
         let mut out: BTreeMap<i32, crate::query::Positions> = BTreeMap::new();
-        match self.consumer.committed_offsets(tpl, Duration::from_secs(5)) {
+        match self.committed(tpl, Duration::from_secs(5)) {
             Ok(got) => {
                 for e in got.elements() {
                     if let Offset::Offset(o) = e.offset() {
@@ -846,10 +1059,7 @@ impl GroupMember {
         }
         let deadline = Instant::now() + crate::sink::COMMIT_RETRY_FOR * 3;
         loop {
-            match self
-                .consumer
-                .committed_offsets(tpl.clone(), Duration::from_secs(10))
-            {
+            match self.committed(tpl.clone(), Duration::from_secs(10)) {
                 Ok(got) => {
                     let at = |t: &str, p: i32| match got.find_partition(t, p).map(|e| e.offset()) {
                         Some(Offset::Offset(o)) => o,
@@ -900,8 +1110,7 @@ impl GroupMember {
                 let mut tpl = TopicPartitionList::new();
                 tpl.add_partition(topic, partition);
                 match self
-                    .consumer
-                    .committed_offsets(tpl, Duration::from_secs(5))
+                    .committed(tpl, Duration::from_secs(5))
                     .map(|c| c.find_partition(topic, partition).map(|e| e.offset()))
                 {
                     Ok(Some(Offset::Offset(o))) => o,

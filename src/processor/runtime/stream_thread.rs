@@ -492,6 +492,7 @@ impl<P: Application> Runtime<P> {
                 break;
             }
             self.member.resume_due()?;
+            self.member.retry_seeks()?;
             self.member.check_incomplete()?;
             // Liveness: at every idle poll, and every 256 records while busy (a clock read per
             // record is a measurable share of the loop).
@@ -1090,6 +1091,12 @@ impl<P: Application> Runtime<P> {
             self.collector
                 .send_offsets(&offsets, group)
                 .map_err(|e| fail(e, slow))?;
+            if !next_offsets.is_empty() && faults::take_abort_next_batch(&self.opts.app_id) {
+                // Test fault: what an abortable transaction error does to the batch.
+                tracing::warn!("test fault: aborting a batch before its commit");
+                let e = KafkaError::Global(rdkafka::types::RDKafkaErrorCode::Fail);
+                return Err(fail(SinkError::Abortable(e), slow));
+            }
             self.collector.commit().map_err(|e| fail(e, slow))?;
             // Test faults: a landed commit reported unknown, without input offsets, or with
             // them and (checked in `on_failed`) a membership change since.

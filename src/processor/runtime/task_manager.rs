@@ -95,6 +95,8 @@ pub(super) struct TaskManager {
     dedup_purge_interval: Duration,
     /// How many sub-topologies each partition number's [`Task`] runs.
     sub_topologies: usize,
+    /// Whether changelogs are written in transactions (the standby copies apply whole ones).
+    exactly_once: bool,
     health: Arc<Health>,
     /// `processor.standby_replicas`.
     standby_replicas: usize,
@@ -179,6 +181,7 @@ impl TaskManager {
             dedup_retention: opts.dedup_retention,
             dedup_purge_interval: opts.dedup_purge_interval,
             sub_topologies,
+            exactly_once: opts.exactly_once,
             health: Arc::new(Health::new(Duration::from_secs(60))),
             standby_replicas,
             standby: None,
@@ -294,6 +297,7 @@ impl TaskManager {
                 .collect(),
             local: self.local.clone(),
             state_dir: self.state_dir.clone(),
+            transactional: self.exactly_once,
         };
         let owned = self.tasks.keys().copied().collect();
         match Standby::start(self.clients.clone(), self.cache.clone(), opts, owned) {
