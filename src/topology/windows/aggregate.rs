@@ -240,13 +240,15 @@ impl<K, V, A> WindowedAggregate<K, V, A> {
         }
     }
 
-    /// From a window's end to its close time: the grace (plus the gap, for sessions; plus 1 ms
-    /// for sliding windows, whose end is inclusive).
+    /// From a window's end to its close time: the grace (plus 1 ms for sliding windows and
+    /// sessions, whose end is inclusive; plus the gap, for sessions). Kafka Streams: a time
+    /// window is open while `end > streamTime - grace`, a sliding window while
+    /// `end >= streamTime - grace`, a session while `end >= streamTime - gap - grace`.
     fn close_delay(&self) -> i64 {
         match &self.kind {
             Kind::Time(w) => w.grace,
             Kind::Sliding(w) => w.grace.saturating_add(1),
-            Kind::Session(w, _) => w.gap.saturating_add(w.grace),
+            Kind::Session(w, _) => w.gap.saturating_add(w.grace).saturating_add(1),
         }
     }
 
@@ -622,20 +624,30 @@ where
             agg = merge(key, agg, a.clone());
         }
         let agg = (self.aggregate)(key, value, agg);
-        let mut gone = Vec::new();
-        for (w, _) in &near {
+        // Every session the record merged into another window is replaced: on update each is
+        // forwarded as a tombstone, as Kafka Streams does (`store.remove(session)` and its
+        // forward of `(session, null)`), the one that keeps its start included — a session
+        // that grows at its end replaces `[start, end]` by `[start, end']`, and a table keyed
+        // by the windowed key must drop the old row. A record that lands exactly on a
+        // one-record session (`[t, t]`) replaces nothing.
+        let replaced: Vec<Window> = if session == own {
+            Vec::new()
+        } else {
+            near.iter().map(|(w, _)| *w).collect()
+        };
+        for w in &replaced {
             if w.start != session.start {
                 store.remove_session(&k, *w)?;
-                gone.push(*w);
             }
         }
         store.put_session(&k, session, &agg)?;
-        for w in gone {
+        for w in replaced {
             match self.emit {
                 EmitStrategy::OnWindowUpdate => self.forward(ctx, key, w, None),
-                EmitStrategy::OnWindowClose => {
+                EmitStrategy::OnWindowClose if w.start != session.start => {
                     ctx.cancel(TimerKind::EventTime, &self.store_key(key, w.start)?)?;
                 }
+                EmitStrategy::OnWindowClose => {}
             }
         }
         if self.emit == EmitStrategy::OnWindowClose {

@@ -213,7 +213,9 @@ impl TimeWindows {
         Ok(())
     }
 
-    /// The windows a record at `ts` belongs to, earliest start first.
+    /// The windows a record at `ts` belongs to, earliest start first. As in Kafka Streams, a
+    /// record at or after 0 belongs to no window starting before 0; a record before 0 (which
+    /// Kafka Streams never sees) belongs to all its epoch-aligned windows.
     ///
     /// ```
     /// use std::time::Duration;
@@ -224,6 +226,11 @@ impl TimeWindows {
     /// assert_eq!(
     ///     hopping.windows_for(12),
     ///     vec![Window { start: 5, end: 15 }, Window { start: 10, end: 20 }]
+    /// );
+    /// assert_eq!(hopping.windows_for(3), vec![Window { start: 0, end: 10 }]);
+    /// assert_eq!(
+    ///     hopping.windows_for(-1),
+    ///     vec![Window { start: -10, end: 0 }, Window { start: -5, end: 5 }]
     /// );
     /// ```
     pub fn windows_for(&self, ts: i64) -> Vec<Window> {
@@ -242,7 +249,12 @@ impl TimeWindows {
         let lowest = i128::from(i64::MIN);
         let mut out = Vec::new();
         let mut start = ts - ts.rem_euclid(advance);
-        while start > ts - size && start >= lowest {
+        // Kafka Streams' `TimeWindows#windowsFor`: a record at or after 0 belongs to no window
+        // that starts before 0 (its hopping windows start at `max(0, t - size + advance)`).
+        // Before 0, which Kafka Streams never sees, every epoch-aligned window: a window
+        // starting before 0 and ending after it holds only the records before 0.
+        let first = if ts >= 0 { 0 } else { lowest };
+        while start > ts - size && start >= first {
             if let Ok(s) = i64::try_from(start) {
                 let end = i64::try_from(start + size).unwrap_or(i64::MAX);
                 out.push(Window { start: s, end });
@@ -469,8 +481,9 @@ mod tests {
                     );
                     assert_eq!(win.start.rem_euclid(w.advance), 0, "aligned to the epoch");
                 }
-                if ts > i64::MIN + w.size {
-                    // floor(size / advance) or ceil, as the alignment falls.
+                if ts > i64::MIN + w.size && !(0..w.size).contains(&ts) {
+                    // floor(size / advance) or ceil, as the alignment falls (from 0 to the
+                    // size, fewer: no window starts before 0 for a record at or after 0).
                     let least = usize::try_from(w.size / w.advance).unwrap_or(usize::MAX);
                     assert!(ws.len() >= least, "{ts}: every window of an ordinary time");
                 }
