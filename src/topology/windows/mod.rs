@@ -9,8 +9,9 @@
 //!   `[start, end]` with `end = start + timeDifference`, see [`SlidingWindows`]; a session
 //!   `[start, end]`: its first and last record).
 //! - It is **open** while the partition's stream time is before its *close time*: `end + grace`
-//!   (sliding windows, whose end is inclusive: `end + grace + 1`; sessions:
-//!   `end + inactivity gap + grace`). A record is aggregated into each of its windows
+//!   (sliding windows, whose end is inclusive: `end + grace + 1`; sessions, whose end is
+//!   inclusive too: `end + inactivity gap + grace + 1`, Kafka Streams' `end >= streamTime -
+//!   gap - grace`). A record is aggregated into each of its windows
 //!   that is open; one whose windows are all closed is **late**: it goes to the input's DLT
 //!   (`eosflow.dlt.error.class: late-record`, the windows and stream time in headers) or to the
 //!   node's late-record sink, and is counted in `eosflow_late_records_total{node}`.
@@ -426,7 +427,8 @@ impl SlidingWindows {
 /// When a windowed aggregate forwards its results.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum EmitStrategy {
-    /// After every record: each update of a window is forwarded (a merged-away session as a
+    /// After every record: each update of a window is forwarded (each session a record
+    /// replaces — merged away or grown — first as a
     /// tombstone). Kafka Streams' default.
     #[default]
     OnWindowUpdate,
