@@ -2072,15 +2072,16 @@ const EARLY_SMALL: &[(&str, &str, i64)] = &[
     ("A", "6", 10),
 ];
 
-// KStreamSlidingWindowAggregateTest#testEarlyRecordsSmallInput
-/// Time difference 50, grace 0. Kafka Streams' window 0 (`[0, 50]`: every record) is eosflow's
-/// left windows of 0, 5, 6 and 13; with no grace a left window is created only when still
-/// open as its record arrives: 3's `[-47, 3]` and 10's `[-40, 10]` had closed (at 4 and 11,
-/// stream time 6 and 13), and 3 and 10 went into the open windows that hold them.
-#[test]
-fn test_early_records_small_input() {
+/// `testEarlyRecordsSmallInput` and `testEarlyNoGracePeriodSmallInput` (time difference 50,
+/// grace 0; they differ in the value of the last record, at 70). Kafka Streams' window 0
+/// (`[0, 50]`: every record) is eosflow's left windows of 0, 5, 6 and 13; with no grace a left
+/// window is created only when still open as its record arrives: 3's `[-47, 3]` and 10's
+/// `[-40, 10]` had closed (at 4 and 11, stream time 6 and 13), and 3 and 10 went into the open
+/// windows that hold them.
+fn early_small_case(last: &str) {
     let mut input = EARLY_SMALL.to_vec();
-    input.push(("A", "7", 70));
+    input.push(("A", last, 70));
+    let at_70 = format!("0+{last}");
     #[rustfmt::skip]
     let update: &[(i64, &[(&str, i64)])] = &[
         (0, &[("0+1", 0), ("0+1+2", 5), ("0+1+2+3", 6), ("0+1+2+3+4", 6), ("0+1+2+3+4+5", 13), ("0+1+2+3+4+5+6", 13)]),
@@ -2089,7 +2090,7 @@ fn test_early_records_small_input() {
         (6, &[("0+3", 6), ("0+3+5", 13), ("0+3+5+6", 13)]),
         (7, &[("0+5", 13), ("0+5+6", 13)]),
         (11, &[("0+5", 13)]),
-        (20, &[("0+7", 70)]),
+        (20, &[(at_70.as_str(), 70)]),
     ];
     #[rustfmt::skip]
     let close: &[(i64, &[(&str, i64)])] = &[
@@ -2118,48 +2119,17 @@ fn test_early_records_small_input() {
     ]);
 }
 
+// KStreamSlidingWindowAggregateTest#testEarlyRecordsSmallInput
+#[test]
+fn test_early_records_small_input() {
+    early_small_case("7");
+}
+
 // KStreamSlidingWindowAggregateTest#testEarlyNoGracePeriodSmallInput
-/// `testEarlyRecordsSmallInput` with `ofTimeDifferenceWithNoGrace(50)` and a last record
-/// `6@70`: the same windows.
+/// `ofTimeDifferenceWithNoGrace(50)`: the same as `ofTimeDifferenceAndGrace(50, 0)`.
 #[test]
 fn test_early_no_grace_period_small_input() {
-    let mut input = EARLY_SMALL.to_vec();
-    input.push(("A", "6", 70));
-    #[rustfmt::skip]
-    let update: &[(i64, &[(&str, i64)])] = &[
-        (0, &[("0+1", 0), ("0+1+2", 5), ("0+1+2+3", 6), ("0+1+2+3+4", 6), ("0+1+2+3+4+5", 13), ("0+1+2+3+4+5+6", 13)]),
-        (1, &[("0+2", 5), ("0+2+3", 6), ("0+2+3+4", 6), ("0+2+3+4+5", 13), ("0+2+3+4+5+6", 13)]),
-        (4, &[("0+2+3", 6), ("0+2+3+5", 13), ("0+2+3+5+6", 13)]),
-        (6, &[("0+3", 6), ("0+3+5", 13), ("0+3+5+6", 13)]),
-        (7, &[("0+5", 13), ("0+5+6", 13)]),
-        (11, &[("0+5", 13)]),
-        (20, &[("0+6", 70)]),
-    ];
-    #[rustfmt::skip]
-    let close: &[(i64, &[(&str, i64)])] = &[
-        (0, &[("0+1+2+3+4+5+6", 13)]),
-        (1, &[("0+2+3+4+5+6", 13)]),
-        (4, &[("0+2+3+5+6", 13)]),
-        (6, &[("0+3+5+6", 13)]),
-        (7, &[("0+5+6", 13)]),
-        (11, &[("0+5", 13)]),
-    ];
-    let got = sliding_run(50, 0, UPDATE, &ADDER, &input);
-    #[rustfmt::skip]
-    assert_early(&got, update, &[
-        (-50, &["0+1"]),
-        (-45, &["0+1+2"]),
-        (-44, &["0+1+2+3", "0+1+2+3+4"]),
-        (-37, &["0+1+2+3+4+5", "0+1+2+3+4+5+6"]),
-    ]);
-    let got = sliding_run(50, 0, CLOSE, &ADDER, &input);
-    #[rustfmt::skip]
-    assert_early(&got, close, &[
-        (-50, &["0+1"]),
-        (-45, &["0+1+2"]),
-        (-44, &["0+1+2+3+4"]),
-        (-37, &["0+1+2+3+4+5+6"]),
-    ]);
+    early_small_case("6");
 }
 
 /// Kafka Streams' sorted rows of one key as `gatherOutput` would see them.

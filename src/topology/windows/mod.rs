@@ -18,7 +18,7 @@
 //! - [`EmitStrategy::OnWindowUpdate`] forwards the window's aggregate after every record;
 //!   [`EmitStrategy::OnWindowClose`] forwards it once, when stream time reaches its close time
 //!   (a durable timer: exactly once across crashes and rebalances).
-//! - **Retention**: a window is deleted from the store once stream time passes its close time
+//! - **Retention**: a window is deleted from the store once stream time reaches its close time
 //!   plus [`WindowedAggregate::retention`] (default 0: at close; sliding windows at least
 //!   `2 · timeDifference`, which later records within grace read).
 //! - Results are keyed by [`Windowed<K>`] (the key and its window; [`WindowedSerde`] writes
