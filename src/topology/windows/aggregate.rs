@@ -240,13 +240,15 @@ impl<K, V, A> WindowedAggregate<K, V, A> {
         }
     }
 
-    /// From a window's end to its close time: the grace (plus the gap, for sessions; plus 1 ms
-    /// for sliding windows, whose end is inclusive).
+    /// From a window's end to its close time: the grace (plus 1 ms for sliding windows and
+    /// sessions, whose end is inclusive; plus the gap, for sessions). Kafka Streams: a time
+    /// window is open while `end > streamTime - grace`, a sliding window while
+    /// `end >= streamTime - grace`, a session while `end >= streamTime - gap - grace`.
     fn close_delay(&self) -> i64 {
         match &self.kind {
             Kind::Time(w) => w.grace,
             Kind::Sliding(w) => w.grace.saturating_add(1),
-            Kind::Session(w, _) => w.gap.saturating_add(w.grace),
+            Kind::Session(w, _) => w.gap.saturating_add(w.grace).saturating_add(1),
         }
     }
 
@@ -323,11 +325,14 @@ where
         Ok(())
     }
 
-    /// Retention: deletes the windows whose close time plus retention is before `now`.
+    /// Retention: deletes the windows whose close time plus retention is at or before `now`
+    /// (retention 0: a window goes as soon as it is closed, as its close timer deletes it).
+    /// The store deletes the windows ending before the cutoff.
     fn expire(&self, ctx: &mut NodeContext<'_, '_>, now: i64) -> Result<(), ProcessError> {
         let cutoff = now
             .saturating_sub(self.close_delay())
-            .saturating_sub(self.kept());
+            .saturating_sub(self.kept())
+            .saturating_add(1);
         let mut store = ctx.window_store(&self.store)?;
         match &self.kind {
             Kind::Time(_) => store.expire(cutoff, self.expire_per_call()).map(drop),
@@ -463,12 +468,12 @@ where
             start: ts,
             end: ts + td,
         };
+        let own = Window {
+            start: left_start,
+            end: ts,
+        };
+        let listed: &[Window] = if td == 0 { &[own] } else { &[own, last] };
         if self.close_time(last) <= stream {
-            let own = Window {
-                start: left_start,
-                end: ts,
-            };
-            let listed: &[Window] = if td == 0 { &[own] } else { &[own, last] };
             return self.late(ctx, record, listed, ts, stream);
         }
         let k = self.key_bytes(key)?;
@@ -482,8 +487,11 @@ where
             Some((agg, latest)) => ((self.aggregate)(key, value, agg), latest.max(ts)),
             None => ((self.aggregate)(key, value, (self.init)()), ts),
         };
+        // Whether the record went into any window (each of these contains it).
+        let mut counted = false;
         for (w, agg, latest) in n.containing {
-            self.put_sliding(ctx, key, (&k, w, stream), fold(Some((agg, latest))), false)?;
+            counted |=
+                self.put_sliding(ctx, key, (&k, w, stream), fold(Some((agg, latest))), false)?;
         }
         // The previous record's right window, when this record is its first later one.
         if let Some(previous) = n.previous {
@@ -493,7 +501,7 @@ where
                     start,
                     end: start + td,
                 };
-                self.put_sliding(ctx, key, (&k, w, stream), fold(None), true)?;
+                counted |= self.put_sliding(ctx, key, (&k, w, stream), fold(None), true)?;
             }
         }
         if !n.left_exists {
@@ -505,7 +513,7 @@ where
                 (Some(p), Some(agg)) if p >= left_start => Some((agg, ts)),
                 _ => None,
             };
-            self.put_sliding(ctx, key, (&k, w, stream), fold(seed), true)?;
+            counted |= self.put_sliding(ctx, key, (&k, w, stream), fold(seed), true)?;
         }
         // The record's right window holds the later records it found: created with their
         // aggregate, without this record.
@@ -518,6 +526,12 @@ where
                 };
                 self.put_sliding(ctx, key, (&k, w, stream), (agg, latest), true)?;
             }
+        }
+        if !counted {
+            // Its left window closed and no open window holds it: aggregated nowhere, it is
+            // late (Kafka Streams skips it with a dropped-records count for each closed
+            // window, `KStreamSlidingWindowAggregateTest#shouldLogAndMeterWhenSkippingExpiredWindowByGrace`).
+            return self.late(ctx, record, listed, ts, stream);
         }
         Ok(())
     }
@@ -568,6 +582,7 @@ where
 
     /// Writes a sliding window's new aggregate and latest record time, and forwards it or
     /// schedules its close (`new`: it was not in the store); a closed window is left alone.
+    /// Whether it wrote the window (false: closed).
     fn put_sliding(
         &self,
         ctx: &mut NodeContext<'_, '_>,
@@ -575,14 +590,15 @@ where
         (k, w, stream): (&[u8], Window, i64),
         (agg, latest): (A, i64),
         new: bool,
-    ) -> Result<(), ProcessError> {
+    ) -> Result<bool, ProcessError> {
         if self.close_time(w) <= stream {
-            return Ok(());
+            return Ok(false);
         }
         let previous_end = (!new).then_some(w.end);
         ctx.window_store(&self.store)?
             .put_sliding(k, w, previous_end, (&agg, latest))?;
-        self.after_update(ctx, key, (w, data_key(k, w.start)), agg, new)
+        self.after_update(ctx, key, (w, data_key(k, w.start)), agg, new)?;
+        Ok(true)
     }
 
     /// A record of session windows: merged with the open sessions within the gap of it.
@@ -622,20 +638,30 @@ where
             agg = merge(key, agg, a.clone());
         }
         let agg = (self.aggregate)(key, value, agg);
-        let mut gone = Vec::new();
-        for (w, _) in &near {
+        // Every session the record merged into another window is replaced: on update each is
+        // forwarded as a tombstone, as Kafka Streams does (`store.remove(session)` and its
+        // forward of `(session, null)`), the one that keeps its start included — a session
+        // that grows at its end replaces `[start, end]` by `[start, end']`, and a table keyed
+        // by the windowed key must drop the old row. A record that lands exactly on a
+        // one-record session (`[t, t]`) replaces nothing.
+        let replaced: Vec<Window> = if session == own {
+            Vec::new()
+        } else {
+            near.iter().map(|(w, _)| *w).collect()
+        };
+        for w in &replaced {
             if w.start != session.start {
                 store.remove_session(&k, *w)?;
-                gone.push(*w);
             }
         }
         store.put_session(&k, session, &agg)?;
-        for w in gone {
+        for w in replaced {
             match self.emit {
                 EmitStrategy::OnWindowUpdate => self.forward(ctx, key, w, None),
-                EmitStrategy::OnWindowClose => {
+                EmitStrategy::OnWindowClose if w.start != session.start => {
                     ctx.cancel(TimerKind::EventTime, &self.store_key(key, w.start)?)?;
                 }
+                EmitStrategy::OnWindowClose => {}
             }
         }
         if self.emit == EmitStrategy::OnWindowClose {

@@ -9,15 +9,16 @@
 //!   `[start, end]` with `end = start + timeDifference`, see [`SlidingWindows`]; a session
 //!   `[start, end]`: its first and last record).
 //! - It is **open** while the partition's stream time is before its *close time*: `end + grace`
-//!   (sliding windows, whose end is inclusive: `end + grace + 1`; sessions:
-//!   `end + inactivity gap + grace`). A record is aggregated into each of its windows
+//!   (sliding windows, whose end is inclusive: `end + grace + 1`; sessions, whose end is
+//!   inclusive too: `end + inactivity gap + grace + 1`, Kafka Streams' `end >= streamTime -
+//!   gap - grace`). A record is aggregated into each of its windows
 //!   that is open; one whose windows are all closed is **late**: it goes to the input's DLT
 //!   (`eosflow.dlt.error.class: late-record`, the windows and stream time in headers) or to the
 //!   node's late-record sink, and is counted in `eosflow_late_records_total{node}`.
 //! - [`EmitStrategy::OnWindowUpdate`] forwards the window's aggregate after every record;
 //!   [`EmitStrategy::OnWindowClose`] forwards it once, when stream time reaches its close time
 //!   (a durable timer: exactly once across crashes and rebalances).
-//! - **Retention**: a window is deleted from the store once stream time passes its close time
+//! - **Retention**: a window is deleted from the store once stream time reaches its close time
 //!   plus [`WindowedAggregate::retention`] (default 0: at close; sliding windows at least
 //!   `2 · timeDifference`, which later records within grace read).
 //! - Results are keyed by [`Windowed<K>`] (the key and its window; [`WindowedSerde`] writes
@@ -213,7 +214,9 @@ impl TimeWindows {
         Ok(())
     }
 
-    /// The windows a record at `ts` belongs to, earliest start first.
+    /// The windows a record at `ts` belongs to, earliest start first. As in Kafka Streams, a
+    /// record at or after 0 belongs to no window starting before 0; a record before 0 (which
+    /// Kafka Streams never sees) belongs to all its epoch-aligned windows.
     ///
     /// ```
     /// use std::time::Duration;
@@ -224,6 +227,11 @@ impl TimeWindows {
     /// assert_eq!(
     ///     hopping.windows_for(12),
     ///     vec![Window { start: 5, end: 15 }, Window { start: 10, end: 20 }]
+    /// );
+    /// assert_eq!(hopping.windows_for(3), vec![Window { start: 0, end: 10 }]);
+    /// assert_eq!(
+    ///     hopping.windows_for(-1),
+    ///     vec![Window { start: -10, end: 0 }, Window { start: -5, end: 5 }]
     /// );
     /// ```
     pub fn windows_for(&self, ts: i64) -> Vec<Window> {
@@ -242,7 +250,12 @@ impl TimeWindows {
         let lowest = i128::from(i64::MIN);
         let mut out = Vec::new();
         let mut start = ts - ts.rem_euclid(advance);
-        while start > ts - size && start >= lowest {
+        // Kafka Streams' `TimeWindows#windowsFor`: a record at or after 0 belongs to no window
+        // that starts before 0 (its hopping windows start at `max(0, t - size + advance)`).
+        // Before 0, which Kafka Streams never sees, every epoch-aligned window: a window
+        // starting before 0 and ending after it holds only the records before 0.
+        let first = if ts >= 0 { 0 } else { lowest };
+        while start > ts - size && start >= first {
             if let Ok(s) = i64::try_from(start) {
                 let end = i64::try_from(start + size).unwrap_or(i64::MAX);
                 out.push(Window { start: s, end });
@@ -414,7 +427,8 @@ impl SlidingWindows {
 /// When a windowed aggregate forwards its results.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum EmitStrategy {
-    /// After every record: each update of a window is forwarded (a merged-away session as a
+    /// After every record: each update of a window is forwarded (each session a record
+    /// replaces — merged away or grown — first as a
     /// tombstone). Kafka Streams' default.
     #[default]
     OnWindowUpdate,
@@ -469,8 +483,9 @@ mod tests {
                     );
                     assert_eq!(win.start.rem_euclid(w.advance), 0, "aligned to the epoch");
                 }
-                if ts > i64::MIN + w.size {
-                    // floor(size / advance) or ceil, as the alignment falls.
+                if ts > i64::MIN + w.size && !(0..w.size).contains(&ts) {
+                    // floor(size / advance) or ceil, as the alignment falls (from 0 to the
+                    // size, fewer: no window starts before 0 for a record at or after 0).
                     let least = usize::try_from(w.size / w.advance).unwrap_or(usize::MAX);
                     assert!(ws.len() >= least, "{ts}: every window of an ordinary time");
                 }
