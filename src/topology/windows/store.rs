@@ -21,7 +21,7 @@
 use std::ops::Bound;
 
 use super::Window;
-use crate::processor::stores::StoreView;
+use crate::processor::stores::{value_error, StoreView};
 use crate::processor::StoreHandle;
 use crate::record::ProcessError;
 use crate::serdes::Serde;
@@ -224,15 +224,17 @@ impl<'c, 'a, K, V> WindowStore<'c, 'a, K, V> {
     }
 
     fn key_bytes(&self, key: &K) -> Result<Vec<u8>, ProcessError> {
-        self.handle.key_serde().serialize(key).map_err(|e| {
-            ProcessError::permanent(format!("window store {} key: {e}", self.handle.name()))
-        })
+        self.handle
+            .key_serde()
+            .serialize(key)
+            .map_err(|e| value_error(self.handle.name(), "key", e))
     }
 
     fn value_of(&self, bytes: &[u8]) -> Result<V, ProcessError> {
-        self.handle.value_serde().deserialize(bytes).map_err(|e| {
-            ProcessError::permanent(format!("window store {} value: {e}", self.handle.name()))
-        })
+        self.handle
+            .value_serde()
+            .deserialize(bytes)
+            .map_err(|e| value_error(self.handle.name(), "value", e))
     }
 
     /// The value of `key`'s window starting at `start`.
@@ -462,9 +464,11 @@ impl<'c, 'a, K, V> WindowStore<'c, 'a, K, V> {
                 .pending
                 .put(Column::State, &index_key(k, window), Vec::new());
         }
-        let v = self.handle.value_serde().serialize(value).map_err(|e| {
-            ProcessError::permanent(format!("window store {} value: {e}", self.handle.name()))
-        })?;
+        let v = self
+            .handle
+            .value_serde()
+            .serialize(value)
+            .map_err(|e| value_error(self.handle.name(), "value", e))?;
         let mut bytes = Vec::with_capacity(8 + v.len());
         bytes.extend_from_slice(&window.end.to_be_bytes());
         bytes.extend_from_slice(&v);
@@ -597,10 +601,11 @@ impl<'c, 'a, K, V> WindowStore<'c, 'a, K, V> {
             let name = self.handle.name();
             let (key, start) = parse_data_key(&dk).ok_or_else(|| corrupt(name))?;
             let (end, v) = split_value(&bytes).ok_or_else(|| corrupt(name))?;
-            let key =
-                self.handle.key_serde().deserialize(key).map_err(|e| {
-                    ProcessError::permanent(format!("window store {name} key: {e}"))
-                })?;
+            let key = self
+                .handle
+                .key_serde()
+                .deserialize(key)
+                .map_err(|e| value_error(name, "key", e))?;
             out.push((key, Window { start, end }, self.value_of(v)?));
         }
         Ok(out)
