@@ -29,9 +29,9 @@
 //!   `(left, None)` result that a later match contradicts (Kafka Streams ≥ 3.1 emits at
 //!   `t + after + grace`, an out-of-order record at once, and can, when `before > 0`, still
 //!   join that record afterwards; here the unmatched result waits `before` (`after` for a right
-//!   record) longer and is final). The timer deletes the record, so an outer side's record is
-//!   not found after that even while its own side lags behind stream time (Kafka Streams still
-//!   finds it then).
+//!   record) longer and is final). One exception, as in Kafka Streams: while the record's own
+//!   side lags behind stream time (its newest event time has not passed `t + before + after +
+//!   grace`), the record stays findable after its unmatched result, and a pair can follow it.
 //! - **Causation**: a result caused by a record carries that record's id as `causation_id`
 //!   (the runtime stamps it). An unmatched result is forwarded from a timer, which has no input
 //!   record: the node sets `causation_id`, `correlation_id` and `tenant` from the envelope the
@@ -102,8 +102,8 @@ use super::node::{NodeContext, NodeProcessor, TypedRecord};
 use super::tables::JoinInput;
 use super::windows::{data_key, parse_data_key, Window, WindowStoreHandle, EXPIRE_PER_CALL};
 use crate::codec::envelope::EnvelopeRef;
-use crate::processor::Timer;
 use crate::processor::StoreHandle;
+use crate::processor::Timer;
 use crate::record::ProcessError;
 use crate::serdes::{BytesSerde, I64Serde, Serde, SerdeError};
 
@@ -508,29 +508,45 @@ where
         ctx.store(handle)?.get(&SEEN.to_vec())
     }
 
-    /// Deletes the buffered records no later record can find any more (event time +
-    /// retention not after their side's newest event time), in the stores whose records are
-    /// not waited on by a timer (an outer side's are deleted by their timers, after their
-    /// unmatched results).
+    /// Deletes the buffered records no later record can find any more: event time +
+    /// retention not after `seen`, their side's newest event time. An outer side's record is
+    /// deleted one millisecond later, once its timer (due at event time + retention + 1, at
+    /// most `seen`, which stream time has reached before this record) has emitted it if it
+    /// was unmatched: `seen` is then a time stream time reached before this record (the
+    /// other side's, or this side's before this record), so every timer due by then has fired.
+    fn expire_store<V>(
+        ctx: &mut NodeContext<'_, '_>,
+        store: &WindowStoreHandle<K, Slot<V>>,
+        emits: bool,
+        seen: Option<i64>,
+        retention: i64,
+    ) -> Result<(), ProcessError> {
+        let Some(seen) = seen else {
+            return Ok(());
+        };
+        let cutoff = seen
+            .saturating_sub(retention)
+            .saturating_add(i64::from(!emits));
+        ctx.window_store(store)?.expire(cutoff, EXPIRE_PER_CALL)?;
+        Ok(())
+    }
+
+    /// [`Self::expire_store`] of both stores: this side's by its newest event time (before
+    /// this record if it is an outer side), the other side's by its own.
     fn expire(
         &self,
         ctx: &mut NodeContext<'_, '_>,
-        own_seen: i64,
+        (before, own_seen): (Option<i64>, i64),
         other_seen: Option<i64>,
     ) -> Result<(), ProcessError> {
-        let cutoff = |seen: i64| {
-            seen.saturating_sub(self.windows.retention_ms())
-                .saturating_add(1)
+        let retention = self.windows.retention_ms();
+        let own = if self.own_emits {
+            before
+        } else {
+            Some(own_seen)
         };
-        if !self.own_emits {
-            ctx.window_store(&self.own)?
-                .expire(cutoff(own_seen), EXPIRE_PER_CALL)?;
-        }
-        if let (false, Some(seen)) = (self.other_emits, other_seen) {
-            ctx.window_store(&self.other)?
-                .expire(cutoff(seen), EXPIRE_PER_CALL)?;
-        }
-        Ok(())
+        Self::expire_store(ctx, &self.own, self.own_emits, own, retention)?;
+        Self::expire_store(ctx, &self.other, self.other_emits, other_seen, retention)
     }
 }
 
@@ -556,13 +572,15 @@ where
         let stream = ctx.stream_time_ms().unwrap_or(t).max(t);
         let retention = self.windows.retention_ms();
         let other_seen = Self::seen(ctx, &self.other_seen)?;
-        let own_seen = match Self::seen(ctx, &self.own_seen)? {
+        let seen_before = Self::seen(ctx, &self.own_seen)?;
+        let own_seen = match seen_before {
             Some(seen) if seen >= t => seen,
             _ => {
                 ctx.store(&self.own_seen)?.put(&SEEN.to_vec(), &t)?;
                 t
             }
         };
+        let seen = (seen_before, own_seen);
         let k = self
             .own
             .key_serde()
@@ -603,27 +621,27 @@ where
             });
         }
         // A later record of the other side finds this one while its event time + retention is
-        // after its side's newest event time (Kafka Streams' window store retention); an outer
-        // side's record is also final once stream time has passed that.
+        // after its side's newest event time (Kafka Streams' window store retention). An outer
+        // side's record that joined nothing is due once stream time passes that too.
         let found_later = t.saturating_add(retention) > own_seen;
-        let closed = self.own_emits && t.saturating_add(retention) < stream;
-        if !found_later || closed {
-            if matched {
-                // Its results are out; nothing more can come of it.
-            } else if self.own_emits {
-                // Unmatched and final already: its result now, with its own event time.
-                if let Some(r) = (self.join)(&key, &value, None) {
-                    ctx.forward(TypedRecord {
-                        key: Some(key.clone()),
-                        value: Some(r),
-                        timestamp: Some(t),
-                        headers: record.headers.clone(),
-                    });
-                }
-            } else {
+        let due_now = self.own_emits && t.saturating_add(retention) < stream;
+        if !matched && (due_now || (self.own_emits && !found_later)) {
+            // Unmatched and due already: its result now, with its own event time.
+            if let Some(r) = (self.join)(&key, &value, None) {
+                ctx.forward(TypedRecord {
+                    key: Some(key.clone()),
+                    value: Some(r),
+                    timestamp: Some(t),
+                    headers: record.headers.clone(),
+                });
+            }
+            matched = true;
+        }
+        if !found_later {
+            if !matched {
                 self.late(ctx, t, own_seen, stream);
             }
-            return self.expire(ctx, own_seen, other_seen);
+            return self.expire(ctx, seen, other_seen);
         }
         // Buffer this record; a new slot of an outer side gets the timer that emits its
         // unmatched records and deletes it.
@@ -648,26 +666,39 @@ where
         let mut slot = previous.map(|(_, s)| s).unwrap_or_default();
         slot.push(entry);
         own.put_read(&k, Window { start: t, end: t }, previous_end, &slot)?;
-        if self.own_emits && previous_end.is_none() {
+        if self.own_emits && !due_now && previous_end.is_none() {
             let due = t.saturating_add(retention).saturating_add(1);
             ctx.schedule(Timer::event_time(dk, due))?;
         }
-        self.expire(ctx, own_seen, other_seen)
+        self.expire(ctx, seen, other_seen)
     }
 
-    /// A slot of an outer side is over: its records that joined nothing are forwarded with
+    /// A slot of an outer side is due: its records that joined nothing are forwarded with
     /// `None` for the other side (stamped with their event time and their own envelope as
-    /// cause), and the slot is deleted.
+    /// cause), and the slot is deleted — or, while its side's newest event time has not
+    /// passed it by the retention (that side lags behind stream time), kept for the later
+    /// records that can still find it, marked as emitted.
     fn on_timer(
         &mut self,
         ctx: &mut NodeContext<'_, '_>,
         timer: &Timer,
     ) -> Result<(), ProcessError> {
+        let own_seen = Self::seen(ctx, &self.own_seen)?;
+        let retention = self.windows.retention_ms();
         let mut own = ctx.window_store(&self.own)?;
-        let Some((w, slot)) = own.fetch_raw(&timer.key)? else {
+        let Some((w, mut slot)) = own.fetch_raw(&timer.key)? else {
             return Ok(());
         };
-        own.remove_read(&timer.key, w)?;
+        let unmatched: Vec<_> = slot.iter().filter(|b| !b.matched).cloned().collect();
+        let found_later = own_seen.is_some_and(|seen| w.start.saturating_add(retention) > seen);
+        if found_later {
+            slot.iter_mut().for_each(|b| b.matched = true);
+            let (k, _) = parse_data_key(&timer.key)
+                .ok_or_else(|| ProcessError::permanent("a join timer's key is not a buffer's"))?;
+            own.put_read(k, w, Some(w.end), &slot)?;
+        } else {
+            own.remove_read(&timer.key, w)?;
+        }
         let key_bytes = parse_data_key(&timer.key)
             .map(|(k, _)| k.to_vec())
             .ok_or_else(|| ProcessError::permanent("a join timer's key is not a buffer's"))?;
@@ -676,7 +707,7 @@ where
             .key_serde()
             .deserialize(&key_bytes)
             .map_err(|e| key_error(self.own.name(), e))?;
-        for b in slot.into_iter().filter(|b| !b.matched) {
+        for b in unmatched {
             let Some(r) = (self.join)(&key, &b.value, None) else {
                 continue;
             };

