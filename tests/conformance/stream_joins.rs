@@ -910,6 +910,88 @@ fn left_join_test_grace_period() {
     j.nothing_late();
 }
 
+/// The part the left and the outer join tests' `testUpperWindowBound` and
+/// `testLowerWindowBound` share: after right records `b(k)` at 1000 + k, left records `B`..`F`
+/// at 1100..1104, a record at 1405 that closes them, then left records `G`..`K` at 899..903.
+fn window_bounds<V2: Display>(j: &mut Join<V2>, b: impl Fn(i32) -> V2) {
+    let pair = |l: &str, k: i32, t: i64| kvt(k, &format!("{l}{k}+{}", b(k)), t);
+    let alone = |l: &str, k: i32, t: i64| kvt(k, &format!("{l}{k}+null"), t);
+    j.ls(&KEYS, "B", 1100);
+    let b_pairs: Vec<Kvt> = KEYS.iter().map(|&k| pair("B", k, 1100)).collect();
+    assert_eq!(j.out(), b_pairs);
+    j.ls(&KEYS, "C", 1101);
+    assert_eq!(
+        j.out(),
+        [pair("C", 1, 1101), pair("C", 2, 1101), pair("C", 3, 1101)]
+    );
+    j.ls(&KEYS, "D", 1102);
+    assert_eq!(j.out(), [pair("D", 2, 1102), pair("D", 3, 1102)]);
+    j.ls(&KEYS, "E", 1103);
+    assert_eq!(j.out(), [pair("E", 3, 1103)]);
+    j.ls(&KEYS, "F", 1104);
+    assert_eq!(j.out(), []);
+    j.l(0, "dummy", 1405);
+    assert_eq!(
+        j.out(),
+        [
+            alone("C", 0, 1101),
+            alone("D", 0, 1102),
+            alone("D", 1, 1102),
+            alone("E", 0, 1103),
+            alone("E", 1, 1103),
+            alone("E", 2, 1103),
+            alone("F", 0, 1104),
+            alone("F", 1, 1104),
+            alone("F", 2, 1104),
+            alone("F", 3, 1104)
+        ]
+    );
+    // testLowerWindowBound
+    j.ls(&KEYS, "G", 899);
+    let g_alone: Vec<Kvt> = KEYS.iter().map(|&k| alone("G", k, 899)).collect();
+    assert_eq!(j.out(), g_alone);
+    j.ls(&KEYS, "H", 900);
+    assert_eq!(
+        j.out(),
+        [
+            pair("H", 0, 1000),
+            alone("H", 1, 900),
+            alone("H", 2, 900),
+            alone("H", 3, 900)
+        ]
+    );
+    j.ls(&KEYS, "I", 901);
+    assert_eq!(
+        j.out(),
+        [
+            pair("I", 0, 1000),
+            pair("I", 1, 1001),
+            alone("I", 2, 901),
+            alone("I", 3, 901)
+        ]
+    );
+    j.ls(&KEYS, "J", 902);
+    assert_eq!(
+        j.out(),
+        [
+            pair("J", 0, 1000),
+            pair("J", 1, 1001),
+            pair("J", 2, 1002),
+            alone("J", 3, 902)
+        ]
+    );
+    j.ls(&KEYS, "K", 903);
+    assert_eq!(
+        j.out(),
+        [
+            pair("K", 0, 1000),
+            pair("K", 1, 1001),
+            pair("K", 2, 1002),
+            pair("K", 3, 1003)
+        ]
+    );
+}
+
 // KStreamKStreamLeftJoinTest#testWindowing (with its testUpperWindowBound and
 // testLowerWindowBound)
 #[test]
@@ -922,98 +1004,7 @@ fn left_join_test_windowing() {
     // testUpperWindowBound
     j.rs_rising(&KEYS, s("b"), 1000);
     assert_eq!(j.out(), []);
-    j.ls(&KEYS, "B", 1100);
-    assert_eq!(
-        j.out(),
-        [
-            kvt(0, "B0+b0", 1100),
-            kvt(1, "B1+b1", 1100),
-            kvt(2, "B2+b2", 1100),
-            kvt(3, "B3+b3", 1100)
-        ]
-    );
-    j.ls(&KEYS, "C", 1101);
-    assert_eq!(
-        j.out(),
-        [
-            kvt(1, "C1+b1", 1101),
-            kvt(2, "C2+b2", 1101),
-            kvt(3, "C3+b3", 1101)
-        ]
-    );
-    j.ls(&KEYS, "D", 1102);
-    assert_eq!(j.out(), [kvt(2, "D2+b2", 1102), kvt(3, "D3+b3", 1102)]);
-    j.ls(&KEYS, "E", 1103);
-    assert_eq!(j.out(), [kvt(3, "E3+b3", 1103)]);
-    j.ls(&KEYS, "F", 1104);
-    assert_eq!(j.out(), []);
-    j.l(0, "dummy", 1405);
-    assert_eq!(
-        j.out(),
-        [
-            kvt(0, "C0+null", 1101),
-            kvt(0, "D0+null", 1102),
-            kvt(1, "D1+null", 1102),
-            kvt(0, "E0+null", 1103),
-            kvt(1, "E1+null", 1103),
-            kvt(2, "E2+null", 1103),
-            kvt(0, "F0+null", 1104),
-            kvt(1, "F1+null", 1104),
-            kvt(2, "F2+null", 1104),
-            kvt(3, "F3+null", 1104)
-        ]
-    );
-    // testLowerWindowBound
-    j.ls(&KEYS, "G", 899);
-    assert_eq!(
-        j.out(),
-        [
-            kvt(0, "G0+null", 899),
-            kvt(1, "G1+null", 899),
-            kvt(2, "G2+null", 899),
-            kvt(3, "G3+null", 899)
-        ]
-    );
-    j.ls(&KEYS, "H", 900);
-    assert_eq!(
-        j.out(),
-        [
-            kvt(0, "H0+b0", 1000),
-            kvt(1, "H1+null", 900),
-            kvt(2, "H2+null", 900),
-            kvt(3, "H3+null", 900)
-        ]
-    );
-    j.ls(&KEYS, "I", 901);
-    assert_eq!(
-        j.out(),
-        [
-            kvt(0, "I0+b0", 1000),
-            kvt(1, "I1+b1", 1001),
-            kvt(2, "I2+null", 901),
-            kvt(3, "I3+null", 901)
-        ]
-    );
-    j.ls(&KEYS, "J", 902);
-    assert_eq!(
-        j.out(),
-        [
-            kvt(0, "J0+b0", 1000),
-            kvt(1, "J1+b1", 1001),
-            kvt(2, "J2+b2", 1002),
-            kvt(3, "J3+null", 902)
-        ]
-    );
-    j.ls(&KEYS, "K", 903);
-    assert_eq!(
-        j.out(),
-        [
-            kvt(0, "K0+b0", 1000),
-            kvt(1, "K1+b1", 1001),
-            kvt(2, "K2+b2", 1002),
-            kvt(3, "K3+b3", 1003)
-        ]
-    );
+    window_bounds(&mut j, s("b"));
     j.l(0, "dummy", 1203);
     assert_eq!(j.out(), [kvt(0, "dummy+null", 1203)]);
     j.nothing_late();
@@ -1298,98 +1289,7 @@ fn outer_join_test_windowing() {
     // testUpperWindowBound
     j.rs_rising(&KEYS, plus(20), 1000);
     assert_eq!(j.out(), [kvt(2, "null+12", 0), kvt(3, "null+13", 0)]);
-    j.ls(&KEYS, "B", 1100);
-    assert_eq!(
-        j.out(),
-        [
-            kvt(0, "B0+20", 1100),
-            kvt(1, "B1+21", 1100),
-            kvt(2, "B2+22", 1100),
-            kvt(3, "B3+23", 1100)
-        ]
-    );
-    j.ls(&KEYS, "C", 1101);
-    assert_eq!(
-        j.out(),
-        [
-            kvt(1, "C1+21", 1101),
-            kvt(2, "C2+22", 1101),
-            kvt(3, "C3+23", 1101)
-        ]
-    );
-    j.ls(&KEYS, "D", 1102);
-    assert_eq!(j.out(), [kvt(2, "D2+22", 1102), kvt(3, "D3+23", 1102)]);
-    j.ls(&KEYS, "E", 1103);
-    assert_eq!(j.out(), [kvt(3, "E3+23", 1103)]);
-    j.ls(&KEYS, "F", 1104);
-    assert_eq!(j.out(), []);
-    j.l(0, "dummy", 1405);
-    assert_eq!(
-        j.out(),
-        [
-            kvt(0, "C0+null", 1101),
-            kvt(0, "D0+null", 1102),
-            kvt(1, "D1+null", 1102),
-            kvt(0, "E0+null", 1103),
-            kvt(1, "E1+null", 1103),
-            kvt(2, "E2+null", 1103),
-            kvt(0, "F0+null", 1104),
-            kvt(1, "F1+null", 1104),
-            kvt(2, "F2+null", 1104),
-            kvt(3, "F3+null", 1104)
-        ]
-    );
-    // testLowerWindowBound
-    j.ls(&KEYS, "G", 899);
-    assert_eq!(
-        j.out(),
-        [
-            kvt(0, "G0+null", 899),
-            kvt(1, "G1+null", 899),
-            kvt(2, "G2+null", 899),
-            kvt(3, "G3+null", 899)
-        ]
-    );
-    j.ls(&KEYS, "H", 900);
-    assert_eq!(
-        j.out(),
-        [
-            kvt(0, "H0+20", 1000),
-            kvt(1, "H1+null", 900),
-            kvt(2, "H2+null", 900),
-            kvt(3, "H3+null", 900)
-        ]
-    );
-    j.ls(&KEYS, "I", 901);
-    assert_eq!(
-        j.out(),
-        [
-            kvt(0, "I0+20", 1000),
-            kvt(1, "I1+21", 1001),
-            kvt(2, "I2+null", 901),
-            kvt(3, "I3+null", 901)
-        ]
-    );
-    j.ls(&KEYS, "J", 902);
-    assert_eq!(
-        j.out(),
-        [
-            kvt(0, "J0+20", 1000),
-            kvt(1, "J1+21", 1001),
-            kvt(2, "J2+22", 1002),
-            kvt(3, "J3+null", 902)
-        ]
-    );
-    j.ls(&KEYS, "K", 903);
-    assert_eq!(
-        j.out(),
-        [
-            kvt(0, "K0+20", 1000),
-            kvt(1, "K1+21", 1001),
-            kvt(2, "K2+22", 1002),
-            kvt(3, "K3+23", 1003)
-        ]
-    );
+    window_bounds(&mut j, plus(20));
     j.l(0, "dummy", 1103);
     assert_eq!(j.out(), [kvt(0, "dummy+null", 1103)]);
     j.nothing_late();
