@@ -685,6 +685,9 @@ where
     ) -> Result<(), ProcessError> {
         let own_seen = Self::seen(ctx, &self.own_seen)?;
         let retention = self.windows.retention_ms();
+        let key_bytes = parse_data_key(&timer.key)
+            .map(|(k, _)| k.to_vec())
+            .ok_or_else(|| ProcessError::permanent("a join timer's key is not a buffer's"))?;
         let mut own = ctx.window_store(&self.own)?;
         let Some((w, mut slot)) = own.fetch_raw(&timer.key)? else {
             return Ok(());
@@ -693,15 +696,10 @@ where
         let found_later = own_seen.is_some_and(|seen| w.start.saturating_add(retention) > seen);
         if found_later {
             slot.iter_mut().for_each(|b| b.matched = true);
-            let (k, _) = parse_data_key(&timer.key)
-                .ok_or_else(|| ProcessError::permanent("a join timer's key is not a buffer's"))?;
-            own.put_read(k, w, Some(w.end), &slot)?;
+            own.put_read(&key_bytes, w, Some(w.end), &slot)?;
         } else {
             own.remove_read(&timer.key, w)?;
         }
-        let key_bytes = parse_data_key(&timer.key)
-            .map(|(k, _)| k.to_vec())
-            .ok_or_else(|| ProcessError::permanent("a join timer's key is not a buffer's"))?;
         let key = self
             .own
             .key_serde()
