@@ -208,9 +208,10 @@ impl<'b, K: Data, V: Data> KStream<'b, K, V> {
     /// within `windows` (Kafka Streams' `join(KStream, ValueJoiner, JoinWindows,
     /// StreamJoined)`): `joiner(value, other_value)`, stamped with the later of the two
     /// times. Either side triggers results; each side is buffered in a windowed store named
-    /// by `stores` (changelogged, restored like every store). A record later than its
-    /// window's grace joins nothing and goes to its input's DLT as `late-record`. See
-    /// [`crate::topology::stream_joins`] for the windows and retention.
+    /// by `stores` (changelogged, restored like every store). A record behind stream time
+    /// still joins the other side's records in its window that are buffered; one that joins
+    /// nothing and that no later record could find any more goes to its input's DLT as
+    /// `late-record`. See [`crate::topology::stream_joins`] for the windows and retention.
     ///
     /// Both streams must be partitioned by their key: after a key change
     /// [`super::StreamsBuilder::build`] fails and names the stream — repartition it first.

@@ -11,23 +11,27 @@
 //!   ([`super::windows::WindowStoreHandle`], changelogged as `<app>-<store>-changelog` and
 //!   restored like every store), keyed by key · event time; records with the same key and the
 //!   same event time are kept side by side (a list under one entry), never overwritten.
-//! - **Late records**: a left record is late once stream time (the partition's, shared by both
-//!   topics) has passed `t + after + grace`, a right one `t + before + grace` — its window has
-//!   closed, as in Kafka Streams. A late record joins nothing and is not buffered: it goes to its
+//! - **Retention and late records** (Kafka Streams' rule). Nothing bounds the arriving record:
+//!   whatever its event time, it joins every buffered record of the other side in its window.
+//!   What a side keeps is bounded: each side remembers the newest event time of its records
+//!   (Kafka Streams' window store `observedStreamTime`), and a buffered record at `t` is found
+//!   by later records while `t + before + after + grace` is after that time (Kafka Streams'
+//!   store retention, window size + grace); then it is deleted. A record that joins nothing and
+//!   whose own `t + before + after + grace` is not after its side's newest event time could
+//!   never be found by a later record: Kafka Streams drops it silently; here it goes to its
 //!   input's DLT (`eosflow.dlt.error.class: late-record`) and is counted in
-//!   `eosflow_late_records_total{node}`.
-//! - **Retention**: a buffered record is kept until stream time passes `t + before + after +
-//!   grace`. That is the last moment a record of the other side that is not late can still fall
-//!   in its window (a right record at `t + after` stays acceptable until `t + after + before +
-//!   grace`), so every pair of records that are not late is joined, whatever their arrival
-//!   order, across restarts too.
+//!   `eosflow_late_records_total{node}`. A record that joins something is never dead-lettered.
 //! - **Left and outer joins** ([`StreamJoin::left`], [`StreamJoin::outer`]): a record of an
-//!   outer side that never joined is forwarded with `None` for the other side once no record
-//!   of the other side can join it any more — when stream time passes `t + before + after +
-//!   grace` — through a durable event-time timer, so exactly once across crashes. There is no
-//!   early `(left, None)` result that a later match contradicts (Kafka Streams ≥ 3.1 emits at
-//!   `t + after + grace` and can, when `before > 0`, still join that record afterwards; here
-//!   the unmatched result waits `before` (`after` for a right record) longer and is final).
+//!   outer side that never joined is forwarded with `None` for the other side once the
+//!   partition's stream time passes `t + before + after + grace`, through a durable event-time
+//!   timer, so exactly once across crashes; one that arrives already past that (or that its
+//!   side would not keep) and joins nothing is forwarded so at once. There is no early
+//!   `(left, None)` result that a later match contradicts (Kafka Streams ≥ 3.1 emits at
+//!   `t + after + grace`, an out-of-order record at once, and can, when `before > 0`, still
+//!   join that record afterwards; here the unmatched result waits `before` (`after` for a right
+//!   record) longer and is final). One exception, as in Kafka Streams: while the record's own
+//!   side lags behind stream time (its newest event time has not passed `t + before + after +
+//!   grace`), the record stays findable after its unmatched result, and a pair can follow it.
 //! - **Causation**: a result caused by a record carries that record's id as `causation_id`
 //!   (the runtime stamps it). An unmatched result is forwarded from a timer, which has no input
 //!   record: the node sets `causation_id`, `correlation_id` and `tenant` from the envelope the
@@ -79,8 +83,8 @@
 //! assert_eq!((out[0].value_text(), out[0].timestamp), ("shown-1:click-1".into(), Some(4_000)));
 //! assert_eq!(out[0].header("causation_id"), Some("click-1"));
 //!
-//! // ad-2 can be clicked until 12 s, and a click that late is accepted until 17 s: only
-//! // then is "no click" final.
+//! // ad-2 can be clicked until 12 s, and such a click may still arrive (out of order, within
+//! // the 5 s of grace) until stream time 17 s: only then is "no click" final.
 //! driver.pipe(at("clicks", "ad-9", "other", 17_000))?;
 //! assert!(driver.read_raw_output("ad-outcomes").is_empty());
 //! driver.pipe(at("clicks", "ad-9", "other", 17_001))?;
@@ -98,9 +102,10 @@ use super::node::{NodeContext, NodeProcessor, TypedRecord};
 use super::tables::JoinInput;
 use super::windows::{data_key, parse_data_key, Window, WindowStoreHandle, EXPIRE_PER_CALL};
 use crate::codec::envelope::EnvelopeRef;
+use crate::processor::StoreHandle;
 use crate::processor::Timer;
 use crate::record::ProcessError;
-use crate::serdes::{Serde, SerdeError};
+use crate::serdes::{BytesSerde, I64Serde, Serde, SerdeError};
 
 /// How close in event time two records must be to join, and how long out-of-order records are
 /// waited for (Kafka Streams' `JoinWindows`). A left record at `t` joins right records in
@@ -129,8 +134,9 @@ fn millis(d: Duration) -> i64 {
 }
 
 impl JoinWindows {
-    /// Records at most `difference` apart join (either one first); records up to `grace`
-    /// behind stream time after their window are still accepted.
+    /// Records at most `difference` apart join (either one first); each side keeps its
+    /// records `grace` longer than the windows need (retention `before + after + grace`), for
+    /// records of the other side that arrive out of order.
     pub fn of_time_difference_and_grace(difference: Duration, grace: Duration) -> Self {
         let d = millis(difference);
         Self {
@@ -140,8 +146,8 @@ impl JoinWindows {
         }
     }
 
-    /// Records at most `difference` apart join; a record is late as soon as stream time passes
-    /// the end of its window.
+    /// Records at most `difference` apart join; each side keeps its records only as long as the
+    /// windows need (retention `before + after`).
     pub fn of_time_difference_no_grace(difference: Duration) -> Self {
         Self::of_time_difference_and_grace(difference, Duration::ZERO)
     }
@@ -173,8 +179,9 @@ impl JoinWindows {
         self.grace
     }
 
-    /// How long after its event time (in stream time) a buffered record is kept, and an
-    /// unmatched one of an outer side emitted: `before + after + grace`.
+    /// How long after its event time a buffered record is kept (measured by its side's newest
+    /// event time), and after which (in stream time) an unmatched one of an outer side is
+    /// emitted: `before + after + grace`.
     pub fn retention_ms(&self) -> i64 {
         self.before
             .saturating_add(self.after)
@@ -312,6 +319,8 @@ where
             windows: w,
             own: left_store.clone(),
             other: right_store.clone(),
+            own_seen: seen_handle(self.left.name()),
+            other_seen: seen_handle(self.right.name()),
             own_emits: left_emits,
             other_emits: right_emits,
             join: Box::new(move |k, this, other| j(k, Some(this), other)),
@@ -323,6 +332,8 @@ where
             windows: w,
             own: right_store,
             other: left_store,
+            own_seen: seen_handle(self.right.name()),
+            other_seen: seen_handle(self.left.name()),
             own_emits: right_emits,
             other_emits: left_emits,
             join: Box::new(move |k, this, other| j(k, other, Some(this))),
@@ -436,6 +447,16 @@ fn buffer_handle<K: 'static, V: 'static>(
     WindowStoreHandle::new(user.name(), keys, SlotSerde(values))
 }
 
+/// The key, in a side's store, of the newest event time of the side's records (Kafka Streams'
+/// window store `observedStreamTime`): an `m` entry like the store's expiry watermark, so
+/// neither the windows nor their index see it; changelogged with the store.
+const SEEN: &[u8] = b"mjoin-seen";
+
+/// A side's store read as a key-value store: where its newest event time is kept.
+fn seen_handle(store: &str) -> StoreHandle<Vec<u8>, i64> {
+    StoreHandle::new(store, BytesSerde, I64Serde)
+}
+
 type SideJoiner<K, This, Other, R> = Box<dyn Fn(&K, &This, Option<&Other>) -> Option<R> + Send>;
 
 /// The node of one side: `This` is its records' value, `Other` the other side's.
@@ -447,6 +468,10 @@ pub(crate) struct Side<K, This, Other, R> {
     look_ahead: i64,
     own: WindowStoreHandle<K, Slot<This>>,
     other: WindowStoreHandle<K, Slot<Other>>,
+    /// The newest event time of this side's records, in its store.
+    own_seen: StoreHandle<Vec<u8>, i64>,
+    /// The other side's.
+    other_seen: StoreHandle<Vec<u8>, i64>,
     /// This side's unmatched records are forwarded (left side of a left join, both of outer).
     own_emits: bool,
     other_emits: bool,
@@ -465,29 +490,63 @@ where
     Other: Clone + Send + 'static,
     R: Clone + Send + 'static,
 {
-    /// A record too late for its window: to the DLT, counted, neither joined nor buffered.
-    fn late(&self, ctx: &mut NodeContext<'_, '_>, t: i64, stream: i64) {
+    /// A record that joined nothing and that no later record could find: to the DLT, counted,
+    /// not buffered (Kafka Streams drops it silently).
+    fn late(&self, ctx: &mut NodeContext<'_, '_>, t: i64, seen: i64, stream: i64) {
         let reason = format!(
-            "late record: event time {t} + {} ms of join window + {} ms of grace is before the stream time {stream}",
-            self.look_ahead, self.windows.grace
+            "late record: it joined nothing, and event time {t} + {} ms of retention (before + after + grace) is not after {seen}, the newest event time of its side: no later record could join it",
+            self.windows.retention_ms()
         );
         ctx.dead_letter_late(reason, &[], stream);
     }
 
-    /// Deletes the buffered records no record that is not late can join any more, in the
-    /// stores whose records are not waited on by a timer (an outer side's are deleted by
-    /// their timers, after their unmatched results).
-    fn expire(&self, ctx: &mut NodeContext<'_, '_>, stream: i64) -> Result<(), ProcessError> {
-        let cutoff = stream.saturating_sub(self.windows.retention_ms());
-        if !self.own_emits {
-            ctx.window_store(&self.own)?
-                .expire(cutoff, EXPIRE_PER_CALL)?;
-        }
-        if !self.other_emits {
-            ctx.window_store(&self.other)?
-                .expire(cutoff, EXPIRE_PER_CALL)?;
-        }
+    /// The newest event time of a side's records (`None` before its first), kept in its store.
+    fn seen(
+        ctx: &mut NodeContext<'_, '_>,
+        handle: &StoreHandle<Vec<u8>, i64>,
+    ) -> Result<Option<i64>, ProcessError> {
+        ctx.store(handle)?.get(&SEEN.to_vec())
+    }
+
+    /// Deletes the buffered records no later record can find any more: event time +
+    /// retention not after `seen`, their side's newest event time. An outer side's record is
+    /// deleted one millisecond later, once its timer (due at event time + retention + 1, at
+    /// most `seen`, which stream time has reached before this record) has emitted it if it
+    /// was unmatched: `seen` is then a time stream time reached before this record (the
+    /// other side's, or this side's before this record), so every timer due by then has fired.
+    fn expire_store<V>(
+        ctx: &mut NodeContext<'_, '_>,
+        store: &WindowStoreHandle<K, Slot<V>>,
+        emits: bool,
+        seen: Option<i64>,
+        retention: i64,
+    ) -> Result<(), ProcessError> {
+        let Some(seen) = seen else {
+            return Ok(());
+        };
+        let cutoff = seen
+            .saturating_sub(retention)
+            .saturating_add(i64::from(!emits));
+        ctx.window_store(store)?.expire(cutoff, EXPIRE_PER_CALL)?;
         Ok(())
+    }
+
+    /// [`Self::expire_store`] of both stores: this side's by its newest event time (before
+    /// this record if it is an outer side), the other side's by its own.
+    fn expire(
+        &self,
+        ctx: &mut NodeContext<'_, '_>,
+        (before, own_seen): (Option<i64>, i64),
+        other_seen: Option<i64>,
+    ) -> Result<(), ProcessError> {
+        let retention = self.windows.retention_ms();
+        let own = if self.own_emits {
+            before
+        } else {
+            Some(own_seen)
+        };
+        Self::expire_store(ctx, &self.own, self.own_emits, own, retention)?;
+        Self::expire_store(ctx, &self.other, self.other_emits, other_seen, retention)
     }
 }
 
@@ -511,26 +570,34 @@ where
             .or_else(|| ctx.event_time_ms())
             .ok_or_else(|| ProcessError::permanent("a stream-stream join needs an event time"))?;
         let stream = ctx.stream_time_ms().unwrap_or(t).max(t);
-        if t.saturating_add(self.look_ahead)
-            .saturating_add(self.windows.grace)
-            < stream
-        {
-            self.late(ctx, t, stream);
-            return Ok(());
-        }
+        let retention = self.windows.retention_ms();
+        let other_seen = Self::seen(ctx, &self.other_seen)?;
+        let seen_before = Self::seen(ctx, &self.own_seen)?;
+        let own_seen = match seen_before {
+            Some(seen) if seen >= t => seen,
+            _ => {
+                ctx.store(&self.own_seen)?.put(&SEEN.to_vec(), &t)?;
+                t
+            }
+        };
+        let seen = (seen_before, own_seen);
         let k = self
             .own
             .key_serde()
             .serialize(&key)
             .map_err(|e| key_error(self.own.name(), e))?;
-        // Join with the other side's buffered records in the window, earliest first.
+        // Join with the other side's buffered records in the window that are still kept
+        // (event time + retention after the newest event time of their side), earliest first.
+        let kept_from = other_seen.map_or(i64::MIN, |seen| {
+            seen.saturating_sub(retention).saturating_add(1)
+        });
         let (from, to) = (
-            t.saturating_sub(self.look_back),
+            t.saturating_sub(self.look_back).max(kept_from),
             t.saturating_add(self.look_ahead),
         );
         let mut results = Vec::new();
         let mut matched = false;
-        {
+        if from <= to {
             let mut other = ctx.window_store(&self.other)?;
             for (w, mut slot) in other.fetch_range(&key, from, to)? {
                 for b in &slot {
@@ -552,6 +619,29 @@ where
                 timestamp: Some(ts),
                 headers: record.headers.clone(),
             });
+        }
+        // A later record of the other side finds this one while its event time + retention is
+        // after its side's newest event time (Kafka Streams' window store retention). An outer
+        // side's record that joined nothing is due once stream time passes that too.
+        let found_later = t.saturating_add(retention) > own_seen;
+        let due_now = self.own_emits && t.saturating_add(retention) < stream;
+        if !matched && (due_now || (self.own_emits && !found_later)) {
+            // Unmatched and due already: its result now, with its own event time.
+            if let Some(r) = (self.join)(&key, &value, None) {
+                ctx.forward(TypedRecord {
+                    key: Some(key.clone()),
+                    value: Some(r),
+                    timestamp: Some(t),
+                    headers: record.headers.clone(),
+                });
+            }
+            matched = true;
+        }
+        if !found_later {
+            if !matched {
+                self.late(ctx, t, own_seen, stream);
+            }
+            return self.expire(ctx, seen, other_seen);
         }
         // Buffer this record; a new slot of an outer side gets the timer that emits its
         // unmatched records and deletes it.
@@ -576,37 +666,46 @@ where
         let mut slot = previous.map(|(_, s)| s).unwrap_or_default();
         slot.push(entry);
         own.put_read(&k, Window { start: t, end: t }, previous_end, &slot)?;
-        if self.own_emits && previous_end.is_none() {
-            let due = t
-                .saturating_add(self.windows.retention_ms())
-                .saturating_add(1);
+        if self.own_emits && !due_now && previous_end.is_none() {
+            let due = t.saturating_add(retention).saturating_add(1);
             ctx.schedule(Timer::event_time(dk, due))?;
         }
-        self.expire(ctx, stream)
+        self.expire(ctx, seen, other_seen)
     }
 
-    /// A slot of an outer side is over: its records that joined nothing are forwarded with
+    /// A slot of an outer side is due: its records that joined nothing are forwarded with
     /// `None` for the other side (stamped with their event time and their own envelope as
-    /// cause), and the slot is deleted.
+    /// cause), and the slot is deleted — or, while its side's newest event time has not
+    /// passed it by the retention (that side lags behind stream time), kept for the later
+    /// records that can still find it, marked as emitted.
     fn on_timer(
         &mut self,
         ctx: &mut NodeContext<'_, '_>,
         timer: &Timer,
     ) -> Result<(), ProcessError> {
-        let mut own = ctx.window_store(&self.own)?;
-        let Some((w, slot)) = own.fetch_raw(&timer.key)? else {
-            return Ok(());
-        };
-        own.remove_read(&timer.key, w)?;
+        let own_seen = Self::seen(ctx, &self.own_seen)?;
+        let retention = self.windows.retention_ms();
         let key_bytes = parse_data_key(&timer.key)
             .map(|(k, _)| k.to_vec())
             .ok_or_else(|| ProcessError::permanent("a join timer's key is not a buffer's"))?;
+        let mut own = ctx.window_store(&self.own)?;
+        let Some((w, mut slot)) = own.fetch_raw(&timer.key)? else {
+            return Ok(());
+        };
+        let unmatched: Vec<_> = slot.iter().filter(|b| !b.matched).cloned().collect();
+        let found_later = own_seen.is_some_and(|seen| w.start.saturating_add(retention) > seen);
+        if found_later {
+            slot.iter_mut().for_each(|b| b.matched = true);
+            own.put_read(&key_bytes, w, Some(w.end), &slot)?;
+        } else {
+            own.remove_read(&timer.key, w)?;
+        }
         let key = self
             .own
             .key_serde()
             .deserialize(&key_bytes)
             .map_err(|e| key_error(self.own.name(), e))?;
-        for b in slot.into_iter().filter(|b| !b.matched) {
+        for b in unmatched {
             let Some(r) = (self.join)(&key, &b.value, None) else {
                 continue;
             };

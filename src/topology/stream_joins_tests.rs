@@ -1,7 +1,8 @@
 //! Stream-stream joins through the test driver: what a topology author sees — pairs found from
-//! either side, the window's exact edges, out-of-order records within grace, late records in
-//! the DLT, duplicates kept, left and outer results only once final, causation on every result,
-//! buffers emptied after retention, and the builder's refusals.
+//! either side, the window's exact edges, out-of-order records joining what is still buffered,
+//! records nothing can join any more in the DLT, duplicates kept, left and outer results only
+//! once final, causation on every result, buffers emptied after retention, and the builder's
+//! refusals.
 
 use std::time::Duration;
 
@@ -130,34 +131,57 @@ fn an_inner_join_pairs_records_from_either_side_up_to_the_window_edges_inclusive
 }
 
 #[test]
-fn out_of_order_records_within_grace_join_and_a_late_one_goes_to_the_dlt() {
+fn a_record_behind_stream_time_joins_what_is_buffered_and_only_one_nothing_can_join_goes_to_the_dlt(
+) {
+    // Retention (how long a side keeps a record): 100 + 100 + 50 = 250 ms.
     let w = JoinWindows::of_time_difference_and_grace(ms(100), ms(50));
     let mut d = driver(inner(w));
     send(&mut d, LEFT, "a", "L1000", 1_000);
     send(&mut d, LEFT, "z", "Lz", 1_120); // stream time 1120
-    send(&mut d, RIGHT, "a", "R1000", 1_000); // 1000 + 100 + 50 >= 1120: accepted
+    send(&mut d, RIGHT, "a", "R1000", 1_000);
     assert_eq!(texts(&mut d), ["a:L1000+R1000@1000"]);
 
-    send(&mut d, LEFT, "z", "Lz2", 1_200); // stream time 1200
-    send(&mut d, LEFT, "a", "L1049", 1_049); // 1049 + 100 + 50 < 1200: late
-    assert!(texts(&mut d).is_empty(), "a late record joins nothing");
+    send(&mut d, LEFT, "z", "Lz2", 1_200); // the left side's newest record: 1200
+                                           // 1049 + 100 + 50 is before stream time 1200, yet R1000 is still buffered and in its
+                                           // window: it joins (Kafka Streams' rule: nothing bounds the arriving record, only the
+                                           // retention of what it is joined with).
+    send(&mut d, LEFT, "a", "L1049", 1_049);
+    assert_eq!(texts(&mut d), ["a:L1049+R1000@1049"]);
+    // b joins nothing, and 900 + 250 is not after 1200: no later right record could find it.
+    send(&mut d, LEFT, "b", "Lb900", 900);
+    assert!(texts(&mut d).is_empty());
     let dead = d.read_raw_output(&format!("{LEFT}.DLT"));
     assert_eq!(dead.len(), 1);
     assert_eq!(dead[0].dlt_class(), Some("late-record"));
-    assert_eq!(dead[0].value_text(), "L1049");
+    assert_eq!(dead[0].value_text(), "Lb900");
     assert_eq!(dead[0].header("eosflow.dlt.late.stream.time"), Some("1200"));
+    // b at 1000 joins nothing either, but stays findable until the left side passes 1250.
+    send(&mut d, LEFT, "b", "Lb1000", 1_000);
+    assert!(d.read_raw_output(&format!("{LEFT}.DLT")).is_empty());
+    send(&mut d, RIGHT, "b", "Rb", 1_090);
+    assert_eq!(texts(&mut d), ["b:Lb1000+Rb@1090"]);
 
-    // A right record at 1100 is still accepted (its window reaches 1200, grace to 1250) and
-    // still finds the left record at 1000: buffers are kept before + after + grace = 250 ms.
+    // A right record at 1100 finds both left records of a (both kept, the left side's newest
+    // being 1200).
     send(&mut d, RIGHT, "a", "R1100", 1_100);
-    assert_eq!(texts(&mut d), ["a:L1000+R1100@1100"]);
-    assert_eq!(buffered(&mut d, LEFT_STORE), 3);
-    // Past 1000 + 250 the record at 1000 is gone; the others stay until their own turn.
+    assert_eq!(texts(&mut d), ["a:L1000+R1100@1100", "a:L1049+R1100@1100"]);
+    assert_eq!(buffered(&mut d, LEFT_STORE), 5);
+    // Once the left side passes 1000 + 250 its records at 1000 go; the others stay until
+    // their own turn.
     send(&mut d, LEFT, "z", "Lz3", 1_251);
-    assert_eq!(buffered(&mut d, LEFT_STORE), 3, "a@1000 went, z@1251 came");
+    assert_eq!(
+        buffered(&mut d, LEFT_STORE),
+        4,
+        "a@1000 and b@1000 went, z@1251 came"
+    );
     send(&mut d, LEFT, "z", "Lz4", 2_000);
     assert_eq!(buffered(&mut d, LEFT_STORE), 1, "only z@2000 is left");
-    assert_eq!(buffered(&mut d, RIGHT_STORE), 0);
+    // A side's records go by that side's newest record (Kafka Streams' window store
+    // retention): the right side has not moved past 1100 yet.
+    assert_eq!(buffered(&mut d, RIGHT_STORE), 3);
+    send(&mut d, RIGHT, "z", "Rz", 2_000);
+    assert_eq!(buffered(&mut d, RIGHT_STORE), 1, "only z@2000 is left");
+    assert_eq!(texts(&mut d), ["z:Lz4+Rz@2000"]);
 }
 
 #[test]
@@ -212,14 +236,21 @@ fn a_left_join_emits_an_unmatched_left_record_once_no_right_record_can_join_it()
         "a timer has no input: the unmatched result names the record it stands for"
     );
     assert_eq!(got[0].header("correlation_id"), Some("B"));
-    assert_eq!(
-        buffered(&mut d, LEFT_STORE),
-        0,
-        "the timers emptied the left buffer"
-    );
     send(&mut d, RIGHT, "z", "Rz3", 5_000);
     assert!(texts(&mut d).is_empty());
     assert_eq!(buffered(&mut d, RIGHT_STORE), 1, "only z@5000 is left");
+    // The left side's newest record is still at 1000: as in Kafka Streams, a right record at
+    // 1000..1100 arriving now would still find A and B, so they stay buffered (B marked as
+    // emitted) until the left side moves past 1000 + 250.
+    assert_eq!(buffered(&mut d, LEFT_STORE), 2, "a@1000 (A) and b@1000 (B)");
+    send(&mut d, LEFT, "y", "Ly", 5_000);
+    send(&mut d, LEFT, "y", "Ly2", 5_001);
+    assert!(texts(&mut d).is_empty());
+    assert_eq!(
+        buffered(&mut d, LEFT_STORE),
+        2,
+        "A and B went once the left side passed 1250: y@5000 and y@5001 are left"
+    );
 }
 
 #[test]
