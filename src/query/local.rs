@@ -11,6 +11,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
+use super::partitioner::Partitioner;
 use crate::state::StoreReader;
 
 /// The next input offset of each (topic, partition) a read's state reflects: every record
@@ -62,6 +63,8 @@ pub struct LocalStores {
     /// Whether the application queries this instance (a store handle taken or served): only
     /// then does opening a task ask the group for the input positions its state reflects.
     queried: AtomicBool,
+    /// How the inputs' keys were placed (`queries.partitioner`): where a key is looked for.
+    partitioner: Mutex<Partitioner>,
 }
 
 fn read<T>(l: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
@@ -91,6 +94,16 @@ impl LocalStores {
         if let Some(t) = input {
             *lock(&self.input) = Some(t.to_string());
         }
+    }
+
+    /// Keys are looked for where `partitioner` places them (`queries.partitioner`).
+    pub(crate) fn set_partitioner(&self, partitioner: Partitioner) {
+        *lock(&self.partitioner) = partitioner;
+    }
+
+    /// Where keys are looked for, unless a reader says otherwise.
+    pub(crate) fn partitioner(&self) -> Partitioner {
+        *lock(&self.partitioner)
     }
 
     /// The application reads this instance's stores: tasks opened from now on start with

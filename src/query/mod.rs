@@ -56,18 +56,22 @@
 //! range queries are per instance, as in Kafka Streams: ask each instance (`GET /stores`
 //! lists what it holds).
 
+pub(crate) mod config;
+pub(crate) mod http;
 mod local;
 mod partitioner;
 mod read;
 mod routing;
 mod service;
 
+pub use config::{QueriesConfig, MAX_LIMIT_CEILING};
+pub use http::{QueryClient, QueryClientError, QueryListenerError};
 pub(crate) use local::LocalStores;
 pub use local::Positions;
-pub use partitioner::{murmur2, partition_for};
+pub use partitioner::{crc32, fnv1a, murmur2, partition_for, Partitioner};
 pub use read::{Queried, QueryError, ReadOnlyKeyValueStore, ReadOnlyWindowStore};
 pub(crate) use routing::{endpoints_topic, Router};
-pub use service::{HttpAnswer, QueryService, FORWARDED_HEADER, MAX_RANGE_LIMIT};
+pub use service::{HttpAnswer, QueryService, FORWARDED_HEADER};
 
 /// docs/interactive-queries.md, whose example compiles as a doctest.
 #[cfg(doctest)]
