@@ -786,6 +786,30 @@ mod tests {
         );
     }
 
+    #[tokio::test]
+    async fn a_request_past_its_deadline_gets_504_and_frees_its_slot() {
+        let c = QueriesConfig {
+            request_timeout_ms: 10,
+            ..config()
+        };
+        let service = Arc::new(QueryService::new(LocalStores::new(), None, c.max_limit));
+        let shared = Shared::new(service, &c).expect("shared");
+        // A handler that never ends (as a read stuck on a slow disk).
+        let stuck =
+            Router::new().route("/stores", get(|| std::future::pending::<Response<Body>>()));
+        let request = || {
+            Request::get("/stores")
+                .header(AUTHORIZATION, "Bearer s3cret")
+                .body(Body::empty())
+                .expect("request")
+        };
+        let r = admit(stuck.clone(), &shared, request(), false).await;
+        assert_eq!(r.status(), StatusCode::GATEWAY_TIMEOUT);
+        // The slot came back with the request's end: the next one is admitted (and times out).
+        let again = admit(stuck, &shared, request(), false).await;
+        assert_eq!(again.status(), StatusCode::GATEWAY_TIMEOUT);
+    }
+
     #[test]
     fn header_names_are_canonical() {
         assert_eq!(canonical("eosflow-standby-lag"), "Eosflow-Standby-Lag");

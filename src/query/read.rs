@@ -9,7 +9,8 @@ use std::time::Instant;
 
 use super::local::{Here, LocalStores, Positions};
 use super::partitioner::Partitioner;
-use crate::processor::StoreHandle;
+use crate::processor::timers::committed_expiry;
+use crate::processor::{StoreHandle, TtlClock};
 use crate::serdes::SerdeError;
 use crate::state::merge::{prefix_bounds, KeyBounds};
 use crate::state::{StateError, StoreReader};
@@ -180,6 +181,73 @@ pub(crate) fn partition_of(
 /// An entry as stored: partition, key bytes, value bytes.
 pub(crate) type RawEntry = (i32, Vec<u8>, Vec<u8>);
 
+/// A key's committed expiry in a store with a TTL: the sub-topology whose lane holds it and
+/// its due time (`None`: the key does not expire).
+pub(crate) type KeyExpiry = Option<(usize, i64)>;
+
+/// The committed expiry of `key` read by `reader` in a store whose TTL counts in `ttl` (none
+/// without a TTL: nothing to look up).
+pub(crate) fn expiry_of(
+    reader: &StoreReader,
+    ttl: Option<TtlClock>,
+    key: &[u8],
+) -> Result<KeyExpiry, QueryError> {
+    let Some(clock) = ttl else {
+        return Ok(None);
+    };
+    Ok(committed_expiry(
+        |col, k| reader.get_in(col, k),
+        clock.kind(),
+        key,
+    )?)
+}
+
+/// Whether entries of one partition's copy have expired by their TTL's clock: the wall clock
+/// now, or the copy's committed stream time of the sub-topology that wrote them (read once per
+/// sub-topology). An expired key not yet swept is not served (docs/ttl.md).
+pub(crate) struct Expiry<'a> {
+    local: &'a LocalStores,
+    p: i32,
+    from_standby: bool,
+    clock: Option<TtlClock>,
+    now_ms: i64,
+    stream_times: BTreeMap<usize, Option<i64>>,
+}
+
+impl<'a> Expiry<'a> {
+    /// For partition `p`'s active task, or (`from_standby`) its standby copy.
+    pub(crate) fn new(
+        local: &'a LocalStores,
+        p: i32,
+        from_standby: bool,
+        clock: Option<TtlClock>,
+    ) -> Self {
+        Self {
+            local,
+            p,
+            from_standby,
+            clock,
+            now_ms: crate::clock::now_ms(),
+            stream_times: BTreeMap::new(),
+        }
+    }
+
+    /// Whether an entry with `expiry` is past it.
+    pub(crate) fn expired(&mut self, expiry: KeyExpiry) -> bool {
+        let (Some(clock), Some((sub, due))) = (self.clock, expiry) else {
+            return false;
+        };
+        let now = match clock {
+            TtlClock::WallClock => Some(self.now_ms),
+            TtlClock::EventTime => *self
+                .stream_times
+                .entry(sub)
+                .or_insert_with(|| self.local.stream_time(self.p, sub, self.from_standby)),
+        };
+        now.is_some_and(|t| due <= t)
+    }
+}
+
 /// How much a scan may return and for how long it may run.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct ScanBudget {
@@ -238,6 +306,7 @@ pub(crate) fn scan_local(
     bounds: &KeyBounds,
     budget: ScanBudget,
     standby: Option<i64>,
+    ttl: Option<TtlClock>,
 ) -> Result<Queried<Scanned>, QueryError> {
     let mut merge = Merge {
         limit: budget.limit.max(1),
@@ -260,7 +329,13 @@ pub(crate) fn scan_local(
             }
             let chunk = (lower.clone(), bounds.1.clone());
             let read = match read_partition(local, name, p, standby, |r| {
-                Ok(r.scan(&chunk, SCAN_CHUNK)?)
+                let (entries, more) = r.scan(&chunk, SCAN_CHUNK)?;
+                let mut out = Vec::with_capacity(entries.len());
+                for (k, v) in entries {
+                    let e = expiry_of(r, ttl, &k)?;
+                    out.push((k, v, e));
+                }
+                Ok((out, more))
             }) {
                 Ok(read) => read,
                 // Closed between the listing and the read, or between two chunks: its new
@@ -288,8 +363,12 @@ pub(crate) fn scan_local(
                 *l = (*l).max(lag);
             }
             let (entries, more) = read.value;
-            let last = entries.last().map(|(k, _)| k.clone());
-            for (k, v) in entries {
+            let last = entries.last().map(|(k, _, _)| k.clone());
+            let mut expiry = Expiry::new(local, p, read.standby_lag.is_some(), ttl);
+            for (k, v, e) in entries {
+                if expiry.expired(e) {
+                    continue;
+                }
                 if !merge.offer(p, k, v) {
                     continue 'partitions;
                 }
@@ -317,6 +396,21 @@ pub(crate) fn scan_local(
         positions,
         standby_lags,
     })
+}
+
+/// `key`'s committed value and, in a store with a TTL, its expiry (decided by [`Expiry`] once
+/// the read's lock is released).
+pub(crate) fn get_live(
+    r: &StoreReader,
+    ttl: Option<TtlClock>,
+    key: &[u8],
+) -> Result<(Option<Vec<u8>>, KeyExpiry), QueryError> {
+    let value = r.get(key)?;
+    let expiry = match value {
+        Some(_) => expiry_of(r, ttl, key)?,
+        None => None,
+    };
+    Ok((value, expiry))
 }
 
 /// `Some(p → lag)` for an answer read from a standby copy.
@@ -376,11 +470,14 @@ impl<K, V> ReadOnlyKeyValueStore<K, V> {
     pub fn get(&self, key: &K) -> Result<Queried<Option<V>>, QueryError> {
         let k = self.key_bytes(key)?;
         let p = partition_of(&self.local, self.partitioner, &k)?;
+        let ttl = self.handle.ttl().map(|(_, clock)| clock);
         let read = read_partition(&self.local, self.handle.name(), p, self.standby, |r| {
-            Ok(r.get(&k)?)
+            get_live(r, ttl, &k)
         })?;
-        let value = read
-            .value
+        let (value, expiry) = read.value;
+        let expired = Expiry::new(&self.local, p, read.standby_lag.is_some(), ttl).expired(expiry);
+        let value = value
+            .filter(|_| !expired)
             .map(|b| self.handle.value_serde().deserialize(&b))
             .transpose()
             .map_err(|e| self.serde_err(e))?;
@@ -397,12 +494,14 @@ impl<K, V> ReadOnlyKeyValueStore<K, V> {
             limit: NO_LIMIT,
             deadline: None,
         };
+        let ttl = self.handle.ttl().map(|(_, clock)| clock);
         let q = scan_local(
             &self.local,
             self.handle.name(),
             &bounds,
             budget,
             self.standby,
+            ttl,
         )?;
         let entries = q.value.entries;
         let mut out = Vec::with_capacity(entries.len());
@@ -582,6 +681,7 @@ impl<K, V> ReadOnlyWindowStore<K, V> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::processor::timers::TimerKind;
     use crate::state::{Column, Overlay, Store, StoreCache};
 
     /// Two open partitions of store `s`: 0 holds `even`, 1 holds `odd` keys (`k000`…), each
@@ -622,7 +722,7 @@ mod tests {
             limit: 5,
             deadline: None,
         };
-        let q = scan_local(&local, "s", &all, budget, None).expect("scan");
+        let q = scan_local(&local, "s", &all, budget, None, None).expect("scan");
         assert_eq!(keys(&q), ["k000", "k001", "k002", "k003", "k004"]);
         assert!(q.value.more);
         assert_eq!(q.partitions, [0, 1]);
@@ -634,8 +734,8 @@ mod tests {
                 limit: 97,
                 deadline: None,
             };
-            let page =
-                scan_local(&local, "s", &(lower, Bound::Unbounded), budget, None).expect("page");
+            let page = scan_local(&local, "s", &(lower, Bound::Unbounded), budget, None, None)
+                .expect("page");
             assert!(page.value.entries.len() <= 97);
             seen.extend(keys(&page));
             if !page.value.more {
@@ -658,9 +758,98 @@ mod tests {
         };
         let all = (Bound::Unbounded, Bound::Unbounded);
         assert!(matches!(
-            scan_local(&local, "s", &all, budget, None),
+            scan_local(&local, "s", &all, budget, None, None),
             Err(QueryError::DeadlineExceeded)
         ));
+    }
+
+    /// Partition 0 with a default store (its stream time of sub-topology 1 at `stream_time`)
+    /// and store `s` whose keys `gone` (due at 100), `kept` (due at 10^15) and `forever` (no
+    /// expiry) carry expiry index entries of `kind` in sub-topology 1's lane.
+    fn ttl_store(kind: TimerKind, stream_time: i64) -> (Arc<LocalStores>, Vec<Store>) {
+        use crate::processor::timers::expiry_index_entry;
+        let local = LocalStores::new();
+        local.set_layout(Some(1), Some("in"));
+        let cache = StoreCache::new(8 << 20);
+        let open = |name: &str| {
+            let dir = std::env::temp_dir().join(format!("eosflow-query-{}", uuid::Uuid::new_v4()));
+            Store::open(&dir, name, &cache).expect("open").0
+        };
+        let (default, s) = (open("default"), open("s"));
+        let mut o = Overlay::default();
+        o.put(
+            Column::Time,
+            &crate::processor::engine::stream_time_key(1),
+            stream_time.to_be_bytes().to_vec(),
+        );
+        default.apply(&o, None).expect("apply");
+        let mut o = Overlay::default();
+        for (k, due) in [
+            ("gone", Some(100)),
+            ("kept", Some(1_000_000_000_000_000)),
+            ("forever", None),
+        ] {
+            o.put(Column::State, k.as_bytes(), b"v".to_vec());
+            if let Some(due) = due {
+                let (ik, iv) = expiry_index_entry(kind, 1, k.as_bytes(), due);
+                o.put(Column::TimerIndex, &ik, iv);
+            }
+        }
+        s.apply(&o, None).expect("apply");
+        let readers = vec![
+            ("default".to_string(), default.reader()),
+            ("s".to_string(), s.reader()),
+        ];
+        local.opened(0, readers, Positions::new());
+        (local, vec![default, s])
+    }
+
+    fn handle(clock: TtlClock) -> StoreHandle<String, String> {
+        StoreHandle::new("s", crate::serdes::StringSerde, crate::serdes::StringSerde)
+            .with_ttl(std::time::Duration::from_secs(60), clock)
+            .expect("ttl")
+    }
+
+    fn served(local: &Arc<LocalStores>, clock: TtlClock) -> Vec<String> {
+        let store = ReadOnlyKeyValueStore::new(local.clone(), &handle(clock));
+        let mut keys: Vec<String> = store
+            .all()
+            .expect("all")
+            .value
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect();
+        keys.sort();
+        for k in ["gone", "kept", "forever"] {
+            let got = store.get(&k.to_string()).expect("get").value;
+            assert_eq!(
+                got.is_some(),
+                keys.contains(&k.to_string()),
+                "{k}: get and all agree"
+            );
+        }
+        keys
+    }
+
+    // docs/ttl.md: "an expired value is not seen" — a query neither, swept or not.
+    #[test]
+    fn a_key_past_its_ttl_is_not_served_before_the_sweep_deletes_it() {
+        // Wall clock: "gone" was due at 100 ms after the epoch.
+        let (local, _stores) = ttl_store(TimerKind::WallClock, 0);
+        assert_eq!(served(&local, TtlClock::WallClock), ["forever", "kept"]);
+        // Event time: due at 100, the task's committed stream time 150 / 50.
+        let (local, _stores) = ttl_store(TimerKind::EventTime, 150);
+        assert_eq!(served(&local, TtlClock::EventTime), ["forever", "kept"]);
+        let (local, _stores) = ttl_store(TimerKind::EventTime, 50);
+        assert_eq!(
+            served(&local, TtlClock::EventTime),
+            ["forever", "gone", "kept"]
+        );
+        // A handle without a TTL reads what is stored.
+        let plain: StoreHandle<String, String> =
+            StoreHandle::new("s", crate::serdes::StringSerde, crate::serdes::StringSerde);
+        let store = ReadOnlyKeyValueStore::new(local, &plain);
+        assert_eq!(store.all().expect("all").value.len(), 3);
     }
 
     #[test]
@@ -671,7 +860,7 @@ mod tests {
             limit: NO_LIMIT,
             deadline: None,
         };
-        let q = scan_local(&local, "s", &all, budget, None).expect("scan");
+        let q = scan_local(&local, "s", &all, budget, None, None).expect("scan");
         let want: Vec<String> = (0..2 * SCAN_CHUNK + 3)
             .map(|i| format!("k{i:03}"))
             .collect();

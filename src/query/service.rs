@@ -32,10 +32,11 @@ use serde_json::{json, Value};
 
 use super::local::{LocalStores, Positions};
 use super::read::{
-    fetch_windows, partition_of, read_partition, scan_local, QueryError, ScanBudget,
+    fetch_windows, get_live, partition_of, read_partition, scan_local, Expiry, QueryError,
+    ScanBudget,
 };
 use super::routing::{Owner, Router};
-use crate::processor::StoreHandle;
+use crate::processor::{StoreHandle, TtlClock};
 use crate::state::merge::prefix_bounds;
 use crate::topology::windows::WindowStoreHandle;
 
@@ -75,6 +76,8 @@ trait Rendered: Send + Sync {
     fn key_bytes(&self, text: &str) -> Result<Vec<u8>, String>;
     fn key_json(&self, bytes: &[u8]) -> Result<Value, String>;
     fn value_json(&self, bytes: &[u8]) -> Result<Value, String>;
+    /// The clock of the store's TTL, if its handle has one: expired keys are not served.
+    fn ttl(&self) -> Option<TtlClock>;
 }
 
 struct Typed<K, V> {
@@ -108,6 +111,10 @@ where
             .deserialize(bytes)
             .map_err(|e| e.to_string())?;
         serde_json::to_value(k).map_err(|e| e.to_string())
+    }
+
+    fn ttl(&self) -> Option<TtlClock> {
+        self.handle.ttl().map(|(_, clock)| clock)
     }
 
     fn value_json(&self, bytes: &[u8]) -> Result<Value, String> {
@@ -449,9 +456,16 @@ impl QueryService {
             Ok(found) => found,
             Err(step) => return step,
         };
-        match read_partition(&self.local, store, p, standby, |reader| Ok(reader.get(&k)?)) {
+        let ttl = r.ttl();
+        match read_partition(&self.local, store, p, standby, |reader| {
+            get_live(reader, ttl, &k)
+        }) {
             Ok(read) => {
-                let (status, value) = match read.value.map(|b| r.value_json(&b)).transpose() {
+                let (value, expiry) = read.value;
+                let expired =
+                    Expiry::new(&self.local, p, read.standby_lag.is_some(), ttl).expired(expiry);
+                let value = value.filter(|_| !expired);
+                let (status, value) = match value.map(|b| r.value_json(&b)).transpose() {
                     Ok(Some(v)) => (200, v),
                     Ok(None) => (404, Value::Null),
                     Err(e) => return HttpAnswer::error(500, format!("store {store}: {e}")).into(),
@@ -595,7 +609,14 @@ impl QueryService {
             Err(e) => return HttpAnswer::error(400, e),
         };
         let budget = ScanBudget { limit, deadline };
-        let q = match scan_local(&self.local, store, &(lower, upper), budget, standby) {
+        let q = match scan_local(
+            &self.local,
+            store,
+            &(lower, upper),
+            budget,
+            standby,
+            r.ttl(),
+        ) {
             Ok(q) => q,
             Err(e) => return error_answer(e),
         };
