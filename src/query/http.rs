@@ -554,8 +554,8 @@ fn router(shared: Arc<Shared>) -> Router {
     Router::new()
         .route("/stores", get(list))
         .route("/stores/{store}", get(range))
-        .route("/stores/{store}/keys/{key}", get(key))
-        .route("/stores/{store}/keys/{key}/windows", get(windows))
+        .route("/stores/{store}/keys/{key}", get(keyed::<false>))
+        .route("/stores/{store}/keys/{key}/windows", get(keyed::<true>))
         .fallback(|| async {
             response(HttpAnswer::error(404, "try /stores, /stores/<store>/keys/<key>, /stores/<store>/keys/<key>/windows?from=&to= or /stores/<store>?from=&to=&prefix=&after=&limit="))
         })
@@ -643,25 +643,8 @@ async fn range(
     finish(&s, &store, step, &uri).await
 }
 
-async fn key(
-    State(s): State<Arc<Shared>>,
-    path: Result<UrlPath<(String, String)>, PathRejection>,
-    RawQuery(q): RawQuery,
-    uri: Uri,
-    headers: HeaderMap,
-    Extension(budget): Extension<Budget>,
-) -> Response<Body> {
-    let UrlPath((store, key)) = match path {
-        Ok(p) => p,
-        Err(e) => return bad_path(e),
-    };
-    let forwarded = headers.contains_key(FORWARDED_HEADER);
-    let (svc, name) = (s.service.clone(), store.clone());
-    let step = blocking(budget, move |_| svc.key(&name, &key, &params(q), forwarded)).await;
-    finish(&s, &store, step, &uri).await
-}
-
-async fn windows(
+/// `GET /stores/<store>/keys/<key>` (`WINDOWS` false) and `…/windows` (true).
+async fn keyed<const WINDOWS: bool>(
     State(s): State<Arc<Shared>>,
     path: Result<UrlPath<(String, String)>, PathRejection>,
     RawQuery(q): RawQuery,
@@ -676,7 +659,12 @@ async fn windows(
     let forwarded = headers.contains_key(FORWARDED_HEADER);
     let (svc, name) = (s.service.clone(), store.clone());
     let step = blocking(budget, move |_| {
-        svc.windows(&name, &key, &params(q), forwarded)
+        let params = params(q);
+        if WINDOWS {
+            svc.windows(&name, &key, &params, forwarded)
+        } else {
+            svc.key(&name, &key, &params, forwarded)
+        }
     })
     .await;
     finish(&s, &store, step, &uri).await

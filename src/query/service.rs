@@ -187,6 +187,9 @@ fn positions_header(positions: &Positions) -> String {
 /// authenticated request reaches the code that reads it (see [`super::http`]).
 pub const FORWARDED_HEADER: &str = "Eosflow-Forwarded";
 
+/// A keyed request's served store, `max_standby_lag`, key bytes and partition.
+type Keyed = (Arc<dyn Rendered>, Option<i64>, Vec<u8>, i32);
+
 /// The query parameters of a request, decoded.
 pub(crate) type Params = BTreeMap<String, String>;
 
@@ -436,6 +439,33 @@ impl QueryService {
         Ok((k, p))
     }
 
+    /// What a keyed request needs: the served store (of `kind` when given: `window` for
+    /// `/windows`), `max_standby_lag`, the key's bytes and partition — or the step that answers
+    /// instead.
+    fn keyed(
+        &self,
+        store: &str,
+        key_text: &str,
+        params: &Params,
+        forwarded: bool,
+        kind: &str,
+    ) -> Result<Keyed, Step> {
+        let r = self.served_store(store)?;
+        if !kind.is_empty() && r.kind() != kind {
+            return Err(HttpAnswer::error(
+                400,
+                format!(
+                    "store {store} is a {} store: ask /stores/{store}/keys/<key>",
+                    r.kind()
+                ),
+            )
+            .into());
+        }
+        let standby = standby_param(params).map_err(|e| HttpAnswer::error(400, e))?;
+        let (k, p) = self.locate(r.as_ref(), key_text, forwarded)?;
+        Ok((r, standby, k, p))
+    }
+
     /// `GET /stores/<store>/keys/<key>` (`store` and `key` decoded).
     pub(crate) fn key(
         &self,
@@ -444,15 +474,7 @@ impl QueryService {
         params: &Params,
         forwarded: bool,
     ) -> Step {
-        let r = match self.served_store(store) {
-            Ok(r) => r,
-            Err(a) => return a.into(),
-        };
-        let standby = match standby_param(params) {
-            Ok(s) => s,
-            Err(e) => return HttpAnswer::error(400, e).into(),
-        };
-        let (k, p) = match self.locate(r.as_ref(), key_text, forwarded) {
+        let (r, standby, k, p) = match self.keyed(store, key_text, params, forwarded, "") {
             Ok(found) => found,
             Err(step) => return step,
         };
@@ -494,20 +516,6 @@ impl QueryService {
         params: &Params,
         forwarded: bool,
     ) -> Step {
-        let r = match self.served_store(store) {
-            Ok(r) => r,
-            Err(a) => return a.into(),
-        };
-        if r.kind() != "window" {
-            return HttpAnswer::error(
-                400,
-                format!(
-                    "store {store} is a {} store: ask /stores/{store}/keys/<key>",
-                    r.kind()
-                ),
-            )
-            .into();
-        }
         let (from, to) = match (
             time_param(params, "from", i64::MIN),
             time_param(params, "to", i64::MAX),
@@ -515,11 +523,7 @@ impl QueryService {
             (Ok(f), Ok(t)) => (f, t),
             (Err(e), _) | (_, Err(e)) => return HttpAnswer::error(400, e).into(),
         };
-        let standby = match standby_param(params) {
-            Ok(s) => s,
-            Err(e) => return HttpAnswer::error(400, e).into(),
-        };
-        let (k, p) = match self.locate(r.as_ref(), key_text, forwarded) {
+        let (r, standby, k, p) = match self.keyed(store, key_text, params, forwarded, "window") {
             Ok(found) => found,
             Err(step) => return step,
         };
