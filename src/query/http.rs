@@ -783,8 +783,7 @@ mod tests {
         let service = Arc::new(QueryService::new(LocalStores::new(), None, c.max_limit));
         let shared = Shared::new(service, &c).expect("shared");
         // A handler that never ends (as a read stuck on a slow disk).
-        let stuck =
-            Router::new().route("/stores", get(|| std::future::pending::<Response<Body>>()));
+        let stuck = Router::new().route("/stores", get(std::future::pending::<Response<Body>>));
         let request = || {
             Request::get("/stores")
                 .header(AUTHORIZATION, "Bearer s3cret")
