@@ -26,6 +26,8 @@ const SOURCES: &[&str] = &[
     "src/retry/policy.rs",
     "src/codec/config.rs",
     "src/telemetry/config.rs",
+    "src/query/config.rs",
+    "src/query/partitioner.rs",
 ];
 
 const REFERENCE: &str = "docs/reference/configuration.md";

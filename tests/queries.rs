@@ -12,16 +12,27 @@
 //! a standby (`max_standby_lag`) is answered by the survivor's warm copy of the other's
 //! partitions, without a hop.
 //!
+//! Every query travels over TLS to the query listener (`queries.listen`, not the operations
+//! port), authenticated by a bearer token (the instances forward to each other with it) or,
+//! in process, by a client certificate. The certificates are made for each test by the
+//! `openssl` CLI (a CA and one certificate for `127.0.0.1`). A request without credentials gets
+//! `401` and is never proxied, even with a forged `Eosflow-Forwarded` header.
+//!
+//! A third test produces its input with librdkafka's default partitioner (`consistent_random`,
+//! CRC-32) and runs the instances with `queries.partitioner = "consistent_random"`: every key
+//! is found from either instance.
+//!
 //! The instances are this test binary re-executed in child mode (`QUERIES_CHILD`).
 
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use eosflow::config::Secret;
 use eosflow::processor::{ProcessError, StoreHandle};
+use eosflow::query::{Partitioner, QueriesConfig, QueryClient};
 use eosflow::serdes::{I64Serde, StringSerde};
 use eosflow::topology::{ProcessorContext, Topology, TypedRecord};
 use rdkafka::producer::{BaseRecord, Producer};
@@ -31,6 +42,106 @@ use support::pipeline::Running;
 const CHILD: &str = "QUERIES_CHILD";
 const PARTITIONS: i32 = 4;
 const KEYS: usize = 40;
+const TOKEN: &str = "a-test-token-0123456789";
+
+/// Where the TLS material of `app` lives (the same for its parent and its children).
+fn tls_dir(app: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("eosflow-test-{app}-tls"))
+}
+
+/// A CA and a certificate for 127.0.0.1/localhost it signed (server and client use), by the
+/// `openssl` CLI, in `dir`.
+fn make_certificates(dir: &Path) {
+    std::fs::create_dir_all(dir).expect("tls dir");
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .expect("openssl (apt-get install openssl)");
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    run(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=eosflow test CA",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+    ]);
+    std::fs::write(
+        dir.join("leaf.ext"),
+        "subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth,clientAuth\n",
+    )
+    .expect("leaf.ext");
+    run(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-subj",
+        "/CN=localhost",
+        "-keyout",
+        "leaf.key",
+        "-out",
+        "leaf.csr",
+    ]);
+    run(&[
+        "x509",
+        "-req",
+        "-in",
+        "leaf.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-days",
+        "2",
+        "-extfile",
+        "leaf.ext",
+        "-out",
+        "leaf.pem",
+    ]);
+}
+
+/// `[queries]` over TLS with the certificates in `dir`: a token, or client certificates.
+fn queries_config(dir: &Path, listen: &str, token: bool, client_certs: bool) -> QueriesConfig {
+    QueriesConfig {
+        listen: listen.to_string(),
+        ssl_certificate_location: dir.join("leaf.pem"),
+        ssl_key_location: dir.join("leaf.key"),
+        ssl_ca_location: dir.join("ca.pem"),
+        ssl_client_auth: client_certs,
+        token: if token {
+            Secret::new(TOKEN)
+        } else {
+            Secret::default()
+        },
+        ..QueriesConfig::default()
+    }
+}
+
+/// A client over TLS verifying the instances with the test CA, with what `c` authenticates.
+fn client(c: &QueriesConfig) -> QueryClient {
+    QueryClient::from_config(c).expect("query client")
+}
+
+/// A client over TLS that presents neither a token nor a certificate.
+fn anonymous_client(dir: &Path) -> QueryClient {
+    client(&queries_config(dir, "", false, false))
+}
 
 fn counts() -> StoreHandle<String, i64> {
     StoreHandle::new("counts", StringSerde, I64Serde)
@@ -68,20 +179,23 @@ fn topology(app: &str) -> Topology {
         .expect("valid topology")
 }
 
-/// Child mode: `app~instance~host:port`; runs one instance serving `counts` until killed.
+/// Child mode: `app~instance~query host:port~metrics host:port~partitioner`; runs one instance
+/// serving `counts` over TLS with the test token until killed.
 #[test]
 fn child_instance() {
     let Ok(spec) = std::env::var(CHILD) else {
         return;
     };
-    let [app, instance, addr]: [&str; 3] = spec
+    let [app, instance, addr, metrics, partitioner]: [&str; 5] = spec
         .split('~')
         .collect::<Vec<_>>()
         .try_into()
-        .expect("app~instance~addr");
+        .expect("app~instance~addr~metrics~partitioner");
     let mut config = support::instance_config(app, 20);
     config.app.instance_id = instance.into();
-    config.metrics.listen = addr.into();
+    config.metrics.listen = metrics.into();
+    config.queries = queries_config(&tls_dir(app), addr, true, false);
+    config.queries.partitioner = partitioner.parse().expect("partitioner");
     config.processor.application_server = addr.into();
     config.processor.standby_replicas = 1;
     eosflow::init_logging();
@@ -90,8 +204,9 @@ fn child_instance() {
     running.wait().expect("runs until killed");
 }
 
-fn spawn(app: &str, instance: &str, addr: &str) -> Running {
-    support::spawn_child(CHILD, &format!("{app}~{instance}~{addr}"))
+/// One child instance: its query and metrics addresses.
+fn spawn(app: &str, instance: &str, addr: &str, metrics: &str, p: Partitioner) -> Running {
+    support::spawn_child(CHILD, &format!("{app}~{instance}~{addr}~{metrics}~{p}"))
 }
 
 fn user(i: usize) -> String {
@@ -120,31 +235,23 @@ struct Answer {
     body: serde_json::Value,
 }
 
-fn ask(addr: &str, path: &str) -> Option<Answer> {
-    let mut c = TcpStream::connect_timeout(&addr.parse().ok()?, Duration::from_millis(500)).ok()?;
-    c.set_read_timeout(Some(Duration::from_secs(20))).ok()?;
-    c.write_all(format!("GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").as_bytes())
-        .ok()?;
-    let mut text = String::new();
-    c.read_to_string(&mut text).ok()?;
-    let (head, body) = text.split_once("\r\n\r\n")?;
-    let mut lines = head.lines();
-    let status = lines.next()?.split_whitespace().nth(1)?.parse().ok()?;
-    let headers = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_string()))
-        .collect();
-    let body = serde_json::from_str(body).unwrap_or(serde_json::Value::Null);
+/// `GET path` of the instance at `addr` with `client`; `None` while it does not answer.
+fn ask_with(client: &QueryClient, addr: &str, path: &str) -> Option<Answer> {
+    let a = client.get_blocking(addr, path).ok()?;
     Some(Answer {
-        status,
-        headers,
-        body,
+        status: a.status,
+        headers: a
+            .headers
+            .into_iter()
+            .map(|(n, v)| (n.to_ascii_lowercase(), v))
+            .collect(),
+        body: serde_json::from_str(&a.body).unwrap_or(serde_json::Value::Null),
     })
 }
 
 /// Every count seen per user, checked as it arrives: never down, never above the workload's.
-#[derive(Default)]
 struct Seen {
+    client: QueryClient,
     last: BTreeMap<String, i64>,
     unavailable: usize,
     proxied_by: BTreeMap<String, usize>,
@@ -153,8 +260,17 @@ struct Seen {
 impl Seen {
     /// Asks `addr` for `u`'s count; `Some(count)` on a 200 or 404 (0; checked), `None`
     /// otherwise.
+    fn new(client: QueryClient) -> Self {
+        Self {
+            client,
+            last: BTreeMap::new(),
+            unavailable: 0,
+            proxied_by: BTreeMap::new(),
+        }
+    }
+
     fn count(&mut self, addr: &str, u: &str, ceiling: i64) -> Option<(i64, Answer)> {
-        let a = ask(addr, &format!("/stores/counts/keys/{u}"))?;
+        let a = ask_with(&self.client, addr, &format!("/stores/counts/keys/{u}"))?;
         if a.status == 503 {
             assert!(
                 a.headers.contains_key("retry-after"),
@@ -196,10 +312,14 @@ fn every_key_is_answered_from_either_instance_and_a_killed_owner_s_keys_move() {
     support::create_topics(&[&input, &format!("{app}.counts")], PARTITIONS);
     let mut expected = BTreeMap::new();
     produce(&input, &mut expected, |i| (i % 5) as i64 + 1);
+    let dir = tls_dir(&app);
+    make_certificates(&dir);
     let (a_addr, b_addr) = (free_addr(), free_addr());
-    let _a = spawn(&app, "a", &a_addr);
-    let mut b = spawn(&app, "b", &b_addr);
-    let mut seen = Seen::default();
+    let b_metrics = free_addr();
+    let _a = spawn(&app, "a", &a_addr, &free_addr(), Partitioner::Murmur2);
+    let mut b = spawn(&app, "b", &b_addr, &b_metrics, Partitioner::Murmur2);
+    let authenticated = client(&queries_config(&dir, "", true, false));
+    let mut seen = Seen::new(authenticated.clone());
     let ceiling = |u: &str, e: &BTreeMap<String, i64>| e.get(u).copied().unwrap_or(0) + 2;
 
     // Phase 1: every key, from both instances, once both hold partitions.
@@ -236,6 +356,41 @@ fn every_key_is_answered_from_either_instance_and_a_killed_owner_s_keys_move() {
         "b never proxied"
     );
 
+    // Without credentials (or with a wrong token), even with a forged Eosflow-Forwarded
+    // header: 401 from a for every key, and none of those requests reaches b (b's request
+    // counter does not move).
+    let b_requests = || {
+        let (_, text) = support::http::get(&b_metrics, "/metrics").expect("b's metrics");
+        support::http::metric(&text, "eosflow_query_requests_total", &[]).unwrap_or(0.0)
+    };
+    let before = b_requests();
+    let nobody = anonymous_client(&dir);
+    let mut wrong = queries_config(&dir, "", true, false);
+    wrong.token = Secret::new("not-the-token");
+    let wrong = client(&wrong);
+    for u in expected.keys() {
+        let path = format!("/stores/counts/keys/{u}");
+        for (c, headers) in [
+            (&nobody, &[][..]),
+            (&nobody, &[(eosflow::query::FORWARDED_HEADER, "1")][..]),
+            (&wrong, &[][..]),
+        ] {
+            let a = c
+                .request_blocking(&a_addr, &path, headers)
+                .expect("an answer");
+            assert_eq!(a.status, 401, "{u} without credentials: {a:?}");
+            assert!(
+                !a.headers.iter().any(|(n, _)| n == "Eosflow-Owner"),
+                "{a:?}"
+            );
+        }
+    }
+    assert_eq!(
+        b_requests(),
+        before,
+        "an unauthenticated request reached b: it was proxied"
+    );
+
     // Opted in, a answers b's keys from its warm standby copies, without asking b.
     support::wait_for(
         "a answering b's keys from its standby copies",
@@ -243,7 +398,8 @@ fn every_key_is_answered_from_either_instance_and_a_killed_owner_s_keys_move() {
         || {
             let mut from_standby = 0;
             for (u, want) in &expected {
-                let a = ask(
+                let a = ask_with(
+                    &authenticated,
                     &a_addr,
                     &format!("/stores/counts/keys/{u}?max_standby_lag=1000000"),
                 )?;
@@ -362,10 +518,17 @@ fn windows_and_ranges_are_answered_through_the_library_and_http() {
     let (totals, per_minute) = (totals.store().clone(), per_minute.store().clone());
     let topology = builder.build().expect("topology");
 
-    let addr = free_addr();
+    let dir = tls_dir(&app);
+    make_certificates(&dir);
+    let (addr, metrics) = (free_addr(), free_addr());
     let mut config = support::instance_config(&app, 500);
-    config.metrics.listen = addr.clone();
+    config.metrics.listen = metrics.clone();
+    // Client certificates only (no token); ranges of at most 5 entries.
+    config.queries = queries_config(&dir, &addr, false, true);
+    config.queries.max_limit = 5;
     let instance = eosflow::start(&config, topology).expect("starts");
+    let with_cert = client(&config.queries);
+    let ask = |addr: &str, path: &str| ask_with(&with_cert, addr, path);
     instance.queries().serve_store(&totals);
     instance.queries().serve_window_store(&per_minute);
 
@@ -428,6 +591,46 @@ fn windows_and_ranges_are_answered_through_the_library_and_http() {
         r.body
     );
     assert_eq!(r.body["more"], true, "{}", r.body);
+    // Pages of at most queries.max_limit (5) entries, whatever limit= asks, merged over both
+    // partitions in key order; `next` resumes after the last one, until every user was seen
+    // once.
+    let mut pages = Vec::new();
+    let mut path = "/stores/totals?limit=1000".to_string();
+    loop {
+        let page = ask(&addr, &path).expect("answer");
+        assert_eq!(page.status, 200, "{}", page.body);
+        let keys: Vec<String> = page.body["entries"]
+            .as_array()
+            .expect("entries")
+            .iter()
+            .map(|e| e["key"].as_str().unwrap_or_default().to_string())
+            .collect();
+        assert!(keys.len() <= 5, "{}", page.body);
+        assert!(
+            keys.windows(2).all(|w| w[0] < w[1]),
+            "not in key order: {keys:?}"
+        );
+        pages.push(keys);
+        if page.body["more"] != true {
+            break;
+        }
+        let next = page.body["next"].as_str().expect("next").to_string();
+        path = format!("/stores/totals?limit=1000&after={next}");
+    }
+    let all: Vec<String> = pages.concat();
+    let mut users: Vec<String> = (0..12).map(user).collect();
+    users.sort();
+    assert_eq!(all, users, "pages {pages:?}");
+    assert_eq!(pages.len(), 3, "12 entries in pages of 5: {pages:?}");
+
+    // Without a client certificate (and no token configured): 401, nothing read.
+    let nobody = anonymous_client(&dir);
+    let refused = ask_with(&nobody, &addr, "/stores/totals/keys/user-3").expect("answer");
+    assert_eq!(refused.status, 401, "{}", refused.body);
+    assert!(refused.body.get("value").is_none(), "{}", refused.body);
+    // The operations port serves no queries.
+    let (code, _) = support::http::get(&metrics, "/stores/totals/keys/user-3").expect("ops");
+    assert_eq!(code, 404);
     let path = format!(
         "/stores/per-minute/keys/user-4/windows?from={t0}&to={}",
         t0 + MINUTE
@@ -455,7 +658,7 @@ fn windows_and_ranges_are_answered_through_the_library_and_http() {
         .unwrap_or("")
         .contains("serve_store"));
     // Each request is counted by store and outcome; an unserved name is not a label.
-    let (_, text) = support::http::get(&addr, "/metrics").expect("metrics");
+    let (_, text) = support::http::get(&metrics, "/metrics").expect("metrics");
     let count = |labels: &[&str]| {
         support::http::metric(&text, "eosflow_query_requests_total", labels).unwrap_or(0.0)
     };
@@ -465,6 +668,89 @@ fn windows_and_ranges_are_answered_through_the_library_and_http() {
     );
     assert!(count(&["store=\"per-minute\"", "outcome=\"bad-request\""]) >= 1.0);
     assert!(count(&["store=\"-\""]) >= 1.0);
+    assert!(count(&["outcome=\"unauthorized\""]) >= 1.0, "{text}");
     assert!(!text.contains("store=\"nope\""));
     instance.close().expect("stops");
+}
+
+/// Input produced by librdkafka's default partitioner (`consistent_random`: CRC-32 of the key,
+/// what rust-rdkafka, confluent-kafka-python/-go and kcat use unless told otherwise), two
+/// instances with `queries.partitioner = "consistent_random"`: every key is answered with its
+/// count from either instance. Under murmur2 (the default, for eosflow's and Java's producers)
+/// most of these keys would be looked for in another partition — checked first, so the test
+/// proves the setting matters.
+#[test]
+fn keys_produced_by_librdkafka_s_default_partitioner_are_found_from_either_instance() {
+    let app = support::unique("queries-crc32");
+    let input = format!("{app}.clicks");
+    support::create_topics(&[&input, &format!("{app}.counts")], PARTITIONS);
+    let n = PARTITIONS as usize;
+    let misplaced = (0..KEYS)
+        .filter(|i| {
+            let k = user(*i);
+            Partitioner::Murmur2.partition(k.as_bytes(), n)
+                != Partitioner::ConsistentRandom.partition(k.as_bytes(), n)
+        })
+        .count();
+    assert!(misplaced > KEYS / 2, "only {misplaced} keys differ");
+
+    let producer: rdkafka::producer::ThreadedProducer<_> = support::clients()
+        .config(eosflow::kafka::ClientRole::Idempotent)
+        .set("partitioner", "consistent_random")
+        .create()
+        .expect("producer");
+    let mut expected = BTreeMap::new();
+    for i in 0..KEYS {
+        for _ in 0..(i % 3 + 1) {
+            support::send_waiting(
+                &producer,
+                BaseRecord::to(&input).key(&user(i)).payload("click"),
+            );
+        }
+        expected.insert(user(i), (i % 3 + 1) as i64);
+    }
+    producer.flush(Duration::from_secs(30)).expect("flush");
+
+    let dir = tls_dir(&app);
+    make_certificates(&dir);
+    let (a_addr, b_addr) = (free_addr(), free_addr());
+    let _a = spawn(
+        &app,
+        "a",
+        &a_addr,
+        &free_addr(),
+        Partitioner::ConsistentRandom,
+    );
+    let _b = spawn(
+        &app,
+        "b",
+        &b_addr,
+        &free_addr(),
+        Partitioner::ConsistentRandom,
+    );
+    let mut seen = Seen::new(client(&queries_config(&dir, "", true, false)));
+    support::wait_for(
+        "every key answered with its count from both instances",
+        Duration::from_secs(120),
+        || {
+            let mut proxied = 0;
+            for addr in [&a_addr, &b_addr] {
+                for (u, want) in &expected {
+                    let (got, a) = seen.count(addr, u, *want)?;
+                    if got != *want {
+                        return None;
+                    }
+                    let p = a.body["partition"].as_i64().expect("partition");
+                    assert_eq!(
+                        p,
+                        i64::from(Partitioner::ConsistentRandom.partition(u.as_bytes(), n)),
+                        "{u}"
+                    );
+                    proxied += usize::from(a.headers.contains_key("eosflow-owner"));
+                }
+            }
+            // Both instances hold partitions: some answers came from the other one.
+            (proxied > 0).then_some(())
+        },
+    );
 }

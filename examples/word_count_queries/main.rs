@@ -1,17 +1,17 @@
 //! Interactive queries end to end (docs/interactive-queries.md): the DSL word count, started
-//! with `eosflow::start` instead of `run`, serves its `word-counts` store on the operations
-//! port. The example writes three lines that hold a word made up for this run, then asks for
-//! that word's count the way a service would — `GET /stores/word-counts/keys/<word>` on the
-//! instance's HTTP port — until the answer says 3, prints the answer (value, partition, the
-//! input offsets it reflects), reads the same key through the library API and stops.
+//! with `eosflow::start` instead of `run`, serves its `word-counts` store on its query listener
+//! (`queries.listen`). The example writes three lines that hold a word made up for this run,
+//! then asks for that word's count the way a service would — `GET
+//! /stores/word-counts/keys/<word>` with the bearer token — until the answer says 3, prints the
+//! answer (value, partition, the input offsets it reflects), reads the same key through the
+//! library API and stops. Locally it serves plain HTTP on 127.0.0.1 with a token made up for
+//! the run (`allow_plaintext`); in production set the `ssl_*` keys (docs/security.md).
 //!
 //! ```text
 //! eval "$(dev/stack env)"
 //! make query-demo        # or: cargo run --example word_count_queries
 //! ```
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use eosflow::dsl::{Consumed, Grouped, Materialized, Produced, StreamsBuilder};
@@ -48,22 +48,6 @@ fn topology() -> Result<(Topology, StoreHandle<String, i64>), TopologyError> {
     Ok((builder.build()?, store))
 }
 
-/// `(status, body)` of `GET path` on `addr`.
-fn get(addr: &str, path: &str) -> std::io::Result<(u16, String)> {
-    let mut c = TcpStream::connect(addr)?;
-    c.set_read_timeout(Some(Duration::from_secs(10)))?;
-    c.write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())?;
-    let mut text = String::new();
-    c.read_to_string(&mut text)?;
-    let status = text
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b).trim();
-    Ok((status, body.to_string()))
-}
-
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     eosflow::init_logging();
     let mut config = eosflow::Config::load(None)?;
@@ -71,12 +55,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     if config.app.instance_id.is_empty() {
         config.app.instance_id = "example".into();
     }
-    if config.metrics.listen.is_empty() {
-        config.metrics.listen = "127.0.0.1:9469".into();
+    if config.queries.listen.is_empty() {
+        config.queries.listen = "127.0.0.1:9469".into();
+        config.queries.allow_plaintext = true; // loopback only: a local demo
     }
-    // Other instances (and clients) reach this one at its operations port.
-    config.processor.application_server = config.metrics.listen.clone();
-    let addr = config.metrics.listen.clone();
+    if config.queries.token.is_empty() && !config.queries.ssl_client_auth {
+        config.queries.token = eosflow::config::Secret::new(format!("demo-{}", uuid_like()));
+    }
+    // Other instances (and clients) reach this one at its query listener.
+    config.processor.application_server = config.queries.listen.clone();
+    let addr = config.queries.listen.clone();
+    let client = eosflow::query::QueryClient::from_config(&config.queries)?;
 
     let clients = KafkaClients::new(config.kafka.clone());
     let ours = [
@@ -105,10 +94,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let path = format!("/stores/word-counts/keys/{word}");
     let deadline = Instant::now() + Duration::from_secs(90);
     let answer = loop {
-        match get(&addr, &path) {
+        match client
+            .get_blocking(&addr, &path)
+            .map(|a| (a.status, a.body))
+        {
             Ok((200, body)) if body.contains("\"value\":3") => break body,
             Ok((status, body)) if Instant::now() < deadline => {
-                println!("GET {path} → {status} {body}");
+                println!("GET {path} → {status} {}", body.trim());
             }
             Err(e) if Instant::now() < deadline => println!("GET {path}: {e}"),
             other => {
@@ -120,7 +112,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         std::thread::sleep(Duration::from_millis(500));
     };
-    println!("GET http://{addr}{path}\n{answer}");
+    println!("GET {addr}{path}\n{}", answer.trim());
     let local = instance.store(&store).get(&word)?;
     println!(
         "library: {word} = {:?} (partition {:?}, positions {:?})",

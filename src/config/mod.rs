@@ -29,6 +29,7 @@ mod tests;
 pub use crate::codec::config::SchemaRegistryConfig;
 pub use crate::kafka::config::{KafkaConfig, KafkaSecurityConfig, SaslMechanism, SecurityProtocol};
 pub use crate::processor::config::{GroupProtocol, Guarantee, ProcessorConfig};
+pub use crate::query::{Partitioner, QueriesConfig};
 pub use crate::retry::config::RetryConfig;
 pub use crate::retry::OnDeadLetter;
 pub use crate::state::config::StateConfig;
@@ -156,6 +157,8 @@ pub struct Config {
     pub schema_registry: SchemaRegistryConfig,
     /// Metrics endpoint.
     pub metrics: MetricsConfig,
+    /// Interactive query listener.
+    pub queries: QueriesConfig,
     /// Outbox router.
     pub outbox: OutboxConfig,
 }
@@ -263,6 +266,7 @@ impl Config {
         config.validate()?;
         config.read_secret_files()?;
         config.kafka.security.validate(&config.kafka.properties)?;
+        config.queries.validate_auth()?;
         Ok(config)
     }
 
@@ -295,7 +299,7 @@ impl Config {
     }
 
     /// Every secret of the configuration with its key: what is never shown.
-    pub fn secrets(&self) -> [(&'static str, &Secret); 4] {
+    pub fn secrets(&self) -> [(&'static str, &Secret); 5] {
         [
             ("kafka.security.password", &self.kafka.security.password),
             (
@@ -304,6 +308,7 @@ impl Config {
             ),
             ("schema_registry.password", &self.schema_registry.password),
             ("postgres.url", &self.postgres.url),
+            ("queries.token", &self.queries.token),
         ]
     }
 
@@ -311,7 +316,14 @@ impl Config {
     fn read_secret_files(&mut self) -> Result<(), ConfigError> {
         let s = &mut self.kafka.security;
         let r = &mut self.schema_registry;
-        let pairs: [(&'static str, &'static str, &Path, &mut Secret); 3] = [
+        let q = &mut self.queries;
+        let pairs: [(&'static str, &'static str, &Path, &mut Secret); 4] = [
+            (
+                "queries.token_file",
+                "queries.token",
+                &q.token_file,
+                &mut q.token,
+            ),
             (
                 "schema_registry.password_file",
                 "schema_registry.password",
@@ -364,6 +376,7 @@ impl Config {
         self.state.validate()?;
         self.retry.validate()?;
         self.metrics.validate()?;
+        self.queries.validate()?;
         self.schema_registry.validate()?;
         self.outbox.validate()
     }

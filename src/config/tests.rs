@@ -530,3 +530,81 @@ fn restore_threads_default_to_eight_and_a_bad_value_names_the_key() {
         assert!(err.contains("processor.restore_threads"), "{bad}: {err}");
     }
 }
+
+/// The query listener is refused at start, naming the key, unless it authenticates and
+/// encrypts or the configuration says otherwise in so many words.
+#[test]
+fn a_query_listener_without_authentication_or_tls_is_refused_naming_the_key() {
+    let fails = |toml: &str, vars: &[(&str, &str)], key: &str| {
+        let err = Config::from_sources(Some(toml), Some("f.toml"), &env(vars))
+            .expect_err(toml)
+            .to_string();
+        assert!(err.contains(&format!("`{key}`")), "{toml}: {err}");
+    };
+    let listen = "[queries]\nlisten = \"127.0.0.1:9465\"\n";
+    fails(
+        listen,
+        &[("EOSFLOW_QUERIES_ALLOW_PLAINTEXT", "true")],
+        "queries.token",
+    );
+    fails(
+        listen,
+        &[("EOSFLOW_QUERIES_TOKEN", "t")],
+        "queries.ssl_certificate_location",
+    );
+    fails(
+        &format!("{listen}ssl_certificate_location = \"/c.pem\"\n"),
+        &[("EOSFLOW_QUERIES_TOKEN", "t")],
+        "queries.ssl_key_location",
+    );
+    fails(
+        &format!("{listen}ssl_certificate_location = \"/c.pem\"\nssl_key_location = \"/k.pem\"\n"),
+        &[("EOSFLOW_QUERIES_TOKEN", "t")],
+        "queries.ssl_ca_location",
+    );
+    fails(
+        &format!("{listen}ssl_client_auth = true\nallow_plaintext = true\n"),
+        &[],
+        "queries.ssl_client_auth",
+    );
+    fails("[queries]\nmax_limit = 10001\n", &[], "queries.max_limit");
+    fails(
+        "[queries]\nmax_concurrent = 0\n",
+        &[],
+        "queries.max_concurrent",
+    );
+    fails("[queries]\nlisten = \"nowhere\"\n", &[], "queries.listen");
+    fails(
+        &format!("{listen}token_file = \"/nonexistent/eosflow-token\"\n"),
+        &[],
+        "queries.token_file",
+    );
+    let err = Config::from_sources(Some("[queries]\npartitioner = \"java\"\n"), None, &[])
+        .expect_err("unknown partitioner")
+        .to_string();
+    assert!(err.contains("consistent_random"), "{err}");
+
+    // Explicit opt-outs, a token from the environment, librdkafka's partitioner by its name.
+    let c = Config::from_sources(
+        Some(&format!(
+            "{listen}allow_plaintext = true\npartitioner = \"consistent\"\n"
+        )),
+        None,
+        &env(&[("EOSFLOW_QUERIES_TOKEN", "s3cret")]),
+    )
+    .expect("valid");
+    assert_eq!(c.queries.token.expose(), "s3cret");
+    assert_eq!(
+        c.queries.partitioner,
+        crate::query::Partitioner::ConsistentRandom
+    );
+    assert!(!format!("{c:?}").contains("s3cret"));
+    Config::from_sources(
+        Some(&format!(
+            "{listen}allow_plaintext = true\nallow_anonymous = true\n"
+        )),
+        None,
+        &[],
+    )
+    .expect("anonymous and plaintext, said explicitly");
+}

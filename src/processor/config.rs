@@ -141,8 +141,9 @@ pub struct ProcessorConfig {
     /// the start names each missing one.
     pub create_topics: bool,
     /// Where this instance answers interactive queries, `host:port` as other instances and
-    /// clients reach it (Kafka Streams' `application.server`): the operations server's address
-    /// from outside (`metrics.listen`'s port, the pod's IP or DNS name). Advertised on the
+    /// clients reach it (Kafka Streams' `application.server`): the query listener's address
+    /// from outside (`queries.listen`'s port, the pod's IP or DNS name; with TLS, a name its
+    /// certificate covers). Advertised on the
     /// compacted `<app.id>-endpoints` topic, so a query for a key another instance owns is
     /// proxied there. Empty (the default): keys owned elsewhere answer 503 (this instance
     /// cannot find their owner).
@@ -253,7 +254,7 @@ impl ProcessorConfig {
                 return Err(ConfigError::invalid(
                     "processor.application_server",
                     format!(
-                        "{:?} is not host:port (the address other instances reach this one's operations server at, e.g. \"orders-0.orders:9090\")",
+                        "{:?} is not host:port (the address other instances reach this one's query listener at, e.g. \"orders-0.orders:9465\")",
                         self.application_server
                     ),
                 ));

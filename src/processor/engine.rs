@@ -230,7 +230,7 @@ pub(crate) type CallParts = (
 const STREAM_TIME_KEY: &[u8] = b"stream";
 
 /// The key of sub-topology `sub`'s stream time.
-fn stream_time_key(sub: usize) -> Vec<u8> {
+pub(crate) fn stream_time_key(sub: usize) -> Vec<u8> {
     if sub == 0 {
         STREAM_TIME_KEY.to_vec()
     } else {

@@ -244,6 +244,37 @@ fn due_value(bytes: &[u8]) -> Option<i64> {
     Some(unflip(bytes.try_into().ok()?))
 }
 
+/// The committed expiry of `key` in a store's expiry index (the TTL's lanes of `kind`, name
+/// empty), as an interactive query reads it through `get` (a read of the store's committed
+/// columns): the sub-topology whose lane holds it and its due time, or `None` when the key
+/// does not expire. A store is written by one sub-topology; its lane is found by trying each.
+pub(crate) fn committed_expiry(
+    get: impl Fn(Column, &[u8]) -> Result<Option<Vec<u8>>, crate::state::StateError>,
+    kind: TimerKind,
+    key: &[u8],
+) -> Result<Option<(usize, i64)>, crate::state::StateError> {
+    for sub in 0..MAX_SUB_TOPOLOGIES {
+        let k = index_key(Lane::new(kind, sub), "", key);
+        if let Some(due) = get(Column::TimerIndex, &k)?.as_deref().and_then(due_value) {
+            return Ok(Some((sub, due)));
+        }
+    }
+    Ok(None)
+}
+
+/// The reverse-index entry (key, value) a write through a TTL handle leaves for `key` in
+/// sub-topology `sub`'s lane of `kind`: what [`committed_expiry`] finds (for tests that build
+/// a store by hand).
+#[cfg(test)]
+pub(crate) fn expiry_index_entry(
+    kind: TimerKind,
+    sub: usize,
+    key: &[u8],
+    due: i64,
+) -> (Vec<u8>, Vec<u8>) {
+    (index_key(Lane::new(kind, sub), "", key), flip(due).to_vec())
+}
+
 /// The layers a handler call sees: its own writes, the batch's, the committed store.
 pub(crate) struct Layers<'l> {
     pub(crate) pending: &'l mut Overlay,

@@ -11,6 +11,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
+use super::partitioner::Partitioner;
 use crate::state::StoreReader;
 
 /// The next input offset of each (topic, partition) a read's state reflects: every record
@@ -23,6 +24,8 @@ struct LocalTask {
     /// `None` once withdrawn.
     stores: RwLock<Option<HashMap<String, StoreReader>>>,
     positions: Mutex<Positions>,
+    /// The task's default store (registered first): where its stream times are kept.
+    default: Option<String>,
 }
 
 /// A warm standby copy of one store of one partition (`processor.standby_replicas`): its
@@ -62,6 +65,11 @@ pub struct LocalStores {
     /// Whether the application queries this instance (a store handle taken or served): only
     /// then does opening a task ask the group for the input positions its state reflects.
     queried: AtomicBool,
+    /// How the inputs' keys were placed (`queries.partitioner`): where a key is looked for.
+    partitioner: Mutex<Partitioner>,
+    /// The name of the tasks' default store (the first a task registers), whose standby copy
+    /// holds a partition's stream times.
+    default_store: Mutex<Option<String>>,
 }
 
 fn read<T>(l: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
@@ -91,6 +99,16 @@ impl LocalStores {
         if let Some(t) = input {
             *lock(&self.input) = Some(t.to_string());
         }
+    }
+
+    /// Keys are looked for where `partitioner` places them (`queries.partitioner`).
+    pub(crate) fn set_partitioner(&self, partitioner: Partitioner) {
+        *lock(&self.partitioner) = partitioner;
+    }
+
+    /// Where keys are looked for, unless a reader says otherwise.
+    pub(crate) fn partitioner(&self) -> Partitioner {
+        *lock(&self.partitioner)
     }
 
     /// The application reads this instance's stores: tasks opened from now on start with
@@ -130,9 +148,14 @@ impl LocalStores {
     /// Partition number `p`'s task opened with `stores`, its state reflecting `positions`.
     pub(crate) fn opened(&self, p: i32, stores: Vec<(String, StoreReader)>, positions: Positions) {
         lock(&self.names).extend(stores.iter().map(|(n, _)| n.clone()));
+        let default = stores.first().map(|(n, _)| n.clone());
+        if let Some(d) = &default {
+            lock(&self.default_store).get_or_insert_with(|| d.clone());
+        }
         let task = Arc::new(LocalTask {
             stores: RwLock::new(Some(stores.into_iter().collect())),
             positions: Mutex::new(positions),
+            default,
         });
         write(&self.tasks).insert(p, task);
         self.not_restoring(p);
@@ -238,6 +261,30 @@ impl LocalStores {
         }
         let reader = read(&copy.reader);
         Some((f(reader.as_ref()?), lag))
+    }
+
+    /// Partition `p`'s committed stream time of sub-topology `sub` (the clock of an event-time
+    /// TTL), from its open task or — `from_standby` — its default store's standby copy; `None`
+    /// when not known (nothing expires by event time then, as in the task itself).
+    pub(crate) fn stream_time(&self, p: i32, sub: usize, from_standby: bool) -> Option<i64> {
+        let key = crate::processor::engine::stream_time_key(sub);
+        let decode = |v: Vec<u8>| Some(i64::from_be_bytes(v.as_slice().try_into().ok()?));
+        let get = |r: &StoreReader| {
+            r.get_in(crate::state::Column::Time, &key)
+                .ok()
+                .flatten()
+                .and_then(decode)
+        };
+        if from_standby {
+            let name = lock(&self.default_store).clone()?;
+            let copy = read(&self.standbys).get(&(p, name)).cloned()?;
+            let reader = read(&copy.reader);
+            return reader.as_ref().and_then(get);
+        }
+        let task = read(&self.tasks).get(&p).cloned()?;
+        let name = task.default.as_ref()?;
+        let stores = read(&task.stores);
+        stores.as_ref()?.get(name).and_then(get)
     }
 
     /// Runs `f` on partition `p`'s reader of `store`, with the positions its answer reflects

@@ -5,10 +5,12 @@ use std::collections::BTreeMap;
 use std::marker::PhantomData;
 use std::ops::Bound;
 use std::sync::Arc;
+use std::time::Instant;
 
 use super::local::{Here, LocalStores, Positions};
-use super::partitioner::partition_for;
-use crate::processor::StoreHandle;
+use super::partitioner::Partitioner;
+use crate::processor::timers::committed_expiry;
+use crate::processor::{StoreHandle, TtlClock};
 use crate::serdes::SerdeError;
 use crate::state::merge::{prefix_bounds, KeyBounds};
 use crate::state::{StateError, StoreReader};
@@ -58,6 +60,9 @@ pub enum QueryError {
         /// `window`.
         kind: &'static str,
     },
+    /// The request's deadline (`queries.request_timeout_ms`) passed before the scan ended.
+    #[error("the request's deadline passed before the scan ended: narrow it (limit=, prefix=, from=/to=) or resume with after=")]
+    DeadlineExceeded,
     /// RocksDB failed.
     #[error(transparent)]
     State(#[from] StateError),
@@ -90,9 +95,13 @@ impl<T> Queried<T> {
     }
 }
 
-/// Upper bound on entries one multi-partition read collects per partition before it stops
-/// (the HTTP endpoint sets its own `limit`).
+/// No bound on the entries one multi-partition read of the library returns (the HTTP endpoint
+/// sets its own `limit`).
 const NO_LIMIT: usize = usize::MAX;
+
+/// Entries one scan step reads under a task's read lock: a revocation (which takes that lock
+/// to withdraw the task's readers) waits for at most one such step, never a whole scan.
+pub(crate) const SCAN_CHUNK: usize = 256;
 
 /// Read-only access to a key-value store of this instance (Kafka Streams'
 /// `ReadOnlyKeyValueStore`), from any thread: committed state only. Cheap to clone.
@@ -100,6 +109,7 @@ pub struct ReadOnlyKeyValueStore<K, V> {
     local: Arc<LocalStores>,
     handle: StoreHandle<K, V>,
     standby: Option<i64>,
+    partitioner: Partitioner,
 }
 
 impl<K, V> Clone for ReadOnlyKeyValueStore<K, V> {
@@ -108,6 +118,7 @@ impl<K, V> Clone for ReadOnlyKeyValueStore<K, V> {
             local: self.local.clone(),
             handle: self.handle.clone(),
             standby: self.standby,
+            partitioner: self.partitioner,
         }
     }
 }
@@ -157,26 +168,151 @@ pub(crate) fn read_partition<T>(
     }
 }
 
-/// The partition of `key_bytes` among the instance's inputs.
-pub(crate) fn partition_of(local: &LocalStores, key_bytes: &[u8]) -> Result<i32, QueryError> {
+/// The partition of `key_bytes` among the instance's inputs, placed by `partitioner`.
+pub(crate) fn partition_of(
+    local: &LocalStores,
+    partitioner: Partitioner,
+    key_bytes: &[u8],
+) -> Result<i32, QueryError> {
     let n = local.partitions().ok_or(QueryError::NotStarted)?;
-    Ok(partition_for(key_bytes, n))
+    Ok(partitioner.partition(key_bytes, n))
 }
 
 /// An entry as stored: partition, key bytes, value bytes.
 pub(crate) type RawEntry = (i32, Vec<u8>, Vec<u8>);
 
-/// Reads every active partition's entries within `bounds` (up to `limit` per partition, and
-/// whether any had more), skipping tasks that close meanwhile.
+/// A key's committed expiry in a store with a TTL: the sub-topology whose lane holds it and
+/// its due time (`None`: the key does not expire).
+pub(crate) type KeyExpiry = Option<(usize, i64)>;
+
+/// The committed expiry of `key` read by `reader` in a store whose TTL counts in `ttl` (none
+/// without a TTL: nothing to look up).
+pub(crate) fn expiry_of(
+    reader: &StoreReader,
+    ttl: Option<TtlClock>,
+    key: &[u8],
+) -> Result<KeyExpiry, QueryError> {
+    let Some(clock) = ttl else {
+        return Ok(None);
+    };
+    Ok(committed_expiry(
+        |col, k| reader.get_in(col, k),
+        clock.kind(),
+        key,
+    )?)
+}
+
+/// Whether entries of one partition's copy have expired by their TTL's clock: the wall clock
+/// now, or the copy's committed stream time of the sub-topology that wrote them (read once per
+/// sub-topology). An expired key not yet swept is not served (docs/ttl.md).
+pub(crate) struct Expiry<'a> {
+    local: &'a LocalStores,
+    p: i32,
+    from_standby: bool,
+    clock: Option<TtlClock>,
+    now_ms: i64,
+    stream_times: BTreeMap<usize, Option<i64>>,
+}
+
+impl<'a> Expiry<'a> {
+    /// For partition `p`'s active task, or (`from_standby`) its standby copy.
+    pub(crate) fn new(
+        local: &'a LocalStores,
+        p: i32,
+        from_standby: bool,
+        clock: Option<TtlClock>,
+    ) -> Self {
+        Self {
+            local,
+            p,
+            from_standby,
+            clock,
+            now_ms: crate::clock::now_ms(),
+            stream_times: BTreeMap::new(),
+        }
+    }
+
+    /// Whether an entry with `expiry` is past it.
+    pub(crate) fn expired(&mut self, expiry: KeyExpiry) -> bool {
+        let (Some(clock), Some((sub, due))) = (self.clock, expiry) else {
+            return false;
+        };
+        let now = match clock {
+            TtlClock::WallClock => Some(self.now_ms),
+            TtlClock::EventTime => *self
+                .stream_times
+                .entry(sub)
+                .or_insert_with(|| self.local.stream_time(self.p, sub, self.from_standby)),
+        };
+        now.is_some_and(|t| due <= t)
+    }
+}
+
+/// How much a scan may return and for how long it may run.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ScanBudget {
+    /// The most entries returned, over all partitions together.
+    pub(crate) limit: usize,
+    /// When to give up ([`QueryError::DeadlineExceeded`]), checked before every chunk.
+    pub(crate) deadline: Option<Instant>,
+}
+
+/// The merged answer of a scan: at most `limit` entries in key order, whether any were left
+/// out, and from which partitions.
+pub(crate) struct Scanned {
+    pub(crate) entries: Vec<RawEntry>,
+    pub(crate) more: bool,
+}
+
+/// Keeps the `limit` smallest keys seen over all partitions (never more in memory, plus one
+/// chunk), and whether any were left out.
+struct Merge {
+    limit: usize,
+    kept: BTreeMap<(Vec<u8>, i32), Vec<u8>>,
+    more: bool,
+}
+
+impl Merge {
+    /// Offers one entry; `false` once the partition it came from cannot add anything (its keys
+    /// come in order, and this one is already past the kept ones).
+    fn offer(&mut self, p: i32, k: Vec<u8>, v: Vec<u8>) -> bool {
+        if self.kept.len() >= self.limit {
+            let past = self
+                .kept
+                .last_key_value()
+                .is_some_and(|((last, _), _)| k >= *last);
+            if past {
+                self.more = true;
+                return false;
+            }
+        }
+        self.kept.insert((k, p), v);
+        if self.kept.len() > self.limit {
+            self.kept.pop_last();
+            self.more = true;
+        }
+        true
+    }
+}
+
+/// Reads every active partition's entries within `bounds` (and, with `standby`, the warm
+/// copies' within their lag bound), merged in key order across partitions, at most
+/// `budget.limit` of them. Each partition is read [`SCAN_CHUNK`] entries at a time, taking and
+/// releasing its task's read lock per chunk; a task that closes meanwhile is left out (its new
+/// owner answers for it), with what was read of it.
 pub(crate) fn scan_local(
     local: &LocalStores,
     name: &str,
     bounds: &KeyBounds,
-    limit: usize,
+    budget: ScanBudget,
     standby: Option<i64>,
-) -> Result<Queried<(Vec<RawEntry>, bool)>, QueryError> {
-    let mut out = Vec::new();
-    let mut more = false;
+    ttl: Option<TtlClock>,
+) -> Result<Queried<Scanned>, QueryError> {
+    let mut merge = Merge {
+        limit: budget.limit.max(1),
+        kept: BTreeMap::new(),
+        more: false,
+    };
     let mut partitions = Vec::new();
     let mut positions = Positions::new();
     let mut standby_lags = BTreeMap::new();
@@ -184,21 +320,63 @@ pub(crate) fn scan_local(
     if let Some(max) = standby {
         numbers.extend(local.standby_partitions(name, max));
     }
-    for p in numbers {
-        match read_partition(local, name, p, standby, |r| Ok(r.scan(bounds, limit)?)) {
-            Ok(read) => {
-                let (entries, m) = read.value;
-                more |= m;
+    'partitions: for p in numbers {
+        let mut lower = bounds.0.clone();
+        let mut first = true;
+        loop {
+            if budget.deadline.is_some_and(|d| Instant::now() >= d) {
+                return Err(QueryError::DeadlineExceeded);
+            }
+            let chunk = (lower.clone(), bounds.1.clone());
+            let read = match read_partition(local, name, p, standby, |r| {
+                let (entries, more) = r.scan(&chunk, SCAN_CHUNK)?;
+                let mut out = Vec::with_capacity(entries.len());
+                for (k, v) in entries {
+                    let e = expiry_of(r, ttl, &k)?;
+                    out.push((k, v, e));
+                }
+                Ok((out, more))
+            }) {
+                Ok(read) => read,
+                // Closed between the listing and the read, or between two chunks: its new
+                // owner answers for it.
+                Err(QueryError::NotLocal { .. } | QueryError::Restoring { .. }) => {
+                    merge.kept.retain(|(_, q), _| *q != p);
+                    if !first {
+                        partitions.retain(|q| *q != p);
+                        standby_lags.remove(&p);
+                        positions.retain(|(_, q), _| *q != p);
+                    }
+                    continue 'partitions;
+                }
+                Err(e) => return Err(e),
+            };
+            if first {
+                // The positions of the first chunk: every later chunk's state is at or past
+                // them.
                 partitions.push(p);
                 positions.extend(read.positions);
-                if let Some(lag) = read.standby_lag {
-                    standby_lags.insert(p, lag);
-                }
-                out.extend(entries.into_iter().map(|(k, v)| (p, k, v)));
+                first = false;
             }
-            // Closed between the listing and the read: its new owner answers for it.
-            Err(QueryError::NotLocal { .. } | QueryError::Restoring { .. }) => {}
-            Err(e) => return Err(e),
+            if let Some(lag) = read.standby_lag {
+                let l = standby_lags.entry(p).or_insert(lag);
+                *l = (*l).max(lag);
+            }
+            let (entries, more) = read.value;
+            let last = entries.last().map(|(k, _, _)| k.clone());
+            let mut expiry = Expiry::new(local, p, read.standby_lag.is_some(), ttl);
+            for (k, v, e) in entries {
+                if expiry.expired(e) {
+                    continue;
+                }
+                if !merge.offer(p, k, v) {
+                    continue 'partitions;
+                }
+            }
+            match (more, last) {
+                (true, Some(k)) => lower = Bound::Excluded(k),
+                _ => continue 'partitions,
+            }
         }
     }
     if partitions.is_empty() && !local.active().is_empty() && !local.knows(name) {
@@ -206,12 +384,33 @@ pub(crate) fn scan_local(
             store: name.to_string(),
         });
     }
+    let more = merge.more;
+    let entries = merge
+        .kept
+        .into_iter()
+        .map(|((k, p), v)| (p, k, v))
+        .collect();
     Ok(Queried {
-        value: (out, more),
+        value: Scanned { entries, more },
         partitions,
         positions,
         standby_lags,
     })
+}
+
+/// `key`'s committed value and, in a store with a TTL, its expiry (decided by [`Expiry`] once
+/// the read's lock is released).
+pub(crate) fn get_live(
+    r: &StoreReader,
+    ttl: Option<TtlClock>,
+    key: &[u8],
+) -> Result<(Option<Vec<u8>>, KeyExpiry), QueryError> {
+    let value = r.get(key)?;
+    let expiry = match value {
+        Some(_) => expiry_of(r, ttl, key)?,
+        None => None,
+    };
+    Ok((value, expiry))
 }
 
 /// `Some(p → lag)` for an answer read from a standby copy.
@@ -221,11 +420,20 @@ fn lags(p: i32, lag: Option<i64>) -> BTreeMap<i32, i64> {
 
 impl<K, V> ReadOnlyKeyValueStore<K, V> {
     pub(crate) fn new(local: Arc<LocalStores>, handle: &StoreHandle<K, V>) -> Self {
+        let partitioner = local.partitioner();
         Self {
             local,
             handle: handle.clone(),
             standby: None,
+            partitioner,
         }
+    }
+
+    /// Finds keys with `partitioner` instead of `queries.partitioner`: the one the inputs'
+    /// keys were produced with (see [`Partitioner`]).
+    pub fn with_partitioner(mut self, partitioner: Partitioner) -> Self {
+        self.partitioner = partitioner;
+        self
     }
 
     /// Also answers from this instance's standby copies (`processor.standby_replicas`) of
@@ -253,7 +461,7 @@ impl<K, V> ReadOnlyKeyValueStore<K, V> {
 
     /// The partition `key` lives in (where its records were written).
     pub fn partition_of(&self, key: &K) -> Result<i32, QueryError> {
-        partition_of(&self.local, &self.key_bytes(key)?)
+        partition_of(&self.local, self.partitioner, &self.key_bytes(key)?)
     }
 
     /// `key`'s committed value, from the partition that holds it; [`QueryError::NotLocal`]
@@ -261,12 +469,15 @@ impl<K, V> ReadOnlyKeyValueStore<K, V> {
     /// here.
     pub fn get(&self, key: &K) -> Result<Queried<Option<V>>, QueryError> {
         let k = self.key_bytes(key)?;
-        let p = partition_of(&self.local, &k)?;
+        let p = partition_of(&self.local, self.partitioner, &k)?;
+        let ttl = self.handle.ttl().map(|(_, clock)| clock);
         let read = read_partition(&self.local, self.handle.name(), p, self.standby, |r| {
-            Ok(r.get(&k)?)
+            get_live(r, ttl, &k)
         })?;
-        let value = read
-            .value
+        let (value, expiry) = read.value;
+        let expired = Expiry::new(&self.local, p, read.standby_lag.is_some(), ttl).expired(expiry);
+        let value = value
+            .filter(|_| !expired)
             .map(|b| self.handle.value_serde().deserialize(&b))
             .transpose()
             .map_err(|e| self.serde_err(e))?;
@@ -279,14 +490,20 @@ impl<K, V> ReadOnlyKeyValueStore<K, V> {
     }
 
     fn scan(&self, bounds: KeyBounds) -> Result<Queried<Vec<(K, V)>>, QueryError> {
+        let budget = ScanBudget {
+            limit: NO_LIMIT,
+            deadline: None,
+        };
+        let ttl = self.handle.ttl().map(|(_, clock)| clock);
         let q = scan_local(
             &self.local,
             self.handle.name(),
             &bounds,
-            NO_LIMIT,
+            budget,
             self.standby,
+            ttl,
         )?;
-        let (entries, _) = q.value;
+        let entries = q.value.entries;
         let mut out = Vec::with_capacity(entries.len());
         for (_, k, v) in entries {
             let key = self
@@ -310,7 +527,8 @@ impl<K, V> ReadOnlyKeyValueStore<K, V> {
     }
 
     /// The committed entries with keys in `from..=to` (a `None` end is open) of every
-    /// partition open here, partition by partition in key order.
+    /// partition open here, in the order of their serialized keys. Read a chunk at a time per
+    /// partition: a revocation meanwhile waits for one chunk, not the whole read.
     pub fn range(
         &self,
         from: Option<&K>,
@@ -344,6 +562,7 @@ pub struct ReadOnlyWindowStore<K, V> {
     local: Arc<LocalStores>,
     handle: WindowStoreHandle<K, V>,
     standby: Option<i64>,
+    partitioner: Partitioner,
     _v: PhantomData<fn() -> V>,
 }
 
@@ -353,6 +572,7 @@ impl<K, V> Clone for ReadOnlyWindowStore<K, V> {
             local: self.local.clone(),
             handle: self.handle.clone(),
             standby: self.standby,
+            partitioner: self.partitioner,
             _v: PhantomData,
         }
     }
@@ -391,12 +611,21 @@ pub(crate) fn fetch_windows(
 
 impl<K, V> ReadOnlyWindowStore<K, V> {
     pub(crate) fn new(local: Arc<LocalStores>, handle: &WindowStoreHandle<K, V>) -> Self {
+        let partitioner = local.partitioner();
         Self {
             local,
             handle: handle.clone(),
             standby: None,
+            partitioner,
             _v: PhantomData,
         }
+    }
+
+    /// Finds keys with `partitioner` instead of `queries.partitioner` (see
+    /// [`ReadOnlyKeyValueStore::with_partitioner`]).
+    pub fn with_partitioner(mut self, partitioner: Partitioner) -> Self {
+        self.partitioner = partitioner;
+        self
     }
 
     /// Also answers from standby copies at most `max_lag` changelog records behind (see
@@ -426,7 +655,7 @@ impl<K, V> ReadOnlyWindowStore<K, V> {
             .key_serde()
             .serialize(key)
             .map_err(|e| self.serde_err(e))?;
-        let p = partition_of(&self.local, &k)?;
+        let p = partition_of(&self.local, self.partitioner, &k)?;
         let name = self.handle.name();
         let read = read_partition(&self.local, name, p, self.standby, |r| {
             fetch_windows(r, name, &k, from, to)
@@ -446,5 +675,196 @@ impl<K, V> ReadOnlyWindowStore<K, V> {
             positions: read.positions,
             standby_lags: lags(p, read.standby_lag),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::processor::timers::TimerKind;
+    use crate::state::{Column, Overlay, Store, StoreCache};
+
+    /// Two open partitions of store `s`: 0 holds `even`, 1 holds `odd` keys (`k000`…), each
+    /// with its value equal to its key. The stores stay open while the result lives.
+    fn two_partitions(keys: usize) -> (Arc<LocalStores>, Vec<Store>) {
+        let local = LocalStores::new();
+        local.set_layout(Some(2), Some("in"));
+        let cache = StoreCache::new(8 << 20);
+        let mut stores = Vec::new();
+        for p in 0..2 {
+            let dir = std::env::temp_dir().join(format!("eosflow-query-{}", uuid::Uuid::new_v4()));
+            let (s, _) = Store::open(&dir, &format!("cl[{p}]"), &cache).expect("open");
+            let mut o = Overlay::default();
+            for i in (0..keys).filter(|i| i % 2 == p as usize) {
+                let k = format!("k{i:03}").into_bytes();
+                o.put(Column::State, &k, k.clone());
+            }
+            s.apply(&o, None).expect("apply");
+            local.opened(p, vec![("s".to_string(), s.reader())], Positions::new());
+            stores.push(s);
+        }
+        (local, stores)
+    }
+
+    fn keys(q: &Queried<Scanned>) -> Vec<String> {
+        q.value
+            .entries
+            .iter()
+            .map(|(_, k, _)| String::from_utf8_lossy(k).into_owned())
+            .collect()
+    }
+
+    #[test]
+    fn a_scan_keeps_at_most_limit_entries_over_all_partitions_in_key_order() {
+        let (local, _stores) = two_partitions(2 * SCAN_CHUNK + 10);
+        let all = (Bound::Unbounded, Bound::Unbounded);
+        let budget = ScanBudget {
+            limit: 5,
+            deadline: None,
+        };
+        let q = scan_local(&local, "s", &all, budget, None, None).expect("scan");
+        assert_eq!(keys(&q), ["k000", "k001", "k002", "k003", "k004"]);
+        assert!(q.value.more);
+        assert_eq!(q.partitions, [0, 1]);
+        // The next page starts after the last key; the whole store, page by page, once.
+        let mut seen = keys(&q);
+        let mut lower = Bound::Excluded(b"k004".to_vec());
+        loop {
+            let budget = ScanBudget {
+                limit: 97,
+                deadline: None,
+            };
+            let page = scan_local(&local, "s", &(lower, Bound::Unbounded), budget, None, None)
+                .expect("page");
+            assert!(page.value.entries.len() <= 97);
+            seen.extend(keys(&page));
+            if !page.value.more {
+                break;
+            }
+            lower = Bound::Excluded(seen.last().expect("a key").clone().into_bytes());
+        }
+        let want: Vec<String> = (0..2 * SCAN_CHUNK + 10)
+            .map(|i| format!("k{i:03}"))
+            .collect();
+        assert_eq!(seen, want);
+    }
+
+    #[test]
+    fn a_scan_past_its_deadline_stops_before_its_next_chunk() {
+        let (local, _stores) = two_partitions(10);
+        let budget = ScanBudget {
+            limit: 5,
+            deadline: Some(Instant::now()),
+        };
+        let all = (Bound::Unbounded, Bound::Unbounded);
+        assert!(matches!(
+            scan_local(&local, "s", &all, budget, None, None),
+            Err(QueryError::DeadlineExceeded)
+        ));
+    }
+
+    /// Partition 0 with a default store (its stream time of sub-topology 1 at `stream_time`)
+    /// and store `s` whose keys `gone` (due at 100), `kept` (due at 10^15) and `forever` (no
+    /// expiry) carry expiry index entries of `kind` in sub-topology 1's lane.
+    fn ttl_store(kind: TimerKind, stream_time: i64) -> (Arc<LocalStores>, Vec<Store>) {
+        use crate::processor::timers::expiry_index_entry;
+        let local = LocalStores::new();
+        local.set_layout(Some(1), Some("in"));
+        let cache = StoreCache::new(8 << 20);
+        let open = |name: &str| {
+            let dir = std::env::temp_dir().join(format!("eosflow-query-{}", uuid::Uuid::new_v4()));
+            Store::open(&dir, name, &cache).expect("open").0
+        };
+        let (default, s) = (open("default"), open("s"));
+        let mut o = Overlay::default();
+        o.put(
+            Column::Time,
+            &crate::processor::engine::stream_time_key(1),
+            stream_time.to_be_bytes().to_vec(),
+        );
+        default.apply(&o, None).expect("apply");
+        let mut o = Overlay::default();
+        for (k, due) in [
+            ("gone", Some(100)),
+            ("kept", Some(1_000_000_000_000_000)),
+            ("forever", None),
+        ] {
+            o.put(Column::State, k.as_bytes(), b"v".to_vec());
+            if let Some(due) = due {
+                let (ik, iv) = expiry_index_entry(kind, 1, k.as_bytes(), due);
+                o.put(Column::TimerIndex, &ik, iv);
+            }
+        }
+        s.apply(&o, None).expect("apply");
+        let readers = vec![
+            ("default".to_string(), default.reader()),
+            ("s".to_string(), s.reader()),
+        ];
+        local.opened(0, readers, Positions::new());
+        (local, vec![default, s])
+    }
+
+    fn handle(clock: TtlClock) -> StoreHandle<String, String> {
+        StoreHandle::new("s", crate::serdes::StringSerde, crate::serdes::StringSerde)
+            .with_ttl(std::time::Duration::from_secs(60), clock)
+            .expect("ttl")
+    }
+
+    fn served(local: &Arc<LocalStores>, clock: TtlClock) -> Vec<String> {
+        let store = ReadOnlyKeyValueStore::new(local.clone(), &handle(clock));
+        let mut keys: Vec<String> = store
+            .all()
+            .expect("all")
+            .value
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect();
+        keys.sort();
+        for k in ["gone", "kept", "forever"] {
+            let got = store.get(&k.to_string()).expect("get").value;
+            assert_eq!(
+                got.is_some(),
+                keys.contains(&k.to_string()),
+                "{k}: get and all agree"
+            );
+        }
+        keys
+    }
+
+    // docs/ttl.md: "an expired value is not seen" — a query neither, swept or not.
+    #[test]
+    fn a_key_past_its_ttl_is_not_served_before_the_sweep_deletes_it() {
+        // Wall clock: "gone" was due at 100 ms after the epoch.
+        let (local, _stores) = ttl_store(TimerKind::WallClock, 0);
+        assert_eq!(served(&local, TtlClock::WallClock), ["forever", "kept"]);
+        // Event time: due at 100, the task's committed stream time 150 / 50.
+        let (local, _stores) = ttl_store(TimerKind::EventTime, 150);
+        assert_eq!(served(&local, TtlClock::EventTime), ["forever", "kept"]);
+        let (local, _stores) = ttl_store(TimerKind::EventTime, 50);
+        assert_eq!(
+            served(&local, TtlClock::EventTime),
+            ["forever", "gone", "kept"]
+        );
+        // A handle without a TTL reads what is stored.
+        let plain: StoreHandle<String, String> =
+            StoreHandle::new("s", crate::serdes::StringSerde, crate::serdes::StringSerde);
+        let store = ReadOnlyKeyValueStore::new(local, &plain);
+        assert_eq!(store.all().expect("all").value.len(), 3);
+    }
+
+    #[test]
+    fn the_library_reads_every_entry_in_key_order() {
+        let (local, _stores) = two_partitions(2 * SCAN_CHUNK + 3);
+        let all = (Bound::Unbounded, Bound::Unbounded);
+        let budget = ScanBudget {
+            limit: NO_LIMIT,
+            deadline: None,
+        };
+        let q = scan_local(&local, "s", &all, budget, None, None).expect("scan");
+        let want: Vec<String> = (0..2 * SCAN_CHUNK + 3)
+            .map(|i| format!("k{i:03}"))
+            .collect();
+        assert_eq!(keys(&q), want);
+        assert!(!q.value.more);
     }
 }

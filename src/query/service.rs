@@ -1,37 +1,42 @@
-//! The HTTP side of interactive queries: the stores an application serves, and the answers the
-//! operations server gives on `/stores/...`.
+//! What the query listener answers, independent of the HTTP stack that carries it
+//! ([`super::http`]): the stores an application serves, and the answer to each kind of request.
 //!
 //! | request | answer |
 //! |---|---|
 //! | `GET /stores` | the served stores, their kinds, and the partitions open here |
 //! | `GET /stores/<store>/keys/<key>` | the key's committed value (404 when absent) |
 //! | `GET /stores/<store>/keys/<key>/windows?from=&to=` | the key's windows starting in `from..=to` (ms) |
-//! | `GET /stores/<store>?from=&to=&prefix=&limit=` | the entries of the partitions open **here** (a range is per instance, as in Kafka Streams) |
+//! | `GET /stores/<store>?from=&to=&prefix=&after=&limit=` | at most `limit` entries of the partitions open **here**, in key order (a range is per instance, as in Kafka Streams) |
 //!
 //! A key is written in the URL as its JSON (`42`, `"a b"` percent-encoded) or, for a string
 //! key, as the bare text. Answers are JSON with the key, the value (the serde's value rendered
 //! with `serde_json`), the partition and `positions`: the next input offset of each
 //! (topic, partition) the answer reflects, also in the `Eosflow-Positions` header.
 //!
-//! A key owned by another instance is **proxied**: this instance asks the owner's advertised
-//! address and passes its answer on, with `Eosflow-Owner` naming it (one hop: a forwarded
-//! request is never forwarded again). A key whose partition is restoring here, whose owner is
-//! not known now (a rebalance, an owner without `processor.application_server`) or does not
-//! answer (killed, not yet replaced in the group), answers `503` with `Retry-After: 1`. Never
-//! stale data: a store is read only while its task is open and owned here.
+//! A key owned by another instance is **proxied** ([`Step::Forward`]: the HTTP layer asks the
+//! owner, authenticated as this instance, and passes its answer on with `Eosflow-Owner` naming
+//! it; one hop: a forwarded request is never forwarded again). A key whose partition is
+//! restoring here, whose owner is not known now (a rebalance, an owner without
+//! `processor.application_server`) or does not answer (killed, not yet replaced in the group),
+//! answers `503` with `Retry-After: 1`. Never stale data: a store is read only while its task is
+//! open and owned here.
 
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Bound;
 use std::sync::{Arc, PoisonError, RwLock};
+use std::time::Instant;
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::{json, Value};
 
 use super::local::{LocalStores, Positions};
-use super::read::{fetch_windows, partition_of, read_partition, scan_local, QueryError};
+use super::read::{
+    fetch_windows, get_live, partition_of, read_partition, scan_local, Expiry, QueryError,
+    ScanBudget,
+};
 use super::routing::{Owner, Router};
-use crate::processor::StoreHandle;
+use crate::processor::{StoreHandle, TtlClock};
 use crate::state::merge::prefix_bounds;
 use crate::topology::windows::WindowStoreHandle;
 
@@ -47,7 +52,7 @@ pub struct HttpAnswer {
 }
 
 impl HttpAnswer {
-    fn json(status: u16, body: Value) -> Self {
+    pub(crate) fn json(status: u16, body: Value) -> Self {
         Self {
             status,
             headers: Vec::new(),
@@ -55,12 +60,12 @@ impl HttpAnswer {
         }
     }
 
-    fn header(mut self, name: &str, value: impl Into<String>) -> Self {
+    pub(crate) fn header(mut self, name: &str, value: impl Into<String>) -> Self {
         self.headers.push((name.to_string(), value.into()));
         self
     }
 
-    fn error(status: u16, message: impl std::fmt::Display) -> Self {
+    pub(crate) fn error(status: u16, message: impl std::fmt::Display) -> Self {
         Self::json(status, json!({ "error": message.to_string() }))
     }
 }
@@ -71,6 +76,8 @@ trait Rendered: Send + Sync {
     fn key_bytes(&self, text: &str) -> Result<Vec<u8>, String>;
     fn key_json(&self, bytes: &[u8]) -> Result<Value, String>;
     fn value_json(&self, bytes: &[u8]) -> Result<Value, String>;
+    /// The clock of the store's TTL, if its handle has one: expired keys are not served.
+    fn ttl(&self) -> Option<TtlClock>;
 }
 
 struct Typed<K, V> {
@@ -106,6 +113,10 @@ where
         serde_json::to_value(k).map_err(|e| e.to_string())
     }
 
+    fn ttl(&self) -> Option<TtlClock> {
+        self.handle.ttl().map(|(_, clock)| clock)
+    }
+
     fn value_json(&self, bytes: &[u8]) -> Result<Value, String> {
         let v = self
             .handle
@@ -116,15 +127,16 @@ where
     }
 }
 
-/// Interactive queries over HTTP for one instance: which stores are served and how requests
-/// are answered. Get it from [`crate::Instance::queries`].
+/// Interactive queries over HTTP for one instance: which stores are served (on the query
+/// listener, `queries.listen`) and how requests are answered. Get it from
+/// [`crate::Instance::queries`].
 ///
 /// | request | answer |
 /// |---|---|
 /// | `GET /stores` | the served stores, their kinds, and the partitions open here |
 /// | `GET /stores/<store>/keys/<key>` | the key's committed value (404 when absent) |
 /// | `GET /stores/<store>/keys/<key>/windows?from=&to=` | the key's windows starting in `from..=to` (ms) |
-/// | `GET /stores/<store>?from=&to=&prefix=&limit=` | the entries of the partitions open here |
+/// | `GET /stores/<store>?from=&to=&prefix=&after=&limit=` | at most `limit` entries of the partitions open here, in key order |
 ///
 /// A key owned by another instance is proxied to it (`Eosflow-Owner` names it); a partition
 /// restoring or rebalancing, or an owner that does not answer, gives `503` + `Retry-After: 1`.
@@ -141,6 +153,8 @@ pub struct QueryService {
     local: Arc<LocalStores>,
     router: Option<Router>,
     served: RwLock<HashMap<String, Arc<dyn Rendered>>>,
+    /// The most entries one range request returns (`queries.max_limit`).
+    max_limit: usize,
 }
 
 impl std::fmt::Debug for QueryService {
@@ -150,10 +164,6 @@ impl std::fmt::Debug for QueryService {
             .finish()
     }
 }
-
-/// The most entries a range request returns (`limit` above it is lowered to it).
-pub const MAX_RANGE_LIMIT: usize = 10_000;
-const DEFAULT_RANGE_LIMIT: usize = 1_000;
 
 fn positions_json(positions: &Positions) -> Value {
     Value::Array(
@@ -172,101 +182,58 @@ fn positions_header(positions: &Positions) -> String {
         .join(",")
 }
 
-/// `%xx`-decodes `s` (and `+` stays `+`): `None` when an escape is malformed or the result is
-/// not UTF-8.
-fn percent_decode(s: &str) -> Option<String> {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%' {
-            let hex = std::str::from_utf8(b.get(i + 1..i + 3)?).ok()?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok()
-}
-
-fn query_params(query: Option<&str>) -> Result<BTreeMap<String, String>, String> {
-    let mut out = BTreeMap::new();
-    for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
-        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        let v = percent_decode(v).ok_or_else(|| format!("query parameter {k}: bad %-escape"))?;
-        out.insert(k.to_string(), v);
-    }
-    Ok(out)
-}
-
-/// The request being answered, as far as forwarding it needs.
-struct Hop<'a> {
-    path: &'a str,
-    query: Option<&'a str>,
-    forwarded: bool,
-}
-
-/// The header that marks a request one instance forwarded to another.
+/// The header that marks a request one instance forwarded to another: such a request is
+/// answered from this instance's partitions only, never forwarded again. Only an
+/// authenticated request reaches the code that reads it (see [`super::http`]).
 pub const FORWARDED_HEADER: &str = "Eosflow-Forwarded";
 
-/// Asks `endpoint` (the owner) the same request, marked as forwarded; its status, JSON body and
-/// `Eosflow-*` headers.
-fn forward(endpoint: &str, hop: &Hop<'_>) -> Result<HttpAnswer, String> {
-    use std::io::{Read, Write};
-    use std::net::{TcpStream, ToSocketAddrs};
-    use std::time::Duration;
-    let addr = endpoint
-        .to_socket_addrs()
-        .map_err(|e| format!("resolving {endpoint}: {e}"))?
-        .next()
-        .ok_or_else(|| format!("{endpoint} resolves to no address"))?;
-    let mut c = TcpStream::connect_timeout(&addr, Duration::from_secs(2))
-        .map_err(|e| format!("connecting: {e}"))?;
-    c.set_read_timeout(Some(Duration::from_secs(10)))
-        .and_then(|()| c.set_write_timeout(Some(Duration::from_secs(5))))
-        .map_err(|e| e.to_string())?;
-    let target = match hop.query {
-        Some(q) => format!("{}?{q}", hop.path),
-        None => hop.path.to_string(),
-    };
-    c.write_all(
-        format!("GET {target} HTTP/1.0\r\nHost: {endpoint}\r\n{FORWARDED_HEADER}: 1\r\n\r\n")
-            .as_bytes(),
+/// A keyed request's served store, `max_standby_lag`, key bytes and partition.
+type Keyed = (Arc<dyn Rendered>, Option<i64>, Vec<u8>, i32);
+
+/// The query parameters of a request, decoded.
+pub(crate) type Params = BTreeMap<String, String>;
+
+/// What answering a request takes: an answer now, or the same request asked of the owner.
+#[derive(Debug)]
+pub(crate) enum Step {
+    /// The answer.
+    Done(HttpAnswer),
+    /// Another instance owns the key's partition: ask it (authenticated as this instance,
+    /// marked [`FORWARDED_HEADER`]), and pass its answer on.
+    Forward {
+        /// The owner's advertised `host:port`.
+        endpoint: String,
+        /// The owner's client id.
+        member: String,
+        /// The key's partition.
+        partition: i32,
+    },
+}
+
+impl From<HttpAnswer> for Step {
+    fn from(a: HttpAnswer) -> Self {
+        Self::Done(a)
+    }
+}
+
+/// The answer when the owner of `partition` at `endpoint` did not answer a forwarded request.
+pub(crate) fn owner_unreachable(
+    partition: i32,
+    member: &str,
+    endpoint: &str,
+    why: impl std::fmt::Display,
+) -> HttpAnswer {
+    HttpAnswer::error(
+        503,
+        format!("partition {partition} is owned by {member} at {endpoint}, which does not answer: {why}"),
     )
-    .map_err(|e| format!("sending: {e}"))?;
-    let mut raw = Vec::new();
-    c.take(64 * 1024 * 1024)
-        .read_to_end(&mut raw)
-        .map_err(|e| format!("reading the answer: {e}"))?;
-    let text = String::from_utf8_lossy(&raw);
-    let (head, body) = text
-        .split_once("\r\n\r\n")
-        .ok_or("the answer has no header end")?;
-    let mut lines = head.lines();
-    let status = lines
-        .next()
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|c| c.parse::<u16>().ok())
-        .ok_or("the answer has no status line")?;
-    let headers = lines
-        .filter_map(|l| l.split_once(':'))
-        .filter(|(n, _)| {
-            n.trim().to_ascii_lowercase().starts_with("eosflow-")
-                || n.trim().eq_ignore_ascii_case("retry-after")
-        })
-        .map(|(n, v)| (n.trim().to_string(), v.trim().to_string()))
-        .collect();
-    Ok(HttpAnswer {
-        status,
-        headers,
-        body: body.to_string(),
-    })
+    .header("Retry-After", "1")
+    .header("Eosflow-Partition", partition.to_string())
+    .header("Eosflow-Owner", endpoint)
 }
 
 /// `max_standby_lag=N`: also answer from a standby copy at most N changelog records behind.
-fn standby_param(params: &BTreeMap<String, String>) -> Result<Option<i64>, String> {
+fn standby_param(params: &Params) -> Result<Option<i64>, String> {
     params
         .get("max_standby_lag")
         .map(|v| match v.parse::<i64>() {
@@ -295,7 +262,7 @@ fn with_read_headers(
 }
 
 /// What a request's answer was, for `eosflow_query_requests_total`.
-fn outcome(a: &HttpAnswer) -> &'static str {
+pub(crate) fn outcome(a: &HttpAnswer) -> &'static str {
     let has = |name: &str| a.headers.iter().any(|(n, _)| n.eq_ignore_ascii_case(name));
     match a.status {
         200 | 404 if has("Eosflow-Owner") => "proxied",
@@ -303,11 +270,14 @@ fn outcome(a: &HttpAnswer) -> &'static str {
         200 | 404 => "local",
         503 => "unavailable",
         400 => "bad-request",
+        401 => "unauthorized",
+        429 => "too-many-requests",
+        504 => "deadline-exceeded",
         _ => "error",
     }
 }
 
-fn time_param(params: &BTreeMap<String, String>, name: &str, default: i64) -> Result<i64, String> {
+fn time_param(params: &Params, name: &str, default: i64) -> Result<i64, String> {
     params.get(name).map_or(Ok(default), |v| {
         v.parse()
             .map_err(|_| format!("{name}={v:?} is not a time in ms since the epoch"))
@@ -315,11 +285,12 @@ fn time_param(params: &BTreeMap<String, String>, name: &str, default: i64) -> Re
 }
 
 impl QueryService {
-    pub(crate) fn new(local: Arc<LocalStores>, router: Option<Router>) -> Self {
+    pub(crate) fn new(local: Arc<LocalStores>, router: Option<Router>, max_limit: usize) -> Self {
         Self {
             local,
             router,
             served: RwLock::new(HashMap::new()),
+            max_limit: max_limit.max(1),
         }
     }
 
@@ -362,50 +333,24 @@ impl QueryService {
         );
     }
 
-    /// The answer to `GET path?query`, or `None` when `path` is not under `/stores`;
-    /// `forwarded`: the request came from another instance (`Eosflow-Forwarded`), so a key
-    /// not open here is not forwarded again. Blocking (store reads, a group lookup and a
-    /// request to the owner for a key owned elsewhere): call it off async threads.
-    pub fn answer(&self, path: &str, query: Option<&str>, forwarded: bool) -> Option<HttpAnswer> {
-        let hop = Hop {
-            path,
-            query,
-            forwarded,
-        };
-        let rest = path.strip_prefix("/stores")?;
-        if !(rest.is_empty() || rest.starts_with('/')) {
-            return None;
-        }
-        let parts: Vec<&str> = rest.split('/').filter(|s| !s.is_empty()).collect();
-        let answer = self.route(&parts, &hop);
-        if let Some(store) = parts.first() {
-            // Only served stores' names become labels: a probe of made-up names must not
-            // grow the metric's series.
-            let served = percent_decode(store).filter(|n| {
-                self.served
-                    .read()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .contains_key(n)
-            });
-            crate::telemetry::query_request(served.as_deref().unwrap_or("-"), outcome(&answer));
-        }
-        Some(answer)
+    /// Whether `name` is a served store (only those become metric labels: a probe of made-up
+    /// names must not grow the metric's series).
+    pub(crate) fn is_served(&self, name: &str) -> bool {
+        self.served
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains_key(name)
     }
 
-    fn route(&self, parts: &[&str], hop: &Hop<'_>) -> HttpAnswer {
-        let query = hop.query;
-        match parts {
-            [] => self.list(),
-            [store] => self.with_store(store, |r| self.range(store, r, query)),
-            [store, "keys", key] => self.with_store(store, |r| self.key(store, r, key, hop)),
-            [store, "keys", key, "windows"] => {
-                self.with_store(store, |r| self.windows(store, r, key, hop))
-            }
-            _ => HttpAnswer::error(404, "try /stores, /stores/<store>/keys/<key>, /stores/<store>/keys/<key>/windows?from=&to= or /stores/<store>?from=&to=&prefix="),
+    /// A request forwarded to `member` got no answer: its endpoint is read again next time.
+    pub(crate) fn unreachable(&self, member: &str) {
+        if let Some(r) = &self.router {
+            r.forget_endpoint(member);
         }
     }
 
-    fn list(&self) -> HttpAnswer {
+    /// `GET /stores`.
+    pub(crate) fn list(&self) -> HttpAnswer {
         let served = self.served.read().unwrap_or_else(PoisonError::into_inner);
         let mut stores: Vec<Value> = served
             .iter()
@@ -419,35 +364,26 @@ impl QueryService {
                 "partitions": self.local.partitions(),
                 "active": self.local.active(),
                 "endpoint": self.router.as_ref().and_then(|r| r.endpoint()),
+                "partitioner": self.local.partitioner().as_str(),
             }),
         )
     }
 
-    fn with_store(
-        &self,
-        store: &str,
-        f: impl FnOnce(Arc<dyn Rendered>) -> HttpAnswer,
-    ) -> HttpAnswer {
-        let Some(name) = percent_decode(store) else {
-            return HttpAnswer::error(400, "store name: bad %-escape");
-        };
+    fn served_store(&self, name: &str) -> Result<Arc<dyn Rendered>, HttpAnswer> {
         let found = self
             .served
             .read()
             .unwrap_or_else(PoisonError::into_inner)
-            .get(&name)
+            .get(name)
             .cloned();
-        match found {
-            Some(r) => f(r),
-            None => HttpAnswer::error(
-                404,
-                format!("store {name:?} is not served here: the application serves a store with instance.queries().serve_store(&handle)"),
-            ),
-        }
+        found.ok_or_else(|| HttpAnswer::error(
+            404,
+            format!("store {name:?} is not served here: the application serves a store with instance.queries().serve_store(&handle)"),
+        ))
     }
 
-    /// Why a partition cannot answer here, as HTTP: its owner's answer, or 503.
-    fn elsewhere(&self, e: QueryError, hop: &Hop<'_>) -> HttpAnswer {
+    /// Why a partition cannot answer here: the owner to ask, or the answer (503 and the like).
+    fn elsewhere(&self, e: QueryError, forwarded: bool) -> Step {
         let p = match e {
             QueryError::NotLocal { partition } => partition,
             QueryError::Restoring { partition } => {
@@ -456,160 +392,183 @@ impl QueryService {
                     format!("partition {partition} is restoring here; ask again"),
                 )
                 .header("Retry-After", "1")
-                .header("Eosflow-Partition", partition.to_string());
+                .header("Eosflow-Partition", partition.to_string())
+                .into();
             }
-            QueryError::NotStarted => {
-                return HttpAnswer::error(503, e).header("Retry-After", "1");
-            }
-            QueryError::UnknownStore { .. } => return HttpAnswer::error(404, e),
-            QueryError::Serde { .. } | QueryError::Layout { .. } => {
-                return HttpAnswer::error(500, e)
-            }
-            QueryError::State(_) => return HttpAnswer::error(500, e),
+            e => return error_answer(e).into(),
         };
         let unavailable = |why: String| {
             HttpAnswer::error(503, why)
                 .header("Retry-After", "1")
                 .header("Eosflow-Partition", p.to_string())
+                .into()
         };
-        if hop.forwarded {
+        if forwarded {
             return unavailable(format!(
                 "partition {p} is not open here (a forwarded request is not forwarded again)"
             ));
         }
         let (Some(router), Some(input)) = (&self.router, self.local.input()) else {
-            return HttpAnswer::error(503, format!("partition {p} is not open here and this instance has no processor.application_server to find its owner with"))
-                .header("Retry-After", "1")
-                .header("Eosflow-Partition", p.to_string());
+            return unavailable(format!("partition {p} is not open here and this instance has no processor.application_server to find its owner with"));
         };
         match router.owner(&input, p) {
-            Owner::Other { endpoint, member } => match forward(&endpoint, hop) {
-                Ok(answer) => answer.header("Eosflow-Owner", endpoint),
-                Err(e) => unavailable(format!(
-                    "partition {p} is owned by {member} at {endpoint}, which does not answer: {e}"
-                ))
-                .header("Eosflow-Owner", endpoint),
+            Owner::Other { endpoint, member } => Step::Forward {
+                endpoint,
+                member,
+                partition: p,
             },
-            Owner::Me => HttpAnswer::error(
-                503,
-                format!("partition {p} is being assigned to this instance; ask again"),
-            )
-            .header("Retry-After", "1")
-            .header("Eosflow-Partition", p.to_string()),
-            Owner::Unknown(why) => {
-                HttpAnswer::error(503, format!("partition {p}: owner unknown now: {why}"))
-                    .header("Retry-After", "1")
-                    .header("Eosflow-Partition", p.to_string())
-            }
+            Owner::Me => unavailable(format!(
+                "partition {p} is being assigned to this instance; ask again"
+            )),
+            Owner::Unknown(why) => unavailable(format!("partition {p}: owner unknown now: {why}")),
         }
     }
 
-    /// The URL's key: its text, its bytes and its partition, or the answer saying why not.
+    /// The URL's key: its bytes and its partition, or the step saying why not.
     fn locate(
         &self,
         r: &dyn Rendered,
         key_text: &str,
-        hop: &Hop<'_>,
-    ) -> Result<(String, Vec<u8>, i32), HttpAnswer> {
-        let text =
-            percent_decode(key_text).ok_or_else(|| HttpAnswer::error(400, "key: bad %-escape"))?;
-        let k = r.key_bytes(&text).map_err(|e| HttpAnswer::error(400, e))?;
-        let p = partition_of(&self.local, &k).map_err(|e| self.elsewhere(e, hop))?;
-        Ok((text, k, p))
+        forwarded: bool,
+    ) -> Result<(Vec<u8>, i32), Step> {
+        let k = r
+            .key_bytes(key_text)
+            .map_err(|e| HttpAnswer::error(400, e))?;
+        let p = partition_of(&self.local, self.local.partitioner(), &k)
+            .map_err(|e| self.elsewhere(e, forwarded))?;
+        Ok((k, p))
     }
 
-    fn key(&self, store: &str, r: Arc<dyn Rendered>, key_text: &str, hop: &Hop<'_>) -> HttpAnswer {
-        let (text, k, p) = match self.locate(r.as_ref(), key_text, hop) {
+    /// What a keyed request needs: the served store (of `kind` when given: `window` for
+    /// `/windows`), `max_standby_lag`, the key's bytes and partition — or the step that answers
+    /// instead.
+    fn keyed(
+        &self,
+        store: &str,
+        key_text: &str,
+        params: &Params,
+        forwarded: bool,
+        kind: &str,
+    ) -> Result<Keyed, Step> {
+        let r = self.served_store(store)?;
+        if !kind.is_empty() && r.kind() != kind {
+            return Err(HttpAnswer::error(
+                400,
+                format!(
+                    "store {store} is a {} store: ask /stores/{store}/keys/<key>",
+                    r.kind()
+                ),
+            )
+            .into());
+        }
+        let standby = standby_param(params).map_err(|e| HttpAnswer::error(400, e))?;
+        let (k, p) = self.locate(r.as_ref(), key_text, forwarded)?;
+        Ok((r, standby, k, p))
+    }
+
+    /// `GET /stores/<store>/keys/<key>` (`store` and `key` decoded).
+    pub(crate) fn key(
+        &self,
+        store: &str,
+        key_text: &str,
+        params: &Params,
+        forwarded: bool,
+    ) -> Step {
+        let (r, standby, k, p) = match self.keyed(store, key_text, params, forwarded, "") {
             Ok(found) => found,
-            Err(answer) => return answer,
+            Err(step) => return step,
         };
-        let standby = match query_params(hop.query).and_then(|q| standby_param(&q)) {
-            Ok(s) => s,
-            Err(e) => return HttpAnswer::error(400, e),
-        };
-        let name = percent_decode(store).unwrap_or_default();
-        match read_partition(&self.local, &name, p, standby, |reader| Ok(reader.get(&k)?)) {
+        let ttl = r.ttl();
+        match read_partition(&self.local, store, p, standby, |reader| {
+            get_live(reader, ttl, &k)
+        }) {
             Ok(read) => {
-                let (status, value) = match read.value.map(|b| r.value_json(&b)).transpose() {
+                let (value, expiry) = read.value;
+                let expired =
+                    Expiry::new(&self.local, p, read.standby_lag.is_some(), ttl).expired(expiry);
+                let value = value.filter(|_| !expired);
+                let (status, value) = match value.map(|b| r.value_json(&b)).transpose() {
                     Ok(Some(v)) => (200, v),
                     Ok(None) => (404, Value::Null),
-                    Err(e) => return HttpAnswer::error(500, format!("store {name}: {e}")),
+                    Err(e) => return HttpAnswer::error(500, format!("store {store}: {e}")).into(),
                 };
-                let key = r.key_json(&k).unwrap_or(Value::String(text));
-                let body = json!({ "store": name, "key": key, "value": value, "partition": p, "positions": positions_json(&read.positions), "standby_lag": read.standby_lag });
+                let key = r
+                    .key_json(&k)
+                    .unwrap_or_else(|_| Value::String(key_text.to_string()));
+                let body = json!({ "store": store, "key": key, "value": value, "partition": p, "positions": positions_json(&read.positions), "standby_lag": read.standby_lag });
                 with_read_headers(
                     HttpAnswer::json(status, body),
                     p,
                     &read.positions,
                     read.standby_lag,
                 )
+                .into()
             }
-            Err(e) => self.elsewhere(e, hop),
+            Err(e) => self.elsewhere(e, forwarded),
         }
     }
 
-    fn windows(
+    /// `GET /stores/<store>/keys/<key>/windows?from=&to=`.
+    pub(crate) fn windows(
         &self,
         store: &str,
-        r: Arc<dyn Rendered>,
         key_text: &str,
-        hop: &Hop<'_>,
-    ) -> HttpAnswer {
-        let query = hop.query;
-        if r.kind() != "window" {
-            return HttpAnswer::error(
-                400,
-                format!(
-                    "store {store} is a {} store: ask /stores/{store}/keys/<key>",
-                    r.kind()
-                ),
-            );
-        }
-        let params = match query_params(query) {
-            Ok(p) => p,
-            Err(e) => return HttpAnswer::error(400, e),
-        };
+        params: &Params,
+        forwarded: bool,
+    ) -> Step {
         let (from, to) = match (
-            time_param(&params, "from", i64::MIN),
-            time_param(&params, "to", i64::MAX),
+            time_param(params, "from", i64::MIN),
+            time_param(params, "to", i64::MAX),
         ) {
             (Ok(f), Ok(t)) => (f, t),
-            (Err(e), _) | (_, Err(e)) => return HttpAnswer::error(400, e),
+            (Err(e), _) | (_, Err(e)) => return HttpAnswer::error(400, e).into(),
         };
-        let (text, k, p) = match self.locate(r.as_ref(), key_text, hop) {
+        let (r, standby, k, p) = match self.keyed(store, key_text, params, forwarded, "window") {
             Ok(found) => found,
-            Err(answer) => return answer,
+            Err(step) => return step,
         };
-        let standby = match standby_param(&params) {
-            Ok(s) => s,
-            Err(e) => return HttpAnswer::error(400, e),
-        };
-        let name = percent_decode(store).unwrap_or_default();
-        match read_partition(&self.local, &name, p, standby, |reader| {
-            fetch_windows(reader, &name, &k, from, to)
+        match read_partition(&self.local, store, p, standby, |reader| {
+            fetch_windows(reader, store, &k, from, to)
         }) {
             Ok(read) => {
                 let mut out = Vec::with_capacity(read.value.len());
                 for (w, bytes) in read.value {
                     match r.value_json(&bytes) {
                         Ok(v) => out.push(json!({ "start": w.start, "end": w.end, "value": v })),
-                        Err(e) => return HttpAnswer::error(500, format!("store {name}: {e}")),
+                        Err(e) => {
+                            return HttpAnswer::error(500, format!("store {store}: {e}")).into()
+                        }
                     }
                 }
-                let key = r.key_json(&k).unwrap_or(Value::String(text));
-                let body = json!({ "store": name, "key": key, "windows": out, "partition": p, "positions": positions_json(&read.positions), "standby_lag": read.standby_lag });
+                let key = r
+                    .key_json(&k)
+                    .unwrap_or_else(|_| Value::String(key_text.to_string()));
+                let body = json!({ "store": store, "key": key, "windows": out, "partition": p, "positions": positions_json(&read.positions), "standby_lag": read.standby_lag });
                 with_read_headers(
                     HttpAnswer::json(200, body),
                     p,
                     &read.positions,
                     read.standby_lag,
                 )
+                .into()
             }
-            Err(e) => self.elsewhere(e, hop),
+            Err(e) => self.elsewhere(e, forwarded),
         }
     }
 
-    fn range(&self, store: &str, r: Arc<dyn Rendered>, query: Option<&str>) -> HttpAnswer {
+    /// `GET /stores/<store>?prefix=` or `?from=&to=`, `&after=`, `&limit=`: at most `limit`
+    /// (capped at `queries.max_limit`) entries of the partitions open here, merged in key
+    /// order; `next` is the key to pass as `after=` for the following page.
+    pub(crate) fn range(
+        &self,
+        store: &str,
+        params: &Params,
+        deadline: Option<Instant>,
+    ) -> HttpAnswer {
+        let r = match self.served_store(store) {
+            Ok(r) => r,
+            Err(a) => return a,
+        };
         if r.kind() != "key-value" {
             return HttpAnswer::error(
                 400,
@@ -619,14 +578,10 @@ impl QueryService {
                 ),
             );
         }
-        let params = match query_params(query) {
-            Ok(p) => p,
-            Err(e) => return HttpAnswer::error(400, e),
-        };
         let key = |name: &str| -> Result<Option<Vec<u8>>, String> {
             params.get(name).map(|t| r.key_bytes(t)).transpose()
         };
-        let bounds = match (key("prefix"), key("from"), key("to")) {
+        let (mut lower, upper) = match (key("prefix"), key("from"), key("to")) {
             (Ok(Some(prefix)), Ok(None), Ok(None)) => prefix_bounds(&prefix),
             (Ok(None), Ok(from), Ok(to)) => (
                 from.map_or(Bound::Unbounded, Bound::Included),
@@ -637,53 +592,93 @@ impl QueryService {
             }
             (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => return HttpAnswer::error(400, e),
         };
+        match key("after") {
+            Ok(Some(after)) => lower = resume_after(lower, after),
+            Ok(None) => {}
+            Err(e) => return HttpAnswer::error(400, e),
+        }
+        let max = self.max_limit;
         let limit = match params.get("limit").map(|l| l.parse::<usize>()) {
-            None => DEFAULT_RANGE_LIMIT,
-            Some(Ok(l)) if l > 0 => l.min(MAX_RANGE_LIMIT),
+            None => max,
+            Some(Ok(l)) if l > 0 => l.min(max),
             Some(_) => {
-                return HttpAnswer::error(400, format!("limit must be 1..={MAX_RANGE_LIMIT}"))
+                return HttpAnswer::error(
+                    400,
+                    format!("limit must be a number ≥ 1 (at most {max} are returned)"),
+                )
             }
         };
-        let name = percent_decode(store).unwrap_or_default();
-        let standby = match standby_param(&params) {
+        let standby = match standby_param(params) {
             Ok(s) => s,
             Err(e) => return HttpAnswer::error(400, e),
         };
-        let q = match scan_local(&self.local, &name, &bounds, limit, standby) {
+        let budget = ScanBudget { limit, deadline };
+        let q = match scan_local(
+            &self.local,
+            store,
+            &(lower, upper),
+            budget,
+            standby,
+            r.ttl(),
+        ) {
             Ok(q) => q,
-            Err(e @ QueryError::NotStarted) => {
-                return HttpAnswer::error(503, e).header("Retry-After", "1")
-            }
-            Err(e @ QueryError::UnknownStore { .. }) => return HttpAnswer::error(404, e),
-            Err(e) => return HttpAnswer::error(500, e),
+            Err(e) => return error_answer(e),
         };
-        let (entries, mut more) = q.value;
-        let mut out = Vec::new();
-        for (p, k, v) in entries {
-            if out.len() == limit {
-                more = true;
-                break;
-            }
-            match (r.key_json(&k), r.value_json(&v)) {
-                (Ok(k), Ok(v)) => out.push(json!({ "key": k, "value": v, "partition": p })),
+        let mut out = Vec::with_capacity(q.value.entries.len());
+        let mut next = Value::Null;
+        for (p, k, v) in &q.value.entries {
+            match (r.key_json(k), r.value_json(v)) {
+                (Ok(k), Ok(v)) => {
+                    next = k.clone();
+                    out.push(json!({ "key": k, "value": v, "partition": p }));
+                }
                 (Err(e), _) | (_, Err(e)) => {
-                    return HttpAnswer::error(500, format!("store {name}: {e}"))
+                    return HttpAnswer::error(500, format!("store {store}: {e}"))
                 }
             }
         }
+        let more = q.value.more;
         HttpAnswer::json(
             200,
             json!({
-                "store": name,
+                "store": store,
                 "entries": out,
                 "more": more,
+                "next": if more { next } else { Value::Null },
+                "limit": limit,
                 "partitions": q.partitions,
                 "positions": positions_json(&q.positions),
                 "standby_lags": q.standby_lags,
-                "note": "entries of the partitions open on this instance only; ask every instance for the whole store",
+                "note": "entries of the partitions open on this instance only, in key order; ask every instance for the whole store",
             }),
         )
         .header("Eosflow-Positions", positions_header(&q.positions))
+    }
+}
+
+/// The lower bound of a page that resumes after key `after`: whichever of the two starts later.
+fn resume_after(lower: Bound<Vec<u8>>, after: Vec<u8>) -> Bound<Vec<u8>> {
+    match lower {
+        Bound::Included(l) if l > after => Bound::Included(l),
+        Bound::Excluded(l) if l >= after => Bound::Excluded(l),
+        _ => Bound::Excluded(after),
+    }
+}
+
+/// A read error that is not about where the partition lives, as HTTP.
+fn error_answer(e: QueryError) -> HttpAnswer {
+    match e {
+        QueryError::NotStarted => HttpAnswer::error(503, e).header("Retry-After", "1"),
+        QueryError::UnknownStore { .. } => HttpAnswer::error(404, e),
+        QueryError::DeadlineExceeded => HttpAnswer::error(504, e),
+        QueryError::NotLocal { partition } | QueryError::Restoring { partition } => {
+            HttpAnswer::error(503, e)
+                .header("Retry-After", "1")
+                .header("Eosflow-Partition", partition.to_string())
+        }
+        QueryError::Serde { .. } | QueryError::Layout { .. } | QueryError::State(_) => {
+            HttpAnswer::error(500, e)
+        }
     }
 }
 
@@ -691,54 +686,59 @@ impl QueryService {
 mod tests {
     use super::*;
 
-    impl QueryService {
-        fn answer_plain(&self, path: &str, query: Option<&str>) -> Option<HttpAnswer> {
-            self.answer(path, query, false)
+    fn done(step: Step) -> HttpAnswer {
+        match step {
+            Step::Done(a) => a,
+            Step::Forward { endpoint, .. } => panic!("forwarded to {endpoint}"),
         }
     }
 
     #[test]
-    fn percent_escapes_decode_and_bad_ones_are_refused() {
-        assert_eq!(percent_decode("a%20b%2Fc").as_deref(), Some("a b/c"));
-        assert_eq!(percent_decode("%22x%22").as_deref(), Some("\"x\""));
-        assert_eq!(percent_decode("%zz"), None);
-        assert_eq!(percent_decode("%2"), None);
-    }
-
-    #[test]
-    fn an_unknown_path_is_not_ours_and_an_unserved_store_says_how_to_serve_it() {
-        let svc = QueryService::new(LocalStores::new(), None);
-        assert!(svc.answer_plain("/metrics", None).is_none());
-        assert!(svc.answer_plain("/storesx", None).is_none());
-        let a = svc
-            .answer_plain("/stores/counts/keys/a", None)
-            .expect("ours");
+    fn an_unserved_store_says_how_to_serve_it() {
+        let svc = QueryService::new(LocalStores::new(), None, 1000);
+        let a = done(svc.key("counts", "a", &Params::new(), false));
         assert_eq!(a.status, 404);
         assert!(a.body.contains("serve_store"), "{}", a.body);
-        let list = svc.answer_plain("/stores", None).expect("ours");
-        assert_eq!(list.status, 200);
+        assert_eq!(svc.list().status, 200);
     }
 
     #[test]
     fn before_the_group_is_joined_a_key_answers_503_with_retry_after() {
-        let svc = QueryService::new(LocalStores::new(), None);
+        let svc = QueryService::new(LocalStores::new(), None, 1000);
         let h: StoreHandle<String, i64> = StoreHandle::new(
             "counts",
             crate::serdes::StringSerde,
             crate::serdes::I64Serde,
         );
         svc.serve_store(&h);
-        let a = svc
-            .answer_plain("/stores/counts/keys/ann", None)
-            .expect("ours");
+        let a = done(svc.key("counts", "ann", &Params::new(), false));
         assert_eq!(a.status, 503, "{a:?}");
         assert!(
             a.headers.contains(&("Retry-After".into(), "1".into())),
             "{a:?}"
         );
-        let bad = svc
-            .answer_plain("/stores/counts", Some("limit=0"))
-            .expect("ours");
-        assert_eq!(bad.status, 400, "{bad:?}");
+        let zero = Params::from([("limit".to_string(), "0".to_string())]);
+        assert_eq!(svc.range("counts", &zero, None).status, 400);
+    }
+
+    #[test]
+    fn a_page_resumes_strictly_after_the_last_key_and_never_before_the_lower_bound() {
+        let (a, b) = (b"a".to_vec(), b"b".to_vec());
+        assert_eq!(
+            resume_after(Bound::Unbounded, a.clone()),
+            Bound::Excluded(a.clone())
+        );
+        assert_eq!(
+            resume_after(Bound::Included(a.clone()), a.clone()),
+            Bound::Excluded(a.clone())
+        );
+        assert_eq!(
+            resume_after(Bound::Included(b.clone()), a.clone()),
+            Bound::Included(b.clone())
+        );
+        assert_eq!(
+            resume_after(Bound::Excluded(a.clone()), b.clone()),
+            Bound::Excluded(b)
+        );
     }
 }

@@ -35,7 +35,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-pub use endpoints::{serve_endpoints, Endpoints};
+pub use endpoints::{serve_endpoints, serve_queries, Endpoints, QueryListener};
 pub use logging::init_logging;
 pub use signal::{wait_for_signal_or, Signal};
 
@@ -71,6 +71,10 @@ pub enum RunError {
     /// The metrics port is taken, or the metrics recorder could not be installed.
     #[error(transparent)]
     Endpoints(#[from] HttpError),
+    /// The query listener (`[queries]`) could not start: its port is taken, or a certificate,
+    /// key or CA file cannot be used (the error names the key).
+    #[error(transparent)]
+    Queries(#[from] crate::query::QueryListenerError),
     /// A thread or the signal runtime could not be created.
     #[error("{what}: {source}")]
     Io {
@@ -200,9 +204,16 @@ where
             tracing::error!(error = %e, topic = %crate::query::endpoints_topic(&config.app.id), "the interactive query endpoint could not be advertised: other instances answer 503 for this instance's keys instead of redirecting");
         }
     }
-    let queries = Arc::new(QueryService::new(local.clone(), router));
-    // Before the loop starts: a taken metrics port stops the start with nothing running.
-    let endpoints = serve_endpoints(config, health, Some(queries.clone()))?;
+    local.set_partitioner(config.queries.partitioner);
+    let queries = Arc::new(QueryService::new(
+        local.clone(),
+        router,
+        config.queries.max_limit,
+    ));
+    // Before the loop starts: a taken port or an unusable certificate stops the start with
+    // nothing running.
+    let endpoints = serve_endpoints(config, health)?;
+    let query_listener = serve_queries(config, queries.clone())?;
     let shutdown = Arc::new(AtomicBool::new(false));
     let worker = {
         let shutdown = shutdown.clone();
@@ -220,6 +231,7 @@ where
         local,
         queries,
         _endpoints: endpoints,
+        _query_listener: query_listener,
         shutdown_timeout_ms: config.processor.shutdown_timeout_ms,
     })
 }
@@ -232,6 +244,7 @@ pub struct Instance {
     local: Arc<crate::query::LocalStores>,
     queries: Arc<QueryService>,
     _endpoints: Option<Endpoints>,
+    _query_listener: Option<QueryListener>,
     shutdown_timeout_ms: u64,
 }
 

@@ -158,6 +158,20 @@ impl StoreReader {
         self.db.get_cf(self.cf()?, key).map_err(|e| self.err(e))
     }
 
+    /// The committed value of `key` in column `col` (a query honouring a store's TTL reads its
+    /// expiry index and the task's stream time there).
+    pub fn get_in(&self, col: Column, key: &[u8]) -> Result<Option<Vec<u8>>, StateError> {
+        let cf = self
+            .db
+            .cf_handle(col.cf())
+            .ok_or_else(|| StateError::Changelog {
+                topic: self.path.display().to_string(),
+                partition: -1,
+                message: format!("column family {} missing", col.cf()),
+            })?;
+        self.db.get_cf(cf, key).map_err(|e| self.err(e))
+    }
+
     /// Up to `limit` committed entries within `bounds`, in key order, and whether more
     /// followed.
     pub fn scan(&self, bounds: &KeyBounds, limit: usize) -> Result<(Vec<Entry>, bool), StateError> {

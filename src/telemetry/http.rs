@@ -19,7 +19,6 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tokio::net::TcpListener;
 
 use super::{catalog, Health};
-use crate::query::{HttpAnswer, QueryService};
 
 /// Why the endpoints could not start.
 #[derive(Debug, thiserror::Error)]
@@ -78,12 +77,7 @@ pub async fn bind(addr: SocketAddr) -> Result<TcpListener, HttpError> {
 }
 
 /// Serves the endpoints on `listener` (from [`bind`]) until the runtime stops.
-pub async fn serve(
-    listener: TcpListener,
-    metrics: PrometheusHandle,
-    health: Arc<Health>,
-    queries: Option<Arc<QueryService>>,
-) {
+pub async fn serve(listener: TcpListener, metrics: PrometheusHandle, health: Arc<Health>) {
     let upkeep = metrics.clone();
     tokio::spawn(async move {
         loop {
@@ -91,25 +85,14 @@ pub async fn serve(
             upkeep.run_upkeep();
         }
     });
-    serve_on_with(listener, move || metrics.render(), health, queries).await;
+    serve_on(listener, move || metrics.render(), health).await;
 }
 
 /// Serves the endpoints on a bound `listener`; `render` produces the `/metrics` body. Runs
-/// until the runtime stops.
+/// until the runtime stops. Interactive queries are not served here (they have their own
+/// listener, `queries.listen`, with TLS and authentication: [`crate::query`]).
 pub async fn serve_on<R>(listener: TcpListener, render: R, health: Arc<Health>)
 where
-    R: Fn() -> String + Send + Sync + 'static,
-{
-    serve_on_with(listener, render, health, None).await;
-}
-
-/// [`serve_on`], also answering interactive queries on `/stores/...` with `queries`.
-pub async fn serve_on_with<R>(
-    listener: TcpListener,
-    render: R,
-    health: Arc<Health>,
-    queries: Option<Arc<QueryService>>,
-) where
     R: Fn() -> String + Send + Sync + 'static,
 {
     let render = Arc::new(render);
@@ -125,40 +108,10 @@ pub async fn serve_on_with<R>(
         };
         let render = render.clone();
         let health = health.clone();
-        let queries = queries.clone();
         tokio::spawn(async move {
             let service = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-                let queries = queries.clone();
-                let path = req.uri().path().to_string();
-                let query = req.uri().query().map(str::to_string);
-                let method = req.method().clone();
-                let forwarded = req.headers().contains_key(crate::query::FORWARDED_HEADER);
-                let plain = respond(&method, &path, &*render, &health);
-                async move {
-                    let Some(q) = queries.filter(|_| path.starts_with("/stores")) else {
-                        return Ok::<_, Infallible>(plain);
-                    };
-                    if method != Method::GET && method != Method::HEAD {
-                        let mut r =
-                            text(StatusCode::METHOD_NOT_ALLOWED, "only GET and HEAD\n".into());
-                        r.headers_mut()
-                            .insert(ALLOW, HeaderValue::from_static("GET, HEAD"));
-                        return Ok(r);
-                    }
-                    // Store reads and owner lookups block: off the endpoint runtime's thread.
-                    let answer = tokio::task::spawn_blocking(move || {
-                        q.answer(&path, query.as_deref(), forwarded)
-                    })
-                    .await;
-                    Ok(match answer {
-                        Ok(Some(a)) => from_answer(a),
-                        Ok(None) => plain,
-                        Err(e) => text(
-                            StatusCode::INTERNAL_SERVER_ERROR,
-                            format!("query failed: {e}\n"),
-                        ),
-                    })
-                }
+                let answer = respond(req.method(), req.uri().path(), &*render, &health);
+                async move { Ok::<_, Infallible>(answer) }
             });
             let connection = http1::Builder::new()
                 .timer(TokioTimer::new())
@@ -227,23 +180,6 @@ fn with_waits(verdict: &str, health: &Health) -> String {
         ));
     }
     body
-}
-
-/// An interactive query's answer as a response.
-fn from_answer(a: HttpAnswer) -> Response<Full<Bytes>> {
-    let mut r = Response::new(Full::new(Bytes::from(a.body)));
-    *r.status_mut() = StatusCode::from_u16(a.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    r.headers_mut()
-        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    for (name, value) in a.headers {
-        if let (Ok(n), Ok(v)) = (
-            hyper::header::HeaderName::from_bytes(name.as_bytes()),
-            HeaderValue::from_str(&value),
-        ) {
-            r.headers_mut().insert(n, v);
-        }
-    }
-    r
 }
 
 fn text(status: StatusCode, body: String) -> Response<Full<Bytes>> {
@@ -318,6 +254,9 @@ mod tests {
 
         let unknown = send(addr, "GET /nope HTTP/1.0\r\n\r\n").await;
         assert_eq!(status(&unknown), "404", "{unknown}");
+        // Interactive queries have their own listener (queries.listen), never this one.
+        let stores = send(addr, "GET /stores HTTP/1.0\r\n\r\n").await;
+        assert_eq!(status(&stores), "404", "{stores}");
     }
 
     #[tokio::test]

@@ -533,7 +533,7 @@ fn outbox_cmd(mut config: Config, args: OutboxArgs) -> Result<std::process::Exit
         config.processor.stuck_after_ms,
     )));
     eosflow::internals::telemetry::catalog::register(eosflow_outbox::telemetry::METRICS);
-    let _endpoints = serve_endpoints(&config, health.clone(), None)?;
+    let _endpoints = serve_endpoints(&config, health.clone())?;
     let shutdown = Arc::new(AtomicBool::new(false));
     let worker = {
         let shutdown = shutdown.clone();
