@@ -28,10 +28,10 @@
 //!    subscription was sent with, kept in the left rows' store (changelogged, so it survives a
 //!    restart or a restore), never a hash of the row serialized again: a serde whose bytes are
 //!    not canonical (a `HashMap` in JSON, an Avro map, a schema re-registered under a new id)
-//!    would otherwise make every response look stale. (Kafka Streams serializes the row again
-//!    here, and loses those results.)
-//!    otherwise the joiner's result is written to the **result table** and forwarded (a
-//!    tombstone where the result disappears), stamped with the later of the two rows' times.
+//!    would otherwise make every response look stale (Kafka Streams serializes the row again
+//!    here, and loses those results). Otherwise the joiner's result is written to the
+//!    **result table** and forwarded (a tombstone where the result disappears), stamped with
+//!    the later of the two rows' times.
 //!
 //! | kind | a left key has a result when | the joiner gets |
 //! |---|---|---|
