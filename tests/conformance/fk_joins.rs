@@ -53,19 +53,32 @@ fn topology(left_join: bool, rejoin: bool, extractor: fn(&String) -> Option<Stri
     let right = b.table(RIGHT_TABLE, Consumed::with(StringSerde, StringSerde));
     let m = Materialized::with(StringSerde, StringSerde).named("store");
     let joined = if left_join {
-        left.left_join_on_foreign_key(&right, extractor, |l, r| format!("({l},{})", r.map_or("null", String::as_str)), m)
+        left.left_join_on_foreign_key(
+            &right,
+            extractor,
+            |l, r| format!("({l},{})", r.map_or("null", String::as_str)),
+            m,
+        )
     } else {
         left.join_on_foreign_key(&right, extractor, |l, r| format!("({l},{r})"), m)
     };
-    joined.to_stream().to(OUTPUT, Produced::with(StringSerde, StringSerde));
+    joined
+        .to_stream()
+        .to(OUTPUT, Produced::with(StringSerde, StringSerde));
     if rejoin {
         let m = Materialized::with(StringSerde, StringSerde).named("store-rejoin");
         let rejoined = if left_join {
-            joined.left_join(&left, |j, l| format!("rejoin({j},{})", l.map_or("null", String::as_str)), m)
+            joined.left_join(
+                &left,
+                |j, l| format!("rejoin({j},{})", l.map_or("null", String::as_str)),
+                m,
+            )
         } else {
             joined.join(&left, |j, l| format!("rejoin({j},{l})"), m)
         };
-        rejoined.to_stream().to(REJOIN_OUTPUT, Produced::with(StringSerde, StringSerde));
+        rejoined
+            .to_stream()
+            .to(REJOIN_OUTPUT, Produced::with(StringSerde, StringSerde));
     }
     b.build().expect("valid topology")
 }
@@ -81,7 +94,11 @@ impl Fk {
         Self::with_extractor(left_join, rejoin, after_bar)
     }
 
-    fn with_extractor(left_join: bool, rejoin: bool, extractor: fn(&String) -> Option<String>) -> Self {
+    fn with_extractor(
+        left_join: bool,
+        rejoin: bool,
+        extractor: fn(&String) -> Option<String>,
+    ) -> Self {
         Self {
             d: TopologyTestDriver::new(topology(left_join, rejoin, extractor)).expect("driver"),
             store: StoreHandle::new("store", StringSerde, StringSerde),
@@ -125,7 +142,11 @@ impl Fk {
     }
 
     fn store(&mut self) -> BTreeMap<String, String> {
-        self.d.store_entries(&self.store).expect("store").into_iter().collect()
+        self.d
+            .store_entries(&self.store)
+            .expect("store")
+            .into_iter()
+            .collect()
     }
 }
 
@@ -155,24 +176,39 @@ fn fk_integration_do_join_from_left_then_delete_left_entity() {
         assert_eq!(t.store(), rows(&[]));
         t.left("lhs1", Some("lhsValue1|rhs1"), BASE + 3);
         t.left("lhs2", Some("lhsValue2|rhs2"), BASE + 4);
-        let expected = [("lhs1", "(lhsValue1|rhs1,rhsValue1)"), ("lhs2", "(lhsValue2|rhs2,rhsValue2)")];
+        let expected = [
+            ("lhs1", "(lhsValue1|rhs1,rhsValue1)"),
+            ("lhs2", "(lhsValue2|rhs2,rhsValue2)"),
+        ];
         assert_eq!(t.output(), map(&expected.map(|(k, v)| (k, Some(v)))));
         if rejoin {
             assert_eq!(
                 t.rejoined(),
                 map(&[
-                    ("lhs1", Some("rejoin((lhsValue1|rhs1,rhsValue1),lhsValue1|rhs1)")),
-                    ("lhs2", Some("rejoin((lhsValue2|rhs2,rhsValue2),lhsValue2|rhs2)")),
+                    (
+                        "lhs1",
+                        Some("rejoin((lhsValue1|rhs1,rhsValue1),lhsValue1|rhs1)")
+                    ),
+                    (
+                        "lhs2",
+                        Some("rejoin((lhsValue2|rhs2,rhsValue2),lhsValue2|rhs2)")
+                    ),
                 ])
             );
         }
         assert_eq!(t.store(), rows(&expected));
         t.left("lhs3", Some("lhsValue3|rhs1"), BASE + 5);
-        assert_eq!(t.output(), map(&[("lhs3", Some("(lhsValue3|rhs1,rhsValue1)"))]));
+        assert_eq!(
+            t.output(),
+            map(&[("lhs3", Some("(lhsValue3|rhs1,rhsValue1)"))])
+        );
         if rejoin {
             assert_eq!(
                 t.rejoined(),
-                map(&[("lhs3", Some("rejoin((lhsValue3|rhs1,rhsValue1),lhsValue3|rhs1)"))])
+                map(&[(
+                    "lhs3",
+                    Some("rejoin((lhsValue3|rhs1,rhsValue1),lhsValue3|rhs1)")
+                )])
             );
         }
         assert_eq!(
@@ -190,7 +226,10 @@ fn fk_integration_do_join_from_left_then_delete_left_entity() {
         }
         assert_eq!(
             t.store(),
-            rows(&[("lhs2", "(lhsValue2|rhs2,rhsValue2)"), ("lhs3", "(lhsValue3|rhs1,rhsValue1)")])
+            rows(&[
+                ("lhs2", "(lhsValue2|rhs2,rhsValue2)"),
+                ("lhs3", "(lhsValue3|rhs1,rhsValue1)")
+            ])
         );
     }
 }
@@ -218,15 +257,24 @@ fn fk_integration_do_join_from_right_then_delete_right_entity() {
         t.right("rhs1", Some("rhsValue1"), BASE + 3);
         assert_eq!(
             t.output(),
-            map(&[("lhs1", Some("(lhsValue1|rhs1,rhsValue1)")), ("lhs3", Some("(lhsValue3|rhs1,rhsValue1)"))])
+            map(&[
+                ("lhs1", Some("(lhsValue1|rhs1,rhsValue1)")),
+                ("lhs3", Some("(lhsValue3|rhs1,rhsValue1)"))
+            ])
         );
-        let mut want = vec![("lhs1", "(lhsValue1|rhs1,rhsValue1)"), ("lhs3", "(lhsValue3|rhs1,rhsValue1)")];
+        let mut want = vec![
+            ("lhs1", "(lhsValue1|rhs1,rhsValue1)"),
+            ("lhs3", "(lhsValue3|rhs1,rhsValue1)"),
+        ];
         if left_join {
             want.push(("lhs2", "(lhsValue2|rhs2,null)"));
         }
         assert_eq!(t.store(), rows(&want));
         t.right("rhs2", Some("rhsValue2"), BASE + 4);
-        assert_eq!(t.output(), map(&[("lhs2", Some("(lhsValue2|rhs2,rhsValue2)"))]));
+        assert_eq!(
+            t.output(),
+            map(&[("lhs2", Some("(lhsValue2|rhs2,rhsValue2)"))])
+        );
         let all = [
             ("lhs1", "(lhsValue1|rhs1,rhsValue1)"),
             ("lhs2", "(lhsValue2|rhs2,rhsValue2)"),
@@ -240,7 +288,10 @@ fn fk_integration_do_join_from_right_then_delete_right_entity() {
         if left_join {
             assert_eq!(
                 t.output(),
-                map(&[("lhs1", Some("(lhsValue1|rhs1,null)")), ("lhs3", Some("(lhsValue3|rhs1,null)"))])
+                map(&[
+                    ("lhs1", Some("(lhsValue1|rhs1,null)")),
+                    ("lhs3", Some("(lhsValue3|rhs1,null)"))
+                ])
             );
             assert_eq!(
                 t.store(),
@@ -319,8 +370,20 @@ fn fk_integration_should_not_emit_tombstones_when_deleting_non_existing_records(
 fn fk_integration_join_should_produce_nulls_when_value_has_non_matching_foreign_key() {
     for (left_join, rejoin) in cases() {
         let mut t = Fk::new(left_join, rejoin);
-        let half = |v: &'static str| if left_join { map(&[("lhs1", Some(v))]) } else { map(&[]) };
-        let half_rows = |v: &'static str| if left_join { rows(&[("lhs1", v)]) } else { rows(&[]) };
+        let half = |v: &'static str| {
+            if left_join {
+                map(&[("lhs1", Some(v))])
+            } else {
+                map(&[])
+            }
+        };
+        let half_rows = |v: &'static str| {
+            if left_join {
+                rows(&[("lhs1", v)])
+            } else {
+                rows(&[])
+            }
+        };
         t.left("lhs1", Some("lhsValue1|rhs1"), BASE);
         assert_eq!(t.output(), half("(lhsValue1|rhs1,null)"));
         assert_eq!(t.store(), half_rows("(lhsValue1|rhs1,null)"));
@@ -336,13 +399,23 @@ fn fk_integration_join_should_produce_nulls_when_value_has_non_matching_foreign_
         assert_eq!(t.output(), map(&[]));
         assert_eq!(t.store(), half_rows("(lhsValue1|rhs3,null)"));
         t.left("lhs1", Some("lhsValue1|rhs1"), BASE + 4);
-        assert_eq!(t.output(), map(&[("lhs1", Some("(lhsValue1|rhs1,rhsValue1)"))]));
+        assert_eq!(
+            t.output(),
+            map(&[("lhs1", Some("(lhsValue1|rhs1,rhsValue1)"))])
+        );
         assert_eq!(t.store(), rows(&[("lhs1", "(lhsValue1|rhs1,rhsValue1)")]));
         t.left("lhs1", Some("lhsValue1|rhs2"), BASE + 5);
         // Here lhs1 had a result: the inner join's tombstone is Kafka Streams' too.
         assert_eq!(
             t.output(),
-            map(&[("lhs1", if left_join { Some("(lhsValue1|rhs2,null)") } else { None })])
+            map(&[(
+                "lhs1",
+                if left_join {
+                    Some("(lhsValue1|rhs2,null)")
+                } else {
+                    None
+                }
+            )])
         );
         assert_eq!(t.store(), half_rows("(lhsValue1|rhs2,null)"));
     }
@@ -358,10 +431,16 @@ fn fk_integration_should_unsubscribe_old_foreign_key_if_left_side_is_updated() {
         assert_eq!(t.output(), map(&[]));
         assert_eq!(t.store(), rows(&[]));
         t.left("lhs1", Some("lhsValue1|rhs1"), BASE + 2);
-        assert_eq!(t.output(), map(&[("lhs1", Some("(lhsValue1|rhs1,rhsValue1)"))]));
+        assert_eq!(
+            t.output(),
+            map(&[("lhs1", Some("(lhsValue1|rhs1,rhsValue1)"))])
+        );
         assert_eq!(t.store(), rows(&[("lhs1", "(lhsValue1|rhs1,rhsValue1)")]));
         t.left("lhs1", Some("lhsValue1|rhs2"), BASE + 3);
-        assert_eq!(t.output(), map(&[("lhs1", Some("(lhsValue1|rhs2,rhsValue2)"))]));
+        assert_eq!(
+            t.output(),
+            map(&[("lhs1", Some("(lhsValue1|rhs2,rhsValue2)"))])
+        );
         assert_eq!(t.store(), rows(&[("lhs1", "(lhsValue1|rhs2,rhsValue2)")]));
         t.right("rhs1", Some("rhsValue1Delta"), BASE + 4);
         assert_eq!(t.output(), map(&[]));
@@ -398,11 +477,22 @@ fn fk_integration_should_emit_record_when_old_and_new_fk_differ() {
         t.left("lhs1", Some("lhsValue1|rhs1"), BASE);
         assert_eq!(t.output(), map(&[("lhs1", Some("(lhsValue1|rhs1,null)"))]));
         assert_eq!(t.store(), rows(&[("lhs1", "(lhsValue1|rhs1,null)")]));
-        assert!(t.d.store_get(&subscriptions, &key).expect("subscriptions").is_some());
+        assert!(t
+            .d
+            .store_get(&subscriptions, &key)
+            .expect("subscriptions")
+            .is_some());
         t.left("lhs1", Some("lhsValue1|returnNull"), BASE);
-        assert_eq!(t.output(), map(&[("lhs1", Some("(lhsValue1|returnNull,null)"))]));
+        assert_eq!(
+            t.output(),
+            map(&[("lhs1", Some("(lhsValue1|returnNull,null)"))])
+        );
         assert_eq!(t.store(), rows(&[("lhs1", "(lhsValue1|returnNull,null)")]));
-        assert!(t.d.store_get(&subscriptions, &key).expect("subscriptions").is_none());
+        assert!(t
+            .d
+            .store_get(&subscriptions, &key)
+            .expect("subscriptions")
+            .is_none());
     }
 }
 
@@ -417,7 +507,10 @@ fn fk_integration_should_ignore_out_of_order_records_iff_versioned() {
         assert_eq!(t.output(), map(&[]));
         t.left("lhs1", Some("lhsValue1|rhs1"), BASE + 3);
         t.left("lhs2", Some("lhsValue2|rhs1"), BASE + 5);
-        let expected = [("lhs1", "(lhsValue1|rhs1,rhsValue1)"), ("lhs2", "(lhsValue2|rhs1,rhsValue1)")];
+        let expected = [
+            ("lhs1", "(lhsValue1|rhs1,rhsValue1)"),
+            ("lhs2", "(lhsValue2|rhs1,rhsValue1)"),
+        ];
         assert_eq!(t.output(), map(&expected.map(|(k, v)| (k, Some(v)))));
         assert_eq!(t.store(), rows(&expected));
         t.left("lhs2", None, BASE + 6);
@@ -425,15 +518,24 @@ fn fk_integration_should_ignore_out_of_order_records_iff_versioned() {
         assert_eq!(t.store(), rows(&[("lhs1", "(lhsValue1|rhs1,rhsValue1)")]));
         t.left("lhs1", Some("lhsValue1_ooo|rhs1"), BASE + 2);
         t.left("lhs2", Some("lhsValue2_ooo|rhs1"), BASE + 2);
-        let expected = [("lhs1", "(lhsValue1_ooo|rhs1,rhsValue1)"), ("lhs2", "(lhsValue2_ooo|rhs1,rhsValue1)")];
+        let expected = [
+            ("lhs1", "(lhsValue1_ooo|rhs1,rhsValue1)"),
+            ("lhs2", "(lhsValue2_ooo|rhs1,rhsValue1)"),
+        ];
         assert_eq!(t.output(), map(&expected.map(|(k, v)| (k, Some(v)))));
         assert_eq!(t.store(), rows(&expected));
         t.left("lhs1", None, BASE + 2);
         assert_eq!(t.output(), map(&[("lhs1", None)]));
-        assert_eq!(t.store(), rows(&[("lhs2", "(lhsValue2_ooo|rhs1,rhsValue1)")]));
+        assert_eq!(
+            t.store(),
+            rows(&[("lhs2", "(lhsValue2_ooo|rhs1,rhsValue1)")])
+        );
         t.left("lhs1", Some("lhsValue1_new|rhs1"), BASE + 8);
         t.left("lhs2", Some("lhsValue2_new|rhs1"), BASE + 8);
-        let expected = [("lhs1", "(lhsValue1_new|rhs1,rhsValue1)"), ("lhs2", "(lhsValue2_new|rhs1,rhsValue1)")];
+        let expected = [
+            ("lhs1", "(lhsValue1_new|rhs1,rhsValue1)"),
+            ("lhs2", "(lhsValue2_new|rhs1,rhsValue1)"),
+        ];
         assert_eq!(t.output(), map(&expected.map(|(k, v)| (k, Some(v)))));
         assert_eq!(t.store(), rows(&expected));
         t.right("rhs1", Some("rhsValue1_ooo"), BASE + 1);
@@ -445,7 +547,10 @@ fn fk_integration_should_ignore_out_of_order_records_iff_versioned() {
         assert_eq!(t.store(), rows(&expected));
         t.right("rhs1", None, BASE + 1);
         if left_join {
-            let expected = [("lhs1", "(lhsValue1_new|rhs1,null)"), ("lhs2", "(lhsValue2_new|rhs1,null)")];
+            let expected = [
+                ("lhs1", "(lhsValue1_new|rhs1,null)"),
+                ("lhs2", "(lhsValue2_new|rhs1,null)"),
+            ];
             assert_eq!(t.output(), map(&expected.map(|(k, v)| (k, Some(v)))));
             assert_eq!(t.store(), rows(&expected));
         } else {
@@ -483,18 +588,28 @@ fn scenario() {
         |a, j| format!("({a},{j})"),
         Materialized::with(I64Serde, StringSerde).named("final"),
     );
-    last.to_stream().to("output", Produced::with(I64Serde, StringSerde));
+    last.to_stream()
+        .to("output", Produced::with(I64Serde, StringSerde));
     let mut d = TopologyTestDriver::new(b.build().expect("valid topology")).expect("driver");
     let (one, nines) = (1i64.to_be_bytes(), 999i64.to_be_bytes());
-    d.pipe(TestRecord::new("A", Some(one.as_slice()), Some("999-alpha"))).expect("pipe");
-    d.pipe(TestRecord::new("B", Some(nines.as_slice()), Some("beta"))).expect("pipe");
+    d.pipe(TestRecord::new(
+        "A",
+        Some(one.as_slice()),
+        Some("999-alpha"),
+    ))
+    .expect("pipe");
+    d.pipe(TestRecord::new("B", Some(nines.as_slice()), Some("beta")))
+        .expect("pipe");
     let out: BTreeMap<i64, Option<String>> = d
         .read_output("output", &I64Serde, &StringSerde)
         .expect("output")
         .into_iter()
         .map(|(k, v)| (k.expect("key"), v))
         .collect();
-    assert_eq!(out, BTreeMap::from([(1, Some(s("(999-alpha,(999-alpha,beta))")))]));
+    assert_eq!(
+        out,
+        BTreeMap::from([(1, Some(s("(999-alpha,(999-alpha,beta))")))])
+    );
 }
 
 // KTableKTableForeignKeyJoinScenarioTest#shouldWorkWithDefaultSerdes
@@ -562,16 +677,33 @@ fn fk_scenario_should_use_expected_topics_with_serde() {
         changelogs,
         // The join's four stores, and the application's default store ("state": the
         // dedup marks every eosflow topology keeps).
-        ["fk", "fk-left-rows", "fk-right-rows", "fk-subscriptions", "state"]
-            .map(|st| format!("{app}-{st}-changelog"))
-            .to_vec()
+        [
+            "fk",
+            "fk-left-rows",
+            "fk-right-rows",
+            "fk-subscriptions",
+            "state"
+        ]
+        .map(|st| format!("{app}-{st}-changelog"))
+        .to_vec()
     );
     let mut d = TopologyTestDriver::new(topology).expect("driver");
     let (two, one) = (2i64.to_be_bytes(), 1i64.to_be_bytes());
-    d.pipe(TestRecord::new(LEFT_TABLE, Some(two.as_slice()), Some("lhsValue1|1"))).expect("pipe");
-    d.pipe(TestRecord::new(RIGHT_TABLE, Some(one.as_slice()), Some("rhsValue1"))).expect("pipe");
+    d.pipe(TestRecord::new(
+        LEFT_TABLE,
+        Some(two.as_slice()),
+        Some("lhsValue1|1"),
+    ))
+    .expect("pipe");
+    d.pipe(TestRecord::new(
+        RIGHT_TABLE,
+        Some(one.as_slice()),
+        Some("rhsValue1"),
+    ))
+    .expect("pipe");
     assert_eq!(
-        d.read_output("output-topic", &I64Serde, &StringSerde).expect("output"),
+        d.read_output("output-topic", &I64Serde, &StringSerde)
+            .expect("output"),
         vec![(Some(2), Some(s("(lhsValue1|1,rhsValue1)")))]
     );
 }

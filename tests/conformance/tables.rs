@@ -48,14 +48,22 @@ fn pipe<K, V>(
 }
 
 /// What was written to `topic` since the last read, with timestamps.
-fn read<K, V>(d: &mut Driver, topic: &str, keys: &dyn Serde<K>, values: &dyn Serde<V>) -> Vec<Kvt<K, V>> {
+fn read<K, V>(
+    d: &mut Driver,
+    topic: &str,
+    keys: &dyn Serde<K>,
+    values: &dyn Serde<V>,
+) -> Vec<Kvt<K, V>> {
     d.read_raw_output(topic)
         .into_iter()
         .map(|r| {
             let k = keys
                 .deserialize(r.key.as_deref().expect("an output with a key"))
                 .expect("key");
-            let v = r.value.as_deref().map(|v| values.deserialize(v).expect("value"));
+            let v = r
+                .value
+                .as_deref()
+                .map(|v| values.deserialize(v).expect("value"));
             (k, v, r.timestamp.expect("a timestamp"))
         })
         .collect()
@@ -87,7 +95,10 @@ fn s(v: &str) -> String {
 }
 
 /// The table of `topic`, with a stream joining it (a topology needs a stream source).
-fn table_of<'b>(b: &'b StreamsBuilder, topic: &str) -> KTable<'b, String, String, TableHandle<String, String>> {
+fn table_of<'b>(
+    b: &'b StreamsBuilder,
+    topic: &str,
+) -> KTable<'b, String, String, TableHandle<String, String>> {
     let t = b.table(topic, Consumed::with(StringSerde, StringSerde));
     b.stream("lookups", Consumed::with(StringSerde, StringSerde))
         .left_join_table(&t, |v, _| v.clone())
@@ -104,19 +115,37 @@ fn table_of<'b>(b: &'b StreamsBuilder, topic: &str) -> KTable<'b, String, String
 fn source_old_values(with_old: bool) {
     let b = StreamsBuilder::new();
     let t = updating_table(&b, "topic1", StringSerde, StringSerde, "table1");
-    t.to_stream().to("out", Produced::with(StringSerde, StringSerde));
+    t.to_stream()
+        .to("out", Produced::with(StringSerde, StringSerde));
     let store = t.store().clone();
     let mut d = driver(b);
-    let steps: [(&[(&str, Option<&str>, i64)], &[(&str, Option<&str>, Option<&str>, i64)]); 4] = [
+    let steps: [(
+        &[(&str, Option<&str>, i64)],
+        &[(&str, Option<&str>, Option<&str>, i64)],
+    ); 4] = [
         (
-            &[("A", Some("01"), 10), ("B", Some("01"), 20), ("C", Some("01"), 15)],
-            &[("A", Some("01"), None, 10), ("B", Some("01"), None, 20), ("C", Some("01"), None, 15)],
+            &[
+                ("A", Some("01"), 10),
+                ("B", Some("01"), 20),
+                ("C", Some("01"), 15),
+            ],
+            &[
+                ("A", Some("01"), None, 10),
+                ("B", Some("01"), None, 20),
+                ("C", Some("01"), None, 15),
+            ],
         ),
         (
             &[("A", Some("02"), 8), ("B", Some("02"), 22)],
-            &[("A", Some("02"), Some("01"), 8), ("B", Some("02"), Some("01"), 22)],
+            &[
+                ("A", Some("02"), Some("01"), 8),
+                ("B", Some("02"), Some("01"), 22),
+            ],
         ),
-        (&[("A", Some("03"), 12)], &[("A", Some("03"), Some("02"), 12)]),
+        (
+            &[("A", Some("03"), 12)],
+            &[("A", Some("03"), Some("02"), 12)],
+        ),
         (
             &[("A", None, 15), ("B", None, 20)],
             &[("A", None, Some("03"), 15), ("B", None, Some("02"), 20)],
@@ -126,7 +155,15 @@ fn source_old_values(with_old: bool) {
         let mut changes = Vec::new();
         for (k, v, ts) in input {
             let old = d.store_get(&store, &s(k)).expect("store");
-            pipe(&mut d, "topic1", &StringSerde, &StringSerde, Some(&s(k)), v.map(s).as_ref(), *ts);
+            pipe(
+                &mut d,
+                "topic1",
+                &StringSerde,
+                &StringSerde,
+                Some(&s(k)),
+                v.map(s).as_ref(),
+                *ts,
+            );
             for (key, new, at) in read(&mut d, "out", &StringSerde, &StringSerde) {
                 changes.push((key, new, old.clone().filter(|_| with_old), at));
             }
@@ -144,7 +181,8 @@ fn source_old_values(with_old: bool) {
 fn source_test_ktable() {
     let b = StreamsBuilder::new();
     let t = updating_table(&b, "topic1", StringSerde, I64Serde, "table1");
-    t.to_stream().to("out", Produced::with(StringSerde, I64Serde));
+    t.to_stream()
+        .to("out", Produced::with(StringSerde, I64Serde));
     let mut d = driver(b);
     let input = [
         ("A", Some(1), 10),
@@ -155,7 +193,15 @@ fn source_test_ktable() {
         ("B", None, 15),
     ];
     for (k, v, ts) in input {
-        pipe(&mut d, "topic1", &StringSerde, &I64Serde, Some(&s(k)), v.as_ref(), ts);
+        pipe(
+            &mut d,
+            "topic1",
+            &StringSerde,
+            &I64Serde,
+            Some(&s(k)),
+            v.as_ref(),
+            ts,
+        );
     }
     let want: Vec<Kvt<String, i64>> = input.iter().map(|(k, v, ts)| (s(k), *v, *ts)).collect();
     assert_eq!(read(&mut d, "out", &StringSerde, &I64Serde), want);
@@ -171,8 +217,24 @@ fn source_test_k_table_should_log_and_meter_on_skipped_records() {
     let t = table_of(&b, "topic");
     let table = t.store().clone();
     let mut d = driver(b);
-    pipe(&mut d, "topic", &StringSerde, &StringSerde, None, Some(&s("value")), 0);
-    pipe(&mut d, "topic", &StringSerde, &StringSerde, Some(&s("k")), Some(&s("v")), 1);
+    pipe(
+        &mut d,
+        "topic",
+        &StringSerde,
+        &StringSerde,
+        None,
+        Some(&s("value")),
+        0,
+    );
+    pipe(
+        &mut d,
+        "topic",
+        &StringSerde,
+        &StringSerde,
+        Some(&s("k")),
+        Some(&s("v")),
+        1,
+    );
     assert_eq!(d.table_get(&table, &s("k")).expect("row"), Some(s("v")));
     assert!(d.read_raw_output("topic.DLT").is_empty());
 }
@@ -187,9 +249,28 @@ fn source_test_k_table_should_log_on_out_of_order() {
     let t = table_of(&b, "topic");
     let table = t.store().clone();
     let mut d = driver(b);
-    pipe(&mut d, "topic", &StringSerde, &StringSerde, Some(&s("key")), Some(&s("value")), 10);
-    pipe(&mut d, "topic", &StringSerde, &StringSerde, Some(&s("key")), Some(&s("older")), 5);
-    assert_eq!(d.table_get(&table, &s("key")).expect("row"), Some(s("older")));
+    pipe(
+        &mut d,
+        "topic",
+        &StringSerde,
+        &StringSerde,
+        Some(&s("key")),
+        Some(&s("value")),
+        10,
+    );
+    pipe(
+        &mut d,
+        "topic",
+        &StringSerde,
+        &StringSerde,
+        Some(&s("key")),
+        Some(&s("older")),
+        5,
+    );
+    assert_eq!(
+        d.table_get(&table, &s("key")).expect("row"),
+        Some(s("older"))
+    );
 }
 
 // KTableSourceTest#testValueGetter
@@ -203,17 +284,77 @@ fn source_test_value_getter() {
     let mut d = driver(b);
     let get = |d: &mut Driver, k: &str| d.table_get(&table, &s(k)).expect("row");
     for (k, v, ts) in [("A", "01", 10), ("B", "01", 20), ("C", "01", 15)] {
-        pipe(&mut d, "topic1", &StringSerde, &StringSerde, Some(&s(k)), Some(&s(v)), ts);
+        pipe(
+            &mut d,
+            "topic1",
+            &StringSerde,
+            &StringSerde,
+            Some(&s(k)),
+            Some(&s(v)),
+            ts,
+        );
     }
-    assert_eq!([get(&mut d, "A"), get(&mut d, "B"), get(&mut d, "C")], [Some(s("01")), Some(s("01")), Some(s("01"))]);
-    pipe(&mut d, "topic1", &StringSerde, &StringSerde, Some(&s("A")), Some(&s("02")), 30);
-    pipe(&mut d, "topic1", &StringSerde, &StringSerde, Some(&s("B")), Some(&s("02")), 5);
-    assert_eq!([get(&mut d, "A"), get(&mut d, "B"), get(&mut d, "C")], [Some(s("02")), Some(s("02")), Some(s("01"))]);
-    pipe(&mut d, "topic1", &StringSerde, &StringSerde, Some(&s("A")), Some(&s("03")), 29);
-    assert_eq!([get(&mut d, "A"), get(&mut d, "B"), get(&mut d, "C")], [Some(s("03")), Some(s("02")), Some(s("01"))]);
-    pipe(&mut d, "topic1", &StringSerde, &StringSerde, Some(&s("A")), None, 50);
-    pipe(&mut d, "topic1", &StringSerde, &StringSerde, Some(&s("B")), None, 3);
-    assert_eq!([get(&mut d, "A"), get(&mut d, "B"), get(&mut d, "C")], [None, None, Some(s("01"))]);
+    assert_eq!(
+        [get(&mut d, "A"), get(&mut d, "B"), get(&mut d, "C")],
+        [Some(s("01")), Some(s("01")), Some(s("01"))]
+    );
+    pipe(
+        &mut d,
+        "topic1",
+        &StringSerde,
+        &StringSerde,
+        Some(&s("A")),
+        Some(&s("02")),
+        30,
+    );
+    pipe(
+        &mut d,
+        "topic1",
+        &StringSerde,
+        &StringSerde,
+        Some(&s("B")),
+        Some(&s("02")),
+        5,
+    );
+    assert_eq!(
+        [get(&mut d, "A"), get(&mut d, "B"), get(&mut d, "C")],
+        [Some(s("02")), Some(s("02")), Some(s("01"))]
+    );
+    pipe(
+        &mut d,
+        "topic1",
+        &StringSerde,
+        &StringSerde,
+        Some(&s("A")),
+        Some(&s("03")),
+        29,
+    );
+    assert_eq!(
+        [get(&mut d, "A"), get(&mut d, "B"), get(&mut d, "C")],
+        [Some(s("03")), Some(s("02")), Some(s("01"))]
+    );
+    pipe(
+        &mut d,
+        "topic1",
+        &StringSerde,
+        &StringSerde,
+        Some(&s("A")),
+        None,
+        50,
+    );
+    pipe(
+        &mut d,
+        "topic1",
+        &StringSerde,
+        &StringSerde,
+        Some(&s("B")),
+        None,
+        3,
+    );
+    assert_eq!(
+        [get(&mut d, "A"), get(&mut d, "B"), get(&mut d, "C")],
+        [None, None, Some(s("01"))]
+    );
 }
 
 // KTableSourceTest#testNotSendingOldValue
@@ -249,10 +390,19 @@ fn filter_pass_through(materialize_filter: bool) {
     let b = StreamsBuilder::new();
     let t1 = updating_table(&b, "topic1", StringSerde, I64Serde, "table1");
     let named = |n: &str| Materialized::with(StringSerde, I64Serde).named(n);
-    let t2 = t1.filter(even, if materialize_filter { named("store2") } else { named("filter-2") });
+    let t2 = t1.filter(
+        even,
+        if materialize_filter {
+            named("store2")
+        } else {
+            named("filter-2")
+        },
+    );
     let t3 = t1.filter_not(even, named("filter-not-3"));
-    t2.to_stream().to("out2", Produced::with(StringSerde, I64Serde));
-    t3.to_stream().to("out3", Produced::with(StringSerde, I64Serde));
+    t2.to_stream()
+        .to("out2", Produced::with(StringSerde, I64Serde));
+    t3.to_stream()
+        .to("out3", Produced::with(StringSerde, I64Serde));
     let store2 = t2.store().clone();
     let mut d = driver(b);
     for (k, v, ts) in [
@@ -263,15 +413,31 @@ fn filter_pass_through(materialize_filter: bool) {
         ("A", None, 18),
         ("B", None, 15),
     ] {
-        pipe(&mut d, "topic1", &StringSerde, &I64Serde, Some(&s(k)), v.as_ref(), ts);
+        pipe(
+            &mut d,
+            "topic1",
+            &StringSerde,
+            &I64Serde,
+            Some(&s(k)),
+            v.as_ref(),
+            ts,
+        );
     }
     assert_eq!(
         read(&mut d, "out2", &StringSerde, &I64Serde),
-        vec![(s("B"), Some(2), 5), (s("D"), Some(4), 14), (s("B"), None, 15)]
+        vec![
+            (s("B"), Some(2), 5),
+            (s("D"), Some(4), 14),
+            (s("B"), None, 15)
+        ]
     );
     assert_eq!(
         read(&mut d, "out3", &StringSerde, &I64Serde),
-        vec![(s("A"), Some(1), 10), (s("C"), Some(3), 8), (s("A"), None, 18)]
+        vec![
+            (s("A"), Some(1), 10),
+            (s("C"), Some(3), 8),
+            (s("A"), None, 18)
+        ]
     );
     if materialize_filter {
         assert_eq!(d.store_entries(&store2).expect("store2"), vec![(s("D"), 4)]);
@@ -297,8 +463,14 @@ fn filter_test_should_pass_through_on_materialization() {
 fn filter_test_should_get_values_on_materialization() {
     let b = StreamsBuilder::new();
     let t1 = updating_table(&b, "topic1", StringSerde, I64Serde, "table1");
-    let t2 = t1.filter(even, Materialized::with(StringSerde, I64Serde).named("store2"));
-    let t3 = t1.filter_not(even, Materialized::with(StringSerde, I64Serde).named("store3"));
+    let t2 = t1.filter(
+        even,
+        Materialized::with(StringSerde, I64Serde).named("store2"),
+    );
+    let t3 = t1.filter_not(
+        even,
+        Materialized::with(StringSerde, I64Serde).named("store3"),
+    );
     let (s2, s3) = (t2.store().clone(), t3.store().clone());
     let mut d = driver(b);
     let at = |d: &mut Driver, k: &str| {
@@ -308,17 +480,77 @@ fn filter_test_should_get_values_on_materialization() {
         )
     };
     for (k, ts) in [("A", 5), ("B", 10), ("C", 15)] {
-        pipe(&mut d, "topic1", &StringSerde, &I64Serde, Some(&s(k)), Some(&1), ts);
+        pipe(
+            &mut d,
+            "topic1",
+            &StringSerde,
+            &I64Serde,
+            Some(&s(k)),
+            Some(&1),
+            ts,
+        );
     }
-    assert_eq!([at(&mut d, "A"), at(&mut d, "B"), at(&mut d, "C")], [(None, Some(1)), (None, Some(1)), (None, Some(1))]);
-    pipe(&mut d, "topic1", &StringSerde, &I64Serde, Some(&s("A")), Some(&2), 10);
-    pipe(&mut d, "topic1", &StringSerde, &I64Serde, Some(&s("B")), Some(&2), 5);
-    assert_eq!([at(&mut d, "A"), at(&mut d, "B"), at(&mut d, "C")], [(Some(2), None), (Some(2), None), (None, Some(1))]);
-    pipe(&mut d, "topic1", &StringSerde, &I64Serde, Some(&s("A")), Some(&3), 15);
-    assert_eq!([at(&mut d, "A"), at(&mut d, "B"), at(&mut d, "C")], [(None, Some(3)), (Some(2), None), (None, Some(1))]);
-    pipe(&mut d, "topic1", &StringSerde, &I64Serde, Some(&s("A")), None, 10);
-    pipe(&mut d, "topic1", &StringSerde, &I64Serde, Some(&s("B")), None, 20);
-    assert_eq!([at(&mut d, "A"), at(&mut d, "B"), at(&mut d, "C")], [(None, None), (None, None), (None, Some(1))]);
+    assert_eq!(
+        [at(&mut d, "A"), at(&mut d, "B"), at(&mut d, "C")],
+        [(None, Some(1)), (None, Some(1)), (None, Some(1))]
+    );
+    pipe(
+        &mut d,
+        "topic1",
+        &StringSerde,
+        &I64Serde,
+        Some(&s("A")),
+        Some(&2),
+        10,
+    );
+    pipe(
+        &mut d,
+        "topic1",
+        &StringSerde,
+        &I64Serde,
+        Some(&s("B")),
+        Some(&2),
+        5,
+    );
+    assert_eq!(
+        [at(&mut d, "A"), at(&mut d, "B"), at(&mut d, "C")],
+        [(Some(2), None), (Some(2), None), (None, Some(1))]
+    );
+    pipe(
+        &mut d,
+        "topic1",
+        &StringSerde,
+        &I64Serde,
+        Some(&s("A")),
+        Some(&3),
+        15,
+    );
+    assert_eq!(
+        [at(&mut d, "A"), at(&mut d, "B"), at(&mut d, "C")],
+        [(None, Some(3)), (Some(2), None), (None, Some(1))]
+    );
+    pipe(
+        &mut d,
+        "topic1",
+        &StringSerde,
+        &I64Serde,
+        Some(&s("A")),
+        None,
+        10,
+    );
+    pipe(
+        &mut d,
+        "topic1",
+        &StringSerde,
+        &I64Serde,
+        Some(&s("B")),
+        None,
+        20,
+    );
+    assert_eq!(
+        [at(&mut d, "A"), at(&mut d, "B"), at(&mut d, "C")],
+        [(None, None), (None, None), (None, Some(1))]
+    );
 }
 
 /// KTableFilterTest's `doTestNotSendingOldValue` / `doTestSendingOldValue`: the source table's
@@ -332,35 +564,81 @@ fn filter_test_should_get_values_on_materialization() {
 fn filter_old_values(with_old: bool) {
     let b = StreamsBuilder::new();
     let t1 = updating_table(&b, "topic1", StringSerde, I64Serde, "table1");
-    let t2 = t1.filter(even, Materialized::with(StringSerde, I64Serde).named("store2"));
-    t1.to_stream().to("out1", Produced::with(StringSerde, I64Serde));
-    t2.to_stream().to("out2", Produced::with(StringSerde, I64Serde));
+    let t2 = t1.filter(
+        even,
+        Materialized::with(StringSerde, I64Serde).named("store2"),
+    );
+    t1.to_stream()
+        .to("out1", Produced::with(StringSerde, I64Serde));
+    t2.to_stream()
+        .to("out2", Produced::with(StringSerde, I64Serde));
     let (s1, s2) = (t1.store().clone(), t2.store().clone());
     let mut d = driver(b);
     type Change = (String, Option<i64>, Option<i64>, i64);
     let step = |d: &mut Driver, input: &[(&str, Option<i64>, i64)]| -> (Vec<Change>, Vec<Change>) {
         let (mut c1, mut c2) = (Vec::new(), Vec::new());
         for (k, v, ts) in input {
-            let old1 = d.store_get(&s1, &s(k)).expect("store1").filter(|_| with_old);
-            let old2 = d.store_get(&s2, &s(k)).expect("store2").filter(|_| with_old);
-            pipe(d, "topic1", &StringSerde, &I64Serde, Some(&s(k)), v.as_ref(), *ts);
-            c1.extend(read(d, "out1", &StringSerde, &I64Serde).into_iter().map(|(k, v, t)| (k, v, old1, t)));
-            c2.extend(read(d, "out2", &StringSerde, &I64Serde).into_iter().map(|(k, v, t)| (k, v, old2, t)));
+            let old1 = d
+                .store_get(&s1, &s(k))
+                .expect("store1")
+                .filter(|_| with_old);
+            let old2 = d
+                .store_get(&s2, &s(k))
+                .expect("store2")
+                .filter(|_| with_old);
+            pipe(
+                d,
+                "topic1",
+                &StringSerde,
+                &I64Serde,
+                Some(&s(k)),
+                v.as_ref(),
+                *ts,
+            );
+            c1.extend(
+                read(d, "out1", &StringSerde, &I64Serde)
+                    .into_iter()
+                    .map(|(k, v, t)| (k, v, old1, t)),
+            );
+            c2.extend(
+                read(d, "out2", &StringSerde, &I64Serde)
+                    .into_iter()
+                    .map(|(k, v, t)| (k, v, old2, t)),
+            );
         }
         (c1, c2)
     };
     let old = |v: i64| Some(v).filter(|_| with_old);
-    let (c1, c2) = step(&mut d, &[("A", Some(1), 5), ("B", Some(1), 10), ("C", Some(1), 15)]);
-    assert_eq!(c1, vec![(s("A"), Some(1), None, 5), (s("B"), Some(1), None, 10), (s("C"), Some(1), None, 15)]);
+    let (c1, c2) = step(
+        &mut d,
+        &[("A", Some(1), 5), ("B", Some(1), 10), ("C", Some(1), 15)],
+    );
+    assert_eq!(
+        c1,
+        vec![
+            (s("A"), Some(1), None, 5),
+            (s("B"), Some(1), None, 10),
+            (s("C"), Some(1), None, 15)
+        ]
+    );
     assert_eq!(c2, vec![]);
     let (c1, c2) = step(&mut d, &[("A", Some(2), 15), ("B", Some(2), 8)]);
-    assert_eq!(c1, vec![(s("A"), Some(2), old(1), 15), (s("B"), Some(2), old(1), 8)]);
-    assert_eq!(c2, vec![(s("A"), Some(2), None, 15), (s("B"), Some(2), None, 8)]);
+    assert_eq!(
+        c1,
+        vec![(s("A"), Some(2), old(1), 15), (s("B"), Some(2), old(1), 8)]
+    );
+    assert_eq!(
+        c2,
+        vec![(s("A"), Some(2), None, 15), (s("B"), Some(2), None, 8)]
+    );
     let (c1, c2) = step(&mut d, &[("A", Some(3), 20)]);
     assert_eq!(c1, vec![(s("A"), Some(3), old(2), 20)]);
     assert_eq!(c2, vec![(s("A"), None, old(2), 20)]);
     let (c1, c2) = step(&mut d, &[("A", None, 10), ("B", None, 20)]);
-    assert_eq!(c1, vec![(s("A"), None, old(3), 10), (s("B"), None, old(2), 20)]);
+    assert_eq!(
+        c1,
+        vec![(s("A"), None, old(3), 10), (s("B"), None, old(2), 20)]
+    );
     assert_eq!(c2, vec![(s("B"), None, old(2), 20)]);
 }
 
@@ -382,14 +660,16 @@ fn filter_test_should_not_send_old_values_on_materialization() {
 // KTableFilterTest#shouldNotEnableSendingOldValuesIfNotAlreadyMaterializedAndNotForcedToMaterialize
 // As above.
 #[test]
-fn filter_test_should_not_enable_sending_old_values_if_not_already_materialized_and_not_forced_to_materialize() {
+fn filter_test_should_not_enable_sending_old_values_if_not_already_materialized_and_not_forced_to_materialize(
+) {
     filter_old_values(false);
 }
 
 // KTableFilterTest#shouldEnableSendOldValuesWhenNotMaterializedAlreadyButForcedToMaterialize
 // Kafka Streams' output exactly, the old values read from the stores.
 #[test]
-fn filter_test_should_enable_send_old_values_when_not_materialized_already_but_forced_to_materialize() {
+fn filter_test_should_enable_send_old_values_when_not_materialized_already_but_forced_to_materialize(
+) {
     filter_old_values(true);
 }
 
@@ -418,15 +698,29 @@ fn filter_skips_nulls() {
         |_, v: &String| v.eq_ignore_ascii_case("accept"),
         Materialized::with(StringSerde, StringSerde).named("store2"),
     );
-    t1.to_stream().to("out1", Produced::with(StringSerde, StringSerde));
-    t2.to_stream().to("out2", Produced::with(StringSerde, StringSerde));
+    t1.to_stream()
+        .to("out1", Produced::with(StringSerde, StringSerde));
+    t2.to_stream()
+        .to("out2", Produced::with(StringSerde, StringSerde));
     let mut d = driver(b);
     for (k, ts) in [("A", 5), ("B", 10), ("C", 20)] {
-        pipe(&mut d, "topic1", &StringSerde, &StringSerde, Some(&s(k)), Some(&s("reject")), ts);
+        pipe(
+            &mut d,
+            "topic1",
+            &StringSerde,
+            &StringSerde,
+            Some(&s(k)),
+            Some(&s("reject")),
+            ts,
+        );
     }
     assert_eq!(
         read(&mut d, "out1", &StringSerde, &StringSerde),
-        vec![(s("A"), Some(s("reject")), 5), (s("B"), Some(s("reject")), 10), (s("C"), Some(s("reject")), 20)]
+        vec![
+            (s("A"), Some(s("reject")), 5),
+            (s("B"), Some(s("reject")), 10),
+            (s("C"), Some(s("reject")), 20)
+        ]
     );
     assert_eq!(read(&mut d, "out2", &StringSerde, &StringSerde), vec![]);
 }
@@ -462,14 +756,33 @@ fn map_values_ktable(store: &str) {
         |v: &String| v.bytes().next().map_or(0, |c| i64::from(c) - 48),
         Materialized::with(StringSerde, I64Serde).named(store),
     );
-    t2.to_stream().to("out", Produced::with(StringSerde, I64Serde));
+    t2.to_stream()
+        .to("out", Produced::with(StringSerde, I64Serde));
     let mut d = driver(b);
-    for (k, v, ts) in [("A", "1", 5), ("B", "2", 25), ("C", "3", 20), ("D", "4", 10)] {
-        pipe(&mut d, "topic1", &StringSerde, &StringSerde, Some(&s(k)), Some(&s(v)), ts);
+    for (k, v, ts) in [
+        ("A", "1", 5),
+        ("B", "2", 25),
+        ("C", "3", 20),
+        ("D", "4", 10),
+    ] {
+        pipe(
+            &mut d,
+            "topic1",
+            &StringSerde,
+            &StringSerde,
+            Some(&s(k)),
+            Some(&s(v)),
+            ts,
+        );
     }
     assert_eq!(
         read(&mut d, "out", &StringSerde, &I64Serde),
-        vec![(s("A"), Some(1), 5), (s("B"), Some(2), 25), (s("C"), Some(3), 20), (s("D"), Some(4), 10)]
+        vec![
+            (s("A"), Some(1), 5),
+            (s("B"), Some(2), 25),
+            (s("C"), Some(3), 20),
+            (s("D"), Some(4), 10)
+        ]
     );
 }
 
@@ -492,27 +805,102 @@ fn map_values_test_queryable_value_getter() {
     let b = StreamsBuilder::new();
     let t1 = updating_table(&b, "topic1", StringSerde, StringSerde, "table1");
     let parse = |v: &String| v.parse::<i64>().unwrap_or_default();
-    let t2 = t1.map_values(parse, Materialized::with(StringSerde, I64Serde).named("store2"));
-    let t3 = t1.map_values(move |v| -parse(v), Materialized::with(StringSerde, I64Serde).named("store3"));
+    let t2 = t1.map_values(
+        parse,
+        Materialized::with(StringSerde, I64Serde).named("store2"),
+    );
+    let t3 = t1.map_values(
+        move |v| -parse(v),
+        Materialized::with(StringSerde, I64Serde).named("store3"),
+    );
     let (s2, s3) = (t2.store().clone(), t3.store().clone());
     let mut d = driver(b);
     let at = |d: &mut Driver| -> Vec<(Option<i64>, Option<i64>)> {
         ["A", "B", "C"]
             .iter()
-            .map(|k| (d.store_get(&s2, &s(k)).expect("s2"), d.store_get(&s3, &s(k)).expect("s3")))
+            .map(|k| {
+                (
+                    d.store_get(&s2, &s(k)).expect("s2"),
+                    d.store_get(&s3, &s(k)).expect("s3"),
+                )
+            })
             .collect()
     };
     for (k, ts) in [("A", 50), ("B", 10), ("C", 30)] {
-        pipe(&mut d, "topic1", &StringSerde, &StringSerde, Some(&s(k)), Some(&s("01")), ts);
+        pipe(
+            &mut d,
+            "topic1",
+            &StringSerde,
+            &StringSerde,
+            Some(&s(k)),
+            Some(&s("01")),
+            ts,
+        );
     }
-    assert_eq!(at(&mut d), [(Some(1), Some(-1)), (Some(1), Some(-1)), (Some(1), Some(-1))]);
-    pipe(&mut d, "topic1", &StringSerde, &StringSerde, Some(&s("A")), Some(&s("02")), 25);
-    pipe(&mut d, "topic1", &StringSerde, &StringSerde, Some(&s("B")), Some(&s("02")), 20);
-    assert_eq!(at(&mut d), [(Some(2), Some(-2)), (Some(2), Some(-2)), (Some(1), Some(-1))]);
-    pipe(&mut d, "topic1", &StringSerde, &StringSerde, Some(&s("A")), Some(&s("03")), 35);
-    assert_eq!(at(&mut d), [(Some(3), Some(-3)), (Some(2), Some(-2)), (Some(1), Some(-1))]);
-    pipe(&mut d, "topic1", &StringSerde, &StringSerde, Some(&s("A")), None, 1);
-    assert_eq!(at(&mut d), [(None, None), (Some(2), Some(-2)), (Some(1), Some(-1))]);
+    assert_eq!(
+        at(&mut d),
+        [
+            (Some(1), Some(-1)),
+            (Some(1), Some(-1)),
+            (Some(1), Some(-1))
+        ]
+    );
+    pipe(
+        &mut d,
+        "topic1",
+        &StringSerde,
+        &StringSerde,
+        Some(&s("A")),
+        Some(&s("02")),
+        25,
+    );
+    pipe(
+        &mut d,
+        "topic1",
+        &StringSerde,
+        &StringSerde,
+        Some(&s("B")),
+        Some(&s("02")),
+        20,
+    );
+    assert_eq!(
+        at(&mut d),
+        [
+            (Some(2), Some(-2)),
+            (Some(2), Some(-2)),
+            (Some(1), Some(-1))
+        ]
+    );
+    pipe(
+        &mut d,
+        "topic1",
+        &StringSerde,
+        &StringSerde,
+        Some(&s("A")),
+        Some(&s("03")),
+        35,
+    );
+    assert_eq!(
+        at(&mut d),
+        [
+            (Some(3), Some(-3)),
+            (Some(2), Some(-2)),
+            (Some(1), Some(-1))
+        ]
+    );
+    pipe(
+        &mut d,
+        "topic1",
+        &StringSerde,
+        &StringSerde,
+        Some(&s("A")),
+        None,
+        1,
+    );
+    assert_eq!(
+        at(&mut d),
+        [(None, None), (Some(2), Some(-2)), (Some(1), Some(-1))]
+    );
 }
 
 /// KTableMapValuesTest's sending-old-values steps on `mapValues(Integer::valueOf)`: changes
@@ -524,29 +912,62 @@ fn map_values_old_values(with_old: bool) {
         |v: &String| v.parse::<i64>().unwrap_or_default(),
         Materialized::with(StringSerde, I64Serde).named("bob"),
     );
-    t2.to_stream().to("out", Produced::with(StringSerde, I64Serde));
+    t2.to_stream()
+        .to("out", Produced::with(StringSerde, I64Serde));
     let store = t2.store().clone();
     let mut d = driver(b);
     let step = |d: &mut Driver, input: &[(&str, Option<&str>, i64)]| {
         let mut changes = Vec::new();
         for (k, v, ts) in input {
-            let old = d.store_get(&store, &s(k)).expect("store").filter(|_| with_old);
-            pipe(d, "topic1", &StringSerde, &StringSerde, Some(&s(k)), v.map(s).as_ref(), *ts);
-            changes.extend(read(d, "out", &StringSerde, &I64Serde).into_iter().map(|(k, v, t)| (k, v, old, t)));
+            let old = d
+                .store_get(&store, &s(k))
+                .expect("store")
+                .filter(|_| with_old);
+            pipe(
+                d,
+                "topic1",
+                &StringSerde,
+                &StringSerde,
+                Some(&s(k)),
+                v.map(s).as_ref(),
+                *ts,
+            );
+            changes.extend(
+                read(d, "out", &StringSerde, &I64Serde)
+                    .into_iter()
+                    .map(|(k, v, t)| (k, v, old, t)),
+            );
         }
         changes
     };
     let old = |v: i64| Some(v).filter(|_| with_old);
     assert_eq!(
-        step(&mut d, &[("A", Some("01"), 5), ("B", Some("01"), 10), ("C", Some("01"), 15)]),
-        vec![(s("A"), Some(1), None, 5), (s("B"), Some(1), None, 10), (s("C"), Some(1), None, 15)]
+        step(
+            &mut d,
+            &[
+                ("A", Some("01"), 5),
+                ("B", Some("01"), 10),
+                ("C", Some("01"), 15)
+            ]
+        ),
+        vec![
+            (s("A"), Some(1), None, 5),
+            (s("B"), Some(1), None, 10),
+            (s("C"), Some(1), None, 15)
+        ]
     );
     assert_eq!(
         step(&mut d, &[("A", Some("02"), 10), ("B", Some("02"), 8)]),
         vec![(s("A"), Some(2), old(1), 10), (s("B"), Some(2), old(1), 8)]
     );
-    assert_eq!(step(&mut d, &[("A", Some("03"), 20)]), vec![(s("A"), Some(3), old(2), 20)]);
-    assert_eq!(step(&mut d, &[("A", None, 30)]), vec![(s("A"), None, old(3), 30)]);
+    assert_eq!(
+        step(&mut d, &[("A", Some("03"), 20)]),
+        vec![(s("A"), Some(3), old(2), 20)]
+    );
+    assert_eq!(
+        step(&mut d, &[("A", None, 30)]),
+        vec![(s("A"), None, old(3), 30)]
+    );
 }
 
 // KTableMapValuesTest#testNotSendingOldValue
@@ -599,7 +1020,9 @@ impl StreamTable {
         let stream = b.stream("streamTopic", Consumed::with(I64Serde, StringSerde));
         let table = b.table("tableTopic", Consumed::with(I64Serde, StringSerde));
         let joined = if left {
-            stream.left_join_table(&table, |v, t| format!("{v}+{}", t.map_or("null", String::as_str)))
+            stream.left_join_table(&table, |v, t| {
+                format!("{v}+{}", t.map_or("null", String::as_str))
+            })
         } else {
             stream.join_table(&table, |v, t| format!("{v}+{t}"))
         };
@@ -614,26 +1037,53 @@ impl StreamTable {
 
     fn push_to_stream(&mut self, n: usize, prefix: &str) {
         for (i, k) in KEYS.iter().take(n).enumerate() {
-            pipe(&mut self.d, "streamTopic", &I64Serde, &StringSerde, Some(k), Some(&format!("{prefix}{k}")), i as i64);
+            pipe(
+                &mut self.d,
+                "streamTopic",
+                &I64Serde,
+                &StringSerde,
+                Some(k),
+                Some(&format!("{prefix}{k}")),
+                i as i64,
+            );
         }
     }
 
     fn push_to_table(&mut self, n: usize, prefix: &str) {
         for k in KEYS.iter().take(n) {
             let ts = self.rng.next();
-            pipe(&mut self.d, "tableTopic", &I64Serde, &StringSerde, Some(k), Some(&format!("{prefix}{k}")), ts);
+            pipe(
+                &mut self.d,
+                "tableTopic",
+                &I64Serde,
+                &StringSerde,
+                Some(k),
+                Some(&format!("{prefix}{k}")),
+                ts,
+            );
         }
     }
 
     fn push_null_value_to_table_n(&mut self, n: usize) {
         for k in KEYS.iter().take(n) {
-            pipe(&mut self.d, "tableTopic", &I64Serde, &StringSerde, Some(k), None::<&String>, 0);
+            pipe(
+                &mut self.d,
+                "tableTopic",
+                &I64Serde,
+                &StringSerde,
+                Some(k),
+                None::<&String>,
+                0,
+            );
         }
     }
 
     /// The results since the last check, as `(key, value, ts)`.
     fn check(&mut self, want: &[(i64, &str, i64)]) {
-        let want: Vec<Kvt<i64, String>> = want.iter().map(|(k, v, ts)| (*k, Some(s(v)), *ts)).collect();
+        let want: Vec<Kvt<i64, String>> = want
+            .iter()
+            .map(|(k, v, ts)| (*k, Some(s(v)), *ts))
+            .collect();
         assert_eq!(read(&mut self.d, "out", &I64Serde, &StringSerde), want);
     }
 }
@@ -677,7 +1127,12 @@ fn stream_table_join_test_should_not_join_on_table_updates() {
     t.push_to_table(4, "YY");
     t.check(&[]);
     t.push_to_stream(4, "X");
-    t.check(&[(0, "X0+YY0", 0), (1, "X1+YY1", 1), (2, "X2+YY2", 2), (3, "X3+YY3", 3)]);
+    t.check(&[
+        (0, "X0+YY0", 0),
+        (1, "X1+YY1", 1),
+        (2, "X2+YY2", 2),
+        (3, "X3+YY3", 3),
+    ]);
     t.push_to_table(4, "YYY");
     t.check(&[]);
 }
@@ -699,7 +1154,12 @@ fn stream_table_join_test_should_clear_table_entry_on_null_value_updates() {
     t.push_to_table(4, "Y");
     t.check(&[]);
     t.push_to_stream(4, "X");
-    t.check(&[(0, "X0+Y0", 0), (1, "X1+Y1", 1), (2, "X2+Y2", 2), (3, "X3+Y3", 3)]);
+    t.check(&[
+        (0, "X0+Y0", 0),
+        (1, "X1+Y1", 1),
+        (2, "X2+Y2", 2),
+        (3, "X3+Y3", 3),
+    ]);
     t.push_null_value_to_table_n(2);
     t.check(&[]);
     t.push_to_stream(4, "XX");
@@ -712,7 +1172,15 @@ fn stream_table_join_test_should_clear_table_entry_on_null_value_updates() {
 fn stream_table_skips(key: Option<i64>, value: Option<&str>) {
     let mut t = StreamTable::new(false);
     t.push_to_table(2, "Y");
-    pipe(&mut t.d, "streamTopic", &I64Serde, &StringSerde, key.as_ref(), value.map(s).as_ref(), 0);
+    pipe(
+        &mut t.d,
+        "streamTopic",
+        &I64Serde,
+        &StringSerde,
+        key.as_ref(),
+        value.map(s).as_ref(),
+        0,
+    );
     t.check(&[]);
     assert!(t.d.read_raw_output("streamTopic.DLT").is_empty());
 }
@@ -760,11 +1228,21 @@ fn stream_table_left_join_test_should_not_join_on_table_updates() {
     t.push_to_table(2, "Y");
     t.check(&[]);
     t.push_to_stream(4, "X");
-    t.check(&[(0, "X0+Y0", 0), (1, "X1+Y1", 1), (2, "X2+null", 2), (3, "X3+null", 3)]);
+    t.check(&[
+        (0, "X0+Y0", 0),
+        (1, "X1+Y1", 1),
+        (2, "X2+null", 2),
+        (3, "X3+null", 3),
+    ]);
     t.push_to_table(4, "YY");
     t.check(&[]);
     t.push_to_stream(4, "X");
-    t.check(&[(0, "X0+YY0", 0), (1, "X1+YY1", 1), (2, "X2+YY2", 2), (3, "X3+YY3", 3)]);
+    t.check(&[
+        (0, "X0+YY0", 0),
+        (1, "X1+YY1", 1),
+        (2, "X2+YY2", 2),
+        (3, "X3+YY3", 3),
+    ]);
     t.push_to_table(4, "YYY");
     t.check(&[]);
 }
@@ -776,7 +1254,12 @@ fn stream_table_left_join_test_should_join_regardless_if_match_found_on_stream_u
     t.push_to_table(2, "Y");
     t.check(&[]);
     t.push_to_stream(4, "X");
-    t.check(&[(0, "X0+Y0", 0), (1, "X1+Y1", 1), (2, "X2+null", 2), (3, "X3+null", 3)]);
+    t.check(&[
+        (0, "X0+Y0", 0),
+        (1, "X1+Y1", 1),
+        (2, "X2+null", 2),
+        (3, "X3+null", 3),
+    ]);
 }
 
 // KStreamKTableLeftJoinTest#shouldClearTableEntryOnNullValueUpdates
@@ -786,11 +1269,21 @@ fn stream_table_left_join_test_should_clear_table_entry_on_null_value_updates() 
     t.push_to_table(4, "Y");
     t.check(&[]);
     t.push_to_stream(4, "X");
-    t.check(&[(0, "X0+Y0", 0), (1, "X1+Y1", 1), (2, "X2+Y2", 2), (3, "X3+Y3", 3)]);
+    t.check(&[
+        (0, "X0+Y0", 0),
+        (1, "X1+Y1", 1),
+        (2, "X2+Y2", 2),
+        (3, "X3+Y3", 3),
+    ]);
     t.push_null_value_to_table_n(2);
     t.check(&[]);
     t.push_to_stream(4, "XX");
-    t.check(&[(0, "XX0+null", 0), (1, "XX1+null", 1), (2, "XX2+Y2", 2), (3, "XX3+Y3", 3)]);
+    t.check(&[
+        (0, "XX0+null", 0),
+        (1, "XX1+null", 1),
+        (2, "XX2+Y2", 2),
+        (3, "XX3+Y3", 3),
+    ]);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -808,7 +1301,8 @@ struct StreamGlobal {
 
 impl StreamGlobal {
     fn new(left: bool) -> Self {
-        let global = GlobalTableHandle::new("globalTable", "globalTableTopic", StringSerde, StringSerde);
+        let global =
+            GlobalTableHandle::new("globalTable", "globalTableTopic", StringSerde, StringSerde);
         let key_of = |_: &i64, v: &String| v.split(',').nth(1).map(str::to_string);
         let mut b = Topology::builder();
         b.add_source("stream", &["streamTopic"], I64Serde, StringSerde)
@@ -850,7 +1344,15 @@ impl StreamGlobal {
                 value = format!("{value},FKey{k}");
             }
             let key = (!(null_key && i == 0)).then_some(*k);
-            pipe(&mut self.d, "streamTopic", &I64Serde, &StringSerde, key.as_ref(), Some(&value), self.ts);
+            pipe(
+                &mut self.d,
+                "streamTopic",
+                &I64Serde,
+                &StringSerde,
+                key.as_ref(),
+                Some(&value),
+                self.ts,
+            );
             self.ts += 1;
         }
     }
@@ -858,14 +1360,20 @@ impl StreamGlobal {
     fn push_to_global_table(&mut self, n: usize, prefix: &str) {
         for k in KEYS.iter().take(n) {
             self.d
-                .pipe_global(&self.global, &format!("FKey{k}"), Some(&format!("{prefix}{k}")))
+                .pipe_global(
+                    &self.global,
+                    &format!("FKey{k}"),
+                    Some(&format!("{prefix}{k}")),
+                )
                 .expect("global row");
         }
     }
 
     fn push_null_value_to_global_table(&mut self, n: usize) {
         for k in KEYS.iter().take(n) {
-            self.d.pipe_global(&self.global, &format!("FKey{k}"), None).expect("global row");
+            self.d
+                .pipe_global(&self.global, &format!("FKey{k}"), None)
+                .expect("global row");
         }
     }
 
@@ -875,11 +1383,21 @@ impl StreamGlobal {
             .read_raw_output("out")
             .into_iter()
             .map(|r| {
-                let k = r.key.as_deref().map(|k| I64Serde.deserialize(k).expect("key"));
-                (k, r.value.as_ref().map(|_| r.value_text()), r.timestamp.expect("ts"))
+                let k = r
+                    .key
+                    .as_deref()
+                    .map(|k| I64Serde.deserialize(k).expect("key"));
+                (
+                    k,
+                    r.value.as_ref().map(|_| r.value_text()),
+                    r.timestamp.expect("ts"),
+                )
             })
             .collect();
-        let want: Vec<_> = want.iter().map(|(k, v, ts)| (*k, Some(s(v)), *ts)).collect();
+        let want: Vec<_> = want
+            .iter()
+            .map(|(k, v, ts)| (*k, Some(s(v)), *ts))
+            .collect();
         assert_eq!(got, want);
     }
 }
@@ -1113,9 +1631,11 @@ fn global_joins(left: bool) -> BTreeMap<String, (String, i64)> {
     let global = b.global_table("global", Consumed::with(StringSerde, StringSerde));
     let stream = b.stream("stream", Consumed::with(StringSerde, StringSerde));
     let joined = if left {
-        stream.left_join_global(&global, |_, v| v.clone(), |v, t| {
-            format!("{v}+{}", t.map_or("null", String::as_str))
-        })
+        stream.left_join_global(
+            &global,
+            |_, v| v.clone(),
+            |v, t| format!("{v}+{}", t.map_or("null", String::as_str)),
+        )
     } else {
         stream.join_global(&global, |_, v| v.clone(), |v, t| format!("{v}+{t}"))
     };
@@ -1123,10 +1643,19 @@ fn global_joins(left: bool) -> BTreeMap<String, (String, i64)> {
     let handle = global.handle().clone();
     let mut d = driver(b);
     for (k, v) in [("a", "A"), ("b", "B")] {
-        d.pipe_global(&handle, &s(k), Some(&s(v))).expect("global row");
+        d.pipe_global(&handle, &s(k), Some(&s(v)))
+            .expect("global row");
     }
     for (k, v, ts) in [("1", "a", 2), ("2", "b", 10), ("3", "c", 3)] {
-        pipe(&mut d, "stream", &StringSerde, &StringSerde, Some(&s(k)), Some(&s(v)), ts);
+        pipe(
+            &mut d,
+            "stream",
+            &StringSerde,
+            &StringSerde,
+            Some(&s(k)),
+            Some(&s(v)),
+            ts,
+        );
     }
     read(&mut d, "out", &StringSerde, &StringSerde)
         .into_iter()
@@ -1165,7 +1694,9 @@ type Update = (bool, Option<i64>, Option<String>, i64);
 
 fn table_join_steps() -> Vec<Vec<Update>> {
     let all = |left: bool, prefix: &str, ts: &dyn Fn(i64) -> i64| -> Vec<Update> {
-        KEYS.iter().map(|k| (left, Some(*k), Some(format!("{prefix}{k}")), ts(*k))).collect()
+        KEYS.iter()
+            .map(|k| (left, Some(*k), Some(format!("{prefix}{k}")), ts(*k)))
+            .collect()
     };
     vec![
         // Two left rows, and one without a key (discarded).
@@ -1196,7 +1727,11 @@ fn table_join_steps() -> Vec<Vec<Update>> {
 /// Kafka Streams' expected changes of each step, `(key, value or tombstone, ts)`.
 fn table_join_expected(kind: Kind) -> Vec<Vec<(i64, Option<&'static str>, i64)>> {
     let inner = kind == Kind::Inner;
-    let first = if inner { vec![] } else { vec![(0, Some("X0+null"), 5), (1, Some("X1+null"), 6)] };
+    let first = if inner {
+        vec![]
+    } else {
+        vec![(0, Some("X0+null"), 5), (1, Some("X1+null"), 6)]
+    };
     let mut third = vec![(0, Some("XX0+Y0"), 7), (1, Some("XX1+Y1"), 10)];
     if !inner {
         third.extend([(2, Some("XX2+null"), 7), (3, Some("XX3+null"), 7)]);
@@ -1206,19 +1741,38 @@ fn table_join_expected(kind: Kind) -> Vec<Vec<(i64, Option<&'static str>, i64)>>
     } else {
         vec![(0, Some("XXX0+null"), 6), (1, Some("XXX1+null"), 7)]
     };
-    let mut seventh = if inner { vec![] } else { vec![(0, Some("XXXX0+null"), 13), (1, Some("XXXX1+null"), 13)] };
+    let mut seventh = if inner {
+        vec![]
+    } else {
+        vec![(0, Some("XXXX0+null"), 13), (1, Some("XXXX1+null"), 13)]
+    };
     seventh.extend([(2, Some("XXXX2+YY2"), 13), (3, Some("XXXX3+YY3"), 15)]);
     let eighth = match kind {
         Kind::Inner => vec![(2, None, 10), (3, None, 20)],
         Kind::Left => vec![(0, None, 0), (1, None, 42), (2, None, 10), (3, None, 20)],
-        Kind::Outer => vec![(0, None, 0), (1, None, 42), (2, Some("null+YY2"), 10), (3, Some("null+YY3"), 20)],
+        Kind::Outer => vec![
+            (0, None, 0),
+            (1, None, 42),
+            (2, Some("null+YY2"), 10),
+            (3, Some("null+YY3"), 20),
+        ],
     };
     vec![
         first,
         vec![(0, Some("X0+Y0"), 5), (1, Some("X1+Y1"), 10)],
         third,
-        vec![(0, Some("XX0+YY0"), 7), (1, Some("XX1+YY1"), 7), (2, Some("XX2+YY2"), 10), (3, Some("XX3+YY3"), 15)],
-        vec![(0, Some("XXX0+YY0"), 6), (1, Some("XXX1+YY1"), 6), (2, Some("XXX2+YY2"), 10), (3, Some("XXX3+YY3"), 15)],
+        vec![
+            (0, Some("XX0+YY0"), 7),
+            (1, Some("XX1+YY1"), 7),
+            (2, Some("XX2+YY2"), 10),
+            (3, Some("XX3+YY3"), 15),
+        ],
+        vec![
+            (0, Some("XXX0+YY0"), 6),
+            (1, Some("XXX1+YY1"), 6),
+            (2, Some("XXX2+YY2"), 10),
+            (3, Some("XXX3+YY3"), 15),
+        ],
         sixth,
         seventh,
         eighth,
@@ -1240,16 +1794,25 @@ fn table_join(kind: Kind, store: &str, with_old: bool) {
         Kind::Left => t1.left_join(&t2, move |l, r| format!("{l}+{}", or_null(r)), m),
         Kind::Outer => t1.outer_join(&t2, move |l, r| format!("{}+{}", or_null(l), or_null(r)), m),
     };
-    joined.to_stream().to("output", Produced::with(I64Serde, StringSerde));
+    joined
+        .to_stream()
+        .to("output", Produced::with(I64Serde, StringSerde));
     let result = joined.store().clone();
     let topology = b.build().expect("valid topology");
     // Kafka Streams' co-partition group {topic1, topic2}: one sub-topology reads both.
     assert_eq!(topology.sub_topologies().len(), 1);
     let mut sources = topology.source_topics();
     sources.sort();
-    assert!(sources.contains(&s("topic1")) && sources.contains(&s("topic2")), "{sources:?}");
+    assert!(
+        sources.contains(&s("topic1")) && sources.contains(&s("topic2")),
+        "{sources:?}"
+    );
     let mut d = TopologyTestDriver::new(topology).expect("driver");
-    for (i, (step, want)) in table_join_steps().into_iter().zip(table_join_expected(kind)).enumerate() {
+    for (i, (step, want)) in table_join_steps()
+        .into_iter()
+        .zip(table_join_expected(kind))
+        .enumerate()
+    {
         let mut changes = Vec::new();
         for (left, key, value, ts) in step {
             let old = match key {
@@ -1257,7 +1820,15 @@ fn table_join(kind: Kind, store: &str, with_old: bool) {
                 _ => None,
             };
             let topic = if left { "topic1" } else { "topic2" };
-            pipe(&mut d, topic, &I64Serde, &StringSerde, key.as_ref(), value.as_ref(), ts);
+            pipe(
+                &mut d,
+                topic,
+                &I64Serde,
+                &StringSerde,
+                key.as_ref(),
+                value.as_ref(),
+                ts,
+            );
             changes.extend(
                 read(&mut d, "output", &I64Serde, &StringSerde)
                     .into_iter()
@@ -1268,7 +1839,10 @@ fn table_join(kind: Kind, store: &str, with_old: bool) {
             .into_iter()
             .map(|(k, v, ts)| (k, v.map(s), None::<String>, ts))
             .collect();
-        let got: Vec<_> = changes.iter().map(|(k, v, _, t)| (*k, v.clone(), None::<String>, *t)).collect();
+        let got: Vec<_> = changes
+            .iter()
+            .map(|(k, v, _, t)| (*k, v.clone(), None::<String>, *t))
+            .collect();
         assert_eq!(got, want, "step {}", i + 1);
         if with_old {
             table_join_old_values_check(kind, i, &changes);
@@ -1284,7 +1858,11 @@ fn table_join(kind: Kind, store: &str, with_old: bool) {
 }
 
 /// Kafka Streams' `testSendingOldValues` old values: the previous row of each key's result.
-fn table_join_old_values_check(kind: Kind, step: usize, changes: &[(i64, Option<String>, Option<String>, i64)]) {
+fn table_join_old_values_check(
+    kind: Kind,
+    step: usize,
+    changes: &[(i64, Option<String>, Option<String>, i64)],
+) {
     let expected = table_join_expected(kind);
     for (k, _, old, _) in changes {
         // The previous result of `k`: its latest change in an earlier step (or earlier in this
@@ -1344,12 +1922,30 @@ fn table_join_skips_null_left_key(kind: Kind) {
         Kind::Left => t1.left_join(&t2, |l, _| l.clone(), m),
         Kind::Outer => t1.outer_join(&t2, |l, _| l.cloned().unwrap_or_default(), m),
     };
-    joined.to_stream().to("output", Produced::with(StringSerde, StringSerde));
+    joined
+        .to_stream()
+        .to("output", Produced::with(StringSerde, StringSerde));
     let store = joined.store().clone();
     let mut d = driver(b);
-    pipe(&mut d, "right", &StringSerde, &StringSerde, Some(&s("k")), Some(&s("r")), 0);
+    pipe(
+        &mut d,
+        "right",
+        &StringSerde,
+        &StringSerde,
+        Some(&s("k")),
+        Some(&s("r")),
+        0,
+    );
     let _ = d.read_raw_output("output");
-    pipe(&mut d, "left", &StringSerde, &StringSerde, None, Some(&s("new")), 0);
+    pipe(
+        &mut d,
+        "left",
+        &StringSerde,
+        &StringSerde,
+        None,
+        Some(&s("new")),
+        0,
+    );
     assert!(d.read_raw_output("output").is_empty());
     assert!(d.read_raw_output("left.DLT").is_empty());
     let rows = d.store_entries(&store).expect("store");
