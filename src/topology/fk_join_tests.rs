@@ -533,6 +533,9 @@ mod non_canonical_serdes {
 
     type Values = Arc<dyn Serde<TaggedOrder>>;
 
+    /// A serde case: its name, its serde, and the serde a redeployed topology uses (if any).
+    type Case = (&'static str, fn() -> Values, Option<fn() -> Values>);
+
     fn order(customer: &str, item: &str, tags: usize) -> TaggedOrder {
         TaggedOrder {
             customer: customer.to_string(),
@@ -654,7 +657,7 @@ mod non_canonical_serdes {
     /// folded change stream, and after every update.
     #[test]
     fn random_workloads_over_non_canonical_serdes_end_with_the_models_join() {
-        let cases: [(&str, fn() -> Values, Option<fn() -> Values>); 3] = [
+        let cases: [Case; 3] = [
             ("json hashmap", json, None),
             ("avro map", || avro(7), None),
             ("avro, schema id 7 then 8", || avro(7), Some(|| avro(8))),
