@@ -109,6 +109,18 @@ fn table_of<'b>(
 // ---------------------------------------------------------------------------------------------
 // KTableSourceTest
 
+/// A step of KTableSourceTest's old-value tests: the updates `(key, value, ts)`, and the changes
+/// `(key, new, old, ts)` they must give.
+type Step = (
+    &'static [(&'static str, Option<&'static str>, i64)],
+    &'static [(
+        &'static str,
+        Option<&'static str>,
+        Option<&'static str>,
+        i64,
+    )],
+);
+
 /// Pipes KTableSourceTest's `("A","01",10) ("B","01",20) ("C","01",15) ("A","02",8)
 /// ("B","02",22) ("A","03",12) ("A",null,15) ("B",null,20)` in its four steps, checking the
 /// changes `(key, new, old, ts)` of each step; the old value is the table's row before.
@@ -119,10 +131,7 @@ fn source_old_values(with_old: bool) {
         .to("out", Produced::with(StringSerde, StringSerde));
     let store = t.store().clone();
     let mut d = driver(b);
-    let steps: [(
-        &[(&str, Option<&str>, i64)],
-        &[(&str, Option<&str>, Option<&str>, i64)],
-    ); 4] = [
+    let steps: [Step; 4] = [
         (
             &[
                 ("A", Some("01"), 10),
@@ -1870,8 +1879,7 @@ fn table_join_old_values_check(
         let before = expected[..step]
             .iter()
             .flatten()
-            .filter(|(key, _, _)| key == k)
-            .last()
+            .rfind(|(key, _, _)| key == k)
             .and_then(|(_, v, _)| v.map(s));
         assert_eq!(old, &before, "step {}, key {k}", step + 1);
     }
