@@ -519,7 +519,6 @@ mod non_canonical_serdes {
     use crate::codec::avro_serde::AvroSerde;
     use crate::codec::decode::FixedSource;
     use crate::processor::StoreHandle;
-
     use crate::serdes::{JsonSerde, Serde, SerdeError, StringSerde};
     use crate::testing::{TestRecord, TopologyTestDriver};
     use crate::topology::{ForeignKeyJoin, Topology};
