@@ -9,18 +9,25 @@
 //! the final orders with the final customers, computed here from the workload alone; and the
 //! subscription and response repartition topics must have been read to their ends.
 //!
-//! The killed instance is this test binary re-executed in child mode (`FK_JOIN_CHILD`).
+//! A third join reads the same order updates as JSON rows holding a `HashMap` of 4 tags (a
+//! serde whose bytes differ from one serialization of a row to the next: issue #49), inner-joined
+//! with the same customers: it must end with the same join as the text rows. After the backlog,
+//! a quiet phase of new tagged orders — nothing in it can be stale — must add no
+//! `stale-response` drop to the running instance's `/metrics`.
+//!
+//! The killed instance is this test binary re-executed in child mode (`FK_JOIN_CHILD=<app>
+//! <metrics address>`).
 
 mod support;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
 use eosflow::config::Config;
 use eosflow::internals::kafka::reader::read_all;
 use eosflow::kafka::topics::{self, TopicSpec};
 use eosflow::processor::StoreHandle;
-use eosflow::serdes::StringSerde;
+use eosflow::serdes::{JsonSerde, Serde, StringSerde};
 use eosflow::topology::{ForeignKeyJoin, Topology};
 use eosflow_verify::group_lag;
 use rdkafka::producer::{BaseRecord, Producer};
@@ -32,6 +39,8 @@ const PARTITIONS: i32 = 4;
 const UPDATES: usize = 2_400;
 const ORDERS: usize = 120;
 const CUSTOMERS: usize = 16;
+/// New tagged orders of the quiet phase.
+const QUIET_ORDERS: usize = 200;
 
 fn customer_of(order: &str) -> Option<String> {
     order
@@ -42,6 +51,27 @@ fn customer_of(order: &str) -> Option<String> {
 
 fn store(name: &str) -> StoreHandle<String, String> {
     StoreHandle::new(name, StringSerde, StringSerde)
+}
+
+/// An order as a JSON row: a `HashMap` of the order text (`order`) and 4 tags. Each
+/// serialization may write its entries in another order.
+type TaggedOrder = HashMap<String, String>;
+
+fn tagged(order: &str) -> TaggedOrder {
+    let mut row: TaggedOrder = (0..4)
+        .map(|t| (format!("tag-{t}"), format!("{order}/{t}")))
+        .collect();
+    row.insert("order".to_string(), order.to_string());
+    row
+}
+
+/// The order text of a tagged row.
+fn order_of(row: &TaggedOrder) -> &str {
+    row.get("order").map_or("", String::as_str)
+}
+
+fn tagged_serde() -> JsonSerde<TaggedOrder> {
+    JsonSerde::new()
 }
 
 fn topology(app: &str) -> Topology {
@@ -61,12 +91,27 @@ fn topology(app: &str) -> Topology {
             Some(format!("{o}@{}", c.map_or("?", String::as_str)))
         },
     );
+    let tagged_join = ForeignKeyJoin::inner(
+        StoreHandle::new("tagged-orders", StringSerde, tagged_serde()),
+        store("tagged-customers"),
+        store("tagged-result"),
+        |o: &TaggedOrder| customer_of(order_of(o)),
+        |_: &String, o: &TaggedOrder, c: &String| {
+            Some(format!("{}@{c} ({} entries)", order_of(o), o.len()))
+        },
+    );
     Topology::builder()
         .add_source(
             "orders",
             &[format!("{app}.orders").as_str()],
             StringSerde,
             StringSerde,
+        )
+        .add_source(
+            "tagged-orders",
+            &[format!("{app}.tagged-orders").as_str()],
+            StringSerde,
+            tagged_serde(),
         )
         .add_source(
             "customers",
@@ -76,6 +121,7 @@ fn topology(app: &str) -> Topology {
         )
         .add_foreign_key_join("inner", inner, &["orders"], &["customers"])
         .add_foreign_key_join("left", left, &["orders"], &["customers"])
+        .add_foreign_key_join("tagged", tagged_join, &["tagged-orders"], &["customers"])
         .add_sink(
             "inner-out",
             format!("{app}.inner"),
@@ -90,6 +136,13 @@ fn topology(app: &str) -> Topology {
             StringSerde,
             &["left"],
         )
+        .add_sink(
+            "tagged-out",
+            format!("{app}.tagged"),
+            StringSerde,
+            StringSerde,
+            &["tagged"],
+        )
         .build()
         .expect("valid topology")
 }
@@ -99,13 +152,31 @@ fn config(app: &str) -> Config {
     support::instance_config(app, 20)
 }
 
-/// Child mode: runs the topology until killed.
+/// Child mode: runs the topology until killed, serving `/metrics` on the address given.
 #[test]
 fn child_instance() {
-    let Ok(app) = std::env::var(CHILD) else {
+    let Ok(arg) = std::env::var(CHILD) else {
         return;
     };
-    support::run_until_killed(config(&app), topology(&app));
+    let (app, addr) = arg.split_once(' ').expect("app and metrics address");
+    let mut c = config(app);
+    c.metrics.listen = addr.to_string();
+    c.processor.static_membership = true;
+    eosflow::init_logging();
+    eosflow::run(&c, topology(app)).expect("runs until killed");
+}
+
+/// The `stale-response` drops the instance at `addr` counted for the tagged join so far.
+fn stale_responses(addr: &str) -> Option<f64> {
+    let (_, text) = support::http::get(addr, "/metrics")?;
+    Some(
+        support::http::metric(
+            &text,
+            "eosflow_join_dropped_records_total",
+            &["node=\"tagged\"", "reason=\"stale-response\""],
+        )
+        .unwrap_or(0.0),
+    )
 }
 
 /// A small deterministic generator.
@@ -151,12 +222,15 @@ fn lag(app: &str, topic: &str) -> i64 {
 }
 
 fn input_lag(app: &str) -> i64 {
-    lag(app, &format!("{app}.orders")).saturating_add(lag(app, &format!("{app}.customers")))
+    ["orders", "customers", "tagged-orders"]
+        .iter()
+        .map(|t| lag(app, &format!("{app}.{t}")))
+        .fold(0i64, i64::saturating_add)
 }
 
 /// Every internal topic a foreign-key join reads, read to its end.
 fn internal_lag(app: &str) -> i64 {
-    ["inner", "left"]
+    ["inner", "left", "tagged"]
         .iter()
         .flat_map(|j| ["subscription", "response"].map(|t| format!("{app}-{j}-{t}-repartition")))
         .map(|t| lag(app, &t))
@@ -191,6 +265,8 @@ fn foreign_key_joins_killed_mid_stream_end_with_the_join_of_the_final_tables() {
         TopicSpec::new(format!("{app}.customers"), PARTITIONS, "compact"),
         TopicSpec::new(format!("{app}.inner"), PARTITIONS, "delete"),
         TopicSpec::new(format!("{app}.left"), PARTITIONS, "delete"),
+        TopicSpec::new(format!("{app}.tagged-orders"), PARTITIONS, "compact"),
+        TopicSpec::new(format!("{app}.tagged"), PARTITIONS, "delete"),
     ];
     specs.extend(topology(&app).internal_topics(&cfg, PARTITIONS));
     topics::apply_blocking(&support::clients(), &specs, Duration::from_secs(30))
@@ -200,6 +276,7 @@ fn foreign_key_joins_killed_mid_stream_end_with_the_join_of_the_final_tables() {
     let updates = workload();
     let (mut orders, mut customers) = (BTreeMap::new(), BTreeMap::new());
     let producer = support::test_producer();
+    let json = tagged_serde();
     for (topic, key, value) in &updates {
         let t = format!("{app}.{topic}");
         let mut r = BaseRecord::<String, String>::to(&t).key(key);
@@ -207,6 +284,18 @@ fn foreign_key_joins_killed_mid_stream_end_with_the_join_of_the_final_tables() {
             r = r.payload(v);
         }
         support::send_waiting(&producer, r);
+        if *topic == "orders" {
+            // The same order update, as a tagged JSON row.
+            let t = format!("{app}.tagged-orders");
+            let bytes = value
+                .as_ref()
+                .map(|v| json.serialize(&tagged(v)).expect("serializes"));
+            let mut r = BaseRecord::<String, Vec<u8>>::to(&t).key(key);
+            if let Some(b) = &bytes {
+                r = r.payload(b);
+            }
+            support::send_waiting(&producer, r);
+        }
         let side = if *topic == "orders" {
             &mut orders
         } else {
@@ -227,9 +316,15 @@ fn foreign_key_joins_killed_mid_stream_end_with_the_join_of_the_final_tables() {
         }
         want_left.insert(k.clone(), format!("{o}@{}", c.map_or("?", String::as_str)));
     }
-    let total = updates.len() as i64;
+    // Every input record: each order update is also written as a tagged row.
+    let total = updates
+        .iter()
+        .map(|(topic, _, _)| if *topic == "orders" { 2 } else { 1 })
+        .sum::<i64>();
 
-    let mut instance: Running = support::spawn_child(CHILD, &app);
+    let child = |addr: &str| support::spawn_child(CHILD, &format!("{app} {addr}"));
+    let mut addr = support::http::free_addr();
+    let mut instance: Running = child(&addr);
     for (n, wipe) in [(3, false), (6, true)] {
         support::wait_for(
             "part of the updates processed",
@@ -247,12 +342,49 @@ fn foreign_key_joins_killed_mid_stream_end_with_the_join_of_the_final_tables() {
         if wipe {
             std::fs::remove_dir_all(&cfg.state.dir).expect("wipe the state dir");
         }
-        instance = support::spawn_child(CHILD, &app);
+        addr = support::http::free_addr();
+        instance = child(&addr);
     }
     support::wait_for(
         "every update and every subscription and response consumed",
-        Duration::from_secs(240),
+        Duration::from_secs(480),
         || (input_lag(&app) == 0 && internal_lag(&app) == 0).then_some(()),
+    );
+    let stale_before =
+        support::wait_for("the instance's /metrics", Duration::from_secs(30), || {
+            stale_responses(&addr)
+        });
+    println!("stale-response drops of the tagged join since the last restart: {stale_before}");
+
+    // The quiet phase: new tagged orders of existing customers, each written once and nothing
+    // else changing — no response can be stale, so none may be dropped.
+    let existing: Vec<&String> = customers.keys().collect();
+    assert!(!existing.is_empty(), "the workload leaves customers");
+    let mut want_tagged = want_inner.clone();
+    for i in 0..QUIET_ORDERS {
+        let key = format!("q{i:03}");
+        let order = format!("{}:quiet{i}", existing[i % existing.len()]);
+        let bytes = json.serialize(&tagged(&order)).expect("serializes");
+        let t = format!("{app}.tagged-orders");
+        support::send_waiting(
+            &producer,
+            BaseRecord::<String, Vec<u8>>::to(&t)
+                .key(&key)
+                .payload(&bytes),
+        );
+        let c = customer_of(&order)
+            .and_then(|c| customers.get(&c))
+            .expect("an existing customer");
+        want_tagged.insert(key, format!("{order}@{c}"));
+    }
+    producer.flush(Duration::from_secs(60)).expect("flush");
+    support::wait_for("the quiet phase consumed", Duration::from_secs(240), || {
+        (input_lag(&app) == 0 && internal_lag(&app) == 0).then_some(())
+    });
+    let stale_after = stale_responses(&addr).expect("the instance's /metrics");
+    assert_eq!(
+        stale_after, stale_before,
+        "stale-response drops in a phase where nothing can be stale"
     );
     instance.kill().expect("kill -9");
     instance.wait().expect("reaped");
@@ -261,7 +393,8 @@ fn foreign_key_joins_killed_mid_stream_end_with_the_join_of_the_final_tables() {
     // Nothing was dead-lettered: not an input, not a subscription or response (a watermark
     // record read as one would be).
     let mut dlts: Vec<String> = vec![format!("{app}.orders.DLT"), format!("{app}.customers.DLT")];
-    for j in ["inner", "left"] {
+    dlts.push(format!("{app}.tagged-orders.DLT"));
+    for j in ["inner", "left", "tagged"] {
         for t in ["subscription", "response"] {
             dlts.push(format!("{app}-{j}-{t}-repartition.DLT"));
         }
@@ -281,6 +414,19 @@ fn foreign_key_joins_killed_mid_stream_end_with_the_join_of_the_final_tables() {
     assert_eq!(inner.len(), want_inner.len(), "inner join rows");
     assert_eq!(inner, want_inner, "inner join");
     assert_eq!(left, want_left, "left join");
+    // The tagged rows (a HashMap in JSON) join exactly as the text rows do.
+    let tagged_out: BTreeMap<String, String> = folded(&format!("{app}.tagged"))
+        .into_iter()
+        .map(|(k, v)| {
+            let v = v
+                .strip_suffix(" (5 entries)")
+                .map(str::to_string)
+                .unwrap_or(v);
+            (k, v)
+        })
+        .collect();
+    assert_eq!(tagged_out.len(), want_tagged.len(), "tagged join rows");
+    assert_eq!(tagged_out, want_tagged, "tagged join");
     assert!(
         want_inner.len() > 20 && want_left.len() > want_inner.len(),
         "a workload that exercises both kinds: {} inner, {} left",

@@ -8,8 +8,9 @@
 //! different partitions. The join meets them there, in four nodes and two repartition topics,
 //! as Kafka Streams does:
 //!
-//! 1. `<name>-left` keeps each left row (with its timestamp) and, on every left update, sends a
-//!    **subscription** — (foreign key, left key, hash of the left row) — through the
+//! 1. `<name>-left` keeps each left row (with its timestamp and the hash of its bytes as the left
+//!    serde wrote them for this update) and, on every left update, sends a
+//!    **subscription** — (foreign key, left key, that hash) — through the
 //!    repartition topic `<app>-<name>-subscription-repartition`, keyed by the foreign key, so it
 //!    lands in the partition of the right row. A foreign key that changed also sends an
 //!    **unsubscription** to the old one; a deleted left row, or one without a foreign key,
@@ -21,10 +22,16 @@
 //! 3. `<name>-right` keeps each right row and, on every right update, answers every
 //!    subscription of that key again (a prefix scan of the subscriptions).
 //! 4. `<name>` (left side) reads the left row the response is for: a response whose hash is not
-//!    the current row's is **stale** (the row changed, or its foreign key did, since that
-//!    subscription) and is dropped (`eosflow_join_dropped_records_total{reason="stale-response"}`);
-//!    otherwise the joiner's result is written to the **result table** and forwarded (a
-//!    tombstone where the result disappears), stamped with the later of the two rows' times.
+//!    the one kept beside the current row is **stale** (the row changed, or its foreign key did,
+//!    since that subscription) and is dropped
+//!    (`eosflow_join_dropped_records_total{reason="stale-response"}`). The hash is the one the
+//!    subscription was sent with, kept in the left rows' store (changelogged, so it survives a
+//!    restart or a restore), never a hash of the row serialized again: a serde whose bytes are
+//!    not canonical (a `HashMap` in JSON, an Avro map, a schema re-registered under a new id)
+//!    would otherwise make every response look stale (Kafka Streams serializes the row again
+//!    here, and loses those results). Otherwise the joiner's result is written to the
+//!    **result table** and forwarded (a tombstone where the result disappears), stamped with
+//!    the later of the two rows' times.
 //!
 //! | kind | a left key has a result when | the joiner gets |
 //! |---|---|---|
@@ -88,10 +95,10 @@ use std::sync::Arc;
 
 use super::node::{NodeContext, NodeProcessor, TypedRecord};
 use super::stream_joins::JoinKind;
-use super::table_joins::{emit_result, stamped_handle, table_update, Stamped, StampedSerde};
+use super::table_joins::{emit_result, table_update, Stamped, StampedSerde};
 use crate::processor::StoreHandle;
 use crate::record::ProcessError;
-use crate::serdes::{BytesSerde, Serde};
+use crate::serdes::{BytesSerde, Serde, SerdeError};
 use crate::telemetry;
 
 type ForeignKey<VL, KR> = Arc<dyn Fn(&VL) -> Option<KR> + Send + Sync>;
@@ -232,8 +239,12 @@ where
     R: Clone + Send + 'static,
 {
     pub(crate) fn into_nodes(self, resolve_name: &str) -> FkNodes<KL, VL, KR, VR, R> {
-        let left_rows = stamped_handle(&self.left);
         let (left_keys, left_values) = self.left.serde_arcs();
+        let left_rows: StoreHandle<KL, LeftRow<VL>> = StoreHandle::new(
+            self.left.name(),
+            left_keys.clone(),
+            LeftRowSerde(StampedSerde(left_values.clone())),
+        );
         let (right_keys, right_values) = self.right.serde_arcs();
         let right_rows: StoreHandle<Vec<u8>, Stamped<VR>> = StoreHandle::new(
             self.right.name(),
@@ -290,6 +301,55 @@ pub(crate) fn row_hash(bytes: &[u8]) -> u64 {
         h = h.wrapping_mul(0x0100_0000_01b3);
     }
     h
+}
+
+/// A left row as the join keeps it: the row (stamped) and the hash its latest subscription was
+/// sent with — what a response must carry to be current. `None` only for a row written by an
+/// eosflow before this hash was kept (its hash is then computed from the row's bytes again).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct LeftRow<V> {
+    pub(crate) hash: Option<u64>,
+    pub(crate) row: Stamped<V>,
+}
+
+/// The first byte of a [`LeftRow`] that carries its hash; a [`StampedSerde`] row (what earlier
+/// versions kept) starts with 0 or 1.
+const HASHED: u8 = 2;
+
+/// Writes a [`LeftRow`] as `2 · hash (u64, big-endian) · the stamped row`; reads that, or a
+/// bare stamped row (written before the hash was kept: `hash` is `None`).
+pub(crate) struct LeftRowSerde<V>(pub(crate) StampedSerde<V>);
+
+impl<V> Serde<LeftRow<V>> for LeftRowSerde<V> {
+    fn serialize(&self, left: &LeftRow<V>) -> Result<Vec<u8>, SerdeError> {
+        let row = self.0.serialize(&left.row)?;
+        let Some(hash) = left.hash else {
+            return Ok(row);
+        };
+        let mut out = Vec::with_capacity(9 + row.len());
+        out.push(HASHED);
+        out.extend_from_slice(&hash.to_be_bytes());
+        out.extend_from_slice(&row);
+        Ok(out)
+    }
+
+    fn deserialize(&self, bytes: &[u8]) -> Result<LeftRow<V>, SerdeError> {
+        if bytes.first() != Some(&HASHED) {
+            return Ok(LeftRow {
+                hash: None,
+                row: self.0.deserialize(bytes)?,
+            });
+        }
+        let hash = bytes
+            .get(1..9)
+            .and_then(|h| h.try_into().ok())
+            .map(u64::from_be_bytes)
+            .ok_or_else(|| SerdeError::new("a foreign-key join's left row is cut short"))?;
+        Ok(LeftRow {
+            hash: Some(hash),
+            row: self.0.deserialize(&bytes[9..])?,
+        })
+    }
 }
 
 const SUBSCRIBE: u8 = b'S';
@@ -369,7 +429,7 @@ fn corrupt(node: &str, what: &str) -> ProcessError {
 
 /// Node 1: keeps the left rows and subscribes each to the right row its foreign key names.
 pub(crate) struct Subscribe<KL, VL, KR> {
-    rows: StoreHandle<KL, Stamped<VL>>,
+    rows: StoreHandle<KL, LeftRow<VL>>,
     keys: Arc<dyn Serde<KL>>,
     values: Arc<dyn Serde<VL>>,
     right_keys: Arc<dyn Serde<KR>>,
@@ -408,7 +468,7 @@ where
             .map_err(|e| ProcessError::permanent(format!("left key: {e}")))?;
         let old = ctx.store(&self.rows)?.get(&key)?;
         let old_fk = match &old {
-            Some(row) => self.fk_bytes(&row.value)?,
+            Some(old) => self.fk_bytes(&old.row.value)?,
             None => None,
         };
         let (new_fk, hash) = match &value {
@@ -424,7 +484,13 @@ where
         {
             let mut rows = ctx.store(&self.rows)?;
             match value {
-                Some(value) => rows.put(&key, &Stamped { timestamp, value })?,
+                Some(value) => rows.put(
+                    &key,
+                    &LeftRow {
+                        hash: Some(hash),
+                        row: Stamped { timestamp, value },
+                    },
+                )?,
                 None => rows.delete(&key)?,
             }
         }
@@ -549,7 +615,7 @@ where
 
 /// Node 4: meets a response with the left row it answers, and keeps the result table.
 pub(crate) struct Resolve<KL, VL, VR, R> {
-    rows: StoreHandle<KL, Stamped<VL>>,
+    rows: StoreHandle<KL, LeftRow<VL>>,
     keys: Arc<dyn Serde<KL>>,
     values: Arc<dyn Serde<VL>>,
     /// Reads the stamped right rows responses carry.
@@ -588,14 +654,21 @@ where
             // The left row is gone: its result goes with it.
             return emit_result(ctx, &r.result, key, None, record.timestamp, record.headers);
         };
-        let bytes = r
-            .values
-            .serialize(&left.value)
-            .map_err(|e| ProcessError::permanent(format!("left row: {e}")))?;
-        if row_hash(&bytes) != hash {
+        // The hash the row's subscription was sent with; serializing the row again would give
+        // other bytes for a serde that is not canonical (a HashMap in JSON, an Avro map).
+        let current = match left.hash {
+            Some(h) => h,
+            None => r
+                .values
+                .serialize(&left.row.value)
+                .map(|bytes| row_hash(&bytes))
+                .map_err(|e| ProcessError::permanent(format!("left row: {e}")))?,
+        };
+        if current != hash {
             telemetry::join_dropped(ctx.node_name(), "stale-response");
             return Ok(());
         }
+        let left = left.row;
         let new = (r.joiner)(&key, &left.value, right.as_ref().map(|s| &s.value));
         let at = match (left.timestamp, right.as_ref().and_then(|s| s.timestamp)) {
             (Some(a), Some(b)) => Some(a.max(b)),
