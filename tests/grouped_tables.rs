@@ -64,7 +64,10 @@ fn parse(row: &str) -> Option<(String, i64)> {
 fn topology(app: &str) -> Topology {
     let builder = StreamsBuilder::new();
     builder
-        .table(format!("{app}.accounts"), Consumed::with(StringSerde, StringSerde))
+        .table(
+            format!("{app}.accounts"),
+            Consumed::with(StringSerde, StringSerde),
+        )
         .group_by(
             |_account, row: &String| parse(row),
             Grouped::with(StringSerde, I64Serde).named("by-region"),
@@ -77,7 +80,10 @@ fn topology(app: &str) -> Topology {
         )
         .to_stream()
         .map_values(|(n, total)| format!("{n}:{total}"))
-        .to(format!("{app}.out"), Produced::with(StringSerde, StringSerde));
+        .to(
+            format!("{app}.out"),
+            Produced::with(StringSerde, StringSerde),
+        );
     builder.build().expect("the DSL topology builds")
 }
 
@@ -94,7 +100,9 @@ fn produce_updates(topic: &str, base: i64, range: std::ops::Range<u64>) {
     for i in range {
         let (key, row) = update(i);
         let ts = base + i as i64 * STEP_MS;
-        let r = BaseRecord::<[u8], [u8]>::to(topic).key(key.as_bytes()).timestamp(ts);
+        let r = BaseRecord::<[u8], [u8]>::to(topic)
+            .key(key.as_bytes())
+            .timestamp(ts);
         let r = match &row {
             Some(row) => r.payload(row.as_bytes()),
             None => r,
@@ -149,9 +157,11 @@ fn a_grouped_table_killed_mid_backlog_subtracts_and_adds_each_update_once() {
     produce_updates(&accounts, base, 0..BACKLOG);
 
     let mut first = support::spawn_child(CHILD, &app);
-    support::wait_for("the first updates consumed", Duration::from_secs(90), || {
-        (support::lag(&app, &accounts, PARTITIONS) <= BACKLOG as i64 - 300).then_some(())
-    });
+    support::wait_for(
+        "the first updates consumed",
+        Duration::from_secs(90),
+        || (support::lag(&app, &accounts, PARTITIONS) <= BACKLOG as i64 - 300).then_some(()),
+    );
     first.kill().expect("kill -9");
     first.wait().expect("reaped");
     let (left, regrouped_left) = (
@@ -218,7 +228,10 @@ fn a_grouped_table_killed_mid_backlog_subtracts_and_adds_each_update_once() {
         let e = expected.entry(region).or_default();
         *e = (e.0 + 1, e.1 + amount);
     }
-    assert!(last.values().any(Option::is_none), "the workload deletes accounts");
+    assert!(
+        last.values().any(Option::is_none),
+        "the workload deletes accounts"
+    );
     assert!(
         last.values().flatten().any(|r| r == "closed"),
         "the workload closes accounts"

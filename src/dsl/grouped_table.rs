@@ -64,7 +64,9 @@ impl<V> Serde<Change<V>> for ChangeSerde<V> {
         let old = if flags & 1 == 1 {
             let (len, after) = rest.split_at_checked(4).ok_or_else(|| bad("truncated"))?;
             let len = u32::from_be_bytes([len[0], len[1], len[2], len[3]]) as usize;
-            let (old, after) = after.split_at_checked(len).ok_or_else(|| bad("truncated"))?;
+            let (old, after) = after
+                .split_at_checked(len)
+                .ok_or_else(|| bad("truncated"))?;
             rest = after;
             Some(self.0.deserialize(old)?)
         } else {
@@ -184,9 +186,12 @@ impl<'b, K: Data, V: Data> KGroupedTable<'b, K, V> {
                         // Groups compare by their bytes, which place them in partitions.
                         (Some((a, _)), Some((b, _))) => {
                             let bytes = |k: &K| {
-                                group_keys
-                                    .serialize(k)
-                                    .map_err(|e| ProcessError::permanent(format!("{} group key: {e}", ctx.node_name())))
+                                group_keys.serialize(k).map_err(|e| {
+                                    ProcessError::permanent(format!(
+                                        "{} group key: {e}",
+                                        ctx.node_name()
+                                    ))
+                                })
                             };
                             bytes(a)? == bytes(b)?
                         }
@@ -203,10 +208,22 @@ impl<'b, K: Data, V: Data> KGroupedTable<'b, K, V> {
                         (old, new) => {
                             // The old group's subtraction first, as Kafka Streams.
                             if let Some((group, old)) = old {
-                                out.push(record(group, Change { old: Some(old), new: None }));
+                                out.push(record(
+                                    group,
+                                    Change {
+                                        old: Some(old),
+                                        new: None,
+                                    },
+                                ));
                             }
                             if let Some((group, new)) = new {
-                                out.push(record(group, Change { old: None, new: Some(new) }));
+                                out.push(record(
+                                    group,
+                                    Change {
+                                        old: None,
+                                        new: Some(new),
+                                    },
+                                ));
                             }
                         }
                     }

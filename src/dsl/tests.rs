@@ -1490,7 +1490,10 @@ fn users_per_city() -> Result<Topology, TopologyError> {
     let latest_city = builder
         .stream("check-ins", Consumed::with(StringSerde, StringSerde))
         .group_by_key()
-        .reduce(|_, city| city.clone(), Materialized::with(StringSerde, StringSerde).named("cities"));
+        .reduce(
+            |_, city| city.clone(),
+            Materialized::with(StringSerde, StringSerde).named("cities"),
+        );
     latest_city
         .group_by(
             |_user, city| Some((city.clone(), 1)),
@@ -1513,7 +1516,12 @@ fn a_grouped_aggregated_table_moves_a_row_from_its_old_group_to_its_new_one() ->
         .changelog_topics("app")
         .contains(&s("app-by-city-rows-changelog")));
     let mut d = TopologyTestDriver::new(topology)?;
-    for (user, city) in [("ann", "Paris"), ("bob", "Paris"), ("ann", "Lyon"), ("ann", "Lyon")] {
+    for (user, city) in [
+        ("ann", "Paris"),
+        ("bob", "Paris"),
+        ("ann", "Lyon"),
+        ("ann", "Lyon"),
+    ] {
         pipe(&mut d, "check-ins", Some(user), Some(city))?;
     }
     // ann leaves Paris for Lyon (two records: Paris less one, Lyon plus one); her second
@@ -1543,11 +1551,24 @@ fn a_grouped_filtered_table_subtracts_a_row_that_leaves_the_filter() -> TestResu
     let balances = builder
         .stream("movements", Consumed::with(StringSerde, I64Serde))
         .group_by_key()
-        .reduce(|a, b| a + b, Materialized::with(StringSerde, I64Serde).named("balances"));
+        .reduce(
+            |a, b| a + b,
+            Materialized::with(StringSerde, I64Serde).named("balances"),
+        );
     let total = balances
-        .filter(|_, b| *b > 0, Materialized::with(StringSerde, I64Serde).named("positive"))
-        .group_by(|_, b| Some((s("all"), *b)), Grouped::with(StringSerde, I64Serde))
-        .reduce(|a, b| a + b, |a, b| a - b, Materialized::with(StringSerde, I64Serde).named("total"));
+        .filter(
+            |_, b| *b > 0,
+            Materialized::with(StringSerde, I64Serde).named("positive"),
+        )
+        .group_by(
+            |_, b| Some((s("all"), *b)),
+            Grouped::with(StringSerde, I64Serde),
+        )
+        .reduce(
+            |a, b| a + b,
+            |a, b| a - b,
+            Materialized::with(StringSerde, I64Serde).named("total"),
+        );
     let store = total.store().clone();
     let mut d = TopologyTestDriver::new(builder.build()?)?;
     for (account, amount) in [("a", 10), ("b", 5), ("a", -30), ("b", 2)] {
@@ -1574,7 +1595,10 @@ fn a_grouped_topic_table_takes_tombstones_and_rows_in_no_group() -> TestResult {
     builder
         .stream("views", Consumed::with(StringSerde, StringSerde))
         .join_table(&users, |v, _| v.clone());
-    let err = builder.build().err().ok_or("a lookup of a grouped topic table")?;
+    let err = builder
+        .build()
+        .err()
+        .ok_or("a lookup of a grouped topic table")?;
     assert!(err.to_string().contains("grouped (group_by)"), "{err}");
 
     let builder = StreamsBuilder::new();
@@ -1606,10 +1630,22 @@ fn a_grouped_table_change_round_trips_through_its_serde() -> TestResult {
     use crate::serdes::Serde;
     let serde = ChangeSerde::<String>(Arc::new(StringSerde));
     for change in [
-        Change { old: Some(s("a")), new: Some(s("bc")) },
-        Change { old: Some(s("")), new: None },
-        Change { old: None, new: Some(s("")) },
-        Change { old: None, new: None },
+        Change {
+            old: Some(s("a")),
+            new: Some(s("bc")),
+        },
+        Change {
+            old: Some(s("")),
+            new: None,
+        },
+        Change {
+            old: None,
+            new: Some(s("")),
+        },
+        Change {
+            old: None,
+            new: None,
+        },
     ] {
         let bytes = serde.serialize(&change)?;
         assert_eq!(serde.deserialize(&bytes)?, change);
@@ -1639,7 +1675,11 @@ fn a_stream_to_table_upserts_deletes_and_forwards_only_changes_of_its_rows() -> 
     pipe(&mut d, "status", None, Some("up"))?; // no key: dead-lettered
     assert_eq!(
         text_out(&mut d, "changes")?,
-        vec![kv("h1", s("up")), kv("h1", s("down")), (Some(s("h1")), None)]
+        vec![
+            kv("h1", s("up")),
+            kv("h1", s("down")),
+            (Some(s("h1")), None)
+        ]
     );
     assert_eq!(d.store_get(&store, &s("h1"))?, None);
     assert_eq!(d.read_raw_output("status.DLT").len(), 1);
@@ -1654,7 +1694,11 @@ fn to_table_after_a_key_change_fails_at_build_until_repartitioned() {
         .select_key(|_, v| v.clone())
         .named("by-status")
         .to_table(Materialized::with(StringSerde, StringSerde));
-    let err = builder.build().err().map(|e| e.to_string()).unwrap_or_default();
+    let err = builder
+        .build()
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
     assert!(err.contains("to_table after by-status"), "{err}");
 }
 
@@ -1675,7 +1719,9 @@ fn foreach_sees_each_record_with_a_value_and_print_writes_labelled_lines() -> Te
     alerts.print(
         Printed::to_file(&path)
             .with_label("custom")
-            .with_key_value_mapper(|k, v: &String| format!("{}={v}", k.map_or("-", String::as_str))),
+            .with_key_value_mapper(|k, v: &String| {
+                format!("{}={v}", k.map_or("-", String::as_str))
+            }),
     );
     let mut d = TopologyTestDriver::new(builder.build()?)?;
     pipe(&mut d, "alerts", Some("h1"), Some("disk"))?;
@@ -1705,8 +1751,13 @@ fn a_session_reduce_merges_the_sessions_a_record_bridges_with_the_reducer() -> T
     let sums = builder
         .stream("spend", Consumed::with(StringSerde, I64Serde))
         .group_by_key()
-        .windowed_by_session(SessionWindows::with_inactivity_gap_no_grace(Duration::from_millis(10)))
-        .reduce(|a, v| a + v, Materialized::with(StringSerde, I64Serde).named("sums"));
+        .windowed_by_session(SessionWindows::with_inactivity_gap_no_grace(
+            Duration::from_millis(10),
+        ))
+        .reduce(
+            |a, v| a + v,
+            Materialized::with(StringSerde, I64Serde).named("sums"),
+        );
     let store = sums.store().clone();
     let mut d = TopologyTestDriver::new(builder.build()?)?;
     for (ms, v) in [(0, 1i64), (20, 2), (10, 4)] {
@@ -1724,8 +1775,13 @@ fn a_sliding_reduce_keeps_each_windows_reduction() -> TestResult {
     let maxima = builder
         .stream("readings", Consumed::with(StringSerde, I64Serde))
         .group_by_key()
-        .windowed_by_sliding(SlidingWindows::of_time_difference_no_grace(Duration::from_millis(10)))
-        .reduce(|a, v| a.max(*v), Materialized::with(StringSerde, I64Serde).named("maxima"));
+        .windowed_by_sliding(SlidingWindows::of_time_difference_no_grace(
+            Duration::from_millis(10),
+        ))
+        .reduce(
+            |a, v| a.max(*v),
+            Materialized::with(StringSerde, I64Serde).named("maxima"),
+        );
     let store = maxima.store().clone();
     let mut d = TopologyTestDriver::new(builder.build()?)?;
     for (ms, v) in [(10, 3i64), (15, 9)] {
@@ -1749,13 +1805,18 @@ fn a_cogroup_folds_each_input_with_its_aggregator_into_one_store() -> TestResult
         .group_by_key()
         .cogroup(|_, _: &String, (n, r): (i64, i64)| (n + 1, r))
         .cogroup(&refunds, |_, v: &i64, (n, r)| (n, r + v))
-        .aggregate(|| (0, 0), Materialized::with(StringSerde, JsonSerde::new()).named("summary"));
+        .aggregate(
+            || (0, 0),
+            Materialized::with(StringSerde, JsonSerde::new()).named("summary"),
+        );
     summary
         .to_stream()
         .map_values(|(n, r)| format!("{n}/{r}"))
         .to("summary", Produced::with(StringSerde, StringSerde));
     let topology = builder.build()?;
-    assert!(topology.changelog_topics("app").contains(&s("app-summary-changelog")));
+    assert!(topology
+        .changelog_topics("app")
+        .contains(&s("app-summary-changelog")));
     let mut d = TopologyTestDriver::new(topology)?;
     pipe(&mut d, "orders", Some("ann"), Some("o-1"))?;
     d.pipe_input("refunds", &StringSerde, &I64Serde, &s("ann"), &5)?;

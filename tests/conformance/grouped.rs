@@ -34,7 +34,11 @@ fn pipe(driver: &mut Driver, topic: &str, rows: &[(&str, Option<&str>, i64)]) ->
 }
 
 /// What was written to `topic`: key, value read with `values`, timestamp.
-fn outputs<V>(driver: &mut Driver, topic: &str, values: &impl Serde<V>) -> Result<Vec<(String, V, i64)>> {
+fn outputs<V>(
+    driver: &mut Driver,
+    topic: &str,
+    values: &impl Serde<V>,
+) -> Result<Vec<(String, V, i64)>> {
     let mut out = Vec::new();
     for r in driver.read_raw_output(topic) {
         let value = r.value.as_deref().ok_or("a tombstone in the output")?;
@@ -60,7 +64,10 @@ fn to_string_aggregate<'b>(
         )
 }
 
-fn strings<'b>(topic: &str, builder: &'b StreamsBuilder) -> KTable<'b, String, String, TableHandle<String, String>> {
+fn strings<'b>(
+    topic: &str,
+    builder: &'b StreamsBuilder,
+) -> KTable<'b, String, String, TableHandle<String, String>> {
     builder.table(topic, Consumed::with(StringSerde, StringSerde))
 }
 
@@ -77,8 +84,13 @@ where
 fn test_agg_basic() -> Result {
     let builder = StreamsBuilder::new();
     let table = strings("topic1", &builder);
-    let agg = to_string_aggregate(&table, |k, v| Some((k.clone(), v.clone())), "topic1-Canonized");
-    agg.to_stream().to(OUT, Produced::with(StringSerde, StringSerde));
+    let agg = to_string_aggregate(
+        &table,
+        |k, v| Some((k.clone(), v.clone())),
+        "topic1-Canonized",
+    );
+    agg.to_stream()
+        .to(OUT, Produced::with(StringSerde, StringSerde));
     let mut driver = TopologyTestDriver::new(builder.build()?)?;
     pipe(
         &mut driver,
@@ -125,7 +137,8 @@ fn test_agg_repartition() -> Result {
     let builder = StreamsBuilder::new();
     let table = strings("topic1", &builder);
     let agg = to_string_aggregate(&table, value_or_nothing, "topic1-Canonized");
-    agg.to_stream().to(OUT, Produced::with(StringSerde, StringSerde));
+    agg.to_stream()
+        .to(OUT, Produced::with(StringSerde, StringSerde));
     let mut driver = TopologyTestDriver::new(builder.build()?)?;
     pipe(
         &mut driver,
@@ -166,7 +179,10 @@ fn count_colours(store: Option<&str>) -> Result {
         None => materialized,
     };
     strings("count-test-input", &builder)
-        .group_by(|_, v| Some((v.clone(), v.clone())), Grouped::with(StringSerde, StringSerde))
+        .group_by(
+            |_, v| Some((v.clone(), v.clone())),
+            Grouped::with(StringSerde, StringSerde),
+        )
         .count(materialized)
         .to_stream()
         .to(OUT, Produced::with(StringSerde, I64Serde));
@@ -264,7 +280,11 @@ fn count_same_key(
         .to_stream()
         .to("output-topic", Produced::with(StringSerde, I64Serde));
     let mut driver = TopologyTestDriver::new(builder.build()?)?;
-    pipe(&mut driver, "input-topic", &[("1", Some(value), 8), ("1", Some(value), 9)])?;
+    pipe(
+        &mut driver,
+        "input-topic",
+        &[("1", Some(value), 8), ("1", Some(value), 9)],
+    )?;
     outputs(&mut driver, "output-topic", &I64Serde)
 }
 
@@ -306,7 +326,10 @@ fn should_add_and_subtract() -> Result {
     let builder = StreamsBuilder::new();
     let reduced = builder
         .table("sets", Consumed::with(StringSerde, JsonSerde::<Set>::new()))
-        .group_by(|_, set| Some((s("A"), set.clone())), Grouped::with(StringSerde, JsonSerde::new()))
+        .group_by(
+            |_, set| Some((s("A"), set.clone())),
+            Grouped::with(StringSerde, JsonSerde::new()),
+        )
         .reduce(
             |agg: Set, v| agg.union(v).cloned().collect(),
             |agg: Set, v| agg.difference(v).cloned().collect(),
@@ -326,12 +349,23 @@ fn should_add_and_subtract() -> Result {
 
 /// `KGroupedTableImplTest`'s table of doubles regrouped by `intProjection` (each value cut
 /// to an integer) and reduced with `INTEGER_ADDER`/`INTEGER_SUBTRACTOR`.
-fn reduced_ints(builder: &StreamsBuilder, materialized: Materialized<String, i64>) -> KTable<'_, String, i64> {
+fn reduced_ints(
+    builder: &StreamsBuilder,
+    materialized: Materialized<String, i64>,
+) -> KTable<'_, String, i64> {
     let reduced = builder
-        .table("input", Consumed::with(StringSerde, JsonSerde::<f64>::new()))
-        .group_by(|k, v| Some((k.clone(), v.trunc() as i64)), Grouped::with(StringSerde, I64Serde))
+        .table(
+            "input",
+            Consumed::with(StringSerde, JsonSerde::<f64>::new()),
+        )
+        .group_by(
+            |k, v| Some((k.clone(), v.trunc() as i64)),
+            Grouped::with(StringSerde, I64Serde),
+        )
         .reduce(|a, v| a + v, |a, v| a - v, materialized);
-    reduced.to_stream().to(OUT, Produced::with(StringSerde, I64Serde));
+    reduced
+        .to_stream()
+        .to(OUT, Produced::with(StringSerde, I64Serde));
     reduced
 }
 
@@ -351,7 +385,15 @@ fn assert_reduced(driver: &mut Driver) -> Result {
     let first = round(driver, &[("A", 1.1, 10), ("B", 2.2, 11)])?;
     assert_eq!(first.get("A"), Some(&(1, 10)));
     assert_eq!(first.get("B"), Some(&(2, 11)));
-    let second = round(driver, &[("A", 2.6, 30), ("B", 1.3, 30), ("A", 5.7, 50), ("B", 6.2, 20)])?;
+    let second = round(
+        driver,
+        &[
+            ("A", 2.6, 30),
+            ("B", 1.3, 30),
+            ("A", 5.7, 50),
+            ("B", 6.2, 20),
+        ],
+    )?;
     assert_eq!(second.get("A"), Some(&(5, 50)));
     assert_eq!(second.get("B"), Some(&(6, 20))); // Kafka Streams: (6, 30)
     Ok(())
@@ -361,7 +403,10 @@ fn assert_reduced(driver: &mut Driver) -> Result {
 #[test]
 fn should_reduce() -> Result {
     let builder = StreamsBuilder::new();
-    let reduced = reduced_ints(&builder, Materialized::with(StringSerde, I64Serde).named("reduced"));
+    let reduced = reduced_ints(
+        &builder,
+        Materialized::with(StringSerde, I64Serde).named("reduced"),
+    );
     assert_eq!(reduced.store().name(), "reduced");
     let mut driver = TopologyTestDriver::new(builder.build()?)?;
     assert_reduced(&mut driver)
@@ -374,7 +419,10 @@ fn should_reduce_with_internal_store_name() -> Result {
     // always queryable, under its generated name.
     let builder = StreamsBuilder::new();
     let reduced = reduced_ints(&builder, Materialized::with(StringSerde, I64Serde));
-    assert!(reduced.store().name().starts_with("KTABLE-REDUCE-STATE-STORE-"));
+    assert!(reduced
+        .store()
+        .name()
+        .starts_with("KTABLE-REDUCE-STATE-STORE-"));
     let mut driver = TopologyTestDriver::new(builder.build()?)?;
     assert_reduced(&mut driver)
 }
@@ -383,7 +431,10 @@ fn should_reduce_with_internal_store_name() -> Result {
 #[test]
 fn should_reduce_and_materialize_results() -> Result {
     let builder = StreamsBuilder::new();
-    let reduced = reduced_ints(&builder, Materialized::with(StringSerde, I64Serde).named("reduce"));
+    let reduced = reduced_ints(
+        &builder,
+        Materialized::with(StringSerde, I64Serde).named("reduce"),
+    );
     let store = reduced.store().clone();
     let mut driver = TopologyTestDriver::new(builder.build()?)?;
     assert_reduced(&mut driver)?;
@@ -412,7 +463,10 @@ fn process_data(driver: &mut Driver) -> Result {
 fn should_count_and_materialize_results() -> Result {
     let builder = StreamsBuilder::new();
     let counts = strings("input", &builder)
-        .group_by(|_, v| Some((v.clone(), v.clone())), Grouped::with(StringSerde, StringSerde))
+        .group_by(
+            |_, v| Some((v.clone(), v.clone())),
+            Grouped::with(StringSerde, StringSerde),
+        )
         .count(Materialized::with(StringSerde, I64Serde).named("count"));
     let store = counts.store().clone();
     let mut driver = TopologyTestDriver::new(builder.build()?)?;
@@ -439,8 +493,10 @@ fn should_aggregate_and_materialize_results() -> Result {
 /// A grouped table aggregated into a store named `~foo bar~` (`INVALID_STORE_NAME`).
 fn invalid_store_name(reduce: bool) -> Result<String> {
     let builder = StreamsBuilder::new();
-    let grouped = strings("blah", &builder)
-        .group_by(|_, v| Some((v.clone(), v.clone())), Grouped::with(StringSerde, StringSerde));
+    let grouped = strings("blah", &builder).group_by(
+        |_, v| Some((v.clone(), v.clone())),
+        Grouped::with(StringSerde, StringSerde),
+    );
     let named = Materialized::with(StringSerde, StringSerde).named("~foo bar~");
     if reduce {
         grouped.reduce(|a, v| a + v, |a, _| a, named);
@@ -483,7 +539,10 @@ fn add_text(_: &String, v: &String, agg: i64) -> i64 {
 }
 
 /// The grouped records of topic `topic` (strings), grouped by key.
-fn grouped<'b>(builder: &'b StreamsBuilder, topic: &str) -> eosflow::dsl::KGroupedStream<'b, String, String> {
+fn grouped<'b>(
+    builder: &'b StreamsBuilder,
+    topic: &str,
+) -> eosflow::dsl::KGroupedStream<'b, String, String> {
     builder
         .stream(topic, Consumed::with(StringSerde, StringSerde))
         .group_by_key()
@@ -491,7 +550,9 @@ fn grouped<'b>(builder: &'b StreamsBuilder, topic: &str) -> eosflow::dsl::KGroup
 
 /// Writes a string table's changes to [`OUT`].
 fn to_out(table: &KTable<'_, String, String>) {
-    table.to_stream().to(OUT, Produced::with(StringSerde, StringSerde));
+    table
+        .to_stream()
+        .to(OUT, Produced::with(StringSerde, StringSerde));
 }
 
 // CogroupedKStreamImplTest#shouldCogroupAndAggregateSingleKStreams
@@ -506,11 +567,21 @@ fn should_cogroup_and_aggregate_single_k_streams() -> Result {
     pipe(
         &mut driver,
         "one",
-        &[("k1", Some("A"), 0), ("k2", Some("B"), 0), ("k2", Some("B"), 0), ("k1", Some("A"), 0)],
+        &[
+            ("k1", Some("A"), 0),
+            ("k2", Some("B"), 0),
+            ("k2", Some("B"), 0),
+            ("k1", Some("A"), 0),
+        ],
     )?;
     assert_eq!(
         outputs(&mut driver, OUT, &StringSerde)?,
-        kvt(&[("k1", s("A"), 0), ("k2", s("B"), 0), ("k2", s("BB"), 0), ("k1", s("AA"), 0)])
+        kvt(&[
+            ("k1", s("A"), 0),
+            ("k2", s("B"), 0),
+            ("k2", s("BB"), 0),
+            ("k1", s("AA"), 0)
+        ])
     );
     Ok(())
 }
@@ -540,7 +611,12 @@ fn test_cogroup_handle_null_values() -> Result {
     )?;
     assert_eq!(
         outputs(&mut driver, OUT, &StringSerde)?,
-        kvt(&[("k1", s("A"), 0), ("k2", s("B"), 0), ("k2", s("BB"), 0), ("k1", s("AA"), 0)])
+        kvt(&[
+            ("k1", s("A"), 0),
+            ("k2", s("B"), 0),
+            ("k2", s("BB"), 0),
+            ("k1", s("AA"), 0)
+        ])
     );
     let dead = driver.read_raw_output("one.DLT");
     assert_eq!(dead.len(), 1);
@@ -565,12 +641,23 @@ fn should_cogroup_and_aggregate_two_k_streams_with_distinct_keys() -> Result {
     two_appended(&builder);
     let mut driver = TopologyTestDriver::new(builder.build()?)?;
     let a = Some("A");
-    pipe(&mut driver, "one", &[("k1", a, 0), ("k1", a, 1), ("k1", a, 10), ("k1", a, 100)])?;
+    pipe(
+        &mut driver,
+        "one",
+        &[("k1", a, 0), ("k1", a, 1), ("k1", a, 10), ("k1", a, 100)],
+    )?;
     let b = Some("B");
     pipe(
         &mut driver,
         "two",
-        &[("k2", b, 100), ("k2", b, 200), ("k2", b, 1), ("k2", b, 500), ("k2", b, 500), ("k2", b, 100)],
+        &[
+            ("k2", b, 100),
+            ("k2", b, 200),
+            ("k2", b, 1),
+            ("k2", b, 500),
+            ("k2", b, 500),
+            ("k2", b, 100),
+        ],
     )?;
     assert_eq!(
         outputs(&mut driver, OUT, &StringSerde)?,
@@ -595,7 +682,12 @@ fn shared_keys(driver: &mut Driver, two: &[(&str, &str, i64)]) -> Result {
     pipe(
         driver,
         "one",
-        &[("k1", Some("A"), 0), ("k2", Some("A"), 1), ("k1", Some("A"), 10), ("k2", Some("A"), 100)],
+        &[
+            ("k1", Some("A"), 0),
+            ("k2", Some("A"), 1),
+            ("k1", Some("A"), 10),
+            ("k2", Some("A"), 100),
+        ],
     )?;
     let two: Vec<_> = two.iter().map(|(k, v, t)| (*k, Some(*v), *t)).collect();
     pipe(driver, "two", &two)
@@ -677,7 +769,12 @@ fn ones(driver: &mut Driver) -> Result {
     pipe(
         driver,
         "one",
-        &[("k1", Some("1"), 0), ("k2", Some("1"), 1), ("k1", Some("1"), 10), ("k2", Some("1"), 100)],
+        &[
+            ("k1", Some("1"), 0),
+            ("k2", Some("1"), 1),
+            ("k1", Some("1"), 10),
+            ("k2", Some("1"), 100),
+        ],
     )
 }
 
@@ -689,7 +786,10 @@ fn should_allow_different_output_type_in_co_group() -> Result {
     grouped(&builder, "one")
         .cogroup(add_text)
         .cogroup(&two, add_text)
-        .aggregate(|| 0, Materialized::with(StringSerde, I64Serde).named("store1"))
+        .aggregate(
+            || 0,
+            Materialized::with(StringSerde, I64Serde).named("store1"),
+        )
         .to_stream()
         .to(OUT, Produced::with(StringSerde, I64Serde));
     let mut driver = TopologyTestDriver::new(builder.build()?)?;
@@ -710,7 +810,10 @@ fn should_co_group_streams_with_different_input_types() -> Result {
     grouped(&builder, "one")
         .cogroup(add_text)
         .cogroup(&two, |_, v: &i64, agg: i64| agg + v)
-        .aggregate(|| 0, Materialized::with(StringSerde, I64Serde).named("store1"))
+        .aggregate(
+            || 0,
+            Materialized::with(StringSerde, I64Serde).named("store1"),
+        )
         .to_stream()
         .to(OUT, Produced::with(StringSerde, I64Serde));
     let mut driver = TopologyTestDriver::new(builder.build()?)?;
@@ -731,14 +834,22 @@ fn test_cogroup_key_mixed_aggregators() -> Result {
     let table = grouped(&builder, "one")
         .cogroup(|_, v: &String, agg: String| format!("{agg}-{v}"))
         .cogroup(&two, |_, v: &String, agg: String| format!("{agg}+{v}"))
-        .aggregate(|| s("0"), Materialized::with(StringSerde, StringSerde).named("store1"));
+        .aggregate(
+            || s("0"),
+            Materialized::with(StringSerde, StringSerde).named("store1"),
+        );
     to_out(&table);
     let mut driver = TopologyTestDriver::new(builder.build()?)?;
     ones(&mut driver)?;
     pipe(
         &mut driver,
         "two",
-        &[("k1", Some("2"), 500), ("k2", Some("2"), 500), ("k1", Some("2"), 500), ("k2", Some("2"), 100)],
+        &[
+            ("k1", Some("2"), 500),
+            ("k2", Some("2"), 500),
+            ("k1", Some("2"), 500),
+            ("k2", Some("2"), 100),
+        ],
     )?;
     assert_eq!(
         outputs(&mut driver, OUT, &StringSerde)?,
@@ -772,10 +883,28 @@ fn test_cogroup_with_three_grouped_streams() -> Result {
     pipe(
         &mut driver,
         "one",
-        &[("k1", Some("A"), 0), ("k2", Some("A"), 1), ("k1", Some("A"), 10), ("k2", Some("A"), 100)],
+        &[
+            ("k1", Some("A"), 0),
+            ("k2", Some("A"), 1),
+            ("k1", Some("A"), 10),
+            ("k2", Some("A"), 100),
+        ],
     )?;
-    pipe(&mut driver, "two", &[("k2", b, 100), ("k2", b, 200), ("k1", b, 1), ("k2", b, 500)])?;
-    pipe(&mut driver, "three", &[("k1", b, 500), ("k2", b, 500), ("k3", b, 500), ("k2", b, 100)])?;
+    pipe(
+        &mut driver,
+        "two",
+        &[("k2", b, 100), ("k2", b, 200), ("k1", b, 1), ("k2", b, 500)],
+    )?;
+    pipe(
+        &mut driver,
+        "three",
+        &[
+            ("k1", b, 500),
+            ("k2", b, 500),
+            ("k3", b, 500),
+            ("k2", b, 100),
+        ],
+    )?;
     assert_eq!(
         outputs(&mut driver, OUT, &StringSerde)?,
         kvt(&[
@@ -805,7 +934,10 @@ fn test_cogroup_with_k_table_k_table_inner_join() -> Result {
         .cogroup(append)
         .cogroup(&two, append)
         .named("name")
-        .aggregate(String::new, Materialized::with(StringSerde, StringSerde).named("store"));
+        .aggregate(
+            String::new,
+            Materialized::with(StringSerde, StringSerde).named("store"),
+        );
     let table2 = strings("three", &builder);
     let joined = table1.join(
         &table2,
@@ -817,7 +949,11 @@ fn test_cogroup_with_k_table_k_table_inner_join() -> Result {
     pipe(&mut driver, "one", &[("k1", Some("A"), 5)])?;
     pipe(&mut driver, "two", &[("k2", Some("B"), 6)])?;
     assert!(driver.read_raw_output(OUT).is_empty());
-    pipe(&mut driver, "three", &[("k1", Some("C"), 0), ("k2", Some("D"), 10)])?;
+    pipe(
+        &mut driver,
+        "three",
+        &[("k1", Some("C"), 0), ("k2", Some("D"), 10)],
+    )?;
     assert_eq!(
         outputs(&mut driver, OUT, &StringSerde)?,
         kvt(&[("k1", s("A+C"), 5), ("k2", s("B+D"), 10)])
@@ -836,12 +972,19 @@ fn should_name_processors_and_store_based_on_named_parameter() -> Result {
         .cogroup(append)
         .cogroup(&two, append)
         .named("test")
-        .aggregate(String::new, Materialized::with(StringSerde, StringSerde).named("store"));
+        .aggregate(
+            String::new,
+            Materialized::with(StringSerde, StringSerde).named("store"),
+        );
     to_out(&table);
     let topology = builder.build()?;
     let subs = topology.sub_topologies();
     assert_eq!(subs.len(), 1, "{subs:?}");
-    for node in ["test-cogroup-agg-0", "test-cogroup-agg-1", "test-cogroup-merge"] {
+    for node in [
+        "test-cogroup-agg-0",
+        "test-cogroup-agg-1",
+        "test-cogroup-merge",
+    ] {
         assert!(subs[0].iter().any(|n| n == node), "{node} in {subs:?}");
     }
     assert!(topology.store_names().iter().any(|n| n == "store"));
@@ -890,9 +1033,15 @@ fn should_insert_repartitions_topic_for_upstream_key_modification() -> Result {
         .cogroup(append)
         .cogroup(&two, append)
         .named("test")
-        .aggregate(String::new, Materialized::with(StringSerde, StringSerde).named("store"));
+        .aggregate(
+            String::new,
+            Materialized::with(StringSerde, StringSerde).named("store"),
+        );
     to_out(&table);
-    let err = builder.build().err().ok_or("a group_by_key after map was accepted")?;
+    let err = builder
+        .build()
+        .err()
+        .ok_or("a group_by_key after map was accepted")?;
     assert!(err.to_string().contains("repartition"), "{err}");
     Ok(())
 }
@@ -913,7 +1062,10 @@ fn should_insert_repartitions_topic_for_cogroups_used_twice() -> Result {
     drop(cogrouped);
     let topology = builder.build()?;
     // One repartition topic read by both aggregations, each with its own store.
-    assert_eq!(topology.repartition_topics_for("app"), vec![s("app-foo-repartition")]);
+    assert_eq!(
+        topology.repartition_topics_for("app"),
+        vec![s("app-foo-repartition")]
+    );
     let stores: Vec<_> = topology
         .store_names()
         .iter()
@@ -935,7 +1087,11 @@ fn repartitions(builder: StreamsBuilder) -> Result<Vec<String>> {
 }
 
 /// `topic` re-keyed by `selectKey((k, v) -> k)` and repartitioned as `name`, grouped by key.
-fn regrouped<'b>(builder: &'b StreamsBuilder, topic: &str, name: &str) -> eosflow::dsl::KGroupedStream<'b, String, String> {
+fn regrouped<'b>(
+    builder: &'b StreamsBuilder,
+    topic: &str,
+    name: &str,
+) -> eosflow::dsl::KGroupedStream<'b, String, String> {
     builder
         .stream(topic, Consumed::with(StringSerde, StringSerde))
         .select_key(|k, _| k.cloned().unwrap_or_default())
@@ -955,7 +1111,10 @@ fn two_windowed_counts(grouped: &eosflow::dsl::KGroupedStream<'_, String, String
             .windowed_by(TimeWindows::of_size_no_grace(ms(size)))
             .count(Materialized::with(StringSerde, I64Serde))
             .to_stream()
-            .to(out, Produced::with(WindowedSerde::new(StringSerde), I64Serde));
+            .to(
+                out,
+                Produced::with(WindowedSerde::new(StringSerde), I64Serde),
+            );
     }
 }
 
@@ -986,11 +1145,17 @@ fn should_not_fail_with_same_repartition_topic_name_using_same_time_window_strea
     let grouped = regrouped(&builder, "topic", "grouping");
     let windowed = grouped.windowed_by(TimeWindows::of_size_no_grace(ms(10)));
     let out = || Produced::with(WindowedSerde::new(StringSerde), I64Serde);
-    windowed.count(Materialized::with(StringSerde, I64Serde)).to_stream().to("output-one", out());
+    windowed
+        .count(Materialized::with(StringSerde, I64Serde))
+        .to_stream()
+        .to("output-one", out());
     windowed
         .reduce(|a, b| a + b, Materialized::with(StringSerde, StringSerde))
         .to_stream()
-        .to("output-two", Produced::with(WindowedSerde::new(StringSerde), StringSerde));
+        .to(
+            "output-two",
+            Produced::with(WindowedSerde::new(StringSerde), StringSerde),
+        );
     grouped
         .windowed_by(TimeWindows::of_size_no_grace(ms(30)))
         .count(Materialized::with(StringSerde, I64Serde))
@@ -1006,13 +1171,20 @@ fn should_not_fail_with_same_repartition_topic_name_using_same_session_window_st
     use eosflow::topology::windows::{SessionWindows, TimeWindows, WindowedSerde};
     let builder = StreamsBuilder::new();
     let grouped = regrouped(&builder, "topic", "grouping");
-    let sessions = grouped.windowed_by_session(SessionWindows::with_inactivity_gap_no_grace(ms(10)));
+    let sessions =
+        grouped.windowed_by_session(SessionWindows::with_inactivity_gap_no_grace(ms(10)));
     let out = || Produced::with(WindowedSerde::new(StringSerde), I64Serde);
-    sessions.count(Materialized::with(StringSerde, I64Serde)).to_stream().to("output-one", out());
+    sessions
+        .count(Materialized::with(StringSerde, I64Serde))
+        .to_stream()
+        .to("output-one", out());
     sessions
         .reduce(|a, b| a + b, Materialized::with(StringSerde, StringSerde))
         .to_stream()
-        .to("output-two", Produced::with(WindowedSerde::new(StringSerde), StringSerde));
+        .to(
+            "output-two",
+            Produced::with(WindowedSerde::new(StringSerde), StringSerde),
+        );
     grouped
         .windowed_by(TimeWindows::of_size_no_grace(ms(30)))
         .count(Materialized::with(StringSerde, I64Serde))
@@ -1029,9 +1201,13 @@ fn grouped_table_twice(grouped: Grouped<String, String>) -> Result<Vec<String>> 
     by.count(Materialized::with(StringSerde, I64Serde))
         .to_stream()
         .to("output-count", Produced::with(StringSerde, I64Serde));
-    by.reduce(|_, v| v.clone(), |_, v| v.clone(), Materialized::with(StringSerde, StringSerde))
-        .to_stream()
-        .to("output-reduce", Produced::with(StringSerde, StringSerde));
+    by.reduce(
+        |_, v| v.clone(),
+        |_, v| v.clone(),
+        Materialized::with(StringSerde, StringSerde),
+    )
+    .to_stream()
+    .to("output-reduce", Produced::with(StringSerde, StringSerde));
     repartitions(builder)
 }
 
@@ -1071,7 +1247,8 @@ fn should_not_reuse_repartition_node_with_unnamed_repartition_topics_k_grouped_t
 
 // RepartitionTopicNamingTest#shouldNotFailWithSameRepartitionTopicNameUsingSameKGroupedStreamOptimizationsOn
 #[test]
-fn should_not_fail_with_same_repartition_topic_name_using_same_k_grouped_stream_optimizations_on() -> Result {
+fn should_not_fail_with_same_repartition_topic_name_using_same_k_grouped_stream_optimizations_on(
+) -> Result {
     // eosflow has no topology optimizer: the topology is the one without it, already one topic.
     let builder = StreamsBuilder::new();
     two_windowed_counts(&regrouped(&builder, "topic", "grouping"));
@@ -1113,23 +1290,34 @@ fn select_key_grouped<'b>(
 
 /// What each `shouldKeepRepartitionTopicNameFor…` asserts: with and without other operations
 /// before the grouping, the repartition topic keeps its name.
-fn keeps_name(name: &str, by_key: bool, aggregate: impl Fn(eosflow::dsl::KGroupedStream<'_, String, String>)) -> Result {
+fn keeps_name(
+    name: &str,
+    by_key: bool,
+    aggregate: impl Fn(eosflow::dsl::KGroupedStream<'_, String, String>),
+) -> Result {
     for other_operations in [false, true] {
         let builder = StreamsBuilder::new();
         aggregate(select_key_grouped(&builder, name, other_operations, by_key));
-        assert_eq!(repartitions(builder)?, vec![format!("app-{name}-repartition")]);
+        assert_eq!(
+            repartitions(builder)?,
+            vec![format!("app-{name}-repartition")]
+        );
     }
     Ok(())
 }
 
 fn time_windowed_count(g: eosflow::dsl::KGroupedStream<'_, String, String>) {
-    g.windowed_by(eosflow::topology::windows::TimeWindows::of_size_no_grace(ms(10)))
-        .count(Materialized::with(StringSerde, I64Serde));
+    g.windowed_by(eosflow::topology::windows::TimeWindows::of_size_no_grace(
+        ms(10),
+    ))
+    .count(Materialized::with(StringSerde, I64Serde));
 }
 
 fn session_count(g: eosflow::dsl::KGroupedStream<'_, String, String>) {
-    g.windowed_by_session(eosflow::topology::windows::SessionWindows::with_inactivity_gap_no_grace(ms(10)))
-        .count(Materialized::with(StringSerde, I64Serde));
+    g.windowed_by_session(
+        eosflow::topology::windows::SessionWindows::with_inactivity_gap_no_grace(ms(10)),
+    )
+    .count(Materialized::with(StringSerde, I64Serde));
 }
 
 fn plain_count(g: eosflow::dsl::KGroupedStream<'_, String, String>) {
@@ -1184,7 +1372,10 @@ fn should_keep_repartition_name_for_group_by_k_table() -> Result {
     strings("topic", &builder)
         .group_by(|k, v| Some((k.clone(), v.clone())), grouped())
         .count(Materialized::with(StringSerde, I64Serde));
-    assert_eq!(repartitions(builder)?, vec![s("app-ktable-group-by-repartition")]);
+    assert_eq!(
+        repartitions(builder)?,
+        vec![s("app-ktable-group-by-repartition")]
+    );
 
     let builder = StreamsBuilder::new();
     builder
@@ -1193,6 +1384,9 @@ fn should_keep_repartition_name_for_group_by_k_table() -> Result {
         .filter(|_, _| true, Materialized::with(StringSerde, StringSerde))
         .group_by(|k, v| Some((k.clone(), v.clone())), grouped())
         .count(Materialized::with(StringSerde, I64Serde));
-    assert_eq!(repartitions(builder)?, vec![s("app-ktable-group-by-repartition")]);
+    assert_eq!(
+        repartitions(builder)?,
+        vec![s("app-ktable-group-by-repartition")]
+    );
     Ok(())
 }
