@@ -1751,8 +1751,9 @@ fn a_session_reduce_merges_the_sessions_a_record_bridges_with_the_reducer() -> T
     let sums = builder
         .stream("spend", Consumed::with(StringSerde, I64Serde))
         .group_by_key()
-        .windowed_by_session(SessionWindows::with_inactivity_gap_no_grace(
+        .windowed_by_session(SessionWindows::with_inactivity_gap_and_grace(
             Duration::from_millis(10),
+            Duration::from_millis(100),
         ))
         .reduce(
             |a, v| a + v,
