@@ -294,8 +294,11 @@ impl<K, V1, V2> std::fmt::Debug for StreamJoined<K, V1, V2> {
 pub struct Printed<K, V> {
     pub(crate) target: PrintTarget,
     pub(crate) label: Option<String>,
-    pub(crate) mapper: Arc<dyn Fn(Option<&K>, &V) -> String + Send + Sync>,
+    pub(crate) mapper: PrintMapper<K, V>,
 }
+
+/// The text of a printed record, from its key and value.
+pub(crate) type PrintMapper<K, V> = Arc<dyn Fn(Option<&K>, &V) -> String + Send + Sync>;
 
 /// Standard output or a file appended to.
 pub(crate) enum PrintTarget {

@@ -124,6 +124,7 @@ fn test_agg_basic() -> Result {
 
 /// `testAggRepartition`'s selector: `"null"` → a null key, `"NULL"` → no pair (both: in no
 /// group), else `(value, value)`.
+#[allow(clippy::ptr_arg)] // the selector's or aggregator's signature: `&K`, `&V`
 fn value_or_nothing(key: &String, value: &String) -> Option<(String, String)> {
     match key.as_str() {
         "null" | "NULL" => None,
@@ -529,11 +530,13 @@ fn should_not_allow_invalid_store_name_on_reduce() -> Result {
 // its `KGroupedStream` aggregations): where they differ, Kafka Streams' is in a comment.
 
 /// `STRING_AGGREGATOR`: the aggregate with the value appended.
+#[allow(clippy::ptr_arg)] // the selector's or aggregator's signature: `&K`, `&V`
 fn append(_: &String, v: &String, agg: String) -> String {
     agg + v
 }
 
 /// `STRING_SUM_AGGREGATOR`: the aggregate plus the value read as a number.
+#[allow(clippy::ptr_arg)] // the selector's or aggregator's signature: `&K`, `&V`
 fn add_text(_: &String, v: &String, agg: i64) -> i64 {
     agg + v.parse::<i64>().unwrap_or_default()
 }
