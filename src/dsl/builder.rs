@@ -310,7 +310,7 @@ impl StreamsBuilder {
             if graph.updates.contains(id) {
                 let table = graph.steps.get(*id).map_or("", |s| s.name.as_str());
                 graph.errors.push(format!(
-                    "{what}: table {table} is also joined with a table, so its topic is read as a stream of updates, not materialized as a table a stream can look rows up in (a stream-table join of a table that is also joined with a table is not supported yet)"
+                    "{what}: table {table} is also joined with a table or grouped (group_by), so its topic is read as a stream of updates, not materialized as a table a stream can look rows up in (a stream-table join of such a table is not supported yet)"
                 ));
             }
         }
@@ -376,7 +376,7 @@ impl StreamsBuilder {
     }
 
     /// Step `id` (a table read from a topic) is read as a stream of updates: a table-table
-    /// join needs each of its upserts and tombstones.
+    /// join or a `group_by` needs each of its upserts and tombstones.
     pub(crate) fn read_as_updates(&self, id: usize) {
         let mut graph = self.graph.borrow_mut();
         if !graph.updates.contains(&id) {

@@ -2,12 +2,16 @@
 //! store), [`TimeWindowedKStream`] and [`SessionWindowedKStream`] (per key and window, into a
 //! windowed store), each resulting in a [`KTable`].
 
+use std::sync::Arc;
+
 use super::builder::AddFn;
+use super::cogroup::CogroupedKStream;
 use super::options::Materialized;
 use super::stream::KStream;
 use super::table::KTable;
 use super::Data;
 use crate::record::ProcessError;
+use crate::serdes::{Serde, SerdeError};
 use crate::topology::windows::{
     EmitStrategy, SessionWindows, SlidingWindows, TimeWindows, WindowStoreHandle, Windowed,
     WindowedAggregate,
@@ -40,6 +44,22 @@ type Fold<K, V, A> = dyn Fn(&K, &V, Option<A>) -> Result<A, ProcessError> + Send
 impl<'b, K: Data, V: Data> KGroupedStream<'b, K, V> {
     pub(crate) fn new(stream: KStream<'b, K, V>) -> Self {
         Self { stream }
+    }
+
+    /// The grouped records.
+    pub(crate) fn stream(&self) -> KStream<'b, K, V> {
+        self.stream
+    }
+
+    /// Starts a cogroup (Kafka Streams' `cogroup(aggregator)`): this stream's records fold
+    /// into an aggregate of type `A` with `aggregator(key, value, aggregate)`, beside other
+    /// grouped streams added with [`CogroupedKStream::cogroup`], each with its own value type
+    /// and aggregator; [`CogroupedKStream::aggregate`] makes the table.
+    pub fn cogroup<A: Data>(
+        &self,
+        aggregator: impl Fn(&K, &V, A) -> A + Send + Sync + 'static,
+    ) -> CogroupedKStream<'b, K, A> {
+        CogroupedKStream::new(self.stream, aggregator)
     }
 
     /// How many records each key has had (Kafka Streams' `count`): a table of the counts,
@@ -295,6 +315,100 @@ fn windowed<'b, K: Data, V: Data, A: Data>(
     KTable::new(KStream::new(builder, id, false), store)
 }
 
+/// A windowed reduce's aggregate: the windowed aggregate starts each window from an initial
+/// aggregate, which a reduce does not have — `Empty` is that start, never stored (a window's
+/// first record makes it `Value`) and never forwarded.
+#[derive(Debug, Clone)]
+enum Reduced<V> {
+    Empty,
+    Value(V),
+}
+
+impl<V: Clone> Reduced<V> {
+    fn empty() -> Self {
+        Reduced::Empty
+    }
+
+    /// The aggregate with `v` added: `v` itself for an empty one.
+    fn add(self, v: &V, reducer: &(impl Fn(V, &V) -> V + ?Sized)) -> Self {
+        match self {
+            Reduced::Empty => Reduced::Value(v.clone()),
+            Reduced::Value(agg) => Reduced::Value(reducer(agg, v)),
+        }
+    }
+
+    /// Two sessions' aggregates combined, the earlier first.
+    fn merge(self, later: Self, reducer: &(impl Fn(V, &V) -> V + ?Sized)) -> Self {
+        match (self, later) {
+            (Reduced::Empty, later) => later,
+            (earlier, Reduced::Empty) => earlier,
+            (Reduced::Value(a), Reduced::Value(b)) => Reduced::Value(reducer(a, &b)),
+        }
+    }
+}
+
+/// Stores a [`Reduced`] as its value's bytes, so the store reads as a store of `V`.
+struct ReducedSerde<V>(Arc<dyn Serde<V>>);
+
+impl<V> Serde<Reduced<V>> for ReducedSerde<V> {
+    fn serialize(&self, value: &Reduced<V>) -> Result<Vec<u8>, SerdeError> {
+        match value {
+            Reduced::Value(v) => self.0.serialize(v),
+            Reduced::Empty => Err(SerdeError::new(
+                "a windowed reduce's window without a value is never stored",
+            )),
+        }
+    }
+
+    fn deserialize(&self, bytes: &[u8]) -> Result<Reduced<V>, SerdeError> {
+        self.0.deserialize(bytes).map(Reduced::Value)
+    }
+}
+
+/// A windowed aggregate of [`Reduced`] values into the store `materialized` names (as bytes
+/// of `V`), then a node passing on each result's value: the table of a windowed `reduce`.
+fn windowed_reduce<'b, K: Data, V: Data>(
+    stream: KStream<'b, K, V>,
+    materialized: Materialized<K, V>,
+    make: impl FnOnce(WindowStoreHandle<K, Reduced<V>>) -> WindowedAggregate<K, V, Reduced<V>>,
+) -> KTable<'b, Windowed<K>, V, WindowStoreHandle<K, V>> {
+    let builder = stream.builder;
+    let Materialized { keys, values, name } = materialized;
+    let name = name.unwrap_or_else(|| builder.next_name("KSTREAM-REDUCE-STATE-STORE-"));
+    let store = WindowStoreHandle::new(name.clone(), keys.clone(), values.clone());
+    let reduced = Materialized {
+        keys,
+        values: Arc::new(ReducedSerde(values)) as Arc<dyn Serde<Reduced<V>>>,
+        name: Some(name),
+    };
+    let table = windowed(stream, reduced, make);
+    let values = table.stream.then(
+        "KSTREAM-REDUCE-",
+        false,
+        |ctx, r: TypedRecord<Windowed<K>, Reduced<V>>, out| {
+            let value = match r.value {
+                Some(Reduced::Value(v)) => Some(v),
+                None => None,
+                Some(Reduced::Empty) => {
+                    return Err(ProcessError::permanent(format!(
+                        "{}: a windowed reduce forwarded a window without a value",
+                        ctx.node_name()
+                    )))
+                }
+            };
+            out.push(TypedRecord {
+                key: r.key,
+                value,
+                timestamp: r.timestamp,
+                headers: r.headers,
+            });
+            Ok(())
+        },
+        None,
+    );
+    KTable::new(values, store)
+}
+
 /// A grouped stream in fixed or sliding event-time windows (Kafka Streams'
 /// `TimeWindowedKStream<K, V>`): made by [`KGroupedStream::windowed_by`] or
 /// [`KGroupedStream::windowed_by_sliding`]. Its results are keyed by [`Windowed<K>`]; write
@@ -366,6 +480,53 @@ impl<'b, K: Data, V: Data> TimeWindowedKStream<'b, K, V> {
         self.aggregate(|| 0, |_, _, n| n + 1, materialized)
     }
 
+    /// Each key's values in each window combined with `reducer(aggregate, value)`, the
+    /// window's first value as it is (Kafka Streams' windowed `reduce`).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use eosflow::dsl::{Consumed, Materialized, Produced, StreamsBuilder};
+    /// use eosflow::serdes::{I64Serde, StringSerde};
+    /// use eosflow::testing::{TestRecord, TopologyTestDriver};
+    /// use eosflow::topology::windows::{TimeWindows, Windowed, WindowedSerde};
+    ///
+    /// // The largest reading per sensor per 10 s.
+    /// let builder = StreamsBuilder::new();
+    /// builder
+    ///     .stream("readings", Consumed::with(StringSerde, I64Serde))
+    ///     .group_by_key()
+    ///     .windowed_by(TimeWindows::of_size_no_grace(Duration::from_secs(10)))
+    ///     .reduce(|max, v| max.max(*v), Materialized::with(StringSerde, I64Serde).named("max-per-10s"))
+    ///     .to_stream()
+    ///     .to("maxima", Produced::with(WindowedSerde::new(StringSerde), I64Serde));
+    /// let mut driver = TopologyTestDriver::new(builder.build()?)?;
+    /// for (ms, v) in [(1_000, 7i64), (2_000, 3), (11_000, 5)] {
+    ///     driver.pipe(TestRecord::new("readings", Some("s1"), Some(v.to_be_bytes())).timestamp(ms))?;
+    /// }
+    /// let out = driver.read_output("maxima", &WindowedSerde::new(StringSerde), &I64Serde)?;
+    /// let w = |start| Some(Windowed::new("s1".to_string(), start, start + 10_000));
+    /// assert_eq!(out, vec![(w(0), Some(7)), (w(0), Some(7)), (w(10_000), Some(5))]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn reduce(
+        &self,
+        reducer: impl Fn(V, &V) -> V + Send + Sync + 'static,
+        materialized: Materialized<K, V>,
+    ) -> KTable<'b, Windowed<K>, V, WindowStoreHandle<K, V>> {
+        let windows = self.windows;
+        let emit = self.emit;
+        windowed_reduce(self.stream, materialized, move |store| {
+            let add = move |_: &K, v: &V, agg: Reduced<V>| agg.add(v, &reducer);
+            match windows {
+                FixedOrSliding::Fixed(w) => WindowedAggregate::time(store, w, Reduced::empty, add),
+                FixedOrSliding::Sliding(w) => {
+                    WindowedAggregate::sliding(store, w, Reduced::empty, add)
+                }
+            }
+            .emit(emit)
+        })
+    }
+
     /// Each key's values in each window folded into an aggregate: `init()` for the window's
     /// first record, then `aggregator(key, value, aggregate)`.
     pub fn aggregate<A: Data>(
@@ -420,6 +581,55 @@ impl<'b, K: Data, V: Data> SessionWindowedKStream<'b, K, V> {
         materialized: Materialized<K, i64>,
     ) -> KTable<'b, Windowed<K>, i64, WindowStoreHandle<K, i64>> {
         self.aggregate(|| 0, |_, _, n| n + 1, |_, a, b| a + b, materialized)
+    }
+
+    /// Each key's values in each session combined with `reducer(aggregate, value)`, the
+    /// session's first value as it is; sessions a record bridges are combined with
+    /// `reducer(earlier, later)` too (Kafka Streams' session `reduce`).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use eosflow::dsl::{Consumed, Materialized, Produced, StreamsBuilder};
+    /// use eosflow::serdes::{I64Serde, StringSerde};
+    /// use eosflow::testing::{TestRecord, TopologyTestDriver};
+    /// use eosflow::topology::windows::{SessionWindows, Windowed, WindowedSerde};
+    ///
+    /// // The total spent per user session (30 s of inactivity closes it).
+    /// let builder = StreamsBuilder::new();
+    /// let totals = builder
+    ///     .stream("spend", Consumed::with(StringSerde, I64Serde))
+    ///     .group_by_key()
+    ///     .windowed_by_session(SessionWindows::with_inactivity_gap_no_grace(Duration::from_secs(30)))
+    ///     .reduce(|total, v| total + v, Materialized::with(StringSerde, I64Serde).named("session-spend"));
+    /// totals.to_stream().to("session-spend", Produced::with(WindowedSerde::new(StringSerde), I64Serde));
+    /// let mut driver = TopologyTestDriver::new(builder.build()?)?;
+    /// for (ms, v) in [(1_000, 5i64), (20_000, 7)] {
+    ///     driver.pipe(TestRecord::new("spend", Some("ann"), Some(v.to_be_bytes())).timestamp(ms))?;
+    /// }
+    /// let out = driver.read_output("session-spend", &WindowedSerde::new(StringSerde), &I64Serde)?;
+    /// let session = |start, end| Some(Windowed::new("ann".to_string(), start, end));
+    /// assert_eq!(out.first(), Some(&(session(1_000, 1_000), Some(5))));
+    /// assert_eq!(out.last(), Some(&(session(1_000, 20_000), Some(12))));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn reduce(
+        &self,
+        reducer: impl Fn(V, &V) -> V + Send + Sync + 'static,
+        materialized: Materialized<K, V>,
+    ) -> KTable<'b, Windowed<K>, V, WindowStoreHandle<K, V>> {
+        let (windows, emit) = (self.windows, self.emit);
+        let reducer = std::sync::Arc::new(reducer);
+        let merger = reducer.clone();
+        windowed_reduce(self.stream, materialized, move |store| {
+            WindowedAggregate::session(
+                store,
+                windows,
+                Reduced::empty,
+                move |_: &K, v: &V, agg: Reduced<V>| agg.add(v, &*reducer),
+                move |_: &K, a: Reduced<V>, b: Reduced<V>| a.merge(b, &*merger),
+            )
+            .emit(emit)
+        })
     }
 
     /// Each key's values in each session folded into an aggregate: `init()`, then

@@ -125,7 +125,9 @@
 //! their internal topics carry the name.
 
 mod builder;
+mod cogroup;
 mod group;
+mod grouped_table;
 mod join;
 mod options;
 mod process;
@@ -135,9 +137,11 @@ mod table;
 mod tests;
 
 pub use builder::StreamsBuilder;
+pub use cogroup::CogroupedKStream;
 pub use group::{KGroupedStream, SessionWindowedKStream, TimeWindowedKStream};
+pub use grouped_table::KGroupedTable;
 pub use join::JoinableTable;
-pub use options::{Consumed, Grouped, Materialized, Produced, StreamJoined};
+pub use options::{Consumed, Grouped, Materialized, Printed, Produced, StreamJoined};
 pub use process::{ProcessorContext, Stores, StreamProcessor};
 pub use stream::{BranchedKStream, KStream};
 pub use table::{GlobalKTable, KTable};

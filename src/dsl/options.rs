@@ -2,6 +2,7 @@
 //! [`Produced`] (a sink topic), [`Grouped`] (a repartition topic) and [`Materialized`] (a
 //! store and its changelog). Each topic's serdes are given once, where its bytes are made.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::serdes::Serde;
@@ -170,6 +171,7 @@ impl<K: 'static, V: 'static> Materialized<K, V> {
     ) -> (crate::processor::StoreHandle<K, V>, super::stream::Attach) {
         let Materialized { keys, values, name } = self;
         let name = name.unwrap_or_else(|| builder.next_name(&format!("{prefix}STATE-STORE-")));
+        check_name(builder, "store", &name);
         let store = crate::processor::StoreHandle::new(name, keys, values);
         let attached = store.clone();
         let attach: super::stream::Attach = Box::new(move |b, node| {
@@ -213,6 +215,18 @@ impl<K, V> std::fmt::Debug for Materialized<K, V> {
         f.debug_struct("Materialized")
             .field("name", &self.name)
             .finish()
+    }
+}
+
+/// Reports at build a store or repartition name that cannot be part of a topic's name (its
+/// changelog's or repartition topic's): Kafka's legal characters are ASCII letters, digits,
+/// `.`, `_` and `-` (Kafka Streams' `TopologyException` for an invalid store name).
+pub(crate) fn check_name(builder: &super::StreamsBuilder, what: &str, name: &str) {
+    let legal = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
+    if name.is_empty() || !name.chars().all(legal) || name.len() > 200 {
+        builder.error(format!(
+            "{what} name {name:?} cannot be part of a Kafka topic name (ASCII letters, digits, '.', '_' and '-', at most 200)"
+        ));
     }
 }
 
@@ -268,6 +282,80 @@ impl<K, V1, V2> std::fmt::Debug for StreamJoined<K, V1, V2> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("StreamJoined")
             .field("name", &self.name)
+            .finish()
+    }
+}
+
+/// Where [`super::KStream::print`] writes (Kafka Streams' `Printed` and its mapper).
+///
+/// Each record is one line `[label]: text`: `label` is [`Printed::with_label`]'s, else the
+/// print node's name (as Kafka Streams'); `text` is `key, value` with both in their `Debug`
+/// form (`None` for a record without a key), or what [`Printed::with_key_value_mapper`] makes.
+pub struct Printed<K, V> {
+    pub(crate) target: PrintTarget,
+    pub(crate) label: Option<String>,
+    pub(crate) mapper: PrintMapper<K, V>,
+}
+
+/// The text of a printed record, from its key and value.
+pub(crate) type PrintMapper<K, V> = Arc<dyn Fn(Option<&K>, &V) -> String + Send + Sync>;
+
+/// Standard output or a file appended to.
+pub(crate) enum PrintTarget {
+    SysOut,
+    File(PathBuf),
+}
+
+impl<K: std::fmt::Debug, V: std::fmt::Debug> Printed<K, V> {
+    /// Prints to standard output (Kafka Streams' `Printed.toSysOut()`).
+    pub fn to_sys_out() -> Self {
+        Self::with_target(PrintTarget::SysOut)
+    }
+
+    /// Appends to the file at `path`, created if missing (Kafka Streams' `Printed.toFile`).
+    pub fn to_file(path: impl Into<PathBuf>) -> Self {
+        Self::with_target(PrintTarget::File(path.into()))
+    }
+
+    fn with_target(target: PrintTarget) -> Self {
+        Self {
+            target,
+            label: None,
+            mapper: Arc::new(|k, v| match k {
+                Some(k) => format!("{k:?}, {v:?}"),
+                None => format!("None, {v:?}"),
+            }),
+        }
+    }
+}
+
+impl<K, V> Printed<K, V> {
+    /// The label between brackets at the start of each line (Kafka Streams' `withLabel`).
+    pub fn with_label(mut self, label: impl Into<String>) -> Self {
+        self.label = Some(label.into());
+        self
+    }
+
+    /// The text after the label, from the record's key and value (Kafka Streams'
+    /// `withKeyValueMapper`).
+    pub fn with_key_value_mapper(
+        mut self,
+        mapper: impl Fn(Option<&K>, &V) -> String + Send + Sync + 'static,
+    ) -> Self {
+        self.mapper = Arc::new(mapper);
+        self
+    }
+}
+
+impl<K, V> std::fmt::Debug for Printed<K, V> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let target = match &self.target {
+            PrintTarget::SysOut => "stdout".to_string(),
+            PrintTarget::File(p) => p.display().to_string(),
+        };
+        f.debug_struct("Printed")
+            .field("target", &target)
+            .field("label", &self.label)
             .finish()
     }
 }

@@ -2,7 +2,8 @@
 
 use super::builder::{AddFn, StreamsBuilder, Types};
 use super::group::KGroupedStream;
-use super::options::{Grouped, Produced};
+use super::options::{Grouped, Materialized, PrintTarget, Printed, Produced};
+use super::table::KTable;
 use super::Data;
 use crate::record::ProcessError;
 use crate::topology::{NodeContext, TopologyBuilder, TypedRecord};
@@ -490,6 +491,160 @@ impl<'b, K: Data, V: Data> KStream<'b, K, V> {
         )
     }
 
+    /// Calls `f(key, value)` on each record (Kafka Streams' `foreach`), a terminal
+    /// operation: for side effects outside Kafka. As with [`KStream::peek`], a batch that
+    /// aborts runs again, so `f` may see a record more than once, and nothing it does is part
+    /// of the exactly-once output. A tombstone does not call `f`.
+    ///
+    /// ```
+    /// use std::sync::{Arc, Mutex};
+    /// use eosflow::dsl::{Consumed, StreamsBuilder};
+    /// use eosflow::serdes::StringSerde;
+    /// use eosflow::testing::TopologyTestDriver;
+    ///
+    /// let seen = Arc::new(Mutex::new(Vec::new()));
+    /// let sink = seen.clone();
+    /// let builder = StreamsBuilder::new();
+    /// builder
+    ///     .stream("alerts", Consumed::with(StringSerde, StringSerde))
+    ///     .foreach(move |_, alert| sink.lock().unwrap().push(alert.clone()));
+    /// let mut driver = TopologyTestDriver::new(builder.build()?)?;
+    /// driver.pipe_input("alerts", &StringSerde, &StringSerde, &"h1".to_string(), &"disk full".to_string())?;
+    /// assert_eq!(*seen.lock().unwrap(), ["disk full"]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn foreach(&self, f: impl Fn(Option<&K>, &V) + Send + Sync + 'static) {
+        self.then::<K, V>(
+            "KSTREAM-FOREACH-",
+            self.rekeyed,
+            move |_, r, _| {
+                if let Some(v) = &r.value {
+                    f(r.key.as_ref(), v);
+                }
+                Ok(())
+            },
+            None,
+        );
+    }
+
+    /// Prints each record (Kafka Streams' `print(Printed)`) to standard output or appends it
+    /// to a file, as `[label]: key, value` (see [`Printed`]), a terminal operation for
+    /// debugging. Like [`KStream::foreach`], a record may be printed more than once when a
+    /// batch aborts. A file that cannot be written is a transient failure of the record.
+    ///
+    /// ```
+    /// use eosflow::dsl::{Consumed, Printed, StreamsBuilder};
+    /// use eosflow::serdes::StringSerde;
+    /// use eosflow::testing::TopologyTestDriver;
+    ///
+    /// let path = std::env::temp_dir().join(format!("eosflow-print-doc-{}.txt", std::process::id()));
+    /// let builder = StreamsBuilder::new();
+    /// builder
+    ///     .stream("greetings", Consumed::with(StringSerde, StringSerde))
+    ///     .print(Printed::to_file(&path).with_label("greetings"));
+    /// let mut driver = TopologyTestDriver::new(builder.build()?)?;
+    /// driver.pipe_input("greetings", &StringSerde, &StringSerde, &"ann".to_string(), &"hi".to_string())?;
+    /// assert_eq!(std::fs::read_to_string(&path)?, "[greetings]: \"ann\", \"hi\"\n");
+    /// std::fs::remove_file(&path)?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn print(&self, printed: Printed<K, V>) {
+        let Printed {
+            target,
+            label,
+            mapper,
+        } = printed;
+        self.then::<K, V>(
+            "KSTREAM-PRINTER-",
+            self.rekeyed,
+            move |ctx, r, _| {
+                let Some(v) = &r.value else { return Ok(()) };
+                let label = label.as_deref().unwrap_or(ctx.node_name());
+                let line = format!("[{label}]: {}", mapper(r.key.as_ref(), v));
+                match &target {
+                    PrintTarget::SysOut => println!("{line}"),
+                    PrintTarget::File(path) => {
+                        use std::io::Write;
+                        std::fs::OpenOptions::new()
+                            .create(true)
+                            .append(true)
+                            .open(path)
+                            .and_then(|mut f| writeln!(f, "{line}"))
+                            .map_err(|e| {
+                                ProcessError::transient(format!(
+                                    "{} prints to {}: {e}",
+                                    ctx.node_name(),
+                                    path.display()
+                                ))
+                            })?;
+                    }
+                }
+                Ok(())
+            },
+            None,
+        );
+    }
+
+    /// This stream as a table (Kafka Streams' `toTable(Materialized)`): each record an upsert
+    /// of its key, a tombstone a delete, kept in the store `materialized` names (changelogged
+    /// in the record's transaction). The table forwards each change ([`KTable::to_stream`]):
+    /// an upsert as it is, a tombstone only for a key it had. The records must be partitioned
+    /// by their key: after a key change, [`StreamsBuilder::build`] fails until a
+    /// [`KStream::repartition`]. A record without a key is dead-lettered as permanent.
+    ///
+    /// ```
+    /// use eosflow::dsl::{Consumed, Materialized, StreamsBuilder};
+    /// use eosflow::serdes::StringSerde;
+    /// use eosflow::testing::{TestRecord, TopologyTestDriver};
+    ///
+    /// let builder = StreamsBuilder::new();
+    /// let status = builder
+    ///     .stream("status", Consumed::with(StringSerde, StringSerde))
+    ///     .to_table(Materialized::with(StringSerde, StringSerde).named("latest-status"));
+    /// let store = status.store().clone();
+    /// let mut driver = TopologyTestDriver::new(builder.build()?)?;
+    /// driver.pipe(TestRecord::new("status", Some("h1"), Some("up")))?;
+    /// driver.pipe(TestRecord::new("status", Some("h2"), Some("up")))?;
+    /// driver.pipe(TestRecord::new("status", Some("h1"), None::<&str>))?; // h1 removed
+    /// assert_eq!(driver.store_get(&store, &"h1".to_string())?, None);
+    /// assert_eq!(driver.store_get(&store, &"h2".to_string())?, Some("up".to_string()));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn to_table(&self, materialized: Materialized<K, V>) -> KTable<'b, K, V> {
+        if self.rekeyed {
+            self.builder.error(format!(
+                "to_table after {}: its key was changed (map, select_key or flat_map) since the records were partitioned by it, so one key's rows can be in several partitions; call repartition(Grouped::with(..)) first",
+                self.name()
+            ));
+        }
+        let (store, attach) = materialized.key_value_store(self.builder, "KSTREAM-TOTABLE-");
+        let handle = store.clone();
+        let stream = self.then(
+            "KSTREAM-TOTABLE-",
+            false,
+            move |ctx, r: TypedRecord<K, V>, out| {
+                let Some(key) = &r.key else {
+                    return Err(ProcessError::permanent(format!(
+                        "{} keeps table {} by key: a record without a key cannot be a row",
+                        ctx.node_name(),
+                        handle.name()
+                    )));
+                };
+                let mut s = ctx.store(&handle)?;
+                match &r.value {
+                    Some(v) => s.put(key, v)?,
+                    None if s.get(key)?.is_some() => s.delete(key)?,
+                    // Not in the table: a delete changes nothing.
+                    None => return Ok(()),
+                }
+                out.push(r);
+                Ok(())
+            },
+            Some(attach),
+        );
+        KTable::new(stream, store)
+    }
+
     /// The records of this stream and of `other`, as they come (Kafka Streams' `merge`).
     /// Both must be handles of the same builder.
     ///
@@ -555,7 +710,7 @@ impl<'b, K: Data, V: Data> KStream<'b, K, V> {
     }
 
     /// Adds a repartition of this stream re-keyed by `key_fn` (nothing written for `None`).
-    fn repartition_by<K2: Data>(
+    pub(crate) fn repartition_by<K2: Data>(
         &self,
         prefix: &str,
         key_fn: impl Fn(Option<&K>, &V) -> Option<K2> + Send + Sync + 'static,

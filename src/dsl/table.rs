@@ -3,7 +3,9 @@
 //! every instance ([`super::StreamsBuilder::global_table`]).
 
 use super::builder::StreamsBuilder;
-use super::options::Materialized;
+use super::grouped_table::KGroupedTable;
+use super::join::JoinableTable;
+use super::options::{Grouped, Materialized};
 use super::stream::{like, KStream};
 use super::Data;
 use crate::processor::StoreHandle;
@@ -177,6 +179,53 @@ impl<'b, K: Data, V: Data> KTable<'b, K, V> {
             Some(attach),
         );
         KTable::new(stream, store)
+    }
+}
+
+impl<'b, K: Data, V: Data, S: JoinableTable<K, V>> KTable<'b, K, V, S> {
+    /// The table's rows grouped by a new key (Kafka Streams' `KTable.groupBy(selector,
+    /// Grouped)`): `selector(key, row)` gives the row's group and the value it brings to it
+    /// (`None`: the row is in no group), for [`KGroupedTable::count`],
+    /// [`KGroupedTable::reduce`] or [`KGroupedTable::aggregate`], whose results follow the
+    /// table — a row that changes leaves its old group and joins its new one. The groups go
+    /// through a repartition topic written with `grouped`'s serdes (see [`KGroupedTable`]).
+    ///
+    /// The table may be an aggregation's (or a `filter`'s, a `map_values`') or a topic's
+    /// ([`StreamsBuilder::table`]): grouped, a topic's table is read as a stream of its
+    /// updates, as when it is joined with a table (see [`KTable::join`]): a
+    /// [`KStream::join_table`] of it then fails at [`StreamsBuilder::build`], and in the test
+    /// driver its rows are piped as records (`pipe`, `pipe_input`). A versioned table cannot
+    /// be grouped (not supported yet).
+    ///
+    /// ```
+    /// use eosflow::dsl::{Consumed, Grouped, Materialized, Produced, StreamsBuilder};
+    /// use eosflow::serdes::{I64Serde, StringSerde};
+    /// use eosflow::testing::{TestRecord, TopologyTestDriver};
+    ///
+    /// // Orders per customer, kept current as orders are re-assigned or cancelled.
+    /// let builder = StreamsBuilder::new();
+    /// builder
+    ///     .table("order-owners", Consumed::with(StringSerde, StringSerde))
+    ///     .group_by(|_order, customer: &String| Some((customer.clone(), 1)), Grouped::with(StringSerde, I64Serde))
+    ///     .count(Materialized::with(StringSerde, I64Serde).named("orders-per-customer"))
+    ///     .to_stream()
+    ///     .to("order-counts", Produced::with(StringSerde, I64Serde));
+    /// let mut driver = TopologyTestDriver::new(builder.build()?)?;
+    /// let s = |t: &str| t.to_string();
+    /// driver.pipe_input("order-owners", &StringSerde, &StringSerde, &s("o1"), &s("ann"))?;
+    /// driver.pipe_input("order-owners", &StringSerde, &StringSerde, &s("o2"), &s("ann"))?;
+    /// driver.pipe(TestRecord::new("order-owners", Some("o1"), None::<&str>))?; // o1 cancelled
+    /// let out = driver.read_output("order-counts", &StringSerde, &I64Serde)?;
+    /// let ann: Vec<_> = out.into_iter().map(|(_, n)| n.unwrap_or_default()).collect();
+    /// assert_eq!(ann, [1, 2, 1]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn group_by<K2: Data, V2: Data>(
+        &self,
+        selector: impl Fn(&K, &V) -> Option<(K2, V2)> + Send + Sync + 'static,
+        grouped: Grouped<K2, V2>,
+    ) -> KGroupedTable<'b, K2, V2> {
+        KGroupedTable::new(self, selector, grouped)
     }
 }
 

@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::{
-    Consumed, Grouped, Materialized, ProcessorContext, Produced, Stores, StreamJoined,
+    Consumed, Grouped, Materialized, Printed, ProcessorContext, Produced, Stores, StreamJoined,
     StreamProcessor, StreamsBuilder,
 };
 use crate::processor::{ProcessError, StoreHandle, Timer};
@@ -1482,6 +1482,353 @@ fn every_rust_block_of_the_dsl_page_is_in_the_tests() {
         include_str!("../../docs/dsl.md"),
         "src/dsl/tests.rs",
         include_str!("tests.rs"),
-        6,
+        7,
     );
+}
+
+/// Users per city from check-ins: each user's latest city (an aggregated table), regrouped by
+/// city and counted.
+fn users_per_city() -> Result<Topology, TopologyError> {
+    let builder = StreamsBuilder::new();
+    let latest_city = builder
+        .stream("check-ins", Consumed::with(StringSerde, StringSerde))
+        .group_by_key()
+        .reduce(
+            |_, city| city.clone(),
+            Materialized::with(StringSerde, StringSerde).named("cities"),
+        );
+    latest_city
+        .group_by(
+            |_user, city| Some((city.clone(), 1)),
+            Grouped::with(StringSerde, I64Serde).named("by-city"),
+        )
+        .count(Materialized::with(StringSerde, I64Serde).named("users-per-city"))
+        .to_stream()
+        .to("users-per-city", Produced::with(StringSerde, I64Serde));
+    builder.build()
+}
+
+#[test]
+fn a_grouped_aggregated_table_moves_a_row_from_its_old_group_to_its_new_one() -> TestResult {
+    let topology = users_per_city()?;
+    assert_eq!(
+        topology.repartition_topics_for("app"),
+        vec!["app-by-city-repartition"]
+    );
+    assert!(topology
+        .changelog_topics("app")
+        .contains(&s("app-by-city-rows-changelog")));
+    let mut d = TopologyTestDriver::new(topology)?;
+    for (user, city) in [
+        ("ann", "Paris"),
+        ("bob", "Paris"),
+        ("ann", "Lyon"),
+        ("ann", "Lyon"),
+    ] {
+        pipe(&mut d, "check-ins", Some(user), Some(city))?;
+    }
+    // ann leaves Paris for Lyon (two records: Paris less one, Lyon plus one); her second
+    // check-in in Lyon is one record to one group (less one, plus one): one result, no
+    // passing 0.
+    assert_eq!(
+        count_out(&mut d, "users-per-city")?,
+        vec![
+            kv("Paris", 1),
+            kv("Paris", 2),
+            kv("Paris", 1),
+            kv("Lyon", 1),
+            kv("Lyon", 1),
+        ]
+    );
+    let counts = StoreHandle::new("users-per-city", StringSerde, I64Serde);
+    assert_eq!(
+        d.store_entries(&counts)?,
+        vec![(s("Lyon"), 1), (s("Paris"), 1)]
+    );
+    Ok(())
+}
+
+#[test]
+fn a_grouped_filtered_table_subtracts_a_row_that_leaves_the_filter() -> TestResult {
+    let builder = StreamsBuilder::new();
+    let balances = builder
+        .stream("movements", Consumed::with(StringSerde, I64Serde))
+        .group_by_key()
+        .reduce(
+            |a, b| a + b,
+            Materialized::with(StringSerde, I64Serde).named("balances"),
+        );
+    let total = balances
+        .filter(
+            |_, b| *b > 0,
+            Materialized::with(StringSerde, I64Serde).named("positive"),
+        )
+        .group_by(
+            |_, b| Some((s("all"), *b)),
+            Grouped::with(StringSerde, I64Serde),
+        )
+        .reduce(
+            |a, b| a + b,
+            |a, b| a - b,
+            Materialized::with(StringSerde, I64Serde).named("total"),
+        );
+    let store = total.store().clone();
+    let mut d = TopologyTestDriver::new(builder.build()?)?;
+    for (account, amount) in [("a", 10), ("b", 5), ("a", -30), ("b", 2)] {
+        d.pipe_input("movements", &StringSerde, &I64Serde, &s(account), &amount)?;
+    }
+    // a: 10, then -20 (out of the filter: a tombstone, 10 subtracted); b: 5, then 7.
+    assert_eq!(d.store_get(&store, &s("all"))?, Some(7));
+    Ok(())
+}
+
+#[test]
+fn a_grouped_topic_table_takes_tombstones_and_rows_in_no_group() -> TestResult {
+    let builder = StreamsBuilder::new();
+    let users = builder.table("users", Consumed::with(StringSerde, StringSerde));
+    users
+        .group_by(
+            |_, team: &String| (!team.is_empty()).then(|| (team.clone(), s("x"))),
+            Grouped::with(StringSerde, StringSerde),
+        )
+        .count(Materialized::with(StringSerde, I64Serde))
+        .to_stream()
+        .to("teams", Produced::with(StringSerde, I64Serde));
+    // A stream cannot look rows up in it any more: its topic is read as updates.
+    builder
+        .stream("views", Consumed::with(StringSerde, StringSerde))
+        .join_table(&users, |v, _| v.clone());
+    let err = builder
+        .build()
+        .err()
+        .ok_or("a lookup of a grouped topic table")?;
+    assert!(err.to_string().contains("grouped (group_by)"), "{err}");
+
+    let builder = StreamsBuilder::new();
+    builder
+        .table("users", Consumed::with(StringSerde, StringSerde))
+        .group_by(
+            |_, team: &String| (!team.is_empty()).then(|| (team.clone(), s("x"))),
+            Grouped::with(StringSerde, StringSerde),
+        )
+        .count(Materialized::with(StringSerde, I64Serde))
+        .to_stream()
+        .to("teams", Produced::with(StringSerde, I64Serde));
+    let mut d = TopologyTestDriver::new(builder.build()?)?;
+    pipe(&mut d, "users", Some("ann"), Some("red"))?;
+    pipe(&mut d, "users", Some("ann"), Some(""))?; // in no group: leaves red
+    pipe(&mut d, "users", Some("bob"), None)?; // a tombstone of no row: nothing
+    pipe(&mut d, "users", Some("ann"), Some("red"))?;
+    pipe(&mut d, "users", Some("ann"), None)?; // deleted: leaves red
+    assert_eq!(
+        count_out(&mut d, "teams")?,
+        vec![kv("red", 1), kv("red", 0), kv("red", 1), kv("red", 0)]
+    );
+    Ok(())
+}
+
+#[test]
+fn a_grouped_table_change_round_trips_through_its_serde() -> TestResult {
+    use super::grouped_table::{Change, ChangeSerde};
+    use crate::serdes::Serde;
+    let serde = ChangeSerde::<String>(Arc::new(StringSerde));
+    for change in [
+        Change {
+            old: Some(s("a")),
+            new: Some(s("bc")),
+        },
+        Change {
+            old: Some(s("")),
+            new: None,
+        },
+        Change {
+            old: None,
+            new: Some(s("")),
+        },
+        Change {
+            old: None,
+            new: None,
+        },
+    ] {
+        let bytes = serde.serialize(&change)?;
+        assert_eq!(serde.deserialize(&bytes)?, change);
+    }
+    assert!(serde.deserialize(&[]).is_err());
+    assert!(serde.deserialize(&[1, 0, 0, 0, 9, b'a']).is_err());
+    assert!(serde.deserialize(&[0, b'a']).is_err());
+    assert!(serde.deserialize(&[4]).is_err());
+    Ok(())
+}
+
+#[test]
+fn a_stream_to_table_upserts_deletes_and_forwards_only_changes_of_its_rows() -> TestResult {
+    let builder = StreamsBuilder::new();
+    let status = builder
+        .stream("status", Consumed::with(StringSerde, StringSerde))
+        .to_table(Materialized::with(StringSerde, StringSerde).named("status"));
+    status
+        .to_stream()
+        .to("changes", Produced::with(StringSerde, StringSerde));
+    let store = status.store().clone();
+    let mut d = TopologyTestDriver::new(builder.build()?)?;
+    pipe(&mut d, "status", Some("h1"), Some("up"))?;
+    pipe(&mut d, "status", Some("h2"), None)?; // no row: nothing
+    pipe(&mut d, "status", Some("h1"), Some("down"))?;
+    pipe(&mut d, "status", Some("h1"), None)?;
+    pipe(&mut d, "status", None, Some("up"))?; // no key: dead-lettered
+    assert_eq!(
+        text_out(&mut d, "changes")?,
+        vec![
+            kv("h1", s("up")),
+            kv("h1", s("down")),
+            (Some(s("h1")), None)
+        ]
+    );
+    assert_eq!(d.store_get(&store, &s("h1"))?, None);
+    assert_eq!(d.read_raw_output("status.DLT").len(), 1);
+    Ok(())
+}
+
+#[test]
+fn to_table_after_a_key_change_fails_at_build_until_repartitioned() {
+    let builder = StreamsBuilder::new();
+    builder
+        .stream("status", Consumed::with(StringSerde, StringSerde))
+        .select_key(|_, v| v.clone())
+        .named("by-status")
+        .to_table(Materialized::with(StringSerde, StringSerde));
+    let err = builder
+        .build()
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(err.contains("to_table after by-status"), "{err}");
+}
+
+#[test]
+fn foreach_sees_each_record_with_a_value_and_print_writes_labelled_lines() -> TestResult {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let sink = seen.clone();
+    let path = std::env::temp_dir().join(format!("eosflow-dsl-print-{}.txt", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    let builder = StreamsBuilder::new();
+    let alerts = builder.stream("alerts", Consumed::with(StringSerde, StringSerde));
+    alerts.foreach(move |k, v| {
+        if let Ok(mut seen) = sink.lock() {
+            seen.push((k.cloned(), v.clone()));
+        }
+    });
+    alerts.print(Printed::to_file(&path));
+    alerts.print(
+        Printed::to_file(&path)
+            .with_label("custom")
+            .with_key_value_mapper(|k, v: &String| {
+                format!("{}={v}", k.map_or("-", String::as_str))
+            }),
+    );
+    let mut d = TopologyTestDriver::new(builder.build()?)?;
+    pipe(&mut d, "alerts", Some("h1"), Some("disk"))?;
+    pipe(&mut d, "alerts", Some("h1"), None)?;
+    pipe(&mut d, "alerts", None, Some("cpu"))?;
+    assert_eq!(
+        *seen.lock().map_err(|_| "poisoned")?,
+        vec![(Some(s("h1")), s("disk")), (None, s("cpu"))]
+    );
+    let printed = std::fs::read_to_string(&path)?;
+    std::fs::remove_file(&path)?;
+    assert_eq!(
+        printed.lines().collect::<Vec<_>>(),
+        [
+            "[KSTREAM-PRINTER-0000000002]: \"h1\", \"disk\"",
+            "[custom]: h1=disk",
+            "[KSTREAM-PRINTER-0000000002]: None, \"cpu\"",
+            "[custom]: -=cpu",
+        ]
+    );
+    Ok(())
+}
+
+#[test]
+fn a_session_reduce_merges_the_sessions_a_record_bridges_with_the_reducer() -> TestResult {
+    let builder = StreamsBuilder::new();
+    let sums = builder
+        .stream("spend", Consumed::with(StringSerde, I64Serde))
+        .group_by_key()
+        .windowed_by_session(SessionWindows::with_inactivity_gap_and_grace(
+            Duration::from_millis(10),
+            Duration::from_millis(100),
+        ))
+        .reduce(
+            |a, v| a + v,
+            Materialized::with(StringSerde, I64Serde).named("sums"),
+        );
+    let store = sums.store().clone();
+    let mut d = TopologyTestDriver::new(builder.build()?)?;
+    for (ms, v) in [(0, 1i64), (20, 2), (10, 4)] {
+        d.pipe(TestRecord::new("spend", Some("k"), Some(v.to_be_bytes())).timestamp(ms))?;
+    }
+    let sessions = d.window_fetch_range(&store, &s("k"), 0, 100)?;
+    let found: Vec<_> = sessions.iter().map(|(w, v)| (w.start, w.end, *v)).collect();
+    assert_eq!(found, vec![(0, 20, 7)]);
+    Ok(())
+}
+
+#[test]
+fn a_sliding_reduce_keeps_each_windows_reduction() -> TestResult {
+    let builder = StreamsBuilder::new();
+    let maxima = builder
+        .stream("readings", Consumed::with(StringSerde, I64Serde))
+        .group_by_key()
+        .windowed_by_sliding(SlidingWindows::of_time_difference_no_grace(
+            Duration::from_millis(10),
+        ))
+        .reduce(
+            |a, v| a.max(*v),
+            Materialized::with(StringSerde, I64Serde).named("maxima"),
+        );
+    let store = maxima.store().clone();
+    let mut d = TopologyTestDriver::new(builder.build()?)?;
+    for (ms, v) in [(10, 3i64), (15, 9)] {
+        d.pipe(TestRecord::new("readings", Some("k"), Some(v.to_be_bytes())).timestamp(ms))?;
+    }
+    let windows = d.window_fetch_range(&store, &s("k"), 0, 100)?;
+    let found: Vec<_> = windows.iter().map(|(w, v)| (w.start, w.end, *v)).collect();
+    // [0,10] holds 3, [5,15] both, [11,21] (10's right window) 9.
+    assert_eq!(found, vec![(0, 10, 3), (5, 15, 9), (11, 21, 9)]);
+    Ok(())
+}
+
+#[test]
+fn a_cogroup_folds_each_input_with_its_aggregator_into_one_store() -> TestResult {
+    let builder = StreamsBuilder::new();
+    let refunds = builder
+        .stream("refunds", Consumed::with(StringSerde, I64Serde))
+        .group_by_key();
+    let summary = builder
+        .stream("orders", Consumed::with(StringSerde, StringSerde))
+        .group_by_key()
+        .cogroup(|_, _: &String, (n, r): (i64, i64)| (n + 1, r))
+        .cogroup(&refunds, |_, v: &i64, (n, r)| (n, r + v))
+        .aggregate(
+            || (0, 0),
+            Materialized::with(StringSerde, JsonSerde::new()).named("summary"),
+        );
+    summary
+        .to_stream()
+        .map_values(|(n, r)| format!("{n}/{r}"))
+        .to("summary", Produced::with(StringSerde, StringSerde));
+    let topology = builder.build()?;
+    assert!(topology
+        .changelog_topics("app")
+        .contains(&s("app-summary-changelog")));
+    let mut d = TopologyTestDriver::new(topology)?;
+    pipe(&mut d, "orders", Some("ann"), Some("o-1"))?;
+    d.pipe_input("refunds", &StringSerde, &I64Serde, &s("ann"), &5)?;
+    pipe(&mut d, "orders", Some("bob"), Some("o-2"))?;
+    pipe(&mut d, "orders", Some("ann"), Some("o-3"))?;
+    assert_eq!(
+        values_out(&mut d, "summary")?,
+        vec![s("1/0"), s("1/5"), s("1/0"), s("2/5")]
+    );
+    Ok(())
 }
