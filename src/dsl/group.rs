@@ -567,8 +567,9 @@ impl<K, V> std::fmt::Debug for SessionWindowedKStream<'_, K, V> {
 }
 
 impl<'b, K: Data, V: Data> SessionWindowedKStream<'b, K, V> {
-    /// When results are forwarded: after every record (a session merged away is forwarded
-    /// as a tombstone) or once per session when it closes (see
+    /// When results are forwarded: after every record (every session the record replaces,
+    /// merged away or grown at either end, is forwarded as a tombstone first, as in Kafka
+    /// Streams) or once per session when it closes (see
     /// [`TimeWindowedKStream::emit_strategy`]).
     pub fn emit_strategy(mut self, emit: EmitStrategy) -> Self {
         self.emit = emit;
