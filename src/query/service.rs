@@ -184,7 +184,7 @@ fn positions_header(positions: &Positions) -> String {
 
 /// The header that marks a request one instance forwarded to another: such a request is
 /// answered from this instance's partitions only, never forwarded again. Only an
-/// authenticated request reaches the code that reads it (see [`super::http`]).
+/// authenticated request reaches the code that reads it (see the `query::http` module).
 pub const FORWARDED_HEADER: &str = "Eosflow-Forwarded";
 
 /// A keyed request's served store, `max_standby_lag`, key bytes and partition.
