@@ -51,9 +51,11 @@ fn a_users_views_closer_than_the_gap_are_one_session_reported_once_it_closes() -
     driver.pipe(view("ann", "/cart", min(10)))?;
     driver.pipe(view("ann", "/home", min(25)))?;
     driver.pipe(view("bob", "/home", min(59)))?;
-    // Ann's session closes at 25 + 30 (gap) + 5 (grace) = 60 minutes of stream time.
-    assert!(closed(&mut driver)?.is_empty());
+    // Ann's session closes once stream time passes 25 + 30 (gap) + 5 (grace) = 60 minutes,
+    // as in Kafka Streams: at 60 minutes it is still open.
     driver.pipe(view("cat", "/help", min(60)))?;
+    assert!(closed(&mut driver)?.is_empty());
+    driver.pipe(view("dan", "/help", min(60) + 1))?;
     assert_eq!(
         closed(&mut driver)?,
         vec![session("ann", 0, min(25), 3, &["/cart", "/home"])]
@@ -64,6 +66,7 @@ fn a_users_views_closer_than_the_gap_are_one_session_reported_once_it_closes() -
         vec![
             session("bob", min(59), min(59), 1, &["/home"]),
             session("cat", min(60), min(60), 1, &["/help"]),
+            session("dan", min(60) + 1, min(60) + 1, 1, &["/help"]),
         ]
     );
     Ok(())
@@ -125,8 +128,8 @@ fn a_late_view_joins_its_session_within_the_grace_and_is_dead_lettered_after() -
     driver.pipe(view("ann", "/a", 0))?;
     driver.pipe(view("bob", "/x", min(33)))?; // Ann's session is open until 35 minutes
     driver.pipe(view("ann", "/b", min(5)))?; // out of order, in time: counted
-    driver.pipe(view("bob", "/x", min(41)))?; // Ann's session [0, 5] closes at 40 minutes
-    driver.pipe(view("ann", "/c", min(6)))?; // its close time (41) has passed: late
+    driver.pipe(view("bob", "/x", min(42)))?; // Ann's session [0, 5] closed after 40 minutes
+    driver.pipe(view("ann", "/c", min(6)))?; // its own close time (41 minutes) has passed: late
     assert_eq!(
         closed(&mut driver)?,
         vec![session("ann", 0, min(5), 2, &["/a", "/b"])]
