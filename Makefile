@@ -9,6 +9,8 @@ EOSFLOW := $(CARGO_TARGET_DIR)/debug/eosflow
 MDBOOK_VERSION := 0.5.4
 MDBOOK := $(HOME)/.cache/eosflow/tools/mdbook-$(MDBOOK_VERSION)/bin/mdbook
 STACK_ENV = eval "$$(dev/stack env)"
+# Test binaries run side by side in `make test` (dev/test-lanes).
+TEST_LANES ?= 3
 # The workspace's rustdoc, warnings denied (lint checks it, docs puts it beside the book).
 RUSTDOC = RUSTDOCFLAGS="-D warnings" $(CARGO) doc --locked --workspace --no-deps --lib --examples
 
@@ -55,11 +57,13 @@ test: stack-up lint
 	$(MAKE) --no-print-directory check-rules
 	@$(STACK_ENV) && $(CARGO) build --locked --workspace --all-targets --quiet && $(EOSFLOW) schemas check --dir schemas
 	@$(STACK_ENV) && RUST_LOG=error timeout 300 $(CARGO_TARGET_DIR)/debug/examples/word_count_queries >/dev/null
-	@# Two tests at a time via the environment: criterion's bench harness (benches/hot_path.rs,
-	@# run once as a smoke test) rejects libtest's --test-threads argument.
-	@$(STACK_ENV) && RUST_TEST_THREADS=2 $(CARGO) test --locked --workspace --all-targets
-	@# `--all-targets` leaves out doctests: the public API's examples run here (same features).
-	@$(STACK_ENV) && $(CARGO) test --locked --workspace --doc
+	@# Every test binary, three side by side (dev/test-lanes: most of them wait on the broker),
+	@# two tests at a time within each via the environment: criterion's bench harness
+	@# (benches/hot_path.rs, run once as a smoke test) rejects libtest's --test-threads argument.
+	@# `--all-targets` leaves out doctests: the public API's examples run as one more job.
+	@$(STACK_ENV) && RUST_TEST_THREADS=2 dev/test-lanes --lanes $(TEST_LANES) \
+		--job 'doctests=$(CARGO) test --locked --workspace --doc' \
+		-- --locked --workspace --all-targets
 
 ## Formatting, clippy over every crate and target, rustdoc without warnings, and the docs' links
 ## (dev/check-links). `--examples` keeps dev-dependencies in the feature resolution (as
