@@ -186,7 +186,7 @@ fn utf8(v: &[u8]) -> String {
 /// Two `count:sum` pairs added: the reducer of both windowed reduces (commutative, so the
 /// result does not depend on the order a repartition delivers the records in; a record
 /// reduced twice or lost changes it).
-fn add_pairs(a: String, b: &String) -> String {
+fn add_pairs(a: String, b: &str) -> String {
     let parse = |s: &str| -> (i64, i64) {
         let (n, sum) = s.split_once(':').unwrap_or(("0", "0"));
         (n.parse().unwrap_or(0), sum.parse().unwrap_or(0))
@@ -365,7 +365,7 @@ mod tumbling {
         ))
         .emit_strategy(EmitStrategy::OnWindowClose)
         .reduce(
-            add_pairs,
+            |a, b: &String| add_pairs(a, b),
             Materialized::with(StringSerde, StringSerde).named("sums"),
         )
         .to_stream()
@@ -468,7 +468,7 @@ mod sessions {
             Duration::from_secs(3600),
         ))
         .reduce(
-            add_pairs,
+            |a, b: &String| add_pairs(a, b),
             Materialized::with(StringSerde, StringSerde).named("session-sums"),
         )
         .to_stream()
