@@ -182,24 +182,14 @@ fn a_dsl_join_rekey_window_app_killed_mid_backlog_counts_every_click_once_in_its
     support::produce_timed(&users, &early);
     support::produce_timed(&clicks, &(0..BACKLOG).map(click).collect::<Vec<_>>());
 
-    let mut first = support::spawn_child(CHILD, &app);
-    support::wait_for("the first clicks consumed", Duration::from_secs(90), || {
-        (support::lag(&app, &clicks, PARTITIONS) <= BACKLOG as i64 - 300).then_some(())
-    });
-    first.kill().expect("kill -9");
-    first.wait().expect("reaped");
-    let (left, rekeyed_left) = (
-        support::lag(&app, &clicks, PARTITIONS),
-        support::lag(&app, &repartition, PARTITIONS),
+    let run = support::kill::KillTest::new(
+        CHILD,
+        &cfg,
+        PARTITIONS,
+        (&[&clicks], &[&repartition]),
+        &output,
     );
-    println!(
-        "killed with {left} of {BACKLOG} clicks and {rekeyed_left} repartition records left after {:?}",
-        started.elapsed()
-    );
-    assert!(
-        left + rekeyed_left > 0,
-        "the instance must die mid-stream, not after the work"
-    );
+    run.kill_first_mid_backlog(BACKLOG as i64, 300);
     let internal_created: Vec<String> = {
         let clients = support::clients();
         internal
@@ -222,41 +212,14 @@ fn a_dsl_join_rekey_window_app_killed_mid_backlog_counts_every_click_once_in_its
     );
 
     // The second instance; the late users' rows, then the rest of the clicks, arrive while it
-    // runs. Killed once it has written counts of its own.
-    let counted_before = support::written(&output, PARTITIONS);
-    let mut second = support::spawn_child(CHILD, &app);
+    // runs.
+    let second = run.start_second();
     let late: Vec<support::Timed> = rows.iter().filter(|r| r.2 >= JOIN_AT_MS).map(row).collect();
     support::produce_timed(&users, &late);
     support::produce_timed(&clicks, &(BACKLOG..CLICKS).map(click).collect::<Vec<_>>());
-    support::wait_for(
-        "the second instance's first counts",
-        Duration::from_secs(90),
-        || (support::written(&output, PARTITIONS) > counted_before + 20).then_some(()),
-    );
-    second.kill().expect("kill -9");
-    second.wait().expect("reaped");
-    println!(
-        "killed again with {} clicks and {} repartition records left after {:?}",
-        support::lag(&app, &clicks, PARTITIONS),
-        support::lag(&app, &repartition, PARTITIONS),
-        started.elapsed()
-    );
-
-    // The third instance starts on a wiped state directory: its stores come back from their
-    // changelogs.
-    std::fs::remove_dir_all(&cfg.state.dir).expect("wiping the state directory");
-    let mut third = support::spawn_child(CHILD, &app);
-    support::wait_for(
-        "every click and every repartition record processed",
-        Duration::from_secs(120),
-        || {
-            (support::lag(&app, &clicks, PARTITIONS) == 0
-                && support::lag(&app, &repartition, PARTITIONS) == 0)
-                .then_some(())
-        },
-    );
-    third.kill().expect("kill -9");
-    third.wait().expect("reaped");
+    // Killed once it has written counts of its own; the third instance starts on a wiped
+    // state directory: its stores come back from their changelogs.
+    run.kill_then_drain_on_wiped_state(second);
 
     // The expectation, from the workload alone: each click counts for the region its user's
     // latest row at or before the click's timestamp names (a row before a click of the same
@@ -290,15 +253,6 @@ fn a_dsl_join_rekey_window_app_killed_mid_backlog_counts_every_click_once_in_its
             "the counts of {key}, each once and in order"
         );
     }
-    for dead in internal.iter().filter(|s| s.name.ends_with(".DLT")) {
-        let letters = support::read_payloads(&dead.name);
-        assert!(
-            letters.is_empty(),
-            "nothing dead-lettered in {}: {} records",
-            dead.name,
-            letters.len()
-        );
-    }
+    support::kill::assert_no_dead_letters(&internal);
     println!("took {:?}", started.elapsed());
-    let _ = std::fs::remove_dir_all(&cfg.state.dir);
 }

@@ -156,60 +156,20 @@ fn a_grouped_table_killed_mid_backlog_subtracts_and_adds_each_update_once() {
         .map_or(0, |d| d.as_millis() as i64);
     produce_updates(&accounts, base, 0..BACKLOG);
 
-    let mut first = support::spawn_child(CHILD, &app);
-    support::wait_for(
-        "the first updates consumed",
-        Duration::from_secs(90),
-        || (support::lag(&app, &accounts, PARTITIONS) <= BACKLOG as i64 - 300).then_some(()),
+    let run = support::kill::KillTest::new(
+        CHILD,
+        &cfg,
+        PARTITIONS,
+        (&[&accounts], &[&repartition]),
+        &output,
     );
-    first.kill().expect("kill -9");
-    first.wait().expect("reaped");
-    let (left, regrouped_left) = (
-        support::lag(&app, &accounts, PARTITIONS),
-        support::lag(&app, &repartition, PARTITIONS),
-    );
-    println!(
-        "killed with {left} of {BACKLOG} updates and {regrouped_left} repartition records left after {:?}",
-        started.elapsed()
-    );
-    assert!(
-        left + regrouped_left > 0,
-        "the instance must die mid-stream, not after the work"
-    );
+    run.kill_first_mid_backlog(BACKLOG as i64, 300);
 
     // The second instance; the rest of the updates arrive while it runs. Killed once it has
-    // written results of its own.
-    let written_before = support::written(&output, PARTITIONS);
-    let mut second = support::spawn_child(CHILD, &app);
+    // written results of its own; the third instance starts on a wiped state directory.
+    let second = run.start_second();
     produce_updates(&accounts, base, BACKLOG..UPDATES);
-    support::wait_for(
-        "the second instance's first results",
-        Duration::from_secs(90),
-        || (support::written(&output, PARTITIONS) > written_before + 20).then_some(()),
-    );
-    second.kill().expect("kill -9");
-    second.wait().expect("reaped");
-    println!(
-        "killed again with {} updates and {} repartition records left after {:?}",
-        support::lag(&app, &accounts, PARTITIONS),
-        support::lag(&app, &repartition, PARTITIONS),
-        started.elapsed()
-    );
-
-    // The third instance starts on a wiped state directory.
-    std::fs::remove_dir_all(&cfg.state.dir).expect("wiping the state directory");
-    let mut third = support::spawn_child(CHILD, &app);
-    support::wait_for(
-        "every update and every repartition record processed",
-        Duration::from_secs(120),
-        || {
-            (support::lag(&app, &accounts, PARTITIONS) == 0
-                && support::lag(&app, &repartition, PARTITIONS) == 0)
-                .then_some(())
-        },
-    );
-    third.kill().expect("kill -9");
-    third.wait().expect("reaped");
+    run.kill_then_drain_on_wiped_state(second);
 
     // The expectation, from the workload alone: each account's last row, folded by region;
     // a region that ever had a row keeps a result (0:0 once it has none).
@@ -246,15 +206,6 @@ fn a_grouped_table_killed_mid_backlog_subtracts_and_adds_each_update_once() {
         .map(|(r, (n, total))| (r, format!("{n}:{total}")))
         .collect();
     assert_eq!(got, expected, "each region's last (count, total)");
-    for dead in internal.iter().filter(|s| s.name.ends_with(".DLT")) {
-        let letters = support::read_payloads(&dead.name);
-        assert!(
-            letters.is_empty(),
-            "nothing dead-lettered in {}: {} records",
-            dead.name,
-            letters.len()
-        );
-    }
+    support::kill::assert_no_dead_letters(&internal);
     println!("took {:?}", started.elapsed());
-    let _ = std::fs::remove_dir_all(&cfg.state.dir);
 }

@@ -8,6 +8,7 @@
 #![allow(dead_code)]
 
 pub mod http;
+pub mod kill;
 pub mod pipeline;
 pub mod proxy;
 
