@@ -234,6 +234,11 @@ fn db_options(cache: &StoreCache) -> Options {
     // threads per column family at every open, ~80 per store, most of an idle store's open
     // time when an instance opens hundreds of them after an assignment (issue #38).
     o.set_max_file_opening_threads(1);
+    // RocksDB preallocates each write-ahead log by the largest write buffer of the store's
+    // column families × 1.1, and the default column family's is 64 MiB unless set: 64 MiB of
+    // disk reserved per store (8 GiB at 128 partitions; a killed instance leaves it behind).
+    // The default column family holds little (metadata); its memtable is as small as the rest.
+    o.set_write_buffer_size(8 * 1024 * 1024);
     // RocksDB's own `LOG` in each store's directory: warnings and errors only. At the default
     // (info) every open writes every column family's options, about a thousand lines a store
     // (a `gettid` each), and the files pile up with hundreds of stores; eosflow's own log
@@ -687,6 +692,28 @@ mod tests {
         assert_eq!(s.record_cache_len().map(|(n, _)| n), Some(2));
         drop(s);
         assert_eq!(cache.record_cache_stats().map(|c| c.bytes), Some(0));
+        Store::wipe(&dir).expect("wipe");
+    }
+
+    #[test]
+    fn a_store_reserves_no_more_disk_for_its_write_ahead_log_than_its_write_buffers() {
+        use std::os::unix::fs::MetadataExt as _;
+        let dir = tmp();
+        let cache = StoreCache::new(8 << 20);
+        let (s, _) = Store::open(&dir, "cl[0]", &cache).expect("open");
+        let mut o = Overlay::default();
+        o.put(Column::State, b"k", b"v".to_vec());
+        s.apply(&o, None).expect("apply");
+        // Allocated (not apparent) bytes of the store's files: RocksDB's preallocation shows
+        // here; at the default column family's 64 MiB write buffer it was 64 MiB a store.
+        let allocated: u64 = std::fs::read_dir(&dir)
+            .expect("store dir")
+            .filter_map(Result::ok)
+            .filter_map(|e| e.metadata().ok())
+            .map(|m| m.blocks() * 512)
+            .sum();
+        assert!(allocated < 16 << 20, "the store holds {allocated} bytes of disk");
+        drop(s);
         Store::wipe(&dir).expect("wipe");
     }
 
