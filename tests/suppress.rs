@@ -59,7 +59,10 @@ fn update(i: u64, base: i64) -> (String, i32, String, i64) {
 fn topology(app: &str) -> Topology {
     let builder = StreamsBuilder::new();
     builder
-        .stream(format!("{app}.in"), Consumed::with(StringSerde, StringSerde))
+        .stream(
+            format!("{app}.in"),
+            Consumed::with(StringSerde, StringSerde),
+        )
         .to_table(Materialized::with(StringSerde, StringSerde).named("latest"))
         .suppress(
             Suppressed::until_time_limit(
@@ -181,7 +184,10 @@ fn a_suppressed_table_killed_mid_backlog_emits_each_key_exactly_as_computed() {
         "killed with {left} of {BACKLOG} updates left after {:?}",
         started.elapsed()
     );
-    assert!(left > 0, "the instance must die mid-stream, not after the work");
+    assert!(
+        left > 0,
+        "the instance must die mid-stream, not after the work"
+    );
 
     // The second instance; the rest of the updates arrive while it runs. Killed once it has
     // written results of its own.
@@ -204,11 +210,9 @@ fn a_suppressed_table_killed_mid_backlog_emits_each_key_exactly_as_computed() {
     // The third instance starts on a wiped state directory.
     std::fs::remove_dir_all(&cfg.state.dir).expect("wiping the state directory");
     let mut third = support::spawn_child(CHILD, &app);
-    support::wait_for(
-        "every update processed",
-        Duration::from_secs(120),
-        || (support::lag(&app, &input, PARTITIONS) == 0).then_some(()),
-    );
+    support::wait_for("every update processed", Duration::from_secs(120), || {
+        (support::lag(&app, &input, PARTITIONS) == 0).then_some(())
+    });
     third.kill().expect("kill -9");
     third.wait().expect("reaped");
 

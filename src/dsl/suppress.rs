@@ -70,10 +70,38 @@ impl Suppressed {
 /// stops the instance on a condition the instance could recover from, and an eosflow instance
 /// does not exit while it can go on.
 ///
-/// A key's size is what its entry takes in the buffer's store: its serialized key (twice:
-/// entry and time index, plus 2 bytes of prefix), its serialized value, its headers and 22
-/// bytes of times and flags — not Kafka Streams' estimate of its heap size, so a `max_bytes`
-/// bound holds a different number of keys than in Kafka Streams.
+/// A key's size is what its entry takes in the buffer's store: its serialized key twice
+/// (entry and time index), its serialized value and headers, and 32 bytes of prefixes, times
+/// and flags (8 more per header) — not Kafka Streams' estimate of its heap size, so a
+/// `max_bytes` bound holds a different number of keys than in Kafka Streams.
+///
+/// ```
+/// use std::time::Duration;
+/// use eosflow::dsl::{BufferConfig, Consumed, Materialized, Produced, StreamsBuilder, Suppressed};
+/// use eosflow::serdes::StringSerde;
+/// use eosflow::testing::TopologyTestDriver;
+///
+/// // Each sensor's latest reading, held an hour, at most two sensors waiting.
+/// let builder = StreamsBuilder::new();
+/// builder
+///     .stream("readings", Consumed::with(StringSerde, StringSerde))
+///     .to_table(Materialized::with(StringSerde, StringSerde).named("latest"))
+///     .suppress(Suppressed::until_time_limit(
+///         Duration::from_secs(3600),
+///         BufferConfig::max_records(2).emit_early_when_full(),
+///     ))
+///     .to_stream()
+///     .to("held-readings", Produced::with(StringSerde, StringSerde));
+/// let mut driver = TopologyTestDriver::new(builder.build()?)?;
+/// let s = |t: &str| t.to_string();
+/// for (sensor, reading) in [("s1", "20"), ("s2", "21"), ("s1", "22"), ("s3", "19")] {
+///     driver.pipe_input("readings", &StringSerde, &StringSerde, &s(sensor), &s(reading))?;
+/// }
+/// // s3 is a third sensor waiting: the oldest, s1, goes out early with its latest reading.
+/// let out = driver.read_output("held-readings", &StringSerde, &StringSerde)?;
+/// assert_eq!(out, vec![(Some(s("s1")), Some(s("22")))]);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct BufferConfig {
     max_records: Option<u64>,

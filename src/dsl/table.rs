@@ -288,10 +288,7 @@ impl<'b, K: Data, A: Data> KTable<'b, Windowed<K>, A, WindowStoreHandle<K, A>> {
     /// key and window. For one final result per window use
     /// [`crate::topology::windows::EmitStrategy::OnWindowClose`] on the aggregation instead
     /// (Kafka Streams' `untilWindowCloses`).
-    pub fn suppress(
-        &self,
-        suppressed: Suppressed,
-    ) -> KTable<'b, Windowed<K>, A, SuppressBuffer> {
+    pub fn suppress(&self, suppressed: Suppressed) -> KTable<'b, Windowed<K>, A, SuppressBuffer> {
         let (keys, values) = self.store.store_handle().serde_arcs();
         let keys: std::sync::Arc<dyn crate::serdes::Serde<Windowed<K>>> =
             std::sync::Arc::new(crate::topology::windows::WindowedSerde::new(keys));

@@ -171,7 +171,10 @@ fn windowed_zero_time_limit_should_immediately_emit() {
 /// forwards no change for a key it never had, so the tick here is an upsert.
 #[test]
 fn intermediate_suppression_should_buffer_and_emit_later() {
-    let mut d = latest(Suppressed::until_time_limit(ms(1), BufferConfig::unbounded()));
+    let mut d = latest(Suppressed::until_time_limit(
+        ms(1),
+        BufferConfig::unbounded(),
+    ));
     put(&mut d, "hey", Some(1), 0);
     assert!(read(&mut d, OUT).is_empty());
     put(&mut d, "tick", Some(0), 1);
@@ -200,7 +203,6 @@ fn suppress_should_not_drop_tombstones_for_time_windows() {
     assert_eq!(out.len(), 1);
     assert_eq!(out[0].timestamp, Some(199));
     assert!(!out[0].headers.iter().any(|(k, _)| k == "k"));
-
 }
 
 // KTableSuppressProcessorTest#suppressShouldNotDropTombstonesForSessionWindows
@@ -213,7 +215,10 @@ fn suppress_should_not_drop_tombstones_for_session_windows() {
     );
     d.pipe(TestRecord::new(IN, Some("hey"), Some("v")).timestamp(100))
         .expect("piped");
-    assert_eq!(read_windowed(&mut d), vec![("hey".into(), 100, 100, 1, 100)]);
+    assert_eq!(
+        read_windowed(&mut d),
+        vec![("hey".into(), 100, 100, 1, 100)]
+    );
 }
 
 // KTableSuppressProcessorTest#suppressShouldNotDropTombstonesForKTable
