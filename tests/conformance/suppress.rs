@@ -183,6 +183,8 @@ fn intermediate_suppression_should_buffer_and_emit_later() {
 
 // KTableSuppressProcessorTest#suppressShouldNotDropTombstonesForTimeWindows
 /// `untilTimeLimit(0, maxRecords(0))` on a windowed table: the update is emitted at once.
+/// Kafka Streams' harness hands over `hey [0, 100)` at 100, which no windowed count produces;
+/// here `hey@100` updates `hey [100, 200)`.
 /// Kafka Streams' comes out at 100 with the input record's header `k: v`; eosflow's at 99 (the
 /// window stamp, see the module doc) and without it: a DSL record carries the headers its
 /// nodes set, not the input's (the runtime writes its envelope headers). What an update does
