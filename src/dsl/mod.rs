@@ -132,6 +132,7 @@ mod join;
 mod options;
 mod process;
 mod stream;
+mod suppress;
 mod table;
 #[cfg(test)]
 mod tests;
@@ -144,6 +145,7 @@ pub use join::JoinableTable;
 pub use options::{Consumed, Grouped, Materialized, Printed, Produced, StreamJoined};
 pub use process::{ProcessorContext, Stores, StreamProcessor};
 pub use stream::{BranchedKStream, KStream};
+pub use suppress::{BufferConfig, SuppressBuffer, Suppressed};
 pub use table::{GlobalKTable, KTable};
 
 /// What a key or value of a DSL stream is: cloned when a record goes to several nodes, moved

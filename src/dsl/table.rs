@@ -7,6 +7,7 @@ use super::grouped_table::KGroupedTable;
 use super::join::JoinableTable;
 use super::options::{Grouped, Materialized};
 use super::stream::{like, KStream};
+use super::suppress::{suppress, SuppressBuffer, Suppressed};
 use super::Data;
 use crate::processor::StoreHandle;
 use crate::record::ProcessError;
@@ -144,6 +145,43 @@ impl<'b, K: Data, V: Data> KTable<'b, K, V> {
         self.derive("KTABLE-MAPVALUES-", materialized, move |_, v| Some(f(v)))
     }
 
+    /// The table's updates held back per key and emitted later (Kafka Streams'
+    /// `suppress(Suppressed)`): each key's latest update once the table's stream time is the
+    /// time limit past the key's first waiting update, or earlier when the buffer is full
+    /// (see [`Suppressed`], [`super::BufferConfig`]). Fewer, later updates downstream — a
+    /// rate limit on a chatty table. The buffer is a changelogged store ([`SuppressBuffer`]).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use eosflow::dsl::{BufferConfig, Consumed, Materialized, Produced, StreamsBuilder, Suppressed};
+    /// use eosflow::serdes::{I64Serde, Serde, StringSerde};
+    /// use eosflow::testing::{TestRecord, TopologyTestDriver};
+    ///
+    /// // Running totals, at most one per account per minute of stream time.
+    /// let builder = StreamsBuilder::new();
+    /// builder
+    ///     .stream("payments", Consumed::with(StringSerde, I64Serde))
+    ///     .group_by_key()
+    ///     .reduce(|a, b| a + b, Materialized::with(StringSerde, I64Serde).named("totals"))
+    ///     .suppress(Suppressed::until_time_limit(Duration::from_secs(60), BufferConfig::unbounded()))
+    ///     .to_stream()
+    ///     .to("totals-per-minute", Produced::with(StringSerde, I64Serde));
+    /// let mut driver = TopologyTestDriver::new(builder.build()?)?;
+    /// for (amount, at) in [(10, 0), (5, 20_000), (7, 59_000), (1, 60_000)] {
+    ///     let amount = I64Serde.serialize(&amount)?;
+    ///     driver.pipe(TestRecord::new("payments", Some("ann"), Some(amount)).timestamp(at))?;
+    /// }
+    /// // At stream time 60 s ann's first waiting update (at 0 s) is a minute old: her latest
+    /// // total comes out with its own timestamp; nothing else is due yet.
+    /// let out = driver.read_output("totals-per-minute", &StringSerde, &I64Serde)?;
+    /// assert_eq!(out, vec![(Some("ann".to_string()), Some(23))]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn suppress(&self, suppressed: Suppressed) -> KTable<'b, K, V, SuppressBuffer> {
+        let (keys, values) = self.store.serde_arcs();
+        suppress(self.stream, keys, values, suppressed)
+    }
+
     /// A table derived row by row: `row(key, value)` is the key's new row (`None`: deleted),
     /// written to its own store and forwarded when it changes the table.
     fn derive<V2: Data>(
@@ -242,6 +280,35 @@ impl<'b, K: Data, A: Data> KTable<'b, Windowed<K>, A, WindowStoreHandle<K, A>> {
     /// result after every record that changed it, or once per window when it closes
     /// ([`crate::topology::windows::EmitStrategy::OnWindowClose`]).
     pub fn to_stream(&self) -> KStream<'b, Windowed<K>, A> {
+        updates(self.stream)
+    }
+
+    /// Each window's updates held back and emitted later (Kafka Streams'
+    /// `suppress(untilTimeLimit(…))` on a windowed table): as [`KTable::suppress`], keyed by
+    /// key and window. For one final result per window use
+    /// [`crate::topology::windows::EmitStrategy::OnWindowClose`] on the aggregation instead
+    /// (Kafka Streams' `untilWindowCloses`).
+    pub fn suppress(&self, suppressed: Suppressed) -> KTable<'b, Windowed<K>, A, SuppressBuffer> {
+        let (keys, values) = self.store.store_handle().serde_arcs();
+        let keys: std::sync::Arc<dyn crate::serdes::Serde<Windowed<K>>> =
+            std::sync::Arc::new(crate::topology::windows::WindowedSerde::new(keys));
+        suppress(self.stream, keys, values, suppressed)
+    }
+}
+
+/// A suppressed table ([`KTable::suppress`]): its updates are what the buffer emits.
+impl<'b, K: Data, V: Data> KTable<'b, K, V, SuppressBuffer> {
+    /// Names the suppression node (instead of its generated name; its store keeps its name:
+    /// use [`Suppressed::named`] to name both).
+    pub fn named(self, name: impl Into<String>) -> Self {
+        Self {
+            stream: self.stream.named(name),
+            store: self.store,
+        }
+    }
+
+    /// The updates the buffer emits, as a stream (Kafka Streams' `toStream`).
+    pub fn to_stream(&self) -> KStream<'b, K, V> {
         updates(self.stream)
     }
 }

@@ -49,6 +49,7 @@ mod repartition_tests;
 pub mod stream_joins;
 #[cfg(test)]
 mod stream_joins_tests;
+pub(crate) mod suppress;
 pub mod table_joins;
 #[cfg(test)]
 mod table_joins_tests;

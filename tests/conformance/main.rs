@@ -15,5 +15,6 @@
 mod fk_joins;
 mod grouped;
 mod stream_joins;
+mod suppress;
 mod tables;
 mod windows;
