@@ -234,11 +234,6 @@ fn db_options(cache: &StoreCache) -> Options {
     // threads per column family at every open, ~80 per store, most of an idle store's open
     // time when an instance opens hundreds of them after an assignment (issue #38).
     o.set_max_file_opening_threads(1);
-    // RocksDB preallocates each write-ahead log by the largest write buffer of the store's
-    // column families × 1.1, and the default column family's is 64 MiB unless set: 64 MiB of
-    // disk reserved per store (8 GiB at 128 partitions; a killed instance leaves it behind).
-    // The default column family holds little (metadata); its memtable is as small as the rest.
-    o.set_write_buffer_size(8 * 1024 * 1024);
     // RocksDB's own `LOG` in each store's directory: warnings and errors only. At the default
     // (info) every open writes every column family's options, about a thousand lines a store
     // (a `gettid` each), and the files pile up with hundreds of stores; eosflow's own log
@@ -314,7 +309,11 @@ impl Store {
         let cfs = Column::ALL
             .map(Column::cf)
             .into_iter()
-            .chain([META])
+            // RocksDB's default column family, unused, with the others' options: opened with
+            // RocksDB's defaults, its 64 MiB write buffer made RocksDB preallocate every
+            // write-ahead log by 64 MiB × 1.1 (the largest write buffer of the store's column
+            // families), disk reserved per store: 9 GiB at 128 partitions.
+            .chain([META, rocksdb::DEFAULT_COLUMN_FAMILY_NAME])
             .map(|n| ColumnFamilyDescriptor::new(n, cf_options(cache, n)));
         let db = DB::open_cf_descriptors(&opts, path, cfs).map_err(|source| StateError::Rocks {
             path: path.display().to_string(),
@@ -699,7 +698,8 @@ mod tests {
     fn a_store_reserves_no_more_disk_for_its_write_ahead_log_than_its_write_buffers() {
         use std::os::unix::fs::MetadataExt as _;
         let dir = tmp();
-        let cache = StoreCache::new(8 << 20);
+        // An instance's budget (the write buffers' share caps the preallocation too).
+        let cache = StoreCache::new(512 << 20);
         let (s, _) = Store::open(&dir, "cl[0]", &cache).expect("open");
         let mut o = Overlay::default();
         o.put(Column::State, b"k", b"v".to_vec());
