@@ -712,7 +712,10 @@ mod tests {
             .filter_map(|e| e.metadata().ok())
             .map(|m| m.blocks() * 512)
             .sum();
-        assert!(allocated < 16 << 20, "the store holds {allocated} bytes of disk");
+        assert!(
+            allocated < 16 << 20,
+            "the store holds {allocated} bytes of disk"
+        );
         drop(s);
         Store::wipe(&dir).expect("wipe");
     }
