@@ -11,7 +11,7 @@ use super::table::{GlobalKTable, KTable};
 use super::Data;
 use crate::processor::StoreHandle;
 use crate::serdes::Serde;
-use crate::topology::tables::JoinGrace;
+use crate::topology::tables::{JoinGrace, Joiner};
 use crate::topology::windows::WindowStoreHandle;
 use crate::topology::{ForeignKeyJoin, JoinWindows, StreamJoin, TableHandle, TableJoin};
 
@@ -177,7 +177,7 @@ impl<'b, K: Data, V: Data> KStream<'b, K, V> {
         &self,
         what: &str,
         table: &KTable<'b, K, T, TableHandle<K, T>>,
-        joiner: Box<dyn Fn(&K, &V, Option<&T>) -> Option<R> + Send + Sync>,
+        joiner: Joiner<K, V, T, R>,
         left: bool,
         joined: Joined<K, V>,
     ) -> KStream<'b, K, R> {
@@ -193,7 +193,6 @@ impl<'b, K: Data, V: Data> KStream<'b, K, V> {
             name,
         } = joined;
         let add: AddFn = Box::new(move |b, w| {
-            let joiner = Box::new(move |k: &K, v: &V, t: Option<&T>| joiner(k, v, t));
             let grace = grace.map(|g| JoinGrace::new(g, keys, values));
             b.add_stream_table_join_with(w.name, &handle, joiner, left, grace, &w.parents);
         });

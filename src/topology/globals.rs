@@ -528,8 +528,8 @@ mod tests {
                 .add_stream_global_table_join(
                     "join",
                     &h,
-                    |_k: &String, v: &String| Some(v.clone()),
-                    |_k: &String, _v: &String, row: &String| Some(row.clone()),
+                    |_k: Option<&String>, v: &String| Some(v.clone()),
+                    |_k: Option<&String>, _v: &String, row: &String| Some(row.clone()),
                     &["in"],
                 )
                 .add_sink("out", "out", StringSerde, StringSerde, &["join"])
