@@ -31,6 +31,12 @@
 //! `history-too-short` (with a WARN at most every ten seconds): a left join's `None` means
 //! "no row at that time", which the table can no longer tell.
 //!
+//! **A grace period** (the DSL's [`crate::dsl::Joined::with_grace_period`], Kafka Streams'
+//! `Joined.withGracePeriod`, versioned tables only): each stream record waits in a durable
+//! buffer — the partition's event-time timers, changelogged with the batch — until stream time
+//! passes its timestamp by the grace, then joins the version valid at its timestamp, so table
+//! records up to the grace late are seen; one already later than the grace is joined at once.
+//!
 //! Either kind drops stream records without a key (`reason="no-key"`) or without a value
 //! (`reason="no-value"`), as Kafka Streams does. The joiner returning `None` forwards nothing.
 //!
