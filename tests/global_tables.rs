@@ -66,8 +66,10 @@ fn topology(app: &str) -> Topology {
         .add_stream_global_table_join(
             "ship",
             &countries,
-            |_order: &String, code: &String| Some(code.clone()),
-            |order: &String, _code: &String, name: &String| Some(format!("{order}|{name}")),
+            |_order: Option<&String>, code: &String| Some(code.clone()),
+            |order: Option<&String>, _code: &String, name: &String| {
+                Some(format!("{}|{name}", order.map_or("", String::as_str)))
+            },
             &["orders"],
         )
         .add_sink(

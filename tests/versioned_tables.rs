@@ -19,7 +19,17 @@
 //! each caused by its click. With 5 s of history over about 30 s of logical time, the history
 //! is pruned as the run goes, and no click is old enough to fall outside it.
 //!
-//! The killed instance is this test binary re-executed in child mode (`VTAB_CHILD`).
+//! A second test runs the join **with a grace period** (`Joined::with_grace_period`): row
+//! changes are out of order too (up to 1 s late), clicks up to 1 s late, and each click waits
+//! 1.5 s of stream time in the durable buffer (the partition's event-time timers) before it
+//! joins, so it sees every row change stamped at or before it — a late one included. A third of
+//! the events is a backlog produced before the first start; two `kill -9`s land mid-stream
+//! (one restart on a wiped state dir: the buffered clicks come back from the changelog). Every
+//! click must be joined exactly once, with the row valid at its timestamp over the *whole*
+//! workload, per key in timestamp order.
+//!
+//! The killed instance is this test binary re-executed in child mode (`VTAB_CHILD`); an app id
+//! starting with `vgrace` runs the graced topology.
 
 mod support;
 
@@ -30,6 +40,7 @@ use std::time::{Duration, Instant};
 use support::pipeline::Running;
 
 use eosflow::config::Config;
+use eosflow::dsl::{Consumed, Joined, Produced, StreamsBuilder};
 use eosflow::internals::kafka::reader::read_all;
 use eosflow::kafka::topics::{self, TopicSpec};
 use eosflow::serdes::StringSerde;
@@ -100,6 +111,50 @@ fn topology(app: &str) -> Topology {
         .expect("valid topology")
 }
 
+/// The grace period of the graced joins, the table's history, and how late (at most) a row
+/// change or a click is stamped before its logical time: both lags are under the grace, so
+/// every row change stamped at or before a click is in the table when the click leaves the
+/// buffer, and no click is ever later than the grace (all are buffered).
+const GRACE: Duration = Duration::from_millis(1_500);
+const GRACE_HISTORY: Duration = Duration::from_secs(10);
+const GRACE_LAG_MS: i64 = 1_000;
+
+/// The same joins through the DSL, each with `GRACE` on the versioned users table.
+fn grace_topology(app: &str) -> Topology {
+    let b = StreamsBuilder::new();
+    let users = b.versioned_table(
+        format!("{app}.users"),
+        Consumed::with(StringSerde, StringSerde).named("users"),
+        GRACE_HISTORY,
+    );
+    let clicks = b.stream(
+        format!("{app}.clicks"),
+        Consumed::with(StringSerde, StringSerde),
+    );
+    let joined = |name: &str| {
+        Joined::with(StringSerde, StringSerde)
+            .with_grace_period(GRACE)
+            .named(name)
+    };
+    clicks
+        .join_table_with(&users, |c, n| format!("{c}|{n}"), joined("inner-join"))
+        .to(
+            format!("{app}.inner"),
+            Produced::with(StringSerde, StringSerde),
+        );
+    clicks
+        .left_join_table_with(
+            &users,
+            |c, n| format!("{c}|{}", n.map_or("-", String::as_str)),
+            joined("left-join"),
+        )
+        .to(
+            format!("{app}.left"),
+            Produced::with(StringSerde, StringSerde),
+        );
+    b.build().expect("valid topology")
+}
+
 fn config(app: &str) -> Config {
     support::instance_config(app, 50)
 }
@@ -114,7 +169,12 @@ fn child_instance() {
         .with_env_filter(tracing_subscriber::EnvFilter::from_env("EOSFLOW_TEST_LOG"))
         .with_writer(std::io::stderr)
         .try_init();
-    support::run_until_killed(config(&app), topology(&app));
+    let topology = if app.starts_with("vgrace") {
+        grace_topology(&app)
+    } else {
+        topology(&app)
+    };
+    support::run_until_killed(config(&app), topology);
 }
 
 fn lag(app: &str, topic: &str) -> i64 {
@@ -380,6 +440,208 @@ fn temporal_joins_killed_mid_stream_join_every_click_once_with_the_row_valid_at_
     }
     println!(
         "{clicks} clicks ({raced} racing a later row change) and {} row changes, {} inner results, 2 kills, {:.1} s",
+        total - clicks,
+        want_inner.values().map(Vec::len).sum::<usize>(),
+        started.elapsed().as_secs_f64()
+    );
+    let _ = std::fs::remove_dir_all(&cfg.state.dir);
+}
+
+/// The graced workload: as [`workload`], but row changes are stamped up to `GRACE_LAG_MS`
+/// before their logical time too (out of order in their partition), and clicks up to
+/// `GRACE_LAG_MS`.
+fn grace_workload(base: i64) -> Vec<Event> {
+    let mut out = Vec::with_capacity(EVENTS);
+    let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut next = |m: u64| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x % m
+    };
+    let mut clicks = 0;
+    let lag = GRACE_LAG_MS as u64 + 1;
+    while out.len() < EVENTS {
+        for _ in 0..1 + next(3) {
+            let i = out.len() as i64;
+            let name = (next(6) != 0).then(|| format!("name-{i}"));
+            let at = base + i * STEP_MS - next(lag) as i64;
+            out.push(Event::Row(key(next(KEYS)), name, at));
+        }
+        for _ in 0..5 + next(26) {
+            let i = out.len() as i64;
+            let at = base + i * STEP_MS - next(lag) as i64;
+            out.push(Event::Click(key(next(KEYS)), format!("click-{clicks}"), at));
+            clicks += 1;
+        }
+    }
+    out
+}
+
+/// Per key, what the graced joins must give: [`expected`]'s results (row changes of one
+/// timestamp: the later sent wins, as the table applies them in log order), each key's in the
+/// order clicks leave the buffer — by timestamp, then as sent.
+fn grace_expected(events: &[Event]) -> (Want, Want) {
+    let mut clicks: Vec<(i64, usize, &Event)> = events
+        .iter()
+        .enumerate()
+        .filter_map(|(i, e)| match e {
+            Event::Click(_, _, at) => Some((*at, i, e)),
+            Event::Row(..) => None,
+        })
+        .collect();
+    clicks.sort_by_key(|(at, i, _)| (*at, *i));
+    let mut versions: BTreeMap<&str, BTreeMap<i64, Option<&str>>> = BTreeMap::new();
+    for e in events {
+        if let Event::Row(k, v, at) = e {
+            versions.entry(k).or_default().insert(*at, v.as_deref());
+        }
+    }
+    let (mut inner, mut left) = (Want::new(), Want::new());
+    for (at, _, e) in clicks {
+        let Event::Click(k, c, _) = e else { continue };
+        let row = versions
+            .get(k.as_str())
+            .and_then(|v| v.range(..=at).next_back())
+            .and_then(|(_, v)| *v);
+        if let Some(name) = row {
+            inner
+                .entry(k.clone())
+                .or_default()
+                .push(format!("{c}|{name}"));
+        }
+        left.entry(k.clone())
+            .or_default()
+            .push(format!("{c}|{}", row.unwrap_or("-")));
+    }
+    (inner, left)
+}
+
+#[test]
+fn graced_temporal_joins_from_a_backlog_killed_mid_stream_join_every_click_once_after_late_rows() {
+    if std::env::var(CHILD).is_ok() {
+        return;
+    }
+    let started = Instant::now();
+    let app = support::unique("vgrace");
+    let cfg = config(&app);
+    let mut specs = vec![
+        TopicSpec::new(format!("{app}.clicks"), PARTITIONS, "delete"),
+        TopicSpec::new(format!("{app}.users"), PARTITIONS, "compact"),
+        TopicSpec::new(format!("{app}.inner"), PARTITIONS, "delete"),
+        TopicSpec::new(format!("{app}.left"), PARTITIONS, "delete"),
+    ];
+    specs.extend(grace_topology(&app).internal_topics(&cfg, PARTITIONS));
+    topics::apply_blocking(&support::clients(), &specs, Duration::from_secs(30))
+        .expect("creating topics");
+
+    let mut events = grace_workload(eosflow::internals::clock::now_ms() - 600_000);
+    let (want_inner, want_left) = grace_expected(&events);
+    let total = events.len();
+    let clicks: usize = want_left.values().map(Vec::len).sum();
+    let last = events
+        .iter()
+        .map(|e| match e {
+            Event::Row(_, _, at) | Event::Click(_, _, at) => *at,
+        })
+        .max()
+        .unwrap_or_default();
+    // The races the grace is for: a row change sent after a click of its key stamped at or
+    // after it (joined at once, the click would miss it), and clicks out of order.
+    let mut newest_click: BTreeMap<&str, i64> = BTreeMap::new();
+    let mut late_rows = 0;
+    for e in &events {
+        match e {
+            Event::Row(k, _, at) => {
+                late_rows += usize::from(newest_click.get(k.as_str()) >= Some(at));
+            }
+            Event::Click(k, _, at) => {
+                let n = newest_click.entry(k).or_insert(*at);
+                *n = (*n).max(*at);
+            }
+        }
+    }
+    assert!(late_rows > 20, "only {late_rows} row changes arrive late");
+
+    // A third of the events is a backlog, produced before the instance starts.
+    let rest = events.split_off(total / 3);
+    let backlog = events.len();
+    let sent = Arc::new(Sent::default());
+    produce_paced(&app, events, Arc::clone(&sent))
+        .join()
+        .expect("the backlog");
+    let producer = produce_paced(&app, rest, Arc::clone(&sent));
+    let mut instance = spawn(&app);
+    let mut consumed_at_kill = 0;
+    for (part, wipe) in [(1, false), (2, true)] {
+        let consumed = support::wait_for(
+            "part of the events sent and clicks processed since the last start",
+            Duration::from_secs(60),
+            || {
+                let out = sent.events.load(Ordering::SeqCst);
+                let consumed = sent.clicks.load(Ordering::SeqCst) as i64 - lag(&app, "clicks");
+                (out >= backlog + (total - backlog) * part / 3
+                    && consumed > consumed_at_kill as i64)
+                    .then_some(consumed as usize)
+            },
+        );
+        instance.kill().expect("kill -9");
+        instance.wait().expect("reaped");
+        let out = sent.events.load(Ordering::SeqCst);
+        println!(
+            "killed with {out} of {total} events sent, {consumed} clicks consumed (state dir wiped: {wipe}) at {:.1} s",
+            started.elapsed().as_secs_f64()
+        );
+        assert!(
+            out < total,
+            "the instance must die while the producer sends"
+        );
+        consumed_at_kill = consumed;
+        if wipe {
+            std::fs::remove_dir_all(&cfg.state.dir).expect("wipe the state dir");
+        }
+        instance = spawn(&app);
+    }
+    producer.join().expect("the producer thread");
+    // One click per partition past the last event by more than the grace moves every
+    // partition's stream time far enough for every buffered click to leave (these stay).
+    let flush = support::test_producer();
+    let clicks_topic = format!("{app}.clicks");
+    for p in 0..PARTITIONS {
+        let r = BaseRecord::<str, str>::to(&clicks_topic)
+            .key("flush")
+            .payload("flush")
+            .partition(p)
+            .timestamp(last + 2 * GRACE.as_millis() as i64);
+        support::send_waiting(&flush, r);
+    }
+    flush.flush(Duration::from_secs(30)).expect("flush");
+    support::wait_for(
+        "every click and row consumed",
+        Duration::from_secs(90),
+        || (lag(&app, "clicks") == 0 && lag(&app, "users") == 0).then_some(()),
+    );
+    instance.kill().expect("kill -9");
+    instance.wait().expect("reaped");
+
+    let (inner, left) = (
+        outputs(&format!("{app}.inner")),
+        outputs(&format!("{app}.left")),
+    );
+    assert_eq!(
+        left.values().map(Vec::len).sum::<usize>(),
+        clicks,
+        "every click once, left"
+    );
+    for (k, list) in &want_left {
+        assert_eq!(left.get(k), Some(list), "left results of {k}");
+    }
+    assert_eq!(inner.len(), want_inner.len());
+    for (k, list) in &want_inner {
+        assert_eq!(inner.get(k), Some(list), "inner results of {k}");
+    }
+    println!(
+        "{clicks} clicks, {} row changes ({late_rows} sent after a click of their key stamped at or after them), {} inner results, backlog {backlog}, 2 kills, {:.1} s",
         total - clicks,
         want_inner.values().map(Vec::len).sum::<usize>(),
         started.elapsed().as_secs_f64()

@@ -5,12 +5,13 @@
 use std::sync::Arc;
 
 use super::builder::{AddFn, StreamsBuilder};
-use super::options::{Materialized, StreamJoined};
+use super::options::{Joined, Materialized, StreamJoined};
 use super::stream::KStream;
 use super::table::{GlobalKTable, KTable};
 use super::Data;
 use crate::processor::StoreHandle;
 use crate::serdes::Serde;
+use crate::topology::tables::{JoinGrace, Joiner};
 use crate::topology::windows::WindowStoreHandle;
 use crate::topology::{ForeignKeyJoin, JoinWindows, StreamJoin, TableHandle, TableJoin};
 
@@ -132,16 +133,90 @@ impl<'b, K: Data, V: Data> KStream<'b, K, V> {
         KStream::new(self.builder, id, false)
     }
 
+    /// [`KStream::join_table`] with [`Joined`] options (Kafka Streams' `join(KTable,
+    /// ValueJoiner, Joined)`): with [`Joined::with_grace_period`], each record waits in a
+    /// durable buffer until stream time passes its timestamp by the grace, then joins the
+    /// versioned table's row *as of its timestamp*, so table updates up to the grace late are
+    /// still seen (see [`Joined`] for an example and the cost). [`super::StreamsBuilder::build`]
+    /// fails when the table is not versioned ([`super::StreamsBuilder::versioned_table`]) or
+    /// its history is shorter than the grace.
+    pub fn join_table_with<T: Data, R: Data>(
+        &self,
+        table: &KTable<'b, K, T, TableHandle<K, T>>,
+        joiner: impl Fn(&V, &T) -> R + Send + Sync + 'static,
+        joined: Joined<K, V>,
+    ) -> KStream<'b, K, R> {
+        self.table_join_with(
+            "join_table_with",
+            table,
+            Box::new(move |_: &K, v: &V, t: Option<&T>| t.map(|t| joiner(v, t))),
+            false,
+            joined,
+        )
+    }
+
+    /// [`KStream::left_join_table`] with [`Joined`] options (Kafka Streams' `leftJoin(KTable,
+    /// ValueJoiner, Joined)`); the grace period as in [`KStream::join_table_with`].
+    pub fn left_join_table_with<T: Data, R: Data>(
+        &self,
+        table: &KTable<'b, K, T, TableHandle<K, T>>,
+        joiner: impl Fn(&V, Option<&T>) -> R + Send + Sync + 'static,
+        joined: Joined<K, V>,
+    ) -> KStream<'b, K, R> {
+        self.table_join_with(
+            "left_join_table_with",
+            table,
+            Box::new(move |_: &K, v: &V, t: Option<&T>| Some(joiner(v, t))),
+            true,
+            joined,
+        )
+    }
+
+    /// The node of [`KStream::join_table_with`] and [`KStream::left_join_table_with`].
+    fn table_join_with<T: Data, R: Data>(
+        &self,
+        what: &str,
+        table: &KTable<'b, K, T, TableHandle<K, T>>,
+        joiner: Joiner<K, V, T, R>,
+        left: bool,
+        joined: Joined<K, V>,
+    ) -> KStream<'b, K, R> {
+        let describe = format!("{what} of {} with table {}", self.name(), table.name());
+        self.check_partitioned(&describe);
+        self.check_same_builder(table.stream.builder, what);
+        self.builder.table_lookup(table.stream.id, describe);
+        let handle = table.store().clone();
+        let Joined {
+            keys,
+            values,
+            grace,
+            name,
+        } = joined;
+        let add: AddFn = Box::new(move |b, w| {
+            let grace = grace.map(|g| JoinGrace::new(g, keys, values));
+            b.add_stream_table_join_with(w.name, &handle, joiner, left, grace, &w.parents);
+        });
+        let prefix = if left {
+            "KSTREAM-LEFTJOIN-"
+        } else {
+            "KSTREAM-JOIN-"
+        };
+        let id = self.builder.push(prefix, name, vec![self.id], add);
+        KStream::new(self.builder, id, false)
+    }
+
     /// Each record joined with the row of `global` whose key is `key_mapper(key, value)`
     /// (Kafka Streams' `join(GlobalKTable, KeyValueMapper, ValueJoiner)`): `joiner(value,
-    /// row)`, keyed by the *stream* record's key. No row, no key or no value: nothing
-    /// (counted in `eosflow_join_dropped_records_total`). Any key can be looked up, so the
-    /// stream needs no repartition, whatever changed its key. See
-    /// [`super::StreamsBuilder::global_table`] for an example.
+    /// row)`, keyed by the *stream* record's key. The mapper gets the key as an `Option`: a
+    /// record without a key is joined too when its value names the row (Kafka Streams 3.7,
+    /// KIP-962), and its result has no key. No row or no value: nothing (counted in
+    /// `eosflow_join_dropped_records_total`). Any key can be looked up, so the stream needs
+    /// no repartition, whatever changed its key. See [`super::StreamsBuilder::global_table`]
+    /// for an example.
     pub fn join_global<GK: Data, T: Data, R: Data>(
         &self,
         global: &GlobalKTable<'b, GK, T>,
-        key_mapper: impl Fn(&K, &V) -> GK + Send + Sync + 'static,
+        key_mapper: impl Fn(Option<&K>, &V) -> GK + Send + Sync + 'static,
         joiner: impl Fn(&V, &T) -> R + Send + Sync + 'static,
     ) -> KStream<'b, K, R> {
         self.check_same_builder(global.builder, "join_global");
@@ -150,8 +225,8 @@ impl<'b, K: Data, V: Data> KStream<'b, K, V> {
             b.add_stream_global_table_join(
                 w.name,
                 &handle,
-                move |k: &K, v: &V| Some(key_mapper(k, v)),
-                move |_: &K, v: &V, t: &T| Some(joiner(v, t)),
+                move |k: Option<&K>, v: &V| Some(key_mapper(k, v)),
+                move |_: Option<&K>, v: &V, t: &T| Some(joiner(v, t)),
                 &w.parents,
             );
         });
@@ -160,7 +235,7 @@ impl<'b, K: Data, V: Data> KStream<'b, K, V> {
     }
 
     /// [`KStream::join_global`], but a record without a row is joined with `None` (Kafka
-    /// Streams' `leftJoin(GlobalKTable, …)`).
+    /// Streams' `leftJoin(GlobalKTable, …)`). A keyless record is joined as by `join_global`.
     ///
     /// ```
     /// use eosflow::dsl::{Consumed, Produced, StreamsBuilder};
@@ -171,20 +246,25 @@ impl<'b, K: Data, V: Data> KStream<'b, K, V> {
     /// let countries = builder.global_table("countries", Consumed::with(StringSerde, StringSerde));
     /// builder
     ///     .stream("orders", Consumed::with(StringSerde, StringSerde))
-    ///     .left_join_global(&countries, |_, code| code.clone(), |code, country| {
+    ///     .left_join_global(&countries, |_order, code| code.clone(), |code, country| {
     ///         country.cloned().unwrap_or_else(|| format!("unknown country {code}"))
     ///     })
     ///     .to("shipments", Produced::with(StringSerde, StringSerde));
     /// let mut driver = TopologyTestDriver::new(builder.build()?)?;
     /// driver.pipe(TestRecord::new("orders", Some("o-2"), Some("xx")))?;
+    /// // A record without a key is joined too (the mapper gets `None`), its result keyless.
+    /// driver.pipe(TestRecord::new("orders", None::<&str>, Some("yy")))?;
     /// let out = driver.read_output("shipments", &StringSerde, &StringSerde)?;
-    /// assert_eq!(out, vec![(Some("o-2".to_string()), Some("unknown country xx".to_string()))]);
+    /// assert_eq!(out, vec![
+    ///     (Some("o-2".to_string()), Some("unknown country xx".to_string())),
+    ///     (None, Some("unknown country yy".to_string())),
+    /// ]);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn left_join_global<GK: Data, T: Data, R: Data>(
         &self,
         global: &GlobalKTable<'b, GK, T>,
-        key_mapper: impl Fn(&K, &V) -> GK + Send + Sync + 'static,
+        key_mapper: impl Fn(Option<&K>, &V) -> GK + Send + Sync + 'static,
         joiner: impl Fn(&V, Option<&T>) -> R + Send + Sync + 'static,
     ) -> KStream<'b, K, R> {
         self.check_same_builder(global.builder, "left_join_global");
@@ -193,8 +273,8 @@ impl<'b, K: Data, V: Data> KStream<'b, K, V> {
             b.add_stream_global_table_left_join(
                 w.name,
                 &handle,
-                move |k: &K, v: &V| Some(key_mapper(k, v)),
-                move |_: &K, v: &V, t: Option<&T>| Some(joiner(v, t)),
+                move |k: Option<&K>, v: &V| Some(key_mapper(k, v)),
+                move |_: Option<&K>, v: &V, t: Option<&T>| Some(joiner(v, t)),
                 &w.parents,
             );
         });

@@ -142,7 +142,7 @@ pub use cogroup::CogroupedKStream;
 pub use group::{KGroupedStream, SessionWindowedKStream, TimeWindowedKStream};
 pub use grouped_table::KGroupedTable;
 pub use join::JoinableTable;
-pub use options::{Consumed, Grouped, Materialized, Printed, Produced, StreamJoined};
+pub use options::{Consumed, Grouped, Joined, Materialized, Printed, Produced, StreamJoined};
 pub use process::{ProcessorContext, Stores, StreamProcessor};
 pub use stream::{BranchedKStream, KStream};
 pub use suppress::{BufferConfig, SuppressBuffer, Suppressed};

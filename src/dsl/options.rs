@@ -4,6 +4,7 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::serdes::Serde;
 use crate::topology::TimestampExtractor;
@@ -281,6 +282,109 @@ impl<K, V1, V2> Clone for StreamJoined<K, V1, V2> {
 impl<K, V1, V2> std::fmt::Debug for StreamJoined<K, V1, V2> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("StreamJoined")
+            .field("name", &self.name)
+            .finish()
+    }
+}
+
+/// Options of a stream-table join (Kafka Streams' `Joined`): the serdes its grace buffer
+/// writes stream records with, a grace period, and the join node's name — for
+/// [`super::KStream::join_table_with`] and [`super::KStream::left_join_table_with`].
+///
+/// **The grace period** (`Joined.withGracePeriod`, versioned tables only): each stream record
+/// waits in a durable buffer until stream time passes its timestamp by `grace`, then joins the
+/// table's version *at its timestamp* — so a table update that arrives out of order, up to
+/// `grace` late, is still seen by the stream records stamped after it. A stream record already
+/// later than `grace` behind stream time is joined at once (against its timestamp's version).
+/// What it costs: every result is delayed until stream time has moved `grace` past its
+/// record, and each buffered record is written (and changelogged) twice — scheduled and
+/// removed — as an event-time timer of the partition. [`super::StreamsBuilder::build`] fails
+/// when the table is not versioned or its history is shorter than `grace` (the version a
+/// record needs must still be kept when it leaves the buffer).
+///
+/// ```
+/// use std::time::Duration;
+/// use eosflow::dsl::{Consumed, Joined, Produced, StreamsBuilder};
+/// use eosflow::serdes::StringSerde;
+/// use eosflow::testing::{TestRecord, TopologyTestDriver};
+///
+/// let builder = StreamsBuilder::new();
+/// let prices = builder.versioned_table(
+///     "prices",
+///     Consumed::with(StringSerde, StringSerde),
+///     Duration::from_secs(60),
+/// );
+/// builder
+///     .stream("orders", Consumed::with(StringSerde, StringSerde))
+///     .join_table_with(
+///         &prices,
+///         |order, price| format!("{order} at {price}"),
+///         Joined::with(StringSerde, StringSerde).with_grace_period(Duration::from_secs(5)),
+///     )
+///     .to("priced", Produced::with(StringSerde, StringSerde));
+/// let prices = prices.store().clone();
+/// let mut driver = TopologyTestDriver::new(builder.build()?)?;
+/// let tea = "tea".to_string();
+/// driver.pipe_table_at(&prices, &tea, Some(&"3.00".to_string()), 1_000)?;
+/// driver.pipe(TestRecord::new("orders", Some("tea"), Some("o-1")).timestamp(4_000))?;
+/// // Nothing yet: o-1 waits until stream time passes 4 s + 5 s of grace.
+/// assert!(driver.read_raw_output("priced").is_empty());
+/// // A price change stamped 3 s arrives late, within the grace: o-1 (at 4 s) sees it.
+/// driver.pipe_table_at(&prices, &tea, Some(&"3.50".to_string()), 3_000)?;
+/// driver.pipe(TestRecord::new("orders", Some("tea"), Some("o-2")).timestamp(9_000))?;
+/// let out: Vec<String> = driver.read_raw_output("priced").iter().map(|r| r.value_text()).collect();
+/// assert_eq!(out, ["o-1 at 3.50"]); // o-2 waits for 14 s
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct Joined<K, V> {
+    pub(crate) keys: Arc<dyn Serde<K>>,
+    pub(crate) values: Arc<dyn Serde<V>>,
+    pub(crate) grace: Option<Duration>,
+    pub(crate) name: Option<String>,
+}
+
+impl<K, V> Joined<K, V> {
+    /// The stream's keys and values written with `keys` and `values` (in the grace buffer);
+    /// no grace period.
+    pub fn with(keys: impl Serde<K> + 'static, values: impl Serde<V> + 'static) -> Self {
+        Self {
+            keys: Arc::new(keys),
+            values: Arc::new(values),
+            grace: None,
+            name: None,
+        }
+    }
+
+    /// Buffers stream records for `grace` before joining them (see [`Joined`]).
+    pub fn with_grace_period(mut self, grace: Duration) -> Self {
+        self.grace = Some(grace);
+        self
+    }
+
+    /// Names the join node (a buffered record's timers are the node's: name it in an
+    /// application that will change).
+    pub fn named(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+}
+
+/// Shares the serdes (cheap: they are reference-counted).
+impl<K, V> Clone for Joined<K, V> {
+    fn clone(&self) -> Self {
+        Self {
+            keys: self.keys.clone(),
+            values: self.values.clone(),
+            grace: self.grace,
+            name: self.name.clone(),
+        }
+    }
+}
+
+impl<K, V> std::fmt::Debug for Joined<K, V> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Joined")
+            .field("grace", &self.grace)
             .field("name", &self.name)
             .finish()
     }

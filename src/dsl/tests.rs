@@ -921,7 +921,9 @@ fn a_global_table_joins_by_the_key_a_record_maps_to_without_a_repartition() -> T
     let orders = builder
         .stream("orders", Consumed::with(StringSerde, StringSerde))
         .select_key(|_, order| order.split(':').next().unwrap_or_default().to_string());
-    let code = |_: &String, order: &String| order.split(':').nth(1).unwrap_or_default().to_string();
+    let code = |_: Option<&String>, order: &String| {
+        order.split(':').nth(1).unwrap_or_default().to_string()
+    };
     orders
         .join_global(&countries, code, |order, country| {
             format!("{order} to {country}")

@@ -623,7 +623,7 @@ impl TopologyBuilder {
         R: Clone + Send + 'static,
     {
         let joiner = move |k: &K, v: &V, t: Option<&T>| t.and_then(|t| joiner(k, v, t));
-        self.add_join(name, parents, table, Box::new(joiner), false)
+        self.add_join(name, parents, table, Box::new(joiner), false, None)
     }
 
     /// A left stream-table join node `name`: as [`TopologyBuilder::add_stream_table_join`],
@@ -641,7 +641,47 @@ impl TopologyBuilder {
         T: 'static,
         R: Clone + Send + 'static,
     {
-        self.add_join(name, parents, table, Box::new(joiner), true)
+        self.add_join(name, parents, table, Box::new(joiner), true, None)
+    }
+
+    /// A stream-table join node `name` (inner, or `left`), with a grace period when `grace`
+    /// is set (Kafka Streams' `Joined.withGracePeriod`): stream records wait in a durable
+    /// buffer until stream time passes their timestamp by the grace, then join the table's
+    /// version at their timestamp (see [`super::tables`]). With a grace the table must be
+    /// versioned with a history at least as long, else [`TopologyBuilder::build`] fails.
+    pub(crate) fn add_stream_table_join_with<K, V, T, R>(
+        &mut self,
+        name: &str,
+        table: &TableHandle<K, T>,
+        joiner: super::tables::Joiner<K, V, T, R>,
+        left: bool,
+        grace: Option<super::tables::JoinGrace<K, V>>,
+        parents: &[&str],
+    ) -> &mut Self
+    where
+        K: Clone + Send + 'static,
+        V: Send + 'static,
+        T: 'static,
+        R: Clone + Send + 'static,
+    {
+        let grace_ms = grace.as_ref().map(|g| g.ms);
+        match (grace_ms, table.history()) {
+            (None, _) => {}
+            (Some(_), None) => self.errors.push(format!(
+                "join {name:?} has a grace period but table {:?} is not versioned: a table must be versioned to use a grace period in a stream-table join",
+                table.name()
+            )),
+            (Some(ms), Some(history))
+                if i64::try_from(history.as_millis()).unwrap_or(i64::MAX) < ms =>
+            {
+                self.errors.push(format!(
+                    "join {name:?}: the history of table {:?} ({history:?}) is shorter than the join's grace period ({ms} ms): history retention must be at least the grace period",
+                    table.name(),
+                ))
+            }
+            (Some(_), Some(_)) => {}
+        }
+        self.add_join(name, parents, table, joiner, left, grace)
     }
 
     fn add_join<K, V, T, R>(
@@ -651,6 +691,7 @@ impl TopologyBuilder {
         table: &TableHandle<K, T>,
         joiner: super::tables::Joiner<K, V, T, R>,
         left: bool,
+        grace: Option<super::tables::JoinGrace<K, V>>,
     ) -> &mut Self
     where
         K: Clone + Send + 'static,
@@ -674,6 +715,7 @@ impl TopologyBuilder {
             joiner,
             left,
             as_of: table.history().is_some(),
+            grace,
             _types: PhantomData,
         };
         self.add_node(name, node, parents);
@@ -706,17 +748,19 @@ impl TopologyBuilder {
     }
 
     /// An inner stream-global-table join node `name`: each `(K, V)` record its `parents`
-    /// forward is mapped to the table's key by `key_extractor` and looked up in `table` as it
+    /// forward is mapped to the table's key by `key_extractor` (which gets `None` for a keyless
+    /// record: Kafka Streams 3.7 joins those too, KIP-962) and looked up in `table` as it
     /// stands now; when the table has a row, `joiner(key, value, row)` is forwarded as
-    /// `(K, R)` (nothing if it returns `None`). A record without a row, or whose extractor
-    /// returns `None`, gives nothing and is counted (`eosflow_join_dropped_records_total`).
-    /// The global table must be added first ([`TopologyBuilder::add_global_table`]).
+    /// `(K, R)`, keyless for a keyless record (nothing if it returns `None`). A record without
+    /// a value or a row, or whose extractor returns `None`, gives nothing and is counted
+    /// (`eosflow_join_dropped_records_total`). The global table must be added first
+    /// ([`TopologyBuilder::add_global_table`]).
     pub fn add_stream_global_table_join<K, V, GK, T, R>(
         &mut self,
         name: &str,
         table: &GlobalTableHandle<GK, T>,
-        key_extractor: impl Fn(&K, &V) -> Option<GK> + Send + 'static,
-        joiner: impl Fn(&K, &V, &T) -> Option<R> + Send + 'static,
+        key_extractor: impl Fn(Option<&K>, &V) -> Option<GK> + Send + 'static,
+        joiner: impl Fn(Option<&K>, &V, &T) -> Option<R> + Send + 'static,
         parents: &[&str],
     ) -> &mut Self
     where
@@ -726,20 +770,21 @@ impl TopologyBuilder {
         T: 'static,
         R: Clone + Send + 'static,
     {
-        let joiner = move |k: &K, v: &V, t: Option<&T>| t.and_then(|t| joiner(k, v, t));
+        let joiner = move |k: Option<&K>, v: &V, t: Option<&T>| t.and_then(|t| joiner(k, v, t));
         let extractor = Box::new(key_extractor);
         self.add_global_join(name, parents, table, extractor, Box::new(joiner), false)
     }
 
     /// A left stream-global-table join node `name`: as
-    /// [`TopologyBuilder::add_stream_global_table_join`], but a record without a row (or whose
-    /// extractor returns `None`) is joined with `None`.
+    /// [`TopologyBuilder::add_stream_global_table_join`], but a record without a row is joined
+    /// with `None`. A record whose extractor returns `None` is dropped as by the inner join,
+    /// unless it has no key either: then it is joined with `None` (Kafka Streams' rule).
     pub fn add_stream_global_table_left_join<K, V, GK, T, R>(
         &mut self,
         name: &str,
         table: &GlobalTableHandle<GK, T>,
-        key_extractor: impl Fn(&K, &V) -> Option<GK> + Send + 'static,
-        joiner: impl Fn(&K, &V, Option<&T>) -> Option<R> + Send + 'static,
+        key_extractor: impl Fn(Option<&K>, &V) -> Option<GK> + Send + 'static,
+        joiner: impl Fn(Option<&K>, &V, Option<&T>) -> Option<R> + Send + 'static,
         parents: &[&str],
     ) -> &mut Self
     where

@@ -25,17 +25,20 @@
 //! row must not stop the table.
 //!
 //! A **stream-global-table join** node maps each stream record to the table's key with a key
-//! extractor `(key, value) -> Option<table key>` and forwards the joiner's result keyed by the
-//! *stream* key, with the stream record's timestamp and headers (the runtime stamps the
+//! extractor `(Option<key>, value) -> Option<table key>` and forwards the joiner's result keyed
+//! by the *stream* key, with the stream record's timestamp and headers (the runtime stamps the
 //! envelope with the stream record as cause):
 //!
 //! - inner ([`super::TopologyBuilder::add_stream_global_table_join`]): no row (or no key from
 //!   the extractor) gives nothing, counted in `eosflow_join_dropped_records_total{node,
 //!   reason}` (`no-global-value`, `no-global-key`);
-//! - left ([`super::TopologyBuilder::add_stream_global_table_left_join`]): the joiner gets
-//!   `None`.
+//! - left ([`super::TopologyBuilder::add_stream_global_table_left_join`]): no row, the joiner
+//!   gets `None`; no key from the extractor drops the record (`no-global-key`) as the inner
+//!   join does, unless the stream record has no key either — then the joiner gets `None`.
 //!
-//! Either kind drops stream records without a key (`no-key`) or without a value (`no-value`).
+//! A stream record **without a key** is joined too (Kafka Streams 3.7, KIP-962): the extractor
+//! gets `None` for its key and may still name a table key (one carried in the value), and the
+//! result is keyless. Either kind drops stream records without a value (`no-value`).
 //!
 //! **From a plain [`Processor`](crate::processor::Processor)** (no topology): keep a
 //! [`GlobalTableHandle`], declare it with
@@ -60,8 +63,10 @@
 //!     .add_stream_global_table_join(
 //!         "enrich",
 //!         &countries,
-//!         |_order: &String, code: &String| Some(code.clone()), // the table key
-//!         |order: &String, _code: &String, name: &String| Some(format!("{order} ships to {name}")),
+//!         |_order: Option<&String>, code: &String| Some(code.clone()), // the table key
+//!         |order: Option<&String>, _code: &String, name: &String| {
+//!             Some(format!("{} ships to {name}", order.map_or("?", String::as_str)))
+//!         },
 //!         &["orders"],
 //!     )
 //!     .add_sink("out", "shipments", StringSerde, StringSerde, &["enrich"])
@@ -86,7 +91,7 @@ use std::marker::PhantomData;
 use std::sync::{Arc, Mutex, RwLock};
 
 use super::node::{NodeContext, NodeProcessor, TypedRecord};
-use super::tables::{join_output, JoinInput};
+use super::tables::join_output;
 use crate::record::ProcessError;
 use crate::serdes::Serde;
 use crate::telemetry;
@@ -352,10 +357,12 @@ impl GlobalReader for MemoryGlobal {
 
 /// The key extractor of a stream-global-table join: the stream key and value to the table's
 /// key (`None`: no lookup).
-pub(crate) type KeyExtractor<K, V, GK> = Box<dyn Fn(&K, &V) -> Option<GK> + Send>;
-/// The joiner: the stream key and value and the table's row (`None` only in a left join), to
-/// the result (`None`: forward nothing); the stream-table join's.
-pub(crate) type GlobalJoiner<K, V, T, R> = super::tables::Joiner<K, V, T, R>;
+pub(crate) type KeyExtractor<K, V, GK> = Box<dyn Fn(Option<&K>, &V) -> Option<GK> + Send>;
+/// The joiner: the stream key (`None` for a keyless record, which a global join can still
+/// join: its table key comes from the extractor) and value and the table's row (`None` only
+/// in a left join), to the result (`None`: forward nothing).
+pub(crate) type GlobalJoiner<K, V, T, R> =
+    Box<dyn Fn(Option<&K>, &V, Option<&T>) -> Option<R> + Send>;
 
 /// The node of a stream-global-table join.
 pub(crate) struct StreamGlobalTableJoin<K, V, GK, T, R> {
@@ -412,14 +419,19 @@ where
     fn process(
         &mut self,
         ctx: &mut NodeContext<'_, '_>,
-        record: TypedRecord<K, V>,
+        mut record: TypedRecord<K, V>,
     ) -> Result<(), ProcessError> {
-        let Some(JoinInput { key, value, record }) = JoinInput::of(ctx, record) else {
+        // Kafka Streams (KIP-962): a keyless record is joined when the extractor maps it to
+        // a table key, and a left join joins it even when it does not; a record with a key
+        // but no table key is dropped by both.
+        let key = record.key.take();
+        let Some(value) = record.value.take() else {
+            telemetry::join_dropped(ctx.node_name(), "no-value");
             return Ok(());
         };
-        let row = match (self.extractor)(&key, &value) {
+        let row = match (self.extractor)(key.as_ref(), &value) {
             Some(table_key) => self.lookup(&table_key)?,
-            None if self.left => None,
+            None if self.left && key.is_none() => None,
             None => {
                 telemetry::join_dropped(ctx.node_name(), "no-global-key");
                 return Ok(());
@@ -516,8 +528,8 @@ mod tests {
                 .add_stream_global_table_join(
                     "join",
                     &h,
-                    |_k: &String, v: &String| Some(v.clone()),
-                    |_k: &String, _v: &String, row: &String| Some(row.clone()),
+                    |_k: Option<&String>, v: &String| Some(v.clone()),
+                    |_k: Option<&String>, _v: &String, row: &String| Some(row.clone()),
                     &["in"],
                 )
                 .add_sink("out", "out", StringSerde, StringSerde, &["join"])

@@ -17,7 +17,7 @@ fn countries() -> GlobalTableHandle<String, String> {
 
 /// The country code of an order's value `code:item`; none for a value without a colon.
 #[allow(clippy::ptr_arg)] // the key extractor takes the stream key and value types
-fn code(_order: &String, value: &String) -> Option<String> {
+fn code(_order: Option<&String>, value: &String) -> Option<String> {
     value.split_once(':').map(|(c, _)| c.to_string())
 }
 
@@ -32,14 +32,16 @@ fn topology() -> Topology {
             "inner-join",
             &countries,
             code,
-            |_order: &String, value: &String, name: &String| Some(format!("{value} to {name}")),
+            |_order: Option<&String>, value: &String, name: &String| {
+                Some(format!("{value} to {name}"))
+            },
             &["orders"],
         )
         .add_stream_global_table_left_join(
             "left-join",
             &countries,
             code,
-            |_order: &String, value: &String, name: Option<&String>| {
+            |_order: Option<&String>, value: &String, name: Option<&String>| {
                 Some(format!("{value} to {}", name.map_or("?", String::as_str)))
             },
             &["orders"],
@@ -139,22 +141,41 @@ fn an_update_is_seen_by_later_records_and_a_tombstone_deletes_the_row() {
 }
 
 #[test]
-fn no_key_from_the_extractor_is_dropped_by_inner_and_joined_with_none_by_left() {
+fn no_key_from_the_extractor_drops_the_record_and_a_keyless_record_still_joins() {
     let mut d = driver();
     row(&mut d, "fr", Some("France"));
+    // A key but no table key: both joins drop it (Kafka Streams' rule).
     order(&mut d, "o-1", "no colon here");
     assert!(texts(&mut d, "inner").is_empty());
-    assert_eq!(
-        texts(&mut d, "left"),
-        pairs(&[("o-1", "no colon here to ?")])
-    );
-    // A stream record without a value (or a key) joins nothing, in either join.
+    assert!(texts(&mut d, "left").is_empty());
+    // A stream record without a value joins nothing, in either join.
     d.pipe(TestRecord::new(ORDERS, Some("o-2"), None::<&str>))
         .expect("pipe tombstone");
-    d.pipe(TestRecord::new(ORDERS, None::<&str>, Some("fr:x")))
-        .expect("pipe keyless");
     assert!(texts(&mut d, "inner").is_empty());
     assert!(texts(&mut d, "left").is_empty());
+    // A keyless record is joined by the table key its value names (KIP-962), its result
+    // keyless; with no table key the left join still joins it with `None`.
+    d.pipe(TestRecord::new(ORDERS, None::<&str>, Some("fr:x")))
+        .expect("pipe keyless");
+    d.pipe(TestRecord::new(ORDERS, None::<&str>, Some("nothing")))
+        .expect("pipe keyless without a table key");
+    let keyless = |d: &mut Driver, topic: &str| -> Vec<(Option<Vec<u8>>, String)> {
+        d.read_raw_output(topic)
+            .iter()
+            .map(|r| (r.key.clone(), r.value_text()))
+            .collect()
+    };
+    assert_eq!(
+        keyless(&mut d, "inner"),
+        vec![(None, "fr:x to France".to_string())]
+    );
+    assert_eq!(
+        keyless(&mut d, "left"),
+        vec![
+            (None, "fr:x to France".to_string()),
+            (None, "nothing to ?".to_string())
+        ]
+    );
 }
 
 #[test]
@@ -189,7 +210,7 @@ fn the_builder_names_global_table_mistakes_and_the_driver_refuses_an_unknown_one
             "j",
             &GlobalTableHandle::new("other", "other", StringSerde, StringSerde),
             code,
-            |_: &String, v: &String, _: &String| Some(v.clone()),
+            |_: Option<&String>, v: &String, _: &String| Some(v.clone()),
             &["orders"],
         )
         .add_table(&users)

@@ -365,7 +365,7 @@ struct SlotSerde<V>(Arc<dyn Serde<V>>);
 
 const ABSENT: u32 = u32::MAX;
 
-fn put_bytes(out: &mut Vec<u8>, b: Option<&[u8]>) -> Result<(), SerdeError> {
+pub(crate) fn put_bytes(out: &mut Vec<u8>, b: Option<&[u8]>) -> Result<(), SerdeError> {
     match b {
         Some(b) => {
             let len = u32::try_from(b.len())
@@ -381,7 +381,10 @@ fn put_bytes(out: &mut Vec<u8>, b: Option<&[u8]>) -> Result<(), SerdeError> {
 }
 
 /// Reads what [`put_bytes`] wrote at `at`, moving `at` past it.
-fn take_bytes<'b>(bytes: &'b [u8], at: &mut usize) -> Result<Option<&'b [u8]>, SerdeError> {
+pub(crate) fn take_bytes<'b>(
+    bytes: &'b [u8],
+    at: &mut usize,
+) -> Result<Option<&'b [u8]>, SerdeError> {
     let short = || SerdeError::new("a buffered join slot is cut short");
     let len_bytes = bytes.get(*at..*at + 4).ok_or_else(short)?;
     let len = u32::from_be_bytes(len_bytes.try_into().map_err(|_| short())?);

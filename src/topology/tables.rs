@@ -31,6 +31,12 @@
 //! `history-too-short` (with a WARN at most every ten seconds): a left join's `None` means
 //! "no row at that time", which the table can no longer tell.
 //!
+//! **A grace period** (the DSL's [`crate::dsl::Joined::with_grace_period`], Kafka Streams'
+//! `Joined.withGracePeriod`, versioned tables only): each stream record waits in a durable
+//! buffer — the partition's event-time timers, changelogged with the batch — until stream time
+//! passes its timestamp by the grace, then joins the version valid at its timestamp, so table
+//! records up to the grace late are seen; one already later than the grace is joined at once.
+//!
 //! Either kind drops stream records without a key (`reason="no-key"`) or without a value
 //! (`reason="no-value"`), as Kafka Streams does. The joiner returning `None` forwards nothing.
 //!
@@ -80,6 +86,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::node::{NodeContext, NodeProcessor, TypedRecord};
+use super::stream_joins::{put_bytes, take_bytes};
+use crate::codec::envelope::EnvelopeRef;
 use crate::processor::{AsOf, StoreHandle};
 use crate::record::ProcessError;
 use crate::serdes::Serde;
@@ -232,7 +240,152 @@ pub(crate) struct StreamTableJoin<K, V, T, R> {
     pub(crate) left: bool,
     /// The table is versioned: look the key up as of the stream record's timestamp.
     pub(crate) as_of: bool,
+    /// A grace period (versioned tables only): stream records wait in a durable buffer.
+    pub(crate) grace: Option<JoinGrace<K, V>>,
     pub(crate) _types: PhantomData<fn(V, R)>,
+}
+
+/// A stream-table join's grace period (Kafka Streams' `Joined.withGracePeriod`) and the serdes
+/// its buffer writes stream records with.
+///
+/// The buffer is the partition's event-time timers: a stream record not behind stream time
+/// by more than the grace is scheduled as a timer due at `timestamp + grace`, keyed
+/// `stream key · offset · source hash · sequence` (so timers of one due time fire in Kafka
+/// Streams' buffer order: key bytes, then arrival) and carrying the record (timestamp, key,
+/// value, the envelope it was caused by, its headers) as payload. The timer fires once stream
+/// time reaches its due time, after the record that moved stream time there, and the record
+/// is joined then with the table's version at its timestamp. Timers are written through the
+/// batch overlay and changelogged in the batch's transaction, so a buffered record is joined
+/// exactly once across crashes: the removal of its timer commits with the result.
+pub(crate) struct JoinGrace<K, V> {
+    pub(crate) ms: i64,
+    pub(crate) keys: Arc<dyn Serde<K>>,
+    pub(crate) values: Arc<dyn Serde<V>>,
+    /// The input a sequence number was last given for, and that number: several stream
+    /// records of one input (a `flat_map` upstream) get distinct buffer keys.
+    pub(crate) last: Option<(u64, u32)>,
+}
+
+impl<K, V> JoinGrace<K, V> {
+    /// The grace period of `grace`, buffering with these serdes.
+    pub(crate) fn new(grace: Duration, keys: Arc<dyn Serde<K>>, values: Arc<dyn Serde<V>>) -> Self {
+        Self {
+            ms: i64::try_from(grace.as_millis()).unwrap_or(i64::MAX),
+            keys,
+            values,
+            last: None,
+        }
+    }
+
+    /// The timer of a stream record to buffer: due at `timestamp + grace`, keyed and carrying
+    /// the record as [`JoinGrace`] says.
+    fn timer(
+        &mut self,
+        ctx: &NodeContext<'_, '_>,
+        key: &K,
+        value: &V,
+        timestamp: i64,
+        headers: &[(String, Vec<u8>)],
+    ) -> Result<crate::processor::Timer, ProcessError> {
+        let permanent = |e: crate::serdes::SerdeError| {
+            ProcessError::permanent(format!("buffering a stream record of the join: {e}"))
+        };
+        let key_bytes = self.keys.serialize(key).map_err(permanent)?;
+        let value_bytes = self.values.serialize(value).map_err(permanent)?;
+        let input = ctx.input();
+        let source = input_hash(input);
+        let seq = match self.last {
+            Some((h, n)) if h == source => n.wrapping_add(1),
+            _ => 0,
+        };
+        self.last = Some((source, seq));
+        let mut timer_key = key_bytes.clone();
+        timer_key.extend_from_slice(&(input.offset as u64 ^ (1 << 63)).to_be_bytes());
+        timer_key.extend_from_slice(&source.to_be_bytes());
+        timer_key.extend_from_slice(&seq.to_be_bytes());
+
+        let cause = EnvelopeRef::of(input.headers);
+        let mut payload = timestamp.to_be_bytes().to_vec();
+        for field in [
+            Some(key_bytes.as_slice()),
+            Some(value_bytes.as_slice()),
+            cause.id,
+            cause.correlation_id,
+            cause.tenant,
+        ] {
+            put_bytes(&mut payload, field).map_err(permanent)?;
+        }
+        for (name, value) in headers {
+            put_bytes(&mut payload, Some(name.as_bytes())).map_err(permanent)?;
+            put_bytes(&mut payload, Some(value)).map_err(permanent)?;
+        }
+        let due = timestamp.saturating_add(self.ms);
+        Ok(crate::processor::Timer::event_time(timer_key, due).with_payload(payload))
+    }
+
+    /// The stream record a buffer timer carries: key, value, and a record with its timestamp
+    /// and headers (the envelope of the record that caused it first).
+    fn record(&self, payload: &[u8]) -> Result<(K, V, TypedRecord<K, V>), ProcessError> {
+        let bad = |what: String| {
+            ProcessError::permanent(format!("a join buffer timer's payload: {what}"))
+        };
+        let timestamp = payload
+            .get(..8)
+            .and_then(|b| b.try_into().ok())
+            .map(i64::from_be_bytes)
+            .ok_or_else(|| bad("cut short".into()))?;
+        let mut at = 8;
+        let next = |at: &mut usize| take_bytes(payload, at).map_err(|e| bad(e.to_string()));
+        let key = next(&mut at)?.ok_or_else(|| bad("no key".into()))?;
+        let key = self.keys.deserialize(key).map_err(|e| bad(e.to_string()))?;
+        let value = next(&mut at)?.ok_or_else(|| bad("no value".into()))?;
+        let value = self
+            .values
+            .deserialize(value)
+            .map_err(|e| bad(e.to_string()))?;
+        let (id, correlation, tenant) = (next(&mut at)?, next(&mut at)?, next(&mut at)?);
+        let mut headers = Vec::new();
+        if let Some(id) = id {
+            headers.push(("causation_id".to_string(), id.to_vec()));
+        }
+        if let Some(c) = correlation.or(id) {
+            headers.push(("correlation_id".to_string(), c.to_vec()));
+        }
+        if let Some(t) = tenant {
+            headers.push(("tenant".to_string(), t.to_vec()));
+        }
+        while at < payload.len() {
+            let name = next(&mut at)?.ok_or_else(|| bad("a header without a name".into()))?;
+            let name = String::from_utf8(name.to_vec()).map_err(|e| bad(e.to_string()))?;
+            let value = next(&mut at)?.ok_or_else(|| bad("a header without a value".into()))?;
+            headers.push((name, value.to_vec()));
+        }
+        let record = TypedRecord {
+            key: None,
+            value: None,
+            timestamp: Some(timestamp),
+            headers,
+        };
+        Ok((key, value, record))
+    }
+}
+
+/// A stable hash (FNV-1a) of where an input record comes from: topic, partition, offset and,
+/// for a timer's call (offset -1), its key and due time.
+fn input_hash(input: &crate::record::Record<'_>) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut eat = |bytes: &[u8]| {
+        for b in bytes {
+            h ^= u64::from(*b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+    };
+    eat(input.topic.as_bytes());
+    eat(&input.partition.to_be_bytes());
+    eat(&input.offset.to_be_bytes());
+    eat(input.key.unwrap_or_default());
+    eat(&input.timestamp.unwrap_or_default().to_be_bytes());
+    h
 }
 
 impl<K, V, T, R> NodeProcessor<K, V> for StreamTableJoin<K, V, T, R>
@@ -250,6 +403,48 @@ where
         let Some(JoinInput { key, value, record }) = JoinInput::of(ctx, record) else {
             return Ok(());
         };
+        // With a grace period, a record within it of stream time waits in the buffer; one
+        // later than that is joined at once (Kafka Streams' buffer refuses it).
+        if let (Some(grace), Some(ts)) = (self.grace.as_mut(), record.timestamp) {
+            let stream = ctx.stream_time_ms().unwrap_or(ts);
+            if stream.saturating_sub(grace.ms) <= ts {
+                let timer = grace.timer(ctx, &key, &value, ts, &record.headers)?;
+                return ctx.schedule(timer);
+            }
+        }
+        self.join(ctx, key, value, record)
+    }
+
+    /// A buffered stream record whose grace has passed: joined with the table's version at its
+    /// timestamp, its result stamped with that timestamp and caused by its own envelope.
+    fn on_timer(
+        &mut self,
+        ctx: &mut NodeContext<'_, '_>,
+        timer: &crate::processor::Timer,
+    ) -> Result<(), ProcessError> {
+        let Some(grace) = &self.grace else {
+            return Ok(());
+        };
+        let (key, value, record) = grace.record(&timer.payload)?;
+        self.join(ctx, key, value, record)
+    }
+}
+
+impl<K, V, T, R> StreamTableJoin<K, V, T, R>
+where
+    K: Clone + Send + 'static,
+    V: Send + 'static,
+    T: 'static,
+    R: Clone + Send + 'static,
+{
+    /// Joins one stream record with its key's row (as of its timestamp on a versioned table).
+    fn join(
+        &self,
+        ctx: &mut NodeContext<'_, '_>,
+        key: K,
+        value: V,
+        record: TypedRecord<K, V>,
+    ) -> Result<(), ProcessError> {
         let row = match (self.as_of, record.timestamp) {
             (true, Some(ts)) => match ctx.store(&self.table)?.get_as_of(&key, ts)? {
                 AsOf::Value { value, .. } => Some(value),
@@ -263,11 +458,11 @@ where
         };
         join_output(
             ctx,
-            (key, value, record),
+            (Some(key), value, record),
             row,
             self.left,
             "no-table-value",
-            &self.joiner,
+            |k, v, t| k.and_then(|k| (self.joiner)(k, v, t)),
         );
         Ok(())
     }
@@ -314,14 +509,15 @@ impl<K, V> JoinInput<K, V> {
 
 /// The end of every stream-side join: no `row` on an inner join drops the record (counted
 /// with `missing`), else the joiner's result, if any, goes downstream under the stream
-/// record's key with its timestamp and headers.
+/// record's key (none for a keyless record a global join let through) with its timestamp
+/// and headers.
 pub(crate) fn join_output<K, V, T, R>(
     ctx: &mut NodeContext<'_, '_>,
-    (key, value, record): (K, V, TypedRecord<K, V>),
+    (key, value, record): (Option<K>, V, TypedRecord<K, V>),
     row: Option<T>,
     left: bool,
     missing: &'static str,
-    joiner: &Joiner<K, V, T, R>,
+    joiner: impl FnOnce(Option<&K>, &V, Option<&T>) -> Option<R>,
 ) where
     K: Clone + Send + 'static,
     R: Clone + Send + 'static,
@@ -330,9 +526,9 @@ pub(crate) fn join_output<K, V, T, R>(
         telemetry::join_dropped(ctx.node_name(), missing);
         return;
     }
-    if let Some(out) = joiner(&key, &value, row.as_ref()) {
+    if let Some(out) = joiner(key.as_ref(), &value, row.as_ref()) {
         ctx.forward(TypedRecord {
-            key: Some(key),
+            key,
             value: Some(out),
             timestamp: record.timestamp,
             headers: record.headers,

@@ -16,8 +16,9 @@
 //! timestamp for timestamp, that forwards its changes.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
-use eosflow::dsl::{Consumed, Data, KTable, Materialized, Produced, StreamsBuilder};
+use eosflow::dsl::{Consumed, Data, Joined, KTable, Materialized, Produced, StreamsBuilder};
 use eosflow::serdes::{I64Serde, Serde, StringSerde};
 use eosflow::testing::{TestRecord, TopologyTestDriver};
 use eosflow::topology::{GlobalTableHandle, TableHandle, Topology};
@@ -1206,6 +1207,159 @@ fn stream_table_join_test_should_log_and_meter_when_skipping_null_left_value() {
     stream_table_skips(Some(1), None);
 }
 
+/// `makeJoin(grace)`: `streamTopic` joined with a versioned table of `tableTopic2` (history 5
+/// minutes) with `Joined.with(…, grace)`; rows are pushed at 0 (`pushToTableNonRandom`).
+fn graced_join(grace_ms: u64) -> StreamTable {
+    let b = StreamsBuilder::new();
+    let stream = b.stream("streamTopic", Consumed::with(I64Serde, StringSerde));
+    let table = b.versioned_table(
+        "tableTopic2",
+        Consumed::with(I64Serde, StringSerde),
+        Duration::from_secs(300),
+    );
+    stream
+        .join_table_with(
+            &table,
+            |v, t| format!("{v}+{t}"),
+            Joined::with(I64Serde, StringSerde)
+                .with_grace_period(Duration::from_millis(grace_ms))
+                .named("Grace"),
+        )
+        .to("out", Produced::with(I64Serde, StringSerde));
+    StreamTable {
+        d: driver(b),
+        rng: Lcg(42),
+    }
+}
+
+impl StreamTable {
+    /// `pushToTableNonRandom`: rows `<prefix><k>` of the first `n` keys, all stamped 0.
+    fn push_to_table_non_random(&mut self, n: usize, prefix: &str) {
+        for k in KEYS.iter().take(n) {
+            let v = format!("{prefix}{k}");
+            pipe(
+                &mut self.d,
+                "tableTopic2",
+                &I64Serde,
+                &StringSerde,
+                Some(k),
+                Some(&v),
+                0,
+            );
+        }
+    }
+}
+
+/// The build error of a stream joined with grace `grace` to a table of history `history`
+/// (`None`: not versioned).
+fn graced_join_build_error(history: Option<Duration>, grace: Duration) -> String {
+    let b = StreamsBuilder::new();
+    let stream = b.stream("topic", Consumed::with(StringSerde, StringSerde));
+    let consumed = Consumed::with(StringSerde, StringSerde);
+    let table = match history {
+        Some(h) => b.versioned_table("topic2", consumed, h),
+        None => b.table("topic2", consumed),
+    };
+    stream
+        .join_table_with(
+            &table,
+            |a, b| format!("{a}{b}"),
+            Joined::with(StringSerde, StringSerde)
+                .with_grace_period(grace)
+                .named("first-join"),
+        )
+        .to("out-one", Produced::with(StringSerde, StringSerde));
+    b.build().expect_err("invalid topology").to_string()
+}
+
+// KStreamKTableJoinTest#shouldFailIfTableIsNotVersioned
+// Kafka Streams throws from `join`; eosflow's `build()` fails, naming the join and the table.
+#[test]
+fn stream_table_join_test_should_fail_if_table_is_not_versioned() {
+    let err = graced_join_build_error(None, Duration::from_millis(6));
+    assert!(
+        err.contains("must be versioned to use a grace period in a stream-table join"),
+        "{err}"
+    );
+    assert!(
+        err.contains("first-join") && err.contains("topic2"),
+        "{err}"
+    );
+}
+
+// KStreamKTableJoinTest#shouldFailIfGracePeriodIsLongerThanHistoryRetention
+#[test]
+fn stream_table_join_test_should_fail_if_grace_period_is_longer_than_history_retention() {
+    let err = graced_join_build_error(Some(Duration::from_secs(300)), Duration::from_secs(360));
+    assert!(
+        err.contains("history retention must be at least the grace period"),
+        "{err}"
+    );
+    // A grace equal to the history is allowed.
+    let b = StreamsBuilder::new();
+    let stream = b.stream("topic", Consumed::with(StringSerde, StringSerde));
+    let table = b.versioned_table(
+        "topic2",
+        Consumed::with(StringSerde, StringSerde),
+        Duration::from_secs(300),
+    );
+    stream
+        .join_table_with(
+            &table,
+            |a, b| format!("{a}{b}"),
+            Joined::with(StringSerde, StringSerde).with_grace_period(Duration::from_secs(300)),
+        )
+        .to("out-one", Produced::with(StringSerde, StringSerde));
+    b.build().expect("grace equal to the history");
+}
+
+// KStreamKTableJoinTest#shouldDelayJoinByGracePeriod
+#[test]
+fn stream_table_join_test_should_delay_join_by_grace_period() {
+    let mut t = graced_join(2);
+    t.push_to_table_non_random(4, "Y");
+    t.check(&[]);
+    // Stream time 3: the records at 0 and 1 leave the buffer.
+    t.push_to_stream(4, "X");
+    t.check(&[(0, "X0+Y0", 0), (1, "X1+Y1", 1)]);
+    t.push_to_table_non_random(4, "YY");
+    t.check(&[]);
+    // X0@0 is later than the grace (joined at once), X1@1 leaves the buffer at once.
+    t.push_to_stream(4, "X");
+    t.check(&[(0, "X0+YY0", 0), (1, "X1+YY1", 1)]);
+    pipe(
+        &mut t.d,
+        "streamTopic",
+        &I64Serde,
+        &StringSerde,
+        Some(&5),
+        Some(&s("test")),
+        7,
+    );
+    t.check(&[
+        (2, "X2+YY2", 2),
+        (2, "X2+YY2", 2),
+        (3, "X3+YY3", 3),
+        (3, "X3+YY3", 3),
+    ]);
+    t.push_to_table_non_random(4, "YYY");
+    t.check(&[]);
+}
+
+// KStreamKTableJoinTest#shouldHandleLateJoinsWithGracePeriod
+#[test]
+fn stream_table_join_test_should_handle_late_joins_with_grace_period() {
+    let mut t = graced_join(2);
+    t.push_to_table_non_random(4, "Y");
+    t.check(&[]);
+    // Four records into the buffer; the first two leave it.
+    t.push_to_stream(4, "X");
+    t.check(&[(0, "X0+Y0", 0), (1, "X1+Y1", 1)]);
+    // Later than the grace: joined at once, and nothing else leaves the buffer.
+    t.push_to_stream(1, "X");
+    t.check(&[(0, "X0+Y0", 0)]);
+}
+
 // KStreamKTableLeftJoinTest#shouldRequireCopartitionedStreams
 #[test]
 fn stream_table_left_join_test_should_require_copartitioned_streams() {
@@ -1299,8 +1453,9 @@ fn stream_table_left_join_test_should_clear_table_entry_on_null_value_updates() 
 // KStreamGlobalKTableJoinTest / KStreamGlobalKTableLeftJoinTest: the stream's value is
 // `X<k>[,FKey<k>]`; its second token, when present, is the global table's key (Kafka Streams'
 // key mapper returns `null` without one: eosflow's extractor returns `None`, through the
-// topology builder, whose extractor is an `Option`). Stream timestamps advance by 1 ms per
-// record from 0, as Kafka Streams' input topic does.
+// topology builder, whose extractor is an `Option`; it gets the stream key as an `Option`, so
+// a keyless record is joined as in Kafka Streams 3.7, KIP-962). Stream timestamps advance by
+// 1 ms per record from 0, as Kafka Streams' input topic does.
 
 struct StreamGlobal {
     d: Driver,
@@ -1312,7 +1467,7 @@ impl StreamGlobal {
     fn new(left: bool) -> Self {
         let global =
             GlobalTableHandle::new("globalTable", "globalTableTopic", StringSerde, StringSerde);
-        let key_of = |_: &i64, v: &String| v.split(',').nth(1).map(str::to_string);
+        let key_of = |_: Option<&i64>, v: &String| v.split(',').nth(1).map(str::to_string);
         let mut b = Topology::builder();
         b.add_source("stream", &["streamTopic"], I64Serde, StringSerde)
             .add_global_table(&global);
@@ -1321,7 +1476,7 @@ impl StreamGlobal {
                 "join",
                 &global,
                 key_of,
-                |_: &i64, v: &String, t: Option<&String>| {
+                |_: Option<&i64>, v: &String, t: Option<&String>| {
                     Some(format!("{v}+{}", t.map_or("null", String::as_str)))
                 },
                 &["stream"],
@@ -1331,7 +1486,7 @@ impl StreamGlobal {
                 "join",
                 &global,
                 key_of,
-                |_: &i64, v: &String, t: &String| Some(format!("{v}+{t}")),
+                |_: Option<&i64>, v: &String, t: &String| Some(format!("{v}+{t}")),
                 &["stream"],
             );
         }
@@ -1505,19 +1660,14 @@ fn stream_global_join_test_should_not_join_on_null_key_mapper_values() {
     t.check(&[]);
 }
 
-// KStreamGlobalKTableJoinTest#shouldJoinOnNullKeyWithNonNullKeyMapperValues
-// DIFFERENT (docs/coming-from-kafka-streams.md, "Tables and stream-table joins"): Kafka Streams
-// (since 3.7, KIP-962) joins a stream record without a key and emits
-// `(null,"X0,FKey0+Y0")@0, (1,"X1,FKey1+Y1")@1`; eosflow drops the keyless record (counted as
-// `no-key`: the extractor and the joiner take the stream key by reference) and emits only
-// `(1,"X1,FKey1+Y1")@1`.
+// KStreamGlobalKTableJoinTest#shouldJoinOnNullKeyWithNonNullKeyMapperValues (KIP-962)
 #[test]
 fn stream_global_join_test_should_join_on_null_key_with_non_null_key_mapper_values() {
     let mut t = StreamGlobal::new(false);
     t.push_to_global_table(2, "Y");
     t.check(&[]);
     t.push_to_stream(4, "X", true, true);
-    t.check(&[(Some(1), "X1,FKey1+Y1", 1)]);
+    t.check(&[(None, "X0,FKey0+Y0", 0), (Some(1), "X1,FKey1+Y1", 1)]);
 }
 
 // KStreamGlobalKTableLeftJoinTest#shouldNotRequireCopartitioning
@@ -1608,27 +1758,21 @@ fn stream_global_left_join_test_should_not_join_on_null_key_mapper_values() {
     t.push_to_global_table(4, "Y");
     t.check(&[]);
     t.push_to_stream(4, "XXX", false, false);
-    t.check(&[
-        (Some(0), "XXX0+null", 0),
-        (Some(1), "XXX1+null", 1),
-        (Some(2), "XXX2+null", 2),
-        (Some(3), "XXX3+null", 3),
-    ]);
+    t.check(&[]);
 }
 
-// KStreamGlobalKTableLeftJoinTest#shouldJoinOnNullKeyWithNonNullKeyMapperValues
-// DIFFERENT, as the inner join's: Kafka Streams emits `(null,"X0,FKey0+Y0")@0` first; eosflow
-// drops the keyless record.
+// KStreamGlobalKTableLeftJoinTest#shouldJoinOnNullKeyWithNonNullKeyMapperValues (KIP-962)
 #[test]
 fn stream_global_left_join_test_should_join_on_null_key_with_non_null_key_mapper_values() {
     let mut t = StreamGlobal::new(true);
-    t.push_to_global_table(2, "Y");
+    t.push_to_global_table(4, "Y");
     t.check(&[]);
     t.push_to_stream(4, "X", true, true);
     t.check(&[
+        (None, "X0,FKey0+Y0", 0),
         (Some(1), "X1,FKey1+Y1", 1),
-        (Some(2), "X2,FKey2+null", 2),
-        (Some(3), "X3,FKey3+null", 3),
+        (Some(2), "X2,FKey2+Y2", 2),
+        (Some(3), "X3,FKey3+Y3", 3),
     ]);
 }
 
