@@ -69,7 +69,8 @@ pub enum QueryError {
 }
 
 /// An answer and what it reflects: the next input offset of each (topic, partition) whose
-/// records are all in it (none after), so a client that wrote a record at offset `n` of
+/// records that reach the store read are all in it (from the sub-topology writing the store;
+/// behind a repartition, the inputs its records came from), so a client that wrote a record at offset `n` of
 /// `(topic, p)` reads its own write once `reached(topic, p, n)` — "wait until offset ≥ n".
 #[derive(Debug, Clone, PartialEq)]
 pub struct Queried<T> {
