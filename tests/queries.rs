@@ -22,6 +22,10 @@
 //! CRC-32) and runs the instances with `queries.partitioner = "consistent_random"`: every key
 //! is found from either instance.
 //!
+//! A fourth test counts per customer behind a repartition: a client writes an order, takes its
+//! offset, and asks either instance for the customer's count with `position=` (read your own
+//! write): the answer reflects it, and a position not written yet answers `503`.
+//!
 //! The instances are this test binary re-executed in child mode (`QUERIES_CHILD`).
 
 mod support;
@@ -199,7 +203,13 @@ fn child_instance() {
     config.processor.application_server = addr.into();
     config.processor.standby_replicas = 1;
     eosflow::init_logging();
-    let running = eosflow::start(&config, topology(app)).expect("instance starts");
+    // A `…rekey…` app counts its orders per customer behind a repartition (issue 49).
+    let topology = if app.contains("rekey") {
+        support::rekeyed_count(&format!("{app}.clicks"), &format!("{app}.counts"))
+    } else {
+        topology(app)
+    };
+    let running = eosflow::start(&config, topology).expect("instance starts");
     running.queries().serve_store(&counts());
     running.wait().expect("runs until killed");
 }
@@ -753,4 +763,72 @@ fn keys_produced_by_librdkafka_s_default_partitioner_are_found_from_either_insta
             (proxied > 0).then_some(())
         },
     );
+}
+
+// Issue 49: positions behind a repartition. The store `counts` is written by the sub-topology
+// reading the repartition topic, in whatever partition the customer hashes to; the client only
+// knows its order's input offset.
+#[test]
+fn a_write_behind_a_repartition_is_read_back_from_either_instance() {
+    let app = support::unique("queries-rekey");
+    let input = format!("{app}.clicks");
+    support::create_topics(&[&input, &format!("{app}.counts")], PARTITIONS);
+    let dir = tls_dir(&app);
+    make_certificates(&dir);
+    let (a_addr, b_addr) = (free_addr(), free_addr());
+    let _a = spawn(&app, "a", &a_addr, &free_addr(), Partitioner::Murmur2);
+    let _b = spawn(&app, "b", &b_addr, &free_addr(), Partitioner::Murmur2);
+    let client = client(&queries_config(&dir, "", true, false));
+    // Orders of five customers, all written to input partition 0; the last one is the
+    // client's own write, at offset `n`.
+    let producer = support::test_producer();
+    for i in 0..KEYS {
+        let order = format!("team-{}:order-{i}", i % 5);
+        support::send_waiting(
+            &producer,
+            BaseRecord::to(&input)
+                .partition(0)
+                .key(&user(i))
+                .payload(&order),
+        );
+    }
+    producer.flush(Duration::from_secs(30)).expect("flush");
+    let n = support::written(&input, 1) - 1;
+    let team = format!("team-{}", (KEYS - 1) % 5);
+    let want = (0..KEYS).filter(|i| i % 5 == (KEYS - 1) % 5).count() as i64;
+    for addr in [&a_addr, &b_addr] {
+        let path = format!("/stores/counts/keys/{team}?position={input}:0:{n}");
+        let a = support::wait_for(
+            &format!("{team} at {input}:0:{n} from {addr}"),
+            Duration::from_secs(120),
+            || {
+                let a = ask_with(&client, addr, &path)?;
+                (a.status == 200).then_some(a)
+            },
+        );
+        // Every order written to partition 0 up to `n` reached the store: the count is exact.
+        assert_eq!(a.body["value"].as_i64(), Some(want), "{}", a.body);
+        let positions = a.body["positions"].as_array().expect("positions");
+        assert!(
+            positions.iter().any(|q| q["topic"] == input.as_str()
+                && q["partition"] == 0
+                && q["next_offset"].as_i64() > Some(n)),
+            "the input's position behind the repartition: {}",
+            a.body
+        );
+        // A record not written yet is not reflected: 503 with Retry-After, as documented.
+        let ahead = format!("/stores/counts/keys/{team}?position={input}:0:{}", n + 1000);
+        let a = support::wait_for("an answer", Duration::from_secs(30), || {
+            ask_with(&client, addr, &ahead)
+        });
+        assert_eq!(a.status, 503, "{}", a.body);
+        assert!(a.headers.contains_key("retry-after"));
+        assert!(
+            a.body["error"]
+                .as_str()
+                .is_some_and(|e| e.contains("does not reflect")),
+            "{}",
+            a.body
+        );
+    }
 }

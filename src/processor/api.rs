@@ -200,6 +200,15 @@ pub trait Application: Send {
         let _ = topic;
         None
     }
+
+    /// The sub-topology writing store `store` (a processor's or a table's): an interactive
+    /// query's positions for that store are the ones this sub-topology's records reached.
+    /// `0` for a processor, and for a store the topology does not know.
+    #[doc(hidden)]
+    fn store_writer(&self, store: &str) -> usize {
+        let _ = store;
+        0
+    }
 }
 
 /// A processor alone runs with the default wiring.

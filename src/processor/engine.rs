@@ -79,6 +79,10 @@ pub(crate) struct Task {
     /// of all of them as its own. `None` (the test driver, which pipes every repartition
     /// record back at once): a record's own event time moves it, as for any input.
     pub(crate) upstream_partitions: Option<usize>,
+    /// The next offset of each input record the open batch processed behind a repartition
+    /// ([`Origin`]), by (sub-topology, topic, partition): published to the task's query
+    /// positions once the batch commits.
+    pub(crate) batch_origins: BTreeMap<(usize, String, i32), i64>,
 }
 
 /// The expiry index of one named store of a partition (entries of stores with a TTL, see
@@ -194,6 +198,59 @@ impl Mark {
     }
 }
 
+/// Header of a repartition record: the input record it comes from, `<partition>:<offset>:<topic>`
+/// (a topic name has no `:`). The task reading it records that input's position for its
+/// stores' queries, so a client that wrote to the input reads its own write behind the
+/// repartition (see [`crate::query::Queried::reached`]).
+pub(crate) const ORIGIN: &str = "eosflow.origin";
+
+/// The input record (topic, partition, offset) a repartition record comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Origin {
+    pub(crate) topic: String,
+    pub(crate) partition: i32,
+    pub(crate) offset: i64,
+}
+
+impl Origin {
+    /// The origin a record's headers carry, if any.
+    pub(crate) fn of(record: &crate::record::Record<'_>) -> Option<Self> {
+        let v = std::str::from_utf8(record.header(ORIGIN)?).ok()?;
+        let mut parts = v.splitn(3, ':');
+        let partition = parts.next()?.parse().ok()?;
+        let offset = parts.next()?.parse().ok()?;
+        let topic = parts.next().filter(|t| !t.is_empty())?.to_string();
+        Some(Self {
+            topic,
+            partition,
+            offset,
+        })
+    }
+
+    /// Sets `headers`' origin to `input`'s own origin, or else to `input` itself when it was
+    /// read from an input (not a retry level: its offset there is not the one written).
+    pub(crate) fn stamp(headers: &mut Vec<(String, Vec<u8>)>, input: &crate::record::Record<'_>) {
+        headers.retain(|(k, _)| k != ORIGIN);
+        let value = match Self::of(input) {
+            Some(o) => format!("{}:{}:{}", o.partition, o.offset, o.topic),
+            None if input.offset >= 0
+                && !input.topic.is_empty()
+                && crate::retry::base_and_level(input.topic).1 == 0 =>
+            {
+                format!("{}:{}:{}", input.partition, input.offset, input.topic)
+            }
+            None => return,
+        };
+        headers.push((ORIGIN.to_string(), value.into_bytes()));
+    }
+}
+
+/// The default store's key prefix in [`crate::state::Column::Time`] of the origins sub-topology
+/// `sub` has processed: `pos.<sub>.` then `<partition>:<topic>`, the next offset as 8 bytes.
+fn origin_prefix(sub: usize) -> String {
+    format!("pos.{sub}.")
+}
+
 impl TaskClock {
     /// The least stream time of the `n` upstream partitions, the idle ones aside (all idle:
     /// the greatest); none while an upstream partition that is not idle has said nothing.
@@ -298,6 +355,7 @@ impl Task {
             expired_in_batch: 0,
             clocks,
             upstream_partitions: None,
+            batch_origins: BTreeMap::new(),
         };
         task.refresh_timers()?;
         for i in 0..task.named.len() {
@@ -392,6 +450,53 @@ impl Task {
         }
         let watermark = clock.watermark(n);
         self.observe(sub, watermark);
+    }
+
+    /// Sub-topology `sub` processes a record coming from input record `origin` (through a
+    /// repartition): its position is kept with the batch's writes, so it commits with them.
+    pub(crate) fn note_origin(&mut self, sub: usize, origin: Origin) {
+        let next = origin.offset.saturating_add(1);
+        let key = format!(
+            "{}{}:{}",
+            origin_prefix(sub),
+            origin.partition,
+            origin.topic
+        );
+        let e = self
+            .batch_origins
+            .entry((sub, origin.topic, origin.partition))
+            .or_insert(next);
+        *e = (*e).max(next);
+        let next = *e;
+        self.overlay.put(
+            crate::state::Column::Time,
+            key.as_bytes(),
+            next.to_be_bytes().to_vec(),
+        );
+    }
+
+    /// The committed origins' next offsets, by sub-topology (what a task opened over this
+    /// store reflects behind its repartitions).
+    pub(crate) fn committed_origins(
+        &self,
+    ) -> Result<BTreeMap<usize, crate::query::Positions>, crate::state::StateError> {
+        let mut out: BTreeMap<usize, crate::query::Positions> = BTreeMap::new();
+        let bounds = crate::state::merge::prefix_bounds(b"pos.");
+        for item in self.store.range(crate::state::Column::Time, &bounds)? {
+            let (k, v) = item?;
+            let parsed = std::str::from_utf8(k.get(4..).unwrap_or_default())
+                .ok()
+                .and_then(|rest| {
+                    let (sub, rest) = rest.split_once('.')?;
+                    let (p, topic) = rest.split_once(':')?;
+                    let next = i64::from_be_bytes(v.as_deref()?.try_into().ok()?);
+                    Some((sub.parse().ok()?, p.parse().ok()?, topic.to_string(), next))
+                });
+            if let Some((sub, p, topic, next)) = parsed {
+                out.entry(sub).or_default().insert((topic, p), next);
+            }
+        }
+        Ok(out)
     }
 
     /// Lowers sub-topology `sub`'s scan starts to the earliest timer `writes` schedule.
@@ -562,6 +667,7 @@ impl Task {
             c.scan_from = [i64::MIN; 2];
         }
         self.overlay.clear();
+        self.batch_origins.clear();
         for n in &mut self.named {
             n.overlay.clear();
         }

@@ -143,6 +143,13 @@ impl<P: Application, O: Output> Engine<'_, P, O> {
             Some(_) => {}
             None => task.observe(sub, event_time),
         }
+        if mark.is_some() {
+            // Which input record this one comes from: the queries' positions behind a
+            // repartition (docs/interactive-queries.md).
+            if let Some(origin) = super::engine::Origin::of(&record) {
+                task.note_origin(sub, origin);
+            }
+        }
         let parked = if ordered {
             load_parked(task, key)?
         } else {

@@ -34,8 +34,9 @@
 //! Reads see **committed** state only: a batch's writes reach the store RocksDB holds only
 //! after its transaction committed, and a query reads RocksDB directly (never the open batch,
 //! never the record cache). Each answer is [`Queried`]: the value, the partitions read and
-//! their **positions** — the next input offset of each (topic, partition) whose records are
-//! all reflected. A client that wrote a record at offset `n` reads its own write once
+//! their **positions** — the next input offset of each (topic, partition) whose records that
+//! reach the store read are all reflected, from the sub-topology writing that store (behind a
+//! repartition: the inputs its records came from). A client that wrote a record at offset `n` reads its own write once
 //! [`Queried::reached`] says so ("wait until offset ≥ n"). A store is read only while its task
 //! is open here: once the partition is revoked its readers are withdrawn before its stores
 //! close, so a query never sees a store its instance no longer owns.

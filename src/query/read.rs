@@ -69,7 +69,8 @@ pub enum QueryError {
 }
 
 /// An answer and what it reflects: the next input offset of each (topic, partition) whose
-/// records are all in it (none after), so a client that wrote a record at offset `n` of
+/// records that reach the store read are all in it (from the sub-topology writing the store;
+/// behind a repartition, the inputs its records came from), so a client that wrote a record at offset `n` of
 /// `(topic, p)` reads its own write once `reached(topic, p, n)` — "wait until offset ≥ n".
 #[derive(Debug, Clone, PartialEq)]
 pub struct Queried<T> {
@@ -700,7 +701,12 @@ mod tests {
                 o.put(Column::State, &k, k.clone());
             }
             s.apply(&o, None).expect("apply");
-            local.opened(p, vec![("s".to_string(), s.reader())], Positions::new());
+            local.opened(
+                p,
+                vec![("s".to_string(), s.reader())],
+                Positions::new(),
+                BTreeMap::new(),
+            );
             stores.push(s);
         }
         (local, stores)
@@ -767,6 +773,16 @@ mod tests {
     /// and store `s` whose keys `gone` (due at 100), `kept` (due at 10^15) and `forever` (no
     /// expiry) carry expiry index entries of `kind` in sub-topology 1's lane.
     fn ttl_store(kind: TimerKind, stream_time: i64) -> (Arc<LocalStores>, Vec<Store>) {
+        ttl_copy(kind, stream_time, false)
+    }
+
+    /// [`ttl_store`]'s stores as partition 0's open task or (`standby`) as this instance's
+    /// standby copies of them, measured 0 records behind.
+    fn ttl_copy(
+        kind: TimerKind,
+        stream_time: i64,
+        standby: bool,
+    ) -> (Arc<LocalStores>, Vec<Store>) {
         use crate::processor::timers::expiry_index_entry;
         let local = LocalStores::new();
         local.set_layout(Some(1), Some("in"));
@@ -800,7 +816,15 @@ mod tests {
             ("default".to_string(), default.reader()),
             ("s".to_string(), s.reader()),
         ];
-        local.opened(0, readers, Positions::new());
+        if standby {
+            local.set_sub_topologies("default", [], []);
+            for (name, reader) in readers {
+                local.standby_opened(0, &name, reader);
+                local.standby_lag(0, &name, 0);
+            }
+        } else {
+            local.opened(0, readers, Positions::new(), BTreeMap::new());
+        }
         (local, vec![default, s])
     }
 
@@ -811,7 +835,7 @@ mod tests {
     }
 
     fn served(local: &Arc<LocalStores>, clock: TtlClock) -> Vec<String> {
-        let store = ReadOnlyKeyValueStore::new(local.clone(), &handle(clock));
+        let store = ReadOnlyKeyValueStore::new(local.clone(), &handle(clock)).with_standbys(0);
         let mut keys: Vec<String> = store
             .all()
             .expect("all")
@@ -850,6 +874,33 @@ mod tests {
             StoreHandle::new("s", crate::serdes::StringSerde, crate::serdes::StringSerde);
         let store = ReadOnlyKeyValueStore::new(local, &plain);
         assert_eq!(store.all().expect("all").value.len(), 3);
+    }
+
+    // Issue 49 item 7: a standby copy (here on an instance with no active task) answers by the
+    // same clocks: its own committed stream time for an event-time TTL.
+    #[test]
+    fn a_key_past_its_ttl_is_not_served_by_a_standby_copy_either() {
+        let (local, _stores) = ttl_copy(TimerKind::WallClock, 0, true);
+        assert!(
+            local.active().is_empty(),
+            "no active task: only the copies answer"
+        );
+        assert_eq!(served(&local, TtlClock::WallClock), ["forever", "kept"]);
+        let (local, _stores) = ttl_copy(TimerKind::EventTime, 150, true);
+        assert_eq!(served(&local, TtlClock::EventTime), ["forever", "kept"]);
+        let (local, _stores) = ttl_copy(TimerKind::EventTime, 50, true);
+        assert_eq!(
+            served(&local, TtlClock::EventTime),
+            ["forever", "gone", "kept"]
+        );
+        let store =
+            ReadOnlyKeyValueStore::new(local, &handle(TtlClock::EventTime)).with_standbys(0);
+        let got = store.get(&"kept".to_string()).expect("get");
+        assert_eq!(
+            got.standby_lags,
+            BTreeMap::from([(0, 0)]),
+            "answered by the copy"
+        );
     }
 
     #[test]

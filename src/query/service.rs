@@ -245,6 +245,42 @@ fn standby_param(params: &Params) -> Result<Option<i64>, String> {
         .transpose()
 }
 
+/// `position=<topic>:<partition>:<offset>`: answer only once the record at that offset is
+/// reflected (read your own write); until then `503` with `Retry-After`.
+fn position_param(params: &Params) -> Result<Option<(String, i32, i64)>, String> {
+    let Some(v) = params.get("position") else {
+        return Ok(None);
+    };
+    let bad = || format!("position={v:?} is not <topic>:<partition>:<offset>");
+    let (rest, offset) = v.rsplit_once(':').ok_or_else(bad)?;
+    let (topic, partition) = rest.rsplit_once(':').ok_or_else(bad)?;
+    match (partition.parse(), offset.parse()) {
+        (Ok(p), Ok(o)) if !topic.is_empty() => Ok(Some((topic.to_string(), p, o))),
+        _ => Err(bad()),
+    }
+}
+
+/// `Err(503)` when a read reflecting `positions` does not reach the request's `position=`.
+fn check_position(
+    wanted: Option<&(String, i32, i64)>,
+    p: i32,
+    positions: &Positions,
+) -> Result<(), Step> {
+    let Some((topic, partition, offset)) = wanted else {
+        return Ok(());
+    };
+    let next = positions.get(&(topic.clone(), *partition));
+    if next.is_some_and(|n| n > offset) {
+        return Ok(());
+    }
+    let a = HttpAnswer::error(
+        503,
+        format!("partition {p} does not reflect {topic}:{partition}:{offset} yet (next offset reflected: {}); ask again in a moment", next.map_or("none".to_string(), i64::to_string)),
+    )
+    .header("Retry-After", "1");
+    Err(with_read_headers(a, p, positions, None).into())
+}
+
 /// The headers every read answer carries: its partition, positions and (from a standby) lag.
 fn with_read_headers(
     a: HttpAnswer,
@@ -295,7 +331,6 @@ impl QueryService {
     }
 
     fn serve(&self, name: &str, r: Arc<dyn Rendered>) {
-        self.local.mark_queried();
         self.served
             .write()
             .unwrap_or_else(PoisonError::into_inner)
@@ -478,11 +513,18 @@ impl QueryService {
             Ok(found) => found,
             Err(step) => return step,
         };
+        let wanted = match position_param(params) {
+            Ok(w) => w,
+            Err(e) => return HttpAnswer::error(400, e).into(),
+        };
         let ttl = r.ttl();
         match read_partition(&self.local, store, p, standby, |reader| {
             get_live(reader, ttl, &k)
         }) {
             Ok(read) => {
+                if let Err(step) = check_position(wanted.as_ref(), p, &read.positions) {
+                    return step;
+                }
                 let (value, expiry) = read.value;
                 let expired =
                     Expiry::new(&self.local, p, read.standby_lag.is_some(), ttl).expired(expiry);
@@ -527,10 +569,17 @@ impl QueryService {
             Ok(found) => found,
             Err(step) => return step,
         };
+        let wanted = match position_param(params) {
+            Ok(w) => w,
+            Err(e) => return HttpAnswer::error(400, e).into(),
+        };
         match read_partition(&self.local, store, p, standby, |reader| {
             fetch_windows(reader, store, &k, from, to)
         }) {
             Ok(read) => {
+                if let Err(step) = check_position(wanted.as_ref(), p, &read.positions) {
+                    return step;
+                }
                 let mut out = Vec::with_capacity(read.value.len());
                 for (w, bytes) in read.value {
                     match r.value_json(&bytes) {

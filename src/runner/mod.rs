@@ -259,7 +259,6 @@ impl std::fmt::Debug for Instance {
 impl Instance {
     /// Read-only access to key-value store `handle` over this instance's open tasks.
     pub fn store<K, V>(&self, handle: &StoreHandle<K, V>) -> ReadOnlyKeyValueStore<K, V> {
-        self.local.mark_queried();
         ReadOnlyKeyValueStore::new(self.local.clone(), handle)
     }
 
@@ -268,7 +267,6 @@ impl Instance {
         &self,
         handle: &WindowStoreHandle<K, V>,
     ) -> ReadOnlyWindowStore<K, V> {
-        self.local.mark_queried();
         ReadOnlyWindowStore::new(self.local.clone(), handle)
     }
 

@@ -384,6 +384,9 @@ impl Topology {
                             from, upstream, false,
                         ));
                     }
+                    // The input record this one comes from (its own origin if it came through
+                    // a repartition already): the reading task's query positions (issue 49).
+                    crate::processor::engine::Origin::stamp(&mut headers, input);
                 }
                 ctx.emit_record(Emit {
                     topic: topic.clone(),
@@ -578,6 +581,23 @@ impl Application for Topology {
             .iter()
             .find(|r| builder::Repartition::topic(app, &r.name) == topic)?;
         self.node_sub.get(r.sink).copied()
+    }
+
+    fn store_writer(&self, store: &str) -> usize {
+        let by_node = self
+            .nodes
+            .iter()
+            .zip(&self.node_sub)
+            .find(|(n, _)| matches!(&n.kind, Kind::Processor { stores, .. } if stores.iter().any(|s| s == store)))
+            .map(|(_, sub)| *sub);
+        match by_node {
+            Some(sub) => sub,
+            None => self
+                .tables
+                .iter()
+                .find(|(name, _)| name == store)
+                .map_or(0, |(_, topic)| self.sub_topology_of(topic)),
+        }
     }
 
     fn tables(&self) -> Vec<(String, String)> {

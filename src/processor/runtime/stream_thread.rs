@@ -415,6 +415,22 @@ impl<P: Application> Runtime<P> {
             self.member.partitions(),
             self.opts.input_topics.first().map(String::as_str),
         );
+        let topics = self
+            .opts
+            .input_topics
+            .iter()
+            .chain(self.opts.tables.iter().map(|(_, t)| t));
+        local.set_sub_topologies(
+            self.processor.store_name(),
+            topics.map(|t| (t.clone(), self.processor.sub_topology(t))),
+            std::iter::once(self.processor.store_name().to_string())
+                .chain(self.processor.stores())
+                .chain(self.opts.tables.iter().map(|(s, _)| s.clone()))
+                .map(|s| {
+                    let sub = self.processor.store_writer(&s);
+                    (s, sub)
+                }),
+        );
         self.tasks.set_local_stores(local);
     }
 

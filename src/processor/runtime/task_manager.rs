@@ -246,18 +246,23 @@ impl TaskManager {
         }
     }
 
-    /// Registers partition `p`'s open task for queries, its state reflecting `positions`.
+    /// Registers partition `p`'s open task for queries, its state reflecting `positions` and
+    /// the input positions behind its repartitions its default store committed.
     fn register(&self, p: i32, positions: crate::query::Positions) {
         let (Some(l), Some(task)) = (&self.local, self.tasks.get(&p)) else {
             return;
         };
+        let origins = task.committed_origins().unwrap_or_else(|e| {
+            tracing::warn!(partition = p, error = %e, "query positions behind repartitions unknown until the next commit");
+            BTreeMap::new()
+        });
         let mut readers = vec![(self.default_store.clone(), task.store.reader())];
         readers.extend(
             task.named
                 .iter()
                 .map(|n| (n.name.clone(), n.store.reader())),
         );
-        l.opened(p, readers, positions);
+        l.opened(p, readers, positions, origins);
     }
 
     /// Hands partitions to and from the instance's standby tailer.
@@ -386,11 +391,12 @@ impl TaskManager {
         let ends = self.changelog_ends(partitions);
         let opened = self.open_in_parallel(partitions, member, &ends);
         self.health.set_restoring(!self.pending.is_empty());
-        // What the opened stores reflect: the group's committed offsets, read once for all, and
-        // only for an application that queries them (no request on anyone else's open path).
+        // What the opened stores reflect: the group's committed offsets, read once for all
+        // (one request per rebalance that opened a task), whether or not the application has
+        // asked for a store yet: a query may come at any time.
         let opened_any = opened.iter().any(|(_, r)| r.is_ok());
         let mut positions = match &self.local {
-            Some(l) if opened_any && l.is_queried() => member.committed_positions(partitions),
+            Some(_) if opened_any => member.committed_positions(partitions),
             _ => BTreeMap::new(),
         };
         let mut first_error = None;
@@ -767,6 +773,7 @@ impl TaskManager {
                 s if s > named => table_next(s),
                 s => ends.get(&(s, *p)).map(|o| o + 1),
             })?;
+            let origins = std::mem::take(&mut task.batch_origins);
             if let Some(l) = &self.local {
                 l.committed(
                     *p,
@@ -774,6 +781,7 @@ impl TaskManager {
                         .iter()
                         .filter(|(_, q, _)| q == p)
                         .map(|(t, _, o)| (t.as_str(), *o)),
+                    origins,
                 );
             }
         }
