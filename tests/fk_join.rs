@@ -516,7 +516,10 @@ mod hot {
         let mut out = Vec::new();
         read_all(&support::clients(), topic, Duration::from_secs(60), |m| {
             let key = String::from_utf8_lossy(m.key().unwrap_or_default()).to_string();
-            out.push((key, m.payload().map(|v| String::from_utf8_lossy(v).to_string())));
+            out.push((
+                key,
+                m.payload().map(|v| String::from_utf8_lossy(v).to_string()),
+            ));
             Ok(())
         })
         .expect("read output");
@@ -529,7 +532,10 @@ mod hot {
         key: &str,
         value: &str,
     ) {
-        support::send_waiting(producer, BaseRecord::<str, str>::to(topic).key(key).payload(value));
+        support::send_waiting(
+            producer,
+            BaseRecord::<str, str>::to(topic).key(key).payload(value),
+        );
     }
 }
 
@@ -567,7 +573,9 @@ fn a_hot_customers_fan_out_killed_midway_ends_with_its_newest_name_once_per_orde
         let suffix = format!("@{name}");
         hot::changes(&out)
             .iter()
-            .filter(|(k, v)| k.starts_with('o') && v.as_deref().is_some_and(|v| v.ends_with(&suffix)))
+            .filter(|(k, v)| {
+                k.starts_with('o') && v.as_deref().is_some_and(|v| v.ends_with(&suffix))
+            })
             .count()
     };
 
@@ -585,17 +593,25 @@ fn a_hot_customers_fan_out_killed_midway_ends_with_its_newest_name_once_per_orde
     support::wait_for(
         "every order joined with Ann",
         Duration::from_secs(600),
-        || (lag_of(&orders_t) == 0 && internal() == 0 && with_name("Ann") == hot::ORDERS).then_some(()),
+        || {
+            (lag_of(&orders_t) == 0 && internal() == 0 && with_name("Ann") == hot::ORDERS)
+                .then_some(())
+        },
     );
-    println!("{total} orders joined at {:.1} s", started.elapsed().as_secs_f64());
+    println!(
+        "{total} orders joined at {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
 
     // A new name: its fan-out is 40 pages of 500, one per batch. Killed midway.
     let before = support::written(&out, PARTITIONS);
     hot::send(&producer, &customers_t, "hot", "Bob");
     producer.flush(Duration::from_secs(60)).expect("flush");
-    support::wait_for("part of Bob's fan-out written", Duration::from_secs(120), || {
-        (support::written(&out, PARTITIONS) - before > 3 * hot::FAN_OUT as i64).then_some(())
-    });
+    support::wait_for(
+        "part of Bob's fan-out written",
+        Duration::from_secs(120),
+        || (support::written(&out, PARTITIONS) - before > 3 * hot::FAN_OUT as i64).then_some(()),
+    );
     instance.kill().expect("kill -9");
     instance.wait().expect("reaped");
     let bob = with_name("Bob");
@@ -619,7 +635,10 @@ fn a_hot_customers_fan_out_killed_midway_ends_with_its_newest_name_once_per_orde
     support::wait_for(
         "every order joined with Cid",
         Duration::from_secs(600),
-        || (lag_of(&customers_t) == 0 && internal() == 0 && with_name("Cid") >= hot::ORDERS).then_some(()),
+        || {
+            (lag_of(&customers_t) == 0 && internal() == 0 && with_name("Cid") >= hot::ORDERS)
+                .then_some(())
+        },
     );
     // Nothing more comes: no page of an older fan-out after the last one.
     std::thread::sleep(Duration::from_secs(2));
@@ -630,18 +649,20 @@ fn a_hot_customers_fan_out_killed_midway_ends_with_its_newest_name_once_per_orde
     let changes = hot::changes(&out);
     let mut per_order: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for (k, v) in &changes {
-        let v = v.clone().unwrap_or_else(|| panic!("a retraction of {k}: {changes:?}"));
+        let v = v
+            .clone()
+            .unwrap_or_else(|| panic!("a retraction of {k}: {changes:?}"));
         per_order.entry(k.clone()).or_default().push(v);
     }
     assert_eq!(per_order.len(), total, "every order has results");
     let mut only_ann_then_cid = 0;
     for (k, seen) in &per_order {
-        let (_, order) = if k.starts_with('o') {
-            hot::order(k[1..].parse().expect("an order number"))
-        } else {
-            assert_eq!(seen, &[format!("{}@Cole", hot::order(k[1..].parse().expect("n")).1)]);
+        let n: usize = k[1..].parse().expect("an order number");
+        let (_, order) = hot::order(n);
+        if !k.starts_with('o') {
+            assert_eq!(seen, &[format!("{order}@Cole")], "{k}");
             continue;
-        };
+        }
         let names: Vec<&str> = seen
             .iter()
             .map(|v| v.strip_prefix(&format!("{order}@")).unwrap_or(v))

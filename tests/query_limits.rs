@@ -74,7 +74,10 @@ fn topology(app: &str) -> Topology {
         match key.strip_prefix("fill-") {
             Some(at) => {
                 for j in 0..KEYS_PER_FILL {
-                    s.put(&format!("{at}-{j:04}"), &format!("{key} value {j:04} ......."))?;
+                    s.put(
+                        &format!("{at}-{j:04}"),
+                        &format!("{key} value {j:04} ......."),
+                    )?;
                 }
             }
             None => s.put(&key, &"tick".to_string())?,
@@ -214,7 +217,10 @@ fn eight_maximal_scans_keep_rss_bounded_and_let_a_revocation_commit() {
             let key = format!("fill-{p:03}-{n}");
             support::send_waiting(
                 &producer,
-                BaseRecord::to(&input).partition(p).key(&key).payload("fill"),
+                BaseRecord::to(&input)
+                    .partition(p)
+                    .key(&key)
+                    .payload("fill"),
             );
         }
     }
@@ -276,9 +282,11 @@ fn eight_maximal_scans_keep_rss_bounded_and_let_a_revocation_commit() {
     let mut peak = sample(Duration::from_secs(10));
 
     // A second instance joins while the scans run: the first one's partitions are revoked.
-    let (revokes, _) = support::wait_for("the first instance's /metrics", Duration::from_secs(10), || {
-        revokes_and_commits(&metrics)
-    });
+    let (revokes, _) = support::wait_for(
+        "the first instance's /metrics",
+        Duration::from_secs(10),
+        || revokes_and_commits(&metrics),
+    );
     let (addr_b, metrics_b) = (support::http::free_addr(), support::http::free_addr());
     let second = spawn("b", &addr_b, &metrics_b);
     let mut poll = |what: &str, mut f: Box<dyn FnMut() -> Option<f64> + '_>| {
@@ -344,10 +352,7 @@ fn eight_maximal_scans_keep_rss_bounded_and_let_a_revocation_commit() {
         started.elapsed().as_secs_f64()
     );
     assert_eq!(other, 0, "scans answered neither 200 nor 503/504");
-    assert!(
-        pages > 10 * SCANNERS,
-        "the scans hardly ran: {pages} pages"
-    );
+    assert!(pages > 10 * SCANNERS, "the scans hardly ran: {pages} pages");
     assert!(
         peak <= baseline + RSS_GROWTH,
         "RSS grew {:.1} MiB during the scans (bound {:.0} MiB)",

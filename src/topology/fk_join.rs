@@ -114,8 +114,8 @@ use super::stream_joins::JoinKind;
 use super::table_joins::{emit_result, table_update, Stamped, StampedSerde};
 use crate::processor::{StoreHandle, Timer, TimerKind};
 use crate::record::ProcessError;
-use crate::state::merge::prefix_bounds;
 use crate::serdes::{BytesSerde, Serde, SerdeError};
+use crate::state::merge::prefix_bounds;
 use crate::telemetry;
 
 type ForeignKey<VL, KR> = Arc<dyn Fn(&VL) -> Option<KR> + Send + Sync>;
@@ -600,15 +600,16 @@ impl NodeProcessor<Vec<u8>, Vec<u8>> for Subscriptions {
         if op != SUBSCRIBE {
             return Err(corrupt(ctx.node_name(), "subscription"));
         }
-        let mut subscriptions = ctx.store(&self.subscriptions)?;
-        subscriptions.put(&k, &hash.to_be_bytes().to_vec())?;
         // A fan-out of this foreign key under way that has not reached this subscriber yet
         // will answer it (with the same row): answering here too would repeat its result.
-        let ahead = subscriptions
-            .get(&cursor_key(fk))?
-            .and_then(|c| FanOutCursor::from_bytes(&c))
-            .is_some_and(|c| k > c.last);
-        drop(subscriptions);
+        let ahead = {
+            let mut subscriptions = ctx.store(&self.subscriptions)?;
+            subscriptions.put(&k, &hash.to_be_bytes().to_vec())?;
+            subscriptions
+                .get(&cursor_key(fk))?
+                .and_then(|c| FanOutCursor::from_bytes(&c))
+                .is_some_and(|c| k > c.last)
+        };
         if ahead {
             return Ok(());
         }

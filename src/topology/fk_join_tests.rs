@@ -212,7 +212,11 @@ fn a_hot_customers_update_answers_its_orders_a_bounded_page_per_call() {
     let mut d = hot_customer(JoinKind::Inner, 100, 2_345);
     row(&mut d, CUSTOMERS, "c1", Some("Ann"), 10_000);
     let first = changes(&d.read_raw_output(OUT));
-    assert_eq!(first.len(), 100, "the right update's own call answers one page");
+    assert_eq!(
+        first.len(),
+        100,
+        "the right update's own call answers one page"
+    );
     let mut all = first;
     let calls = fan_out_calls(&mut d);
     assert_eq!(calls.len(), 23, "23 more pages of at most 100");
@@ -239,24 +243,39 @@ fn a_newer_right_row_mid_fan_out_restarts_it_and_no_order_gets_the_older_one_aft
                 .expect("timers fire");
             out.extend(changes(&d.read_raw_output(OUT)));
         }
-        assert_eq!(out.len(), 200, "{kind:?}: four pages of Ann before the update");
+        assert_eq!(
+            out.len(),
+            200,
+            "{kind:?}: four pages of Ann before the update"
+        );
         row(&mut d, CUSTOMERS, "c1", Some("Bob"), 10_001);
         let restarted = changes(&d.read_raw_output(OUT));
         assert_eq!(restarted.len(), 50, "{kind:?}");
-        assert_eq!(restarted[0], set("o0000", "c1:item0@Bob"), "{kind:?}: from the first");
+        assert_eq!(
+            restarted[0],
+            set("o0000", "c1:item0@Bob"),
+            "{kind:?}: from the first"
+        );
         out.extend(restarted);
         out.extend(fan_out_calls(&mut d).into_iter().flatten());
         // Per order: Ann at most once, then Bob exactly once and last.
         let mut per_order: BTreeMap<String, Vec<String>> = BTreeMap::new();
         for (k, v) in out {
-            per_order.entry(k).or_default().push(v.expect("no retraction"));
+            per_order
+                .entry(k)
+                .or_default()
+                .push(v.expect("no retraction"));
         }
         assert_eq!(per_order.len(), 420, "{kind:?}");
         for (k, seen) in &per_order {
             let i = &k[1..].trim_start_matches('0');
             let bob = format!("c1:item{}@Bob", if i.is_empty() { "0" } else { i });
             let ann = bob.replace("@Bob", "@Ann");
-            let want = if seen.len() == 2 { vec![ann, bob] } else { vec![bob] };
+            let want = if seen.len() == 2 {
+                vec![ann, bob]
+            } else {
+                vec![bob]
+            };
             assert_eq!(seen, &want, "{kind:?} {k}");
         }
         assert_eq!(result(&mut d, "o0419").as_deref(), Some("c1:item419@Bob"));
@@ -293,7 +312,9 @@ fn an_order_subscribing_mid_fan_out_is_answered_once() {
     let rest: Vec<_> = fan_out_calls(&mut d).into_iter().flatten().collect();
     assert_eq!(rest.len(), 90);
     assert_eq!(
-        rest.iter().filter(|(k, _)| k == "o0050").collect::<Vec<_>>(),
+        rest.iter()
+            .filter(|(k, _)| k == "o0050")
+            .collect::<Vec<_>>(),
         [&set("o0050", "c1:again@Ann")]
     );
 }
@@ -307,9 +328,13 @@ fn kill_9_mid_fan_out_gives_the_crash_free_results() {
     for i in 0..60 {
         let order = format!("c{}:item{i}", i % 2);
         crash_test.pipe(
-            TestRecord::new(ORDERS, Some(format!("o{i:02}").as_str()), Some(order.as_str()))
-                .timestamp(i)
-                .id(&format!("o{i}")),
+            TestRecord::new(
+                ORDERS,
+                Some(format!("o{i:02}").as_str()),
+                Some(order.as_str()),
+            )
+            .timestamp(i)
+            .id(&format!("o{i}")),
         );
     }
     let customers = [("c0", "Ann"), ("c1", "Bob"), ("c0", "Cid"), ("c1", "Dan")];
