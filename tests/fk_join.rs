@@ -680,6 +680,7 @@ fn a_hot_customers_fan_out_killed_midway_ends_with_its_newest_name_once_per_orde
         "Bob's fan-out had finished before Cid's update: nothing was superseded"
     );
     println!("{only_ann_then_cid} orders went from Ann to Cid without Bob");
+    let _ = std::fs::remove_dir_all(&cfg.state.dir);
     // Nothing was dead-lettered.
     for dlt in [format!("{orders_t}.DLT"), format!("{customers_t}.DLT")]
         .into_iter()
