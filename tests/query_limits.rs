@@ -62,9 +62,9 @@ const RSS_GROWTH: u64 = 64 << 20;
 const REVOCATION_TO_ASSIGNMENT: Duration = Duration::from_secs(60);
 /// The longest from the revocation to the first instance's next commit: the rebalance, then
 /// reopening its partitions (a step at a time, `processor.restore_threads` × 2 each), then a
-/// batch. Measured 118 s on a 2-core machine at load 17–33 (40 s of it the rebalance, 69 s the
-/// reopening of 64 partitions' stores), so the bound is generous; the scans' share of it is
-/// what the assignment bound above measures.
+/// batch. Measured 118 s and 86 s on a 2-core machine at load 17–33 (36–40 s of it the
+/// rebalance, the rest mostly reopening 64 partitions' stores), so the bound is generous; the
+/// scans' share of it is what the assignment bound above measures.
 const REVOCATION_TO_COMMIT: Duration = Duration::from_secs(240);
 
 fn wide() -> StoreHandle<String, String> {
