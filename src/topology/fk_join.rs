@@ -20,7 +20,8 @@
 //!    through `<app>-<name>-response-repartition`, keyed by the left key, back to the left
 //!    row's partition.
 //! 3. `<name>-right` keeps each right row and, on every right update, answers every
-//!    subscription of that key again (a prefix scan of the subscriptions).
+//!    subscription of that key again (a prefix scan of the subscriptions), at most
+//!    [`ForeignKeyJoin::fan_out_per_call`] per call (see **Hot keys** below).
 //! 4. `<name>` (left side) reads the left row the response is for: a response whose hash is not
 //!    the one kept beside the current row is **stale** (the row changed, or its foreign key did,
 //!    since that subscription) and is dropped
@@ -48,8 +49,22 @@
 //! foreign key's bytes as the right table's key serde writes them, the response topic by the
 //! left key's: both land where the tables' own records do.
 //!
-//! **Cost.** A right row with many subscribers answers all of them on each update, in one
-//! record's call (Kafka Streams does the same): a hot foreign key is a hot partition.
+//! **Hot keys.** A right row with many subscribers answers them in pages of at most
+//! [`ForeignKeyJoin::fan_out_per_call`] (default [`DEFAULT_FAN_OUT_PER_CALL`]), one page per
+//! call: the right update answers the first page and, if more remain, writes a cursor (the
+//! hash of the right row being fanned out, the time its responses carry, the last subscriber
+//! answered) into the subscriptions store and schedules a wall-clock timer keyed by the
+//! foreign key; each time it fires — in the next batch, or within about
+//! `processor.commit_interval_ms` on an idle instance — it answers the next page and moves the
+//! cursor on. The cursor is written in the batch of the responses it covers, so after a
+//! `kill -9` the fan-out resumes after the last committed page, never answering a subscriber
+//! twice nor skipping one. A newer right row for the key restarts the fan-out from the first
+//! subscriber (the older fan-out is dropped), so every subscriber ends with the newest row and
+//! none receives an older one after it. A subscription that arrives while a fan-out is under way
+//! and ahead of its cursor is answered by the fan-out, not twice. A transaction holds at most
+//! that many responses per right update (or fan-out timer) it processes; responses of a
+//! continued page carry the time of the right update but not its headers. Kafka Streams
+//! answers every subscriber inside the one call; a hot foreign key is still a hot partition.
 //!
 //! ```
 //! use eosflow::processor::StoreHandle;
@@ -91,14 +106,16 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+use std::ops::Bound;
 use std::sync::Arc;
 
 use super::node::{NodeContext, NodeProcessor, TypedRecord};
 use super::stream_joins::JoinKind;
 use super::table_joins::{emit_result, table_update, Stamped, StampedSerde};
-use crate::processor::StoreHandle;
+use crate::processor::{StoreHandle, Timer, TimerKind};
 use crate::record::ProcessError;
 use crate::serdes::{BytesSerde, Serde, SerdeError};
+use crate::state::merge::prefix_bounds;
 use crate::telemetry;
 
 type ForeignKey<VL, KR> = Arc<dyn Fn(&VL) -> Option<KR> + Send + Sync>;
@@ -119,7 +136,14 @@ pub struct ForeignKeyJoin<KL, VL, KR, VR, R> {
     result: StoreHandle<KL, R>,
     foreign_key: ForeignKey<VL, KR>,
     joiner: FkJoiner<KL, VL, VR, R>,
+    fan_out: usize,
 }
+
+/// How many subscribers one call of a right row's fan-out answers unless
+/// [`ForeignKeyJoin::fan_out_per_call`] says otherwise: enough that a key with a few hundred
+/// subscribers is answered at once, few enough that a transaction stays small (1 000
+/// responses of a 1 KiB row are 1 MiB).
+pub const DEFAULT_FAN_OUT_PER_CALL: usize = 1_000;
 
 impl<KL, VL, KR, VR, R> ForeignKeyJoin<KL, VL, KR, VR, R> {
     /// An inner join: a left key has a result while its row's foreign key names a right row,
@@ -176,7 +200,39 @@ impl<KL, VL, KR, VR, R> ForeignKeyJoin<KL, VL, KR, VR, R> {
             result,
             foreign_key,
             joiner,
+            fan_out: DEFAULT_FAN_OUT_PER_CALL,
         }
+    }
+
+    /// Answers at most `n` subscribers of a right row per call (at least 1; default
+    /// [`DEFAULT_FAN_OUT_PER_CALL`]): a right update of a key with more subscribers answers
+    /// the first `n` and leaves a cursor, and a wall-clock timer continues from it in the next
+    /// batches, `n` more each time, until every subscriber is answered — so no transaction
+    /// has to hold the responses of a hot key's every subscriber. See [`self`](super::fk_join).
+    ///
+    /// ```
+    /// use eosflow::processor::StoreHandle;
+    /// use eosflow::serdes::StringSerde;
+    /// use eosflow::topology::ForeignKeyJoin;
+    ///
+    /// let join = ForeignKeyJoin::inner(
+    ///     StoreHandle::new("orders", StringSerde, StringSerde),
+    ///     StoreHandle::new("customers", StringSerde, StringSerde),
+    ///     StoreHandle::new("orders-with-customer", StringSerde, StringSerde),
+    ///     |order: &String| order.split_once(':').map(|(c, _)| c.to_string()),
+    ///     |_: &String, order: &String, name: &String| Some(format!("{order} for {name}")),
+    /// )
+    /// .fan_out_per_call(200);
+    /// assert_eq!(join.fan_out(), 200);
+    /// ```
+    pub fn fan_out_per_call(mut self, n: usize) -> Self {
+        self.fan_out = n.max(1);
+        self
+    }
+
+    /// How many subscribers one call of a right row's fan-out answers at most.
+    pub fn fan_out(&self) -> usize {
+        self.fan_out
     }
 
     /// Its kind (inner or left).
@@ -277,6 +333,7 @@ where
                 rows: right_rows,
                 raw: raw_rows,
                 keys: right_keys,
+                fan_out: self.fan_out,
             },
             resolve: Resolve {
                 rows: left_rows,
@@ -543,8 +600,19 @@ impl NodeProcessor<Vec<u8>, Vec<u8>> for Subscriptions {
         if op != SUBSCRIBE {
             return Err(corrupt(ctx.node_name(), "subscription"));
         }
-        ctx.store(&self.subscriptions)?
-            .put(&k, &hash.to_be_bytes().to_vec())?;
+        // A fan-out of this foreign key under way that has not reached this subscriber yet
+        // will answer it (with the same row): answering here too would repeat its result.
+        let ahead = {
+            let mut subscriptions = ctx.store(&self.subscriptions)?;
+            subscriptions.put(&k, &hash.to_be_bytes().to_vec())?;
+            subscriptions
+                .get(&cursor_key(fk))?
+                .and_then(|c| FanOutCursor::from_bytes(&c))
+                .is_some_and(|c| k > c.last)
+        };
+        if ahead {
+            return Ok(());
+        }
         let right = ctx.store(&self.rows)?.get(&fk.to_vec())?;
         ctx.forward(TypedRecord {
             key: Some(left_key.to_vec()),
@@ -556,13 +624,84 @@ impl NodeProcessor<Vec<u8>, Vec<u8>> for Subscriptions {
     }
 }
 
-/// Node 3: keeps the right rows and answers every subscription of a key that changes.
+/// Node 3: keeps the right rows and answers every subscription of a key that changes, at most
+/// `fan_out` per call: a right row with more subscribers leaves a [`FanOutCursor`] and a
+/// wall-clock timer (keyed by the foreign key) that continues the fan-out in the next batch.
 pub(crate) struct RightRows<KR, VR> {
     subscriptions: StoreHandle<Vec<u8>, Vec<u8>>,
     rows: StoreHandle<Vec<u8>, Stamped<VR>>,
     /// The same store, as bytes: what responses carry.
     raw: StoreHandle<Vec<u8>, Vec<u8>>,
     keys: Arc<dyn Serde<KR>>,
+    /// Subscribers answered per call at most.
+    fan_out: usize,
+}
+
+impl<KR, VR> RightRows<KR, VR> {
+    /// Answers the subscribers of `fk` after `after` (a subscriptions-store key; `None`: from
+    /// the first) with the right row stored now, at most `fan_out` of them. If more remain, the
+    /// cursor is written (in this call's batch, with the responses it covers) and the timer
+    /// that continues it scheduled for the next batch; otherwise both are removed.
+    fn fan_out(
+        &self,
+        ctx: &mut NodeContext<'_, '_>,
+        fk: &[u8],
+        after: Option<Vec<u8>>,
+        timestamp: Option<i64>,
+        headers: &[(String, Vec<u8>)],
+    ) -> Result<(), ProcessError> {
+        let row = ctx.store(&self.raw)?.get(&fk.to_vec())?;
+        let prefix = fk_prefix(fk);
+        let (first, end) = prefix_bounds(&prefix);
+        let start = match after {
+            Some(k) => Bound::Excluded(k),
+            None => first,
+        };
+        let page: Vec<(Vec<u8>, Vec<u8>)> = ctx
+            .store(&self.subscriptions)?
+            .range((start.as_ref(), end.as_ref()))?
+            .take(self.fan_out + 1)
+            .collect::<Result<_, _>>()?;
+        let more = page.len() > self.fan_out;
+        let mut last = None;
+        for (k, hash) in page.into_iter().take(self.fan_out) {
+            let left_key = k.get(prefix.len()..).unwrap_or_default().to_vec();
+            let hash = hash
+                .get(..8)
+                .and_then(|h| h.try_into().ok())
+                .map(u64::from_be_bytes)
+                .ok_or_else(|| corrupt(ctx.node_name(), "stored subscription"))?;
+            ctx.forward(TypedRecord {
+                key: Some(left_key),
+                value: Some(response(hash, row.as_deref())),
+                timestamp,
+                headers: headers.to_vec(),
+            });
+            last = Some(k);
+        }
+        let cursor_at = cursor_key(fk);
+        match last.filter(|_| more) {
+            Some(last) => {
+                let cursor = FanOutCursor {
+                    row: row.as_deref().map(row_hash),
+                    timestamp,
+                    last,
+                };
+                ctx.store(&self.subscriptions)?
+                    .put(&cursor_at, &cursor.to_bytes())?;
+                let next = ctx.wall_clock_ms().saturating_add(1);
+                ctx.schedule_wall_clock(fk, next)?;
+            }
+            None => {
+                let mut subscriptions = ctx.store(&self.subscriptions)?;
+                if subscriptions.get(&cursor_at)?.is_some() {
+                    subscriptions.delete(&cursor_at)?;
+                    ctx.cancel(TimerKind::WallClock, fk)?;
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 impl<KR, VR> NodeProcessor<KR, VR> for RightRows<KR, VR>
@@ -589,27 +728,85 @@ where
                 None => rows.delete(&fk)?,
             }
         }
+        // A fan-out of an older row still under way is superseded: this one starts again from
+        // the first subscriber, so every subscriber ends with this row and none gets the older
+        // one after it.
+        self.fan_out(ctx, &fk, None, timestamp, &headers)
+    }
+
+    fn on_timer(
+        &mut self,
+        ctx: &mut NodeContext<'_, '_>,
+        timer: &Timer,
+    ) -> Result<(), ProcessError> {
+        let fk = timer.key.clone();
+        let Some(bytes) = ctx.store(&self.subscriptions)?.get(&cursor_key(&fk))? else {
+            // Nothing under way (a timer left by a fan-out that has finished).
+            return Ok(());
+        };
+        let cursor = FanOutCursor::from_bytes(&bytes)
+            .ok_or_else(|| corrupt(ctx.node_name(), "fan-out cursor"))?;
         let row = ctx.store(&self.raw)?.get(&fk)?;
-        let prefix = fk_prefix(&fk);
-        let subscribers: Vec<(Vec<u8>, Vec<u8>)> = ctx
-            .store(&self.subscriptions)?
-            .prefix_bytes(&prefix)?
-            .collect::<Result<_, _>>()?;
-        for (k, hash) in subscribers {
-            let left_key = k.get(prefix.len()..).unwrap_or_default().to_vec();
-            let hash = hash
-                .get(..8)
-                .and_then(|h| h.try_into().ok())
-                .map(u64::from_be_bytes)
-                .ok_or_else(|| corrupt(ctx.node_name(), "stored subscription"))?;
-            ctx.forward(TypedRecord {
-                key: Some(left_key),
-                value: Some(response(hash, row.as_deref())),
-                timestamp,
-                headers: headers.clone(),
-            });
+        let after = if row.as_deref().map(row_hash) == cursor.row {
+            Some(cursor.last)
+        } else {
+            // The row is not the one the cursor was fanning out (every right update restarts
+            // the fan-out, so this is a store restored from elsewhere): answer everyone again.
+            None
+        };
+        self.fan_out(ctx, &fk, after, cursor.timestamp, &[])
+    }
+}
+
+/// The first four bytes of a [`FanOutCursor`]'s key in the subscriptions store: a foreign key
+/// length no foreign key has, so no prefix scan of a foreign key's subscriptions meets it.
+const CURSOR_MARK: [u8; 4] = [0xff; 4];
+
+/// Where the fan-out cursor of foreign key `fk` is kept in the subscriptions store.
+fn cursor_key(fk: &[u8]) -> Vec<u8> {
+    let mut k = CURSOR_MARK.to_vec();
+    k.extend_from_slice(fk);
+    k
+}
+
+/// How far a right row's fan-out has come: the hash of the right row it answers with (`None`:
+/// no row), the time its responses carry, and the subscriptions-store key of the last
+/// subscriber answered. Written in the batch of the responses it covers, so a restart resumes
+/// after the last committed one.
+#[derive(Debug, Clone, PartialEq)]
+struct FanOutCursor {
+    row: Option<u64>,
+    timestamp: Option<i64>,
+    last: Vec<u8>,
+}
+
+/// The version byte of a [`FanOutCursor`]'s encoding.
+const CURSOR_V1: u8 = 1;
+
+impl FanOutCursor {
+    /// `1 · row flag · row hash (8) · time flag · time (8) · last key`.
+    fn to_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(19 + self.last.len());
+        out.push(CURSOR_V1);
+        out.push(u8::from(self.row.is_some()));
+        out.extend_from_slice(&self.row.unwrap_or(0).to_be_bytes());
+        out.push(u8::from(self.timestamp.is_some()));
+        out.extend_from_slice(&self.timestamp.unwrap_or(0).to_be_bytes());
+        out.extend_from_slice(&self.last);
+        out
+    }
+
+    fn from_bytes(b: &[u8]) -> Option<Self> {
+        if *b.first()? != CURSOR_V1 {
+            return None;
         }
-        Ok(())
+        let row = u64::from_be_bytes(b.get(2..10)?.try_into().ok()?);
+        let timestamp = i64::from_be_bytes(b.get(11..19)?.try_into().ok()?);
+        Some(Self {
+            row: (*b.get(1)? == 1).then_some(row),
+            timestamp: (*b.get(10)? == 1).then_some(timestamp),
+            last: b.get(19..)?.to_vec(),
+        })
     }
 }
 

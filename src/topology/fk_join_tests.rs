@@ -55,10 +55,20 @@ fn join(kind: JoinKind) -> ForeignKeyJoin<String, String, String, String, String
 }
 
 fn topology(kind: JoinKind) -> Topology {
+    topology_answering(kind, crate::topology::fk_join::DEFAULT_FAN_OUT_PER_CALL)
+}
+
+/// The join answering at most `fan_out` subscribers of a right row per call.
+fn topology_answering(kind: JoinKind, fan_out: usize) -> Topology {
     Topology::builder()
         .add_source("orders", &[ORDERS], StringSerde, StringSerde)
         .add_source("customers", &[CUSTOMERS], StringSerde, StringSerde)
-        .add_foreign_key_join("joined", join(kind), &["orders"], &["customers"])
+        .add_foreign_key_join(
+            "joined",
+            join(kind).fan_out_per_call(fan_out),
+            &["orders"],
+            &["customers"],
+        )
         .add_sink("out", OUT, StringSerde, StringSerde, &["joined"])
         .build()
         .expect("valid topology")
@@ -167,6 +177,187 @@ fn many_orders_of_one_customer_all_follow_its_updates() {
         .iter()
         .all(|(_, v)| v.as_deref().is_some_and(|v| v.ends_with("@Ann"))));
     assert_eq!(result(&mut d, "o37").as_deref(), Some("c1:item37@Ann"));
+}
+
+/// A driver whose join answers at most `fan_out` subscribers per call, with `orders` orders
+/// `o0000…` of customer c1 (not yet known) piped in.
+fn hot_customer(kind: JoinKind, fan_out: usize, orders: usize) -> Driver {
+    let mut d = TopologyTestDriver::new(topology_answering(kind, fan_out)).expect("driver");
+    for i in 0..orders {
+        let order = format!("c1:item{i}");
+        row(&mut d, ORDERS, &format!("o{i:04}"), Some(&order), i as i64);
+    }
+    d.read_raw_output(OUT);
+    d
+}
+
+/// Moves the wall clock on 1 ms at a time until a call adds no output: the changes of each
+/// call, in order.
+fn fan_out_calls(d: &mut Driver) -> Vec<Vec<(String, Option<String>)>> {
+    let mut calls = Vec::new();
+    for _ in 0..10_000 {
+        d.advance_wall_clock(std::time::Duration::from_millis(1))
+            .expect("timers fire");
+        let out = changes(&d.read_raw_output(OUT));
+        if out.is_empty() {
+            return calls;
+        }
+        calls.push(out);
+    }
+    panic!("the fan-out never ends");
+}
+
+#[test]
+fn a_hot_customers_update_answers_its_orders_a_bounded_page_per_call() {
+    let mut d = hot_customer(JoinKind::Inner, 100, 2_345);
+    row(&mut d, CUSTOMERS, "c1", Some("Ann"), 10_000);
+    let first = changes(&d.read_raw_output(OUT));
+    assert_eq!(
+        first.len(),
+        100,
+        "the right update's own call answers one page"
+    );
+    let mut all = first;
+    let calls = fan_out_calls(&mut d);
+    assert_eq!(calls.len(), 23, "23 more pages of at most 100");
+    assert!(calls.iter().all(|c| c.len() <= 100));
+    all.extend(calls.into_iter().flatten());
+    let want: Vec<(String, Option<String>)> = (0..2_345)
+        .map(|i| set(&format!("o{i:04}"), &format!("c1:item{i}@Ann")))
+        .collect();
+    assert_eq!(all, want, "every order answered once, in key order");
+    // Finished: a later tick answers nobody again.
+    d.advance_wall_clock(std::time::Duration::from_secs(60))
+        .expect("timers fire");
+    assert!(d.read_raw_output(OUT).is_empty());
+}
+
+#[test]
+fn a_newer_right_row_mid_fan_out_restarts_it_and_no_order_gets_the_older_one_after() {
+    for kind in [JoinKind::Inner, JoinKind::Left] {
+        let mut d = hot_customer(kind, 50, 420);
+        row(&mut d, CUSTOMERS, "c1", Some("Ann"), 10_000);
+        let mut out = changes(&d.read_raw_output(OUT));
+        for _ in 0..3 {
+            d.advance_wall_clock(std::time::Duration::from_millis(1))
+                .expect("timers fire");
+            out.extend(changes(&d.read_raw_output(OUT)));
+        }
+        assert_eq!(
+            out.len(),
+            200,
+            "{kind:?}: four pages of Ann before the update"
+        );
+        row(&mut d, CUSTOMERS, "c1", Some("Bob"), 10_001);
+        let restarted = changes(&d.read_raw_output(OUT));
+        assert_eq!(restarted.len(), 50, "{kind:?}");
+        assert_eq!(
+            restarted[0],
+            set("o0000", "c1:item0@Bob"),
+            "{kind:?}: from the first"
+        );
+        out.extend(restarted);
+        out.extend(fan_out_calls(&mut d).into_iter().flatten());
+        // Per order: Ann at most once, then Bob exactly once and last.
+        let mut per_order: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for (k, v) in out {
+            per_order
+                .entry(k)
+                .or_default()
+                .push(v.expect("no retraction"));
+        }
+        assert_eq!(per_order.len(), 420, "{kind:?}");
+        for (k, seen) in &per_order {
+            let i = &k[1..].trim_start_matches('0');
+            let bob = format!("c1:item{}@Bob", if i.is_empty() { "0" } else { i });
+            let ann = bob.replace("@Bob", "@Ann");
+            let want = if seen.len() == 2 {
+                vec![ann, bob]
+            } else {
+                vec![bob]
+            };
+            assert_eq!(seen, &want, "{kind:?} {k}");
+        }
+        assert_eq!(result(&mut d, "o0419").as_deref(), Some("c1:item419@Bob"));
+    }
+}
+
+#[test]
+fn a_deleted_hot_row_retracts_every_result_page_by_page() {
+    let mut d = hot_customer(JoinKind::Inner, 64, 300);
+    row(&mut d, CUSTOMERS, "c1", Some("Ann"), 10_000);
+    fan_out_calls(&mut d);
+    d.read_raw_output(OUT);
+    row(&mut d, CUSTOMERS, "c1", None, 10_001);
+    let mut out = changes(&d.read_raw_output(OUT));
+    assert_eq!(out.len(), 64);
+    out.extend(fan_out_calls(&mut d).into_iter().flatten());
+    assert_eq!(out.len(), 300);
+    assert!(out.iter().all(|(_, v)| v.is_none()), "all retracted");
+    assert_eq!(result(&mut d, "o0123"), None);
+}
+
+#[test]
+fn an_order_subscribing_mid_fan_out_is_answered_once() {
+    let mut d = hot_customer(JoinKind::Inner, 10, 100);
+    row(&mut d, CUSTOMERS, "c1", Some("Ann"), 10_000);
+    assert_eq!(d.read_raw_output(OUT).len(), 10);
+    // Ahead of the cursor (o0050 > o0009): the fan-out answers it; behind it (o0005): at once.
+    row(&mut d, ORDERS, "o0050", Some("c1:again"), 10_001);
+    row(&mut d, ORDERS, "o0005", Some("c1:again"), 10_002);
+    assert_eq!(
+        changes(&d.read_raw_output(OUT)),
+        [set("o0005", "c1:again@Ann")]
+    );
+    let rest: Vec<_> = fan_out_calls(&mut d).into_iter().flatten().collect();
+    assert_eq!(rest.len(), 90);
+    assert_eq!(
+        rest.iter()
+            .filter(|(k, _)| k == "o0050")
+            .collect::<Vec<_>>(),
+        [&set("o0050", "c1:again@Ann")]
+    );
+}
+
+#[test]
+fn kill_9_mid_fan_out_gives_the_crash_free_results() {
+    let mut crash_test = TopologyTestDriver::with_crashes(11, || {
+        Ok::<_, std::convert::Infallible>(topology_answering(JoinKind::Inner, 7))
+    })
+    .max_crashes(30);
+    for i in 0..60 {
+        let order = format!("c{}:item{i}", i % 2);
+        crash_test.pipe(
+            TestRecord::new(
+                ORDERS,
+                Some(format!("o{i:02}").as_str()),
+                Some(order.as_str()),
+            )
+            .timestamp(i)
+            .id(&format!("o{i}")),
+        );
+    }
+    let customers = [("c0", "Ann"), ("c1", "Bob"), ("c0", "Cid"), ("c1", "Dan")];
+    for (n, (c, name)) in customers.into_iter().enumerate() {
+        crash_test.pipe(
+            TestRecord::new(CUSTOMERS, Some(c), Some(name))
+                .timestamp(100 + n as i64)
+                .id(&format!("c{n}")),
+        );
+        // Two pages, then the next update lands mid-fan-out; the last one runs to its end.
+        let ticks = if n == 3 { 6 } else { 2 };
+        for _ in 0..ticks {
+            crash_test.advance_wall_clock(std::time::Duration::from_millis(1));
+        }
+    }
+    let summary = crash_test
+        .run()
+        .expect("every crash matches the crash-free run");
+    assert!(!summary.crashes.is_empty());
+    assert!(
+        summary.written.get(OUT).copied().unwrap_or(0) >= 60,
+        "{summary:?}"
+    );
 }
 
 #[test]
