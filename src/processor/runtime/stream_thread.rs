@@ -1031,7 +1031,12 @@ impl<P: Application> Runtime<P> {
             {
                 continue;
             }
-            if tracks_busy {
+            // A mark-only record (another task's watermark) is no work: counted as work, it made
+            // the reading task say "busy" in its own marks, and in a cycle of sub-topologies
+            // (a foreign-key join: subscriptions one way, responses back) the marks then went
+            // round for ever, a transaction every few hundred milliseconds on an idle instance
+            // and repartition lag never 0.
+            if tracks_busy && !is_mark_only(m) {
                 busy.insert((m.partition(), self.processor.sub_topology(m.topic())));
             }
             self.collector.set_current(i);
@@ -1190,6 +1195,15 @@ impl<P: Application> Runtime<P> {
         }
         Ok(())
     }
+}
+
+/// Whether `m` only carries another task's watermark (see [`crate::processor::watermarks`]).
+fn is_mark_only(m: &OwnedMessage) -> bool {
+    m.headers().is_some_and(|h| {
+        h.iter().any(|h| {
+            h.key == crate::processor::engine::MARK_ONLY && h.value == Some(b"1".as_slice())
+        })
+    })
 }
 
 #[cfg(test)]
