@@ -1478,6 +1478,43 @@ fn clicks_per_region_per_minute_joins_re_keys_and_counts_in_windows() -> TestRes
 }
 
 #[test]
+fn a_suppressed_table_emits_a_key_s_latest_total_once_its_minute_is_over() -> TestResult {
+    use crate::dsl::{BufferConfig, Suppressed};
+    use crate::serdes::Serde as _;
+    let builder = StreamsBuilder::new();
+    let totals = builder
+        .stream("amounts", Consumed::with(StringSerde, I64Serde))
+        .group_by_key()
+        .reduce(
+            |a, b| a + b,
+            Materialized::with(StringSerde, I64Serde).named("totals"),
+        );
+    let per_minute = totals.suppress(Suppressed::until_time_limit(
+        Duration::from_secs(60),
+        BufferConfig::max_records(10_000).emit_early_when_full(),
+    ));
+    per_minute
+        .to_stream()
+        .to("totals-per-minute", Produced::with(StringSerde, I64Serde));
+    let mut d = TopologyTestDriver::new(builder.build()?)?;
+    let amount = |d: &mut Driver, k: &str, v: i64, ms: i64| -> TestResult {
+        let v = I64Serde.serialize(&v)?;
+        Ok(d.pipe(TestRecord::new("amounts", Some(k), Some(v)).timestamp(ms))?)
+    };
+    amount(&mut d, "a", 5, 0)?;
+    amount(&mut d, "a", 7, 30_000)?;
+    amount(&mut d, "b", 1, 40_000)?;
+    // Nothing before a minute has passed since a's first update.
+    assert_eq!(count_out(&mut d, "totals-per-minute")?, vec![]);
+    amount(&mut d, "b", 2, 60_000)?;
+    // a's latest total, once; b (first at 40 s) still waits.
+    assert_eq!(count_out(&mut d, "totals-per-minute")?, vec![kv("a", 12)]);
+    amount(&mut d, "c", 1, 100_000)?;
+    assert_eq!(count_out(&mut d, "totals-per-minute")?, vec![kv("b", 3)]);
+    Ok(())
+}
+
+#[test]
 fn every_rust_block_of_the_dsl_page_is_in_the_tests() {
     crate::testing::assert_rust_blocks_are_in(
         "docs/dsl.md",
