@@ -1,6 +1,7 @@
 //! The `isr-shrink` fault (issue 33) on the three-node cluster: a follower is frozen (SIGSTOP)
 //! until the cluster drops it from the ISR of every partition of the run, then the leader of the
-//! most partitions is `kill -9`ed while the follower is still frozen. Unclean leader election is
+//! most partitions is `kill -9`ed while the follower is still frozen (the instances paused for
+//! the 2 s before it, so it lands on a backlog they must write through). Unclean leader election is
 //! off, so what it led has no eligible leader but the third broker, whose ISR alone is below
 //! `min.insync.replicas=2`: no write is accepted anywhere until the follower is back in sync.
 //!
@@ -22,6 +23,10 @@ use eosflow::kafka::KafkaClients;
 /// How long the frozen follower and the dead leader are both kept away once the leader is dead:
 /// the time no partition takes a write and no controller answers.
 pub const BOTH_AWAY: Duration = Duration::from_secs(8);
+
+/// How long the instances are paused before the leader's kill, the load still being written:
+/// the backlog they find when they resume into the outage.
+const BACKLOG: Duration = Duration::from_secs(2);
 
 /// The longest wait for the cluster to drop the frozen follower from the ISR.
 const SHRINK_TIMEOUT: Duration = Duration::from_secs(90);
@@ -78,6 +83,19 @@ fn in_every_isr(clients: &KafkaClients, topics: &[String], node: i32, dead: i32)
 }
 
 impl Fleet<'_> {
+    /// Sends `SIG<sig>` to every running instance (`STOP`, `CONT`): all of them are tried, the
+    /// first failure returned.
+    fn signal_instances(&self, sig: &str) -> Result<(), String> {
+        let mut first = Ok(());
+        for inst in &self.instances {
+            let r = inst.signal(sig);
+            if first.is_ok() {
+                first = r;
+            }
+        }
+        first
+    }
+
     /// Supervises the instances (no progress check: one would block on the frozen broker) for
     /// `d`, or until `done` holds (checked every 500 ms); whether it held.
     fn watch_frozen(
@@ -153,13 +171,30 @@ impl Fleet<'_> {
             "isr-shrink: the follower is out of every ISR"
         );
 
-        // 2. The leader killed while the follower is still frozen: no eligible leader, no
+        // 2. The instances paused for a moment while the load goes on, so the leader's kill
+        //    lands with records written (acknowledged by the leader and the third broker, so
+        //    readable) and not yet processed. Without it the kill's instant decided the run:
+        //    instances keeping up with the load had no commit open when the cluster went,
+        //    nothing to wait on, and their `/healthz` never named a partition (a CI run with
+        //    other tests beside it: `waits_seen=none`). The pause stays well inside the
+        //    group's session timeout (10 s): no rebalance takes their partitions meanwhile.
+        if let Err(e) = self.signal_instances("STOP") {
+            let _ = self.signal_instances("CONT");
+            let _ = c.signal("resume", follower);
+            return Err(e);
+        }
+        tracing::info!(
+            secs = BACKLOG.as_secs_f64(),
+            "isr-shrink: instances SIGSTOP, a backlog builds"
+        );
+        std::thread::sleep(BACKLOG);
+
+        // 3. The leader killed while the follower is still frozen: no eligible leader, no
         //    quorum, no write anywhere. The fault's baseline is taken now (the frozen follower
         //    leads nothing any more, so the monitor's requests do not hang on it): progress
         //    made while only the follower was away must not count as the recovery.
-        //    At most 8 s for it: while the follower is frozen the monitor's reads can hang for
-        //    seconds each, and a longer wait pushed the kill past the end of the load.
-        let mid_stream = if self.monitor.fault_now_within(Duration::from_secs(8)) {
+        //    At most 3 s for it: the instances are paused meanwhile.
+        let mid_stream = if self.monitor.fault_now_within(Duration::from_secs(3)) {
             // Partitions with records not yet committed, read now.
             self.monitor.waiting_at_last_fault() > 0
         } else {
@@ -168,7 +203,9 @@ impl Fleet<'_> {
             self.left > 0
         };
         let killed = Instant::now();
-        if let Err(e) = c.kill(leader) {
+        let kill = c.kill(leader);
+        let resumed_instances = self.signal_instances("CONT");
+        if let Err(e) = kill.and(resumed_instances) {
             let _ = c.signal("resume", follower);
             return Err(e);
         }
@@ -176,7 +213,7 @@ impl Fleet<'_> {
             leader,
             mid_stream,
             waiting_partitions = self.monitor.waiting_at_last_fault(),
-            "isr-shrink: leader kill -9"
+            "isr-shrink: leader kill -9, instances SIGCONT"
         );
         self.isr.mid_stream += u32::from(mid_stream);
         let away = self.watch_frozen(BOTH_AWAY, |_| false);
@@ -188,7 +225,7 @@ impl Fleet<'_> {
         self.monitor.outages.push(resumed - t0);
         self.monitor.restart_clock();
 
-        // 3. With the leader still dead: the follower back in sync, the instances resuming.
+        // 4. With the leader still dead: the follower back in sync, the instances resuming.
         let pending_before = self.monitor.recoveries.len();
         let deadline = Instant::now() + RESUME_TIMEOUT;
         let mut back_in_sync = None;
@@ -222,7 +259,7 @@ impl Fleet<'_> {
         self.cluster.pauses += 1;
         self.cluster.hard_bounces += 1;
 
-        // 4. The dead leader back, and the full ISR before the next fault.
+        // 5. The dead leader back, and the full ISR before the next fault.
         self.cluster_op(c, &["start", &leader.to_string()])?;
         tracing::info!(leader, "isr-shrink: leader back");
         self.await_isr()
