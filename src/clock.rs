@@ -1,4 +1,5 @@
-//! The wall clock, read in one place: milliseconds since the Unix epoch, the unit of Kafka
+//! The wall clock, read in one place (public so an application reads the same clock as the
+//! runtime, e.g. for a deadline it stores): milliseconds since the Unix epoch, the unit of Kafka
 //! timestamps, retry due times, store checkpoints and health beats.
 //!
 //! Event time and stream time are not read here: they come from records (see
@@ -7,9 +8,9 @@
 /// Now, in milliseconds since the Unix epoch (0 for a clock set before 1970).
 ///
 /// ```
-/// let a = eosflow::internals::clock::now_ms();
+/// let a = eosflow::clock::now_ms();
 /// assert!(a > 1_600_000_000_000, "after September 2020");
-/// assert!(eosflow::internals::clock::now_ms() >= a);
+/// assert!(eosflow::clock::now_ms() >= a);
 /// ```
 pub fn now_ms() -> i64 {
     std::time::SystemTime::now()

@@ -14,9 +14,14 @@
 //! - [`run`] / [`run_threads`] — endpoints, signals, graceful shutdown around the
 //!   exactly-once loop; [`init_logging`];
 //! - [`testing`] — `TopologyTestDriver`: a topology in-process, no broker;
-//! - [`record`] — `Record`, `Emit`, `ProcessError`, shared by every layer.
+//! - [`record`] — `Record`, `Emit`, `ProcessError`, shared by every layer;
+//! - [`contracts`] — an application's event contracts: the schema catalog, compatibility,
+//!   upcasters and the `Decoder`;
+//! - [`metric_catalog`] — an application's own metrics, described on `/metrics`;
+//! - [`clock`] — the wall clock (`now_ms`).
 //!
-//! That is the public line (docs/architecture.md, "The public line"). The runtime behind it —
+//! That is the public line (docs/architecture.md, "The public line"); the reference application
+//! (`crates/orders`) is written against it alone, and a test keeps it so. The runtime behind it —
 //! the exactly-once loop, RocksDB stores, changelog and restore, the retry ladder and
 //! dead-letter topics, the transactional sink, the schema registry codec, metrics — is private;
 //! eosflow's own crates and tests reach it through the hidden `eosflow::internals`, which is
@@ -27,12 +32,14 @@
 //! `eosflow-verify` (the exactly-once verifier), `eosflow-bench` and `eosflow-cli` (the
 //! `eosflow` binary).
 
-mod clock;
+pub mod clock;
 mod codec;
 pub mod config;
+pub mod contracts;
 pub mod dsl;
 mod fast_hash;
 pub mod kafka;
+pub mod metric_catalog;
 pub mod processor;
 pub mod query;
 pub mod record;

@@ -31,7 +31,57 @@ impl Record<'_> {
             .find(|(k, _)| k == name)
             .map(|(_, v)| v.as_slice())
     }
+
+    /// The input topic this record belongs to: [`Record::topic`] without a retry level's
+    /// `.retry.<n>` suffix, so a handler that reads several inputs can tell them apart on any
+    /// level of the ladder.
+    ///
+    /// ```
+    /// use eosflow::record::Record;
+    ///
+    /// let r = Record { topic: "orders.retry.2", partition: 0, offset: 0, timestamp: None, key: None, value: None, headers: &[] };
+    /// assert_eq!(r.base_topic(), "orders");
+    /// assert_eq!(Record { topic: "orders", ..r }.base_topic(), "orders");
+    /// ```
+    pub fn base_topic(&self) -> &str {
+        crate::retry::base_and_level(self.topic).0
+    }
+
+    /// The retry level the record was read from: 0 for the input topic itself, `n` for
+    /// `<topic>.retry.<n>`.
+    ///
+    /// ```
+    /// use eosflow::record::Record;
+    ///
+    /// let r = Record { topic: "orders.retry.2", partition: 0, offset: 0, timestamp: None, key: None, value: None, headers: &[] };
+    /// assert_eq!(r.retry_level(), 2);
+    /// assert_eq!(Record { topic: "orders", ..r }.retry_level(), 0);
+    /// ```
+    pub fn retry_level(&self) -> u32 {
+        crate::retry::base_and_level(self.topic).1
+    }
+
+    /// Attempts made on this record before this one (its [`ATTEMPT_HEADER`]; 0 for a record
+    /// never failed): what a handler that behaves differently on a retry reads.
+    ///
+    /// ```
+    /// use eosflow::record::{Record, ATTEMPT_HEADER};
+    ///
+    /// let headers = vec![(ATTEMPT_HEADER.to_string(), b"2".to_vec())];
+    /// let r = Record { topic: "orders.retry.2", partition: 0, offset: 0, timestamp: None, key: None, value: None, headers: &headers };
+    /// assert_eq!(r.attempt(), 2);
+    /// assert_eq!(Record { headers: &[], ..r }.attempt(), 0);
+    /// ```
+    pub fn attempt(&self) -> u32 {
+        crate::retry::headers::int(self, ATTEMPT_HEADER)
+            .unwrap_or(0)
+            .max(0) as u32
+    }
 }
+
+/// The header holding the attempts made on a record so far ([`Record::attempt`]): set by the
+/// retry ladder on every forward, and by a test that builds a retried record.
+pub use crate::retry::headers::ATTEMPT as ATTEMPT_HEADER;
 
 /// A record the handler asks to produce in the batch's transaction.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -79,7 +79,7 @@ impl Catalog {
     /// root (`<domain>/<event>.v<n>.avsc`, which names the type) and the schema text.
     ///
     /// ```
-    /// use eosflow::internals::codec::Catalog;
+    /// use eosflow::contracts::Catalog;
     ///
     /// let v1 = r#"{"type":"record","name":"Created","namespace":"things.v1",
     ///              "fields":[{"name":"id","type":"string"}]}"#;
@@ -87,7 +87,7 @@ impl Catalog {
     /// let c = catalog.get("things.thing-created.v1").expect("registered");
     /// assert_eq!(c.full_name, "things.v1.Created");
     /// assert!(catalog.get("things.thing-created.v2").is_none());
-    /// # Ok::<(), eosflow::internals::codec::catalog::CatalogError>(())
+    /// # Ok::<(), eosflow::contracts::CatalogError>(())
     /// ```
     pub fn from_texts<'t>(
         contracts: impl IntoIterator<Item = (&'t str, &'t str)>,

@@ -213,7 +213,7 @@ pub type UpcastFn = fn(Value) -> Result<Value, String>;
 ///
 /// ```
 /// use apache_avro::types::Value;
-/// use eosflow::internals::codec::Upcasters;
+/// use eosflow::contracts::Upcasters;
 ///
 /// fn add_tag(v: Value) -> Result<Value, String> {
 ///     match v {

@@ -10,3 +10,6 @@ pub(crate) mod reader;
 pub mod topics;
 
 pub use client::{ClientRole, ConnectError, KafkaClients};
+/// Reading a whole topic's committed records, for an application's own checks and tools (the
+/// orders application's summary reads its outputs and dead-letter topics with it).
+pub use reader::{read_all, ReadError};

@@ -466,7 +466,23 @@ pub fn partition_count(
     Ok(n)
 }
 
-/// Reads every committed record of `topic` (all partitions, from the start).
+/// Reads every committed record of `topic` (all partitions, from the start), handing each to
+/// `on_record`; its error stops the read. Needs a broker:
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use eosflow::kafka::{read_all, KafkaClients};
+///
+/// # fn f(clients: &KafkaClients) -> Result<(), eosflow::kafka::ReadError> {
+/// let mut n = 0;
+/// read_all(clients, "orders.DLT", Duration::from_secs(10), |_message| {
+///     n += 1;
+///     Ok(())
+/// })?;
+/// println!("{n} dead letters");
+/// # Ok(())
+/// # }
+/// ```
 pub fn read_all<F>(
     clients: &KafkaClients,
     topic: &str,

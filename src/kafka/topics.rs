@@ -63,6 +63,23 @@ pub enum TopicsError {
     },
 }
 
+/// The names of the retry ladder's topics (`<topic>.retry.<n>`, `<topic>.DLT`): an application
+/// declares them beside its own topics and reads its dead letters by them.
+///
+/// ```
+/// use eosflow::kafka::topics::{dlt_topic, ladder_topics, retry_topic};
+///
+/// assert_eq!(retry_topic("orders", 2), "orders.retry.2");
+/// assert_eq!(dlt_topic("orders.retry.2"), "orders.DLT", "a retry level's DLT is its input's");
+/// assert_eq!(
+///     ladder_topics(&["orders".to_string()], 1),
+///     ["orders", "orders.retry.1", "orders.DLT"]
+/// );
+/// ```
+pub use crate::retry::dlt::topic_for as dlt_topic;
+/// See [`dlt_topic`].
+pub use crate::retry::{ladder_topics, retry_topic};
+
 /// One declared topic.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]

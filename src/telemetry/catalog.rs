@@ -36,7 +36,7 @@ pub struct MetricDef {
 /// A table entry, for the `const` tables of each crate.
 ///
 /// ```
-/// use eosflow::internals::telemetry::catalog::{metric, MetricDef, MetricKind, Unit};
+/// use eosflow::metric_catalog::{metric, MetricDef, MetricKind, Unit};
 /// const MINE: &[MetricDef] = &[metric("myapp_things_total", MetricKind::Counter, Unit::Count, "Things done.")];
 /// assert_eq!(MINE[0].kind, MetricKind::Counter);
 /// ```
@@ -411,12 +411,15 @@ pub const FRAMEWORK: &[MetricDef] = &[
 static REGISTERED: Mutex<Vec<&'static [MetricDef]>> = Mutex::new(Vec::new());
 
 /// Adds `table` to what `/metrics` describes: now if the recorder is installed, and again when
-/// one is installed later ([`describe_registered`]). Call it once at a component's start, e.g.
-/// `eosflow::internals::telemetry::catalog::register(FRAMEWORK)`.
+/// one is installed later. Call it once at a component's start with the component's table
+/// (an application's own: `eosflow::metric_catalog::register(METRICS)`).
 ///
 /// ```
-/// use eosflow::internals::telemetry::catalog::{register, FRAMEWORK};
-/// register(FRAMEWORK); // harmless before a recorder exists: described again at install
+/// use eosflow::metric_catalog::{metric, register, MetricDef, MetricKind, Unit};
+///
+/// const METRICS: &[MetricDef] = &[metric("myapp_runs_total", MetricKind::Counter, Unit::Count, "Runs.")];
+/// register(METRICS); // harmless before a recorder exists: described again at install
+/// register(METRICS); // and a table registered twice is described once more, not listed twice
 /// ```
 pub fn register(table: &'static [MetricDef]) {
     if let Ok(mut tables) = REGISTERED.lock() {

@@ -27,14 +27,12 @@ use super::messages::{
 use super::model::{self, Order, OrderEvent, Rejection};
 use super::saga::{self, Action, Reply, Saga, Timeout};
 use super::{contracts, telemetry, SagaTimeouts, Topics};
-use eosflow::internals::codec::decode::{RegistrySource, SchemaSource};
-use eosflow::internals::codec::registry::Registry;
-use eosflow::internals::codec::Decoder;
-use eosflow::internals::retry::dlt::{self, DltClass};
-use eosflow::internals::retry::headers::History;
+use eosflow::contracts::Decoder;
+use eosflow::kafka::topics::dlt_topic;
 use eosflow::processor::{
-    Context, ProcessError, Processor, ProcessorSpec, Record, Timer, TimerKind,
+    dead_letter_headers, Context, ProcessError, Processor, ProcessorSpec, Record, Timer, TimerKind,
 };
+use eosflow::serdes::{Registry, RegistrySource, SchemaSource};
 use eosflow::topology::GlobalTableHandle;
 
 /// The header naming a business event id: a re-sent event keeps it, so dedup drops it.
@@ -70,7 +68,7 @@ impl OrderProcessor {
 
     /// As [`OrderProcessor::new`], reading Avro writer schemas from `source` instead of a
     /// registry: tests run the processor on `eosflow::testing::TopologyTestDriver` with a
-    /// [`eosflow::internals::codec::decode::FixedSource`] holding the ids their records were encoded with.
+    /// [`eosflow::serdes::FixedSource`] holding the ids their records were encoded with.
     pub fn with_schemas(
         topics: Topics,
         group: &str,
@@ -101,16 +99,9 @@ impl OrderProcessor {
     /// this transaction: what an operator sees (`eosflow dlt list`).
     fn dead_letter(&self, ctx: &mut Context<'_>, record: &Record<'_>, reason: &str) {
         let err = ProcessError::Permanent(reason.to_string());
-        let headers = dlt::headers(
-            record,
-            &History::of(record),
-            &self.group,
-            DltClass::Permanent,
-            Some(&err),
-            ctx.wall_clock_ms(),
-        );
+        let headers = dead_letter_headers(record, &self.group, &err, ctx.wall_clock_ms());
         ctx.emit(
-            dlt::topic_for(&self.topics.replies),
+            dlt_topic(&self.topics.replies),
             record.key.map(<[u8]>::to_vec),
             record.value.map(<[u8]>::to_vec),
             headers,
@@ -470,8 +461,7 @@ impl OrderProcessor {
 
 impl Processor for OrderProcessor {
     fn process(&mut self, ctx: &mut Context<'_>, r: &Record<'_>) -> Result<(), ProcessError> {
-        let (base, _) = eosflow::internals::retry::base_and_level(r.topic);
-        if base == self.topics.replies {
+        if r.base_topic() == self.topics.replies {
             self.on_reply(ctx, r)
         } else {
             self.on_order_event(ctx, r)

@@ -15,8 +15,7 @@ use super::messages::{SagaEnded, SagaOutcome, StatusChanged};
 use super::model::OrderStatus;
 use super::projection::CustomerView;
 use super::{Topics, Topology};
-use eosflow::internals::kafka::reader::read_all;
-use eosflow::kafka::KafkaClients;
+use eosflow::kafka::{read_all, KafkaClients, ReadError};
 
 /// What the output topics hold.
 #[derive(Debug, Clone, Default)]
@@ -54,7 +53,7 @@ fn header(m: &rdkafka::message::BorrowedMessage<'_>, name: &str) -> Option<Strin
 /// Reads every output of `topics` to its end.
 pub fn read(clients: &KafkaClients, topics: &Topics, timeout: Duration) -> Result<Outputs, String> {
     let mut out = Outputs::default();
-    fn e(t: &str) -> impl FnOnce(eosflow::internals::kafka::reader::ReadError) -> String + '_ {
+    fn e(t: &str) -> impl FnOnce(ReadError) -> String + '_ {
         move |err| format!("reading {t}: {err}")
     }
     read_all(clients, &topics.orders, timeout, |_| {
@@ -95,7 +94,7 @@ pub fn read(clients: &KafkaClients, topics: &Topics, timeout: Duration) -> Resul
     })
     .map_err(e(&topics.customers))?;
     for input in Topology::ALL.iter().flat_map(|t| topics.inputs(*t)) {
-        let dlt = eosflow::internals::retry::dlt::topic_for(&input);
+        let dlt = eosflow::kafka::topics::dlt_topic(&input);
         let mut codes: BTreeMap<String, u64> = BTreeMap::new();
         read_all(clients, &dlt, timeout, |m| {
             let msg =

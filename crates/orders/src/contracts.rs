@@ -4,8 +4,7 @@
 //! The core codec knows none of this; it decodes with whatever catalog and upcasters it is given.
 
 use apache_avro::types::Value;
-use eosflow::internals::codec::catalog::CatalogError;
-use eosflow::internals::codec::{Catalog, Upcasters};
+use eosflow::contracts::{Catalog, CatalogError, Upcasters};
 
 /// The contracts, by path under `schemas/` (which names each type) and text.
 const SCHEMAS: &[(&str, &str)] = &[
@@ -65,7 +64,7 @@ const SCHEMAS: &[(&str, &str)] = &[
 /// let c = eosflow_orders::contracts::catalog()?;
 /// let v2 = c.get("orders.order-placed.v2").expect("built in");
 /// assert_eq!(v2.previous_type().as_deref(), Some("orders.order-placed.v1"));
-/// # Ok::<(), eosflow::internals::codec::catalog::CatalogError>(())
+/// # Ok::<(), eosflow::contracts::CatalogError>(())
 /// ```
 pub fn catalog() -> Result<Catalog, CatalogError> {
     Catalog::from_texts(SCHEMAS.iter().copied())
@@ -98,8 +97,7 @@ pub fn order_placed_v1_to_v2(v: Value) -> Result<Value, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use eosflow::internals::codec::compat::{check, Rule};
-    use eosflow::internals::codec::SubjectStrategy;
+    use eosflow::contracts::{check, Rule, SubjectStrategy};
 
     fn schemas_dir() -> std::path::PathBuf {
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../schemas")

@@ -33,7 +33,7 @@ pub fn run(
 ) -> Result<RunSummary, LaunchError> {
     rates.validate().map_err(LaunchError::Rates)?;
     timeouts.validate().map_err(LaunchError::Rates)?;
-    eosflow::internals::telemetry::catalog::register(crate::telemetry::METRICS);
+    eosflow::metric_catalog::register(crate::telemetry::METRICS);
     let topics = Topics::new(ns);
     let c = configure(config, topology, &topics);
     // One processor per processing thread (`processor.threads`), each built the same way.

@@ -157,7 +157,7 @@ impl Topics {
     /// `levels` retry levels and a DLT, outputs, changelogs — one partition count for all.
     pub fn specs(&self, app_id: &str, partitions: i32, levels: u32) -> Vec<TopicSpec> {
         let inputs: Vec<String> = Topology::ALL.iter().flat_map(|t| self.inputs(*t)).collect();
-        let mut specs: Vec<TopicSpec> = eosflow::internals::retry::ladder_topics(&inputs, levels)
+        let mut specs: Vec<TopicSpec> = eosflow::kafka::topics::ladder_topics(&inputs, levels)
             .into_iter()
             .chain([self.status.clone(), self.saga_events.clone()])
             .map(|t| TopicSpec::new(t, partitions, "delete"))
@@ -354,7 +354,7 @@ pub fn draw(order: &str, step: &str, attempt: u32) -> f64 {
 }
 
 /// Milliseconds since the epoch (the core's one wall-clock read).
-pub use eosflow::internals::clock::now_ms;
+pub use eosflow::clock::now_ms;
 
 #[cfg(test)]
 mod tests {

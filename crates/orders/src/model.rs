@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value as Json;
 
 use super::messages::types;
-use eosflow::internals::codec::{Event, Payload};
+use eosflow::contracts::{Event, Payload};
 
 /// Lifecycle states of an order (the `OrderStatus` enum of the contracts).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]

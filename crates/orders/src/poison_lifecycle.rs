@@ -11,10 +11,9 @@
 use apache_avro::types::Value;
 use serde::{Deserialize, Serialize};
 
-use eosflow::internals::codec::decode::RegistrySource;
-use eosflow::internals::codec::registry::Registry;
-use eosflow::internals::codec::{Decoder, Limits, Payload};
+use eosflow::contracts::{Decoder, Limits, Payload};
 use eosflow::processor::{Context, ProcessError, Processor, ProcessorSpec, Record};
+use eosflow::serdes::{Registry, RegistrySource};
 
 /// Largest value the topology accepts (bigger is `oversize` bad input).
 pub const MAX_VALUE_BYTES: usize = 64 * 1024;
@@ -99,11 +98,7 @@ fn misbehave(customer: &str, record: &Record<'_>) -> Result<(), ProcessError> {
     let Some(marker) = customer.strip_prefix("poison:") else {
         return Ok(());
     };
-    let attempt = eosflow::internals::retry::headers::int(
-        record,
-        eosflow::internals::retry::headers::ATTEMPT,
-    )
-    .unwrap_or(0);
+    let attempt = i64::from(record.attempt());
     if marker == "panic" {
         panic!("poison:panic marker: the handler panics on purpose");
     }
@@ -326,10 +321,7 @@ mod tests {
         let first = record(&[]);
         let e = transition(p, &placed("poison:transient:1", 1), None, &first).unwrap_err();
         assert!(matches!(e, ProcessError::Transient(_)), "{e:?}");
-        let h = vec![(
-            eosflow::internals::retry::headers::ATTEMPT.to_string(),
-            b"1".to_vec(),
-        )];
+        let h = vec![(eosflow::record::ATTEMPT_HEADER.to_string(), b"1".to_vec())];
         let retried = record(&h);
         assert_eq!(
             transition(p, &placed("poison:transient:1", 1), None, &retried),

@@ -2,7 +2,7 @@
 //! and [`METRICS`], their table with HELP texts. The application's metrics carry their own prefix
 //! (`orders_`), apart from the framework's `eosflow_` metrics.
 
-use eosflow::internals::telemetry::catalog::{metric, MetricDef, MetricKind, Unit};
+use eosflow::metric_catalog::{metric, MetricDef, MetricKind, Unit};
 
 use super::messages::SagaOutcome;
 use super::saga::TimedStep;

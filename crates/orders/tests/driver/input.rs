@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use eosflow::internals::codec::decode::{FixedSource, SchemaSource, SourceError};
+use eosflow::serdes::{FixedSource, SchemaSource, SourceError};
 use eosflow::testing::TestRecord;
 use eosflow_orders::messages::types;
 use serde_json::json;

@@ -5,8 +5,9 @@
 use std::collections::HashMap;
 
 use apache_avro::Schema;
-use eosflow::internals::codec::decode::{encode_wire, FixedSource, SchemaSource};
+use eosflow::internals::codec::decode::encode_wire;
 use eosflow::processor::{Application, ProcessorSpec};
+use eosflow::serdes::{FixedSource, SchemaSource};
 use eosflow::testing::{OutputRecord, TestRecord, TopologyTestDriver};
 use eosflow::Config;
 use eosflow_orders::aggregate::{OrderProcessor, EVENT_ID_HEADER};
