@@ -32,6 +32,9 @@
 //! `eosflow-verify` (the exactly-once verifier), `eosflow-bench` and `eosflow-cli` (the
 //! `eosflow` binary).
 
+// `pub` means reachable from outside: the public line or `internals` (docs/architecture.md).
+#![warn(unreachable_pub)]
+
 pub mod clock;
 mod codec;
 pub mod config;

@@ -72,7 +72,7 @@ impl JsonPayloadNullBehavior {
 
 /// Debezium's default `route.topic.regex`: the whole route value, as the group the default
 /// `route.topic.replacement` names.
-pub const DEFAULT_ROUTE_TOPIC_REGEX: &str = "(?<routedByValue>.*)";
+pub(super) const DEFAULT_ROUTE_TOPIC_REGEX: &str = "(?<routedByValue>.*)";
 
 impl OutboxMode {
     /// The name the configuration uses.

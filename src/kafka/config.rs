@@ -93,14 +93,14 @@ choice_strings!(SecurityProtocol, SaslMechanism);
 mod unset_is_empty {
     use serde::{Deserialize, Deserializer, Serializer};
 
-    pub fn serialize<S: Serializer>(
+    pub(super) fn serialize<S: Serializer>(
         value: &Option<super::SaslMechanism>,
         s: S,
     ) -> Result<S::Ok, S::Error> {
         s.serialize_str(value.map_or("", super::SaslMechanism::as_str))
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
         d: D,
     ) -> Result<Option<super::SaslMechanism>, D::Error> {
         let text = String::deserialize(d)?;

@@ -83,7 +83,7 @@ pub(crate) enum Here {
 
 /// The instance's open tasks, shared by its processing threads and its query readers.
 #[derive(Debug, Default)]
-pub struct LocalStores {
+pub(crate) struct LocalStores {
     /// The inputs' partition count (0: not known yet).
     partitions: AtomicUsize,
     /// An input topic: whose assignment says which member owns a partition number.

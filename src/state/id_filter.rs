@@ -38,7 +38,7 @@ use rocksdb::{IteratorMode, DB};
 /// Ids a filter is sized for at least.
 const MIN_IDS: u64 = 8_192;
 /// Most bytes of one store's filter.
-pub const MAX_BYTES: u64 = 16 * 1024 * 1024;
+pub(super) const MAX_BYTES: u64 = 16 * 1024 * 1024;
 /// Bits per id a filter is sized for.
 const BITS_PER_ID: u64 = 16;
 /// Estimated ids at or below which the scan runs on the calling thread.

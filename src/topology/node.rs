@@ -36,7 +36,7 @@ impl<K, V> TypedRecord<K, V> {
 /// record its parents forward, reads and writes the stores attached to it, and forwards
 /// records to its children. An error (or a panic) discards everything the input record did
 /// and routes it up the retry ladder or to the dead-letter topic.
-pub trait NodeProcessor<K, V>: Send {
+pub(crate) trait NodeProcessor<K, V>: Send {
     /// Handles one record.
     fn process(
         &mut self,
@@ -122,7 +122,7 @@ pub(crate) struct Forward {
 
 /// A node's view of one call (Kafka Streams' `ProcessorContext`): the input record's
 /// coordinates, the stores attached to the node, forwarding, and the clock.
-pub struct NodeContext<'n, 'a> {
+pub(crate) struct NodeContext<'n, 'a> {
     pub(crate) inner: &'n mut Context<'a>,
     pub(crate) input: &'n Record<'n>,
     pub(crate) node: &'n str,
@@ -132,17 +132,17 @@ pub struct NodeContext<'n, 'a> {
 
 impl<'n, 'a> NodeContext<'n, 'a> {
     /// The input record being processed (topic, partition, offset, headers, raw bytes).
-    pub fn input(&self) -> &Record<'n> {
+    pub(crate) fn input(&self) -> &Record<'n> {
         self.input
     }
 
     /// This node's name.
-    pub fn node_name(&self) -> &str {
+    pub(crate) fn node_name(&self) -> &str {
         self.node
     }
 
     /// Opens a store attached to this node (`Topology::add_state_store`).
-    pub fn store<'c, K, V>(
+    pub(crate) fn store<'c, K, V>(
         &'c mut self,
         handle: &'c StoreHandle<K, V>,
     ) -> Result<KeyValueStore<'c, 'a, K, V>, ProcessError> {
@@ -157,7 +157,7 @@ impl<'n, 'a> NodeContext<'n, 'a> {
     }
 
     /// Sends `record` to every child of this node.
-    pub fn forward<K, V>(&mut self, record: TypedRecord<K, V>)
+    pub(crate) fn forward<K, V>(&mut self, record: TypedRecord<K, V>)
     where
         K: Clone + Send + 'static,
         V: Clone + Send + 'static,
@@ -170,7 +170,7 @@ impl<'n, 'a> NodeContext<'n, 'a> {
     }
 
     /// Sends `record` to the child named `child` only.
-    pub fn forward_to<K, V>(&mut self, child: &str, record: TypedRecord<K, V>)
+    pub(crate) fn forward_to<K, V>(&mut self, child: &str, record: TypedRecord<K, V>)
     where
         K: Clone + Send + 'static,
         V: Clone + Send + 'static,
@@ -236,51 +236,63 @@ impl<'n, 'a> NodeContext<'n, 'a> {
     }
 
     /// The batch's wall-clock time (ms): the runtime's clock, or the test driver's.
-    pub fn wall_clock_ms(&self) -> i64 {
+    pub(crate) fn wall_clock_ms(&self) -> i64 {
         self.inner.wall_clock_ms()
     }
 
     /// The event time of the input record (its source's timestamp extractor), or in
     /// [`NodeProcessor::on_timer`] the timer's due time. Outputs carry it unless a forwarded
     /// record sets its own `timestamp`.
-    pub fn event_time_ms(&self) -> Option<i64> {
+    pub(crate) fn event_time_ms(&self) -> Option<i64> {
         self.inner.event_time_ms()
     }
 
     /// The partition's stream time: the largest event time it has seen (this record's
     /// included).
-    pub fn stream_time_ms(&self) -> Option<i64> {
+    pub(crate) fn stream_time_ms(&self) -> Option<i64> {
         self.inner.stream_time_ms()
     }
 
     /// Schedules this node's event-time timer of `key` at `at_ms` (replacing its pending one):
     /// [`NodeProcessor::on_timer`] is called once stream time reaches it.
-    pub fn schedule_event_time(&mut self, key: &[u8], at_ms: i64) -> Result<(), ProcessError> {
+    pub(crate) fn schedule_event_time(
+        &mut self,
+        key: &[u8],
+        at_ms: i64,
+    ) -> Result<(), ProcessError> {
         self.schedule(Timer::event_time(key, at_ms))
     }
 
     /// Schedules this node's wall-clock timer of `key` at `at_ms` (replacing its pending one).
-    pub fn schedule_wall_clock(&mut self, key: &[u8], at_ms: i64) -> Result<(), ProcessError> {
+    pub(crate) fn schedule_wall_clock(
+        &mut self,
+        key: &[u8],
+        at_ms: i64,
+    ) -> Result<(), ProcessError> {
         self.schedule(Timer::wall_clock(key, at_ms))
     }
 
     /// Schedules `timer` (with its payload) for this node: its name becomes the node's.
-    pub fn schedule(&mut self, timer: Timer) -> Result<(), ProcessError> {
+    pub(crate) fn schedule(&mut self, timer: Timer) -> Result<(), ProcessError> {
         self.inner.schedule(timer.named(self.node))
     }
 
     /// Cancels this node's timer of `kind` for `key`; whether one was pending.
-    pub fn cancel(&mut self, kind: TimerKind, key: &[u8]) -> Result<bool, ProcessError> {
+    pub(crate) fn cancel(&mut self, kind: TimerKind, key: &[u8]) -> Result<bool, ProcessError> {
         self.inner.cancel(kind, self.node, key)
     }
 
     /// When this node's timer of `kind` for `key` is due, if one is pending.
-    pub fn timer_due(&self, kind: TimerKind, key: &[u8]) -> Result<Option<i64>, ProcessError> {
+    pub(crate) fn timer_due(
+        &self,
+        kind: TimerKind,
+        key: &[u8],
+    ) -> Result<Option<i64>, ProcessError> {
         self.inner.timer_due(kind, self.node, key)
     }
 
     /// The message id dedup uses for the input record, if any.
-    pub fn message_id(&self) -> Option<&[u8]> {
+    pub(crate) fn message_id(&self) -> Option<&[u8]> {
         self.inner.message_id()
     }
 }

@@ -201,7 +201,7 @@ pub struct WindowStore<'c, 'a, K, V> {
 impl<'n, 'a> NodeContext<'n, 'a> {
     /// Opens a windowed store attached to this node
     /// ([`crate::topology::TopologyBuilder::add_window_store`]).
-    pub fn window_store<'c, K, V>(
+    pub(crate) fn window_store<'c, K, V>(
         &'c mut self,
         handle: &'c WindowStoreHandle<K, V>,
     ) -> Result<WindowStore<'c, 'a, K, V>, ProcessError> {
