@@ -130,6 +130,10 @@ pub mod internals {
         pub mod runtime {
             pub use crate::processor::runtime::*;
         }
+        /// The headers a repartition record carries (for the `hot_path` bench).
+        pub mod engine {
+            pub use crate::processor::engine::{Mark, Origin};
+        }
         /// Standby replicas.
         pub mod standby {
             pub use crate::processor::standby::*;

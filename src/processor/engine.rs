@@ -146,8 +146,9 @@ impl Upstream {
 
 /// The watermark headers of a repartition record (see [`crate::topology`]'s repartitions):
 /// the writer's partition number and stream time, and whether the record only carries them.
+/// Public for the `hot_path` bench only (through `eosflow::internals::processor::engine`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Mark {
+pub struct Mark {
     /// The writing task's partition number.
     pub(crate) from: i32,
     /// What it says of itself.
@@ -182,6 +183,22 @@ impl Mark {
         })
     }
 
+    /// Replaces `headers`' watermark with the writing task's, on a record it writes to a
+    /// repartition topic: its partition `from` (none when negative: not a task's) and its
+    /// `stream_time`. The reading task's stream time is the least of its writers' (see the
+    /// architecture's task model).
+    pub fn stamp(headers: &mut Vec<(String, Vec<u8>)>, from: i32, stream_time: Option<i64>) {
+        // Every mark header (`MARK_*`) starts so.
+        headers.retain(|(k, _)| !k.starts_with("eosflow.wm"));
+        if from >= 0 {
+            let upstream = Upstream {
+                stream_time,
+                idle: false,
+            };
+            headers.extend(Self::headers(from, upstream, false));
+        }
+    }
+
     /// The headers that carry `upstream` from partition `from` (`only`: a mark-only record).
     pub(crate) fn headers(from: i32, upstream: Upstream, only: bool) -> Vec<(String, Vec<u8>)> {
         let mut h = vec![(MARK_FROM.to_string(), from.to_string().into_bytes())];
@@ -204,9 +221,10 @@ impl Mark {
 /// repartition (see [`crate::query::Queried::reached`]).
 pub(crate) const ORIGIN: &str = "eosflow.origin";
 
-/// The input record (topic, partition, offset) a repartition record comes from.
+/// The input record (topic, partition, offset) a repartition record comes from. Public for the
+/// `hot_path` bench only (through `eosflow::internals::processor::engine`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Origin {
+pub struct Origin {
     pub(crate) topic: String,
     pub(crate) partition: i32,
     pub(crate) offset: i64,
@@ -229,7 +247,7 @@ impl Origin {
 
     /// Sets `headers`' origin to `input`'s own origin, or else to `input` itself when it was
     /// read from an input (not a retry level: its offset there is not the one written).
-    pub(crate) fn stamp(headers: &mut Vec<(String, Vec<u8>)>, input: &crate::record::Record<'_>) {
+    pub fn stamp(headers: &mut Vec<(String, Vec<u8>)>, input: &crate::record::Record<'_>) {
         headers.retain(|(k, _)| k != ORIGIN);
         let value = match Self::of(input) {
             Some(o) => format!("{}:{}:{}", o.partition, o.offset, o.topic),

@@ -373,20 +373,11 @@ impl Topology {
                 if repartition_sink {
                     // The writing task's partition and stream time: the reading task's stream
                     // time is the least of its writers' (see the architecture's task model).
-                    let upstream = crate::processor::engine::Upstream {
-                        stream_time: ctx.stream_time_ms(),
-                        idle: false,
-                    };
-                    let from = ctx.task_partition();
-                    headers.retain(|(k, _)| !k.starts_with("eosflow.wm"));
-                    if from >= 0 {
-                        headers.extend(crate::processor::engine::Mark::headers(
-                            from, upstream, false,
-                        ));
-                    }
+                    use crate::processor::engine::{Mark, Origin};
+                    Mark::stamp(&mut headers, ctx.task_partition(), ctx.stream_time_ms());
                     // The input record this one comes from (its own origin if it came through
                     // a repartition already): the reading task's query positions (issue 49).
-                    crate::processor::engine::Origin::stamp(&mut headers, input);
+                    Origin::stamp(&mut headers, input);
                 }
                 ctx.emit_record(Emit {
                     topic: topic.clone(),
