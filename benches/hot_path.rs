@@ -1,7 +1,8 @@
 //! Criterion micro-benchmarks of the processor's hot path: Avro decode/encode of a ~300 B order
 //! event with the writer schema cached (and the one-field walk the counting topology uses), state overlay put/get, RocksDB batch apply with the
-//! checkpoint, a committed value's read from RocksDB and from the record cache, and the dedup
-//! lookup. `cargo bench --bench hot_path` measures; under
+//! checkpoint, a committed value's read from RocksDB and from the record cache, the dedup
+//! lookup, and a repartition record's headers without and with its origin. `cargo bench
+//! --bench hot_path` measures; under
 //! `cargo test --all-targets` each benchmark runs once, as a smoke test.
 
 use std::collections::HashMap;
@@ -11,6 +12,7 @@ use apache_avro::Schema;
 use criterion::{criterion_main, BatchSize, Criterion, Throughput};
 
 use eosflow::internals::codec::decode::{encode_wire, Decoder, FixedSource};
+use eosflow::internals::processor::engine::{Mark, Origin};
 use eosflow::internals::state::{Column, Overlay, Store, StoreCache};
 
 fn order(i: u64) -> Value {
@@ -225,11 +227,80 @@ fn state(c: &mut Criterion) {
     let _ = Store::wipe(&dir);
 }
 
+/// The headers of a record a repartition sink writes, per record (`src/topology/mod.rs`,
+/// `run_node`): the forwarded record's headers (a copy of its input's 4 envelope headers) with
+/// the writing task's watermark (`Mark::stamp`) — before issue 49 — and then with the input's
+/// origin (`Origin::stamp`, the `eosflow.origin` header: one `format!` and one header pushed).
+/// The input is a record as read from an input topic, or from a repartition topic (its origin
+/// parsed and carried over). The budget they share: a whole record costs 6.6 µs end to end in
+/// the count shape at one partition (151 757 records/s, `results/hot-path-ab-ff1d60d.md`); the
+/// origin's cost per record is `after` − `before`. Measured in release with `cargo bench
+/// --locked --bench hot_path -- origin`.
+fn origin(c: &mut Criterion) {
+    let envelope: Vec<(String, Vec<u8>)> = [
+        ("id", "0b1e4a9c-6f0d-4b52-9a57-3c8e2f51d7a4"),
+        ("type", "orders.order-placed.v1"),
+        ("correlation_id", "5d2c9e71-0a3b-4f86-b1c4-7e9d2a6f3b10"),
+        (
+            "traceparent",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+        ),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.as_bytes().to_vec()))
+    .collect();
+    // An order event's size; the stamps never read it.
+    let value = vec![0u8; 303];
+    let read = |topic, headers| eosflow::record::Record {
+        topic,
+        partition: 3,
+        offset: 1_234_567,
+        timestamp: Some(1_765_000_000_000),
+        key: Some(b"order-0042".as_slice()),
+        value: Some(value.as_slice()),
+        headers,
+    };
+    let input = read("orders", &envelope);
+    // The same record as read back from a repartition topic: its writer's mark and origin.
+    let mut carried = envelope.clone();
+    Mark::stamp(&mut carried, 1, Some(1_765_000_000_000));
+    Origin::stamp(&mut carried, &input);
+    let repartitioned = read("app-by-customer-repartition", &carried);
+
+    let mut g = c.benchmark_group("origin");
+    g.throughput(Throughput::Elements(1));
+    let stream_time = Some(1_765_000_000_000);
+    g.bench_function("before: input headers + mark", |b| {
+        b.iter(|| {
+            let mut h = input.headers.to_vec();
+            Mark::stamp(&mut h, 3, stream_time);
+            h
+        })
+    });
+    g.bench_function("after: input headers + mark + origin", |b| {
+        b.iter(|| {
+            let mut h = input.headers.to_vec();
+            Mark::stamp(&mut h, 3, stream_time);
+            Origin::stamp(&mut h, &input);
+            h
+        })
+    });
+    g.bench_function("after, input from a repartition (origin carried)", |b| {
+        b.iter(|| {
+            let mut h = repartitioned.headers.to_vec();
+            Mark::stamp(&mut h, 3, stream_time);
+            Origin::stamp(&mut h, &repartitioned);
+            h
+        })
+    });
+    g.finish();
+}
+
 // `criterion_group!` defines a public `fn benches` it cannot document.
 #[allow(missing_docs)]
 mod group {
-    use super::{avro, state};
-    criterion::criterion_group!(benches, avro, state);
+    use super::{avro, origin, state};
+    criterion::criterion_group!(benches, avro, state, origin);
 }
 use group::benches;
 criterion_main!(benches);
