@@ -7,6 +7,7 @@ pub(crate) mod client;
 pub(crate) mod config;
 pub(crate) mod describe;
 pub(crate) mod reader;
+pub mod seams;
 pub mod topics;
 
 pub use client::{ClientRole, ConnectError, KafkaClients};

@@ -13,95 +13,22 @@
 //! answered here.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use rdkafka::consumer::{
-    BaseConsumer, Consumer, ConsumerContext, ConsumerGroupMetadata, Rebalance,
-};
+use std::sync::Arc;
+
+use rdkafka::consumer::CommitMode;
 use rdkafka::error::KafkaError;
 use rdkafka::message::{Headers, OwnedMessage};
-use rdkafka::{ClientContext, Message, Offset, TopicPartitionList};
+use rdkafka::{Message, Offset};
 
 use super::{faults, RuntimeError, RuntimeOptions};
-use crate::clock::now_ms;
+use crate::clock::Clock;
 use crate::config::GroupProtocol;
-use crate::kafka::{ClientRole, KafkaClients};
+pub(super) use crate::kafka::seams::GroupEvent;
+use crate::kafka::seams::{ConsumerSupplier, GroupConsumer, GroupMetadata, GroupSettings, Pair};
 use crate::retry::headers as retry_headers;
 use crate::telemetry::{self, Health};
-
-#[derive(Debug)]
-pub(super) enum GroupEvent {
-    Assigned(Vec<(String, i32)>),
-    Revoked(Vec<(String, i32)>),
-}
-
-/// Records rebalances as they happen inside `poll`; the loop acts on them right after.
-#[derive(Default)]
-struct GroupContext {
-    events: Mutex<Vec<GroupEvent>>,
-    /// Next offsets this instance committed through its transactions: librdkafka's own
-    /// `consumer_lag` only knows offsets committed by the consumer, never transactional ones.
-    committed: Mutex<HashMap<(String, i32), i64>>,
-}
-
-fn tpl_pairs(tpl: &TopicPartitionList) -> Vec<(String, i32)> {
-    tpl.elements()
-        .iter()
-        .map(|e| (e.topic().to_string(), e.partition()))
-        .collect()
-}
-
-impl GroupContext {
-    fn push(&self, e: GroupEvent) {
-        if let Ok(mut events) = self.events.lock() {
-            events.push(e);
-        }
-    }
-    fn take(&self) -> Vec<GroupEvent> {
-        self.events
-            .lock()
-            .map(|mut e| std::mem::take(&mut *e))
-            .unwrap_or_default()
-    }
-}
-
-impl ClientContext for GroupContext {
-    fn stats(&self, stats: rdkafka::Statistics) {
-        let Ok(committed) = self.committed.lock() else {
-            return;
-        };
-        for (topic, t) in &stats.topics {
-            for (id, part) in &t.partitions {
-                // Only partitions this member consumes: another processing thread of the
-                // instance reports its own, and a partition this one lost keeps stale figures.
-                if *id < 0 || part.hi_offset < 0 || !part.desired {
-                    continue;
-                }
-                let ours = committed.get(&(topic.clone(), *id)).copied().unwrap_or(-1);
-                let at = ours.max(part.committed_offset);
-                if at >= 0 {
-                    telemetry::consumer_lag(topic, *id, (part.hi_offset - at).max(0));
-                }
-            }
-        }
-    }
-}
-
-impl ConsumerContext for GroupContext {
-    fn pre_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
-        if let Rebalance::Revoke(tpl) = rebalance {
-            self.push(GroupEvent::Revoked(tpl_pairs(tpl)));
-        }
-    }
-    fn post_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
-        match rebalance {
-            Rebalance::Assign(tpl) => self.push(GroupEvent::Assigned(tpl_pairs(tpl))),
-            Rebalance::Error(e) => tracing::warn!(error = %e, "rebalance error"),
-            Rebalance::Revoke(_) => {}
-        }
-    }
-}
 
 /// The (topic, partition) pairs this member owns, by partition, with each topic's retry level
 /// (0: an input): asked once per polled record, so it answers from a borrowed topic name
@@ -137,16 +64,12 @@ impl Assignment {
 
 /// Partition counts of `topics`, as the broker knows them (absent: unknown topic).
 fn partition_counts(
-    consumer: &BaseConsumer<GroupContext>,
+    consumer: &dyn GroupConsumer,
     topics: &[String],
 ) -> Result<BTreeMap<String, usize>, KafkaError> {
-    let md = consumer.fetch_metadata(None, Duration::from_secs(30))?;
-    Ok(md
-        .topics()
-        .iter()
-        .filter(|t| t.error().is_none() && topics.iter().any(|n| n == t.name()))
-        .map(|t| (t.name().to_string(), t.partitions().len()))
-        .collect())
+    let mut all = consumer.topics(Duration::from_secs(30))?;
+    all.retain(|t, _| topics.contains(t));
+    Ok(all)
 }
 
 /// Fails unless every topic in `counts` has the same partition count, naming each count.
@@ -167,37 +90,6 @@ fn check_copartitioned(counts: &BTreeMap<String, usize>) -> Result<(), RuntimeEr
 /// assignment is refused as not co-partitioned.
 const PARTIAL_ASSIGNMENT_LIMIT: Duration = Duration::from_secs(60);
 
-/// How the member joins the group: what [`GroupMember::connect`] and the fall-back to the
-/// classic protocol build the consumer from.
-struct Membership {
-    group: String,
-    session_timeout: Duration,
-    /// `group.instance.id` under static membership.
-    instance: Option<String>,
-    /// `client.id` naming the instance for the standby placement (with standbys).
-    client_id: Option<String>,
-    protocol: GroupProtocol,
-}
-
-impl Membership {
-    /// The loop's group consumer, with this membership's protocol.
-    fn consumer(&self, clients: &KafkaClients) -> Result<BaseConsumer<GroupContext>, KafkaError> {
-        let mut group_config = clients.config(ClientRole::GroupConsumer {
-            group: &self.group,
-            session_timeout: self.session_timeout,
-            instance: self.instance.as_deref(),
-        });
-        if let Some(id) = &self.client_id {
-            // How the standby placement finds this instance among the group's members.
-            group_config.set("client.id", id);
-        }
-        if self.protocol == GroupProtocol::Consumer {
-            crate::kafka::client::consumer_protocol(&mut group_config);
-        }
-        group_config.create_with_context(GroupContext::default())
-    }
-}
-
 /// What one `poll` gave the loop.
 pub(super) enum Polled {
     /// A record (not yet checked against the assignment: see [`GroupMember::admit`]).
@@ -211,9 +103,12 @@ pub(super) enum Polled {
 
 /// The loop's member of the application's consumer group.
 pub(super) struct GroupMember {
-    clients: KafkaClients,
-    consumer: BaseConsumer<GroupContext>,
-    membership: Membership,
+    /// Creates the consumer (again, on the fall-back to the classic protocol).
+    supplier: Arc<dyn ConsumerSupplier>,
+    /// Backoffs, due times and deadlines are read on it (virtual under simulation).
+    clock: Arc<dyn Clock>,
+    consumer: Box<dyn GroupConsumer>,
+    membership: GroupSettings,
     /// Named in the error when a process with this instance's id takes over.
     transactional_id: String,
     exactly_once: bool,
@@ -268,27 +163,14 @@ fn seek_backoff(attempts: u32) -> Duration {
         .min(SEEK_BACKOFF_MAX)
 }
 
-/// The (topic, partition) pairs of `tpl` whose entry in a librdkafka answer carries an error,
-/// with it: calls on a list (seek, pause, resume, committed offsets) succeed as a whole and
-/// report each partition's failure in its own entry.
-fn failed_entries(tpl: &TopicPartitionList) -> Vec<(String, i32, KafkaError)> {
-    tpl.elements()
-        .iter()
-        .filter_map(|e| {
-            e.error()
-                .err()
-                .map(|err| (e.topic().to_string(), e.partition(), err))
-        })
-        .collect()
-}
-
 impl GroupMember {
     /// Creates the group consumer of `opts` (not subscribed yet: see [`GroupMember::subscribe`]).
     pub(super) fn connect(
-        clients: &KafkaClients,
+        supplier: Arc<dyn ConsumerSupplier>,
+        clock: Arc<dyn Clock>,
         opts: &RuntimeOptions,
     ) -> Result<Self, KafkaError> {
-        let membership = Membership {
+        let membership = GroupSettings {
             group: opts.app_id.clone(),
             session_timeout: opts.session_timeout,
             instance: opts.static_membership.then(|| opts.member_instance_id()),
@@ -298,8 +180,9 @@ impl GroupMember {
             protocol: opts.group_protocol,
         };
         Ok(Self {
-            consumer: membership.consumer(clients)?,
-            clients: clients.clone(),
+            consumer: supplier.group_consumer(&membership)?,
+            supplier,
+            clock,
             membership,
             transactional_id: opts.transactional_id(),
             exactly_once: opts.exactly_once,
@@ -322,32 +205,21 @@ impl GroupMember {
         &self,
         topics: &[String],
     ) -> Result<BTreeMap<String, usize>, KafkaError> {
-        partition_counts(&self.consumer, topics)
+        partition_counts(self.consumer.as_ref(), topics)
     }
 
     /// Every topic the broker knows (metadata only): the start checks the topics it needs
     /// against them, and looks among them for changelogs of stores the topology no longer has
     /// ([`super::internal_topics::warn_orphaned_changelogs`]).
     pub(super) fn topic_names(&self, timeout: Duration) -> Result<Vec<String>, KafkaError> {
-        let md = self.consumer.fetch_metadata(None, timeout)?;
-        Ok(md
-            .topics()
-            .iter()
-            .filter(|t| t.error().is_none())
-            .map(|t| t.name().to_string())
-            .collect())
+        Ok(self.consumer.topics(timeout)?.into_keys().collect())
     }
 
     /// The ids of the consumer groups the broker knows (ListGroups): an application id is its
     /// group, so a changelog named after a longer (or shorter) id that has a group is that
     /// application's, not an orphan of this one.
     pub(super) fn group_names(&self, timeout: Duration) -> Result<BTreeSet<String>, KafkaError> {
-        let groups = self.consumer.fetch_group_list(None, timeout)?;
-        Ok(groups
-            .groups()
-            .iter()
-            .map(|g| g.name().to_string())
-            .collect())
+        self.consumer.group_names(timeout)
     }
 
     /// Sets the topics the member subscribes to and those that must share one partition count
@@ -357,7 +229,7 @@ impl GroupMember {
         subscription: Vec<String>,
         copartitioned: Vec<String>,
     ) -> Result<(), RuntimeError> {
-        let counts = partition_counts(&self.consumer, &copartitioned)?;
+        let counts = partition_counts(self.consumer.as_ref(), &copartitioned)?;
         check_copartitioned(&counts)?;
         self.partitions = counts.values().next().copied();
         self.subscription = subscription;
@@ -386,19 +258,15 @@ impl GroupMember {
     }
 
     fn commit_offsets_sync(&self) {
-        let mut tpl = TopicPartitionList::new();
-        if let Ok(committed) = self.consumer.context().committed.lock() {
-            for ((t, p), o) in committed.iter() {
-                if self.assigned.contains(t, *p) {
-                    let _ = tpl.add_partition_offset(t, *p, Offset::Offset(*o));
-                }
-            }
-        }
-        if tpl.count() > 0 {
-            if let Err(e) = self
-                .consumer
-                .commit(&tpl, rdkafka::consumer::CommitMode::Sync)
-            {
+        let offsets: Vec<(String, i32, i64)> = self
+            .consumer
+            .noted_committed()
+            .into_iter()
+            .filter(|((t, p), _)| self.assigned.contains(t, *p))
+            .map(|((t, p), o)| (t, p, o))
+            .collect();
+        if !offsets.is_empty() {
+            if let Err(e) = self.consumer.commit(&offsets, CommitMode::Sync) {
                 tracing::warn!(error = %e, "committing the last offsets at shutdown; their records will be read again");
             }
         }
@@ -407,10 +275,10 @@ impl GroupMember {
     /// Polls one record for at most `left`. Rebalances happen inside: take them with
     /// [`GroupMember::take_events`] right after.
     pub(super) fn poll(&mut self, left: Duration) -> Result<Polled, RuntimeError> {
-        match self.consumer.poll(left).map(|r| r.map(|m| m.detach())) {
+        match self.consumer.poll(left) {
             Some(Ok(m)) => Ok(Polled::Record(m)),
             Some(Err(e)) => {
-                if let Some((code, reason)) = self.consumer.client().fatal_error() {
+                if let Some((code, reason)) = self.consumer.fatal_error() {
                     if self.refused_protocol(code) {
                         self.fall_back_to_classic(&reason)?;
                         return Ok(Polled::Rejoined);
@@ -431,7 +299,7 @@ impl GroupMember {
 
     /// The rebalances that happened inside the last `poll`.
     pub(super) fn take_events(&self) -> Vec<GroupEvent> {
-        self.consumer.context().take()
+        self.consumer.take_events()
     }
 
     /// Whether polled record `m` goes into the batch: its pair is assigned, and if it is a
@@ -467,7 +335,7 @@ impl GroupMember {
         );
         telemetry::consumer_error();
         self.membership.protocol = GroupProtocol::Classic;
-        let consumer = self.membership.consumer(&self.clients)?;
+        let consumer = self.supplier.group_consumer(&self.membership)?;
         let topics: Vec<&str> = self.subscription.iter().map(String::as_str).collect();
         consumer.subscribe(&topics)?;
         self.assigned = Assignment::default();
@@ -533,19 +401,17 @@ impl GroupMember {
     /// Resumes `parts`, logging (as `what`) a failure of the call or of a partition's entry: a
     /// partition left paused shows as its lag growing.
     fn resume<'p>(&self, parts: impl IntoIterator<Item = &'p (String, i32)>, what: &str) {
-        let mut tpl = TopicPartitionList::new();
-        for (t, p) in parts {
-            tpl.add_partition(t, *p);
-        }
-        if tpl.count() == 0 {
+        let parts: Vec<Pair> = parts.into_iter().cloned().collect();
+        if parts.is_empty() {
             return;
         }
-        if let Err(e) = self.consumer.resume(&tpl) {
-            tracing::warn!(error = %e, "{what}");
-            return;
-        }
-        for (topic, partition, e) in failed_entries(&tpl) {
-            tracing::warn!(topic, partition, error = %e, "{what}: this partition was not resumed");
+        match self.consumer.resume(&parts) {
+            Err(e) => tracing::warn!(error = %e, "{what}"),
+            Ok(failed) => {
+                for ((topic, partition), e) in failed {
+                    tracing::warn!(topic, partition, error = %e, "{what}: this partition was not resumed");
+                }
+            }
         }
     }
 
@@ -555,15 +421,11 @@ impl GroupMember {
         &self,
         parts: impl IntoIterator<Item = &'p (String, i32)>,
     ) -> Result<(), RuntimeError> {
-        let mut tpl = TopicPartitionList::new();
-        for (t, p) in parts {
-            tpl.add_partition(t, *p);
-        }
-        if tpl.count() == 0 {
+        let parts: Vec<Pair> = parts.into_iter().cloned().collect();
+        if parts.is_empty() {
             return Ok(());
         }
-        self.consumer.pause(&tpl)?;
-        for (topic, partition, e) in failed_entries(&tpl) {
+        for ((topic, partition), e) in self.consumer.pause(&parts)? {
             tracing::warn!(topic, partition, error = %e, "pausing a partition the consumer does not know");
         }
         Ok(())
@@ -648,7 +510,7 @@ impl GroupMember {
             }
             tracing::info!(partitions = ?numbers, waiting_for = ?lacking, "partly assigned partitions wait for the rest of their topics");
             self.pause(&waiting)?;
-            let now = Instant::now();
+            let now = self.clock.instant();
             for p in numbers {
                 self.incomplete_since.entry(p).or_insert(now);
             }
@@ -661,7 +523,7 @@ impl GroupMember {
             // committed offsets again.
             self.seek_to_committed(&early)?;
         }
-        let counts = partition_counts(&self.consumer, &self.copartitioned)?;
+        let counts = partition_counts(self.consumer.as_ref(), &self.copartitioned)?;
         check_copartitioned(&counts)?;
         self.partitions = counts.values().next().copied().or(self.partitions);
         Ok(ready)
@@ -683,7 +545,10 @@ impl GroupMember {
         let stuck: Vec<i32> = self
             .incomplete_since
             .iter()
-            .filter(|(_, since)| since.elapsed() >= self.partial_assignment_limit())
+            .filter(|(_, since)| {
+                self.clock.instant().saturating_duration_since(**since)
+                    >= self.partial_assignment_limit()
+            })
             .map(|(p, _)| *p)
             .collect();
         if stuck.is_empty() {
@@ -712,19 +577,15 @@ impl GroupMember {
         pairs: &[(String, i32)],
         from_beginning: impl Fn(&str, i32) -> bool,
     ) -> Result<(), RuntimeError> {
-        let mut tpl = TopicPartitionList::new();
-        for (t, p) in pairs {
-            tpl.add_partition(t, *p);
-        }
-        let committed = self.committed(tpl, Duration::from_secs(10))?;
-        let mut seek = TopicPartitionList::new();
-        for e in committed.elements() {
-            let at = match e.offset() {
-                Offset::Offset(o) if o >= 0 => Offset::Offset(o),
-                _ if from_beginning(e.topic(), e.partition()) => Offset::Beginning,
-                _ => continue,
+        let committed = self.committed(pairs, Duration::from_secs(10))?;
+        let mut seek = Vec::new();
+        for ((topic, partition), at) in committed {
+            let at = match at {
+                Some(o) => Offset::Offset(o),
+                None if from_beginning(&topic, partition) => Offset::Beginning,
+                None => continue,
             };
-            seek.add_partition_offset(e.topic(), e.partition(), at)?;
+            seek.push((topic, partition, at));
         }
         self.seek(seek);
         Ok(())
@@ -760,13 +621,12 @@ impl GroupMember {
                 .and_modify(|o| *o = (*o).min(m.offset()))
                 .or_insert(m.offset());
         }
-        let mut tpl = TopicPartitionList::new();
-        for ((t, p), o) in &first {
-            if self.assigned.contains(t, *p) {
-                tpl.add_partition_offset(t, *p, Offset::Offset(*o))?;
-            }
-        }
-        self.seek(tpl);
+        let to: Vec<(String, i32, Offset)> = first
+            .into_iter()
+            .filter(|((t, p), _)| self.assigned.contains(t, *p))
+            .map(|((t, p), o)| (t, p, Offset::Offset(o)))
+            .collect();
+        self.seek(to);
         Ok(())
     }
 
@@ -779,7 +639,7 @@ impl GroupMember {
                 .any(|(t, p)| *p == partition && t == topic)
     }
 
-    /// Moves each partition of `tpl` to its offset. `rd_kafka_seek_partitions` answers each
+    /// Moves each partition of `wanted` to its offset. The consumer answers each
     /// partition's outcome in its own entry: a partition whose seek failed (there, or the
     /// whole call) may be left past records never processed, and a commit of its next record's
     /// offset would skip them. So it is paused, none of its records is admitted (no
@@ -787,25 +647,20 @@ impl GroupMember {
     /// ([`GroupMember::retry_seeks`]) until a seek succeeds; then it is resumed unless
     /// something else holds it. A partition sought successfully that was waiting for a retry
     /// stops waiting.
-    fn seek(&mut self, tpl: TopicPartitionList) {
-        if tpl.count() == 0 {
+    fn seek(&mut self, wanted: Vec<(String, i32, Offset)>) {
+        if wanted.is_empty() {
             return;
         }
-        let wanted: Vec<(String, i32, Offset)> = tpl
-            .elements()
-            .iter()
-            .map(|e| (e.topic().to_string(), e.partition(), e.offset()))
-            .collect();
         let failed: Vec<(String, i32, String)> = if faults::take_seek_failure(&self.app_id) {
             wanted
                 .iter()
                 .map(|(t, p, _)| (t.clone(), *p, "test fault: seek failed".to_string()))
                 .collect()
         } else {
-            match self.consumer.seek_partitions(tpl, SEEK_TIMEOUT) {
-                Ok(answer) => failed_entries(&answer)
+            match self.consumer.seek(&wanted, SEEK_TIMEOUT) {
+                Ok(failed) => failed
                     .into_iter()
-                    .map(|(t, p, e)| (t, p, e.to_string()))
+                    .map(|((t, p), e)| (t, p, e.to_string()))
                     .collect(),
                 // A timeout or a terminating client: any partition may not have moved.
                 Err(e) => wanted
@@ -814,7 +669,7 @@ impl GroupMember {
                     .collect(),
             }
         };
-        let now = Instant::now();
+        let now = self.clock.instant();
         let mut pause = Vec::new();
         let mut resume = Vec::new();
         for (topic, partition, to) in wanted {
@@ -867,14 +722,14 @@ impl GroupMember {
         if self.unseeked.is_empty() {
             return Ok(());
         }
-        let now = Instant::now();
-        let mut tpl = TopicPartitionList::new();
-        for ((t, p), f) in &self.unseeked {
-            if f.next_at <= now {
-                tpl.add_partition_offset(t, *p, f.to)?;
-            }
-        }
-        self.seek(tpl);
+        let now = self.clock.instant();
+        let due: Vec<(String, i32, Offset)> = self
+            .unseeked
+            .iter()
+            .filter(|(_, f)| f.next_at <= now)
+            .map(|((t, p), f)| (t.clone(), *p, f.to))
+            .collect();
+        self.seek(due);
         Ok(())
     }
 
@@ -883,14 +738,14 @@ impl GroupMember {
     /// the partition to its beginning, or call a landed commit lost).
     fn committed(
         &self,
-        tpl: TopicPartitionList,
+        parts: &[Pair],
         timeout: Duration,
-    ) -> Result<TopicPartitionList, KafkaError> {
-        let got = self.consumer.committed_offsets(tpl, timeout)?;
-        if let Some((_, _, e)) = failed_entries(&got).into_iter().next() {
-            return Err(e);
-        }
-        Ok(got)
+    ) -> Result<BTreeMap<Pair, Option<i64>>, KafkaError> {
+        self.consumer
+            .committed(parts, timeout)?
+            .into_iter()
+            .map(|(pair, at)| at.map(|at| (pair, at)))
+            .collect()
     }
 
     /// Before a new task reads its changelog's end: the group's committed offsets of its
@@ -903,14 +758,19 @@ impl GroupMember {
         if !self.exactly_once || new.is_empty() {
             return;
         }
-        let mut tpl = TopicPartitionList::new();
-        for (t, p) in parts.iter().filter(|(_, p)| new.contains(p)) {
-            tpl.add_partition(t, *p);
-        }
-        let started = Instant::now();
-        match self.committed(tpl, self.restore_timeout) {
+        let parts: Vec<Pair> = parts
+            .iter()
+            .filter(|(_, p)| new.contains(p))
+            .cloned()
+            .collect();
+        let started = self.clock.instant();
+        match self.committed(&parts, self.restore_timeout) {
             Ok(_) => tracing::debug!(
-                millis = started.elapsed().as_millis() as u64,
+                millis = self
+                    .clock
+                    .instant()
+                    .saturating_duration_since(started)
+                    .as_millis() as u64,
                 "stable committed offsets known before restore"
             ),
             // The restore itself still waits out open transactions on the changelog.
@@ -933,13 +793,11 @@ impl GroupMember {
                 .find(|h| h.key == retry_headers::DUE_AT)
                 .and_then(|h| std::str::from_utf8(h.value?).ok()?.parse::<i64>().ok())
         });
-        let Some(due_at) = due_at.filter(|d| *d > now_ms()) else {
+        let Some(due_at) = due_at.filter(|d| *d > self.clock.now_ms()) else {
             return Ok(false);
         };
-        let mut tpl = TopicPartitionList::new();
-        tpl.add_partition_offset(&tp.0, tp.1, Offset::Offset(m.offset()))?;
         self.pause(std::iter::once(&tp))?;
-        self.seek(tpl);
+        self.seek(vec![(tp.0.clone(), tp.1, Offset::Offset(m.offset()))]);
         tracing::debug!(topic = %tp.0, partition = tp.1, offset = m.offset(), due_at, "retry level paused until due");
         self.paused.insert(tp, due_at);
         Ok(true)
@@ -950,7 +808,7 @@ impl GroupMember {
         if self.paused.is_empty() {
             return Ok(());
         }
-        let now = now_ms();
+        let now = self.clock.now_ms();
         let due: Vec<(String, i32)> = self
             .paused
             .iter()
@@ -978,26 +836,19 @@ impl GroupMember {
         topics: impl Iterator<Item = &'t str> + Clone,
         p: i32,
     ) -> Result<Vec<Option<i64>>, RuntimeError> {
-        let mut tpl = TopicPartitionList::new();
-        for topic in topics.clone() {
-            tpl.add_partition(topic, p);
-        }
-        let deadline = Instant::now() + self.restore_timeout.max(Duration::from_secs(10));
+        let parts: Vec<Pair> = topics.clone().map(|t| (t.to_string(), p)).collect();
+        let deadline = self.clock.instant() + self.restore_timeout.max(Duration::from_secs(10));
         loop {
-            match self.committed(tpl.clone(), Duration::from_secs(10)) {
+            match self.committed(&parts, Duration::from_secs(10)) {
                 Ok(got) => {
-                    return Ok(topics
-                        .map(
-                            |topic| match got.find_partition(topic, p).map(|e| e.offset()) {
-                                Some(Offset::Offset(o)) => Some(o),
-                                _ => None,
-                            },
-                        )
+                    return Ok(parts
+                        .iter()
+                        .map(|pair| got.get(pair).copied().flatten())
                         .collect())
                 }
-                Err(e) if Instant::now() < deadline => {
+                Err(e) if self.clock.instant() < deadline => {
                     tracing::warn!(partition = p, error = %e, "committed offsets of the table topics unknown; asking again");
-                    std::thread::sleep(Duration::from_millis(500));
+                    self.clock.sleep(Duration::from_millis(500));
                 }
                 Err(e) => return Err(e.into()),
             }
@@ -1017,20 +868,19 @@ impl GroupMember {
             // a consumer-wide error.
             return BTreeMap::new();
         }
-        let mut tpl = TopicPartitionList::new();
-        for topic in &self.subscription {
-            for p in partitions {
-                tpl.add_partition(topic, *p);
-            }
-        }
+        let parts: Vec<Pair> = self
+            .subscription
+            .iter()
+            .flat_map(|topic| partitions.iter().map(move |p| (topic.clone(), *p)))
+            .collect();
         let mut out: BTreeMap<i32, crate::query::Positions> = BTreeMap::new();
-        match self.committed(tpl, Duration::from_secs(5)) {
+        match self.committed(&parts, Duration::from_secs(5)) {
             Ok(got) => {
-                for e in got.elements() {
-                    if let Offset::Offset(o) = e.offset() {
-                        out.entry(e.partition())
+                for ((topic, partition), at) in got {
+                    if let Some(o) = at {
+                        out.entry(partition)
                             .or_default()
-                            .insert((e.topic().to_string(), e.partition()), o);
+                            .insert((topic, partition), o);
                     }
                 }
             }
@@ -1053,19 +903,17 @@ impl GroupMember {
         if next.is_empty() {
             return Ok(false);
         }
-        let mut tpl = TopicPartitionList::new();
-        for (t, p, _) in next {
-            tpl.add_partition(t, *p);
-        }
-        let deadline = Instant::now() + crate::sink::COMMIT_RETRY_FOR * 3;
+        let parts: Vec<Pair> = next.iter().map(|(t, p, _)| (t.clone(), *p)).collect();
+        let deadline = self.clock.instant() + crate::sink::COMMIT_RETRY_FOR * 3;
         loop {
-            match self.committed(tpl.clone(), Duration::from_secs(10)) {
+            match self.committed(&parts, Duration::from_secs(10)) {
                 Ok(got) => {
-                    let at = |t: &str, p: i32| match got.find_partition(t, p).map(|e| e.offset()) {
-                        Some(Offset::Offset(o)) => o,
-                        _ => -1,
-                    };
-                    let landed = next.iter().filter(|(t, p, o)| at(t, *p) >= *o).count();
+                    let landed = next
+                        .iter()
+                        .filter(|(t, p, o)| {
+                            got.get(&(t.clone(), *p)).copied().flatten().unwrap_or(-1) >= *o
+                        })
+                        .count();
                     if landed != 0 && landed != next.len() {
                         // Another owner moved some of them on: the batch's own partitions
                         // decide; a transaction's offsets commit all or none.
@@ -1077,10 +925,10 @@ impl GroupMember {
                     }
                     return Ok(landed == next.len());
                 }
-                Err(e) if Instant::now() < deadline => {
+                Err(e) if self.clock.instant() < deadline => {
                     tracing::warn!(error = %e, "reading the group's committed offsets to learn a commit's outcome; retrying");
                     health.beat();
-                    std::thread::sleep(Duration::from_secs(1));
+                    self.clock.sleep(Duration::from_secs(1));
                 }
                 Err(e) => return Err(RuntimeError::Consumer(e)),
             }
@@ -1091,37 +939,28 @@ impl GroupMember {
     /// a transaction's `send_offsets` and the check of its outcome means another owner may
     /// have moved the offsets since.
     pub(super) fn generation(&self) -> Option<(i32, String)> {
-        crate::kafka::describe::member_generation(&self.consumer)
+        self.consumer.generation()
     }
 
     /// Whether this consumer has read `topic[partition]` to its last stable offset: nothing
     /// committed there is left to fetch (markers included, which move the position too).
     pub(super) fn read_to_its_end(&self, topic: &str, partition: i32) -> bool {
-        let position = self
-            .consumer
-            .position()
-            .ok()
-            .and_then(|tpl| tpl.find_partition(topic, partition).map(|e| e.offset()));
-        let position = match position {
-            Some(Offset::Offset(o)) => o,
+        let position = match self.consumer.position(topic, partition) {
+            Some(o) => o,
             // Nothing delivered since the assignment (or a seek): the consumer fetches from
             // the group's committed offset.
-            _ => {
-                let mut tpl = TopicPartitionList::new();
-                tpl.add_partition(topic, partition);
-                match self
-                    .committed(tpl, Duration::from_secs(5))
-                    .map(|c| c.find_partition(topic, partition).map(|e| e.offset()))
-                {
-                    Ok(Some(Offset::Offset(o))) => o,
-                    _ => -1,
-                }
+            None => {
+                let pair = (topic.to_string(), partition);
+                self.committed(std::slice::from_ref(&pair), Duration::from_secs(5))
+                    .ok()
+                    .and_then(|c| c.get(&pair).copied().flatten())
+                    .unwrap_or(-1)
             }
         };
         // Asked by a read_committed consumer, the broker answers the last stable offset.
         match self
             .consumer
-            .fetch_watermarks(topic, partition, Duration::from_secs(5))
+            .watermarks(topic, partition, Duration::from_secs(5))
         {
             Ok((low, stable)) => stable <= position.max(low),
             Err(e) => {
@@ -1132,27 +971,344 @@ impl GroupMember {
     }
 
     /// The group metadata a transaction's offsets commit with (KIP-447).
-    pub(super) fn group_metadata(&self) -> Option<ConsumerGroupMetadata> {
+    pub(super) fn group_metadata(&self) -> Option<GroupMetadata> {
         self.consumer.group_metadata()
     }
 
     /// At-least-once: commits `offsets` without waiting for the coordinator.
-    pub(super) fn commit_async(&self, offsets: &TopicPartitionList) -> Result<(), KafkaError> {
-        self.consumer
-            .commit(offsets, rdkafka::consumer::CommitMode::Async)
+    pub(super) fn commit_async(&self, offsets: &[(String, i32, i64)]) -> Result<(), KafkaError> {
+        self.consumer.commit(offsets, CommitMode::Async)
     }
 
     /// Records the next offsets a transaction committed (for the lag gauge and the last
     /// synchronous commit at shutdown).
     pub(super) fn note_committed<'t>(&self, next: impl Iterator<Item = ((&'t str, i32), i64)>) {
-        if let Ok(mut c) = self.consumer.context().committed.lock() {
-            c.extend(next.map(|((t, p), o)| ((t.to_string(), p), o)));
-        }
+        let next: Vec<(Pair, i64)> = next.map(|((t, p), o)| ((t.to_string(), p), o)).collect();
+        self.consumer.note_committed(&next);
     }
 
     /// The fatal error of the consumer, if any: under static membership, a process with this
     /// instance's id joined the group (`FENCED_INSTANCE_ID`).
     pub(super) fn fatal_error(&self) -> Option<(rdkafka::types::RDKafkaErrorCode, String)> {
-        self.consumer.client().fatal_error()
+        self.consumer.fatal_error()
+    }
+}
+
+/// The group member on the in-memory Kafka (`crates/simkafka`) through the consumer seam, with
+/// faults injected where a broker test cannot place them and time that moves only when the
+/// test moves it (issue 50).
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use eosflow_simkafka::{self as sim, Call, Fault, ProducerConfig, TopicConfig};
+    use rdkafka::Message;
+
+    use super::*;
+    use crate::clock::ManualClock;
+    use crate::kafka::seams::sim::SimSupplier;
+
+    const APP: &str = "gm-test";
+
+    fn options(exactly_once: bool) -> RuntimeOptions {
+        let mut config = crate::config::Config::default();
+        config.app.id = APP.into();
+        config.app.instance_id = "i-0".into();
+        config.processor.input_topics = vec!["in".into()];
+        let mut opts = RuntimeOptions::from_config(&config).expect("options");
+        opts.exactly_once = exactly_once;
+        opts.restore_timeout = Duration::from_secs(10);
+        opts
+    }
+
+    /// A cluster with `topics` (name, partitions), and `n` committed records in `in[0]`.
+    fn cluster(topics: &[(&str, usize)], n: i64) -> sim::Cluster {
+        let cluster = sim::Cluster::new(7);
+        for (t, p) in topics {
+            cluster
+                .create_topic(t, *p, TopicConfig::default())
+                .expect("topic");
+        }
+        let mut producer = cluster.producer(ProducerConfig::default());
+        for i in 0..n {
+            producer
+                .send(
+                    "in",
+                    Some(0),
+                    None,
+                    None,
+                    Some(i.to_string().into_bytes()),
+                    vec![],
+                )
+                .expect("sent");
+        }
+        cluster
+    }
+
+    /// A member subscribed to `subscription`, its first assignment taken.
+    fn member(cluster: &sim::Cluster, clock: &ManualClock, subscription: &[&str]) -> GroupMember {
+        let supplier = Arc::new(SimSupplier {
+            cluster: cluster.clone(),
+        });
+        let mut m = GroupMember::connect(supplier, Arc::new(clock.clone()), &options(true))
+            .expect("connects");
+        let topics: Vec<String> = subscription.iter().map(|t| t.to_string()).collect();
+        m.set_topics(topics.clone(), topics).expect("topics");
+        m.subscribe().expect("subscribes");
+        for _ in 0..10 {
+            let polled = m.poll(Duration::ZERO).expect("polls");
+            assert!(
+                !matches!(polled, Polled::Record(_)),
+                "a record before the assignment"
+            );
+            for e in m.take_events() {
+                if let GroupEvent::Assigned(parts) = e {
+                    let ready = m.complete_assignment(parts).expect("complete");
+                    m.take(ready);
+                    return m;
+                }
+            }
+        }
+        panic!("no assignment in 10 polls");
+    }
+
+    /// The offsets of the records `m` admits over `polls` polls.
+    fn admitted(m: &mut GroupMember, polls: usize) -> Vec<(String, i64)> {
+        let mut out = Vec::new();
+        for _ in 0..polls {
+            if let Polled::Record(r) = m.poll(Duration::ZERO).expect("polls") {
+                if m.admit(&r).expect("admit") {
+                    out.push((r.topic().to_string(), r.offset()));
+                }
+            }
+        }
+        out
+    }
+
+    fn offsets(records: &[(String, i64)]) -> Vec<i64> {
+        records.iter().map(|(_, o)| *o).collect()
+    }
+
+    /// Issue 49, item 9: a seek back (after an aborted batch) that fails for the partition
+    /// leaves the consumer past records never processed. The member admits none of that
+    /// partition's records until a seek succeeds, retries with a backoff on its clock, and
+    /// then reads from the batch's first offset again: no record is skipped.
+    #[test]
+    fn a_failed_seek_back_skips_no_record() {
+        let cluster = cluster(&[("in", 1)], 10);
+        let clock = ManualClock::new(1_700_000_000_000);
+        let mut m = member(&cluster, &clock, &["in"]);
+        let batch: Vec<OwnedMessage> = (0..5)
+            .filter_map(|_| match m.poll(Duration::ZERO).expect("polls") {
+                Polled::Record(r) => Some(r),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            batch.iter().map(|r| r.offset()).collect::<Vec<_>>(),
+            [0, 1, 2, 3, 4]
+        );
+
+        // The batch aborted; its seek back fails for in[0].
+        cluster
+            .faults()
+            .once(Call::Seek, Fault::SeekFailed(Some(("in".into(), 0))));
+        m.seek_back(batch.iter()).expect("seek back");
+        assert!(
+            admitted(&mut m, 10).is_empty(),
+            "records admitted while the consumer's position in[0] is unknown"
+        );
+
+        // Before the backoff: not sought again, still nothing admitted.
+        clock.advance(Duration::from_millis(50));
+        m.retry_seeks().expect("retry");
+        assert!(admitted(&mut m, 5).is_empty());
+
+        // After it: sought again, and read from the batch's first offset.
+        clock.advance(Duration::from_millis(100));
+        m.retry_seeks().expect("retry");
+        assert_eq!(
+            offsets(&admitted(&mut m, 12)),
+            (0..10).collect::<Vec<_>>(),
+            "after the failed seek the partition must be read again from offset 0"
+        );
+    }
+
+    /// A seek that keeps failing is tried again with a growing backoff and never admits a
+    /// record; the partition is read from the wanted offset once the seeks succeed again.
+    #[test]
+    fn a_seek_failing_repeatedly_backs_off_and_recovers() {
+        let cluster = cluster(&[("in", 1)], 6);
+        let clock = ManualClock::new(1_700_000_000_000);
+        let mut m = member(&cluster, &clock, &["in"]);
+        let batch: Vec<OwnedMessage> = (0..3)
+            .filter_map(|_| match m.poll(Duration::ZERO).expect("polls") {
+                Polled::Record(r) => Some(r),
+                _ => None,
+            })
+            .collect();
+        for _ in 0..4 {
+            cluster
+                .faults()
+                .once(Call::Seek, Fault::SeekFailed(Some(("in".into(), 0))));
+        }
+        m.seek_back(batch.iter()).expect("seek back");
+        // Three more failures, each after its backoff (100, 200, 400 ms).
+        for wait in [100, 200, 400] {
+            clock.advance(Duration::from_millis(wait));
+            m.retry_seeks().expect("retry");
+            assert!(admitted(&mut m, 4).is_empty(), "admitted after {wait} ms");
+        }
+        // The next attempt waits 800 ms, then succeeds.
+        clock.advance(Duration::from_millis(799));
+        m.retry_seeks().expect("retry");
+        assert!(admitted(&mut m, 4).is_empty(), "sought before its backoff");
+        clock.advance(Duration::from_millis(1));
+        m.retry_seeks().expect("retry");
+        assert_eq!(offsets(&admitted(&mut m, 8)), [0, 1, 2, 3, 4, 5]);
+    }
+
+    /// A retry-level record not due yet pauses its partition (the input keeps flowing) and is
+    /// read again once due, on the member's clock.
+    #[test]
+    fn a_retry_record_waits_until_due_while_the_input_flows() {
+        let cluster = cluster(&[("in", 1), ("in.retry.1", 1)], 3);
+        let clock = ManualClock::new(1_700_000_000_000);
+        let due = clock.now_ms() + 5_000;
+        let mut producer = cluster.producer(ProducerConfig::default());
+        producer
+            .send(
+                "in.retry.1",
+                Some(0),
+                None,
+                None,
+                Some(b"again".to_vec()),
+                vec![(
+                    crate::retry::headers::DUE_AT.into(),
+                    Some(due.to_string().into_bytes()),
+                )],
+            )
+            .expect("sent");
+        let mut m = member(&cluster, &clock, &["in", "in.retry.1"]);
+        let got = admitted(&mut m, 10);
+        assert!(
+            !got.iter().any(|(t, _)| t == "in.retry.1"),
+            "a retry record admitted before it is due: {got:?}"
+        );
+        assert_eq!(got.len(), 3, "the input must keep flowing: {got:?}");
+
+        clock.advance(Duration::from_millis(4_999));
+        m.resume_due().expect("resume");
+        assert!(admitted(&mut m, 3).is_empty(), "resumed before due");
+        clock.advance(Duration::from_millis(1));
+        m.resume_due().expect("resume");
+        assert_eq!(admitted(&mut m, 3), [("in.retry.1".to_string(), 0)]);
+    }
+
+    /// Whether an unknown commit outcome landed is read from the group's *stable* offsets:
+    /// while a transaction holding offsets is open the answer is an error (never "not
+    /// committed", which would redo the batch and duplicate its outputs), and once it
+    /// commits, the offsets are there.
+    #[test]
+    fn an_open_transaction_holding_offsets_is_never_read_as_not_committed() {
+        let cluster = cluster(&[("in", 1), ("out", 1)], 4);
+        let clock = ManualClock::new(1_700_000_000_000);
+        let m = member(&cluster, &clock, &["in"]);
+        let Some(GroupMetadata::Member {
+            group_id,
+            generation_id,
+            member_id,
+            group_instance_id,
+        }) = m.group_metadata()
+        else {
+            panic!("no group metadata after joining");
+        };
+        let mut producer = cluster.producer(ProducerConfig {
+            transactional_id: Some("gm-test-0".into()),
+            ..ProducerConfig::default()
+        });
+        producer.init_transactions().expect("init");
+        producer.begin_transaction().expect("begin");
+        producer
+            .send("out", Some(0), None, None, Some(b"x".to_vec()), vec![])
+            .expect("sent");
+        let next = [("in".to_string(), 0, 4)];
+        producer
+            .send_offsets_to_transaction(
+                &next,
+                &sim::GroupMetadata {
+                    group_id,
+                    generation_id,
+                    member_id,
+                    group_instance_id,
+                },
+            )
+            .expect("offsets");
+        let health = Health::new(Duration::from_secs(60));
+        let started = clock.instant();
+        assert!(
+            m.committed_for_sure(&next, &health).is_err(),
+            "an open transaction's offsets were read as settled"
+        );
+        assert!(
+            clock.instant() - started >= crate::sink::COMMIT_RETRY_FOR,
+            "asked again for the whole retry window"
+        );
+        producer.commit_transaction().expect("commit");
+        assert!(m.committed_for_sure(&next, &health).expect("known"));
+        assert!(!m
+            .committed_for_sure(&[("in".to_string(), 0, 5)], &health)
+            .expect("known"));
+    }
+
+    /// A partition is read to its end only once nothing committed is left before its last
+    /// stable offset: an open transaction holds the end back until it settles.
+    #[test]
+    fn read_to_its_end_waits_for_open_transactions() {
+        let cluster = cluster(&[("in", 1)], 2);
+        let clock = ManualClock::new(1_700_000_000_000);
+        let mut m = member(&cluster, &clock, &["in"]);
+        assert!(!m.read_to_its_end("in", 0), "two records left");
+        assert_eq!(offsets(&admitted(&mut m, 3)), [0, 1]);
+        assert!(m.read_to_its_end("in", 0));
+
+        let mut producer = cluster.producer(ProducerConfig {
+            transactional_id: Some("writer".into()),
+            ..ProducerConfig::default()
+        });
+        producer.init_transactions().expect("init");
+        producer.begin_transaction().expect("begin");
+        producer
+            .send("in", Some(0), None, None, Some(b"late".to_vec()), vec![])
+            .expect("sent");
+        // The open transaction's record is not stable: nothing to read yet.
+        assert!(m.read_to_its_end("in", 0));
+        producer.commit_transaction().expect("commit");
+        assert!(!m.read_to_its_end("in", 0), "a committed record is left");
+        assert_eq!(offsets(&admitted(&mut m, 3)), [2]);
+        assert!(
+            m.read_to_its_end("in", 0),
+            "the commit marker moves the position too"
+        );
+    }
+
+    /// Topics that must be co-partitioned but are not fail the start, naming each count.
+    #[test]
+    fn inputs_with_different_partition_counts_are_refused_naming_each() {
+        let cluster = cluster(&[("in", 2), ("in.retry.1", 3)], 0);
+        let clock = ManualClock::new(0);
+        let supplier = Arc::new(SimSupplier { cluster });
+        let mut m =
+            GroupMember::connect(supplier, Arc::new(clock), &options(true)).expect("connects");
+        let topics = vec!["in".to_string(), "in.retry.1".to_string()];
+        let err = m
+            .set_topics(topics.clone(), topics)
+            .expect_err("refused")
+            .to_string();
+        assert!(
+            err.contains("in=2") && err.contains("in.retry.1=3"),
+            "{err}"
+        );
     }
 }

@@ -32,7 +32,9 @@
 //!
 //! - [`Runtime`] (`stream_thread.rs`): the loop itself — poll, rebalance, one batch's
 //!   transaction, commit or recovery — calling on the owners below.
-//! - `group_member.rs`: the group consumer and everything asked of the group.
+//! - `group_member.rs`: the group consumer and everything asked of the group; the consumer
+//!   is a [`crate::kafka::seams::GroupConsumer`] (librdkafka's, or an in-memory Kafka's in
+//!   unit tests).
 //! - `task_manager.rs`: the tasks and their lifecycle.
 //! - `record_collector.rs`: the producer and what the open transaction sent.
 //! - `isolation.rs`: which record made a batch fail, so it never fails the same way twice.

@@ -236,7 +236,11 @@ impl<P: Application> Runtime<P> {
             standby_replicas,
         )?;
         let mut collector = RecordCollector::new(&clients, &opts)?;
-        let mut member = GroupMember::connect(&clients, &opts)?;
+        let mut member = GroupMember::connect(
+            Arc::new(clients.clone()),
+            Arc::new(crate::clock::SystemClock),
+            &opts,
+        )?;
         let not_created = if opts.create_topics {
             super::internal_topics::ensure(
                 &clients,
@@ -1108,6 +1112,7 @@ impl<P: Application> Runtime<P> {
             let group = self
                 .member
                 .group_metadata()
+                .and_then(|g| g.into_rdkafka())
                 .ok_or_else(|| fail(SinkError::NoGroupMetadata, slow))?;
             self.collector
                 .send_offsets(&offsets, group)
@@ -1142,7 +1147,7 @@ impl<P: Application> Runtime<P> {
             // synchronously at shutdown.
             self.collector.commit().map_err(|e| fail(e, slow))?;
             self.member
-                .commit_async(&offsets)
+                .commit_async(&owned_offsets)
                 .map_err(|e| fail(SinkError::Abortable(e), slow))?;
         }
         telemetry::commit_latency(committing.elapsed());
