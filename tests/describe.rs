@@ -328,6 +328,8 @@ fn describe_rs_is_the_only_file_that_allows_unsafe_code() {
         "crates/orders",
         "crates/verify",
         "crates/cli",
+        "crates/simkafka",
+        "crates/projection",
         "benches",
     ] {
         let text = std::fs::read_to_string(root.join(member).join("Cargo.toml")).expect(member);
