@@ -10,10 +10,17 @@
 //!   transaction error would abort it (its records are then read again from a seek back);
 //! - the next `n` seeks fail for every partition they name, without moving the consumer, as
 //!   `rd_kafka_seek_partitions` reports a partition's failure in its answer — so a test can
-//!   prove a failed seek back leaves no record behind.
+//!   prove a failed seek back leaves no record behind. This one lives at the consumer seam
+//!   (`FaultySupplier` wraps the loop's consumers), not in the group member's code.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rdkafka::error::KafkaError;
+use rdkafka::Offset;
+
+use crate::kafka::seams::{ConsumerSupplier, GroupConsumer, GroupSettings, Pair};
 
 /// One fault: the applications it is armed for.
 struct Switch(Mutex<BTreeSet<String>>);
@@ -139,6 +146,123 @@ pub fn seek_failures_left(app_id: &str) -> u32 {
 }
 
 /// Fires the seek fault for `app_id` if armed (one seek fails).
-pub(crate) fn take_seek_failure(app_id: &str) -> bool {
+fn take_seek_failure(app_id: &str) -> bool {
     SEEK_FAILURES.take(app_id)
+}
+
+/// The loop's consumers with the consumer-side faults above armed per application: the
+/// faults live at the seam, not in the group member's code (issue 50).
+pub(crate) struct FaultySupplier {
+    /// What creates the real consumers.
+    pub(crate) inner: Arc<dyn ConsumerSupplier>,
+    /// The application the faults are armed for.
+    pub(crate) app_id: String,
+}
+
+impl ConsumerSupplier for FaultySupplier {
+    fn group_consumer(
+        &self,
+        settings: &GroupSettings,
+    ) -> Result<Box<dyn GroupConsumer>, KafkaError> {
+        Ok(Box::new(FaultyConsumer {
+            inner: self.inner.group_consumer(settings)?,
+            app_id: self.app_id.clone(),
+        }))
+    }
+}
+
+/// A consumer whose seeks fail while [`fail_next_seeks`] is armed; every other call is the
+/// real consumer's.
+struct FaultyConsumer {
+    inner: Box<dyn GroupConsumer>,
+    app_id: String,
+}
+
+impl GroupConsumer for FaultyConsumer {
+    fn topics(&self, timeout: Duration) -> Result<BTreeMap<String, usize>, KafkaError> {
+        self.inner.topics(timeout)
+    }
+    fn group_names(&self, timeout: Duration) -> Result<BTreeSet<String>, KafkaError> {
+        self.inner.group_names(timeout)
+    }
+    fn subscribe(&self, topics: &[&str]) -> Result<(), KafkaError> {
+        self.inner.subscribe(topics)
+    }
+    fn unsubscribe(&self) {
+        self.inner.unsubscribe()
+    }
+    fn poll(
+        &self,
+        timeout: Duration,
+    ) -> Option<Result<rdkafka::message::OwnedMessage, KafkaError>> {
+        self.inner.poll(timeout)
+    }
+    fn take_events(&self) -> Vec<crate::kafka::seams::GroupEvent> {
+        self.inner.take_events()
+    }
+    fn fatal_error(&self) -> Option<(rdkafka::types::RDKafkaErrorCode, String)> {
+        self.inner.fatal_error()
+    }
+    fn pause(&self, parts: &[Pair]) -> Result<Vec<(Pair, KafkaError)>, KafkaError> {
+        self.inner.pause(parts)
+    }
+    fn resume(&self, parts: &[Pair]) -> Result<Vec<(Pair, KafkaError)>, KafkaError> {
+        self.inner.resume(parts)
+    }
+    fn seek(
+        &self,
+        to: &[(String, i32, Offset)],
+        timeout: Duration,
+    ) -> Result<Vec<(Pair, KafkaError)>, KafkaError> {
+        if take_seek_failure(&self.app_id) {
+            // Every partition named fails, and none moves.
+            return Ok(to
+                .iter()
+                .map(|(t, p, _)| {
+                    (
+                        (t.clone(), *p),
+                        KafkaError::Seek("test fault: seek failed".into()),
+                    )
+                })
+                .collect());
+        }
+        self.inner.seek(to, timeout)
+    }
+    fn committed(
+        &self,
+        parts: &[Pair],
+        timeout: Duration,
+    ) -> Result<Vec<(Pair, Result<Option<i64>, KafkaError>)>, KafkaError> {
+        self.inner.committed(parts, timeout)
+    }
+    fn position(&self, topic: &str, partition: i32) -> Option<i64> {
+        self.inner.position(topic, partition)
+    }
+    fn watermarks(
+        &self,
+        topic: &str,
+        partition: i32,
+        timeout: Duration,
+    ) -> Result<(i64, i64), KafkaError> {
+        self.inner.watermarks(topic, partition, timeout)
+    }
+    fn generation(&self) -> Option<(i32, String)> {
+        self.inner.generation()
+    }
+    fn group_metadata(&self) -> Option<crate::kafka::seams::GroupMetadata> {
+        self.inner.group_metadata()
+    }
+    fn commit(
+        &self,
+        offsets: &[(String, i32, i64)],
+        mode: rdkafka::consumer::CommitMode,
+    ) -> Result<(), KafkaError> {
+        self.inner.commit(offsets, mode)
+    }
+    fn note_committed(&self, next: &[(Pair, i64)]) {
+        self.inner.note_committed(next)
+    }
+    fn noted_committed(&self) -> Vec<(Pair, i64)> {
+        self.inner.noted_committed()
+    }
 }

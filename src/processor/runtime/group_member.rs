@@ -22,7 +22,7 @@ use rdkafka::error::KafkaError;
 use rdkafka::message::{Headers, OwnedMessage};
 use rdkafka::{Message, Offset};
 
-use super::{faults, RuntimeError, RuntimeOptions};
+use super::{RuntimeError, RuntimeOptions};
 use crate::clock::Clock;
 use crate::config::GroupProtocol;
 pub(super) use crate::kafka::seams::GroupEvent;
@@ -133,8 +133,6 @@ pub(super) struct GroupMember {
     /// Partitions whose last seek failed: paused, none of their records admitted (so no
     /// transaction commits an offset for them), and sought again until a seek succeeds.
     unseeked: BTreeMap<(String, i32), FailedSeek>,
-    /// The application id, for the test faults.
-    app_id: String,
 }
 
 /// A seek that failed, to be tried again.
@@ -196,7 +194,6 @@ impl GroupMember {
             paused: BTreeMap::new(),
             held: BTreeSet::new(),
             unseeked: BTreeMap::new(),
-            app_id: opts.app_id.clone(),
         })
     }
 
@@ -651,23 +648,16 @@ impl GroupMember {
         if wanted.is_empty() {
             return;
         }
-        let failed: Vec<(String, i32, String)> = if faults::take_seek_failure(&self.app_id) {
-            wanted
+        let failed: Vec<(String, i32, String)> = match self.consumer.seek(&wanted, SEEK_TIMEOUT) {
+            Ok(failed) => failed
+                .into_iter()
+                .map(|((t, p), e)| (t, p, e.to_string()))
+                .collect(),
+            // A timeout or a terminating client: any partition may not have moved.
+            Err(e) => wanted
                 .iter()
-                .map(|(t, p, _)| (t.clone(), *p, "test fault: seek failed".to_string()))
-                .collect()
-        } else {
-            match self.consumer.seek(&wanted, SEEK_TIMEOUT) {
-                Ok(failed) => failed
-                    .into_iter()
-                    .map(|((t, p), e)| (t, p, e.to_string()))
-                    .collect(),
-                // A timeout or a terminating client: any partition may not have moved.
-                Err(e) => wanted
-                    .iter()
-                    .map(|(t, p, _)| (t.clone(), *p, e.to_string()))
-                    .collect(),
-            }
+                .map(|(t, p, _)| (t.clone(), *p, e.to_string()))
+                .collect(),
         };
         let now = self.clock.instant();
         let mut pause = Vec::new();

@@ -237,7 +237,10 @@ impl<P: Application> Runtime<P> {
         )?;
         let mut collector = RecordCollector::new(&clients, &opts)?;
         let mut member = GroupMember::connect(
-            Arc::new(clients.clone()),
+            Arc::new(faults::FaultySupplier {
+                inner: Arc::new(clients.clone()),
+                app_id: opts.app_id.clone(),
+            }),
             Arc::new(crate::clock::SystemClock),
             &opts,
         )?;
