@@ -32,8 +32,8 @@ const V2: &str = r#"{"type":"record","name":"Count","namespace":"counts.v2","doc
               {"name":"total","type":"long","doc":"Sum of their amounts."},
               {"name":"last_seen","type":"long","default":-1,"doc":"Offset of the last record; -1 unknown."}]}"#;
 
-/// The store's values as maps of field to `long` (any `serde` type works: an application
-/// derives its structs; this crate has no serde derive, and a JSON value's non-negative
+/// The store's values as maps of field to `long`, one type for both versions (any `serde`
+/// type works: an application derives its structs; a JSON value would not, its non-negative
 /// numbers serialize as u64, which Avro has not).
 type Fields = BTreeMap<String, i64>;
 
