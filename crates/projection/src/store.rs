@@ -575,15 +575,7 @@ impl ProjectionStore {
             .filter_map(|t| t.record.message_id.clone())
             .collect();
         let advances = self.advances(batch, &start, &mut out);
-        let params: Vec<Vec<&(dyn ToSql + Sync)>> = planned
-            .iter()
-            .map(|s| {
-                s.params
-                    .iter()
-                    .map(|v| v.as_ref() as &(dyn ToSql + Sync))
-                    .collect()
-            })
-            .collect();
+        let params = param_refs(&planned);
         let inbox_params: [&(dyn ToSql + Sync); 2] = [&self.name, &ids];
         let advance_params: Vec<[&(dyn ToSql + Sync); 5]> = advances
             .iter()
@@ -602,14 +594,9 @@ impl ProjectionStore {
             futs.push(Box::pin(tx.execute(&stmts.inbox_add, &inbox_params)));
         }
         for (s, p) in planned.iter().zip(&params) {
-            let Some(st) = cache.get(&s.sql) else {
-                return Err(ProjectionError::Postgres {
-                    context: "applying the batch".into(),
-                    sqlstate: None,
-                    message: "a statement was not prepared".into(),
-                });
-            };
-            futs.push(Box::pin(tx.execute(st, p)));
+            futs.push(Box::pin(
+                tx.execute(prepared_for(cache, s, "applying the batch")?, p),
+            ));
         }
         for p in &advance_params {
             futs.push(Box::pin(tx.execute(&stmts.advance, p)));
@@ -765,24 +752,16 @@ impl ProjectionStore {
             }
         }
         let ids: Vec<String> = record.message_id.iter().cloned().collect();
-        let params: Vec<Vec<&(dyn ToSql + Sync)>> = planned
-            .iter()
-            .map(|s| {
-                s.params
-                    .iter()
-                    .map(|v| v.as_ref() as &(dyn ToSql + Sync))
-                    .collect()
-            })
-            .collect();
+        let params = param_refs(&planned);
         let inbox_params: [&(dyn ToSql + Sync); 2] = [&self.name, &ids];
         let mut futs: Vec<PgFut<'_, u64>> = Vec::with_capacity(planned.len() + 1);
         if !ids.is_empty() {
             futs.push(Box::pin(tx.execute(&stmts.inbox_add, &inbox_params)));
         }
         for (s, p) in planned.iter().zip(&params) {
-            if let Some(st) = cache.get(&s.sql) {
-                futs.push(Box::pin(tx.execute(st, p)));
-            }
+            futs.push(Box::pin(
+                tx.execute(prepared_for(cache, s, "applying a record")?, p),
+            ));
         }
         let results = pipeline(futs).await;
         if let Some(e) = results.iter().find_map(|r| r.as_ref().err()) {
@@ -943,6 +922,35 @@ fn validate_ops(ops: &[RowOp]) -> Result<(), (String, String)> {
         }
     }
     Ok(())
+}
+
+/// Each planned statement's parameters as the driver takes them (the batch and the per-record
+/// paths both run planned statements).
+fn param_refs<'p>(planned: &'p [Planned<'_>]) -> Vec<Vec<&'p (dyn ToSql + Sync)>> {
+    planned
+        .iter()
+        .map(|s| {
+            s.params
+                .iter()
+                .map(|v| v.as_ref() as &(dyn ToSql + Sync))
+                .collect()
+        })
+        .collect()
+}
+
+/// The prepared statement of `s`: every planned statement is prepared before it runs, so a
+/// missing one is a bug, reported rather than skipped (a skipped statement would be a lost
+/// write committed with its offsets).
+fn prepared_for<'c>(
+    cache: &'c HashMap<String, Statement>,
+    s: &Planned<'_>,
+    context: &str,
+) -> Result<&'c Statement, ProjectionError> {
+    cache.get(&s.sql).ok_or_else(|| ProjectionError::Postgres {
+        context: context.into(),
+        sqlstate: None,
+        message: "a statement was not prepared".into(),
+    })
 }
 
 /// A statement to run: SQL text (the cache key) and its parameters.

@@ -44,6 +44,7 @@ impl ConsumerSupplier for SimSupplier {
                 consumer,
                 events: Vec::new(),
                 records: VecDeque::new(),
+                errors: VecDeque::new(),
                 noted: BTreeMap::new(),
             }),
         }))
@@ -54,6 +55,9 @@ struct State {
     consumer: sim::Consumer,
     events: Vec<GroupEvent>,
     records: VecDeque<sim::Record>,
+    /// Per-partition fetch errors of the last poll not reported yet: one per `poll` call, as
+    /// librdkafka hands consumer errors out.
+    errors: VecDeque<KafkaError>,
     noted: BTreeMap<Pair, i64>,
 }
 
@@ -157,6 +161,9 @@ impl GroupConsumer for SimGroupConsumer {
 
     fn poll(&self, _: Duration) -> Option<Result<OwnedMessage, KafkaError>> {
         let mut state = self.state();
+        if let Some(e) = state.errors.pop_front() {
+            return Some(Err(e));
+        }
         if let Some(r) = state.records.pop_front() {
             return Some(Ok(message_of(r)));
         }
@@ -166,8 +173,11 @@ impl GroupConsumer for SimGroupConsumer {
                 let rebalanced = !poll.events.is_empty();
                 state.events.extend(pairs(poll.events));
                 state.records.extend(poll.records);
-                if let Some((_, e)) = poll.errors.first() {
-                    return Some(Err(kafka_error(e)));
+                state
+                    .errors
+                    .extend(poll.errors.iter().map(|(_, e)| kafka_error(e)));
+                if let Some(e) = state.errors.pop_front() {
+                    return Some(Err(e));
                 }
                 if rebalanced {
                     // The rebalance first, as librdkafka's callbacks run inside the poll
