@@ -107,7 +107,37 @@ CREATE TABLE IF NOT EXISTS eosflow_inbox (
     projection text NOT NULL,
     message_id text NOT NULL,
     PRIMARY KEY (projection, message_id)
+);
+CREATE TABLE IF NOT EXISTS eosflow_epochs (
+    projection text PRIMARY KEY,
+    epoch bigint NOT NULL
+);
+CREATE TABLE IF NOT EXISTS eosflow_dead_letters (
+    projection text NOT NULL,
+    topic text NOT NULL,
+    partition int NOT NULL,
+    \"offset\" bigint NOT NULL,
+    sqlstate text NOT NULL,
+    message text NOT NULL,
+    created_at timestamptz NOT NULL DEFAULT now(),
+    published_at timestamptz,
+    PRIMARY KEY (projection, topic, partition, \"offset\")
 );";
+/// The next claim epoch: above every epoch handed out or claimed before for the projection.
+const NEXT_EPOCH_SQL: &str = "INSERT INTO eosflow_epochs AS e (projection, epoch) \
+     SELECT $1, coalesce(max(epoch), 0) + 1 FROM eosflow_offsets WHERE projection = $1 \
+     ON CONFLICT (projection) DO UPDATE SET epoch = greatest(e.epoch + 1, EXCLUDED.epoch) \
+     RETURNING epoch";
+const DEAD_LETTER_SQL: &str = "INSERT INTO eosflow_dead_letters \
+     (projection, topic, partition, \"offset\", sqlstate, message) \
+     SELECT $1, t, p, o, s, m FROM unnest($2::text[], $3::int4[], $4::int8[], $5::text[], $6::text[]) \
+     AS v(t, p, o, s, m) ON CONFLICT DO NOTHING";
+const UNPUBLISHED_SQL: &str = "SELECT topic, partition, \"offset\", sqlstate, message \
+     FROM eosflow_dead_letters WHERE projection = $1 AND topic = $2 AND partition = ANY($3) \
+     AND published_at IS NULL ORDER BY partition, \"offset\"";
+const PUBLISHED_SQL: &str = "UPDATE eosflow_dead_letters SET published_at = now() \
+     FROM unnest($2::text[], $3::int4[], $4::int8[]) AS v(t, p, o) \
+     WHERE projection = $1 AND topic = v.t AND partition = v.p AND \"offset\" = v.o";
 /// Prepared statements kept per connection before the cache is emptied.
 const MAX_CACHED: usize = 1024;
 /// Serialises concurrent `ensure_schema` calls (`CREATE TABLE IF NOT EXISTS` races otherwise).
@@ -167,7 +197,8 @@ impl ProjectionStore {
         &self.name
     }
 
-    /// Creates `eosflow_offsets` and `eosflow_inbox` when missing; safe to call from every
+    /// Creates the bookkeeping tables (`eosflow_offsets`, `eosflow_inbox`, `eosflow_epochs`,
+    /// `eosflow_dead_letters`) when missing; safe to call from every
     /// instance at start-up, concurrently.
     pub async fn ensure_schema(&self) -> Result<(), ProjectionError> {
         let mut guard = self.conn().await?;
@@ -268,6 +299,103 @@ impl ProjectionStore {
         tx.commit().await.map_err(|e| pg_error(ctx, &e))?;
         tracing::info!(projection = %self.name, topic, partitions = ?parts, epoch, "claimed partitions");
         Ok(positions)
+    }
+
+    /// A claim epoch above every epoch this projection handed out or claimed before.
+    ///
+    /// Exists because a consumer group's own numbers do not order owners across members under
+    /// every protocol (KIP-848 member epochs are per member): the loop takes a fresh epoch from
+    /// the database at each assignment and claims its partitions with it, so the latest owner
+    /// always fences the ones before it.
+    pub async fn next_epoch(&self) -> Result<i64, ProjectionError> {
+        let mut guard = self.conn().await?;
+        let conn = live(&mut guard)?;
+        let res = async {
+            let ctx = "taking a claim epoch";
+            let st = prepared(conn, NEXT_EPOCH_SQL, ctx).await?;
+            let row = conn
+                .client
+                .query_one(&st, &[&self.name])
+                .await
+                .map_err(|e| pg_error(ctx, &e))?;
+            Ok(row.get::<_, i64>(0))
+        }
+        .await;
+        forget_if_closed(&mut guard, res)
+    }
+
+    /// The dead letters of `partitions` committed (in `eosflow_dead_letters`, with their
+    /// batch) but not yet marked published to Kafka: a loop that crashed between its commit and
+    /// the dead-letter topic's acknowledgement publishes them when it owns the partitions again.
+    pub async fn unpublished_dead_letters(
+        &self,
+        topic: &str,
+        partitions: &[i32],
+    ) -> Result<Vec<DeadLetter>, ProjectionError> {
+        let mut guard = self.conn().await?;
+        let conn = live(&mut guard)?;
+        let res = async {
+            let ctx = "reading unpublished dead letters";
+            let st = prepared(conn, UNPUBLISHED_SQL, ctx).await?;
+            let parts = partitions.to_vec();
+            let rows = conn
+                .client
+                .query(&st, &[&self.name, &topic, &parts])
+                .await
+                .map_err(|e| pg_error(ctx, &e))?;
+            Ok(rows
+                .iter()
+                .map(|r| DeadLetter {
+                    topic: r.get(0),
+                    partition: r.get(1),
+                    offset: r.get(2),
+                    sqlstate: r.get(3),
+                    message: r.get(4),
+                })
+                .collect())
+        }
+        .await;
+        forget_if_closed(&mut guard, res)
+    }
+
+    /// Marks `letters` as published to the dead-letter topic.
+    pub async fn mark_published(&self, letters: &[DeadLetter]) -> Result<(), ProjectionError> {
+        if letters.is_empty() {
+            return Ok(());
+        }
+        let mut guard = self.conn().await?;
+        let conn = live(&mut guard)?;
+        let res = async {
+            let ctx = "marking dead letters published";
+            let st = prepared(conn, PUBLISHED_SQL, ctx).await?;
+            let (t, p, o) = dead_letter_columns(letters);
+            conn.client
+                .execute(&st, &[&self.name, &t, &p, &o])
+                .await
+                .map_err(|e| pg_error(ctx, &e))?;
+            Ok(())
+        }
+        .await;
+        forget_if_closed(&mut guard, res)
+    }
+
+    /// Keeps the batch's dead letters in `eosflow_dead_letters`, in the batch's transaction:
+    /// a crash before they reach the dead-letter topic loses none of them.
+    async fn keep_dead_letters(
+        &self,
+        tx: &Transaction<'_>,
+        letters: &[DeadLetter],
+    ) -> Result<(), ProjectionError> {
+        if letters.is_empty() {
+            return Ok(());
+        }
+        let (t, p, o) = dead_letter_columns(letters);
+        let s: Vec<&str> = letters.iter().map(|d| d.sqlstate.as_str()).collect();
+        let m: Vec<&str> = letters.iter().map(|d| d.message.as_str()).collect();
+        tx.execute(DEAD_LETTER_SQL, &[&self.name, &t, &p, &o, &s, &m])
+            .await
+            .map_err(|e| pg_error("keeping dead letters", &e))?;
+        Ok(())
     }
 
     /// The stored positions of `partitions`, without claiming anything (monitoring, lag).
@@ -570,6 +698,8 @@ impl ProjectionStore {
                 Err(e) => return self.abandon(tx, &e).await,
             }
         }
+        // Records the triage refused (a bad name, an empty key): kept with the batch.
+        self.keep_dead_letters(&tx, &out.dead_lettered).await?;
         let ids: Vec<String> = todo
             .iter()
             .filter_map(|t| t.record.message_id.clone())
@@ -714,6 +844,7 @@ impl ProjectionStore {
         out.dead_lettered.sort_by(|a, b| {
             (&a.topic, a.partition, a.offset).cmp(&(&b.topic, b.partition, b.offset))
         });
+        self.keep_dead_letters(&tx, &out.dead_lettered).await?;
         let advances = self.advances(batch, &start, &mut out);
         for a in &advances {
             tx.execute(
@@ -1231,6 +1362,15 @@ async fn pipeline<T>(mut futs: Vec<PgFut<'_, T>>) -> Vec<Result<T, tokio_postgre
     })
     .await;
     out.into_iter().flatten().collect()
+}
+
+/// The coordinates of `letters` as three parallel arrays (`unnest` parameters).
+fn dead_letter_columns(letters: &[DeadLetter]) -> (Vec<&str>, Vec<i32>, Vec<i64>) {
+    (
+        letters.iter().map(|d| d.topic.as_str()).collect(),
+        letters.iter().map(|d| d.partition).collect(),
+        letters.iter().map(|d| d.offset).collect(),
+    )
 }
 
 #[cfg(test)]

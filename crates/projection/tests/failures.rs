@@ -97,6 +97,26 @@ async fn a_permanent_error_dead_letters_exactly_that_record_and_the_rest_commits
     assert_eq!(states, vec!["42P01", "42804"], "{applied:?}");
     assert_eq!(applied.applied, 1);
     assert_eq!(count(&admin, &t).await, 10);
+
+    // Every dead letter was kept with its batch, until the loop says it reached the DLT.
+    let kept = s
+        .unpublished_dead_letters("in", &[0])
+        .await
+        .expect("unpublished");
+    let offsets: Vec<i64> = kept.iter().map(|d| d.offset).collect();
+    assert_eq!(offsets, vec![105, 110, 111], "{kept:?}");
+    assert_eq!(kept[0].sqlstate, "23514");
+    s.mark_published(&kept[..2]).await.expect("mark");
+    let left = s
+        .unpublished_dead_letters("in", &[0])
+        .await
+        .expect("unpublished");
+    assert_eq!(left.iter().map(|d| d.offset).collect::<Vec<_>>(), vec![111]);
+    assert!(s
+        .unpublished_dead_letters("in", &[1])
+        .await
+        .expect("other partition")
+        .is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

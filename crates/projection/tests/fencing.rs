@@ -204,3 +204,29 @@ async fn open_returns_the_stored_positions_after_a_restart() {
     let other = store(&unique("other")).await;
     assert_eq!(other.open("in", &[0], 1).await.expect("other")[&0], None);
 }
+
+#[tokio::test]
+async fn next_epoch_is_above_every_epoch_handed_out_or_claimed_and_fences_the_last_owner() {
+    let name = unique("epochs");
+    let a = store(&name).await;
+    let b = store(&name).await;
+    // An epoch claimed by hand (a generation) is below the next one handed out.
+    a.open("in", &[0], 41).await.expect("epoch 41");
+    let e1 = b.next_epoch().await.expect("next");
+    assert_eq!(e1, 42, "above the claimed 41");
+    // Concurrent takers never get the same epoch.
+    let (x, y) = tokio::join!(a.next_epoch(), b.next_epoch());
+    let (x, y) = (x.expect("x"), y.expect("y"));
+    assert_ne!(x, y);
+    assert!(x > e1 && y > e1, "{x} {y} after {e1}");
+    // The owner that claims with the newest epoch fences the one before it.
+    let newest = x.max(y);
+    let older = x.min(y);
+    a.open("in", &[0], older).await.expect("older claim");
+    b.open("in", &[0], newest).await.expect("newest claim");
+    let err = a
+        .apply(&batch(older, "in", 0, vec![rec(0, vec![])]))
+        .await
+        .expect_err("fenced");
+    assert!(matches!(err, ProjectionError::Fenced { .. }), "{err:?}");
+}
