@@ -44,6 +44,7 @@ mod fast_hash;
 pub mod kafka;
 pub mod metric_catalog;
 pub mod processor;
+pub mod projection;
 pub mod query;
 pub mod record;
 mod retry;

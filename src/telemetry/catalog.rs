@@ -395,6 +395,42 @@ pub const FRAMEWORK: &[MetricDef] = &[
         "Records a windowed aggregate could not count because stream time had passed the end plus grace of every window they belong to; each went to the input's DLT (class late-record) or the node's late-record sink, by node.",
     ),
     metric(
+        "eosflow_projection_batch_seconds",
+        Histogram,
+        Unit::Seconds,
+        "Time to apply and commit one projection batch (row operations and offsets in one Postgres transaction), by projection.",
+    ),
+    metric(
+        "eosflow_projection_records_applied_total",
+        Counter,
+        Unit::Count,
+        "Records whose row operations a projection committed to Postgres, by projection.",
+    ),
+    metric(
+        "eosflow_projection_retries_total",
+        Counter,
+        Unit::Count,
+        "Projection batches or claims that failed (Postgres unreachable, a deadlock) and are tried again, by projection.",
+    ),
+    metric(
+        "eosflow_projection_fenced_total",
+        Counter,
+        Unit::Count,
+        "Times a projection instance found its partitions claimed by a newer owner, dropped its batch and rejoined.",
+    ),
+    metric(
+        "eosflow_projection_dead_letters_total",
+        Counter,
+        Unit::Count,
+        "Records a projection sent to their topic's DLT (rejected by the projection function or by Postgres).",
+    ),
+    metric(
+        "eosflow_projection_unpublished_dead_letters_total",
+        Counter,
+        Unit::Count,
+        "Dead letters kept in eosflow_dead_letters that could not be published to the DLT (look there: published_at IS NULL).",
+    ),
+    metric(
         "eosflow_kafka_calls_stuck_total",
         Counter,
         Unit::Count,

@@ -309,6 +309,38 @@ pub fn slow_handler_call(topic: &str) {
         .increment(1);
 }
 
+/// A projection committed a batch of `applied` records to Postgres in `took`.
+pub(crate) fn projection_batch(projection: &str, took: Duration, applied: usize) {
+    metrics::histogram!("eosflow_projection_batch_seconds", "projection" => projection.to_string())
+        .record(took.as_secs_f64());
+    metrics::counter!("eosflow_projection_records_applied_total", "projection" => projection.to_string())
+        .increment(applied as u64);
+}
+
+/// A projection's batch or claim failed and is tried again.
+pub(crate) fn projection_retry(projection: &str) {
+    metrics::counter!("eosflow_projection_retries_total", "projection" => projection.to_string())
+        .increment(1);
+}
+
+/// A projection was fenced by a newer owner of its partitions and rejoined the group.
+pub(crate) fn projection_fenced(projection: &str) {
+    metrics::counter!("eosflow_projection_fenced_total", "projection" => projection.to_string())
+        .increment(1);
+}
+
+/// A projection sent a record to its topic's DLT.
+pub(crate) fn projection_dead_lettered(projection: &str) {
+    metrics::counter!("eosflow_projection_dead_letters_total", "projection" => projection.to_string())
+        .increment(1);
+}
+
+/// Dead letters a projection committed to `eosflow_dead_letters` but could not publish.
+pub(crate) fn projection_unpublished_dead_letters(projection: &str, n: usize) {
+    metrics::counter!("eosflow_projection_unpublished_dead_letters_total", "projection" => projection.to_string())
+        .increment(n as u64);
+}
+
 /// A blocking Kafka call (`call`: librdkafka's name for it) missed its deadline and was given
 /// up on, with the producer it ran on: the instance recreates the producer in place.
 pub fn kafka_call_stuck(call: &'static str) {

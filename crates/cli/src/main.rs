@@ -9,6 +9,7 @@ use std::time::Duration;
 use anyhow::{bail, Context as _, Result};
 use clap::{Parser, Subcommand};
 
+mod project_cmd;
 mod topics_cmd;
 
 use eosflow_verify::count::CountProcessor;
@@ -100,6 +101,9 @@ enum Command {
     },
     /// Outbox router: Postgres outbox table → Kafka (Debezium Outbox Event Router semantics).
     Outbox(OutboxArgs),
+    /// Project topics into Postgres exactly once: each record's JSON value upserted into a
+    /// table by its key, offsets in the same transaction (docs/projections.md).
+    Project(project_cmd::ProjectArgs),
     /// A topology's committed state, read from its changelog (read_committed).
     State {
         #[command(subcommand)]
@@ -416,6 +420,7 @@ fn dispatch(cli: Cli) -> Result<std::process::ExitCode> {
         }
         Command::Dlt { action } => dlt_cmd(&config, action),
         Command::Outbox(args) => outbox_cmd(config, args),
+        Command::Project(args) => project_cmd::cmd(&config, args),
         Command::Schemas { action } => schemas_cmd(&config, action),
         Command::State {
             action:
