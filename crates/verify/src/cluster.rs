@@ -338,10 +338,14 @@ fn java_hash(s: &str) -> i32 {
 }
 
 /// The partition of the transaction log that holds `transactional_id`'s state, as the broker
-/// computes it (`TransactionStateManager.partitionFor`: `Utils.abs(id.hashCode) % partitions`;
-/// `Utils.abs` maps `i32::MIN` to 0 by masking the sign bit).
+/// computes it (`TransactionStateManager.partitionFor`: `Utils.abs(id.hashCode) % partitions`).
+/// Kafka's `Utils.abs` is `Math.abs` with `i32::MIN` mapped to 0 — not a mask of the sign bit,
+/// which this function used until a negative hash put a group's coordinator on the wrong broker
+/// (`isr-shrink` then killed the coordinator it meant to spare).
 pub fn transaction_log_partition(transactional_id: &str, partitions: i32) -> i32 {
-    (java_hash(transactional_id) & 0x7fff_ffff) % partitions.max(1)
+    let h = java_hash(transactional_id);
+    let abs = if h == i32::MIN { 0 } else { h.abs() };
+    abs % partitions.max(1)
 }
 
 /// The broker that is the transaction coordinator of `transactional_id` now: the leader of its
@@ -350,18 +354,28 @@ pub fn transaction_coordinator(
     clients: &KafkaClients,
     transactional_id: &str,
 ) -> Result<i32, String> {
-    coordinator(clients, TRANSACTION_LOG, transactional_id)
+    coordinator(clients, TRANSACTION_LOG, transactional_id, METADATA_WAIT)
 }
 
 /// The broker that is the group coordinator of `group` now: the leader of its offsets topic
 /// partition (`GroupMetadataManager.partitionFor`: the same hash as the transaction log's).
 pub fn group_coordinator(clients: &KafkaClients, group: &str) -> Result<i32, String> {
-    coordinator(clients, OFFSETS_LOG, group)
+    coordinator(clients, OFFSETS_LOG, group, METADATA_WAIT)
+}
+
+/// [`group_coordinator`], asking for at most `wait` (while a broker is frozen, or instances
+/// are paused).
+pub fn group_coordinator_within(
+    clients: &KafkaClients,
+    group: &str,
+    wait: Duration,
+) -> Result<i32, String> {
+    coordinator(clients, OFFSETS_LOG, group, wait)
 }
 
 /// The leader of `log`'s partition for `id` (`Utils.abs(id.hashCode) % partitions`).
-fn coordinator(clients: &KafkaClients, log: &str, id: &str) -> Result<i32, String> {
-    let parts = partitions(clients, &[log.to_string()], METADATA_WAIT)?;
+fn coordinator(clients: &KafkaClients, log: &str, id: &str, wait: Duration) -> Result<i32, String> {
+    let parts = partitions(clients, &[log.to_string()], wait)?;
     let n = parts.len() as i32;
     if n == 0 {
         return Err(format!("{log} does not exist yet"));
@@ -546,7 +560,13 @@ mod tests {
         assert_eq!(java_hash("polygenelubricants"), i32::MIN);
         assert_eq!(transaction_log_partition("polygenelubricants", 10), 0);
         assert_eq!(transaction_log_partition("hello", 10), 2);
-        // A negative hash: "verify-abc-i0" and friends must still land in 0..partitions.
+        // Negative hashes: Math.abs, not a mask ("verify-ffffffff".hashCode() == -351959596:
+        // partition 6 of 10, where masking the sign bit gives 2).
+        assert_eq!(java_hash("verify-ffffffff"), -351_959_596);
+        assert_eq!(transaction_log_partition("verify-ffffffff", 10), 6);
+        assert_eq!(java_hash("verify-a1b2c3d4-i0"), -615_912_960);
+        assert_eq!(transaction_log_partition("verify-a1b2c3d4-i0", 10), 0);
+        // "verify-abc-i0" and friends must still land in 0..partitions.
         for id in ["verify-0f3a9c1e-i0", "verify-0f3a9c1e-i1", "zzzzzzzzzzzz"] {
             assert!((0..10).contains(&transaction_log_partition(id, 10)));
         }

@@ -202,6 +202,34 @@ impl Fleet<'_> {
             // Blind: records are left while the load is still being written (`i64::MAX`).
             self.left > 0
         };
+        // The coordinator may have moved since it was looked up (the shrink takes 8-15 s, and
+        // `dev/cluster` gives preferred leaderships back every 10 s, the offsets log's with
+        // them): a kill of the coordinator turns the fault into a coordinator failover, and two
+        // runs (a clean-clone CI, one by hand) stalled 60 s on it with the verifier sure the
+        // coordinator was spared. Asked again now, and if it moved to the broker about to be
+        // killed, the other broker (neither the follower nor the coordinator) is killed.
+        let mut leader = leader;
+        match cluster::group_coordinator_within(&self.clients, &self.app_id, Duration::from_secs(2))
+        {
+            Ok(now) if now == leader => {
+                if let Some(other) = (1..=cluster::BROKERS).find(|b| *b != leader && *b != follower)
+                {
+                    tracing::warn!(
+                        coordinator = now,
+                        instead = other,
+                        "isr-shrink: the group's coordinator moved to the broker chosen for the kill; killing the other one"
+                    );
+                    if let Some(last) = self.bounced.last_mut() {
+                        *last = other;
+                    }
+                    leader = other;
+                }
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "isr-shrink: the coordinator could not be asked again before the kill")
+            }
+        }
         let killed = Instant::now();
         let kill = c.kill(leader);
         let resumed_instances = self.signal_instances("CONT");
