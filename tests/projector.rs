@@ -160,6 +160,67 @@ fn progress(rt: &tokio::runtime::Runtime, c: &tokio_postgres::Client, names: &Na
     })
 }
 
+/// Each partition's stored next offset.
+fn positions(
+    rt: &tokio::runtime::Runtime,
+    c: &tokio_postgres::Client,
+    names: &Names,
+) -> BTreeMap<i32, i64> {
+    rt.block_on(c.query(
+        "SELECT partition, next_offset FROM eosflow_offsets WHERE projection = $1 AND next_offset IS NOT NULL",
+        &[&names.name],
+    ))
+    .expect("positions")
+    .iter()
+    .map(|r| (r.get(0), r.get(1)))
+    .collect()
+}
+
+/// Freezes `instance` (SIGSTOP) — maybe mid-transaction, holding its partitions' offset rows —
+/// until every partition with records left has moved on without it, then resumes it: a zombie
+/// whose partitions moved. Postgres ends its idle transaction, the group reassigns its
+/// partitions, the new owners' claims fence it.
+fn zombie(
+    rt: &tokio::runtime::Runtime,
+    c: &tokio_postgres::Client,
+    names: &Names,
+    instance: &support::pipeline::Running,
+) {
+    let pid = instance.id().to_string();
+    let signal = |sig: &str| {
+        let ok = std::process::Command::new("kill")
+            .args([sig, &pid])
+            .status()
+            .expect("kill")
+            .success();
+        assert!(ok, "kill {sig} {pid}");
+    };
+    let before = positions(rt, c, names);
+    let ends: BTreeMap<i32, i64> = (0..PARTITIONS)
+        .map(|p| (p, support::written_partition(&names.topic, p)))
+        .collect();
+    signal("-STOP");
+    let frozen = std::time::Instant::now();
+    support::wait_for(
+        "every partition with records left to move on while one projector is frozen",
+        Duration::from_secs(90),
+        || {
+            let now = positions(rt, c, names);
+            ends.iter()
+                .all(|(p, end)| {
+                    let was = before.get(p).copied().unwrap_or(0);
+                    was >= *end || now.get(p).is_some_and(|n| *n > was)
+                })
+                .then_some(())
+        },
+    );
+    eprintln!(
+        "zombie: every partition moved on {:?} after the SIGSTOP",
+        frozen.elapsed()
+    );
+    signal("-CONT");
+}
+
 /// Produces records `range` (account = seq % ACCOUNTS), `per_tick` every 20 ms.
 fn produce(topic: &str, range: std::ops::Range<usize>, per_tick: usize) {
     let producer = support::test_producer();
@@ -230,6 +291,9 @@ fn projectors_killed_mid_stream_leave_every_valid_record_applied_exactly_once() 
             },
         );
         let victim = kills % instances.len();
+        if kills == KILLS / 2 {
+            zombie(&rt, &pg, &names, &instances[victim]);
+        }
         let (rows, positions) = progress(&rt, &pg, &names);
         let written = support::written(&names.topic, PARTITIONS);
         if positions < written {

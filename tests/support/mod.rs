@@ -485,18 +485,18 @@ pub fn rekeyed_count(input: &str, output: &str) -> eosflow::topology::Topology {
 /// The high watermarks of `topic`'s `partitions` summed: records written, committed or not,
 /// and transaction markers (a kill test's "has it written anything since").
 pub fn written(topic: &str, partitions: i32) -> i64 {
-    let clients = clients();
-    (0..partitions)
-        .map(|p| {
-            eosflow::internals::kafka::reader::watermarks(
-                &clients,
-                topic,
-                p,
-                Duration::from_secs(10),
-            )
-            .map_or(0, |(_, high)| high)
-        })
-        .sum()
+    (0..partitions).map(|p| written_partition(topic, p)).sum()
+}
+
+/// The high watermark of `topic[partition]` (0 while it cannot be read).
+pub fn written_partition(topic: &str, partition: i32) -> i64 {
+    eosflow::internals::kafka::reader::watermarks(
+        &clients(),
+        topic,
+        partition,
+        Duration::from_secs(10),
+    )
+    .map_or(0, |(_, high)| high)
 }
 
 /// Group `app`'s lag on `topic` (`i64::MAX` while it cannot be read: no offsets yet, a topic

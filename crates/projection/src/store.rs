@@ -35,6 +35,12 @@ pub struct StoreOptions {
     pub initial_backoff: Duration,
     /// The longest pause between attempts.
     pub max_backoff: Duration,
+    /// Postgres ends this store's session when a transaction of it stays idle this long
+    /// (`idle_in_transaction_session_timeout`): a process frozen mid-batch (SIGSTOP, a VM
+    /// pause, a partition) would otherwise hold its partitions' offset rows locked, and the
+    /// new owner's claim would wait on them for as long as the zombie stays frozen. `ZERO`
+    /// leaves the server's setting.
+    pub idle_in_transaction_timeout: Duration,
 }
 
 impl Default for StoreOptions {
@@ -44,6 +50,7 @@ impl Default for StoreOptions {
             retry_deadline: Duration::from_secs(60),
             initial_backoff: Duration::from_millis(50),
             max_backoff: Duration::from_secs(2),
+            idle_in_transaction_timeout: Duration::from_secs(15),
         }
     }
 }
@@ -181,6 +188,7 @@ impl ProjectionStore {
             ));
         }
         let client = target.connect().await?;
+        session(&client, &options).await?;
         Ok(Self {
             name: name.to_string(),
             target,
@@ -495,7 +503,11 @@ impl ProjectionStore {
         let deadline = Instant::now() + self.options.reconnect_deadline;
         let mut backoff = self.options.initial_backoff;
         loop {
-            match self.target.connect().await {
+            let connected = match self.target.connect().await {
+                Ok(client) => session(&client, &self.options).await.map(|()| client),
+                Err(e) => Err(e),
+            };
+            match connected {
                 Ok(client) => {
                     tracing::info!(projection = %self.name, "reconnected to Postgres");
                     *guard = Some(Conn {
@@ -1362,6 +1374,18 @@ async fn pipeline<T>(mut futs: Vec<PgFut<'_, T>>) -> Vec<Result<T, tokio_postgre
     })
     .await;
     out.into_iter().flatten().collect()
+}
+
+/// The session settings every connection of a store gets.
+async fn session(client: &Client, options: &StoreOptions) -> Result<(), ProjectionError> {
+    let ms = options.idle_in_transaction_timeout.as_millis();
+    if ms == 0 {
+        return Ok(());
+    }
+    client
+        .batch_execute(&format!("SET idle_in_transaction_session_timeout = {ms}"))
+        .await
+        .map_err(|e| pg_error("setting idle_in_transaction_session_timeout", &e))
 }
 
 /// The coordinates of `letters` as three parallel arrays (`unnest` parameters).
