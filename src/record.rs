@@ -23,6 +23,27 @@ pub struct Record<'a> {
     pub headers: &'a [(String, Vec<u8>)],
 }
 
+impl<'m> Record<'m> {
+    /// The polled message `m` as the record a processor sees, over its owned `headers` (on
+    /// the hot path: inlined as it was beside the loop).
+    #[inline]
+    pub(crate) fn of_message(
+        m: &'m rdkafka::message::OwnedMessage,
+        headers: &'m [(String, Vec<u8>)],
+    ) -> Self {
+        use rdkafka::Message as _;
+        Record {
+            topic: m.topic(),
+            partition: m.partition(),
+            offset: m.offset(),
+            timestamp: m.timestamp().to_millis(),
+            key: m.key(),
+            value: m.payload(),
+            headers,
+        }
+    }
+}
+
 impl Record<'_> {
     /// First header named `name`.
     pub fn header(&self, name: &str) -> Option<&[u8]> {

@@ -87,7 +87,7 @@ impl ProjectorOptions {
         }
     }
 
-    fn group(&self) -> &str {
+    fn group_id(&self) -> &str {
         self.group.as_deref().unwrap_or(&self.name)
     }
 
@@ -281,7 +281,7 @@ impl Projector {
             store.ensure_schema().await?;
             Ok::<_, ProjectionError>(store)
         })?;
-        let mut settings = GroupSettings::classic(opts.group(), opts.session_timeout);
+        let mut settings = GroupSettings::classic(opts.group_id(), opts.session_timeout);
         settings.client_id = Some(format!("eosflow-projection-{}", opts.name));
         let consumer = supplier.group_consumer(&settings)?;
         let topics: Vec<&str> = opts.topics.iter().map(String::as_str).collect();
@@ -653,7 +653,7 @@ impl Loop {
         let mut rejected: Vec<(usize, ProcessError)> = Vec::new();
         for (i, m) in self.buffered.iter().enumerate() {
             let headers = headers_of(m);
-            let record = record_of(m, &headers);
+            let record = Record::of_message(m, &headers);
             let (message_id, ops) = match (self.project)(&record) {
                 Ok(p) => (p.message_id, p.ops),
                 Err(e) => {
@@ -786,7 +786,7 @@ impl Loop {
         letters: &[(usize, ProcessError, Option<String>)],
     ) -> Result<(), ProjectorError> {
         let now = crate::clock::now_ms();
-        let group = self.opts.group().to_string();
+        let group = self.opts.group_id().to_string();
         // The DLT names outlive the sends that borrow them.
         let dlts: Vec<String> = letters
             .iter()
@@ -803,7 +803,7 @@ impl Loop {
                 continue;
             };
             let headers = headers_of(m);
-            let record = record_of(m, &headers);
+            let record = Record::of_message(m, &headers);
             let mut hs = crate::processor::dead_letter_headers(&record, &group, err, now);
             hs.push((
                 "eosflow.dlt.projection".into(),
@@ -854,16 +854,4 @@ fn headers_of(m: &OwnedMessage) -> Vec<(String, Vec<u8>)> {
                 .collect()
         })
         .unwrap_or_default()
-}
-
-fn record_of<'a>(m: &'a OwnedMessage, headers: &'a [(String, Vec<u8>)]) -> Record<'a> {
-    Record {
-        topic: m.topic(),
-        partition: m.partition(),
-        offset: m.offset(),
-        timestamp: m.timestamp().to_millis(),
-        key: m.key(),
-        value: m.payload(),
-        headers,
-    }
 }

@@ -147,24 +147,11 @@ impl HeaderBuf {
     }
 }
 
-/// The polled message `m` as the record a processor sees, over its owned `headers`.
-fn record_of<'m>(m: &'m OwnedMessage, headers: &'m [(String, Vec<u8>)]) -> Record<'m> {
-    Record {
-        topic: m.topic(),
-        partition: m.partition(),
-        offset: m.offset(),
-        timestamp: m.timestamp().to_millis(),
-        key: m.key(),
-        value: m.payload(),
-        headers,
-    }
-}
-
 /// The time `m` is aligned by: its event time as `processor` extracts it (what moves stream
 /// time), or its Kafka timestamp.
 fn alignment_time<P: Application>(processor: &P, headers: &mut HeaderBuf, m: &OwnedMessage) -> i64 {
     processor
-        .event_time(&record_of(m, headers.of(m)))
+        .event_time(&Record::of_message(m, headers.of(m)))
         .unwrap_or_else(|| align::kafka_ts(m))
 }
 
@@ -681,7 +668,7 @@ impl<P: Application> Runtime<P> {
     /// Processes one polled record inside the open transaction.
     fn handle(&mut self, m: &OwnedMessage, now: i64) -> Result<(), SinkError> {
         let mut headers = std::mem::take(&mut self.headers);
-        let record = record_of(m, headers.of(m));
+        let record = Record::of_message(m, headers.of(m));
         let handled = self.with_engine(|e| e.handle(&record, now));
         self.headers = headers;
         handled
