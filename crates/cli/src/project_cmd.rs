@@ -72,6 +72,12 @@ pub(crate) fn cmd(config: &Config, args: ProjectArgs) -> Result<std::process::Ex
     let topics: Vec<&str> = args.topics.iter().map(String::as_str).collect();
     let mut opts = ProjectorOptions::new(&args.name, &topics, &args.postgres_url);
     opts.max_batch_records = args.max_batch_records;
+    // `/metrics` (the `eosflow_projection_*` series), `/healthz`, `/readyz` on `metrics.listen`.
+    let health = std::sync::Arc::new(eosflow::internals::telemetry::Health::new(
+        Duration::from_millis(config.processor.stuck_after_ms),
+    ));
+    let _endpoints =
+        eosflow::internals::runner::serve_endpoints(config, health).context("serving /metrics")?;
     let clients = KafkaClients::new(config.kafka.clone());
     let handle = Projector::start(clients, opts, upsert_json(args.table.clone()))
         .context("starting the projection")?;

@@ -31,6 +31,9 @@ const BACKLOG: Duration = Duration::from_secs(2);
 /// The longest wait for the cluster to drop the frozen follower from the ISR.
 const SHRINK_TIMEOUT: Duration = Duration::from_secs(90);
 
+/// The longest wait for the cluster to name the group's coordinator.
+const COORDINATOR_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// The longest wait, with the leader still dead, for the instances to resume.
 const RESUME_TIMEOUT: Duration = Duration::from_secs(120);
 
@@ -118,6 +121,25 @@ impl Fleet<'_> {
         Ok(false)
     }
 
+    /// The group's coordinator, asked until the cluster can say (at most
+    /// [`COORDINATOR_TIMEOUT`]): the first fault lands 3–9 s into the load, and a clean-clone
+    /// CI run asked while the offsets log was still being created (`__consumer_offsets does not
+    /// exist yet`), which failed the scenario before any fault.
+    fn await_group_coordinator(&mut self) -> Result<i32, String> {
+        let deadline = Instant::now() + COORDINATOR_TIMEOUT;
+        loop {
+            match cluster::group_coordinator(&self.clients, &self.app_id) {
+                Ok(c) => return Ok(c),
+                Err(e) if Instant::now() < deadline => {
+                    tracing::info!(error = %e, "isr-shrink: the group's coordinator is not known yet");
+                    self.supervise()?;
+                    std::thread::sleep(Duration::from_millis(500));
+                }
+                Err(e) => return Err(format!("the group's coordinator: {e}")),
+            }
+        }
+    }
+
     /// One isr-shrink fault (see the module). Neither broker hit is the group's coordinator:
     /// with it frozen or dead the group rebalances, the instances hold no partition through the
     /// outage and have nothing to wait on (runs whose coordinator landed there saw
@@ -125,7 +147,7 @@ impl Fleet<'_> {
     /// killed leader is the busiest leader other than the coordinator, and the frozen follower
     /// the broker that is neither.
     pub(crate) fn isr_shrink(&mut self, c: &Cluster) -> Result<(), String> {
-        let coordinator = cluster::group_coordinator(&self.clients, &self.app_id)?;
+        let coordinator = self.await_group_coordinator()?;
         let leader = cluster::busiest_leader_except(
             &self.clients,
             &self.topics,
