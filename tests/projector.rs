@@ -507,3 +507,87 @@ fn eosflow_project_upserts_json_by_key_through_kills() {
         "the value that is not JSON is on the DLT: {dead:?}"
     );
 }
+
+/// A record the function rejects whose dead letter is over the producer's limit (a value the
+/// broker took, plus the `eosflow.dlt.*` headers): it reaches the DLT cut down to a truncated
+/// copy, as the runtime's dead letters are, and the partition moves on. (Before, the failed
+/// publish failed the batch, which was tried again for ever.)
+#[test]
+fn a_rejected_record_too_large_for_its_dead_letter_reaches_the_dlt_truncated() {
+    if std::env::var(CHILD).is_ok() {
+        return;
+    }
+    let name = support::unique("projbig").replace('-', "_");
+    let names = Names::of(&name);
+    let dlt = format!("{}.DLT", names.topic);
+    support::create_topics(&[&names.topic, &dlt], 1);
+    let (rt, pg) = pg();
+    rt.block_on(pg.batch_execute(&format!(
+        "CREATE TABLE {b} (account text PRIMARY KEY, total bigint NOT NULL, n bigint NOT NULL);
+         CREATE TABLE {e} (seq bigint NOT NULL, account text NOT NULL,
+                           amount bigint NOT NULL CHECK (amount <> 13));",
+        b = names.balances,
+        e = names.events
+    )))
+    .expect("tables");
+    let producer: rdkafka::producer::ThreadedProducer<rdkafka::producer::DefaultProducerContext> =
+        support::clients()
+            .config(eosflow::kafka::ClientRole::Idempotent)
+            .set("message.max.bytes", "1048588")
+            .create()
+            .expect("producer");
+    let big = vec![b'x'; 1_040_000];
+    for seq in 0..20usize {
+        let key = format!("acct-{}", seq % 3);
+        let value = if seq == 10 {
+            big.clone()
+        } else {
+            format!("{seq} 1").into_bytes()
+        };
+        support::send_waiting(
+            &producer,
+            BaseRecord::to(&names.topic).key(&key).payload(&value),
+        );
+    }
+    rdkafka::producer::Producer::flush(&producer, Duration::from_secs(30)).expect("flush");
+
+    let handle = Projector::start(support::clients(), options(&names), project(&names))
+        .expect("projector starts");
+    support::wait_for(
+        "the partition past the big record",
+        Duration::from_secs(60),
+        || (progress(&rt, &pg, &names).1 >= 20).then_some(()),
+    );
+    let summary = handle.stop().expect("stops");
+    assert_eq!(summary.dead_lettered, 1, "{summary:?}");
+    assert_eq!(
+        progress(&rt, &pg, &names).0,
+        19,
+        "every other record applied"
+    );
+    let mut letters = Vec::new();
+    eosflow::internals::kafka::reader::read_all(
+        &support::clients(),
+        &dlt,
+        Duration::from_secs(30),
+        |m| {
+            use rdkafka::message::{Headers as _, Message as _};
+            let truncated_from = m.headers().and_then(|h| {
+                h.iter()
+                    .find(|h| h.key == eosflow::internals::retry::dlt::TRUNCATED_FROM)
+                    .and_then(|h| h.value.map(|v| String::from_utf8_lossy(v).to_string()))
+            });
+            letters.push((m.payload().map(<[u8]>::len), truncated_from));
+            Ok(())
+        },
+    )
+    .expect("read the DLT");
+    assert_eq!(
+        letters,
+        vec![(
+            Some(eosflow::internals::retry::dlt::TRUNCATE_VALUE_TO),
+            Some("1040000".to_string())
+        )],
+        "one truncated dead letter naming the original size"
+    );
+}

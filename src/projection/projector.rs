@@ -18,6 +18,8 @@ use rdkafka::Offset;
 use crate::kafka::seams::{ConsumerSupplier, GroupConsumer, GroupEvent, GroupSettings, Pair};
 use crate::kafka::{ClientRole, KafkaClients};
 use crate::record::{ProcessError, Record};
+use crate::retry::dlt;
+use crate::sink::is_record_error;
 use crate::telemetry;
 
 /// What a projection function makes of one record: the row operations to apply with its offset,
@@ -319,7 +321,8 @@ impl Projector {
 enum Owned {
     /// Claimed, the consumer at `next` (`None`: from the beginning, nothing stored yet).
     Reading { next: Option<i64> },
-    /// Claimed, but the seek to `to` failed: paused, its records dropped until a seek lands.
+    /// Claimed and to be sought to `to` (`None`: the beginning) — or its seek failed and is
+    /// tried again: paused meanwhile, its records dropped until a seek lands.
     Seeking { to: Option<i64> },
     /// Assigned, not claimed yet (Postgres did not answer).
     Unclaimed,
@@ -384,7 +387,9 @@ impl Loop {
     fn pause_for(&self, d: Duration) {
         let until = Instant::now() + d;
         while Instant::now() < until && !self.stop.load(Ordering::Relaxed) {
-            std::thread::sleep(Duration::from_millis(20).min(until - Instant::now()));
+            std::thread::sleep(
+                Duration::from_millis(20).min(until.saturating_duration_since(Instant::now())),
+            );
         }
     }
 
@@ -500,8 +505,17 @@ impl Loop {
         if unsettled.is_empty() {
             return;
         }
-        if let Err(e) = self.consumer.pause(&unsettled) {
-            tracing::warn!(projection = %self.opts.name, error = %e, "pausing partitions to claim failed");
+        // A partition whose pause fails keeps fetching, harmlessly: `accept` drops records of
+        // partitions not yet claimed and sought, and they are read again from the seek.
+        match self.consumer.pause(&unsettled) {
+            Ok(failed) => {
+                for (pair, e) in failed {
+                    tracing::warn!(projection = %self.opts.name, topic = %pair.0, partition = pair.1, error = %e, "pausing a partition to claim it failed; its records are dropped until it is sought");
+                }
+            }
+            Err(e) => {
+                tracing::warn!(projection = %self.opts.name, error = %e, "pausing partitions to claim failed; their records are dropped until they are sought")
+            }
         }
         if self.epoch.is_none() || self.owned.values().any(|o| *o == Owned::Unclaimed) {
             match self.claim() {
@@ -780,31 +794,26 @@ impl Loop {
     }
 
     /// Writes buffered records `letters` (index, reason, SQLSTATE) to their topics' DLTs and
-    /// waits for the acknowledgements.
+    /// waits for the acknowledgements. A letter Kafka refuses as a record (too large, no such
+    /// topic) is cut down as the runtime's dead letters are ([`dlt::truncated`]: the value
+    /// truncated with only the `eosflow.dlt.*` headers, then a pointer alone); one that not even
+    /// a pointer fits is skipped, loudly, so its partition does not stall behind it. Any other
+    /// failure fails the call (the caller tries the batch again).
     fn publish(
         &self,
         letters: &[(usize, ProcessError, Option<String>)],
     ) -> Result<(), ProjectorError> {
         let now = crate::clock::now_ms();
-        let group = self.opts.group_id().to_string();
-        // The DLT names outlive the sends that borrow them.
-        let dlts: Vec<String> = letters
-            .iter()
-            .map(|(i, _, _)| {
-                self.buffered
-                    .get(*i)
-                    .map(|m| crate::kafka::topics::dlt_topic(m.topic()))
-                    .unwrap_or_default()
-            })
-            .collect();
-        let mut deliveries = Vec::with_capacity(letters.len());
-        for ((i, err, sqlstate), dlt) in letters.iter().zip(&dlts) {
+        let group = self.opts.group_id();
+        // Per letter: the record, its DLT and the dead letter's full headers.
+        let mut prepared: Vec<(&OwnedMessage, String, HeaderPairs)> = Vec::new();
+        for (i, err, sqlstate) in letters {
             let Some(m) = self.buffered.get(*i) else {
                 continue;
             };
             let headers = headers_of(m);
             let record = Record::of_message(m, &headers);
-            let mut hs = crate::processor::dead_letter_headers(&record, &group, err, now);
+            let mut hs = crate::processor::dead_letter_headers(&record, group, err, now);
             hs.push((
                 "eosflow.dlt.projection".into(),
                 self.opts.name.clone().into_bytes(),
@@ -815,33 +824,75 @@ impl Loop {
             tracing::warn!(projection = %self.opts.name, topic = m.topic(), partition = m.partition(), offset = m.offset(), reason = %err, "record dead-lettered");
             telemetry::projection_dead_lettered(&self.opts.name);
             self.counters.dead_lettered.fetch_add(1, Ordering::Relaxed);
-            let mut oh = OwnedHeaders::new_with_capacity(hs.len());
-            for (k, v) in &hs {
-                oh = oh.insert(Header {
-                    key: k,
-                    value: Some(v.as_slice()),
-                });
-            }
-            let mut rec: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(dlt).headers(oh);
-            if let Some(k) = m.key() {
-                rec = rec.key(k);
-            }
-            if let Some(v) = m.payload() {
-                rec = rec.payload(v);
-            }
-            deliveries.push(self.producer.send(rec, KAFKA_CALL));
+            prepared.push((m, crate::kafka::topics::dlt_topic(m.topic()), hs));
         }
-        let results = self.rt.block_on(futures::future::join_all(deliveries));
-        for r in results {
-            if let Err((e, _)) = r {
-                return Err(ProjectorError::Kafka(e));
+        // Stage 0 whole, 1 truncated, 2 a pointer alone.
+        let mut todo: Vec<(usize, u8)> = (0..prepared.len()).map(|i| (i, 0)).collect();
+        while !todo.is_empty() {
+            let deliveries: Vec<_> = todo
+                .iter()
+                .map(|&(i, stage)| {
+                    let (m, dlt, hs) = &prepared[i];
+                    let (key, value, cut) = match stage {
+                        0 => (m.key(), m.payload(), None),
+                        s => {
+                            let (value, h) = dlt::truncated(m.payload(), hs, s >= 2);
+                            (if s >= 2 { None } else { m.key() }, value, Some(h))
+                        }
+                    };
+                    let mut oh = OwnedHeaders::new_with_capacity(hs.len());
+                    for (k, v) in cut.as_ref().unwrap_or(hs) {
+                        oh = oh.insert(Header {
+                            key: k,
+                            value: Some(v.as_slice()),
+                        });
+                    }
+                    let mut rec: FutureRecord<'_, [u8], [u8]> =
+                        FutureRecord::to(dlt.as_str()).headers(oh);
+                    if let Some(k) = key {
+                        rec = rec.key(k);
+                    }
+                    if let Some(v) = value {
+                        rec = rec.payload(v);
+                    }
+                    self.producer.send(rec, KAFKA_CALL)
+                })
+                .collect();
+            let results = self.rt.block_on(futures::future::join_all(deliveries));
+            let mut again = Vec::new();
+            for (&(i, stage), r) in todo.iter().zip(results) {
+                let (m, dlt, _) = &prepared[i];
+                let e = match r {
+                    Ok(_) => {
+                        if stage > 0 {
+                            let what = if stage == 1 { "truncated" } else { "pointer" };
+                            tracing::error!(projection = %self.opts.name, topic = m.topic(), partition = m.partition(), offset = m.offset(), dlt = %dlt, kept = what, "dead letter cut down to fit; the full record stays at its original offset");
+                            telemetry::dead_letter_reduced(dlt, what);
+                        }
+                        continue;
+                    }
+                    Err((e, _)) => e,
+                };
+                if !e.rdkafka_error_code().is_some_and(is_record_error) {
+                    return Err(ProjectorError::Kafka(e));
+                }
+                if stage < 2 {
+                    again.push((i, stage + 1));
+                } else {
+                    tracing::error!(projection = %self.opts.name, topic = m.topic(), partition = m.partition(), offset = m.offset(), dlt = %dlt, error = %e, "not even a pointer could be dead-lettered: record SKIPPED so its partition moves on; redrive it from its original offset");
+                    telemetry::record_skipped_unwritable(m.topic());
+                }
             }
+            todo = again;
         }
         Ok(())
     }
 }
 
-fn headers_of(m: &OwnedMessage) -> Vec<(String, Vec<u8>)> {
+/// Record headers as owned pairs (what [`Record`] and the dead-letter helpers take).
+type HeaderPairs = Vec<(String, Vec<u8>)>;
+
+fn headers_of(m: &OwnedMessage) -> HeaderPairs {
     m.headers()
         .map(|h| {
             h.iter()
