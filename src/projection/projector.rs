@@ -1,6 +1,6 @@
 //! The projection's consumer loop: group membership, claims, batches, dead letters.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -303,6 +303,7 @@ impl Projector {
             epoch: None,
             buffered: Vec::new(),
             leftovers: HashMap::new(),
+            rejections_published: HashSet::new(),
         };
         let thread = std::thread::Builder::new()
             .name(format!("eosflow-projection-{}", lp.opts.name))
@@ -343,6 +344,9 @@ struct Loop {
     /// Dead letters committed (by a predecessor that crashed before publishing them) to be
     /// published when their records come by again: the claim seeks back to the first of them.
     leftovers: HashMap<(String, i32, i64), DeadLetter>,
+    /// Buffered records the function rejected whose dead letters are on the DLT already: a
+    /// batch tried again (Postgres away) does not publish them again.
+    rejections_published: HashSet<(String, i32, i64)>,
 }
 
 /// How long a Kafka call of the loop (seek, pause, commit) may take.
@@ -481,6 +485,7 @@ impl Loop {
                     .entry((m.topic().to_string(), m.partition()))
                     .or_insert(m.offset());
             }
+            self.rejections_published.clear();
             for (pair, o) in self.owned.iter_mut() {
                 if let Owned::Reading { next } = *o {
                     *o = Owned::Seeking {
@@ -659,7 +664,9 @@ impl Loop {
     /// Applies the buffered records in one transaction; dead letters go to the DLT after it.
     fn apply_buffered(&mut self) -> Result<(), ProjectorError> {
         let Some(epoch) = self.epoch else {
-            self.buffered.clear();
+            // Not claimed (yet): kept for after the claim. (Records are only buffered from
+            // claimed partitions and every claim's loss drops them, so this is not expected;
+            // dropping them here would skip them, their partitions being read past them.)
             return Ok(());
         };
         let started = Instant::now();
@@ -691,10 +698,15 @@ impl Loop {
         }
         // Records the function rejected reach the DLT before the commit that moves past them:
         // a crash in between publishes them again, never loses them.
+        let at = |m: &OwnedMessage| (m.topic().to_string(), m.partition(), m.offset());
+        rejected.retain(|(i, _)| !self.rejections_published.contains(&at(&self.buffered[*i])));
         if !rejected.is_empty() {
             let letters: Vec<(usize, ProcessError, Option<String>)> =
                 rejected.into_iter().map(|(i, e)| (i, e, None)).collect();
             self.publish(&letters)?;
+            for (i, _, _) in &letters {
+                self.rejections_published.insert(at(&self.buffered[*i]));
+            }
         }
         let batch = Batch {
             epoch,
@@ -723,6 +735,7 @@ impl Loop {
         }
         self.dead_letter(&letters);
         self.buffered.clear();
+        self.rejections_published.clear();
         let offsets: Vec<(String, i32, i64)> = applied.positions.clone();
         if let Err(e) = self.consumer.commit(&offsets, CommitMode::Async) {
             // Kafka's offsets only feed lag monitoring: Postgres holds the positions.
@@ -747,6 +760,7 @@ impl Loop {
         telemetry::projection_fenced(&self.opts.name);
         self.counters.fenced.fetch_add(1, Ordering::Relaxed);
         self.buffered.clear();
+        self.rejections_published.clear();
         self.owned.clear();
         self.epoch = None;
         self.consumer.unsubscribe();
