@@ -209,9 +209,7 @@ impl ProjectionStore {
     /// `eosflow_dead_letters`) when missing; safe to call from every
     /// instance at start-up, concurrently.
     pub async fn ensure_schema(&self) -> Result<(), ProjectionError> {
-        let mut guard = self.conn().await?;
-        let conn = live(&mut guard)?;
-        let res = async {
+        self.on_conn(async |conn| {
             let tx = conn
                 .client
                 .transaction()
@@ -226,9 +224,8 @@ impl ProjectionStore {
             tx.commit()
                 .await
                 .map_err(|e| pg_error("creating the schema", &e))
-        }
-        .await;
-        forget_if_closed(&mut guard, res)
+        })
+        .await
     }
 
     /// Claims `partitions` of `topic` for `epoch` and returns where each resumes.
@@ -246,10 +243,8 @@ impl ProjectionStore {
         let mut parts: Vec<i32> = partitions.to_vec();
         parts.sort_unstable();
         parts.dedup();
-        let mut guard = self.conn().await?;
-        let conn = live(&mut guard)?;
-        let res = self.open_on(conn, topic, &parts, epoch).await;
-        forget_if_closed(&mut guard, res)
+        self.on_conn(async |conn| self.open_on(conn, topic, &parts, epoch).await)
+            .await
     }
 
     async fn open_on(
@@ -309,6 +304,18 @@ impl ProjectionStore {
         Ok(positions)
     }
 
+    /// Runs `f` on the live connection (reconnecting first if it was lost), and forgets the
+    /// connection if it died meanwhile: the shape every call of the store shares.
+    async fn on_conn<T>(
+        &self,
+        f: impl AsyncFnOnce(&mut Conn) -> Result<T, ProjectionError>,
+    ) -> Result<T, ProjectionError> {
+        let mut guard = self.conn().await?;
+        let conn = live(&mut guard)?;
+        let res = f(conn).await;
+        forget_if_closed(&mut guard, res)
+    }
+
     /// A claim epoch above every epoch this projection handed out or claimed before.
     ///
     /// Exists because a consumer group's own numbers do not order owners across members under
@@ -316,9 +323,7 @@ impl ProjectionStore {
     /// the database at each assignment and claims its partitions with it, so the latest owner
     /// always fences the ones before it.
     pub async fn next_epoch(&self) -> Result<i64, ProjectionError> {
-        let mut guard = self.conn().await?;
-        let conn = live(&mut guard)?;
-        let res = async {
+        self.on_conn(async |conn| {
             let ctx = "taking a claim epoch";
             let st = prepared(conn, NEXT_EPOCH_SQL, ctx).await?;
             let row = conn
@@ -327,9 +332,8 @@ impl ProjectionStore {
                 .await
                 .map_err(|e| pg_error(ctx, &e))?;
             Ok(row.get::<_, i64>(0))
-        }
-        .await;
-        forget_if_closed(&mut guard, res)
+        })
+        .await
     }
 
     /// The dead letters of `partitions` committed (in `eosflow_dead_letters`, with their
@@ -340,9 +344,7 @@ impl ProjectionStore {
         topic: &str,
         partitions: &[i32],
     ) -> Result<Vec<DeadLetter>, ProjectionError> {
-        let mut guard = self.conn().await?;
-        let conn = live(&mut guard)?;
-        let res = async {
+        self.on_conn(async |conn| {
             let ctx = "reading unpublished dead letters";
             let st = prepared(conn, UNPUBLISHED_SQL, ctx).await?;
             let parts = partitions.to_vec();
@@ -361,9 +363,8 @@ impl ProjectionStore {
                     message: r.get(4),
                 })
                 .collect())
-        }
-        .await;
-        forget_if_closed(&mut guard, res)
+        })
+        .await
     }
 
     /// Marks `letters` as published to the dead-letter topic.
@@ -371,9 +372,7 @@ impl ProjectionStore {
         if letters.is_empty() {
             return Ok(());
         }
-        let mut guard = self.conn().await?;
-        let conn = live(&mut guard)?;
-        let res = async {
+        self.on_conn(async |conn| {
             let ctx = "marking dead letters published";
             let st = prepared(conn, PUBLISHED_SQL, ctx).await?;
             let (t, p, o) = dead_letter_columns(letters);
@@ -382,9 +381,8 @@ impl ProjectionStore {
                 .await
                 .map_err(|e| pg_error(ctx, &e))?;
             Ok(())
-        }
-        .await;
-        forget_if_closed(&mut guard, res)
+        })
+        .await
     }
 
     /// Keeps the batch's dead letters in `eosflow_dead_letters`, in the batch's transaction:
@@ -412,9 +410,7 @@ impl ProjectionStore {
         topic: &str,
         partitions: &[i32],
     ) -> Result<Positions, ProjectionError> {
-        let mut guard = self.conn().await?;
-        let conn = live(&mut guard)?;
-        let res = async {
+        self.on_conn(async |conn| {
             let ctx = "reading positions";
             let read = prepared(conn, READ_SQL, ctx).await?;
             let parts = partitions.to_vec();
@@ -428,9 +424,8 @@ impl ProjectionStore {
                 positions.insert(row.get(0), row.get(1));
             }
             Ok(positions)
-        }
-        .await;
-        forget_if_closed(&mut guard, res)
+        })
+        .await
     }
 
     /// Applies `batch` and advances its partitions' positions in one transaction.
@@ -443,14 +438,14 @@ impl ProjectionStore {
     /// retried as is (nothing committed, or all of it if the connection died in `COMMIT`).
     pub async fn apply(&self, batch: &Batch) -> Result<Applied, ProjectionError> {
         check_batch(batch)?;
-        let mut guard = self.conn().await?;
-        let conn = live(&mut guard)?;
         let started = Instant::now();
-        let res = match self.apply_fast(conn, batch).await {
-            Ok(Some(applied)) => Ok(applied),
-            Ok(None) => self.apply_per_record(conn, batch).await,
-            Err(e) => Err(e),
-        };
+        let res = self
+            .on_conn(async |conn| match self.apply_fast(conn, batch).await {
+                Ok(Some(applied)) => Ok(applied),
+                Ok(None) => self.apply_per_record(conn, batch).await,
+                Err(e) => Err(e),
+            })
+            .await;
         if let Ok(a) = &res {
             tracing::debug!(
                 projection = %self.name,
@@ -462,7 +457,7 @@ impl ProjectionStore {
                 "batch committed"
             );
         }
-        forget_if_closed(&mut guard, res)
+        res
     }
 
     /// [`apply`](Self::apply), retrying transient failures with backoff for up to
