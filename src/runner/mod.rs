@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 
 pub use endpoints::{serve_endpoints, serve_queries, Endpoints, QueryListener};
 pub use logging::init_logging;
-pub use signal::{wait_for_signal_or, Signal};
+pub use signal::{wait_for_signal_or, wait_for_signal_or_until, Signal};
 
 use crate::config::Config;
 use crate::kafka::client::ConnectError;

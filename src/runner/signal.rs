@@ -27,6 +27,12 @@ impl Signal {
 
 /// Blocks until SIGTERM/SIGINT (returned) or until `worker` ends by itself (`None`).
 pub fn wait_for_signal_or<T>(worker: &JoinHandle<T>) -> Result<Option<Signal>, RunError> {
+    wait_for_signal_or_until(|| worker.is_finished())
+}
+
+/// Blocks until SIGTERM/SIGINT (returned) or until `done` holds (`None`; asked every 200 ms):
+/// for work whose end is not a thread's (a projector's handle).
+pub fn wait_for_signal_or_until(done: impl Fn() -> bool) -> Result<Option<Signal>, RunError> {
     let io = |what| move |source| RunError::Io { what, source };
     let signals = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -41,7 +47,7 @@ pub fn wait_for_signal_or<T>(worker: &JoinHandle<T>) -> Result<Option<Signal>, R
                     _ = tokio::signal::ctrl_c() => return Ok(Some(Signal::Interrupt)),
                     _ = term.recv() => return Ok(Some(Signal::Terminate)),
                     _ = tokio::time::sleep(Duration::from_millis(200)) => {
-                        if worker.is_finished() { return Ok(None); }
+                        if done() { return Ok(None); }
                     }
                 }
             }

@@ -81,23 +81,8 @@ pub(crate) fn cmd(config: &Config, args: ProjectArgs) -> Result<std::process::Ex
     let clients = KafkaClients::new(config.kafka.clone());
     let handle = Projector::start(clients, opts, upsert_json(args.table.clone()))
         .context("starting the projection")?;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("signal runtime")?;
-    rt.block_on(async {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-        loop {
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => return Ok::<_, std::io::Error>(()),
-                _ = term.recv() => return Ok(()),
-                _ = tokio::time::sleep(Duration::from_millis(200)) => {
-                    if handle.is_finished() { return Ok(()); }
-                }
-            }
-        }
-    })
-    .context("waiting for a signal")?;
+    eosflow::internals::runner::wait_for_signal_or_until(|| handle.is_finished())
+        .context("waiting for a signal")?;
     let summary = handle
         .stop()
         .context("the projection stopped with an error")?;
